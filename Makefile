@@ -1,0 +1,90 @@
+# tensor_blob: builds priv/tensor_blob_nif.so, and runs the project's commands.
+#
+#   make           build the NIF library
+#   make test      set up what is missing, build, and run every test suite
+#   make demo      set up what is missing, build, and run the demo
+#   make bench     run the benchmarks (writes bench/results.json)
+#
+# LIBTORCH_DIR   a libtorch tree (include/, lib/); default: the system's
+#                (Debian's libtorch-dev).
+
+LIBTORCH_DIR ?=
+BUILD := build
+PRIV := priv
+NIF := $(PRIV)/tensor_blob_nif.so
+
+ERTS_INCLUDE := $(shell erl -noshell -eval 'io:format("~ts/erts-~ts/include", [code:root_dir(), erlang:system_info(version)])' -s init stop 2>/dev/null)
+
+ifeq ($(LIBTORCH_DIR),)
+TORCH_CFLAGS := -I/usr/include/torch/csrc/api/include
+TORCH_LDFLAGS :=
+else
+TORCH_CFLAGS := -isystem $(LIBTORCH_DIR)/include -isystem $(LIBTORCH_DIR)/include/torch/csrc/api/include
+TORCH_LDFLAGS := -L$(LIBTORCH_DIR)/lib -Wl,-rpath,$(LIBTORCH_DIR)/lib
+endif
+TORCH_LIBS := -ltorch -ltorch_cpu -lc10
+
+OPT ?= -O2
+SANITIZE ?=
+CFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=implicit-function-declaration $(SANITIZE)
+CXXFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c++17 -Wall -Wextra $(SANITIZE)
+LDFLAGS := -shared $(SANITIZE)
+
+C_SOURCES := $(wildcard c_src/tb_*.c)
+C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
+SHIM_OBJECT := $(BUILD)/torch_shim.o
+HEADERS := $(wildcard c_src/*.h)
+
+.PHONY: all nif setup test c-test mix-test eunit consumer-test demo bench clean
+
+all: nif
+nif: $(NIF)
+
+$(BUILD)/%.o: c_src/%.c $(HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -I$(ERTS_INCLUDE) -c $< -o $@
+
+$(SHIM_OBJECT): c_src/torch_shim.cpp c_src/torch_shim.h | $(BUILD)
+	$(CXX) $(CXXFLAGS) $(TORCH_CFLAGS) -c $< -o $@
+
+$(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS)
+
+$(BUILD) $(PRIV):
+	mkdir -p $@
+
+setup:
+	@scripts/setup.sh
+
+# Pure C unit tests of the validation code: no BEAM, no libtorch.
+$(BUILD)/c_test: c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
+
+c-test: $(BUILD)/c_test
+	$(BUILD)/c_test
+
+mix-test: nif
+	MIX_ENV=test mix test
+
+eunit: nif
+	rebar3 eunit
+
+consumer-test: nif
+	scripts/consumer_test.sh
+
+test: setup
+	$(MAKE) nif
+	$(MAKE) c-test
+	$(MAKE) mix-test
+	$(MAKE) eunit
+	$(MAKE) consumer-test
+
+demo: setup
+	$(MAKE) nif
+	mix run examples/demo.exs
+
+bench: setup
+	$(MAKE) nif
+	MIX_ENV=prod mix run bench/bench.exs
+
+clean:
+	rm -rf $(BUILD) $(NIF) _build

@@ -1,0 +1,229 @@
+/* Load and upgrade, the function table, atoms and error raising. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tb_blob.h"
+#include "tb_nif.h"
+#include "tb_pin.h"
+#include "tb_tensor.h"
+#include "torch_shim.h"
+
+tb_atom_table tb_atoms;
+
+/* Alias atoms and Nx kinds, resolved to table entries once at load. */
+static struct {
+    ERL_NIF_TERM atom;
+    tb_dtype_id id;
+} alias_atoms[32];
+static size_t alias_atom_count;
+
+static struct {
+    ERL_NIF_TERM kind;
+    unsigned bits;
+    tb_dtype_id id;
+} nx_types[TB_DT_COUNT];
+static size_t nx_type_count;
+
+static ERL_NIF_TERM atom(ErlNifEnv *env, const char *name)
+{
+    return enif_make_atom(env, name);
+}
+
+static void make_atoms(ErlNifEnv *env)
+{
+    tb_atom_table *a = &tb_atoms;
+    a->ok = atom(env, "ok");
+    a->true_ = atom(env, "true");
+    a->false_ = atom(env, "false");
+    a->nil = atom(env, "nil");
+    a->undefined = atom(env, "undefined");
+    a->badarg = atom(env, "badarg");
+    a->tensor_blob = atom(env, "tensor_blob");
+    a->ptr = atom(env, "ptr");
+    a->shape = atom(env, "shape");
+    a->strides = atom(env, "strides");
+    a->dtype = atom(env, "dtype");
+    a->device = atom(env, "device");
+    a->element_size = atom(env, "element_size");
+    a->byte_size = atom(env, "byte_size");
+    a->owner = atom(env, "owner");
+    a->struct_ = atom(env, "__struct__");
+    a->ref = atom(env, "ref");
+    a->cpu = atom(env, "cpu");
+    a->cuda = atom(env, "cuda");
+    a->owned = atom(env, "owned");
+    a->pinned = atom(env, "pinned");
+    a->unpinned = atom(env, "unpinned");
+    a->tensors = atom(env, "tensors");
+    a->pins = atom(env, "pins");
+    a->tensor_struct = atom(env, "Elixir.TensorBlob.Tensor");
+
+    for (int i = 0; i < TB_DT_COUNT; i++)
+        a->dtypes[i] = atom(env, tb_dtypes[i].name);
+
+    alias_atom_count = 0;
+    for (size_t i = 0; i < tb_dtype_alias_count && i < sizeof alias_atoms / sizeof alias_atoms[0]; i++) {
+        alias_atoms[alias_atom_count].atom = atom(env, tb_dtype_aliases[i].name);
+        alias_atoms[alias_atom_count].id = tb_dtype_aliases[i].id;
+        alias_atom_count++;
+    }
+    nx_type_count = 0;
+    for (int i = 0; i < TB_DT_COUNT; i++) {
+        if (!tb_dtypes[i].nx_kind)
+            continue;
+        nx_types[nx_type_count].kind = atom(env, tb_dtypes[i].nx_kind);
+        nx_types[nx_type_count].bits = tb_dtypes[i].nx_bits;
+        nx_types[nx_type_count].id = (tb_dtype_id)i;
+        nx_type_count++;
+    }
+}
+
+int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out)
+{
+    /* Atoms compare as words: no string work on the hot path. */
+    for (int i = 0; i < TB_DT_COUNT; i++) {
+        if (tb_atoms.dtypes[i] == term) {
+            *out = (tb_dtype_id)i;
+            return 1;
+        }
+    }
+    for (size_t i = 0; i < alias_atom_count; i++) {
+        if (alias_atoms[i].atom == term) {
+            *out = alias_atoms[i].id;
+            return 1;
+        }
+    }
+    int arity;
+    const ERL_NIF_TERM *elems;
+    unsigned bits;
+    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_uint(env, elems[1], &bits)) {
+        for (size_t i = 0; i < nx_type_count; i++) {
+            if (nx_types[i].kind == elems[0] && nx_types[i].bits == bits) {
+                *out = nx_types[i].id;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, va_list ap)
+{
+    char buf[1024];
+    int n = enif_vsnprintf(buf, sizeof buf, fmt, ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof buf)
+        n = sizeof buf - 1;
+    ERL_NIF_TERM message;
+    unsigned char *bytes = enif_make_new_binary(env, (size_t)n, &message);
+    memcpy(bytes, buf, (size_t)n);
+    return enif_raise_exception(env, enif_make_tuple2(env, kind, message));
+}
+
+ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.badarg, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.tensor_blob, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* The baseline for benchmarks: a NIF call that does nothing. */
+static ERL_NIF_TERM nif_identity(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)env;
+    (void)argc;
+    return argv[0];
+}
+
+static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins};
+    ERL_NIF_TERM values[] = {enif_make_long(env, tb_tensor_live()), enif_make_long(env, tb_pin_live())};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, 2, &map);
+    return map;
+}
+
+static ERL_NIF_TERM nif_torch_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    const char *v = tb_shim_torch_version();
+    ERL_NIF_TERM bin;
+    unsigned char *bytes = enif_make_new_binary(env, strlen(v), &bin);
+    memcpy(bytes, v, strlen(v));
+    return bin;
+}
+
+/* Canonical dtypes the linked libtorch can hold. */
+static ERL_NIF_TERM nif_dtypes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+    for (int i = TB_DT_COUNT - 1; i >= 0; i--) {
+        if (tb_shim_has_scalar_type(tb_dtypes[i].torch_scalar_type))
+            list = enif_make_list_cell(env, tb_atoms.dtypes[i], list);
+    }
+    return list;
+}
+
+static ErlNifFunc nif_funcs[] = {
+    {"identity", 1, nif_identity, 0},
+    {"stats", 0, nif_stats, 0},
+    {"torch_version", 0, nif_torch_version, 0},
+    {"dtypes", 0, nif_dtypes, 0},
+    {"zeros", 2, tb_nif_zeros, 0},
+    {"from_binary", 3, tb_nif_from_binary, 0},
+    {"to_binary", 1, tb_nif_to_binary, 0},
+    {"write", 2, tb_nif_write, 0},
+    {"narrow", 4, tb_nif_narrow, 0},
+    {"transpose", 3, tb_nif_transpose, 0},
+    {"shape", 1, tb_nif_shape, 0},
+    {"strides", 1, tb_nif_strides, 0},
+    {"dtype", 1, tb_nif_dtype, 0},
+    {"device", 1, tb_nif_device, 0},
+    {"memory", 1, tb_nif_memory, 0},
+    {"to_blob", 3, tb_nif_to_blob, 0},
+    {"from_blob", 3, tb_nif_from_blob, 0},
+};
+
+static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags)
+{
+    make_atoms(env);
+    return tb_tensor_open_type(env, flags) ? 0 : 1;
+}
+
+static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
+{
+    (void)priv;
+    (void)info;
+    return open_types(env, ERL_NIF_RT_CREATE);
+}
+
+/* A reload takes the resource type over, so tensors made by the old code
+ * stay valid and are freed by the new code. */
+static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
+{
+    (void)priv;
+    (void)old_priv;
+    (void)info;
+    return open_types(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
+}
+
+ERL_NIF_INIT(tensor_blob_nif, nif_funcs, load, NULL, upgrade, NULL)

@@ -1,0 +1,38 @@
+#include "tb_pin.h"
+
+#include <stdatomic.h>
+
+static atomic_long live_pins;
+
+tb_pin *tb_pin_new(ERL_NIF_TERM owner)
+{
+    tb_pin *pin = enif_alloc(sizeof *pin);
+    if (!pin)
+        return NULL;
+    pin->env = enif_alloc_env();
+    if (!pin->env) {
+        enif_free(pin);
+        return NULL;
+    }
+    pin->owner = enif_make_copy(pin->env, owner);
+    atomic_fetch_add_explicit(&live_pins, 1, memory_order_relaxed);
+    return pin;
+}
+
+void tb_pin_release(void *ctx)
+{
+    tb_pin *pin = ctx;
+    enif_free_env(pin->env);
+    enif_free(pin);
+    atomic_fetch_sub_explicit(&live_pins, 1, memory_order_relaxed);
+}
+
+void tb_pin_none(void *ctx)
+{
+    (void)ctx;
+}
+
+long tb_pin_live(void)
+{
+    return atomic_load_explicit(&live_pins, memory_order_relaxed);
+}

@@ -1,0 +1,25 @@
+/* A pin keeps an owner term alive while libtorch uses memory the owner holds. */
+#ifndef TB_PIN_H
+#define TB_PIN_H
+
+#include <erl_nif.h>
+
+typedef struct {
+    ErlNifEnv *env;     /* process-independent */
+    ERL_NIF_TERM owner; /* the copy of the owner, living in env */
+} tb_pin;
+
+/* Copies owner into a new process-independent env. Copying keeps the
+ * resources and off-heap binaries inside the term alive without copying
+ * their bytes. NULL when out of memory. */
+tb_pin *tb_pin_new(ERL_NIF_TERM owner);
+
+/* Frees a pin: the storage deleter of every pinned view. Safe on any thread. */
+void tb_pin_release(void *pin);
+
+/* The storage deleter of an unpinned view: the caller answers for the memory. */
+void tb_pin_none(void *ctx);
+
+long tb_pin_live(void);
+
+#endif

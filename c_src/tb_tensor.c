@@ -1,0 +1,337 @@
+#include "tb_tensor.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "tb_args.h"
+#include "tb_nif.h"
+#include "tb_pin.h"
+#include "tb_spec.h"
+
+/* Copies above this size move to a dirty CPU scheduler. */
+#define TB_DIRTY_BYTES (256 * 1024)
+
+static ErlNifResourceType *tensor_type;
+static atomic_long live_tensors;
+
+static void tensor_dtor(ErlNifEnv *env, void *obj)
+{
+    (void)env;
+    tb_tensor *t = obj;
+    if (t->handle) {
+        /* May free a pin, which only frees its env: allowed here. */
+        tb_shim_release(t->handle);
+        t->handle = NULL;
+        atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+    }
+}
+
+int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
+{
+    ErlNifResourceType *type =
+        enif_open_resource_type(env, NULL, "tensor_blob_tensor", tensor_dtor, flags, NULL);
+    if (!type)
+        return 0;
+    tensor_type = type;
+    return 1;
+}
+
+ERL_NIF_TERM tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle)
+{
+    tb_tensor *t = enif_alloc_resource(tensor_type, sizeof *t);
+    if (!t) {
+        tb_shim_release(handle);
+        return tb_raise_error(env, "out of memory allocating a tensor resource");
+    }
+    t->handle = handle;
+    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    ERL_NIF_TERM term = enif_make_resource(env, t);
+    enif_release_resource(t);
+    return term;
+}
+
+tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    tb_tensor *t;
+    return enif_get_resource(env, term, tensor_type, (void **)&t) ? t : NULL;
+}
+
+tb_tensor *tb_tensor_get_any(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    tb_tensor *t = tb_tensor_get(env, term);
+    ERL_NIF_TERM name, ref;
+    if (!t && enif_is_map(env, term) && enif_get_map_value(env, term, tb_atoms.struct_, &name) &&
+        name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref))
+        t = tb_tensor_get(env, ref);
+    return t;
+}
+
+long tb_tensor_live(void)
+{
+    return atomic_load_explicit(&live_tensors, memory_order_relaxed);
+}
+
+#define GET_TENSOR(var, term, field)                                                        \
+    tb_tensor *var = tb_tensor_get(env, term);                                              \
+    if (!var)                                                                                \
+        return tb_raise_badarg(env, "%s: expected a tensor, got %T", field, term)
+
+/* Row-major byte count of a tensor's elements; 0 on overflow (never for a
+ * tensor libtorch made). */
+static uint64_t dense_bytes(const tb_shim_info *info)
+{
+    tb_dtype_id id = TB_DT_UINT8;
+    tb_dtype_of_scalar_type(info->scalar_type, &id);
+    uint64_t n = tb_dtypes[id].element_size;
+    for (int i = 0; i < info->ndim; i++)
+        if (__builtin_mul_overflow(n, (uint64_t)info->sizes[i], &n))
+            return 0;
+    return n;
+}
+
+static ERL_NIF_TERM refuse_device(ErlNifEnv *env, const tb_shim_info *info, const char *what)
+{
+    if (info->device_type != TB_DEVICE_CPU)
+        return tb_raise_badarg(env, "%s: the tensor is on %T; only CPU tensors can be copied to or from bytes",
+                               what, tb_make_device(env, info->device_type, info->device_index));
+    return 0;
+}
+
+/* Parses a shape and dtype, and checks the element count fits. */
+static int get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
+                           tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc)
+{
+    if (!tb_get_shape(env, shape_term, "shape", &l->ndim, l->shape, exc) ||
+        !tb_get_dtype(env, dtype_term, "dtype", dtype, exc))
+        return 0;
+    l->element_size = tb_dtypes[*dtype].element_size;
+    l->ptr = l->element_size; /* a stand-in: only the extent matters here */
+    if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
+        *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T", shape_term);
+        return 0;
+    }
+    *r = tb_layout_check(l);
+    if (r->status != TB_SPEC_OK) {
+        *exc = tb_raise_badarg(env, "shape: %s in %T", tb_spec_status_text(r->status), shape_term);
+        return 0;
+    }
+    return 1;
+}
+
+static ERL_NIF_TERM zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_layout l;
+    tb_dtype_id dtype;
+    tb_spec_result r;
+    ERL_NIF_TERM exc;
+    if (!get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
+        return exc;
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    if (!tb_shim_zeros(l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))
+        return tb_raise_error(env, "zeros: %s", err.message);
+    return tb_tensor_make(env, h);
+}
+
+ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    tb_layout l;
+    tb_dtype_id dtype;
+    tb_spec_result r;
+    ERL_NIF_TERM exc;
+    if (!get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
+        return exc;
+    if (r.byte_size > TB_DIRTY_BYTES)
+        return enif_schedule_nif(env, "zeros", ERL_NIF_DIRTY_JOB_CPU_BOUND, zeros, argc, argv);
+    return zeros(env, argc, argv);
+}
+
+static ERL_NIF_TERM from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifBinary bin;
+    if (!enif_inspect_binary(env, argv[0], &bin))
+        return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[0]);
+    tb_layout l;
+    tb_dtype_id dtype;
+    tb_spec_result r;
+    ERL_NIF_TERM exc;
+    if (!get_shape_dtype(env, argv[2], argv[1], &l, &dtype, &r, &exc))
+        return exc;
+    if (r.byte_size != bin.size)
+        return tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
+                               tb_dtypes[dtype].name, (unsigned long)r.byte_size, (unsigned long)bin.size);
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    if (!tb_shim_from_bytes(bin.data, l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))
+        return tb_raise_error(env, "from_binary: %s", err.message);
+    return tb_tensor_make(env, h);
+}
+
+ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ErlNifBinary bin;
+    if (enif_is_binary(env, argv[0]) && enif_inspect_binary(env, argv[0], &bin) && bin.size > TB_DIRTY_BYTES)
+        return enif_schedule_nif(env, "from_binary", ERL_NIF_DIRTY_JOB_CPU_BOUND, from_binary, argc, argv);
+    return from_binary(env, argc, argv);
+}
+
+static ERL_NIF_TERM to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    ERL_NIF_TERM exc = refuse_device(env, &info, "to_binary");
+    if (exc)
+        return exc;
+    ErlNifBinary bin;
+    if (!enif_alloc_binary(dense_bytes(&info), &bin))
+        return tb_raise_error(env, "to_binary: out of memory allocating %lu bytes", (unsigned long)dense_bytes(&info));
+    tb_shim_error err;
+    if (!tb_shim_to_bytes(t->handle, bin.data, &err)) {
+        enif_release_binary(&bin);
+        return tb_raise_error(env, "to_binary: %s", err.message);
+    }
+    return enif_make_binary(env, &bin);
+}
+
+ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    tb_tensor *t = tb_tensor_get(env, argv[0]);
+    if (t) {
+        tb_shim_info info;
+        tb_shim_info_of(t->handle, &info);
+        if (dense_bytes(&info) > TB_DIRTY_BYTES)
+            return enif_schedule_nif(env, "to_binary", ERL_NIF_DIRTY_JOB_CPU_BOUND, to_binary, argc, argv);
+    }
+    return to_binary(env, argc, argv);
+}
+
+static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    ErlNifBinary bin;
+    if (!enif_inspect_binary(env, argv[1], &bin))
+        return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[1]);
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    ERL_NIF_TERM exc = refuse_device(env, &info, "write!");
+    if (exc)
+        return exc;
+    if (bin.size != dense_bytes(&info))
+        return tb_raise_badarg(env, "binary: the tensor holds %lu bytes, got a binary of %lu bytes",
+                               (unsigned long)dense_bytes(&info), (unsigned long)bin.size);
+    tb_shim_error err;
+    if (!tb_shim_write_bytes(t->handle, bin.data, &err))
+        return tb_raise_error(env, "write!: %s", err.message);
+    return argv[0];
+}
+
+ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ErlNifBinary bin;
+    if (enif_inspect_binary(env, argv[1], &bin) && bin.size > TB_DIRTY_BYTES)
+        return enif_schedule_nif(env, "write", ERL_NIF_DIRTY_JOB_CPU_BOUND, write_bytes, argc, argv);
+    return write_bytes(env, argc, argv);
+}
+
+ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    int dim;
+    ERL_NIF_TERM exc;
+    if (!tb_get_dim(env, argv[1], "dim", info.ndim, &dim, &exc))
+        return exc;
+    ErlNifSInt64 start, length;
+    int64_t size = info.sizes[dim];
+    if (!enif_get_int64(env, argv[2], &start) || start < 0 || start > size)
+        return tb_raise_badarg(env, "start: expected an integer in 0..%ld for dimension %d, got %T", (long)size, dim,
+                               argv[2]);
+    if (!enif_get_int64(env, argv[3], &length) || length < 0 || length > size - start)
+        return tb_raise_badarg(env, "length: expected an integer in 0..%ld (start %ld, size %ld), got %T",
+                               (long)(size - start), (long)start, (long)size, argv[3]);
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    if (!tb_shim_narrow(t->handle, dim, start, length, &h, &err))
+        return tb_raise_error(env, "narrow: %s", err.message);
+    return tb_tensor_make(env, h);
+}
+
+ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    int dim0, dim1;
+    ERL_NIF_TERM exc;
+    if (!tb_get_dim(env, argv[1], "dim0", info.ndim, &dim0, &exc) ||
+        !tb_get_dim(env, argv[2], "dim1", info.ndim, &dim1, &exc))
+        return exc;
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    if (!tb_shim_transpose(t->handle, dim0, dim1, &h, &err))
+        return tb_raise_error(env, "transpose: %s", err.message);
+    return tb_tensor_make(env, h);
+}
+
+ERL_NIF_TERM tb_nif_shape(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    return tb_make_shape(env, info.ndim, info.sizes);
+}
+
+ERL_NIF_TERM tb_nif_strides(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    return tb_make_strides(env, info.ndim, info.strides);
+}
+
+ERL_NIF_TERM tb_nif_dtype(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    tb_dtype_id id;
+    if (!tb_dtype_of_scalar_type(info.scalar_type, &id))
+        return tb_raise_error(env, "dtype: libtorch scalar type %d has no dtype here", info.scalar_type);
+    return tb_atoms.dtypes[id];
+}
+
+ERL_NIF_TERM tb_nif_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    return tb_make_device(env, info.device_type, info.device_index);
+}
+
+/* owned: libtorch allocated it; pinned: a view that pins an owner term;
+ * unpinned: a view whose memory the caller answers for. Derived from the
+ * storage's deleter, so slices and transposes of a view report the same. */
+ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    GET_TENSOR(t, argv[0], "tensor");
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    if (info.storage_deleter == tb_pin_release)
+        return tb_atoms.pinned;
+    if (info.storage_deleter == tb_pin_none)
+        return tb_atoms.unpinned;
+    return tb_atoms.owned;
+}

@@ -1,0 +1,39 @@
+/* The tensor resource: one strong libtorch reference, dropped by its destructor. */
+#ifndef TB_TENSOR_H
+#define TB_TENSOR_H
+
+#include <erl_nif.h>
+
+#include "torch_shim.h"
+
+typedef struct {
+    tb_shim_tensor *handle;
+} tb_tensor;
+
+int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags);
+
+/* Wraps a handle in a new resource term, taking the handle's reference.
+ * On failure the handle is released and an exception is returned. */
+ERL_NIF_TERM tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle);
+
+/* The tensor behind a resource term, or NULL. */
+tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
+
+/* The tensor behind a term that is a resource or a %TensorBlob.Tensor{}. */
+tb_tensor *tb_tensor_get_any(ErlNifEnv *env, ERL_NIF_TERM term);
+
+long tb_tensor_live(void);
+
+ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_shape(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_strides(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_dtype(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+#endif

@@ -1,0 +1,226 @@
+// The libtorch shim: the only C++ in the project and the only file that
+// includes libtorch. Each entry is noexcept and turns any exception into a
+// message in tb_shim_error, so no C++ exception ever reaches the BEAM.
+#include "torch_shim.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/ScalarType.h>
+#include <torch/version.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+using TensorImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
+#define TB_TORCH_AT_LEAST(major, minor) \
+    (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// tb_dtype.c stores c10::ScalarType as numbers; they must be libtorch's.
+static_assert(static_cast<int>(c10::ScalarType::Byte) == 0, "ScalarType::Byte");
+static_assert(static_cast<int>(c10::ScalarType::Char) == 1, "ScalarType::Char");
+static_assert(static_cast<int>(c10::ScalarType::Short) == 2, "ScalarType::Short");
+static_assert(static_cast<int>(c10::ScalarType::Int) == 3, "ScalarType::Int");
+static_assert(static_cast<int>(c10::ScalarType::Long) == 4, "ScalarType::Long");
+static_assert(static_cast<int>(c10::ScalarType::Half) == 5, "ScalarType::Half");
+static_assert(static_cast<int>(c10::ScalarType::Float) == 6, "ScalarType::Float");
+static_assert(static_cast<int>(c10::ScalarType::Double) == 7, "ScalarType::Double");
+static_assert(static_cast<int>(c10::ScalarType::ComplexFloat) == 9, "ScalarType::ComplexFloat");
+static_assert(static_cast<int>(c10::ScalarType::ComplexDouble) == 10, "ScalarType::ComplexDouble");
+static_assert(static_cast<int>(c10::ScalarType::Bool) == 11, "ScalarType::Bool");
+static_assert(static_cast<int>(c10::ScalarType::BFloat16) == 15, "ScalarType::BFloat16");
+#if TB_TORCH_AT_LEAST(2, 1)
+static_assert(static_cast<int>(c10::ScalarType::Float8_e5m2) == 23, "ScalarType::Float8_e5m2");
+static_assert(static_cast<int>(c10::ScalarType::Float8_e4m3fn) == 24, "ScalarType::Float8_e4m3fn");
+#endif
+#if TB_TORCH_AT_LEAST(2, 3)
+static_assert(static_cast<int>(c10::ScalarType::UInt16) == 27, "ScalarType::UInt16");
+static_assert(static_cast<int>(c10::ScalarType::UInt32) == 28, "ScalarType::UInt32");
+static_assert(static_cast<int>(c10::ScalarType::UInt64) == 29, "ScalarType::UInt64");
+#endif
+
+namespace {
+
+void set_error(tb_shim_error *err, const char *what) noexcept
+{
+    if (err)
+        std::snprintf(err->message, sizeof err->message, "%s", what);
+}
+
+// Runs body; any exception becomes an error message and a 0 return.
+template <typename F>
+int guarded(tb_shim_error *err, F &&body) noexcept
+{
+    try {
+        body();
+        return 1;
+    } catch (const c10::Error &e) {
+        set_error(err, e.what_without_backtrace());
+    } catch (const std::exception &e) {
+        set_error(err, e.what());
+    } catch (...) {
+        set_error(err, "unknown libtorch exception");
+    }
+    return 0;
+}
+
+c10::ScalarType scalar_type(int st) { return static_cast<c10::ScalarType>(st); }
+
+tb_shim_tensor *release_handle(at::Tensor &&t)
+{
+    return reinterpret_cast<tb_shim_tensor *>(t.unsafeReleaseTensorImpl());
+}
+
+c10::TensorImpl *impl_of(const tb_shim_tensor *t)
+{
+    return reinterpret_cast<c10::TensorImpl *>(const_cast<tb_shim_tensor *>(t));
+}
+
+// A new owning at::Tensor for a handle; the handle keeps its own reference.
+at::Tensor borrow(tb_shim_tensor *t)
+{
+    c10::TensorImpl *impl = impl_of(t);
+    c10::raw::intrusive_ptr::incref(impl);
+    return at::Tensor(TensorImplPtr::reclaim(impl));
+}
+
+} // namespace
+
+extern "C" {
+
+int tb_shim_has_scalar_type(int st) noexcept
+{
+    switch (st) {
+    case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 7:
+    case 9: case 10: case 11: case 15:
+        return 1;
+#if TB_TORCH_AT_LEAST(2, 1)
+    case 23: case 24:
+        return 1;
+#endif
+#if TB_TORCH_AT_LEAST(2, 3)
+    case 27: case 28: case 29:
+        return 1;
+#endif
+    default:
+        return 0;
+    }
+}
+
+const char *tb_shim_torch_version(void) noexcept
+{
+    return TORCH_VERSION;
+}
+
+int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t *strides,
+                      int st, int device_type, int device_index,
+                      void *ctx, void (*deleter)(void *),
+                      tb_shim_tensor **out, tb_shim_error *err) noexcept
+{
+    // TensorMaker takes ctx at once and calls deleter(ctx) if it throws later.
+    return guarded(err, [&] {
+        c10::Device device = device_type == TB_DEVICE_CUDA
+            ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index))
+            : c10::Device(c10::DeviceType::CPU);
+        at::Tensor t = at::for_blob(data, c10::IntArrayRef(sizes, ndim))
+                           .context(ctx, deleter)
+                           .strides(c10::IntArrayRef(strides, ndim))
+                           .target_device(device)
+                           .options(at::TensorOptions().dtype(scalar_type(st)).device(device))
+                           .make_tensor();
+        *out = release_handle(std::move(t));
+    });
+}
+
+int tb_shim_zeros(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out,
+                  tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        *out = release_handle(at::zeros(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st))));
+    });
+}
+
+int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int st,
+                       tb_shim_tensor **out, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        at::Tensor t = at::empty(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st)));
+        size_t n = t.nbytes();
+        if (n > 0)
+            std::memcpy(t.data_ptr(), bytes, n);
+        *out = release_handle(std::move(t));
+    });
+}
+
+int tb_shim_to_bytes(tb_shim_tensor *handle, void *dst, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        at::Tensor t = borrow(handle);
+        if (t.numel() == 0)
+            return;
+        // A row-major tensor over dst; copy_ walks any source strides.
+        at::Tensor target = at::from_blob(dst, t.sizes(), t.options().device(c10::kCPU));
+        target.copy_(t);
+    });
+}
+
+int tb_shim_write_bytes(tb_shim_tensor *handle, const void *src, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        at::Tensor t = borrow(handle);
+        if (t.numel() == 0)
+            return;
+        at::Tensor source = at::from_blob(const_cast<void *>(src), t.sizes(), t.options().device(c10::kCPU));
+        t.copy_(source);
+    });
+}
+
+int tb_shim_narrow(tb_shim_tensor *handle, int dim, int64_t start, int64_t length,
+                   tb_shim_tensor **out, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] { *out = release_handle(borrow(handle).narrow(dim, start, length)); });
+}
+
+int tb_shim_transpose(tb_shim_tensor *handle, int dim0, int dim1, tb_shim_tensor **out,
+                      tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] { *out = release_handle(borrow(handle).transpose(dim0, dim1)); });
+}
+
+void tb_shim_info_of(const tb_shim_tensor *handle, tb_shim_info *info) noexcept
+{
+    // Only dense strided tensors are ever made here, so none of these throw.
+    const c10::TensorImpl *impl = impl_of(handle);
+    c10::IntArrayRef sizes = impl->sizes();
+    c10::IntArrayRef strides = impl->strides();
+    const c10::Storage &storage = impl->storage();
+    const c10::DataPtr &dp = storage.data_ptr();
+    c10::ScalarType st = c10::typeMetaToScalarType(impl->dtype());
+    char *base = static_cast<char *>(dp.get());
+
+    info->ndim = static_cast<int>(sizes.size());
+    info->sizes = sizes.data();
+    info->strides = strides.data();
+    info->data = base ? base + impl->storage_offset() * static_cast<int64_t>(impl->itemsize()) : nullptr;
+    info->scalar_type = static_cast<int>(st);
+    info->device_type = impl->device().is_cuda() ? TB_DEVICE_CUDA : TB_DEVICE_CPU;
+    info->device_index = impl->device().has_index() ? impl->device().index() : 0;
+    info->storage_data = base;
+    info->storage_bytes = storage.nbytes();
+    info->storage_deleter = dp.get_deleter();
+    info->is_contiguous = impl->is_contiguous();
+}
+
+void tb_shim_release(tb_shim_tensor *handle) noexcept
+{
+    try {
+        TensorImplPtr::reclaim(impl_of(handle));
+    } catch (...) {
+        // Dropping a reference does not throw; nothing can be done if it did.
+    }
+}
+
+} // extern "C"

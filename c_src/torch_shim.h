@@ -1,0 +1,72 @@
+/* The only door to libtorch. C callers see opaque handles; every entry is
+ * noexcept on the C++ side and reports failure through tb_shim_error. */
+#ifndef TORCH_SHIM_H
+#define TORCH_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define TB_NOEXCEPT noexcept
+extern "C" {
+#else
+#define TB_NOEXCEPT
+#endif
+
+/* A strong reference to one libtorch tensor (a TensorImpl). */
+typedef struct tb_shim_tensor tb_shim_tensor;
+
+typedef struct {
+    char message[256];
+} tb_shim_error;
+
+enum { TB_DEVICE_CPU = 0, TB_DEVICE_CUDA = 1 };
+
+typedef struct {
+    int ndim;
+    const int64_t *sizes;   /* owned by the tensor: valid while it lives */
+    const int64_t *strides; /* in elements */
+    void *data;             /* address of the first element */
+    int scalar_type;        /* c10::ScalarType value */
+    int device_type;        /* TB_DEVICE_* */
+    int device_index;
+    void *storage_data;     /* start of the storage that holds the data */
+    uint64_t storage_bytes;
+    void (*storage_deleter)(void *); /* the deleter of the storage's memory */
+    int is_contiguous;
+} tb_shim_info;
+
+/* 1 when the linked libtorch has this c10::ScalarType. */
+int tb_shim_has_scalar_type(int scalar_type) TB_NOEXCEPT;
+const char *tb_shim_torch_version(void) TB_NOEXCEPT;
+
+/* A tensor over foreign memory. The shim owns ctx from the call on: when the
+ * storage dies, or at once if the call fails, it calls deleter(ctx). */
+int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t *strides,
+                      int scalar_type, int device_type, int device_index,
+                      void *ctx, void (*deleter)(void *),
+                      tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+
+int tb_shim_zeros(int ndim, const int64_t *sizes, int scalar_type,
+                  tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+/* A new contiguous tensor holding a copy of bytes (row-major). */
+int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int scalar_type,
+                       tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+/* Copies the elements, in row-major order, into dst (numel * element size bytes). */
+int tb_shim_to_bytes(tb_shim_tensor *t, void *dst, tb_shim_error *err) TB_NOEXCEPT;
+/* Overwrites the elements in place from row-major bytes. */
+int tb_shim_write_bytes(tb_shim_tensor *t, const void *src, tb_shim_error *err) TB_NOEXCEPT;
+
+int tb_shim_narrow(tb_shim_tensor *t, int dim, int64_t start, int64_t length,
+                   tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_transpose(tb_shim_tensor *t, int dim0, int dim1,
+                      tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+
+void tb_shim_info_of(const tb_shim_tensor *t, tb_shim_info *info) TB_NOEXCEPT;
+void tb_shim_release(tb_shim_tensor *t) TB_NOEXCEPT;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,139 @@
+%% @doc Zero-copy tensor exchange: the Erlang API.
+%%
+%% Tensors are resource references holding one libtorch tensor each. A blob
+%% is a map describing memory:
+%%
+%%   #{ptr, shape, strides, dtype, device, element_size, byte_size, owner}
+%%
+%% to_blob/1 describes a tensor's memory (owner => the tensor); from_blob/1,2
+%% views described memory as a tensor, pinning the owner until libtorch
+%% frees the storage. Bad input raises error({badarg, Message}); failures
+%% that are not the caller's raise error({tensor_blob, Message}).
+-module(tensor_blob).
+
+-export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
+         from_binary/3, to_binary/1, zeros/2, write/2,
+         narrow/4, transpose/3,
+         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
+         stats/0, dtypes/0, torch_version/0]).
+
+-export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0]).
+
+-type tensor() :: reference().
+-type shape() :: tuple().
+-type device() :: cpu | {cuda, non_neg_integer()}.
+-type dtype() :: atom() | {atom(), pos_integer()}.
+-type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
+                  dtype := atom(), device := device(), element_size := pos_integer(),
+                  byte_size := non_neg_integer(), owner := term()}.
+-type spec() :: #{ptr := non_neg_integer(), shape := shape(), dtype := dtype(),
+                  strides => [non_neg_integer()] | undefined | nil,
+                  device => device() | undefined | nil, owner => term(), atom() => term()}.
+
+%% @doc The blob describing T's memory; the blob's owner is T.
+-spec to_blob(tensor()) -> blob().
+to_blob(T) ->
+    tensor_blob_nif:to_blob(T, T, undefined).
+
+%% @doc Like to_blob/1. Options: owner (the term the blob names as its
+%% owner, by default T), struct (tag the map as that struct; the Elixir
+%% facade uses it).
+-spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
+to_blob(T, Opts) when is_map(Opts) ->
+    check_options(Opts, [owner, struct]),
+    tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined));
+to_blob(_T, Opts) ->
+    badarg("options: expected a map, got ~0tp", [Opts]).
+
+%% @doc A tensor over the memory Spec describes. If Spec has an owner (not
+%% undefined or nil), the owner is pinned until the last tensor using this
+%% memory is freed; otherwise the tensor is unpinned and the caller answers
+%% for the memory.
+-spec from_blob(spec()) -> tensor().
+from_blob(#{owner := Owner} = Spec) when Owner =/= undefined, Owner =/= nil ->
+    tensor_blob_nif:from_blob(Spec, Owner, true);
+from_blob(Spec) ->
+    tensor_blob_nif:from_blob(Spec, undefined, false).
+
+%% @doc Like from_blob/1, with options: owner (the term to pin, in place of
+%% the spec's owner).
+-spec from_blob(spec(), #{owner => term()}) -> tensor().
+from_blob(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
+    tensor_blob_nif:from_blob(Spec, Owner, true);
+from_blob(Spec, Opts) when is_map(Opts) ->
+    check_options(Opts, [owner]),
+    from_blob(Spec);
+from_blob(_Spec, Opts) ->
+    badarg("options: expected a map, got ~0tp", [Opts]).
+
+%% @doc A new tensor holding a copy of Binary's bytes (row-major).
+-spec from_binary(binary(), dtype(), shape()) -> tensor().
+from_binary(Binary, Dtype, Shape) ->
+    tensor_blob_nif:from_binary(Binary, Dtype, Shape).
+
+%% @doc A copy of T's elements as row-major bytes, whatever its strides.
+-spec to_binary(tensor()) -> binary().
+to_binary(T) ->
+    tensor_blob_nif:to_binary(T).
+
+-spec zeros(shape(), dtype()) -> tensor().
+zeros(Shape, Dtype) ->
+    tensor_blob_nif:zeros(Shape, Dtype).
+
+%% @doc Overwrites T's elements in place with Binary (row-major order), so
+%% every view of the same memory sees the new values. Returns T.
+-spec write(tensor(), binary()) -> tensor().
+write(T, Binary) ->
+    tensor_blob_nif:write(T, Binary).
+
+%% @doc A view of Length elements of dimension Dim from Start; shares memory.
+-spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
+narrow(T, Dim, Start, Length) ->
+    tensor_blob_nif:narrow(T, Dim, Start, Length).
+
+%% @doc A view with dimensions Dim0 and Dim1 swapped; shares memory.
+-spec transpose(tensor(), non_neg_integer(), non_neg_integer()) -> tensor().
+transpose(T, Dim0, Dim1) ->
+    tensor_blob_nif:transpose(T, Dim0, Dim1).
+
+-spec shape(tensor()) -> shape().
+shape(T) -> tensor_blob_nif:shape(T).
+
+%% @doc Element strides.
+-spec strides(tensor()) -> [non_neg_integer()].
+strides(T) -> tensor_blob_nif:strides(T).
+
+-spec dtype(tensor()) -> atom().
+dtype(T) -> tensor_blob_nif:dtype(T).
+
+-spec device(tensor()) -> device().
+device(T) -> tensor_blob_nif:device(T).
+
+%% @doc Who keeps T's memory alive: owned (libtorch allocated it), pinned (a
+%% view pinning an owner term), unpinned (a view the caller answers for).
+-spec memory(tensor()) -> owned | pinned | unpinned.
+memory(T) -> tensor_blob_nif:memory(T).
+
+%% @doc true when T is a view that pins an owner term.
+-spec pinned(tensor()) -> boolean().
+pinned(T) -> tensor_blob_nif:memory(T) =:= pinned.
+
+%% @doc Live tensors and live pins, for leak checks.
+-spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer()}.
+stats() -> tensor_blob_nif:stats().
+
+%% @doc The canonical dtypes the linked libtorch can hold.
+-spec dtypes() -> [atom()].
+dtypes() -> tensor_blob_nif:dtypes().
+
+-spec torch_version() -> binary().
+torch_version() -> tensor_blob_nif:torch_version().
+
+check_options(Opts, Known) ->
+    case maps:keys(maps:without(Known, Opts)) of
+        [] -> ok;
+        Unknown -> badarg("options: unknown option(s) ~0tp; known: ~0tp", [Unknown, Known])
+    end.
+
+badarg(Format, Args) ->
+    erlang:error({badarg, unicode:characters_to_binary(io_lib:format(Format, Args))}).

@@ -1,0 +1,43 @@
+%% @private
+%% The NIF module: loads priv/tensor_blob_nif.so. Stubs only; call the
+%% tensor_blob module instead.
+-module(tensor_blob_nif).
+
+-export([identity/1, stats/0, torch_version/0, dtypes/0,
+         zeros/2, from_binary/3, to_binary/1, write/2, narrow/4, transpose/3,
+         shape/1, strides/1, dtype/1, device/1, memory/1,
+         to_blob/3, from_blob/3]).
+
+-on_load(init/0).
+
+init() ->
+    erlang:load_nif(filename:join(priv_dir(), "tensor_blob_nif"), 0).
+
+priv_dir() ->
+    case code:priv_dir(tensor_blob) of
+        {error, bad_name} ->
+            %% Loaded outside an application (a bare code path): ../priv.
+            filename:join(filename:dirname(filename:dirname(code:which(?MODULE))), "priv");
+        Dir ->
+            Dir
+    end.
+
+-define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
+
+identity(_) -> ?NOT_LOADED.
+stats() -> ?NOT_LOADED.
+torch_version() -> ?NOT_LOADED.
+dtypes() -> ?NOT_LOADED.
+zeros(_, _) -> ?NOT_LOADED.
+from_binary(_, _, _) -> ?NOT_LOADED.
+to_binary(_) -> ?NOT_LOADED.
+write(_, _) -> ?NOT_LOADED.
+narrow(_, _, _, _) -> ?NOT_LOADED.
+transpose(_, _, _) -> ?NOT_LOADED.
+shape(_) -> ?NOT_LOADED.
+strides(_) -> ?NOT_LOADED.
+dtype(_) -> ?NOT_LOADED.
+device(_) -> ?NOT_LOADED.
+memory(_) -> ?NOT_LOADED.
+to_blob(_, _, _) -> ?NOT_LOADED.
+from_blob(_, _, _) -> ?NOT_LOADED.
