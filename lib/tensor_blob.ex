@@ -1,0 +1,100 @@
+defmodule TensorBlob do
+  @moduledoc """
+  Zero-copy tensor exchange for the BEAM.
+
+  `to_blob/1` describes a tensor's memory as a `TensorBlob.Blob`;
+  `from_blob/2` views described memory as a tensor, pinning the memory's
+  owner until libtorch frees the last tensor that uses it. No data is
+  copied.
+
+  ## Lifetime rules
+
+    1. `to_blob(t)` sets `owner: t`: the pointer is valid while the blob, or
+       `t`, is reachable.
+    2. `from_blob(%Blob{})` pins `blob.owner`; `from_blob(map, owner: o)` pins
+       `o`. With neither, the result is an unpinned `%Tensor{}`: the caller
+       answers for the memory (its inspect shows `pinned?: false`).
+    3. A pin is released only when libtorch frees the storage: after the last
+       tensor that uses the memory is gone, slices and transposes included.
+       Dropping the `%BlobView{}` while keeping `view.tensor` is safe.
+    4. When the owner is one of our tensors or a binary, `[ptr, ptr + byte_size)`
+       must lie inside it, or the call raises.
+
+  ## dtypes
+
+  Canonical atoms: #{Enum.map_join(~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 complex64 complex128 float8_e4m3fn float8_e5m2), ", ", &"`:#{&1}`")}.
+  Also accepted on input: ExTorch's names (`:float`, `:double`, `:half`,
+  `:byte`, `:char`, `:short`, `:int`, `:long`, `:complex_float`,
+  `:complex_double`, `:cfloat`, `:cdouble`) and Nx types (`{:f, 32}`,
+  `{:bf, 16}`, `{:c, 64}`, `{:u, 8}`, `{:s, 64}`, `{:f, 8}`, ...).
+
+  ## Errors
+
+  Bad input raises `ArgumentError` naming the field and the value; failures
+  that are not the caller's raise `TensorBlob.Error`.
+  """
+  import TensorBlob.Raise
+
+  alias TensorBlob.{Blob, BlobView, Tensor}
+
+  @doc """
+  The blob describing a tensor's memory. O(1): nothing is copied.
+
+      blob = TensorBlob.to_blob(t)
+      blob.owner == t
+  """
+  @spec to_blob(Tensor.t()) :: Blob.t()
+  def to_blob(tensor) do
+    translating(do: :tensor_blob.to_blob(Tensor.ref(tensor), %{owner: tensor, struct: Blob}))
+  end
+
+  @doc """
+  A tensor over the memory a blob or spec map describes. O(1): nothing is
+  copied.
+
+  The spec needs `:ptr`, `:shape` and `:dtype`; `:strides` (element
+  strides, default row-major) and `:device` (default `:cpu`) are optional.
+
+    * a `%Blob{}` (or a map) with a non-nil `:owner`, or the `owner: o`
+      option: returns `%BlobView{tensor, owner}`; the owner is pinned until
+      the last tensor using the memory is freed.
+    * otherwise: returns an unpinned `%Tensor{}`; the caller answers for the
+      memory.
+  """
+  @spec from_blob(Blob.t() | map(), keyword()) :: BlobView.t() | Tensor.t()
+  def from_blob(spec, opts \\ [])
+
+  def from_blob(spec, []) do
+    case spec do
+      %{owner: owner} when owner != nil -> pinned_view(spec, owner)
+      _ -> translating(do: Tensor.wrap(:tensor_blob.from_blob(spec)))
+    end
+  end
+
+  def from_blob(spec, owner: owner), do: pinned_view(spec, owner)
+
+  def from_blob(_spec, opts) do
+    raise ArgumentError, "options: expected [owner: term], got #{inspect(opts)}"
+  end
+
+  defp pinned_view(spec, owner) do
+    ref = translating(do: :tensor_blob.from_blob(spec, %{owner: owner}))
+    %BlobView{tensor: Tensor.wrap(ref), owner: owner}
+  end
+
+  @doc "Live tensors and live pins; after everything is dropped and collected, both return to where they were."
+  @spec stats() :: %{tensors: non_neg_integer(), pins: non_neg_integer()}
+  def stats, do: :tensor_blob.stats()
+
+  @doc "The canonical dtypes the linked libtorch can hold."
+  @spec dtypes() :: [atom()]
+  def dtypes, do: :tensor_blob.dtypes()
+
+  @doc "The version of the linked libtorch."
+  @spec torch_version() :: String.t()
+  def torch_version, do: :tensor_blob.torch_version()
+
+  @doc false
+  # The benchmark baseline: a NIF call that returns its argument.
+  def identity(term), do: :tensor_blob_nif.identity(term)
+end

@@ -1,0 +1,29 @@
+defmodule TensorBlob.Blob do
+  @moduledoc """
+  A plain description of tensor memory.
+
+    * `ptr` - address of the first element (an integer)
+    * `shape` - a tuple of dimensions
+    * `strides` - element strides, one per dimension (a list)
+    * `dtype` - a canonical dtype atom (see `TensorBlob`)
+    * `device` - `:cpu` or `{:cuda, index}`
+    * `element_size` - bytes per element
+    * `byte_size` - bytes from `ptr` to one past the farthest element
+    * `owner` - the term that keeps the memory alive
+
+  The field names match ExTorch's `%ExTorch.Tensor.Blob{}`. The pointer is
+  valid while the blob, or its owner, is reachable.
+  """
+  defstruct [:ptr, :shape, :strides, :dtype, :device, :element_size, :byte_size, :owner]
+
+  @type t :: %__MODULE__{
+          ptr: non_neg_integer(),
+          shape: tuple(),
+          strides: [non_neg_integer()],
+          dtype: atom(),
+          device: :cpu | {:cuda, non_neg_integer()},
+          element_size: pos_integer(),
+          byte_size: non_neg_integer(),
+          owner: term()
+        }
+end

@@ -1,0 +1,115 @@
+defmodule TensorBlob.Tensor do
+  @moduledoc """
+  A libtorch tensor held by the BEAM.
+
+  Each `%TensorBlob.Tensor{}` holds one strong libtorch reference; the memory
+  lives as long as any tensor using it. Functions that copy say so.
+
+      iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4, 5, 6>>, :uint8, {2, 3})
+      iex> TensorBlob.Tensor.shape(t)
+      {2, 3}
+      iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
+      <<1, 4, 2, 5, 3, 6>>
+  """
+  import TensorBlob.Raise
+
+  @enforce_keys [:ref]
+  defstruct [:ref]
+
+  @type t :: %__MODULE__{ref: reference()}
+  @type shape :: tuple()
+  @type dtype :: atom() | {atom(), pos_integer()}
+
+  @doc false
+  def wrap(ref), do: %__MODULE__{ref: ref}
+
+  @doc false
+  def ref(%__MODULE__{ref: ref}), do: ref
+  def ref(other), do: other
+
+  @doc "A new tensor holding a copy of `binary` (row-major bytes)."
+  @spec from_binary(binary(), dtype(), shape()) :: t()
+  def from_binary(binary, dtype, shape) do
+    translating(do: wrap(:tensor_blob.from_binary(binary, dtype, shape)))
+  end
+
+  @doc "A copy of the elements as row-major bytes, whatever the strides."
+  @spec to_binary(t()) :: binary()
+  def to_binary(tensor), do: translating(do: :tensor_blob.to_binary(ref(tensor)))
+
+  @doc "A new tensor of zeros."
+  @spec zeros(shape(), dtype()) :: t()
+  def zeros(shape, dtype), do: translating(do: wrap(:tensor_blob.zeros(shape, dtype)))
+
+  @doc """
+  Overwrites the elements in place with `binary` (row-major order). Every
+  view of the same memory sees the new values. Returns the tensor.
+  """
+  @spec write!(t(), binary()) :: t()
+  def write!(tensor, binary) do
+    translating(do: :tensor_blob.write(ref(tensor), binary))
+    tensor
+  end
+
+  @doc "A view of `length` elements of dimension `dim` from `start`; shares memory."
+  @spec narrow(t(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
+  def narrow(tensor, dim, start, length) do
+    translating(do: wrap(:tensor_blob.narrow(ref(tensor), dim, start, length)))
+  end
+
+  @doc "A view with dimensions `dim0` and `dim1` swapped; shares memory."
+  @spec transpose(t(), non_neg_integer(), non_neg_integer()) :: t()
+  def transpose(tensor, dim0, dim1) do
+    translating(do: wrap(:tensor_blob.transpose(ref(tensor), dim0, dim1)))
+  end
+
+  @spec shape(t()) :: shape()
+  def shape(tensor), do: translating(do: :tensor_blob.shape(ref(tensor)))
+
+  @doc "Element strides, one per dimension."
+  @spec strides(t()) :: [non_neg_integer()]
+  def strides(tensor), do: translating(do: :tensor_blob.strides(ref(tensor)))
+
+  @doc "The canonical dtype atom."
+  @spec dtype(t()) :: atom()
+  def dtype(tensor), do: translating(do: :tensor_blob.dtype(ref(tensor)))
+
+  @spec device(t()) :: :cpu | {:cuda, non_neg_integer()}
+  def device(tensor), do: translating(do: :tensor_blob.device(ref(tensor)))
+
+  @doc """
+  Who keeps the memory alive: `:owned` (libtorch allocated it), `:pinned` (a
+  view that pins an owner term), `:unpinned` (a view the caller answers for).
+  """
+  @spec memory(t()) :: :owned | :pinned | :unpinned
+  def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))
+
+  @doc "True when the tensor is a view that pins an owner term."
+  @spec pinned?(t()) :: boolean()
+  def pinned?(tensor), do: memory(tensor) == :pinned
+
+  defimpl Inspect do
+    import Inspect.Algebra
+
+    def inspect(%{ref: ref} = tensor, opts) do
+      if is_reference(ref) do
+        shape = ref |> :tensor_blob.shape() |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
+        device = ref |> :tensor_blob.device() |> format_device()
+
+        pinned =
+          case :tensor_blob.memory(ref) do
+            :owned -> "owned"
+            :pinned -> "pinned?: true"
+            :unpinned -> "pinned?: false"
+          end
+
+        concat(["#TensorBlob.Tensor<", "#{:tensor_blob.dtype(ref)}#{shape} #{device} #{pinned}", ">"])
+      else
+        Inspect.Any.inspect(tensor, opts)
+      end
+    end
+
+    defp format_device(:cpu), do: "cpu"
+    defp format_device({:cuda, i}), do: "cuda:#{i}"
+  end
+end

@@ -1,0 +1,50 @@
+defmodule TensorBlob.Test.Lifetime do
+  @moduledoc false
+  # Helpers for lifetime tests: run work in a process that exits, churn
+  # memory, and wait for resource destructors.
+
+  @doc "Runs fun in a new process and returns its result; the process exits, dropping everything else it made."
+  def in_process(fun) do
+    parent = self()
+    {pid, mref} = spawn_monitor(fn -> send(parent, {:result, self(), fun.()}) end)
+
+    receive do
+      {:result, ^pid, value} ->
+        receive do
+          {:DOWN, ^mref, :process, ^pid, _} -> value
+        end
+
+      {:DOWN, ^mref, :process, ^pid, reason} ->
+        raise "worker died: #{inspect(reason)}"
+    end
+  end
+
+  @doc "Allocates and drops tensors and binaries so freed memory is reused, then collects."
+  def churn(rounds \\ 200) do
+    for i <- 1..rounds do
+      t = TensorBlob.Tensor.zeros({64, 64}, :float32)
+      _ = :binary.copy(<<i::32>>, 4096)
+      _ = TensorBlob.to_blob(t)
+    end
+
+    collect()
+  end
+
+  def collect do
+    for pid <- Process.list(), do: :erlang.garbage_collect(pid)
+    :ok
+  end
+
+  @doc "Waits (up to ~2 s) until stats/0 equals expected; returns the last stats."
+  def await_stats(expected, tries \\ 200) do
+    collect()
+    stats = TensorBlob.stats()
+
+    if stats == expected or tries == 0 do
+      stats
+    else
+      Process.sleep(10)
+      await_stats(expected, tries - 1)
+    end
+  end
+end

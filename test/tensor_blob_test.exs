@@ -1,0 +1,383 @@
+defmodule TensorBlobTest do
+  use ExUnit.Case, async: false
+
+  alias TensorBlob.{Blob, BlobView, Tensor}
+  alias TensorBlob.Test.Lifetime
+
+  @f32 for x <- [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], into: <<>>, do: <<x::float-32-native>>
+
+  defp f32s(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
+  defp t23, do: Tensor.from_binary(@f32, :float32, {2, 3})
+
+  describe "to_blob/1" do
+    test "describes the tensor's memory, with the tensor as owner" do
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+
+      assert %Blob{shape: {2, 3}, strides: [3, 1], dtype: :float32, device: :cpu} = blob
+      assert blob.element_size == 4
+      assert blob.byte_size == 24
+      assert blob.owner == t
+      assert is_integer(blob.ptr) and blob.ptr > 0
+      assert rem(blob.ptr, 4) == 0
+    end
+
+    test "an offset view reports the offset pointer and its own extent" do
+      t = Tensor.zeros({3, 4}, :float32)
+      base = TensorBlob.to_blob(t).ptr
+      row = TensorBlob.to_blob(Tensor.narrow(t, 0, 1, 2))
+      col = TensorBlob.to_blob(Tensor.narrow(t, 1, 2, 2))
+
+      assert row.ptr == base + 16
+      assert row.byte_size == 32
+      assert col.ptr == base + 8
+      # rows 0..2, cols 2..3: last element at 2*4 + 1 elements from ptr
+      assert col.byte_size == (2 * 4 + 1 + 1) * 4
+      assert col.strides == [4, 1]
+    end
+
+    test "a transposed tensor keeps its strides" do
+      blob = t23() |> Tensor.transpose(0, 1) |> TensorBlob.to_blob()
+      assert blob.shape == {3, 2}
+      assert blob.strides == [1, 3]
+      assert blob.byte_size == 24
+    end
+  end
+
+  describe "from_blob/2" do
+    test "a blob gives a pinned view over the same memory" do
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+
+      assert %BlobView{tensor: view, owner: ^t} = TensorBlob.from_blob(blob)
+      assert Tensor.memory(view) == :pinned
+      assert TensorBlob.to_blob(view).ptr == blob.ptr
+      assert Tensor.to_binary(view) == @f32
+    end
+
+    test "a write through the view is read back through the original, and the reverse" do
+      t = t23()
+      %BlobView{tensor: view} = TensorBlob.from_blob(TensorBlob.to_blob(t))
+
+      Tensor.write!(view, f32s([9, 8, 7, 6, 5, 4]))
+      assert Tensor.to_binary(t) == f32s([9, 8, 7, 6, 5, 4])
+
+      Tensor.write!(t, f32s([0, 1, 0, 1, 0, 1]))
+      assert Tensor.to_binary(view) == f32s([0, 1, 0, 1, 0, 1])
+    end
+
+    test "a map with owner: pins that owner" do
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+      spec = %{ptr: blob.ptr, shape: {3, 2}, dtype: :float32}
+
+      assert %BlobView{tensor: view, owner: ^t} = TensorBlob.from_blob(spec, owner: t)
+      assert Tensor.memory(view) == :pinned
+      assert Tensor.to_binary(view) == @f32
+    end
+
+    test "without an owner the result is an unpinned tensor" do
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+      bare = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2, 3}, dtype: :float32})
+
+      assert %Tensor{} = bare
+      assert Tensor.memory(bare) == :unpinned
+      refute Tensor.pinned?(bare)
+      assert inspect(bare) =~ "pinned?: false"
+      assert Tensor.to_binary(bare) == @f32
+      assert Tensor.memory(TensorBlob.from_blob(%{blob | owner: nil})) == :unpinned
+    end
+
+    test "explicit strides view a transposed layout" do
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+
+      %BlobView{tensor: view} = TensorBlob.from_blob(%{blob | shape: {3, 2}, strides: [1, 3]})
+      assert Tensor.to_binary(view) == f32s([1, 4, 2, 5, 3, 6])
+      assert Tensor.strides(view) == [1, 3]
+    end
+
+    test "zero-size and scalar tensors round trip" do
+      empty = Tensor.zeros({0, 3}, :float32)
+      %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(empty))
+      assert Tensor.shape(v) == {0, 3}
+      assert Tensor.to_binary(v) == ""
+
+      scalar = Tensor.from_binary(<<42::64-signed-native>>, :int64, {})
+      blob = TensorBlob.to_blob(scalar)
+      assert blob.shape == {} and blob.byte_size == 8
+      %BlobView{tensor: v} = TensorBlob.from_blob(blob)
+      assert Tensor.to_binary(v) == <<42::64-signed-native>>
+
+      assert Tensor.to_binary(TensorBlob.from_blob(%{ptr: 0, shape: {0}, dtype: :int32})) == ""
+    end
+  end
+
+  describe "dtypes" do
+    test "every supported dtype survives to_blob -> from_blob -> to_blob" do
+      for dtype <- TensorBlob.dtypes() do
+        size = TensorBlob.to_blob(Tensor.zeros({1}, dtype)).element_size
+        # 0/1 bytes are valid for every dtype, bool included
+        bytes = for i <- 1..(6 * size), into: <<>>, do: <<rem(i * 7, 2)>>
+        t = Tensor.from_binary(bytes, dtype, {2, 3})
+        blob = TensorBlob.to_blob(t)
+        %BlobView{tensor: view} = TensorBlob.from_blob(blob)
+        again = TensorBlob.to_blob(view)
+
+        assert blob.dtype == dtype
+        assert again.dtype == dtype
+        assert Map.take(again, [:ptr, :shape, :strides, :element_size, :byte_size]) ==
+                 Map.take(blob, [:ptr, :shape, :strides, :element_size, :byte_size])
+
+        assert Tensor.to_binary(view) == bytes
+      end
+    end
+
+    test "the linked libtorch's dtypes include the classic ones" do
+      supported = TensorBlob.dtypes()
+
+      for d <- ~w(bool uint8 int8 int16 int32 int64 float16 bfloat16 float32 float64 complex64 complex128)a do
+        assert d in supported
+      end
+    end
+
+    test "dtypes the linked libtorch lacks raise TensorBlob.Error, never a substitute" do
+      all = ~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32
+               float64 complex64 complex128 float8_e4m3fn float8_e5m2)a
+
+      for d <- all -- TensorBlob.dtypes() do
+        error = assert_raise TensorBlob.Error, fn -> Tensor.zeros({2}, d) end
+        assert error.message =~ Atom.to_string(d)
+      end
+    end
+
+    test "ExTorch names and Nx types are accepted; output is canonical" do
+      pairs = [
+        float: :float32, double: :float64, half: :float16, byte: :uint8, char: :int8, short: :int16,
+        int: :int32, long: :int64, complex_float: :complex64, complex_double: :complex128,
+        cfloat: :complex64, cdouble: :complex128
+      ]
+
+      for {alias_name, canonical} <- pairs do
+        assert Tensor.dtype(Tensor.zeros({1}, alias_name)) == canonical
+      end
+
+      nx = [{{:f, 32}, :float32}, {{:f, 64}, :float64}, {{:f, 16}, :float16}, {{:bf, 16}, :bfloat16},
+            {{:c, 64}, :complex64}, {{:c, 128}, :complex128}, {{:u, 8}, :uint8}, {{:s, 8}, :int8},
+            {{:s, 16}, :int16}, {{:s, 32}, :int32}, {{:s, 64}, :int64}]
+
+      for {nx_type, canonical} <- nx do
+        assert Tensor.dtype(Tensor.zeros({1}, nx_type)) == canonical
+      end
+    end
+  end
+
+  describe "tensors" do
+    test "shape, strides, dtype, device, memory" do
+      t = t23()
+      assert Tensor.shape(t) == {2, 3}
+      assert Tensor.strides(t) == [3, 1]
+      assert Tensor.dtype(t) == :float32
+      assert Tensor.device(t) == :cpu
+      assert Tensor.memory(t) == :owned
+    end
+
+    test "to_binary copies row-major bytes whatever the strides" do
+      t = t23()
+      assert t |> Tensor.transpose(0, 1) |> Tensor.to_binary() == f32s([1, 4, 2, 5, 3, 6])
+      assert t |> Tensor.narrow(1, 1, 2) |> Tensor.to_binary() == f32s([2, 3, 5, 6])
+    end
+
+    test "narrow and transpose share memory" do
+      t = Tensor.zeros({2, 3}, :float32)
+      t |> Tensor.narrow(1, 2, 1) |> Tensor.write!(f32s([7, 8]))
+      assert Tensor.to_binary(t) == f32s([0, 0, 7, 0, 0, 8])
+    end
+
+    test "inspect shows dtype, shape, device and memory" do
+      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned>"
+      %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(t23()))
+      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned?: true>"
+    end
+  end
+
+  describe "lifetimes" do
+    test "a slice of a view keeps the owner alive after the struct and the owner are dropped" do
+      before = TensorBlob.stats()
+      bytes = for i <- 0..4095, into: <<>>, do: <<i::32-native>>
+
+      slice =
+        Lifetime.in_process(fn ->
+          owner = Tensor.from_binary(bytes, :int32, {64, 64})
+          %BlobView{tensor: view} = TensorBlob.from_blob(TensorBlob.to_blob(owner))
+          view |> Tensor.narrow(0, 10, 2) |> Tensor.transpose(0, 1)
+        end)
+
+      Lifetime.churn()
+      expected = for c <- 0..63, r <- 10..11, into: <<>>, do: <<r * 64 + c::32-native>>
+      assert Tensor.to_binary(slice) == expected
+      assert Tensor.memory(slice) == :pinned
+      assert TensorBlob.stats().pins == before.pins + 1
+
+      slice = nil
+      _ = slice
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "keeping only view.tensor is safe" do
+      bytes = :binary.copy(<<1, 2, 3, 4>>, 1024)
+
+      tensor =
+        Lifetime.in_process(fn ->
+          owner = Tensor.from_binary(bytes, :uint8, {4096})
+          TensorBlob.from_blob(TensorBlob.to_blob(owner)).tensor
+        end)
+
+      Lifetime.churn()
+      assert Tensor.to_binary(tensor) == bytes
+    end
+
+    test "stats return to the start after views are dropped" do
+      before = TensorBlob.stats()
+
+      Lifetime.in_process(fn ->
+        t = t23()
+
+        for _ <- 1..1000 do
+          %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(t))
+          Tensor.narrow(v, 0, 0, 1)
+        end
+
+        :ok
+      end)
+
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "many processes make and drop views of one tensor at once" do
+      before = TensorBlob.stats()
+      t = Tensor.from_binary(for(i <- 0..255, into: <<>>, do: <<i>>), :uint8, {16, 16})
+      blob = TensorBlob.to_blob(t)
+
+      results =
+        1..32
+        |> Enum.map(fn n ->
+          Task.async(fn ->
+            for i <- 1..500 do
+              %BlobView{tensor: v} = TensorBlob.from_blob(blob)
+              row = rem(n + i, 16)
+              <<_::binary>> = bin = v |> Tensor.narrow(0, row, 1) |> Tensor.to_binary()
+              bin == for(c <- 0..15, into: <<>>, do: <<row * 16 + c>>)
+            end
+            |> Enum.all?()
+          end)
+        end)
+        |> Task.await_many(60_000)
+
+      assert Enum.all?(results)
+      blob = nil
+      t = nil
+      _ = {blob, t}
+      assert Lifetime.await_stats(before) == before
+    end
+  end
+
+  describe "bad input raises ArgumentError naming the field and the value" do
+    setup do
+      t = t23()
+      {:ok, t: t, blob: TensorBlob.to_blob(t)}
+    end
+
+    defp assert_badarg(fun, pattern) do
+      error = assert_raise ArgumentError, fun
+      assert error.message =~ pattern
+    end
+
+    test "spec shape", %{blob: blob} do
+      assert_badarg(fn -> TensorBlob.from_blob(:nope) end, "spec")
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: [2, 3]}) end, "shape")
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: {2, -3}}) end, ~r/shape.*-3/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: {2, 1.5}}) end, ~r/shape.*1.5/)
+      big = 0x7FFFFFFFFFFFFFFF
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: {big, 3}, strides: nil}) end, ~r/shape.*overflow/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: {big + 1}}) end, "shape")
+      many = List.to_tuple(List.duplicate(1, 65))
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: many, strides: nil}) end, "shape")
+    end
+
+    test "missing keys", %{blob: blob} do
+      for key <- [:ptr, :shape, :dtype] do
+        assert_badarg(fn -> TensorBlob.from_blob(Map.delete(blob, key)) end, Atom.to_string(key))
+      end
+    end
+
+    test "pointers", %{blob: blob} do
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: -8}) end, ~r/ptr.*-8/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: "0x10"}) end, "ptr")
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: 0, owner: nil}) end, ~r/ptr.*null/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: blob.ptr + 2}) end, ~r/ptr.*aligned/)
+    end
+
+    test "strides", %{blob: blob} do
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: [1]}) end, ~r/strides.*2/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: {3, 1}}) end, "strides")
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: [3, -1]}) end, ~r/strides.*-1/)
+
+      assert_badarg(
+        fn -> TensorBlob.from_blob(%{blob | strides: [0x7FFFFFFFFFFFFFFF, 1], owner: nil}) end,
+        ~r/strides.*overflow/
+      )
+    end
+
+    test "extents outside a known owner", %{t: t, blob: blob} do
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: {3, 3}, strides: nil}) end, ~r/ptr.*outside/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: blob.ptr + 4}) end, "outside")
+      other = TensorBlob.to_blob(Tensor.zeros({2, 3}, :float32))
+      assert_badarg(fn -> TensorBlob.from_blob(other, owner: t) end, "outside")
+      assert_badarg(fn -> TensorBlob.from_blob(other, owner: :binary.copy(<<0>>, 1000)) end, "outside")
+      # A small binary is copied by the pin, so no pointer is inside the pinned copy.
+      assert_badarg(fn -> TensorBlob.from_blob(other, owner: <<1, 2, 3>>) end, "outside")
+    end
+
+    test "dtypes and devices", %{blob: blob} do
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | dtype: :float33}) end, ~r/dtype.*float33/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | dtype: {:u, 4}}) end, "dtype")
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | dtype: "float32"}) end, "dtype")
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | device: :gpu}) end, ~r/device.*gpu/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | device: {:cuda, -1}}) end, "device")
+    end
+
+    test "a CUDA blob is refused, never viewed as CPU memory", %{blob: blob} do
+      error = assert_raise TensorBlob.Error, fn -> TensorBlob.from_blob(%{blob | device: {:cuda, 0}}) end
+      assert error.message =~ "CUDA"
+    end
+
+    test "options", %{blob: blob} do
+      assert_badarg(fn -> TensorBlob.from_blob(blob, pin: true) end, "options")
+      assert_badarg(fn -> TensorBlob.from_blob(blob, :owner) end, "options")
+    end
+
+    test "tensor functions given something else" do
+      for bad <- [:atom, self(), make_ref(), %{ref: :x}, "t"] do
+        assert_badarg(fn -> TensorBlob.to_blob(bad) end, "tensor")
+        assert_badarg(fn -> Tensor.shape(bad) end, "tensor")
+        assert_badarg(fn -> Tensor.to_binary(bad) end, "tensor")
+        assert_badarg(fn -> Tensor.narrow(bad, 0, 0, 1) end, "tensor")
+        assert_badarg(fn -> Tensor.write!(bad, <<>>) end, "tensor")
+      end
+    end
+
+    test "tensor arguments", %{t: t} do
+      assert_badarg(fn -> Tensor.from_binary(<<1, 2, 3>>, :float32, {1}) end, ~r/binary.*3 bytes/)
+      assert_badarg(fn -> Tensor.from_binary([1, 2], :uint8, {2}) end, "binary")
+      assert_badarg(fn -> Tensor.zeros({-1}, :float32) end, "shape")
+      assert_badarg(fn -> Tensor.zeros({2}, :nope) end, "dtype")
+      assert_badarg(fn -> Tensor.narrow(t, 2, 0, 1) end, "dim")
+      assert_badarg(fn -> Tensor.narrow(t, 1, 4, 1) end, "start")
+      assert_badarg(fn -> Tensor.narrow(t, 1, 1, 3) end, "length")
+      assert_badarg(fn -> Tensor.transpose(t, 0, 5) end, "dim1")
+      assert_badarg(fn -> Tensor.write!(t, <<0, 0>>) end, ~r/binary.*24 bytes/)
+    end
+  end
+end
