@@ -257,6 +257,10 @@ static void test_layout_errors(void)
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
     CHECK_EQ(r.dim, 1);
+    /* The farthest offset is INT64_MAX itself, so the count (+1) overflows. */
+    l = LAYOUT(0x1000, 1, SHAPE(2), SHAPE(INT64_MAX));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
     /* Element offsets fit, bytes do not. */
     l = LAYOUT(0x1000, 2, SHAPE(INT64_MAX), NULL);
     r = tb_layout_check(&l);
@@ -311,6 +315,8 @@ static void test_extent_inside(void)
     CHECK(tb_extent_inside(base + size, 0, base, size));      /* empty, at end */
     CHECK(!tb_extent_inside(base + size + 1, 0, base, size)); /* empty, past */
     CHECK(tb_extent_inside(base, 0, base, 0));
+    /* Below the base is refused even when ptr - base, wrapped, fits base_size. */
+    CHECK(!tb_extent_inside(base - 1, 0, base, UINT64_MAX));
 
     /* Near the top: a naive ptr + size would wrap and pass. */
     const uint64_t top = UINT64_MAX - 0xff;
@@ -324,9 +330,14 @@ static void test_extent_inside(void)
 
 static void test_status_text(void)
 {
+    /* An out-of-range value still gets text: the fallback. */
+    const char *fallback = tb_spec_status_text((tb_spec_status)99);
+    CHECK(fallback != NULL && fallback[0] != '\0');
+
     for (int s = TB_SPEC_OK; s <= TB_SPEC_MISALIGNED; s++) {
         const char *text = tb_spec_status_text((tb_spec_status)s);
         CHECK(text != NULL && text[0] != '\0');
+        CHECK(strcmp(text, fallback) != 0); /* each status has its own case */
         /* Distinct, so an error message says which check failed. */
         for (int t = TB_SPEC_OK; t < s; t++)
             CHECK(strcmp(text, tb_spec_status_text((tb_spec_status)t)) != 0);
