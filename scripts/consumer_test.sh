@@ -11,8 +11,15 @@ echo "==> consumer-test: Mix project using tensor_blob as a path dependency (exa
 (cd examples/mix_consumer && MIX_ENV=test mix test)
 
 echo "==> consumer-test: rebar3 project using tensor_blob through _checkouts (examples/rebar3_consumer)"
+# rebar3 has no path dependencies: a _checkouts/<app> directory stands in for
+# the dependency, so link it to this repository.
+checkout=examples/rebar3_consumer/_checkouts/tensor_blob
+if [ -e "$checkout" ] && [ ! -L "$checkout" ]; then
+    echo "consumer-test: $checkout exists and is not a symlink; remove it" >&2
+    exit 1
+fi
 mkdir -p examples/rebar3_consumer/_checkouts
-ln -sfn ../../.. examples/rebar3_consumer/_checkouts/tensor_blob
+ln -sfn ../../.. "$checkout"
 (cd examples/rebar3_consumer && rebar3 eunit)
 
 echo "==> consumer-test: both consumers passed"

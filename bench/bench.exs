@@ -1,0 +1,262 @@
+# make bench: the cost of exchange, next to a bare NIF call and to copying.
+# Prints one table and writes the same figures to bench/results.json.
+defmodule Bench do
+  alias TensorBlob.{BlobView, Tensor}
+
+  @sizes [{"4 B", 4}, {"4 KiB", 4096}, {"4 MiB", 4 * 1024 * 1024}, {"256 MiB", 256 * 1024 * 1024},
+          {"1 GiB", 1024 * 1024 * 1024}]
+
+  # Times fun over many batches; returns per-call median and p99 in ns.
+  def measure(fun, opts \\ []) do
+    batch = Keyword.get(opts, :batch, 1000)
+    batches = Keyword.get(opts, :batches, 200)
+    for _ <- 1..max(div(batches, 10), 1), do: run_batch(fun, batch)
+    samples = for(_ <- 1..batches, do: run_batch(fun, batch) / batch) |> Enum.sort()
+    %{median_ns: percentile(samples, 0.5), p99_ns: percentile(samples, 0.99)}
+  end
+
+  defp run_batch(fun, n) do
+    t0 = :erlang.monotonic_time(:nanosecond)
+    loop(fun, n)
+    :erlang.monotonic_time(:nanosecond) - t0
+  end
+
+  defp loop(_fun, 0), do: :ok
+  defp loop(fun, n) do
+    fun.()
+    loop(fun, n - 1)
+  end
+
+  defp percentile(sorted, p), do: Enum.at(sorted, min(round(p * (length(sorted) - 1)), length(sorted) - 1))
+
+  def tensor_of(bytes), do: Tensor.zeros({div(bytes, 4)}, :float32)
+
+  def operations(t) do
+    blob = TensorBlob.to_blob(t)
+    bare = Map.delete(blob, :owner) |> Map.delete(:__struct__)
+
+    [
+      {"to_blob", fn -> TensorBlob.to_blob(t) end},
+      {"from_blob pinned", fn -> TensorBlob.from_blob(blob) end},
+      {"from_blob unpinned", fn -> TensorBlob.from_blob(bare) end},
+      {"to_blob + from_blob", fn -> TensorBlob.from_blob(TensorBlob.to_blob(t)) end}
+    ]
+  end
+
+  def baselines(t, bytes) do
+    big? = bytes >= 4 * 1024 * 1024
+    copy_opts = if big?, do: [batch: 1, batches: if(bytes >= 256 * 1024 * 1024, do: 3, else: 20)], else: []
+    ptr = TensorBlob.to_blob(t).ptr
+
+    [
+      {"bare NIF call", fn -> TensorBlob.identity(t) end, []},
+      {"Elixir map like a Blob",
+       fn ->
+         %{ptr: ptr, shape: {1}, strides: [1], dtype: :float32, device: :cpu, element_size: 4,
+           byte_size: bytes, owner: t}
+       end, []},
+      {"copy: to_binary + from_binary",
+       fn -> Tensor.from_binary(Tensor.to_binary(t), :float32, {div(bytes, 4)}) end, copy_opts}
+    ]
+  end
+
+  def rss_kib do
+    "/proc/self/status"
+    |> File.read!()
+    |> String.split("\n")
+    |> Enum.find_value(fn line ->
+      case String.split(line) do
+        ["VmRSS:", kib, "kB"] -> String.to_integer(kib)
+        _ -> nil
+      end
+    end)
+  end
+
+  def collect do
+    for pid <- Process.list(), do: :erlang.garbage_collect(pid)
+    Process.sleep(100)
+  end
+
+  # 10,000 pinned views of one 1 GiB tensor: RSS growth, then after dropping.
+  def memory(t) do
+    collect()
+    before = rss_kib()
+    blob = TensorBlob.to_blob(t)
+    views = for _ <- 1..10_000, do: TensorBlob.from_blob(blob).tensor
+    held = rss_kib()
+    pins = TensorBlob.stats().pins
+    length(views)
+    views = nil
+    _ = views
+    collect()
+    %{rss_before_kib: before, rss_with_views_kib: held, rss_after_drop_kib: rss_kib(),
+      growth_kib: held - before, pins_held: pins, pins_after: TensorBlob.stats().pins}
+  end
+
+  # Round trips per second with one and with two busy schedulers.
+  def throughput(t, ms \\ 1000) do
+    blob = TensorBlob.to_blob(t)
+
+    run = fn workers ->
+      parent = self()
+      deadline = :erlang.monotonic_time(:millisecond) + ms
+
+      for _ <- 1..workers do
+        spawn_link(fn -> send(parent, {:count, spin(blob, deadline, 0)}) end)
+      end
+
+      total = for(_ <- 1..workers, do: receive(do: ({:count, n} -> n))) |> Enum.sum()
+      total * 1000 / ms
+    end
+
+    one = run.(1)
+    two = run.(2)
+    %{schedulers: System.schedulers_online(), ops_per_s_1: one, ops_per_s_2: two, scaling: two / one}
+  end
+
+  defp spin(blob, deadline, n) do
+    if rem(n, 256) == 0 and :erlang.monotonic_time(:millisecond) >= deadline do
+      n
+    else
+      %BlobView{} = TensorBlob.from_blob(blob)
+      spin(blob, deadline, n + 1)
+    end
+  end
+
+  def python_dlpack do
+    python = System.find_executable("python3")
+
+    script = """
+    import time, torch, torch.utils.dlpack as d
+    t = torch.zeros(1)
+    for _ in range(20000): d.from_dlpack(d.to_dlpack(t))
+    s = []
+    for _ in range(200):
+        t0 = time.perf_counter_ns()
+        for _ in range(1000): d.from_dlpack(d.to_dlpack(t))
+        s.append((time.perf_counter_ns() - t0) / 1000)
+    s.sort(); print(s[100], s[198])
+    """
+
+    with true <- python != nil,
+         {out, 0} <- System.cmd(python, ["-c", script], stderr_to_stdout: true),
+         [median, p99] <- out |> String.split() |> Enum.map(&String.to_float/1) do
+      %{median_ns: median, p99_ns: p99}
+    else
+      _ -> %{skipped: "no python3 with torch (Debian's python3-torch) on this machine"}
+    end
+  end
+
+  def run do
+    IO.puts("tensor_blob bench: libtorch #{TensorBlob.torch_version()}, OTP #{System.otp_release()}, " <>
+              "#{System.schedulers_online()} schedulers, #{cpu_model()}\n")
+
+    rows =
+      for {label, bytes} <- @sizes do
+        t = tensor_of(bytes)
+        ops = for {name, fun} <- operations(t), do: {name, measure(fun)}
+        base = for {name, fun, opts} <- baselines(t, bytes), do: {name, measure(fun, opts)}
+        IO.write(:stderr, "  measured #{label}\n")
+        t = nil
+        _ = t
+        collect()
+        {label, bytes, ops ++ base}
+      end
+
+    print_table(rows)
+    flat = flatness(rows)
+    IO.puts("\nFlatness (1 GiB median / 4 B median; goal <= 1.25):")
+    for {name, r} <- flat, do: IO.puts("  #{String.pad_trailing(name, 24)} #{fmt(r, 2)}")
+
+    big = tensor_of(1024 * 1024 * 1024)
+    mem = memory(big)
+    IO.puts("\nMemory: 10,000 pinned views of one 1 GiB tensor: RSS +#{mem.growth_kib} KiB " <>
+              "(goal < 10240); after dropping: #{mem.rss_after_drop_kib - mem.rss_before_kib} KiB from start, " <>
+              "pins #{mem.pins_held} -> #{mem.pins_after}")
+
+    tp = throughput(big)
+    IO.puts("Throughput (pinned from_blob): 1 scheduler #{round(tp.ops_per_s_1)}/s, 2 schedulers " <>
+              "#{round(tp.ops_per_s_2)}/s, scaling #{fmt(tp.scaling, 2)} (goal >= 1.8)")
+
+    py = python_dlpack()
+    IO.puts("Python torch.utils.dlpack round trip: " <>
+              if(py[:skipped], do: "skipped (#{py.skipped})", else: "#{fmt(py.median_ns, 0)} ns median"))
+
+    IO.puts("\nNot measured yet: DLPack export + import, zero-copy binary views, IPC (not implemented yet).")
+
+    results = %{
+      machine: %{cpu: cpu_model(), schedulers: System.schedulers_online(), otp: System.otp_release(),
+                 libtorch: TensorBlob.torch_version()},
+      operations:
+        for {label, bytes, ms} <- rows do
+          %{size: label, bytes: bytes, results: for({name, m} <- ms, into: %{}, do: {name, m})}
+        end,
+      flatness: Map.new(flat),
+      memory: mem,
+      throughput: tp,
+      python_dlpack: py
+    }
+
+    File.write!(Path.join(__DIR__, "results.json"), Bench.JSON.encode(results) <> "\n")
+    IO.puts("Wrote bench/results.json")
+  end
+
+  defp print_table(rows) do
+    names = rows |> hd() |> elem(2) |> Enum.map(&elem(&1, 0))
+    bare = for {label, _, ms} <- rows, into: %{}, do: {label, ms |> List.keyfind("bare NIF call", 0) |> elem(1)}
+    header = ["operation (median ns / p99 ns, x bare NIF)" | Enum.map(rows, &elem(&1, 0))]
+    IO.puts(Enum.map_join(header, " | ", &String.pad_trailing(&1, 26)))
+
+    for name <- names do
+      cells =
+        for {label, _, ms} <- rows do
+          m = ms |> List.keyfind(name, 0) |> elem(1)
+          "#{fmt(m.median_ns, 0)} / #{fmt(m.p99_ns, 0)} (x#{fmt(m.median_ns / bare[label].median_ns, 1)})"
+        end
+
+      IO.puts(Enum.map_join([name | cells], " | ", &String.pad_trailing(&1, 26)))
+    end
+  end
+
+  defp flatness(rows) do
+    {_, _, small} = hd(rows)
+    {_, _, large} = List.last(rows)
+
+    for {name, m} <- small, name != "copy: to_binary + from_binary" do
+      {name, elem(List.keyfind(large, name, 0), 1).median_ns / m.median_ns}
+    end
+  end
+
+  defp fmt(x, 0), do: x |> round() |> Integer.to_string()
+  defp fmt(x, d), do: :erlang.float_to_binary(x / 1, decimals: d)
+
+  defp cpu_model do
+    case File.read("/proc/cpuinfo") do
+      {:ok, info} ->
+        case Regex.run(~r/model name\s*:\s*(.+)/, info) do
+          [_, name] -> String.trim(name)
+          _ -> "unknown CPU"
+        end
+
+      _ ->
+        "unknown CPU"
+    end
+  end
+end
+
+defmodule Bench.JSON do
+  # Just enough JSON for the results: maps, lists, strings, numbers, atoms.
+  def encode(m) when is_map(m) do
+    "{" <> Enum.map_join(m, ",", fn {k, v} -> encode(to_string(k)) <> ":" <> encode(v) end) <> "}"
+  end
+
+  def encode(l) when is_list(l), do: "[" <> Enum.map_join(l, ",", &encode/1) <> "]"
+  def encode(b) when is_binary(b), do: inspect(b, printable_limit: :infinity)
+  def encode(n) when is_integer(n), do: Integer.to_string(n)
+  def encode(f) when is_float(f), do: :erlang.float_to_binary(f, [:compact, decimals: 3])
+  def encode(b) when is_boolean(b), do: to_string(b)
+  def encode(nil), do: "null"
+  def encode(a) when is_atom(a), do: encode(Atom.to_string(a))
+end
+
+Bench.run()
