@@ -29,22 +29,24 @@ ERL_NIF_TERM tb_nif_to_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     }
     tb_spec_result r = tb_layout_check(&l);
 
-    ERL_NIF_TERM keys[9] = {tb_atoms.ptr, tb_atoms.shape, tb_atoms.strides, tb_atoms.dtype, tb_atoms.device,
-                            tb_atoms.element_size, tb_atoms.byte_size, tb_atoms.owner, tb_atoms.struct_};
+    /* Keys in term order ('__struct__' first when present): the map is
+     * built without sorting, which is most of the cost of to_blob. */
+    ERL_NIF_TERM keys[9] = {tb_atoms.struct_, tb_atoms.byte_size, tb_atoms.device, tb_atoms.dtype,
+                            tb_atoms.element_size, tb_atoms.owner, tb_atoms.ptr, tb_atoms.shape, tb_atoms.strides};
     ERL_NIF_TERM values[9] = {
+        argv[2],
+        enif_make_uint64(env, r.byte_size),
+        tb_make_device(env, info.device_type, info.device_index),
+        tb_atoms.dtypes[id],
+        enif_make_uint(env, (unsigned)l.element_size),
+        argv[1],
         enif_make_uint64(env, l.ptr),
         tb_make_shape(env, info.ndim, info.sizes),
         tb_make_strides(env, info.ndim, info.strides),
-        tb_atoms.dtypes[id],
-        tb_make_device(env, info.device_type, info.device_index),
-        enif_make_uint(env, (unsigned)l.element_size),
-        enif_make_uint64(env, r.byte_size),
-        argv[1],
-        argv[2],
     };
-    size_t count = argv[2] == tb_atoms.undefined ? 8 : 9;
+    int tagged = argv[2] != tb_atoms.undefined;
     ERL_NIF_TERM map;
-    if (!enif_make_map_from_arrays(env, keys, values, count, &map))
+    if (!enif_make_map_from_arrays(env, keys + !tagged, values + !tagged, 8 + tagged, &map))
         return tb_raise_error(env, "to_blob: could not build the blob map");
     return map;
 }
@@ -64,27 +66,23 @@ static int get_optional_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key,
     return enif_get_map_value(env, spec, key, value) && *value != tb_atoms.nil && *value != tb_atoms.undefined;
 }
 
-/* The memory an owner is known to hold: one of our tensors, or a binary.
- * Returns 0 when the owner's extent is unknown. */
-static int owner_extent(ErlNifEnv *env, ERL_NIF_TERM owner, uint64_t *base, uint64_t *size, int *device_type)
+/* The memory a binary owner holds. */
+static int binary_extent(ErlNifEnv *env, ERL_NIF_TERM owner, uint64_t *base, uint64_t *size)
 {
-    tb_tensor *t = tb_tensor_get_any(env, owner);
-    if (t) {
-        tb_shim_info info;
-        tb_shim_info_of(t->handle, &info);
-        *base = (uint64_t)(uintptr_t)info.storage_data;
-        *size = info.storage_bytes;
-        *device_type = info.device_type;
-        return 1;
-    }
     ErlNifBinary bin;
-    if (enif_inspect_binary(env, owner, &bin)) {
-        *base = (uint64_t)(uintptr_t)bin.data;
-        *size = bin.size;
-        *device_type = TB_DEVICE_CPU;
-        return 1;
-    }
-    return 0;
+    if (!enif_inspect_binary(env, owner, &bin))
+        return 0;
+    *base = (uint64_t)(uintptr_t)bin.data;
+    *size = bin.size;
+    return 1;
+}
+
+static ERL_NIF_TERM outside_owner(ErlNifEnv *env, const tb_layout *l, uint64_t byte_size, uint64_t base,
+                                  uint64_t size)
+{
+    return tb_raise_badarg(env, "ptr: [%lu, %lu + %lu) lies outside the owner's memory [%lu, %lu + %lu)",
+                           (unsigned long)l->ptr, (unsigned long)l->ptr, (unsigned long)byte_size,
+                           (unsigned long)base, (unsigned long)base, (unsigned long)size);
 }
 
 ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -142,21 +140,35 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                                    "it is never viewed as CPU memory",
                               tb_make_device(env, device.type, device.index));
 
-    tb_pin *pin = NULL;
+    /* The storage deleter's context: a pin, or nothing for an unpinned view. */
+    void *ctx = NULL;
+    void (*deleter)(void *) = tb_pin_none;
     if (argv[2] == tb_atoms.true_) {
-        pin = tb_pin_new(argv[1]);
-        if (!pin)
-            return tb_raise_error(env, "from_blob: out of memory pinning the owner");
-        /* Check the pinned copy: a small binary is copied, not shared, and
-         * then no pointer into the caller's copy is covered by the pin. */
         uint64_t base, size;
-        int owner_device;
-        if (owner_extent(pin->env, pin->owner, &base, &size, &owner_device) &&
-            (owner_device != device.type || !tb_extent_inside(l.ptr, r.byte_size, base, size))) {
-            tb_pin_release(pin);
-            return tb_raise_badarg(env, "ptr: [%lu, %lu + %lu) lies outside the owner's memory [%lu, %lu + %lu)",
-                                   (unsigned long)l.ptr, (unsigned long)l.ptr, (unsigned long)r.byte_size,
-                                   (unsigned long)base, (unsigned long)base, (unsigned long)size);
+        tb_tensor *owner = tb_tensor_get_any(env, argv[1]);
+        if (owner) {
+            tb_shim_info info;
+            tb_shim_info_of(owner->handle, &info);
+            base = (uint64_t)(uintptr_t)info.storage_data;
+            size = info.storage_bytes;
+            if (info.device_type != device.type || !tb_extent_inside(l.ptr, r.byte_size, base, size))
+                return outside_owner(env, &l, r.byte_size, base, size);
+            tb_pin_keep_resource(owner);
+            ctx = owner;
+            deleter = tb_pin_release_resource;
+        } else {
+            tb_pin *pin = tb_pin_new(argv[1]);
+            if (!pin)
+                return tb_raise_error(env, "from_blob: out of memory pinning the owner");
+            /* Check the pinned copy: a small binary is copied, not shared,
+             * and then no pointer into the caller's copy is covered. */
+            if (binary_extent(pin->env, pin->owner, &base, &size) &&
+                (device.type != TB_DEVICE_CPU || !tb_extent_inside(l.ptr, r.byte_size, base, size))) {
+                tb_pin_release(pin);
+                return outside_owner(env, &l, r.byte_size, base, size);
+            }
+            ctx = pin;
+            deleter = tb_pin_release;
         }
     }
 
@@ -164,7 +176,7 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     tb_shim_error err;
     /* The shim owns the pin from here: its deleter runs when the storage dies. */
     if (!tb_shim_from_blob((void *)(uintptr_t)l.ptr, l.ndim, l.shape, l.strides, tb_dtypes[dtype].torch_scalar_type,
-                           device.type, device.index, pin, pin ? tb_pin_release : tb_pin_none, &h, &err))
+                           device.type, device.index, ctx, deleter, &h, &err))
         return tb_raise_error(env, "from_blob: %s", err.message);
     return tb_tensor_make(env, h);
 }

@@ -27,6 +27,23 @@ void tb_pin_release(void *ctx)
     atomic_fetch_sub_explicit(&live_pins, 1, memory_order_relaxed);
 }
 
+void tb_pin_keep_resource(void *resource)
+{
+    enif_keep_resource(resource);
+    atomic_fetch_add_explicit(&live_pins, 1, memory_order_relaxed);
+}
+
+void tb_pin_release_resource(void *resource)
+{
+    enif_release_resource(resource);
+    atomic_fetch_sub_explicit(&live_pins, 1, memory_order_relaxed);
+}
+
+int tb_pin_is_pin_deleter(void (*deleter)(void *))
+{
+    return deleter == tb_pin_release || deleter == tb_pin_release_resource;
+}
+
 void tb_pin_none(void *ctx)
 {
     (void)ctx;

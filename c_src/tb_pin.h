@@ -17,6 +17,14 @@ tb_pin *tb_pin_new(ERL_NIF_TERM owner);
 /* Frees a pin: the storage deleter of every pinned view. Safe on any thread. */
 void tb_pin_release(void *pin);
 
+/* When the owner is one of our tensors, keeping its resource is enough and
+ * far cheaper than copying a term: the context is the resource itself. */
+void tb_pin_keep_resource(void *resource);
+void tb_pin_release_resource(void *resource);
+
+/* 1 when a storage deleter is one of the pins'. */
+int tb_pin_is_pin_deleter(void (*deleter)(void *));
+
 /* The storage deleter of an unpinned view: the caller answers for the memory. */
 void tb_pin_none(void *ctx);
 

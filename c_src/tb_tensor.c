@@ -329,7 +329,7 @@ ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     GET_TENSOR(t, argv[0], "tensor");
     tb_shim_info info;
     tb_shim_info_of(t->handle, &info);
-    if (info.storage_deleter == tb_pin_release)
+    if (tb_pin_is_pin_deleter(info.storage_deleter))
         return tb_atoms.pinned;
     if (info.storage_deleter == tb_pin_none)
         return tb_atoms.unpinned;

@@ -39,6 +39,9 @@ to_blob(T) ->
 %% owner, by default T), struct (tag the map as that struct; the Elixir
 %% facade uses it).
 -spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
+to_blob(T, #{owner := Owner, struct := Struct} = Opts) when map_size(Opts) =:= 2 ->
+    %% The Elixir facade's call: no option checks on the hot path.
+    tensor_blob_nif:to_blob(T, Owner, Struct);
 to_blob(T, Opts) when is_map(Opts) ->
     check_options(Opts, [owner, struct]),
     tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined));
