@@ -9,9 +9,9 @@
 #                (Debian's libtorch-dev).
 
 LIBTORCH_DIR ?=
-BUILD := build
+BUILD ?= build
 PRIV := priv
-NIF := $(PRIV)/tensor_blob_nif.so
+NIF ?= $(PRIV)/tensor_blob_nif.so
 
 ERTS_INCLUDE := $(shell erl -noshell -eval 'io:format("~ts/erts-~ts/include", [code:root_dir(), erlang:system_info(version)])' -s init stop 2>/dev/null)
 
@@ -35,7 +35,7 @@ C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 HEADERS := $(wildcard c_src/*.h)
 
-.PHONY: all nif setup test c-test mix-test eunit consumer-test demo bench clean
+.PHONY: all nif setup test c-test mix-test eunit consumer-test demo bench asan-test clean
 
 all: nif
 nif: $(NIF)
@@ -85,6 +85,26 @@ demo: setup
 bench: setup
 	$(MAKE) nif
 	MIX_ENV=prod mix run bench/bench.exs
+
+# The whole ExUnit and EUnit suites against an -fsanitize=address,undefined
+# build, on the stock BEAM with the sanitizer runtime preloaded. +Mea min
+# sends the BEAM's own allocations through malloc so ASan sees them. Any
+# report aborts the VM, which fails the run. Leak checks are off: the BEAM
+# does not free everything at exit.
+ASAN_BUILD := build/asan
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1:allocator_may_return_null=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	ERL_FLAGS="+Mea min" TENSOR_BLOB_NIF=$(CURDIR)/$(ASAN_BUILD)/tensor_blob_nif
+
+asan-test: setup nif
+	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test
+	$(ASAN_BUILD)/c_test
+	MIX_ENV=test mix compile
+	$(ASAN_ENV) MIX_ENV=test mix test
+	$(ASAN_ENV) rebar3 eunit
 
 clean:
 	rm -rf $(BUILD) $(NIF) _build

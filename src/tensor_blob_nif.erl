@@ -11,7 +11,15 @@
 -on_load(init/0).
 
 init() ->
-    erlang:load_nif(filename:join(priv_dir(), "tensor_blob_nif"), 0).
+    erlang:load_nif(library(), 0).
+
+%% TENSOR_BLOB_NIF names another build of the library (without .so), for
+%% example the AddressSanitizer build that make asan-test runs.
+library() ->
+    case os:getenv("TENSOR_BLOB_NIF") of
+        Path when is_list(Path), Path =/= "" -> Path;
+        _ -> filename:join(priv_dir(), "tensor_blob_nif")
+    end.
 
 priv_dir() ->
     case code:priv_dir(tensor_blob) of
