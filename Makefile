@@ -35,7 +35,7 @@ C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 HEADERS := $(wildcard c_src/*.h)
 
-.PHONY: all nif setup test c-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: all nif setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
 
 all: nif
 nif: $(NIF)
@@ -62,6 +62,22 @@ $(BUILD)/c_test: c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_sp
 c-test: $(BUILD)/c_test
 	$(BUILD)/c_test
 
+# The shim through its C API, with libtorch but without the BEAM.
+$(BUILD)/shim_test: c_test/test_shim.c $(SHIM_OBJECT) c_src/tb_dtype.c c_src/torch_shim.h | $(BUILD)
+	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -c c_test/test_shim.c -o $(BUILD)/test_shim.o
+	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -c c_src/tb_dtype.c -o $(BUILD)/test_dtype.o
+	$(CXX) $(SANITIZE) $(BUILD)/test_shim.o $(BUILD)/test_dtype.o $(SHIM_OBJECT) -o $@ \
+		$(TORCH_LDFLAGS) $(TORCH_LIBS)
+
+shim-test: $(BUILD)/shim_test
+	$(BUILD)/shim_test
+
+# memcheck over the pure-C tests and the shim's tests.
+valgrind-test: $(BUILD)/c_test $(BUILD)/shim_test
+	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/c_test
+	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+		--suppressions=c_test/valgrind.supp $(BUILD)/shim_test
+
 mix-test: nif
 	MIX_ENV=test mix test
 
@@ -74,6 +90,7 @@ consumer-test: nif
 test: setup
 	$(MAKE) nif
 	$(MAKE) c-test
+	$(MAKE) shim-test
 	$(MAKE) mix-test
 	$(MAKE) eunit
 	$(MAKE) consumer-test
@@ -100,11 +117,59 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 
 asan-test: setup nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
-		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test
+	ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/shim_test
 	MIX_ENV=test mix compile
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
 clean:
 	rm -rf $(BUILD) $(NIF) _build
+
+# ---------------------------------------------------------------------------
+# Reliability: fuzzing (libFuzzer, clang-14) and stress (issue 6).
+#
+#   make fuzz         run each fuzz harness for FUZZ_SECONDS (default 60)
+#   make fuzz-ci      the same, 30 s each
+#   make stress       1,000,000 create-and-drop cycles of pinned views
+#   make stress-ci    100,000 cycles
+#
+# The harnesses run on a copy of the committed seed corpus in
+# fuzz/corpus-run/ (gitignored), which keeps what they find between runs;
+# crashes are written there too (crash-*, leak-*, timeout-*).
+# ---------------------------------------------------------------------------
+
+FUZZ_CC ?= clang-14
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ic_src
+FUZZ_HARNESSES := layout dtype
+STRESS_CYCLES ?= 1000000
+
+.PHONY: fuzz fuzz-ci fuzz-build stress stress-ci
+
+$(BUILD)/fuzz_layout: fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
+
+$(BUILD)/fuzz_dtype: fuzz/fuzz_dtype.c c_src/tb_dtype.c c_src/tb_dtype.h | $(BUILD)
+	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_dtype.c c_src/tb_dtype.c -o $@
+
+fuzz-build: $(FUZZ_HARNESSES:%=$(BUILD)/fuzz_%)
+
+fuzz: fuzz-build
+	@set -e; for h in $(FUZZ_HARNESSES); do \
+	    mkdir -p fuzz/corpus-run/$$h; \
+	    cp fuzz/corpus/$$h/* fuzz/corpus-run/$$h/; \
+	    echo "== fuzz_$$h: $(FUZZ_SECONDS) s"; \
+	    $(BUILD)/fuzz_$$h fuzz/corpus-run/$$h -max_total_time=$(FUZZ_SECONDS) \
+	        -artifact_prefix=fuzz/corpus-run/$$h- -print_final_stats=1; \
+	done
+
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=30
+
+stress: nif
+	mix run scripts/stress.exs $(STRESS_CYCLES)
+
+stress-ci:
+	$(MAKE) stress STRESS_CYCLES=100000

@@ -1,0 +1,176 @@
+/* Tests of the libtorch shim through its C API alone: no BEAM. Above all the
+ * deleter contract: the context of a foreign-memory tensor is released
+ * exactly once, when the last tensor using the memory is gone, or at once
+ * when the call fails. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tb_dtype.h"
+#include "torch_shim.h"
+
+static int checks, failures;
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        checks++;                                                          \
+        if (!(cond)) {                                                     \
+            failures++;                                                    \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                  \
+    } while (0)
+
+/* A context that counts how often it is released. */
+typedef struct {
+    int releases;
+} counter;
+
+static void release_counter(void *ctx)
+{
+    ((counter *)ctx)->releases++;
+}
+
+static const int FLOAT32 = 6; /* c10::ScalarType::Float, as in tb_dtype.c */
+
+static void test_deleter_runs_once_after_last_view(void)
+{
+    float data[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sizes[2] = {2, 3}, strides[2] = {3, 1};
+    counter c = {0};
+    tb_shim_tensor *t, *slice, *tr;
+    tb_shim_error err;
+
+    CHECK(tb_shim_from_blob(data, 2, sizes, strides, FLOAT32, TB_DEVICE_CPU, 0, &c, release_counter, &t, &err));
+    CHECK(tb_shim_narrow(t, 1, 1, 2, &slice, &err));
+    CHECK(tb_shim_transpose(slice, 0, 1, &tr, &err));
+
+    tb_shim_info info;
+    tb_shim_info_of(tr, &info);
+    CHECK(info.ndim == 2 && info.sizes[0] == 2 && info.sizes[1] == 2);
+    CHECK(info.strides[0] == 1 && info.strides[1] == 3);
+    CHECK(info.data == &data[1]);
+    CHECK(info.storage_data == data);
+    CHECK(info.storage_deleter == release_counter);
+    CHECK(!info.is_contiguous);
+
+    tb_shim_release(t);
+    tb_shim_release(slice);
+    CHECK(c.releases == 0); /* tr still uses the memory */
+
+    float out[4];
+    CHECK(tb_shim_to_bytes(tr, out, &err));
+    CHECK(out[0] == 2 && out[1] == 5 && out[2] == 3 && out[3] == 6);
+
+    tb_shim_release(tr);
+    CHECK(c.releases == 1);
+}
+
+static void test_failure_releases_context_at_once(void)
+{
+    float data[4] = {0};
+    int64_t sizes[1] = {4}, strides[1] = {1};
+    counter c = {0};
+    tb_shim_tensor *t = NULL;
+    tb_shim_error err = {{0}};
+
+    /* A CUDA device in a libtorch without CUDA, or an index it lacks. */
+    int ok = tb_shim_from_blob(data, 1, sizes, strides, FLOAT32, TB_DEVICE_CUDA, 99, &c, release_counter, &t, &err);
+    if (!ok) {
+        CHECK(c.releases == 1);
+        CHECK(strlen(err.message) > 0);
+    } else {
+        tb_shim_release(t);
+        CHECK(c.releases == 1);
+    }
+}
+
+static void test_write_and_read_through_views(void)
+{
+    int64_t sizes[2] = {2, 3};
+    tb_shim_tensor *t, *tr;
+    tb_shim_error err;
+    const int32_t src[6] = {1, 2, 3, 4, 5, 6};
+
+    CHECK(tb_shim_from_bytes(src, 2, sizes, 3 /* Int */, &t, &err));
+    CHECK(tb_shim_transpose(t, 0, 1, &tr, &err));
+
+    /* Row-major bytes of the transposed view go to the right places. */
+    const int32_t transposed[6] = {10, 40, 20, 50, 30, 60};
+    CHECK(tb_shim_write_bytes(tr, transposed, &err));
+    int32_t out[6];
+    CHECK(tb_shim_to_bytes(t, out, &err));
+    const int32_t expected[6] = {10, 20, 30, 40, 50, 60};
+    CHECK(memcmp(out, expected, sizeof out) == 0);
+
+    tb_shim_info info;
+    tb_shim_info_of(t, &info);
+    CHECK(info.scalar_type == 3 && info.device_type == TB_DEVICE_CPU && info.is_contiguous);
+    CHECK(info.storage_bytes == sizeof src);
+    tb_shim_release(tr);
+    tb_shim_release(t);
+}
+
+static void test_zeros_and_empty(void)
+{
+    int64_t sizes[2] = {0, 5};
+    tb_shim_tensor *t;
+    tb_shim_error err;
+    CHECK(tb_shim_zeros(2, sizes, FLOAT32, &t, &err));
+    tb_shim_info info;
+    tb_shim_info_of(t, &info);
+    CHECK(info.ndim == 2 && info.sizes[0] == 0 && info.storage_bytes == 0);
+    CHECK(tb_shim_to_bytes(t, NULL, &err)); /* nothing to copy */
+    tb_shim_release(t);
+
+    /* An empty view over no memory, and its context. */
+    counter c = {0};
+    int64_t strides[2] = {5, 1};
+    CHECK(tb_shim_from_blob(NULL, 2, sizes, strides, FLOAT32, TB_DEVICE_CPU, 0, &c, release_counter, &t, &err));
+    tb_shim_release(t);
+    CHECK(c.releases == 1);
+}
+
+static void test_errors_are_messages(void)
+{
+    int64_t sizes[1] = {4};
+    tb_shim_tensor *t, *out = NULL;
+    tb_shim_error err = {{0}};
+    CHECK(tb_shim_zeros(1, sizes, FLOAT32, &t, &err));
+    /* The NIF validates first; the shim must still fail cleanly. */
+    CHECK(!tb_shim_narrow(t, 3, 0, 1, &out, &err));
+    CHECK(strlen(err.message) > 0 && out == NULL);
+    CHECK(!tb_shim_transpose(t, 0, 7, &out, &err));
+    tb_shim_release(t);
+}
+
+static void test_scalar_types_match_the_table(void)
+{
+    for (int i = 0; i < TB_DT_COUNT; i++) {
+        int st = tb_dtypes[i].torch_scalar_type;
+        if (!tb_shim_has_scalar_type(st))
+            continue;
+        int64_t sizes[1] = {3};
+        tb_shim_tensor *t;
+        tb_shim_error err;
+        CHECK(tb_shim_zeros(1, sizes, st, &t, &err));
+        tb_shim_info info;
+        tb_shim_info_of(t, &info);
+        CHECK(info.scalar_type == st);
+        CHECK(info.storage_bytes == 3u * tb_dtypes[i].element_size);
+        tb_shim_release(t);
+    }
+    CHECK(tb_shim_has_scalar_type(6) && tb_shim_has_scalar_type(15));
+    CHECK(!tb_shim_has_scalar_type(12)); /* QInt8: not in the table */
+}
+
+int main(void)
+{
+    test_deleter_runs_once_after_last_view();
+    test_failure_releases_context_at_once();
+    test_write_and_read_through_views();
+    test_zeros_and_empty();
+    test_errors_are_messages();
+    test_scalar_types_match_the_table();
+    printf("shim_test (libtorch %s): %d checks, %d failures\n", tb_shim_torch_version(), checks, failures);
+    return failures ? 1 : 0;
+}
