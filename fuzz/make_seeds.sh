@@ -1,0 +1,41 @@
+#!/bin/sh
+# Writes the seed corpora for the fuzz harnesses (see the input formats at
+# the top of fuzz_layout.c and fuzz_dtype.c). The seeds are committed; run
+# this again only to change them.
+set -eu
+cd "$(dirname "$0")"
+L=corpus/layout
+D=corpus/dtype
+mkdir -p "$L" "$D"
+
+# layout: dtype byte (bit 7: row-major strides), ndim, ptr mode [ptr bytes],
+# then per dimension a shape value and a stride value (bytes < 0x80 are
+# 0..15; 0x80 -1, 0x81 INT64_MAX, 0x82 INT64_MIN, 0x83 2^62, 0x84 2^32).
+printf '\013\002\001\003\004\004\001' > $L/float32-3x4          # {3,4} strides [4,1] at 0x1000
+printf '\213\003\001\002\000\003\000\004\000' > $L/rowmajor-2x3x4 # row-major {2,3,4}
+printf '\005\002\000\000\000\003\001' > $L/int64-zero-dim-null     # {0,3} at ptr 0
+printf '\014\002\001\203\000\203\000' > $L/numel-overflow          # {2^62, 2^62}
+printf '\005\001\012\002\001' > $L/misaligned                      # int64 at 0x1001
+printf '\000\001\003\017\001' > $L/ptr-wraps                       # 15 bytes at UINT64_MAX
+printf '\000\102' > $L/too-many-dims                               # ndim 64 + 2
+printf '\000\001\001\200\001' > $L/negative-dim                    # {-1}
+printf '\013\002\001\005\000\004\001' > $L/broadcast-stride-0      # {5,4} strides [0,1]
+printf '\013\001\001\002\201' > $L/extent-overflow                 # {2} stride INT64_MAX
+printf '\016\001\001\001\007\000\000\000\000\000\020\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\020\000\000\000\000\000\000' \
+    > $L/extent-inside                                             # complex128 {1} + extent values
+printf '\201\002\001\201\000\001\000' > $L/rowmajor-max-by-1       # row-major {INT64_MAX, 1}, uint8
+
+# dtype: code, bits, lanes (uint32 LE each), Nx bits (uint64 LE), then a
+# string used as a name and as an Nx kind.
+hdr() { # code bits lanes nxbits -> 20 bytes
+    printf "$(printf '\\%03o\\000\\000\\000\\%03o\\000\\000\\000\\%03o\\000\\000\\000\\%03o\\000\\000\\000\\000\\000\\000\\000' "$1" "$2" "$3" "$4")"
+}
+{ hdr 2 32 1 32; printf 'float32'; } > $D/float32
+{ hdr 4 16 1 16; printf 'bf'; } > $D/bf16
+{ hdr 5 128 1 128; printf 'complex_double'; } > $D/complex-alias
+{ hdr 10 8 1 8; printf 'f8_e4m3fn'; } > $D/f8-e4m3fn
+{ hdr 6 8 1 8; printf 'bool'; } > $D/bool
+{ hdr 1 8 4 8; printf 'u'; } > $D/lanes-4
+{ hdr 2 16 1 16; printf 'half'; } > $D/half
+{ hdr 0 64 1 64; } > $D/empty-int64
+{ hdr 12 8 1 8; printf 'float8_e5m2\000junk'; } > $D/embedded-nul
