@@ -76,6 +76,14 @@ long tb_tensor_live(void)
     if (!var)                                                                                \
         return tb_raise_badarg(env, "%s: expected a tensor, got %T", field, term)
 
+/* For the accessors: the description of the tensor in argv[0], or raise. */
+#define DESCRIBE_ARG0(info)                                                                 \
+    tb_shim_info info;                                                                      \
+    do {                                                                                    \
+        GET_TENSOR(described_, argv[0], "tensor");                                          \
+        tb_shim_info_of(described_->handle, &info);                                         \
+    } while (0)
+
 /* Row-major byte count of a tensor's elements; 0 on overflow (never for a
  * tensor libtorch made). */
 static uint64_t dense_bytes(const tb_shim_info *info)
@@ -284,27 +292,21 @@ ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 ERL_NIF_TERM tb_nif_shape(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    GET_TENSOR(t, argv[0], "tensor");
-    tb_shim_info info;
-    tb_shim_info_of(t->handle, &info);
+    DESCRIBE_ARG0(info);
     return tb_make_shape(env, info.ndim, info.sizes);
 }
 
 ERL_NIF_TERM tb_nif_strides(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    GET_TENSOR(t, argv[0], "tensor");
-    tb_shim_info info;
-    tb_shim_info_of(t->handle, &info);
+    DESCRIBE_ARG0(info);
     return tb_make_strides(env, info.ndim, info.strides);
 }
 
 ERL_NIF_TERM tb_nif_dtype(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    GET_TENSOR(t, argv[0], "tensor");
-    tb_shim_info info;
-    tb_shim_info_of(t->handle, &info);
+    DESCRIBE_ARG0(info);
     tb_dtype_id id;
     if (!tb_dtype_of_scalar_type(info.scalar_type, &id))
         return tb_raise_error(env, "dtype: libtorch scalar type %d has no dtype here", info.scalar_type);
@@ -314,9 +316,7 @@ ERL_NIF_TERM tb_nif_dtype(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 ERL_NIF_TERM tb_nif_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    GET_TENSOR(t, argv[0], "tensor");
-    tb_shim_info info;
-    tb_shim_info_of(t->handle, &info);
+    DESCRIBE_ARG0(info);
     return tb_make_device(env, info.device_type, info.device_index);
 }
 
@@ -326,9 +326,7 @@ ERL_NIF_TERM tb_nif_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    GET_TENSOR(t, argv[0], "tensor");
-    tb_shim_info info;
-    tb_shim_info_of(t->handle, &info);
+    DESCRIBE_ARG0(info);
     if (tb_pin_is_pin_deleter(info.storage_deleter))
         return tb_atoms.pinned;
     if (info.storage_deleter == tb_pin_none)
