@@ -1,0 +1,931 @@
+%% EUnit tests of the Erlang API (src/tensor_blob.erl).
+%%
+%% Each test checks what a caller relies on: the bytes a tensor holds, the
+%% fields of a blob, which tensors share memory, what keeps memory alive, and
+%% the exact error raised for bad input. Tensors are made inside the test
+%% functions (never in generators) so that EUnit's own processes hold no
+%% tensor references, and the stats/0 leak checks see only what a test made.
+-module(tensor_blob_tests).
+
+-include_lib("eunit/include/eunit.hrl").
+
+%% Every canonical dtype of the design, supported by the linked libtorch or not.
+-define(CANONICAL, [bool, uint8, int8, int16, int32, int64, uint16, uint32, uint64,
+                    float16, bfloat16, float32, float64, complex64, complex128,
+                    float8_e4m3fn, float8_e5m2]).
+
+%% What libtorch 1.13 (the oldest supported) holds: always in dtypes().
+-define(BASE_DTYPES, [bool, uint8, int8, int16, int32, int64, float16, bfloat16,
+                      float32, float64, complex64, complex128]).
+
+%% Expr raises error({badarg, Msg}): Msg is a binary that leads with the
+%% name of the offending field ("Field: ..."), and mentions each of Words.
+-define(assertBadarg(Field, Expr), ?assertBadarg(Field, [], Expr)).
+-define(assertBadarg(Field, Words, Expr),
+        begin
+            ?assertError({badarg, _}, Expr),
+            assert_names_field(Field, Words, badarg_message(fun() -> Expr end))
+        end).
+
+%% Expr raises error({tensor_blob, Msg}) with Msg a binary that mentions Word.
+-define(assertTensorBlobError(Word, Expr),
+        begin
+            ?assertError({tensor_blob, _}, Expr),
+            assert_mentions(Word, tensor_blob_message(fun() -> Expr end))
+        end).
+
+%%====================================================================
+%% Helpers
+%%====================================================================
+
+badarg_message(Fun) ->
+    try Fun() of
+        Result -> erlang:error({expected_badarg, Result})
+    catch
+        error:{badarg, Msg} -> Msg
+    end.
+
+tensor_blob_message(Fun) ->
+    try Fun() of
+        Result -> erlang:error({expected_tensor_blob_error, Result})
+    catch
+        error:{tensor_blob, Msg} -> Msg
+    end.
+
+assert_names_field(Field, Words, Msg) ->
+    ?assert(is_binary(Msg)),
+    case binary:match(Msg, <<Field/binary, ":">>) of
+        {0, _} -> ok;
+        _ -> erlang:error({message_does_not_lead_with_field, Field, Msg})
+    end,
+    lists:foreach(fun(Word) -> assert_mentions(Word, Msg) end, Words).
+
+assert_mentions(Word, Msg) when is_atom(Word) ->
+    assert_mentions(atom_to_binary(Word, utf8), Msg);
+assert_mentions(Word, Msg) ->
+    ?assert(is_binary(Msg)),
+    case binary:match(Msg, Word) of
+        nomatch -> erlang:error({message_does_not_mention, Word, Msg});
+        _ -> ok
+    end.
+
+element_size(bool) -> 1;
+element_size(uint8) -> 1;
+element_size(int8) -> 1;
+element_size(int16) -> 2;
+element_size(int32) -> 4;
+element_size(int64) -> 8;
+element_size(float16) -> 2;
+element_size(bfloat16) -> 2;
+element_size(float32) -> 4;
+element_size(float64) -> 8;
+element_size(complex64) -> 8;
+element_size(complex128) -> 16.
+
+%% Six distinct values of each dtype, all exactly representable in it.
+values(bool) -> [1, 0, 0, 1, 1, 0];
+values(uint8) -> [0, 1, 42, 128, 200, 255];
+values(int8) -> [-128, -1, 0, 1, 42, 127];
+values(int16) -> [-32768, -1, 0, 1, 1000, 32767];
+values(int32) -> [-2147483648, -1, 0, 1, 100000, 2147483647];
+values(int64) -> [-(1 bsl 63), -1, 0, 1, 1 bsl 40, (1 bsl 63) - 1];
+values(D) when D =:= complex64; D =:= complex128 ->
+    [{1.0, -1.0}, {0.5, 2.0}, {-2.5, 0.0}, {0.0, 1.5}, {1024.0, -0.25}, {3.0, 4.0}];
+values(_Float) -> [-2.5, -1.0, 0.0, 0.5, 1.5, 1024.0].
+
+%% Native-endian bytes of a list of values, written independently of the NIF.
+encode(D, Vs) -> << <<(encode1(D, V))/binary>> || V <- Vs >>.
+
+encode1(bool, V) -> <<V:8>>;
+encode1(uint8, V) -> <<V:8/unsigned>>;
+encode1(int8, V) -> <<V:8/signed>>;
+encode1(int16, V) -> <<V:16/signed-native>>;
+encode1(int32, V) -> <<V:32/signed-native>>;
+encode1(int64, V) -> <<V:64/signed-native>>;
+encode1(float16, V) -> <<V:16/float-native>>;
+encode1(bfloat16, V) ->
+    %% bfloat16 is the top half of a float32.
+    <<Hi:16, _:16>> = <<V:32/float-big>>,
+    <<Hi:16/native>>;
+encode1(float32, V) -> <<V:32/float-native>>;
+encode1(float64, V) -> <<V:64/float-native>>;
+encode1(complex64, {Re, Im}) -> <<Re:32/float-native, Im:32/float-native>>;
+encode1(complex128, {Re, Im}) -> <<Re:64/float-native, Im:64/float-native>>.
+
+f32(Vs) -> encode(float32, Vs).
+i32(Vs) -> encode(int32, Vs).
+
+%% The row-major element list of the transpose of a Rows x Cols matrix.
+transposed(Vs, Rows, Cols) ->
+    [lists:nth(R * Cols + C + 1, Vs) || C <- lists:seq(0, Cols - 1), R <- lists:seq(0, Rows - 1)].
+
+%% A {3,4} float32 tensor holding 1.0 .. 12.0.
+matrix34() ->
+    tensor_blob:from_binary(f32(lists:seq(1, 12)), float32, {3, 4}).
+
+ptr(T) -> maps:get(ptr, tensor_blob:to_blob(T)).
+
+%% Runs Fun in a fresh process and waits for it to exit, so that every term
+%% it made is garbage once this returns. Re-raises its failure here.
+run_isolated(Fun) ->
+    {Pid, Ref} = spawn_monitor(fun() ->
+                                       try Fun() of
+                                           _ -> exit(done)
+                                       catch
+                                           Class:Reason:Stack -> exit({failed, Class, Reason, Stack})
+                                       end
+                               end),
+    receive
+        {'DOWN', Ref, process, Pid, done} -> ok;
+        {'DOWN', Ref, process, Pid, Other} -> erlang:error({isolated_process_failed, Other})
+    after 60000 ->
+            exit(Pid, kill),
+            erlang:error(isolated_process_timeout)
+    end.
+
+%% Resource destructors run when the last process holding a reference
+%% collects it: collect everywhere (this process included).
+gc_all() ->
+    _ = [erlang:garbage_collect(P) || P <- processes()],
+    ok.
+
+%% stats() once no garbage is left anywhere.
+settled_stats() -> settled_stats(20).
+
+settled_stats(0) ->
+    gc_all(),
+    tensor_blob:stats();
+settled_stats(N) ->
+    gc_all(),
+    S1 = tensor_blob:stats(),
+    timer:sleep(5),
+    gc_all(),
+    case tensor_blob:stats() of
+        S1 -> S1;
+        _ -> settled_stats(N - 1)
+    end.
+
+%% Waits (about 1 s at most) for stats() to equal Expected, collecting garbage.
+wait_for_stats(Expected) -> wait_for_stats(Expected, 100).
+
+wait_for_stats(Expected, 0) ->
+    gc_all(),
+    ?assertEqual(Expected, tensor_blob:stats());
+wait_for_stats(Expected, N) ->
+    gc_all(),
+    case tensor_blob:stats() of
+        Expected -> ok;
+        _ -> timer:sleep(10), wait_for_stats(Expected, N - 1)
+    end.
+
+plus(#{tensors := T, pins := P}, DT, DP) -> #{tensors => T + DT, pins => P + DP}.
+
+%%====================================================================
+%% 1. dtypes and round trips
+%%====================================================================
+
+dtypes_test() ->
+    Ds = tensor_blob:dtypes(),
+    ?assertEqual(length(Ds), length(lists:usort(Ds))),
+    ?assertEqual([], Ds -- ?CANONICAL),
+    ?assertEqual([], ?BASE_DTYPES -- Ds).
+
+%% Canonical dtypes the linked libtorch lacks raise a tensor_blob error naming
+%% the dtype, from every entry point, and never become another dtype.
+unsupported_dtypes_test_() ->
+    [{atom_to_list(D), fun() -> unsupported_dtype(D) end}
+     || D <- ?CANONICAL -- tensor_blob:dtypes()].
+
+unsupported_dtype(D) ->
+    ?assertTensorBlobError(D, tensor_blob:from_binary(<<>>, D, {0})),
+    ?assertTensorBlobError(D, tensor_blob:from_binary(<<0:64>>, D, {1})),
+    ?assertTensorBlobError(D, tensor_blob:zeros({2}, D)),
+    ?assertTensorBlobError(D, tensor_blob:from_blob(#{ptr => 0, shape => {0}, dtype => D})).
+
+unsupported_nx_dtype_test() ->
+    [?assertTensorBlobError(Name, tensor_blob:zeros({1}, Nx))
+     || {Nx, Name} <- [{{u, 16}, uint16}, {{u, 32}, uint32}, {{u, 64}, uint64},
+                       {{f, 8}, float8_e5m2}],
+        not lists:member(Name, tensor_blob:dtypes())].
+
+%% from_binary then to_binary gives the bytes back, with the dtype, shape and
+%% strides asked for; a transposed view reads the elements transposed, which
+%% checks the element size libtorch uses for the dtype.
+binary_round_trip_test_() ->
+    [{atom_to_list(D), fun() -> binary_round_trip(D) end} || D <- tensor_blob:dtypes()].
+
+binary_round_trip(D) ->
+    Vs = values(D),
+    Bytes = encode(D, Vs),
+    ?assertEqual(6 * element_size(D), byte_size(Bytes)),
+    T = tensor_blob:from_binary(Bytes, D, {2, 3}),
+    ?assertEqual(D, tensor_blob:dtype(T)),
+    ?assertEqual({2, 3}, tensor_blob:shape(T)),
+    ?assertEqual([3, 1], tensor_blob:strides(T)),
+    ?assertEqual(cpu, tensor_blob:device(T)),
+    ?assertEqual(Bytes, tensor_blob:to_binary(T)),
+    Tr = tensor_blob:transpose(T, 0, 1),
+    ?assertEqual(D, tensor_blob:dtype(Tr)),
+    ?assertEqual(encode(D, transposed(Vs, 2, 3)), tensor_blob:to_binary(Tr)),
+    %% from_binary copies: T does not see later changes to anything else.
+    Z = tensor_blob:zeros({2, 3}, D),
+    ?assertEqual(binary:copy(<<0>>, 6 * element_size(D)), tensor_blob:to_binary(Z)),
+    ?assertEqual(Bytes, tensor_blob:to_binary(T)).
+
+%% to_blob -> from_blob -> to_blob keeps every field but the owner, and the
+%% view reads the original bytes; for contiguous and transposed layouts.
+blob_round_trip_test_() ->
+    [{atom_to_list(D), fun() -> blob_round_trip(D) end} || D <- tensor_blob:dtypes()].
+
+blob_round_trip(D) ->
+    Vs = values(D),
+    Bytes = encode(D, Vs),
+    T = tensor_blob:from_binary(Bytes, D, {2, 3}),
+    B = tensor_blob:to_blob(T),
+    ?assertMatch(#{dtype := D, shape := {2, 3}, strides := [3, 1], device := cpu}, B),
+    ?assertEqual(element_size(D), maps:get(element_size, B)),
+    ?assertEqual(6 * element_size(D), maps:get(byte_size, B)),
+    V = tensor_blob:from_blob(B),
+    B2 = tensor_blob:to_blob(V),
+    ?assertEqual(maps:remove(owner, B), maps:remove(owner, B2)),
+    ?assertEqual(V, maps:get(owner, B2)),
+    ?assertEqual(D, tensor_blob:dtype(V)),
+    ?assertEqual(Bytes, tensor_blob:to_binary(V)),
+    %% A strided (transposed) blob survives the round trip too.
+    Bt = tensor_blob:to_blob(tensor_blob:transpose(T, 0, 1)),
+    ?assertMatch(#{dtype := D, shape := {3, 2}, strides := [1, 3]}, Bt),
+    ?assertEqual(maps:get(ptr, B), maps:get(ptr, Bt)),
+    Vt = tensor_blob:from_blob(Bt),
+    ?assertEqual(maps:remove(owner, Bt), maps:remove(owner, tensor_blob:to_blob(Vt))),
+    ?assertEqual(encode(D, transposed(Vs, 2, 3)), tensor_blob:to_binary(Vt)),
+    ?assertEqual(Bytes, tensor_blob:to_binary(T)).
+
+%% Aliases and Nx types are accepted on input; output is always canonical.
+dtype_aliases_test_() ->
+    Aliases = [{float, float32}, {double, float64}, {half, float16}, {long, int64},
+               {byte, uint8}, {char, int8}, {short, int16}, {int, int32},
+               {complex_float, complex64}, {complex_double, complex128},
+               {{f, 32}, float32}, {{f, 64}, float64}, {{f, 16}, float16},
+               {{bf, 16}, bfloat16}, {{c, 64}, complex64}, {{c, 128}, complex128},
+               {{u, 8}, uint8}, {{s, 8}, int8}, {{s, 16}, int16}, {{s, 32}, int32},
+               {{s, 64}, int64}],
+    [{lists:flatten(io_lib:format("~p -> ~p", [A, C])), fun() -> dtype_alias(A, C) end}
+     || {A, C} <- Aliases].
+
+dtype_alias(Alias, Canonical) ->
+    Bytes = encode(Canonical, values(Canonical)),
+    T = tensor_blob:from_binary(Bytes, Alias, {2, 3}),
+    ?assertEqual(Canonical, tensor_blob:dtype(T)),
+    ?assertEqual(Canonical, maps:get(dtype, tensor_blob:to_blob(T))),
+    ?assertEqual(Bytes, tensor_blob:to_binary(T)),
+    ?assertEqual(Canonical, tensor_blob:dtype(tensor_blob:zeros({2}, Alias))),
+    %% A spec naming the alias views the same bytes as the canonical dtype.
+    Spec = (tensor_blob:to_blob(T))#{dtype => Alias},
+    V = tensor_blob:from_blob(Spec),
+    ?assertEqual(Canonical, tensor_blob:dtype(V)),
+    ?assertEqual(Canonical, maps:get(dtype, tensor_blob:to_blob(V))),
+    ?assertEqual(Bytes, tensor_blob:to_binary(V)).
+
+%%====================================================================
+%% 2. Blob map contents
+%%====================================================================
+
+blob_keys_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    ?assertEqual(lists:sort([ptr, shape, strides, dtype, device, element_size, byte_size, owner]),
+                 lists:sort(maps:keys(B))),
+    ?assert(maps:get(owner, B) =:= T),
+    ?assertEqual(cpu, maps:get(device, B)),
+    ?assert(is_integer(maps:get(ptr, B)) andalso maps:get(ptr, B) > 0),
+    ?assertEqual(0, maps:get(ptr, B) rem 4).
+
+element_size_test_() ->
+    [{atom_to_list(D),
+      fun() ->
+              B = tensor_blob:to_blob(tensor_blob:zeros({5}, D)),
+              ?assertEqual(element_size(D), maps:get(element_size, B)),
+              ?assertEqual(5 * element_size(D), maps:get(byte_size, B))
+      end} || D <- tensor_blob:dtypes()].
+
+contiguous_blob_test() ->
+    T = matrix34(),
+    ?assertMatch(#{shape := {3, 4}, strides := [4, 1], dtype := float32,
+                   element_size := 4, byte_size := 48}, tensor_blob:to_blob(T)),
+    ?assertMatch(#{shape := {2, 5}, strides := [5, 1], element_size := 8, byte_size := 80},
+                 tensor_blob:to_blob(tensor_blob:zeros({2, 5}, int64))).
+
+transposed_blob_test() ->
+    T = matrix34(),
+    Base = ptr(T),
+    %% Same memory, same extent; only shape and strides swap.
+    ?assertMatch(#{ptr := Base, shape := {4, 3}, strides := [1, 4], byte_size := 48},
+                 tensor_blob:to_blob(tensor_blob:transpose(T, 0, 1))),
+    ?assertMatch(#{ptr := Base, shape := {4, 3}, strides := [1, 4], byte_size := 48},
+                 tensor_blob:to_blob(tensor_blob:transpose(T, 1, 0))).
+
+narrowed_blob_test() ->
+    T = matrix34(),
+    Base = ptr(T),
+    %% Row 1: starts one row (4 floats = 16 bytes) in, spans one row.
+    ?assertMatch(#{ptr := P, shape := {1, 4}, strides := [4, 1], byte_size := 16}
+                   when P =:= Base + 16,
+                 tensor_blob:to_blob(tensor_blob:narrow(T, 0, 1, 1))),
+    %% Columns 1..2: starts 4 bytes in; the last element is at offset
+    %% (3-1)*4 + (2-1)*1 = 9 elements, so the extent is 10 floats = 40 bytes.
+    ?assertMatch(#{ptr := P, shape := {3, 2}, strides := [4, 1], byte_size := 40}
+                   when P =:= Base + 4,
+                 tensor_blob:to_blob(tensor_blob:narrow(T, 1, 1, 2))),
+    %% Rows 1..2 of the transpose {4,3} [1,4]: offset 1 element; last element
+    %% at 1 + (2-1)*1 + (3-1)*4 = 10, so the extent is 10 floats = 40 bytes.
+    Tr = tensor_blob:transpose(T, 0, 1),
+    ?assertMatch(#{ptr := P, shape := {2, 3}, strides := [1, 4], byte_size := 40}
+                   when P =:= Base + 4,
+                 tensor_blob:to_blob(tensor_blob:narrow(Tr, 0, 1, 2))),
+    %% int64 {2,5}, columns 2..4: 16 bytes in; last at 5 + 2 = 7, 8 elements.
+    L = tensor_blob:zeros({2, 5}, int64),
+    LBase = ptr(L),
+    ?assertMatch(#{ptr := P, shape := {2, 3}, strides := [5, 1], byte_size := 64}
+                   when P =:= LBase + 16,
+                 tensor_blob:to_blob(tensor_blob:narrow(L, 1, 2, 3))),
+    %% An empty narrow reaches no memory.
+    ?assertMatch(#{shape := {0, 4}, byte_size := 0},
+                 tensor_blob:to_blob(tensor_blob:narrow(T, 0, 3, 0))).
+
+to_blob_options_test() ->
+    T = matrix34(),
+    ?assertEqual(T, maps:get(owner, tensor_blob:to_blob(T, #{}))),
+    B = tensor_blob:to_blob(T, #{owner => {my, owner}}),
+    ?assertEqual({my, owner}, maps:get(owner, B)),
+    ?assertEqual(maps:remove(owner, tensor_blob:to_blob(T)), maps:remove(owner, B)),
+    S = tensor_blob:to_blob(T, #{struct => 'Elixir.Some.Blob'}),
+    ?assertEqual('Elixir.Some.Blob', maps:get('__struct__', S)),
+    ?assertEqual(tensor_blob:to_blob(T), maps:remove('__struct__', S)).
+
+%%====================================================================
+%% 3. Views share memory
+%%====================================================================
+
+view_write_through_test() ->
+    T = matrix34(),
+    V = tensor_blob:from_blob(tensor_blob:to_blob(T)),
+    New = f32(lists:seq(101, 112)),
+    ?assertEqual(V, tensor_blob:write(V, New)),
+    ?assertEqual(New, tensor_blob:to_binary(T)),
+    New2 = f32([-X || X <- lists:seq(1, 12)]),
+    ?assertEqual(T, tensor_blob:write(T, New2)),
+    ?assertEqual(New2, tensor_blob:to_binary(V)).
+
+unpinned_view_write_through_test() ->
+    T = matrix34(),
+    V = tensor_blob:from_blob(maps:remove(owner, tensor_blob:to_blob(T))),
+    New = f32(lists:seq(201, 212)),
+    _ = tensor_blob:write(V, New),
+    ?assertEqual(New, tensor_blob:to_binary(T)).
+
+narrow_view_write_test() ->
+    T = matrix34(),
+    Row1 = tensor_blob:narrow(T, 0, 1, 1),
+    ?assertEqual(f32([5, 6, 7, 8]), tensor_blob:to_binary(Row1)),
+    _ = tensor_blob:write(Row1, f32([50, 60, 70, 80])),
+    ?assertEqual(f32([1, 2, 3, 4, 50, 60, 70, 80, 9, 10, 11, 12]), tensor_blob:to_binary(T)),
+    Col2 = tensor_blob:narrow(T, 1, 2, 1),
+    ?assertEqual({3, 1}, tensor_blob:shape(Col2)),
+    ?assertEqual(f32([3, 70, 11]), tensor_blob:to_binary(Col2)),
+    _ = tensor_blob:write(Col2, f32([-1, -2, -3])),
+    ?assertEqual(f32([1, 2, -1, 4, 50, 60, -2, 80, 9, 10, -3, 12]), tensor_blob:to_binary(T)),
+    %% And the other way round: writing T shows through the narrow view.
+    _ = tensor_blob:write(T, f32(lists:seq(1, 12))),
+    ?assertEqual(f32([5, 6, 7, 8]), tensor_blob:to_binary(Row1)),
+    ?assertEqual(f32([3, 7, 11]), tensor_blob:to_binary(Col2)).
+
+blob_of_narrow_view_test() ->
+    T = matrix34(),
+    V = tensor_blob:from_blob(tensor_blob:to_blob(tensor_blob:narrow(T, 0, 1, 2))),
+    ?assertEqual({2, 4}, tensor_blob:shape(V)),
+    ?assertEqual(f32(lists:seq(5, 12)), tensor_blob:to_binary(V)),
+    _ = tensor_blob:write(V, f32(lists:seq(50, 57))),
+    ?assertEqual(f32([1, 2, 3, 4 | lists:seq(50, 57)]), tensor_blob:to_binary(T)).
+
+transpose_to_binary_test() ->
+    %% [[1,2,3],[4,5,6]] transposed is [[1,4],[2,5],[3,6]].
+    T = tensor_blob:from_binary(i32([1, 2, 3, 4, 5, 6]), int32, {2, 3}),
+    Tr = tensor_blob:transpose(T, 0, 1),
+    ?assertEqual({3, 2}, tensor_blob:shape(Tr)),
+    ?assertEqual([1, 3], tensor_blob:strides(Tr)),
+    ?assertEqual(i32([1, 4, 2, 5, 3, 6]), tensor_blob:to_binary(Tr)),
+    %% Through a blob view of the transpose as well.
+    ?assertEqual(i32([1, 4, 2, 5, 3, 6]),
+                 tensor_blob:to_binary(tensor_blob:from_blob(tensor_blob:to_blob(Tr)))),
+    %% A 3-D transpose of dims 0 and 2: T3[i][j][k] = 100i + 10j + k, {2,2,3}.
+    Vs3 = [100 * I + 10 * J + K || I <- [0, 1], J <- [0, 1], K <- [0, 1, 2]],
+    T3 = tensor_blob:from_binary(i32(Vs3), int32, {2, 2, 3}),
+    Expected3 = [100 * I + 10 * J + K || K <- [0, 1, 2], J <- [0, 1], I <- [0, 1]],
+    ?assertEqual(i32(Expected3), tensor_blob:to_binary(tensor_blob:transpose(T3, 0, 2))).
+
+transpose_view_write_test() ->
+    T = tensor_blob:from_binary(i32([1, 2, 3, 4, 5, 6]), int32, {2, 3}),
+    Tr = tensor_blob:transpose(T, 0, 1),
+    %% Writing [[10,40],[20,50],[30,60]] into the transpose writes
+    %% [[10,20,30],[40,50,60]] into T.
+    _ = tensor_blob:write(Tr, i32([10, 40, 20, 50, 30, 60])),
+    ?assertEqual(i32([10, 20, 30, 40, 50, 60]), tensor_blob:to_binary(T)),
+    _ = tensor_blob:write(T, i32([7, 8, 9, 10, 11, 12])),
+    ?assertEqual(i32([7, 10, 8, 11, 9, 12]), tensor_blob:to_binary(Tr)).
+
+%%====================================================================
+%% 4. Pinning and memory/1
+%%====================================================================
+
+memory_owned_test() ->
+    Z = tensor_blob:zeros({2, 2}, float32),
+    T = matrix34(),
+    ?assertEqual(owned, tensor_blob:memory(Z)),
+    ?assertEqual(owned, tensor_blob:memory(T)),
+    ?assertEqual(owned, tensor_blob:memory(tensor_blob:narrow(T, 0, 1, 1))),
+    ?assertEqual(owned, tensor_blob:memory(tensor_blob:transpose(T, 0, 1))),
+    ?assertNot(tensor_blob:pinned(T)).
+
+memory_pinned_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    V = tensor_blob:from_blob(B),
+    ?assertEqual(pinned, tensor_blob:memory(V)),
+    ?assert(tensor_blob:pinned(V)),
+    ?assertEqual(pinned, tensor_blob:memory(tensor_blob:narrow(V, 0, 1, 1))),
+    ?assertEqual(pinned, tensor_blob:memory(tensor_blob:transpose(V, 0, 1))),
+    Spec = maps:remove(owner, B),
+    ?assertEqual(pinned, tensor_blob:memory(tensor_blob:from_blob(Spec, #{owner => T}))),
+    %% The option replaces the spec's owner.
+    ?assertEqual(pinned, tensor_blob:memory(tensor_blob:from_blob(B, #{owner => T}))),
+    %% An empty option map is from_blob/1.
+    ?assertEqual(pinned, tensor_blob:memory(tensor_blob:from_blob(B, #{}))),
+    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(Spec, #{}))),
+    ?assertEqual(owned, tensor_blob:memory(T)).
+
+memory_unpinned_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    U = tensor_blob:from_blob(maps:remove(owner, B)),
+    ?assertEqual(unpinned, tensor_blob:memory(U)),
+    ?assertNot(tensor_blob:pinned(U)),
+    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:narrow(U, 1, 0, 2))),
+    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(B#{owner => undefined}))),
+    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(B#{owner => nil}))),
+    ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(U)),
+    ?assertEqual(owned, tensor_blob:memory(T)).
+
+%% strides and device may be absent, undefined or nil: row-major, cpu.
+optional_spec_keys_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    Full = maps:remove(owner, B),
+    [begin
+         V = tensor_blob:from_blob(Spec),
+         ?assertEqual(Full, maps:remove(owner, tensor_blob:to_blob(V))),
+         ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(V))
+     end
+     || Spec <- [maps:without([strides, device, element_size, byte_size], B),
+                 B#{strides => undefined, device => nil},
+                 B#{strides => nil, device => undefined},
+                 #{ptr => maps:get(ptr, B), shape => {3, 4}, dtype => float32, owner => T}]],
+    %% Unknown extra keys in a spec are ignored (a struct's __struct__, say).
+    W = tensor_blob:from_blob(B#{'__struct__' => 'Elixir.TensorBlob.Blob', extra => 1}),
+    ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(W)).
+
+%%====================================================================
+%% 5. Lifetime
+%%====================================================================
+
+%% A slice of a pinned view, sent away from the process that made the
+%% tensor, keeps the memory alive after that process exits and after
+%% garbage collection and allocation churn.
+slice_outlives_its_maker_test_() ->
+    {timeout, 60, fun slice_outlives_its_maker/0}.
+
+slice_outlives_its_maker() ->
+    Start = settled_stats(),
+    Vs = [float(X * 1.25) || X <- lists:seq(0, 15)],
+    Bytes = f32(Vs),
+    Expected = binary:part(Bytes, 16, 32),
+    check_slice(Bytes, Expected, Start),
+    %% check_slice/3 has returned: the slice is garbage here; with it go the
+    %% pin and the original tensor.
+    wait_for_stats(Start).
+
+check_slice(Bytes, Expected, Start) ->
+    Self = self(),
+    {Pid, Ref} = spawn_monitor(fun() ->
+                                       T = tensor_blob:from_binary(Bytes, float32, {4, 4}),
+                                       V = tensor_blob:from_blob(tensor_blob:to_blob(T)),
+                                       Slice = tensor_blob:narrow(V, 0, 1, 2),
+                                       Self ! {slice, self(), Slice}
+                               end),
+    Slice = receive {slice, Pid, S} -> S after 5000 -> erlang:error(no_slice) end,
+    receive {'DOWN', Ref, process, Pid, normal} -> ok after 5000 -> erlang:error(no_exit) end,
+    %% The maker's V is gone. Left: the slice, and the original tensor, kept
+    %% alive only by the pin's copy of the owner.
+    wait_for_stats(plus(Start, 2, 1)),
+    erlang:garbage_collect(),
+    churn(),
+    erlang:garbage_collect(),
+    ?assertEqual(pinned, tensor_blob:memory(Slice)),
+    ?assertEqual({2, 4}, tensor_blob:shape(Slice)),
+    ?assertEqual(Expected, tensor_blob:to_binary(Slice)),
+    %% Still the same memory: a view of the slice's blob sees the bytes too.
+    ?assertEqual(Expected, tensor_blob:to_binary(tensor_blob:from_blob(tensor_blob:to_blob(Slice)))),
+    ok.
+
+%% Allocates and drops many tensors (of the freed tensor's size, to reuse its
+%% memory if it was freed) and binaries.
+churn() ->
+    Junk = binary:copy(<<16#AB>>, 64),
+    lists:foreach(fun(I) ->
+                          T = tensor_blob:from_binary(Junk, float32, {4, 4}),
+                          _ = tensor_blob:zeros({4, 4}, float32),
+                          _ = tensor_blob:to_binary(T),
+                          _ = binary:copy(<<I:32>>, 1000),
+                          case I rem 100 of
+                              0 -> erlang:garbage_collect();
+                              _ -> ok
+                          end
+                  end, lists:seq(1, 3000)).
+
+%% Every tensor and pin made is released once dropped and collected; the
+%% counts do go up while they live.
+stats_return_to_start_test_() ->
+    {timeout, 60, fun stats_return_to_start/0}.
+
+stats_return_to_start() ->
+    Start = settled_stats(),
+    run_isolated(
+      fun() ->
+              T = matrix34(),
+              B = tensor_blob:to_blob(T),
+              V = tensor_blob:from_blob(B),
+              N = tensor_blob:narrow(V, 0, 0, 2),
+              Tr = tensor_blob:transpose(N, 0, 1),
+              U = tensor_blob:from_blob(maps:remove(owner, B)),
+              P2 = tensor_blob:from_blob(maps:remove(owner, B), #{owner => {T, <<"x">>}}),
+              %% T, V, N, Tr, U, P2: six tensors; V and P2 pin, U does not.
+              ?assertEqual(plus(Start, 6, 2), tensor_blob:stats()),
+              %% Refused views release their pin at once.
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(B#{shape => {4, 4}})),
+              ?assertTensorBlobError(<<"CUDA">>, tensor_blob:from_blob(B#{device => {cuda, 0}})),
+              ?assertEqual(plus(Start, 6, 2), tensor_blob:stats()),
+              ?assertEqual(f32(lists:seq(1, 8)), tensor_blob:to_binary(N)),
+              %% Keep every tensor live up to here, so no collection above
+              %% could have lowered the counts.
+              _ = [tensor_blob:to_binary(X) || X <- [T, V, N, Tr, U, P2]]
+      end),
+    wait_for_stats(Start).
+
+%% A binary owner's extent is known: a pointer outside it is refused.
+binary_owner_outside_test() ->
+    Start = settled_stats(),
+    run_isolated(
+      fun() ->
+              Other = tensor_blob:zeros({16}, uint8),
+              P = ptr(Other),
+              Spec = #{ptr => P, shape => {16}, dtype => uint8},
+              Big = binary:copy(<<7>>, 4096),   % a refc binary
+              Small = <<1, 2, 3, 4>>,          % a heap binary
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(Spec, #{owner => Big})),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(Spec, #{owner => Small})),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(Spec#{owner => Big})),
+              %% The refused pins are gone: only Other is live.
+              ?assertEqual(plus(Start, 1, 0), tensor_blob:stats()),
+              ?assertEqual(<<0:128>>, tensor_blob:to_binary(Other))
+      end),
+    wait_for_stats(Start).
+
+%% A tensor owner's extent is its storage: nothing before or after it.
+tensor_owner_outside_test() ->
+    Start = settled_stats(),
+    run_isolated(
+      fun() ->
+              T = tensor_blob:from_binary(f32([1, 2, 3, 4]), float32, {2, 2}),
+              B = tensor_blob:to_blob(T),
+              P = maps:get(ptr, B),
+              Spec = maps:remove(strides, B),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(Spec#{shape => {3, 3}})),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(Spec#{shape => {5}})),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(Spec#{ptr => P - 4})),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(Spec#{ptr => P + 4})),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(B#{strides => [4, 1]})),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>],
+                            tensor_blob:from_blob(maps:remove(owner, Spec#{shape => {8}}),
+                                                  #{owner => T})),
+              %% A narrow view's storage is the whole tensor's: its blob may
+              %% be widened back to the full tensor, not beyond.
+              N = tensor_blob:narrow(T, 0, 1, 1),
+              NB = tensor_blob:to_blob(N),
+              W = tensor_blob:from_blob(NB#{ptr => P, shape => {2, 2}, strides => [2, 1]}),
+              ?assertEqual(f32([1, 2, 3, 4]), tensor_blob:to_binary(W)),
+              ?assertBadarg(<<"ptr">>, [<<"outside">>], tensor_blob:from_blob(NB#{shape => {2, 2}, strides => [2, 1]})),
+              %% Exactly the extent is fine, as is the last element alone.
+              Last = tensor_blob:from_blob(Spec#{ptr => P + 12, shape => {1}}),
+              ?assertEqual(f32([4]), tensor_blob:to_binary(Last)),
+              %% T, N, W and Last; W and Last pin. No refused call left a pin.
+              ?assertEqual(plus(Start, 4, 2), tensor_blob:stats()),
+              _ = [tensor_blob:to_binary(X) || X <- [T, N, W, Last]]
+      end),
+    wait_for_stats(Start).
+
+%%====================================================================
+%% 6. Concurrency
+%%====================================================================
+
+concurrent_views_test_() ->
+    {timeout, 120, fun concurrent_views/0}.
+
+concurrent_views() ->
+    Start = settled_stats(),
+    NProcs = 32,
+    Iterations = 500,
+    Len = 1000,
+    run_isolated(
+      fun() ->
+              T = tensor_blob:from_binary(i32(lists:seq(0, Len - 1)), int32, {Len}),
+              Workers = [spawn_monitor(fun() -> view_worker(T, Id, Iterations, Len) end)
+                         || Id <- lists:seq(1, NProcs)],
+              [receive
+                   {'DOWN', Ref, process, Pid, Reason} -> ?assertEqual({Pid, done}, {Pid, Reason})
+               after 100000 -> erlang:error({worker_timeout, Pid})
+               end || {Pid, Ref} <- Workers],
+              ?assertEqual(i32(lists:seq(0, Len - 1)), tensor_blob:to_binary(T))
+      end),
+    wait_for_stats(Start).
+
+view_worker(T, Id, Iterations, Len) ->
+    lists:foreach(
+      fun(K) ->
+              I = (Id * 7919 + K * 31) rem Len,
+              V = tensor_blob:from_blob(tensor_blob:to_blob(T)),
+              pinned = tensor_blob:memory(V),
+              Got = tensor_blob:to_binary(tensor_blob:narrow(V, 0, I, 1)),
+              case i32([I]) of
+                  Got -> ok;
+                  Want -> exit({wrong_element, I, Want, Got})
+              end
+      end, lists:seq(1, Iterations)),
+    exit(done).
+
+%%====================================================================
+%% 7. Bad input
+%%====================================================================
+
+non_map_spec_test() ->
+    ?assertBadarg(<<"spec">>, tensor_blob:from_blob(not_a_map)),
+    ?assertBadarg(<<"spec">>, tensor_blob:from_blob([{ptr, 8}, {shape, {1}}, {dtype, uint8}])),
+    ?assertBadarg(<<"spec">>, tensor_blob:from_blob({1, 2}, #{owner => x})).
+
+missing_keys_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    [?assertBadarg(atom_to_binary(K, utf8), tensor_blob:from_blob(maps:remove(K, B)))
+     || K <- [ptr, shape, dtype]],
+    [?assertBadarg(atom_to_binary(K, utf8),
+                   tensor_blob:from_blob(maps:remove(K, maps:remove(owner, B))))
+     || K <- [ptr, shape, dtype]],
+    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(#{})).
+
+bad_ptr_test() ->
+    Spec = #{shape => {2}, dtype => float32},
+    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => "0x1000"})),
+    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => 4096.0})),
+    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => nil})),
+    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => -8})),
+    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => 1 bsl 64})).
+
+null_pointer_test() ->
+    ?assertBadarg(<<"ptr">>, [<<"null">>], tensor_blob:from_blob(#{ptr => 0, shape => {2}, dtype => float32})),
+    ?assertBadarg(<<"ptr">>, [<<"null">>], tensor_blob:from_blob(#{ptr => 0, shape => {}, dtype => int64})),
+    %% No elements: a null pointer is fine.
+    E = tensor_blob:from_blob(#{ptr => 0, shape => {0}, dtype => float32}),
+    ?assertEqual(unpinned, tensor_blob:memory(E)),
+    ?assertEqual({0}, tensor_blob:shape(E)),
+    ?assertEqual(<<>>, tensor_blob:to_binary(E)),
+    ?assertMatch(#{ptr := 0, byte_size := 0}, tensor_blob:to_blob(E)).
+
+misaligned_pointer_test() ->
+    T = matrix34(),
+    P = ptr(T),
+    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{ptr => P + 1, shape => {2}, dtype => float32})),
+    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{ptr => P + 2, shape => {2}, dtype => float32})),
+    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{ptr => P + 4, shape => {2}, dtype => float64})),
+    %% Aligned, it is fine; and a 1-byte dtype is aligned anywhere.
+    ?assertEqual(f32([2, 3]), tensor_blob:to_binary(
+                               tensor_blob:from_blob(#{ptr => P + 4, shape => {2}, dtype => float32}))),
+    ?assertEqual(binary:part(f32([1, 2]), 1, 3),
+                 tensor_blob:to_binary(tensor_blob:from_blob(#{ptr => P + 1, shape => {3}, dtype => uint8}))),
+    ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(T)).
+
+bad_shape_test() ->
+    T = matrix34(),
+    P = ptr(T),
+    Spec = #{ptr => P, dtype => uint8},
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => [2, 3]})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => 6})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => {2, -1}})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => {2, 1.5}})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => {a}})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => {1 bsl 64}})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => {16#7fffffffffffffff, 3}})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => {16#7fffffffffffffff, 3},
+                                                          strides => [3, 1]})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => list_to_tuple(lists:duplicate(65, 1))})),
+    %% 64 dimensions is the limit, and allowed.
+    D64 = list_to_tuple(lists:duplicate(64, 1)),
+    V64 = tensor_blob:from_blob(Spec#{shape => D64}),
+    ?assertEqual(D64, tensor_blob:shape(V64)),
+    ?assertEqual(<<1.0:32/float-native>>, tensor_blob:to_binary(tensor_blob:from_blob(
+                                                                   Spec#{shape => D64, dtype => float32}))),
+    ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(T)).
+
+bad_strides_test() ->
+    T = matrix34(),
+    Spec = #{ptr => ptr(T), dtype => float32, shape => {3, 4}},
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [4]})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [4, 1, 1]})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => {4, 1}})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => 4})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [4, -1]})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [4, a]})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [1 bsl 64, 1]})),
+    %% The farthest element's byte offset overflows 64 bits.
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [16#7fffffffffffffff, 1]})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [16#3fffffffffffffff, 1]})),
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(#{ptr => 8, dtype => float32, shape => {2},
+                                                        strides => [16#2000000000000000]})),
+    ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(T)).
+
+bad_dtype_test() ->
+    T = matrix34(),
+    Spec = #{ptr => ptr(T), shape => {2}},
+    [?assertBadarg(<<"dtype">>, tensor_blob:from_blob(Spec#{dtype => D}))
+     || D <- [float33, foo, {u, 4}, {q, 8}, {s, 128}, "float32", <<"float32">>, 32, {f, 32, 1}]],
+    ?assertBadarg(<<"dtype">>, tensor_blob:zeros({2}, foo)),
+    ?assertBadarg(<<"dtype">>, tensor_blob:from_binary(<<0:64>>, {u, 4}, {2})),
+    ?assertEqual(owned, tensor_blob:memory(T)).
+
+bad_device_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    [?assertBadarg(<<"device">>, tensor_blob:from_blob(B#{device => D}))
+     || D <- [{gpu, 0}, "cpu", gpu, {cuda, -1}, {cuda, a}, {cuda}, {cuda, 0, 1}]],
+    ?assertEqual(owned, tensor_blob:memory(T)).
+
+%% CUDA memory is refused in this build, never viewed as CPU memory.
+cuda_spec_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    Spec = maps:remove(owner, B),
+    ?assertTensorBlobError(<<"CUDA">>, tensor_blob:from_blob(B#{device => {cuda, 0}})),
+    ?assertTensorBlobError(<<"CUDA">>, tensor_blob:from_blob(Spec#{device => {cuda, 0}})),
+    ?assertTensorBlobError(<<"CUDA">>, tensor_blob:from_blob(Spec#{device => {cuda, 1}},
+                                                            #{owner => keep_me})),
+    ?assertEqual(owned, tensor_blob:memory(T)).
+
+from_binary_bad_input_test() ->
+    Bytes = f32([1, 2, 3, 4, 5, 6]),
+    ?assertBadarg(<<"binary">>, tensor_blob:from_binary(<<Bytes/binary, 0>>, float32, {2, 3})),
+    ?assertBadarg(<<"binary">>, tensor_blob:from_binary(binary:part(Bytes, 0, 20), float32, {2, 3})),
+    ?assertBadarg(<<"binary">>, tensor_blob:from_binary(Bytes, float32, {2, 2})),
+    ?assertBadarg(<<"binary">>, tensor_blob:from_binary(Bytes, float64, {2, 3})),
+    ?assertBadarg(<<"binary">>, tensor_blob:from_binary(<<1:4>>, uint8, {1})),
+    ?assertBadarg(<<"binary">>, tensor_blob:from_binary([1, 2, 3], uint8, {3})),
+    ?assertBadarg(<<"binary">>, tensor_blob:from_binary(not_binary, uint8, {0})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_binary(Bytes, float32, [2, 3])),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_binary(Bytes, float32, {-2, -3})),
+    ?assertBadarg(<<"shape">>, tensor_blob:from_binary(Bytes, float32, {16#7fffffffffffffff, 3})).
+
+zeros_bad_shape_test() ->
+    ?assertBadarg(<<"shape">>, tensor_blob:zeros([2, 3], float32)),
+    ?assertBadarg(<<"shape">>, tensor_blob:zeros(3, float32)),
+    ?assertBadarg(<<"shape">>, tensor_blob:zeros({2, -3}, float32)),
+    ?assertBadarg(<<"shape">>, tensor_blob:zeros({2, x}, float32)),
+    ?assertBadarg(<<"shape">>, tensor_blob:zeros({16#7fffffffffffffff, 3}, float32)),
+    ?assertBadarg(<<"shape">>, tensor_blob:zeros(list_to_tuple(lists:duplicate(65, 1)), uint8)),
+    %% The element count fits, the bytes do not: refused before allocating.
+    ?assertBadarg(<<"shape">>, tensor_blob:zeros({16#7fffffffffffffff}, float64)).
+
+%% An allocation libtorch cannot make is not the caller's fault and must
+%% not crash the VM.
+zeros_out_of_memory_test() ->
+    ?assertTensorBlobError(<<"zeros">>, tensor_blob:zeros({1 bsl 59}, int64)).
+
+narrow_bad_input_test() ->
+    T = matrix34(),
+    ?assertBadarg(<<"dim">>, tensor_blob:narrow(T, 2, 0, 1)),
+    ?assertBadarg(<<"dim">>, tensor_blob:narrow(T, -1, 0, 1)),
+    ?assertBadarg(<<"dim">>, tensor_blob:narrow(T, a, 0, 1)),
+    ?assertBadarg(<<"start">>, tensor_blob:narrow(T, 0, 4, 0)),
+    ?assertBadarg(<<"start">>, tensor_blob:narrow(T, 0, -1, 1)),
+    ?assertBadarg(<<"start">>, tensor_blob:narrow(T, 1, 1.0, 1)),
+    ?assertBadarg(<<"length">>, tensor_blob:narrow(T, 0, 1, 3)),
+    ?assertBadarg(<<"length">>, tensor_blob:narrow(T, 1, 0, 5)),
+    ?assertBadarg(<<"length">>, tensor_blob:narrow(T, 1, 2, -1)),
+    ?assertBadarg(<<"length">>, tensor_blob:narrow(T, 1, 2, 1 bsl 64)),
+    ?assertBadarg(<<"dim">>, tensor_blob:narrow(tensor_blob:zeros({}, int64), 0, 0, 1)),
+    %% The edges are allowed.
+    ?assertEqual({0, 4}, tensor_blob:shape(tensor_blob:narrow(T, 0, 3, 0))),
+    ?assertEqual(f32([4, 8, 12]), tensor_blob:to_binary(tensor_blob:narrow(T, 1, 3, 1))).
+
+transpose_bad_input_test() ->
+    T = matrix34(),
+    ?assertBadarg(<<"dim0">>, tensor_blob:transpose(T, 2, 0)),
+    ?assertBadarg(<<"dim0">>, tensor_blob:transpose(T, -1, 0)),
+    ?assertBadarg(<<"dim1">>, tensor_blob:transpose(T, 0, 2)),
+    ?assertBadarg(<<"dim1">>, tensor_blob:transpose(T, 0, x)),
+    ?assertBadarg(<<"dim0">>, tensor_blob:transpose(tensor_blob:zeros({}, int64), 0, 0)),
+    %% Swapping a dimension with itself is the identity.
+    ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(tensor_blob:transpose(T, 1, 1))).
+
+write_bad_input_test() ->
+    T = matrix34(),
+    ?assertBadarg(<<"binary">>, tensor_blob:write(T, f32(lists:seq(1, 11)))),
+    ?assertBadarg(<<"binary">>, tensor_blob:write(T, <<(f32(lists:seq(1, 12)))/binary, 0>>)),
+    ?assertBadarg(<<"binary">>, tensor_blob:write(T, <<>>)),
+    ?assertBadarg(<<"binary">>, tensor_blob:write(T, lists:seq(1, 48))),
+    ?assertBadarg(<<"binary">>, tensor_blob:write(tensor_blob:narrow(T, 0, 0, 1), f32(lists:seq(1, 12)))),
+    %% A refused write leaves the tensor as it was.
+    ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(T)).
+
+%% Every function taking a tensor refuses anything else.
+not_a_tensor_test_() ->
+    Calls = [{to_blob, fun(X) -> tensor_blob:to_blob(X) end},
+             {to_blob_2, fun(X) -> tensor_blob:to_blob(X, #{}) end},
+             {to_binary, fun(X) -> tensor_blob:to_binary(X) end},
+             {write, fun(X) -> tensor_blob:write(X, <<>>) end},
+             {narrow, fun(X) -> tensor_blob:narrow(X, 0, 0, 0) end},
+             {transpose, fun(X) -> tensor_blob:transpose(X, 0, 0) end},
+             {shape, fun(X) -> tensor_blob:shape(X) end},
+             {strides, fun(X) -> tensor_blob:strides(X) end},
+             {dtype, fun(X) -> tensor_blob:dtype(X) end},
+             {device, fun(X) -> tensor_blob:device(X) end},
+             {memory, fun(X) -> tensor_blob:memory(X) end},
+             {pinned, fun(X) -> tensor_blob:pinned(X) end}],
+    [{atom_to_list(Name),
+      fun() ->
+              NotTensors = [an_atom, self(), make_ref(), 42, <<"bin">>, #{ref => make_ref()},
+                            tensor_blob:to_blob(tensor_blob:zeros({1}, uint8))],
+              [?assertBadarg(<<"tensor">>, Call(X)) || X <- NotTensors]
+      end} || {Name, Call} <- Calls].
+
+options_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    ?assertBadarg(<<"options">>, tensor_blob:to_blob(T, [{owner, x}])),
+    ?assertBadarg(<<"options">>, tensor_blob:to_blob(T, owner)),
+    ?assertBadarg(<<"options">>, tensor_blob:to_blob(T, #{bogus => 1})),
+    ?assertBadarg(<<"options">>, [<<"bogus">>], tensor_blob:to_blob(T, #{owner => x, bogus => 1})),
+    ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, [{owner, x}])),
+    ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, undefined)),
+    ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, #{bogus => 1})),
+    ?assertBadarg(<<"options">>, [<<"bogus">>], tensor_blob:from_blob(B, #{owner => T, bogus => 1})),
+    ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, #{struct => x})).
+
+%%====================================================================
+%% 8. Zero-size and 0-d tensors
+%%====================================================================
+
+zero_size_test() ->
+    Z = tensor_blob:zeros({0, 3}, float32),
+    ?assertEqual(<<>>, tensor_blob:to_binary(Z)),
+    B = tensor_blob:to_blob(Z),
+    ?assertMatch(#{shape := {0, 3}, dtype := float32, element_size := 4, byte_size := 0,
+                   device := cpu}, B),
+    V = tensor_blob:from_blob(B),
+    ?assertEqual(maps:remove(owner, B), maps:remove(owner, tensor_blob:to_blob(V))),
+    ?assertEqual({0, 3}, tensor_blob:shape(V)),
+    ?assertEqual(float32, tensor_blob:dtype(V)),
+    ?assertEqual(<<>>, tensor_blob:to_binary(V)),
+    ?assertEqual(V, tensor_blob:write(V, <<>>)),
+    E = tensor_blob:from_binary(<<>>, int16, {3, 0}),
+    ?assertEqual({3, 0}, tensor_blob:shape(E)),
+    ?assertEqual(<<>>, tensor_blob:to_binary(tensor_blob:transpose(E, 0, 1))).
+
+scalar_test() ->
+    S = tensor_blob:zeros({}, int64),
+    ?assertEqual({}, tensor_blob:shape(S)),
+    ?assertEqual([], tensor_blob:strides(S)),
+    ?assertEqual(<<0:64>>, tensor_blob:to_binary(S)),
+    ?assertMatch(#{shape := {}, strides := [], dtype := int64, element_size := 8, byte_size := 8},
+                 tensor_blob:to_blob(S)),
+    Bytes = <<-42:64/signed-native>>,
+    T = tensor_blob:from_binary(Bytes, int64, {}),
+    V = tensor_blob:from_blob(tensor_blob:to_blob(T)),
+    ?assertEqual({}, tensor_blob:shape(V)),
+    ?assertEqual(Bytes, tensor_blob:to_binary(V)),
+    _ = tensor_blob:write(V, <<7:64/signed-native>>),
+    ?assertEqual(<<7:64/signed-native>>, tensor_blob:to_binary(T)).
+
+%%====================================================================
+%% Misc
+%%====================================================================
+
+torch_version_test() ->
+    V = tensor_blob:torch_version(),
+    ?assert(is_binary(V)),
+    ?assertMatch({match, _}, re:run(V, "^[0-9]+\\.[0-9]+")).
