@@ -178,7 +178,8 @@ wait_for_stats(Expected, N) ->
         _ -> timer:sleep(10), wait_for_stats(Expected, N - 1)
     end.
 
-plus(#{tensors := T, pins := P}, DT, DP) -> #{tensors => T + DT, pins => P + DP}.
+%% Start with DT more live tensors and DP more pins (other counts unchanged).
+plus(#{tensors := T, pins := P} = Stats, DT, DP) -> Stats#{tensors := T + DT, pins := P + DP}.
 
 %%====================================================================
 %% 1. dtypes and round trips
