@@ -91,6 +91,10 @@ int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_devic
 
 int tb_get_dim(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int *out, ERL_NIF_TERM *exc)
 {
+    if (ndim == 0) {
+        *exc = tb_raise_badarg(env, "%s: the tensor has no dimensions (it is a scalar), got %T", field, term);
+        return 0;
+    }
     if (!enif_get_int(env, term, out) || *out < 0 || *out >= ndim) {
         *exc = tb_raise_badarg(env, "%s: expected a dimension in 0..%d, got %T", field, ndim - 1, term);
         return 0;

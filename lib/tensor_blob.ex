@@ -71,6 +71,7 @@ defmodule TensorBlob do
     end
   end
 
+  def from_blob(spec, owner: nil), do: translating(do: Tensor.wrap(:tensor_blob.from_blob(spec, %{owner: nil})))
   def from_blob(spec, owner: owner), do: pinned_view(spec, owner)
 
   def from_blob(_spec, opts) do

@@ -59,10 +59,14 @@ from_blob(Spec) ->
     tensor_blob_nif:from_blob(Spec, undefined, false).
 
 %% @doc Like from_blob/1, with options: owner (the term to pin, in place of
-%% the spec's owner).
+%% the spec's owner; undefined or nil: pin nothing).
 -spec from_blob(spec(), #{owner => term()}) -> tensor().
 from_blob(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
-    tensor_blob_nif:from_blob(Spec, Owner, true);
+    case Owner of
+        undefined -> tensor_blob_nif:from_blob(Spec, undefined, false);
+        nil -> tensor_blob_nif:from_blob(Spec, undefined, false);
+        _ -> tensor_blob_nif:from_blob(Spec, Owner, true)
+    end;
 from_blob(Spec, Opts) when is_map(Opts) ->
     check_options(Opts, [owner]),
     from_blob(Spec);

@@ -87,6 +87,7 @@ defmodule TensorBlobTest do
       assert inspect(bare) =~ "pinned?: false"
       assert Tensor.to_binary(bare) == @f32
       assert Tensor.memory(TensorBlob.from_blob(%{blob | owner: nil})) == :unpinned
+      assert Tensor.memory(TensorBlob.from_blob(blob, owner: nil)) == :unpinned
     end
 
     test "explicit strides view a transposed layout" do
@@ -377,6 +378,7 @@ defmodule TensorBlobTest do
       assert_badarg(fn -> Tensor.narrow(t, 1, 4, 1) end, "start")
       assert_badarg(fn -> Tensor.narrow(t, 1, 1, 3) end, "length")
       assert_badarg(fn -> Tensor.transpose(t, 0, 5) end, "dim1")
+      assert_badarg(fn -> Tensor.narrow(Tensor.zeros({}, :int8), 0, 0, 1) end, ~r/dim.*no dimensions/)
       assert_badarg(fn -> Tensor.write!(t, <<0, 0>>) end, ~r/binary.*24 bytes/)
     end
   end
