@@ -68,9 +68,9 @@ no_leaks_test_() ->
     {timeout, 60,
      fun() ->
              Before = settled_stats(),
-             check(prop_roundtrip(roundtrip_dtypes()), 50),
-             check(prop_malformed(), 50),
-             dlpack_available() andalso check(prop_dlpack_roundtrip(roundtrip_dtypes()), 50),
+             check(prop_roundtrip(roundtrip_dtypes()), 300),
+             check(prop_malformed(), 300),
+             dlpack_available() andalso check(prop_dlpack_roundtrip(roundtrip_dtypes()), 300),
              ?assertEqual(Before, settled_stats())
      end}.
 
@@ -485,9 +485,9 @@ prop_malformed() ->
     ?FORALL({{D, Shape, Bytes}, Mutation}, gen_malformed(), malformed(D, Shape, Bytes, Mutation)).
 
 malformed(D, Shape, Bytes, Mutation) ->
-    %% Each case runs in a process of its own: no garbage of an earlier case
-    %% (kept alive a while by PropEr's state or by the stack trace of the
-    %% last exception) can be freed during the call and move the counts.
+    %% Each case runs in a process of its own, so that no garbage of this
+    %% process (kept alive a while by PropEr's state or by the stack trace
+    %% of the last exception) is collected during the call.
     {Pid, Ref} = spawn_monitor(fun() -> exit({done, malformed_case(D, Shape, Bytes, Mutation)}) end),
     Outcome = receive
                   {'DOWN', Ref, process, Pid, {done, O}} -> O;
@@ -500,8 +500,11 @@ malformed(D, Shape, Bytes, Mutation) ->
             Ok = case Result of
                      {error, {badarg, Msg}} when is_binary(Msg) ->
                          lists:any(fun(F) -> leads_with(F, Msg) end, Fields) andalso
-                             %% A refused spec leaves no tensor and no pin behind.
-                             Before =:= After;
+                             %% A refused spec adds no tensor and no pin. (Not
+                             %% an exact check: destructors of earlier cases
+                             %% run late and may lower the counts meanwhile;
+                             %% no_leaks_test_ checks the totals exactly.)
+                             not_above(After, Before);
                      _ ->
                          false
                  end,
@@ -531,6 +534,9 @@ malformed_case(D, Shape, Bytes, Mutation) ->
             %% Source is still alive here: Blob names it.
             {Fields, Blob, Result, Before, After}
     end.
+
+not_above(After, Before) ->
+    lists:all(fun({K, V}) -> V =< maps:get(K, Before) end, maps:to_list(After)).
 
 leads_with(Field, Msg) ->
     Prefix = <<(atom_to_binary(Field, utf8))/binary, ":">>,
@@ -626,8 +632,10 @@ gc_all() ->
     _ = [erlang:garbage_collect(P) || P <- processes()],
     ok.
 
-%% stats() once it no longer changes between collections.
-settled_stats() -> settled_stats(50, undefined).
+%% stats() once it no longer changes between collections. Resource
+%% destructors run a little after the collection that frees them (ERTS
+%% defers them), so this waits for the counts to stay put.
+settled_stats() -> settled_stats(100, undefined).
 
 settled_stats(0, Last) ->
     Last;
@@ -635,5 +643,5 @@ settled_stats(N, Last) ->
     gc_all(),
     case tensor_blob:stats() of
         Last -> Last;
-        S -> timer:sleep(5), settled_stats(N - 1, S)
+        S -> timer:sleep(10), settled_stats(N - 1, S)
     end.

@@ -1,0 +1,207 @@
+%% Hot code reload of the NIF module while tensors and pinned views are alive.
+%%
+%% code:load_file/1 of a module that is loaded makes the running instance
+%% old code and loads a new one; the new instance's on_load calls
+%% erlang:load_nif/2, and because the old instance has a NIF library loaded,
+%% ERTS runs the library's upgrade callback (not load), which takes the
+%% tensor resource type over (ERL_NIF_RT_TAKEOVER in c_src/tb_nif.c). A
+%% library without an upgrade callback, or one whose upgrade fails, makes
+%% on_load fail, and then load_file returns {error, on_load_failure} and the
+%% new instance has no NIFs: so {module, _} back, old code present, and NIF
+%% calls answering in the new instance together show that upgrade ran and
+%% succeeded.
+%%
+%% Then: the tensors made before still work (to_binary, to_blob, from_blob,
+%% views of them), new ones work, the live counts carried over, purging the
+%% old instance (which unloads its NIF library) changes none of that, a
+%% second reload works too, and once everything is dropped and collected the
+%% destructors (now the new instance's) bring stats() back to the start.
+-module(tensor_blob_reload_tests).
+
+-include_lib("eunit/include/eunit.hrl").
+
+-define(M, tensor_blob_nif).
+
+reload_test_() ->
+    {timeout, 60, fun reload/0}.
+
+reload() ->
+    Start = settled_stats(),
+    run_isolated(fun live_through_reloads/0),
+    %% Everything made above is garbage now, and freed by the code loaded
+    %% last: the counts come back.
+    ?assertEqual(Start, settled_stats()),
+    %% Leave no old code behind for other tests.
+    _ = code:purge(?M),
+    ?assertNot(erlang:check_old_code(?M)).
+
+live_through_reloads() ->
+    Vs = lists:seq(1, 12),
+    T = tensor_blob:from_binary(f32(Vs), float32, {3, 4}),
+    Kept = make_views(T),
+    check_views(Kept, Vs),
+    %% DLPack capsules made before the reload (when this build has DLPack):
+    %% one imported after it, one dropped unconsumed (its deleter runs from
+    %% the capsule destructor of the new code).
+    Capsules = make_capsules(maps:get(view, Kept)),
+    Live = settled_stats(),
+    %% 7 tensors (a capsule is counted apart); 3 pins: the view's storage
+    %% (shared by its transpose and narrow), the env-pinned view's, and the
+    %% dropped view's under Slice.
+    ?assertMatch(#{tensors := 7, pins := 3}, maps:without([capsules], Live)),
+    ?assertEqual(length(Capsules), maps:get(capsules, Live, 0)),
+
+    reload_nif(),
+    %% The counters live in the library, which stayed mapped: carried over.
+    ?assertEqual(Live, settled_stats()),
+    check_views(Kept, Vs),
+    %% New tensors, and new views of old tensors, work too.
+    New = make_views(tensor_blob:from_binary(f32(Vs), float32, {3, 4})),
+    check_views(New, Vs),
+    Newer = make_views(maps:get(view, Kept)),
+    check_views(Newer, Vs),
+
+    %% Purging the old instance unloads its NIF library: no process runs
+    %% old code, so none is killed, and the tensors do not notice.
+    ?assert(erlang:check_old_code(?M)),
+    ?assertEqual(false, code:purge(?M)),
+    ?assertNot(erlang:check_old_code(?M)),
+    check_views(Kept, Vs),
+    check_views(New, Vs),
+    check_capsules(Capsules, Vs),
+
+    %% A second upgrade, over the first.
+    reload_nif(),
+    check_views(Kept, Vs),
+    check_views(Newer, Vs),
+    _ = code:purge(?M),
+
+    %% Dropping some of them now runs the destructors of the new code while
+    %% this process lives on.
+    Before = settled_stats(),
+    drop(New),
+    After = settled_stats(),
+    ?assert(maps:get(tensors, After) < maps:get(tensors, Before)),
+    ?assert(maps:get(pins, After) < maps:get(pins, Before)),
+    check_views(Kept, Vs),
+    check_views(Newer, Vs),
+    ok.
+
+%% Reloads the NIF module's beam and checks that a new instance with a
+%% working NIF library replaced the old one.
+reload_nif() ->
+    {file, Beam} = code:is_loaded(?M),
+    ?assertNotEqual(preloaded, Beam),
+    Md5 = ?M:module_info(md5),
+    ?assertNot(erlang:check_old_code(?M)),
+    %% on_load failing (an upgrade callback missing or failing) would give
+    %% {error, on_load_failure} here.
+    ?assertEqual({module, ?M}, code:load_file(?M)),
+    %% The same beam, now loaded twice: the instance before is old code.
+    ?assertEqual(Md5, ?M:module_info(md5)),
+    ?assertEqual({file, Beam}, code:is_loaded(?M)),
+    ?assert(erlang:check_old_code(?M)),
+    ?assert(erlang:module_loaded(?M)),
+    %% The new instance has its NIFs (a stub would raise not_loaded).
+    ?assertMatch(#{tensors := _, pins := _}, ?M:stats()),
+    ?assertEqual(<<"x">>, ?M:identity(<<"x">>)),
+    ok.
+
+%% A tensor-pinning view, an env-pinned view (the owner is a tuple, so it is
+%% copied into a pin environment), a transpose and a narrow of the view, a
+%% narrow whose view was dropped, and an unpinned view with T kept by hand.
+make_views(T) ->
+    Blob = tensor_blob:to_blob(T),
+    View = tensor_blob:from_blob(Blob),
+    EnvPinned = tensor_blob:from_blob(maps:remove(owner, Blob), #{owner => {keep, T}}),
+    Slice = tensor_blob:narrow(tensor_blob:from_blob(Blob), 0, 1, 2),
+    #{source => T, source_memory => tensor_blob:memory(T), view => View, env_pinned => EnvPinned, slice => Slice,
+      transposed => tensor_blob:transpose(View, 0, 1),
+      narrowed => tensor_blob:narrow(View, 1, 1, 2),
+      unpinned => tensor_blob:from_blob(maps:remove(owner, Blob))}.
+
+check_views(#{source := T, source_memory := SourceMemory, view := View, env_pinned := EnvPinned, slice := Slice, transposed := Tr,
+              narrowed := Nar, unpinned := Unpinned}, Vs) ->
+    All = f32(Vs),
+    ?assertEqual(All, tensor_blob:to_binary(T)),
+    ?assertEqual(All, tensor_blob:to_binary(View)),
+    ?assertEqual(All, tensor_blob:to_binary(EnvPinned)),
+    ?assertEqual(All, tensor_blob:to_binary(Unpinned)),
+    ?assertEqual(f32(lists:sublist(Vs, 5, 8)), tensor_blob:to_binary(Slice)),
+    ?assertEqual(f32([lists:nth(R * 4 + C + 1, Vs) || C <- lists:seq(0, 3), R <- lists:seq(0, 2)]),
+                 tensor_blob:to_binary(Tr)),
+    ?assertEqual(f32([lists:nth(R * 4 + C + 1, Vs) || R <- lists:seq(0, 2), C <- [1, 2]]),
+                 tensor_blob:to_binary(Nar)),
+    ?assertEqual(pinned, tensor_blob:memory(View)),
+    ?assertEqual(pinned, tensor_blob:memory(EnvPinned)),
+    ?assertEqual(pinned, tensor_blob:memory(Slice)),
+    ?assertEqual(pinned, tensor_blob:memory(Tr)),
+    ?assertEqual(unpinned, tensor_blob:memory(Unpinned)),
+    ?assertEqual(SourceMemory, tensor_blob:memory(T)),
+    %% The round trip, on each of them: same memory, same bytes.
+    lists:foreach(fun(X) ->
+                          Blob = tensor_blob:to_blob(X),
+                          Y = tensor_blob:from_blob(Blob),
+                          ?assertEqual(maps:get(ptr, Blob), maps:get(ptr, tensor_blob:to_blob(Y))),
+                          ?assertEqual(tensor_blob:to_binary(X), tensor_blob:to_binary(Y))
+                  end, [T, View, EnvPinned, Slice, Tr, Nar, Unpinned]),
+    ok.
+
+drop(Views) when is_map(Views) -> ok.
+
+dlpack_available() ->
+    _ = code:ensure_loaded(tensor_blob),
+    erlang:function_exported(tensor_blob, to_dlpack, 1) andalso
+        erlang:function_exported(tensor_blob, from_dlpack, 1).
+
+make_capsules(View) ->
+    case dlpack_available() of
+        true -> [tensor_blob:to_dlpack(View), tensor_blob:to_dlpack(View)];
+        false -> []
+    end.
+
+%% Imports the first capsule (made before the reload) and checks its bytes.
+check_capsules([], _Vs) ->
+    ok;
+check_capsules([Capsule | _Dropped], Vs) ->
+    Imported = tensor_blob:from_dlpack(Capsule),
+    ?assertEqual(f32(Vs), tensor_blob:to_binary(Imported)),
+    ok.
+
+f32(Vs) -> << <<V:32/float-native>> || V <- Vs >>.
+
+%% Runs Fun in a fresh process and waits for it to exit, so that every term
+%% it made is garbage once this returns. Re-raises its failure here.
+run_isolated(Fun) ->
+    {Pid, Ref} = spawn_monitor(fun() ->
+                                       try Fun() of
+                                           _ -> exit(done)
+                                       catch
+                                           Class:Reason:Stack -> exit({failed, Class, Reason, Stack})
+                                       end
+                               end),
+    receive
+        {'DOWN', Ref, process, Pid, done} -> ok;
+        {'DOWN', Ref, process, Pid, Other} -> erlang:error({isolated_process_failed, Other})
+    after 50000 ->
+            exit(Pid, kill),
+            erlang:error(isolated_process_timeout)
+    end.
+
+gc_all() ->
+    _ = [erlang:garbage_collect(P) || P <- processes()],
+    ok.
+
+%% stats() once it no longer changes between collections. Resource
+%% destructors run a little after the collection that frees them (ERTS
+%% defers them), so this waits for the counts to stay put.
+settled_stats() -> settled_stats(100, undefined).
+
+settled_stats(0, Last) ->
+    Last;
+settled_stats(N, Last) ->
+    gc_all(),
+    case tensor_blob:stats() of
+        Last -> Last;
+        S -> timer:sleep(10), settled_stats(N - 1, S)
+    end.
