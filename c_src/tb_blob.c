@@ -140,7 +140,8 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                                    "it is never viewed as CPU memory",
                               tb_make_device(env, device.type, device.index));
 
-    /* The storage deleter's context: a pin, or nothing for an unpinned view. */
+    /* The storage deleter's context: a pin, or nothing for an unpinned view.
+     * An empty view reads no byte, so its pointer need not lie in the owner. */
     void *ctx = NULL;
     void (*deleter)(void *) = tb_pin_none;
     if (argv[2] == tb_atoms.true_) {
@@ -151,7 +152,8 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
             tb_shim_info_of(owner->handle, &info);
             base = (uint64_t)(uintptr_t)info.storage_data;
             size = info.storage_bytes;
-            if (info.device_type != device.type || !tb_extent_inside(l.ptr, r.byte_size, base, size))
+            if (info.device_type != device.type ||
+                (r.byte_size > 0 && !tb_extent_inside(l.ptr, r.byte_size, base, size)))
                 return outside_owner(env, &l, r.byte_size, base, size);
             tb_pin_keep_resource(owner);
             ctx = owner;
@@ -163,7 +165,8 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
             /* Check the pinned copy: a small binary is copied, not shared,
              * and then no pointer into the caller's copy is covered. */
             if (binary_extent(pin->env, pin->owner, &base, &size) &&
-                (device.type != TB_DEVICE_CPU || !tb_extent_inside(l.ptr, r.byte_size, base, size))) {
+                (device.type != TB_DEVICE_CPU ||
+                 (r.byte_size > 0 && !tb_extent_inside(l.ptr, r.byte_size, base, size)))) {
                 tb_pin_release(pin);
                 return outside_owner(env, &l, r.byte_size, base, size);
             }

@@ -161,9 +161,10 @@ int tb_shim_to_bytes(tb_shim_tensor *handle, void *dst, tb_shim_error *err) noex
         at::Tensor t = borrow(handle);
         if (t.numel() == 0)
             return;
-        // A row-major tensor over dst; copy_ walks any source strides.
-        at::Tensor target = at::from_blob(dst, t.sizes(), t.options().device(c10::kCPU));
-        target.copy_(t);
+        // memcpy, not a tensor over dst: a binary is only 8-byte aligned, and
+        // libtorch's vectorised copy assumes element alignment (complex128).
+        at::Tensor c = t.contiguous();
+        std::memcpy(dst, c.data_ptr(), c.nbytes());
     });
 }
 
@@ -173,8 +174,14 @@ int tb_shim_write_bytes(tb_shim_tensor *handle, const void *src, tb_shim_error *
         at::Tensor t = borrow(handle);
         if (t.numel() == 0)
             return;
-        at::Tensor source = at::from_blob(const_cast<void *>(src), t.sizes(), t.options().device(c10::kCPU));
-        t.copy_(source);
+        if (t.is_contiguous()) {
+            std::memcpy(t.data_ptr(), src, t.nbytes());
+            return;
+        }
+        // Staged through an aligned tensor, for the same reason as to_bytes.
+        at::Tensor staged = at::empty(t.sizes(), t.options());
+        std::memcpy(staged.data_ptr(), src, staged.nbytes());
+        t.copy_(staged);
     });
 }
 

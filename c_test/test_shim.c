@@ -143,6 +143,36 @@ static void test_errors_are_messages(void)
     tb_shim_release(t);
 }
 
+/* A BEAM binary is only 8-byte aligned; copies must not assume more
+ * (complex128 elements are 16 bytes). */
+static void test_copies_to_and_from_8_byte_aligned_memory(void)
+{
+    _Alignas(16) double buffer[2 * 3 + 1];
+    double *unaligned = buffer + 1; /* 8 mod 16 */
+    int64_t sizes[1] = {3};
+    tb_shim_tensor *t, *tr;
+    tb_shim_error err;
+    for (int i = 0; i < 6; i++)
+        unaligned[i] = i + 1;
+    CHECK(tb_shim_from_bytes(unaligned, 1, sizes, 10 /* ComplexDouble */, &t, &err));
+    double out_storage[2 * 3 + 1];
+    double *out = out_storage + ((uintptr_t)out_storage % 16 == 0 ? 1 : 0);
+    CHECK(tb_shim_to_bytes(t, out, &err));
+    CHECK(memcmp(out, unaligned, 6 * sizeof(double)) == 0);
+    CHECK(tb_shim_write_bytes(t, out, &err));
+
+    int64_t sizes2[2] = {1, 3};
+    tb_shim_tensor *m;
+    CHECK(tb_shim_from_bytes(unaligned, 2, sizes2, 10, &m, &err));
+    CHECK(tb_shim_transpose(m, 0, 1, &tr, &err));
+    CHECK(tb_shim_write_bytes(tr, unaligned, &err)); /* the staged path */
+    CHECK(tb_shim_to_bytes(tr, out, &err));
+    CHECK(memcmp(out, unaligned, 6 * sizeof(double)) == 0);
+    tb_shim_release(tr);
+    tb_shim_release(m);
+    tb_shim_release(t);
+}
+
 static void test_scalar_types_match_the_table(void)
 {
     for (int i = 0; i < TB_DT_COUNT; i++) {
@@ -170,6 +200,7 @@ int main(void)
     test_write_and_read_through_views();
     test_zeros_and_empty();
     test_errors_are_messages();
+    test_copies_to_and_from_8_byte_aligned_memory();
     test_scalar_types_match_the_table();
     printf("shim_test (libtorch %s): %d checks, %d failures\n", tb_shim_torch_version(), checks, failures);
     return failures ? 1 : 0;
