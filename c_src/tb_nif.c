@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "tb_blob.h"
+#include "tb_dlpack.h"
 #include "tb_nif.h"
 #include "tb_pin.h"
 #include "tb_tensor.h"
@@ -57,6 +58,9 @@ static void make_atoms(ErlNifEnv *env)
     a->unpinned = atom(env, "unpinned");
     a->tensors = atom(env, "tensors");
     a->pins = atom(env, "pins");
+    a->capsules = atom(env, "capsules");
+    a->versioned = atom(env, "versioned");
+    a->legacy = atom(env, "legacy");
     a->tensor_struct = atom(env, "Elixir.TensorBlob.Tensor");
 
     for (int i = 0; i < TB_DT_COUNT; i++)
@@ -152,10 +156,11 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 {
     (void)argc;
     (void)argv;
-    ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins};
-    ERL_NIF_TERM values[] = {enif_make_long(env, tb_tensor_live()), enif_make_long(env, tb_pin_live())};
+    ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins, tb_atoms.capsules};
+    ERL_NIF_TERM values[] = {enif_make_long(env, tb_tensor_live()), enif_make_long(env, tb_pin_live()),
+                             enif_make_long(env, tb_dlpack_live())};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 2, &map);
+    enif_make_map_from_arrays(env, keys, values, 3, &map);
     return map;
 }
 
@@ -201,12 +206,16 @@ static ErlNifFunc nif_funcs[] = {
     {"memory", 1, tb_nif_memory, 0},
     {"to_blob", 3, tb_nif_to_blob, 0},
     {"from_blob", 3, tb_nif_from_blob, 0},
+    {"to_dlpack", 3, tb_nif_to_dlpack, 0},
+    {"from_dlpack", 3, tb_nif_from_dlpack, 0},
+    {"consume_dlpack", 1, tb_nif_consume_dlpack, 0},
+    {"dlpack_version", 1, tb_nif_dlpack_version, 0},
 };
 
 static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
     make_atoms(env);
-    return tb_tensor_open_type(env, flags) ? 0 : 1;
+    return tb_tensor_open_type(env, flags) && tb_dlpack_open_type(env, flags) ? 0 : 1;
 }
 
 static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)

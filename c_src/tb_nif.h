@@ -16,7 +16,9 @@ typedef struct {
     /* memory kinds */
     ERL_NIF_TERM owned, pinned, unpinned;
     /* stats keys */
-    ERL_NIF_TERM tensors, pins;
+    ERL_NIF_TERM tensors, pins, capsules;
+    /* DLPack kinds */
+    ERL_NIF_TERM versioned, legacy;
     ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
 } tb_atom_table;

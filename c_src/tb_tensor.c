@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "tb_args.h"
+#include "tb_dlpack.h"
 #include "tb_nif.h"
 #include "tb_pin.h"
 #include "tb_spec.h"
@@ -229,6 +230,9 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     ERL_NIF_TERM exc = refuse_device(env, &info, "write!");
     if (exc)
         return exc;
+    if (tb_dlpack_is_read_only_deleter(info.storage_deleter))
+        return tb_raise_badarg(env, "tensor: read-only (a DLPack import with the READ_ONLY flag, or a view of "
+                                    "one); write! refuses it");
     if (bin.size != dense_bytes(&info))
         return tb_raise_badarg(env, "binary: the tensor holds %lu bytes, got a binary of %lu bytes",
                                (unsigned long)dense_bytes(&info), (unsigned long)bin.size);
@@ -320,14 +324,15 @@ ERL_NIF_TERM tb_nif_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return tb_make_device(env, info.device_type, info.device_index);
 }
 
-/* owned: libtorch allocated it; pinned: a view that pins an owner term;
- * unpinned: a view whose memory the caller answers for. Derived from the
- * storage's deleter, so slices and transposes of a view report the same. */
+/* owned: libtorch allocated it; pinned: a view that keeps its owner alive
+ * (a pinned owner term, or a DLPack producer whose deleter the storage
+ * calls); unpinned: a view whose memory the caller answers for. Derived from
+ * the storage's deleter, so slices and transposes of a view report the same. */
 ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     DESCRIBE_ARG0(info);
-    if (tb_pin_is_pin_deleter(info.storage_deleter))
+    if (tb_pin_is_pin_deleter(info.storage_deleter) || tb_dlpack_is_import_deleter(info.storage_deleter))
         return tb_atoms.pinned;
     if (info.storage_deleter == tb_pin_none)
         return tb_atoms.unpinned;

@@ -221,6 +221,13 @@ void tb_shim_info_of(const tb_shim_tensor *handle, tb_shim_info *info) noexcept
     info->is_contiguous = impl->is_contiguous();
 }
 
+tb_shim_tensor *tb_shim_retain(tb_shim_tensor *handle) noexcept
+{
+    // The same TensorImpl, one more reference: the handle is the pointer.
+    c10::raw::intrusive_ptr::incref(impl_of(handle));
+    return handle;
+}
+
 void tb_shim_release(tb_shim_tensor *handle) noexcept
 {
     try {

@@ -63,6 +63,9 @@ int tb_shim_transpose(tb_shim_tensor *t, int dim0, int dim1,
                       tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
 void tb_shim_info_of(const tb_shim_tensor *t, tb_shim_info *info) TB_NOEXCEPT;
+/* A new strong reference to the same tensor (a DLPack export holds one);
+ * tb_shim_release drops it, from any thread. */
+tb_shim_tensor *tb_shim_retain(tb_shim_tensor *t) TB_NOEXCEPT;
 void tb_shim_release(tb_shim_tensor *t) TB_NOEXCEPT;
 
 #ifdef __cplusplus

@@ -7,17 +7,26 @@
 %%
 %% to_blob/1 describes a tensor's memory (owner => the tensor); from_blob/1,2
 %% views described memory as a tensor, pinning the owner until libtorch
-%% frees the storage. Bad input raises error({badarg, Message}); failures
-%% that are not the caller's raise error({tensor_blob, Message}).
+%% frees the storage. to_dlpack/1,2 and from_dlpack/1,2 exchange tensors
+%% as DLPack managed tensors (see the DLPack section below). Bad input
+%% raises error({badarg, Message}); failures that are not the caller's raise
+%% error({tensor_blob, Message}).
 -module(tensor_blob).
 
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
          from_binary/3, to_binary/1, zeros/2, write/2,
          narrow/4, transpose/3,
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
+         to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
+         consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, torch_version/0]).
 
--export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0]).
+-export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
+              capsule/0, dlpack_version/0]).
+
+%% A DLPack capsule: a resource owning one exported managed tensor.
+-type capsule() :: reference().
+-type dlpack_version() :: versioned | legacy.
 
 -type tensor() :: reference().
 -type shape() :: tuple().
@@ -117,7 +126,8 @@ dtype(T) -> tensor_blob_nif:dtype(T).
 device(T) -> tensor_blob_nif:device(T).
 
 %% @doc Who keeps T's memory alive: owned (libtorch allocated it), pinned (a
-%% view pinning an owner term), unpinned (a view the caller answers for).
+%% view that keeps its owner alive: a pinned owner term, or the producer of
+%% a DLPack import), unpinned (a view the caller answers for).
 -spec memory(tensor()) -> owned | pinned | unpinned.
 memory(T) -> tensor_blob_nif:memory(T).
 
@@ -125,8 +135,11 @@ memory(T) -> tensor_blob_nif:memory(T).
 -spec pinned(tensor()) -> boolean().
 pinned(T) -> tensor_blob_nif:memory(T) =:= pinned.
 
-%% @doc Live tensors and live pins, for leak checks.
--spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer()}.
+%% @doc Live tensors, live pins and live DLPack exports (capsules: exported
+%% managed tensors whose deleter has not run yet, consumed or not), for
+%% leak checks.
+-spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer(),
+                   capsules := non_neg_integer()}.
 stats() -> tensor_blob_nif:stats().
 
 %% @doc The canonical dtypes the linked libtorch can hold.
@@ -135,6 +148,111 @@ dtypes() -> tensor_blob_nif:dtypes().
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
+
+%%--------------------------------------------------------------------
+%% DLPack
+%%
+%% to_dlpack/1,2 returns a capsule: a resource that owns one
+%% DLManagedTensorVersioned (or, with version => legacy, a DLManagedTensor)
+%% holding a strong libtorch reference to T. The capsule calls the managed
+%% tensor's deleter when it is garbage-collected, unless it was consumed:
+%% consume_dlpack/1 disarms it and returns the address for a consumer, which
+%% then owes the deleter one call. from_dlpack/1,2 imports a capsule
+%% (consuming it) or an address; the producer's deleter runs exactly once,
+%% when libtorch frees the imported storage. An address is trusted: a forged
+%% or freed one cannot be detected.
+%%--------------------------------------------------------------------
+
+%% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
+-spec to_dlpack(tensor()) -> capsule().
+to_dlpack(T) ->
+    tensor_blob_nif:to_dlpack(T, versioned, false).
+
+%% @doc Like to_dlpack/1, with options:
+%%   max_version: the newest DLPack version the consumer reads, negotiated
+%%     as Python's __dlpack__ does: {1, _} gives a versioned tensor, {0, _}
+%%     or legacy a legacy one, and {Major, _} with Major > 1 raises (this
+%%     library speaks 1.x only). Absent: versioned.
+%%   version: versioned | legacy, said directly.
+%%   read_only: true sets the READ_ONLY flag (versioned only; a legacy
+%%     tensor cannot carry it). A read-only DLPack import is always
+%%     exported read-only.
+-spec to_dlpack(tensor(), #{max_version => {non_neg_integer(), non_neg_integer()} | legacy,
+                            version => dlpack_version(), read_only => boolean()}) -> capsule().
+to_dlpack(T, Opts) when is_map(Opts) ->
+    check_options(Opts, [max_version, version, read_only]),
+    Version = export_version(maps:get(version, Opts, undefined),
+                             negotiate(maps:get(max_version, Opts, undefined))),
+    tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts));
+to_dlpack(_T, Opts) ->
+    badarg("options: expected a map, got ~0tp", [Opts]).
+
+%% @doc A tensor over the memory of a DLPack capsule or managed tensor
+%% address. A capsule is consumed, whether the import succeeds or not.
+%% An address is read as a DLManagedTensorVersioned.
+-spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
+from_dlpack(Source) ->
+    tensor_blob_nif:from_dlpack(Source, undefined, false).
+
+%% @doc Like from_dlpack/1, with options:
+%%   version: versioned | legacy, how to read an address (a capsule knows).
+%%   read_only: true makes the tensor read-only even without the flag.
+%% The tensor is read-only (write/2 refuses it, and so for its slices) when
+%% the managed tensor has the READ_ONLY flag. When an address holds a
+%% DLPack tensor this build cannot hold (a CUDA tensor, an unsupported
+%% dtype), its deleter is called and the call raises; when it does not look
+%% like a DLPack tensor at all, nothing in it is called.
+-spec from_dlpack(capsule() | non_neg_integer(),
+                  #{version => dlpack_version(), read_only => boolean()}) -> tensor().
+from_dlpack(Source, Opts) when is_map(Opts) ->
+    check_options(Opts, [version, read_only]),
+    Version = case maps:get(version, Opts, undefined) of
+                  V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
+                  Other -> badarg("version: expected versioned or legacy, got ~0tp", [Other])
+              end,
+    tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts));
+from_dlpack(_Source, Opts) ->
+    badarg("options: expected a map, got ~0tp", [Opts]).
+
+%% @doc Disarms a capsule and returns the address of its managed tensor;
+%% the caller now owes its deleter one call (from_dlpack/2 of the address
+%% does that). A second consume raises.
+-spec consume_dlpack(capsule()) -> non_neg_integer().
+consume_dlpack(Capsule) ->
+    tensor_blob_nif:consume_dlpack(Capsule).
+
+%% @doc Whether a capsule holds a versioned or a legacy managed tensor.
+-spec dlpack_version(capsule()) -> dlpack_version().
+dlpack_version(Capsule) ->
+    tensor_blob_nif:dlpack_version(Capsule).
+
+%% What a consumer's max_version allows.
+negotiate(undefined) -> undefined;
+negotiate(nil) -> undefined;
+negotiate(legacy) -> legacy;
+negotiate({0, Minor}) when is_integer(Minor), Minor >= 0 -> legacy;
+negotiate({1, Minor}) when is_integer(Minor), Minor >= 0 -> versioned;
+negotiate({Major, Minor} = V) when is_integer(Major), Major > 1, is_integer(Minor), Minor >= 0 ->
+    erlang:error({tensor_blob, unicode:characters_to_binary(
+        io_lib:format("max_version: ~0tp: this library exports DLPack 1.3 and legacy tensors only; "
+                      "a consumer of major version ~b cannot be given either", [V, Major]))});
+negotiate(Other) ->
+    badarg("max_version: expected {Major, Minor} (non-negative integers) or legacy, got ~0tp", [Other]).
+
+export_version(undefined, undefined) -> versioned;
+export_version(undefined, Negotiated) -> Negotiated;
+export_version(V, undefined) when V =:= versioned; V =:= legacy -> V;
+export_version(V, V) -> V;
+export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
+    badarg("version: ~0tp contradicts max_version, which allows ~0tp only", [V, Negotiated]);
+export_version(V, _) ->
+    badarg("version: expected versioned or legacy, got ~0tp", [V]).
+
+boolean_option(Key, Opts) ->
+    case maps:get(Key, Opts, false) of
+        B when is_boolean(B) -> B;
+        Other -> badarg("~ts: expected a boolean, got ~0tp", [Key, Other])
+    end.
 
 check_options(Opts, Known) ->
     case maps:keys(maps:without(Known, Opts)) of

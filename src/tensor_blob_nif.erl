@@ -6,7 +6,8 @@
 -export([identity/1, stats/0, torch_version/0, dtypes/0,
          zeros/2, from_binary/3, to_binary/1, write/2, narrow/4, transpose/3,
          shape/1, strides/1, dtype/1, device/1, memory/1,
-         to_blob/3, from_blob/3]).
+         to_blob/3, from_blob/3,
+         to_dlpack/3, from_dlpack/3, consume_dlpack/1, dlpack_version/1]).
 
 -on_load(init/0).
 
@@ -49,3 +50,7 @@ device(_) -> ?NOT_LOADED.
 memory(_) -> ?NOT_LOADED.
 to_blob(_, _, _) -> ?NOT_LOADED.
 from_blob(_, _, _) -> ?NOT_LOADED.
+to_dlpack(_, _, _) -> ?NOT_LOADED.
+from_dlpack(_, _, _) -> ?NOT_LOADED.
+consume_dlpack(_) -> ?NOT_LOADED.
+dlpack_version(_) -> ?NOT_LOADED.

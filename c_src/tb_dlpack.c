@@ -1,0 +1,398 @@
+#include "tb_dlpack.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "dlpack.h"
+#include "tb_args.h"
+#include "tb_dlpack_check.h"
+#include "tb_nif.h"
+#include "tb_tensor.h"
+#include "torch_shim.h"
+
+/* ---- Export ---------------------------------------------------------- */
+
+/* One allocation per export: the managed tensor (first, so that self and
+ * manager_ctx are the same address), the libtorch reference that keeps the
+ * memory alive, then shape and strides. malloc, not enif_alloc: a consumer
+ * may call the deleter from any thread, including ones the BEAM never saw. */
+typedef struct {
+    union {
+        tb_DLManagedTensorVersioned versioned;
+        tb_DLManagedTensor legacy;
+    } m;
+    tb_shim_tensor *ref;
+    int64_t dims[]; /* shape[ndim], then strides[ndim] */
+} tb_export;
+
+static atomic_long live_exports;
+
+static void export_free(tb_export *e)
+{
+    tb_shim_release(e->ref);
+    free(e);
+    atomic_fetch_sub_explicit(&live_exports, 1, memory_order_relaxed);
+}
+
+/* The deleters consumers call, once each. They free manager_ctx rather than
+ * self, so a consumer that copied the struct elsewhere still frees ours. */
+static void export_deleter_versioned(tb_DLManagedTensorVersioned *self)
+{
+    if (self && self->manager_ctx)
+        export_free(self->manager_ctx);
+}
+
+static void export_deleter_legacy(tb_DLManagedTensor *self)
+{
+    if (self && self->manager_ctx)
+        export_free(self->manager_ctx);
+}
+
+long tb_dlpack_live(void)
+{
+    return atomic_load_explicit(&live_exports, memory_order_relaxed);
+}
+
+/* ---- Capsules -------------------------------------------------------- */
+
+/* Owns one managed tensor until consumed. The pointer is swapped out
+ * atomically, so of two racing consumers exactly one gets it. */
+typedef struct {
+    _Atomic(void *) managed; /* NULL once consumed */
+    int versioned;
+} tb_capsule;
+
+static ErlNifResourceType *capsule_type;
+
+/* Calls a managed tensor's deleter, if it has one. */
+static void release_managed(void *managed, int versioned)
+{
+    if (versioned) {
+        tb_DLManagedTensorVersioned *v = managed;
+        if (v->deleter)
+            v->deleter(v);
+    } else {
+        tb_DLManagedTensor *l = managed;
+        if (l->deleter)
+            l->deleter(l);
+    }
+}
+
+static void capsule_dtor(ErlNifEnv *env, void *obj)
+{
+    (void)env;
+    tb_capsule *c = obj;
+    void *m = atomic_exchange(&c->managed, NULL);
+    if (m)
+        release_managed(m, c->versioned);
+}
+
+int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
+{
+    ErlNifResourceType *type =
+        enif_open_resource_type(env, NULL, "tensor_blob_dlpack_capsule", capsule_dtor, flags, NULL);
+    if (!type)
+        return 0;
+    capsule_type = type;
+    return 1;
+}
+
+static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    tb_capsule *c;
+    return enif_get_resource(env, term, capsule_type, (void **)&c) ? c : NULL;
+}
+
+static int get_boolean(ERL_NIF_TERM term, int *out)
+{
+    if (term == tb_atoms.true_ || term == tb_atoms.false_) {
+        *out = term == tb_atoms.true_;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- Import: storage deleters ---------------------------------------- */
+
+/* The storage of an imported tensor calls one of these, once, when libtorch
+ * frees it; each calls the producer's deleter. Four functions rather than
+ * one with a flag: the deleter is all the storage remembers, so its address
+ * is what tells a read-only import (and its slices) from a writable one.
+ * Distinct functions have distinct addresses (C11 6.5.9), identical bodies
+ * or not. */
+static void import_release_versioned(void *m)
+{
+    release_managed(m, 1);
+}
+
+static void import_release_versioned_read_only(void *m)
+{
+    release_managed(m, 1);
+}
+
+static void import_release_legacy(void *m)
+{
+    release_managed(m, 0);
+}
+
+static void import_release_legacy_read_only(void *m)
+{
+    release_managed(m, 0);
+}
+
+int tb_dlpack_is_import_deleter(void (*d)(void *))
+{
+    return d == import_release_versioned || d == import_release_legacy || tb_dlpack_is_read_only_deleter(d);
+}
+
+int tb_dlpack_is_read_only_deleter(void (*d)(void *))
+{
+    return d == import_release_versioned_read_only || d == import_release_legacy_read_only;
+}
+
+/* ---- NIFs ------------------------------------------------------------ */
+
+ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_tensor *t = tb_tensor_get_any(env, argv[0]);
+    if (!t)
+        return tb_raise_badarg(env, "tensor: expected a tensor, got %T", argv[0]);
+    int versioned, read_only;
+    if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy)
+        return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", argv[1]);
+    versioned = argv[1] == tb_atoms.versioned;
+    if (!get_boolean(argv[2], &read_only))
+        return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+
+    tb_shim_info info;
+    tb_shim_info_of(t->handle, &info);
+    tb_dtype_id id;
+    if (!tb_dtype_of_scalar_type(info.scalar_type, &id))
+        return tb_raise_error(env, "to_dlpack: libtorch scalar type %d has no dtype here", info.scalar_type);
+    if (read_only && !versioned)
+        return tb_raise_badarg(env, "read_only: a legacy DLManagedTensor cannot carry the READ_ONLY flag; "
+                                    "export it versioned");
+    /* A read-only import stays read-only when passed on. */
+    if (tb_dlpack_is_read_only_deleter(info.storage_deleter)) {
+        if (!versioned)
+            return tb_raise_badarg(env, "version: the tensor is a read-only DLPack import, and a legacy "
+                                        "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned");
+        read_only = 1;
+    }
+
+    size_t ndim = (size_t)info.ndim;
+    tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
+    if (!e)
+        return tb_raise_error(env, "to_dlpack: out of memory");
+    tb_capsule *c = enif_alloc_resource(capsule_type, sizeof *c);
+    if (!c) {
+        free(e);
+        return tb_raise_error(env, "to_dlpack: out of memory allocating a capsule");
+    }
+
+    tb_DLTensor dl;
+    int no_elements = 0;
+    for (size_t i = 0; i < ndim; i++) {
+        e->dims[i] = info.sizes[i];
+        e->dims[ndim + i] = info.strides[i];
+        no_elements |= info.sizes[i] == 0;
+    }
+    /* The spec asks for NULL data when there are no elements. */
+    dl.data = no_elements ? NULL : info.data;
+    dl.device.device_type = info.device_type == TB_DEVICE_CUDA ? tb_kDLCUDA : tb_kDLCPU;
+    dl.device.device_id = info.device_type == TB_DEVICE_CUDA ? info.device_index : 0;
+    dl.ndim = info.ndim;
+    dl.dtype.code = tb_dtypes[id].dl_code;
+    dl.dtype.bits = tb_dtypes[id].dl_bits;
+    dl.dtype.lanes = tb_dtypes[id].dl_lanes;
+    dl.shape = e->dims;
+    dl.strides = e->dims + ndim;
+    dl.byte_offset = 0;
+
+    e->ref = tb_shim_retain(t->handle);
+    if (versioned) {
+        tb_DLManagedTensorVersioned *v = &e->m.versioned;
+        v->version.major = TB_DLPACK_MAJOR_VERSION;
+        v->version.minor = TB_DLPACK_MINOR_VERSION;
+        v->manager_ctx = e;
+        v->deleter = export_deleter_versioned;
+        v->flags = read_only ? TB_DLPACK_FLAG_READ_ONLY : 0;
+        v->dl_tensor = dl;
+    } else {
+        tb_DLManagedTensor *l = &e->m.legacy;
+        l->dl_tensor = dl;
+        l->manager_ctx = e;
+        l->deleter = export_deleter_legacy;
+    }
+    atomic_fetch_add_explicit(&live_exports, 1, memory_order_relaxed);
+    atomic_init(&c->managed, (void *)&e->m);
+    c->versioned = versioned;
+
+    ERL_NIF_TERM term = enif_make_resource(env, c);
+    enif_release_resource(c);
+    return term;
+}
+
+ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_capsule *c = get_capsule(env, argv[0]);
+    if (!c)
+        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+    void *m = atomic_exchange(&c->managed, NULL);
+    if (!m)
+        return tb_raise_badarg(env, "capsule: already consumed");
+    return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
+}
+
+ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_capsule *c = get_capsule(env, argv[0]);
+    if (!c)
+        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+    return c->versioned ? tb_atoms.versioned : tb_atoms.legacy;
+}
+
+/* A refused import. The tensor is released first when the import owns it
+ * (see tb_dlpack_check.h); otherwise nothing in it is called and the
+ * message says the caller still answers for it. */
+static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, const tb_dlpack_checked *c)
+{
+    if (owned)
+        release_managed(m, versioned);
+    const char *fate = owned ? "the producer's deleter was called"
+                             : "nothing in it was called: whoever passed the address still owns it";
+    const char *dev = tb_dlpack_device_name(c->device_type);
+    const char *code = tb_dlpack_type_code_name(c->dl_dtype.code);
+    const tb_layout *l = &c->layout;
+
+    switch (c->status) {
+    case TB_DLC_OK:
+        break;
+    case TB_DLC_NOT_VERSIONED:
+        return tb_raise_badarg(env, "version: the address does not hold a DLManagedTensorVersioned "
+                                    "(its version reads %u.%u; a legacy DLManagedTensor needs version: legacy); %s",
+                               c->version.major, c->version.minor, fate);
+    case TB_DLC_MAJOR_VERSION:
+        return tb_raise_error(env, "version: DLPack %u.%u is not supported, this library reads 1.x; %s",
+                              c->version.major, c->version.minor, fate);
+    case TB_DLC_UNKNOWN_FLAGS:
+        return tb_raise_error(env, "flags: %#lx has bits DLPack 1.3 does not define; %s", (unsigned long)c->flags,
+                              fate);
+    case TB_DLC_NDIM:
+        return tb_raise_badarg(env, "ndim: %d is out of range (0 to %d); %s", (int)c->ndim, TB_MAX_DIMS, fate);
+    case TB_DLC_UNKNOWN_DEVICE:
+        return tb_raise_badarg(env, "device: unknown DLPack device type %d; %s", (int)c->device_type, fate);
+    case TB_DLC_UNSUPPORTED_DEVICE:
+        if (c->device_type == tb_kDLCUDA)
+            return tb_raise_error(env, "device: a kDLCUDA tensor (device type 2, device %d): this build has no "
+                                       "CUDA, so only kDLCPU tensors can be imported; %s",
+                                  (int)c->device_id, fate);
+        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only kDLCPU tensors can be "
+                                   "imported by this build; %s",
+                              dev, (int)c->device_type, (int)c->device_id, fate);
+    case TB_DLC_UNKNOWN_DTYPE:
+        return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
+                               c->dl_dtype.code, c->dl_dtype.bits, c->dl_dtype.lanes, fate);
+    case TB_DLC_LANES:
+        return tb_raise_error(env, "dtype: %s with %u lanes (type code %u, bits %u): vector types are not "
+                                   "supported; %s",
+                              code, c->dl_dtype.lanes, c->dl_dtype.code, c->dl_dtype.bits, fate);
+    case TB_DLC_UNSUPPORTED_DTYPE:
+        return tb_raise_error(env, "dtype: %s with %u bits (type code %u) has no dtype here; %s", code,
+                              c->dl_dtype.bits, c->dl_dtype.code, fate);
+    case TB_DLC_NULL_SHAPE:
+        return tb_raise_badarg(env, "shape: NULL with ndim %d; %s", (int)c->ndim, fate);
+    case TB_DLC_BYTE_OFFSET:
+        return tb_raise_badarg(env, "byte_offset: data + byte_offset overflows 64 bits; %s", fate);
+    case TB_DLC_LAYOUT:
+        switch (c->spec.status) {
+        case TB_SPEC_NULL_POINTER:
+        case TB_SPEC_MISALIGNED:
+            return tb_raise_badarg(env, "data: %s (data + byte_offset %lu, element size %u); %s",
+                                   tb_spec_status_text(c->spec.status), (unsigned long)l->ptr,
+                                   (unsigned)l->element_size, fate);
+        case TB_SPEC_NEGATIVE_STRIDE:
+        case TB_SPEC_EXTENT_OVERFLOW:
+            return tb_raise_badarg(env, "strides: %s for shape %T and strides %T; %s",
+                                   tb_spec_status_text(c->spec.status), tb_make_shape(env, l->ndim, l->shape),
+                                   tb_make_strides(env, l->ndim, l->strides), fate);
+        default:
+            return tb_raise_badarg(env, "shape: %s in %T; %s", tb_spec_status_text(c->spec.status),
+                                   tb_make_shape(env, l->ndim, l->shape), fate);
+        }
+    }
+    return tb_raise_badarg(env, "dlpack: invalid tensor; %s", fate);
+}
+
+ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ERL_NIF_TERM version = argv[1];
+    int read_only;
+    if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.undefined)
+        return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
+    if (!get_boolean(argv[2], &read_only))
+        return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+
+    void *m;
+    int versioned, from_capsule;
+    tb_capsule *c = get_capsule(env, argv[0]);
+    ErlNifUInt64 address;
+    if (c) {
+        versioned = c->versioned;
+        if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != versioned)
+            return tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
+                                   versioned ? "versioned" : "legacy", version);
+        /* Taken whatever happens next: a refused capsule is released, not
+         * put back, so no second consumer can race a failed one. */
+        m = atomic_exchange(&c->managed, NULL);
+        if (!m)
+            return tb_raise_badarg(env, "capsule: already consumed");
+        from_capsule = 1;
+    } else if (enif_get_uint64(env, argv[0], &address)) {
+        /* Only what can be checked without reading: the rest is trusted. */
+        if (address == 0)
+            return tb_raise_badarg(env, "address: NULL is not a DLPack managed tensor");
+        if (address % _Alignof(tb_DLManagedTensorVersioned) != 0)
+            return tb_raise_badarg(env, "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
+                                   (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
+        m = (void *)(uintptr_t)address;
+        versioned = version != tb_atoms.legacy;
+        from_capsule = 0;
+    } else {
+        return tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T",
+                               argv[0]);
+    }
+
+    tb_dlpack_checked chk;
+    if (versioned)
+        tb_dlpack_check_versioned(m, &chk);
+    else
+        tb_dlpack_check_legacy(m, &chk);
+    /* Our own capsules are always trusted: they hold our exports. */
+    int owned = chk.owned || from_capsule;
+    if (chk.status != TB_DLC_OK)
+        return refuse(env, m, versioned, owned, &chk);
+    int st = tb_dtypes[chk.dtype].torch_scalar_type;
+    if (!tb_shim_has_scalar_type(st)) {
+        release_managed(m, versioned);
+        return tb_raise_error(env, "dtype: %s is not supported by the linked libtorch %s; "
+                                   "the producer's deleter was called",
+                              tb_dtypes[chk.dtype].name, tb_shim_torch_version());
+    }
+
+    read_only |= (chk.flags & TB_DLPACK_FLAG_READ_ONLY) != 0;
+    void (*deleter)(void *) = versioned ? (read_only ? import_release_versioned_read_only : import_release_versioned)
+                                        : (read_only ? import_release_legacy_read_only : import_release_legacy);
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    /* The shim owns m from here: the deleter runs when the storage dies, or
+     * at once if the call fails. */
+    if (!tb_shim_from_blob((void *)(uintptr_t)chk.layout.ptr, chk.layout.ndim, chk.layout.shape,
+                           chk.layout.strides, st, TB_DEVICE_CPU, 0, m, deleter, &h, &err))
+        return tb_raise_error(env, "from_dlpack: %s; the producer's deleter was called", err.message);
+    return tb_tensor_make(env, h);
+}

@@ -1,0 +1,29 @@
+/* DLPack export and import, and the capsule resource that owns one exported
+ * managed tensor until it is consumed or collected. */
+#ifndef TB_DLPACK_H
+#define TB_DLPACK_H
+
+#include <erl_nif.h>
+
+int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags);
+
+/* Exported managed tensors whose deleter has not run yet: in a capsule, or
+ * consumed and held by a consumer. */
+long tb_dlpack_live(void);
+
+/* 1 when a storage deleter is that of a DLPack import (the memory is the
+ * producer's), or of a read-only one. Slices share the storage, so they
+ * report the same. */
+int tb_dlpack_is_import_deleter(void (*deleter)(void *));
+int tb_dlpack_is_read_only_deleter(void (*deleter)(void *));
+
+/* to_dlpack(Tensor, versioned | legacy, ReadOnly :: boolean()) -> capsule */
+ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* from_dlpack(Capsule | Address, versioned | legacy | undefined, ReadOnly) -> tensor */
+ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* consume_dlpack(Capsule) -> Address */
+ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* dlpack_version(Capsule) -> versioned | legacy */
+ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+
+#endif

@@ -1,0 +1,149 @@
+defmodule TensorBlob.DLPack do
+  @moduledoc """
+  DLPack 1.x export and import: how native tensor libraries (PyTorch, JAX,
+  CuPy, NumPy, TVM, other NIFs) hand memory to each other. No data is copied.
+
+  ## The capsule model
+
+  `export/2` returns a `%TensorBlob.DLPack{}` capsule. Its `ref` is a resource
+  that owns one `DLManagedTensorVersioned*` (DLPack 1.3), or with
+  `version: :legacy` one legacy `DLManagedTensor*`. The managed tensor holds a
+  strong libtorch reference to the exported tensor, and its own shape and
+  strides arrays: the memory stays valid until its deleter runs, whatever
+  happens to the `%Tensor{}` that was exported.
+
+  A capsule is in one of two states:
+
+    * **armed**: it owns the managed tensor. When the capsule is
+      garbage-collected it calls the deleter.
+    * **consumed**: `consume/1` (or `import/2` of the capsule) took the managed
+      tensor out. From then on whoever took it owes the deleter one call.
+      Consuming or importing a consumed capsule raises `ArgumentError`; it
+      never frees twice. Of two processes consuming one capsule at once,
+      exactly one gets it.
+
+  `TensorBlob.stats/0` reports `capsules`: exported managed tensors whose
+  deleter has not run yet, armed or consumed. It returns to where it was once
+  every capsule is collected and every consumer has called the deleter.
+
+  ## Importing
+
+  `import/2` takes a capsule or an integer address of a managed tensor and
+  returns a `%TensorBlob.Tensor{}` over the same memory. The producer's deleter
+  runs exactly once, when libtorch frees the imported storage: after the last
+  tensor that uses the memory is gone, slices and transposes included.
+
+  Everything that can be checked is checked: the version (major 1 for a
+  versioned tensor), the flags, `ndim` (at most 64), the device type and type
+  codes (unknown codes are named in the message), `lanes` (must be 1), shape
+  (non-negative, no overflow of the element count or the byte extent), strides
+  (`NULL` means row-major; the stride of a size-1 dimension may be anything),
+  `byte_offset`, a `NULL` data pointer (allowed only without elements) and its
+  alignment. Only CPU tensors are imported by this build: a `kDLCUDA` tensor
+  raises `TensorBlob.Error` saying the build has no CUDA.
+
+  A tensor with the `READ_ONLY` flag (or imported with `read_only: true`) is
+  read-only: `TensorBlob.Tensor.write!/2` refuses it and every slice of it,
+  and it can only be re-exported versioned, with the flag.
+
+  ## Who calls the deleter when an import is refused
+
+    * A **capsule** is consumed by `import/2` whether the import succeeds or
+      not: when it is refused, its deleter is called before the error is
+      raised. (Capsules only ever hold our own exports, whose layout is known.)
+    * An **address** is owned by the import once the structure is recognized as
+      a DLPack managed tensor of the kind given by `version:`: for a versioned
+      tensor, a version header of major 1 (or a later major, which the DLPack
+      spec says to release unread); for a legacy tensor, which has no header,
+      a known device type, a known type code and `0 <= ndim <= 64`. A
+      recognized tensor that cannot be imported (a CUDA tensor, a dtype this
+      build or the linked libtorch lacks, negative strides, ...) has its
+      deleter called, once, before the error is raised, and the message says
+      so. A structure that is not recognized (say a legacy tensor read as
+      versioned) is left alone: nothing in it is called, since its deleter
+      field may be garbage, and the message says the caller still owns it.
+
+  ## Raw addresses are trusted
+
+  Importing an integer address trusts the caller. The library checks that
+  the address is not `NULL` and is aligned, and the fields it reads, but it
+  cannot tell a forged address, a freed one, or one already imported, from a
+  live managed tensor: any of those is undefined behaviour, up to a crash of
+  the VM. Pass an address only once, and only one you got from `consume/1` or
+  from a DLPack producer that handed its ownership to you.
+
+  ## Examples
+
+      capsule = TensorBlob.DLPack.export(tensor)
+      same = TensorBlob.DLPack.import(capsule)
+
+      # Handing a tensor to another library's NIF, which calls the deleter:
+      address = tensor |> TensorBlob.DLPack.export() |> TensorBlob.DLPack.consume()
+      OtherLib.from_dlpack(address)
+  """
+  import TensorBlob.Raise
+
+  alias TensorBlob.Tensor
+
+  @enforce_keys [:ref, :version]
+  defstruct [:ref, :version]
+
+  @type version :: :versioned | :legacy
+  @type t :: %__MODULE__{ref: reference(), version: version()}
+
+  @doc """
+  Exports a tensor as a DLPack capsule.
+
+  Options:
+
+    * `:max_version` - the newest DLPack version the consumer reads,
+      negotiated as Python's `__dlpack__` does: `{1, minor}` gives a versioned
+      tensor; `{0, minor}` or `:legacy` a legacy one; a major above 1 raises
+      `TensorBlob.Error` (this library speaks DLPack 1.x). Default: versioned.
+    * `:version` - `:versioned` or `:legacy`, said directly.
+    * `:read_only` - sets the `READ_ONLY` flag (versioned only).
+  """
+  @spec export(Tensor.t(), keyword()) :: t()
+  def export(tensor, opts \\ []) do
+    translating do
+      ref = :tensor_blob.to_dlpack(Tensor.ref(tensor), options(opts))
+      %__MODULE__{ref: ref, version: :tensor_blob.dlpack_version(ref)}
+    end
+  end
+
+  @doc """
+  A tensor over the memory of a capsule (which this consumes) or of a managed
+  tensor's integer address (see "Raw addresses are trusted").
+
+  Options:
+
+    * `:version` - `:versioned` (default) or `:legacy`: how to read an
+      address. A capsule knows its own.
+    * `:read_only` - make the tensor read-only even without the flag.
+  """
+  @spec import(t() | reference() | non_neg_integer(), keyword()) :: Tensor.t()
+  def import(capsule_or_address, opts \\ []) do
+    translating(do: Tensor.wrap(:tensor_blob.from_dlpack(source(capsule_or_address), options(opts))))
+  end
+
+  @doc """
+  Disarms a capsule and returns the address of its managed tensor, for a
+  consumer that then owes the deleter one call. Raises `ArgumentError` if the
+  capsule was already consumed.
+  """
+  @spec consume(t() | reference()) :: non_neg_integer()
+  def consume(capsule), do: translating(do: :tensor_blob.consume_dlpack(source(capsule)))
+
+  defp source(%__MODULE__{ref: ref}), do: ref
+  defp source(other), do: other
+
+  defp options(opts) when is_list(opts) do
+    if Keyword.keyword?(opts) do
+      Map.new(opts)
+    else
+      raise ArgumentError, "options: expected a keyword list, got #{inspect(opts)}"
+    end
+  end
+
+  defp options(opts), do: raise(ArgumentError, "options: expected a keyword list, got #{inspect(opts)}")
+end

@@ -1,0 +1,663 @@
+defmodule TensorBlob.DLPackTest do
+  use ExUnit.Case, async: false
+
+  alias TensorBlob.{DLPack, Tensor}
+  alias TensorBlob.Test.Lifetime
+
+  # Managed tensors as bytes (native endianness, 64-bit pointers), to read
+  # what an export holds and to forge variants of it. Forged structs live in
+  # tensors' memory: libtorch's, 64-byte aligned, never moved, and alive
+  # while the test holds the tensor.
+  defmodule Managed do
+    @moduledoc false
+
+    def decode(<<major::32-native, minor::32-native, ctx::64-native, deleter::64-native, flags::64-native,
+                 tensor::binary-size(48)>>, :versioned) do
+      Map.merge(decode_tensor(tensor), %{major: major, minor: minor, ctx: ctx, deleter: deleter, flags: flags})
+    end
+
+    def decode(<<tensor::binary-size(48), ctx::64-native, deleter::64-native>>, :legacy) do
+      Map.merge(decode_tensor(tensor), %{ctx: ctx, deleter: deleter})
+    end
+
+    defp decode_tensor(<<data::64-native, dev::32-signed-native, dev_id::32-signed-native, ndim::32-signed-native,
+                         code::8, bits::8, lanes::16-native, shape::64-native, strides::64-native,
+                         offset::64-native>>) do
+      %{data: data, device: dev, device_id: dev_id, ndim: ndim, code: code, bits: bits, lanes: lanes,
+        shape: shape, strides: strides, byte_offset: offset}
+    end
+
+    def encode(f, :versioned) do
+      <<f.major::32-native, f.minor::32-native, f.ctx::64-native, f.deleter::64-native, f.flags::64-native,
+        encode_tensor(f)::binary>>
+    end
+
+    def encode(f, :legacy), do: <<encode_tensor(f)::binary, f.ctx::64-native, f.deleter::64-native>>
+
+    defp encode_tensor(f) do
+      <<f.data::64-native, f.device::32-signed-native, f.device_id::32-signed-native, f.ndim::32-signed-native,
+        f.code::8, f.bits::8, f.lanes::16-native, f.shape::64-native, f.strides::64-native,
+        f.byte_offset::64-native>>
+    end
+
+    def size(:versioned), do: 80
+    def size(:legacy), do: 64
+
+    @doc "Reads n bytes at an address that is known to be live."
+    def read(address, n) do
+      TensorBlob.from_blob(%{ptr: address, shape: {n}, dtype: :uint8}) |> Tensor.to_binary()
+    end
+
+    @doc """
+    Writes a managed tensor into a new tensor's memory, with shape and strides
+    arrays after it (nil for a NULL pointer). Returns {holder, address}: the
+    holder must outlive every use of the address.
+    """
+    def forge(fields, kind, shape, strides) do
+      holder = Tensor.zeros({1024}, :uint8)
+      base = TensorBlob.to_blob(holder).ptr
+      shape_at = base + 128
+      strides_at = base + 128 + 8 * 70
+      fields = %{fields | shape: if(shape, do: shape_at, else: 0), strides: if(strides, do: strides_at, else: 0)}
+      struct = encode(fields, kind)
+      dims = fn list -> for(x <- list || [], into: <<>>, do: <<x::64-signed-native>>) end
+      shape_bin = dims.(shape)
+      strides_bin = dims.(strides)
+
+      bytes =
+        struct <> :binary.copy(<<0>>, 128 - byte_size(struct)) <> shape_bin <>
+          :binary.copy(<<0>>, 8 * 70 - byte_size(shape_bin)) <> strides_bin
+
+      Tensor.write!(holder, bytes <> :binary.copy(<<0>>, 1024 - byte_size(bytes)))
+      {holder, base}
+    end
+  end
+
+  @f32 for x <- 1..24, into: <<>>, do: <<x * 1.0::float-32-native>>
+
+  defp f32s(list), do: for(x <- list, into: <<>>, do: <<x * 1.0::float-32-native>>)
+  defp ptr(t), do: TensorBlob.to_blob(t).ptr
+  defp t46, do: Tensor.from_binary(@f32, :float32, {4, 6})
+
+  defp bytes_for(dtype, n) do
+    size = TensorBlob.to_blob(Tensor.zeros({1}, dtype)).element_size
+    # 0/1 bytes are valid for every dtype, bool included
+    for i <- 1..(n * size), into: <<>>, do: <<rem(i * 7, 2)>>
+  end
+
+  defp assert_badarg(fun, pattern) do
+    error = assert_raise ArgumentError, fun
+    assert error.message =~ pattern
+    error
+  end
+
+  defp assert_error(fun, pattern) do
+    error = assert_raise TensorBlob.Error, fun
+    assert error.message =~ pattern
+    error
+  end
+
+  # An exported, consumed managed tensor of t: its address and fields.
+  defp exported(t, kind) do
+    address = t |> DLPack.export(version: kind) |> DLPack.consume()
+    {address, Managed.decode(Managed.read(address, Managed.size(kind)), kind)}
+  end
+
+  # stats/0 once the garbage of earlier tests is gone: destructors run a
+  # little after the processes that held the resources exit.
+  defp settled_stats(tries \\ 50) do
+    Lifetime.collect()
+    first = TensorBlob.stats()
+    Process.sleep(5)
+    Lifetime.collect()
+
+    case TensorBlob.stats() do
+      ^first -> first
+      _ when tries == 0 -> first
+      _ -> settled_stats(tries - 1)
+    end
+  end
+
+  # Waits (up to ~2 s) for a condition on stats/0; returns the last stats.
+  defp await(fun, tries \\ 200) do
+    Lifetime.collect()
+    stats = TensorBlob.stats()
+
+    cond do
+      fun.(stats) or tries == 0 -> stats
+      true -> Process.sleep(10) && await(fun, tries - 1)
+    end
+  end
+
+  setup do
+    # Settle after each test too, so the next test (of any module) does not
+    # count this one's garbage as its starting point.
+    test_pid = self()
+
+    on_exit(fn ->
+      ref = Process.monitor(test_pid)
+      receive do: ({:DOWN, ^ref, :process, _, _} -> :ok)
+      settled_stats()
+    end)
+
+    {:ok, before: settled_stats()}
+  end
+
+  describe "round trips" do
+    test "every dtype, versioned and legacy: same bytes, same pointer, same layout" do
+      for dtype <- TensorBlob.dtypes(), version <- [:versioned, :legacy] do
+        bytes = bytes_for(dtype, 6)
+        t = Tensor.from_binary(bytes, dtype, {2, 3})
+        capsule = DLPack.export(t, version: version)
+        assert %DLPack{version: ^version} = capsule
+
+        u = DLPack.import(capsule)
+        assert Tensor.to_binary(u) == bytes
+        assert ptr(u) == ptr(t)
+        assert Tensor.dtype(u) == dtype
+        assert Tensor.shape(u) == {2, 3}
+        assert Tensor.strides(u) == [3, 1]
+        assert Tensor.memory(u) == :pinned
+      end
+    end
+
+    test "the export describes the tensor: DLPack 1.3, codes, shape, strides" do
+      t = t46()
+      {address, f} = exported(t, :versioned)
+      assert {f.major, f.minor} == {1, 3}
+      assert f.flags == 0
+      assert f.ctx == address
+      assert f.data == ptr(t)
+      assert {f.device, f.device_id, f.ndim} == {1, 0, 2}
+      assert {f.code, f.bits, f.lanes} == {2, 32, 1}
+      assert f.byte_offset == 0
+      assert Managed.read(f.shape, 16) == <<4::64-native, 6::64-native>>
+      assert Managed.read(f.strides, 16) == <<6::64-native, 1::64-native>>
+      assert Tensor.to_binary(DLPack.import(address)) == @f32
+
+      {address, f} = exported(t, :legacy)
+      assert f.ctx == address
+      assert {f.data, f.device, f.ndim, f.code, f.bits} == {ptr(t), 1, 2, 2, 32}
+      assert Tensor.to_binary(DLPack.import(address, version: :legacy)) == @f32
+    end
+
+    test "transposed and narrowed tensors keep their strides and pointer" do
+      t = t46()
+      view = t |> Tensor.narrow(0, 1, 2) |> Tensor.narrow(1, 2, 3) |> Tensor.transpose(0, 1)
+
+      for version <- [:versioned, :legacy] do
+        u = view |> DLPack.export(version: version) |> DLPack.import()
+        assert Tensor.shape(u) == {3, 2}
+        assert Tensor.strides(u) == [1, 6]
+        assert ptr(u) == ptr(t) + (6 + 2) * 4
+        assert Tensor.to_binary(u) == Tensor.to_binary(view)
+        assert Tensor.to_binary(u) == f32s([9, 15, 10, 16, 11, 17])
+      end
+    end
+
+    test "empty and 0-d tensors" do
+      empty = Tensor.zeros({0, 3}, :float32)
+      {address, f} = exported(empty, :versioned)
+      # The spec asks for NULL data when there are no elements.
+      assert f.data == 0
+      u = DLPack.import(address)
+      assert Tensor.shape(u) == {0, 3}
+      assert Tensor.to_binary(u) == ""
+
+      scalar = Tensor.from_binary(<<42::64-signed-native>>, :int64, {})
+      u = scalar |> DLPack.export() |> DLPack.import()
+      assert Tensor.shape(u) == {}
+      assert Tensor.to_binary(u) == <<42::64-signed-native>>
+      assert ptr(u) == ptr(scalar)
+    end
+
+    test "export and import share memory both ways" do
+      t = t46()
+      u = t |> DLPack.export() |> DLPack.import()
+      Tensor.write!(u, :binary.copy(<<0::float-32-native>>, 24))
+      assert Tensor.to_binary(t) == :binary.copy(<<0::float-32-native>>, 24)
+      Tensor.write!(t, @f32)
+      assert Tensor.to_binary(u) == @f32
+    end
+
+    test "a capsule is a %DLPack{} or its bare ref; an Erlang caller gets the ref" do
+      t = t46()
+      capsule = DLPack.export(t)
+      assert is_reference(capsule.ref)
+      assert Tensor.to_binary(DLPack.import(capsule.ref)) == @f32
+      assert :tensor_blob.dlpack_version(:tensor_blob.to_dlpack(Tensor.ref(t))) == :versioned
+    end
+  end
+
+  describe "consuming" do
+    test "consume returns an address once; a second consume raises" do
+      capsule = DLPack.export(t46())
+      address = DLPack.consume(capsule)
+      assert is_integer(address) and address > 0 and rem(address, 8) == 0
+      assert_badarg(fn -> DLPack.consume(capsule) end, "already consumed")
+      assert_badarg(fn -> DLPack.import(capsule) end, "already consumed")
+      assert Tensor.to_binary(DLPack.import(address)) == @f32
+    end
+
+    test "import consumes the capsule" do
+      capsule = DLPack.export(t46())
+      _ = DLPack.import(capsule)
+      assert_badarg(fn -> DLPack.import(capsule) end, "capsule: already consumed")
+      assert_badarg(fn -> DLPack.consume(capsule) end, "already consumed")
+    end
+
+    test "of many processes consuming one capsule, exactly one gets it", %{before: before} do
+      t = t46()
+
+      for _ <- 1..20 do
+        capsule = DLPack.export(t)
+
+        results =
+          1..8
+          |> Enum.map(fn _ ->
+            Task.async(fn ->
+              try do
+                {:ok, Tensor.to_binary(DLPack.import(capsule))}
+              rescue
+                e in ArgumentError -> {:error, e.message}
+              end
+            end)
+          end)
+          |> Task.await_many()
+
+        assert Enum.count(results, &match?({:ok, @f32}, &1)) == 1
+        assert Enum.count(results, &match?({:error, "capsule: already consumed"}, &1)) == 7
+      end
+
+      t = nil
+      _ = t
+      assert Lifetime.await_stats(before) == before
+    end
+  end
+
+  describe "lifetimes and exact-once deleters" do
+    test "stats count live exports until their deleter runs", %{before: before} do
+      t = t46()
+      capsule = DLPack.export(t)
+      assert TensorBlob.stats().capsules == before.capsules + 1
+      u = DLPack.import(capsule)
+      # The managed tensor lives until libtorch frees the imported storage.
+      assert TensorBlob.stats().capsules == before.capsules + 1
+      slice = Tensor.narrow(u, 0, 1, 1)
+      u = nil
+      _ = u
+      Lifetime.churn()
+      assert TensorBlob.stats().capsules == before.capsules + 1
+      assert Tensor.to_binary(slice) == binary_part(@f32, 24, 24)
+      slice = nil
+      _ = {slice, capsule, t}
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "a capsule collected unconsumed frees its managed tensor", %{before: before} do
+      Lifetime.in_process(fn ->
+        t = t46()
+        for v <- [:versioned, :legacy], _ <- 1..50, do: DLPack.export(t, version: v)
+        assert TensorBlob.stats().capsules >= before.capsules + 100
+        :ok
+      end)
+
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "export in a process that exits, import elsewhere, after GC and churn", %{before: before} do
+      bytes = for i <- 0..4095, into: <<>>, do: <<i::32-native>>
+
+      capsule =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(bytes, :int32, {64, 64})
+          t |> Tensor.narrow(0, 8, 4) |> DLPack.export()
+        end)
+
+      address =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(bytes, :int32, {64, 64})
+          t |> Tensor.transpose(0, 1) |> DLPack.export(version: :legacy) |> DLPack.consume()
+        end)
+
+      Lifetime.churn()
+      # The exporters' tensors are gone; their memory lives on in the exports.
+      assert await(&(&1.tensors == before.tensors)) == %{before | capsules: before.capsules + 2}
+
+      rows = Lifetime.in_process(fn -> DLPack.import(capsule) end)
+      cols = Task.await(Task.async(fn -> DLPack.import(address, version: :legacy) end))
+      Lifetime.churn()
+
+      assert Tensor.to_binary(rows) == binary_part(bytes, 8 * 64 * 4, 4 * 64 * 4)
+      assert Tensor.to_binary(cols) == for(c <- 0..63, r <- 0..63, into: <<>>, do: <<r * 64 + c::32-native>>)
+
+      rows = nil
+      cols = nil
+      capsule = nil
+      _ = {rows, cols, capsule}
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "dropping either side first is safe", %{before: before} do
+      for order <- [:original_first, :import_first] do
+        {t, u} =
+          Lifetime.in_process(fn ->
+            t = t46()
+            {t, t |> DLPack.export() |> DLPack.import()}
+          end)
+
+        keep = if order == :original_first, do: u, else: t
+        t = nil
+        u = nil
+        _ = {t, u}
+        Lifetime.churn()
+        assert Tensor.to_binary(keep) == @f32
+        keep = nil
+        _ = keep
+        assert Lifetime.await_stats(before) == before
+      end
+    end
+  end
+
+  describe "read-only" do
+    test "a read_only export imports as a tensor that write! refuses, slices too" do
+      t = t46()
+      {address, f} = exported_read_only(t)
+      assert f.flags == 1
+      u = DLPack.import(address)
+      assert Tensor.to_binary(u) == @f32
+      assert_badarg(fn -> Tensor.write!(u, @f32) end, "tensor: read-only")
+      assert_badarg(fn -> u |> Tensor.narrow(0, 1, 1) |> Tensor.write!(binary_part(@f32, 0, 24)) end, "read-only")
+      assert_badarg(fn -> u |> Tensor.transpose(0, 1) |> Tensor.write!(@f32) end, "read-only")
+      # The exporter's own tensor stays writable.
+      assert Tensor.write!(t, @f32) == t
+      assert Tensor.to_binary(u) == @f32
+    end
+
+    test "a read-only import is re-exported read-only, and never as legacy" do
+      u = t46() |> DLPack.export(read_only: true) |> DLPack.import()
+      again = u |> Tensor.narrow(0, 0, 2) |> DLPack.export() |> DLPack.import()
+      assert_badarg(fn -> Tensor.write!(again, binary_part(@f32, 0, 48)) end, "read-only")
+      assert_badarg(fn -> DLPack.export(u, version: :legacy) end, "version: the tensor is a read-only")
+      assert_badarg(fn -> DLPack.export(t46(), version: :legacy, read_only: true) end, "read_only: a legacy")
+    end
+
+    test "import with read_only: true makes the tensor read-only" do
+      for version <- [:versioned, :legacy] do
+        u = t46() |> DLPack.export(version: version) |> DLPack.import(read_only: true)
+        assert_badarg(fn -> Tensor.write!(u, @f32) end, "read-only")
+      end
+
+      writable = t46() |> DLPack.export() |> DLPack.import(read_only: false)
+      assert Tensor.write!(writable, @f32) == writable
+    end
+
+    defp exported_read_only(t) do
+      address = t |> DLPack.export(read_only: true) |> DLPack.consume()
+      {address, Managed.decode(Managed.read(address, 80), :versioned)}
+    end
+  end
+
+  describe "max_version negotiation" do
+    test "as Python's __dlpack__: 1.x versioned, 0.x or legacy legacy, above 1 raises" do
+      t = t46()
+      assert DLPack.export(t).version == :versioned
+      assert DLPack.export(t, max_version: {1, 0}).version == :versioned
+      assert DLPack.export(t, max_version: {1, 3}).version == :versioned
+      assert DLPack.export(t, max_version: {1, 99}).version == :versioned
+      assert DLPack.export(t, max_version: {0, 8}).version == :legacy
+      assert DLPack.export(t, max_version: :legacy).version == :legacy
+      assert DLPack.export(t, max_version: nil).version == :versioned
+      assert DLPack.export(t, version: :legacy).version == :legacy
+      assert DLPack.export(t, version: :versioned, max_version: {1, 1}).version == :versioned
+      assert DLPack.export(t, version: :legacy, max_version: {0, 8}).version == :legacy
+
+      assert_error(fn -> DLPack.export(t, max_version: {2, 0}) end, ~r/max_version.*\{2,0\}/)
+      assert_error(fn -> DLPack.export(t, max_version: {3, 1}) end, "major version 3")
+    end
+
+    test "bad options raise ArgumentError naming the option" do
+      t = t46()
+      assert_badarg(fn -> DLPack.export(t, max_version: {-1, 0}) end, "max_version")
+      assert_badarg(fn -> DLPack.export(t, max_version: "1.0") end, "max_version")
+      assert_badarg(fn -> DLPack.export(t, max_version: {1}) end, "max_version")
+      assert_badarg(fn -> DLPack.export(t, version: :v2) end, "version")
+      assert_badarg(fn -> DLPack.export(t, version: :versioned, max_version: {0, 8}) end, "contradicts")
+      assert_badarg(fn -> DLPack.export(t, read_only: :yes) end, "read_only")
+      assert_badarg(fn -> DLPack.export(t, bogus: 1) end, "bogus")
+      assert_badarg(fn -> DLPack.export(t, [:versioned]) end, "options")
+      assert_badarg(fn -> DLPack.export(:nope) end, "tensor")
+      assert_badarg(fn -> DLPack.import(DLPack.export(t), version: :v0) end, "version")
+      assert_badarg(fn -> DLPack.import(DLPack.export(t), read_only: 1) end, "read_only")
+      assert_badarg(fn -> DLPack.import(DLPack.export(t), version: :legacy) end, "the capsule holds a versioned")
+    end
+  end
+
+  describe "raw addresses" do
+    test "bad addresses that can be refused without reading" do
+      assert_badarg(fn -> DLPack.import(0) end, "address: NULL")
+      assert_badarg(fn -> DLPack.import(12) end, ~r/address: 12 is not aligned/)
+      assert_badarg(fn -> DLPack.import(-8) end, "capsule")
+      assert_badarg(fn -> DLPack.import(1.5) end, "capsule")
+      assert_badarg(fn -> DLPack.import(:capsule) end, "capsule")
+      assert_badarg(fn -> DLPack.import(Tensor.ref(t46())) end, "capsule")
+      assert_badarg(fn -> DLPack.consume(Tensor.ref(t46())) end, "capsule")
+      assert_badarg(fn -> DLPack.consume(123) end, "capsule")
+    end
+
+    test "a versioned tensor read as legacy, and the reverse, is refused untouched", %{before: before} do
+      t = t46()
+
+      address = t |> DLPack.export() |> DLPack.consume()
+      # Read as legacy, the version header and manager_ctx land on data,
+      # device and ndim: no DLTensor has such values.
+      error = assert_badarg(fn -> DLPack.import(address, version: :legacy) end, ~r/^(ndim|device|dtype): /)
+      assert error.message =~ "nothing in it was called"
+      assert TensorBlob.stats().capsules == before.capsules + 1
+      assert Tensor.to_binary(DLPack.import(address, version: :versioned)) == @f32
+
+      address = t |> DLPack.export(version: :legacy) |> DLPack.consume()
+      error = assert_badarg(fn -> DLPack.import(address) end, "version: the address does not hold a DLManagedTensorVersioned")
+      assert error.message =~ "nothing in it was called"
+      assert Tensor.to_binary(DLPack.import(address, version: :legacy)) == @f32
+
+      t = nil
+      _ = t
+      assert Lifetime.await_stats(before) == before
+    end
+  end
+
+  # Forged managed tensors: a real export's fields, with one changed. With the
+  # real deleter, a refusal must release the real export exactly once (the
+  # capsules count shows it); with a NULL deleter nothing is ever called.
+  describe "forged managed tensors" do
+    # Made in the test, not in a setup: ExUnit may hold a test's context
+    # (and so its tensors) after the test ends.
+    defp forged_setup(before) do
+      t = t46()
+      {v_address, v} = exported(t, :versioned)
+      {l_address, l} = exported(t, :legacy)
+      %{t: t, v: v, l: l, v_address: v_address, l_address: l_address, before: before}
+    end
+
+    # Imports a forged variant; returns the raised exception.
+    defp forged_refusal(fields, kind, shape, strides, exception) do
+      {holder, address} = Managed.forge(fields, kind, shape, strides)
+      error = assert_raise exception, fn -> DLPack.import(address, version: kind) end
+      # The forged struct must outlive the import call.
+      assert Tensor.shape(holder) == {1024}
+      error
+    end
+
+    defp finish(ctx, released) do
+      # What forged refusals did not release, a real import does.
+      unless :versioned in released, do: DLPack.import(ctx.v_address)
+      unless :legacy in released, do: DLPack.import(ctx.l_address, version: :legacy)
+      # Only ctx.t is left.
+      expected = %{ctx.before | tensors: ctx.before.tensors + 1}
+      assert Lifetime.await_stats(expected) == expected
+      assert Tensor.to_binary(ctx.t) == @f32
+    end
+
+    test "a kDLCUDA tensor: TensorBlob.Error, the deleter is called once", %{before: before} do
+      ctx = forged_setup(before)
+      for {kind, f} <- [versioned: ctx.v, legacy: ctx.l] do
+        error = forged_refusal(%{f | device: 2, device_id: 1}, kind, [4, 6], [6, 1], TensorBlob.Error)
+        assert error.message =~ "kDLCUDA"
+        assert error.message =~ "no CUDA"
+        assert error.message =~ "the producer's deleter was called"
+      end
+
+      finish(ctx, [:versioned, :legacy])
+    end
+
+    test "other devices, known and unknown", %{before: before} do
+      ctx = forged_setup(before)
+      error = forged_refusal(%{ctx.v | device: 10}, :versioned, [4, 6], [6, 1], TensorBlob.Error)
+      assert error.message =~ "kDLROCM"
+      assert error.message =~ "only kDLCPU"
+      assert TensorBlob.stats().capsules == ctx.before.capsules + 1
+
+      # An unknown code in a legacy tensor: not recognized, nothing called.
+      error = forged_refusal(%{ctx.l | device: 99}, :legacy, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "device: unknown DLPack device type 99"
+      assert error.message =~ "nothing in it was called"
+      assert TensorBlob.stats().capsules == ctx.before.capsules + 1
+      finish(ctx, [:versioned])
+    end
+
+    test "versions: a later major is released unread, an impossible one is left alone", %{before: before} do
+      ctx = forged_setup(before)
+      error = forged_refusal(%{ctx.v | major: 0, minor: 0}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "version: the address does not hold"
+      assert error.message =~ "nothing in it was called"
+      assert TensorBlob.stats().capsules == ctx.before.capsules + 2
+
+      error = forged_refusal(%{ctx.v | major: 2, minor: 0, ndim: -1}, :versioned, nil, nil, TensorBlob.Error)
+      assert error.message =~ "DLPack 2.0 is not supported"
+      assert error.message =~ "the producer's deleter was called"
+      assert TensorBlob.stats().capsules == ctx.before.capsules + 1
+
+      # Any 1.x minor is read.
+      {holder, address} = Managed.forge(%{ctx.v | minor: 7, deleter: 0}, :versioned, [4, 6], [6, 1])
+      assert Tensor.to_binary(DLPack.import(address)) == @f32
+      assert Tensor.shape(holder) == {1024}
+      finish(ctx, [:versioned])
+    end
+
+    test "dtypes: unknown codes, vector types, codes with no dtype here", %{before: before} do
+      ctx = forged_setup(before)
+      error = forged_refusal(%{ctx.v | code: 42}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "dtype: unknown DLPack type code 42"
+      assert error.message =~ "the producer's deleter was called"
+
+      error = forged_refusal(%{ctx.l | lanes: 4}, :legacy, [4, 6], [6, 1], TensorBlob.Error)
+      assert error.message =~ "4 lanes"
+      finish(ctx, [:versioned, :legacy])
+    end
+
+    test "dtypes the table or the linked libtorch lack", %{before: before} do
+      ctx = forged_setup(before)
+      error = forged_refusal(%{ctx.v | code: 3, bits: 64}, :versioned, [4, 6], [6, 1], TensorBlob.Error)
+      assert error.message =~ "kDLOpaqueHandle"
+
+      if :uint16 in TensorBlob.dtypes() do
+        DLPack.import(ctx.l_address, version: :legacy)
+      else
+        error = forged_refusal(%{ctx.l | code: 1, bits: 16}, :legacy, [4, 6], [6, 1], TensorBlob.Error)
+        assert error.message =~ "uint16 is not supported by the linked libtorch"
+      end
+
+      finish(ctx, [:versioned, :legacy])
+    end
+
+    test "shape, strides, ndim, data, flags", %{before: before} do
+      ctx = forged_setup(before)
+      error = forged_refusal(%{ctx.v | ndim: 65}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "ndim: 65 is out of range"
+      assert TensorBlob.stats().capsules == ctx.before.capsules + 1
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(v, :versioned, [4, -6], [6, 1], ArgumentError)
+      assert error.message =~ ~r/shape: dimensions must be non-negative in \{4, ?-6\}/
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(v, :versioned, [4, 6], [6, -1], ArgumentError)
+      assert error.message =~ ~r/strides: strides must be non-negative/
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(v, :versioned, [0x7FFFFFFFFFFFFFFF, 2], nil, ArgumentError)
+      assert error.message =~ "shape: the number of elements overflows"
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(%{v | data: v.data + 2}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "data: the pointer is not aligned"
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(%{v | data: 0}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "data: a null pointer"
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(v, :versioned, nil, [6, 1], ArgumentError)
+      assert error.message =~ "shape: NULL with ndim 2"
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(%{v | byte_offset: 0xFFFFFFFFFFFFFFF0}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "byte_offset"
+
+      v = exported(ctx.t, :versioned) |> elem(1)
+      error = forged_refusal(%{v | flags: 256}, :versioned, [4, 6], [6, 1], TensorBlob.Error)
+      assert error.message =~ "flags: 0x100"
+
+      # Every refusal above released its export exactly once.
+      finish(ctx, [:versioned])
+    end
+
+    test "NULL strides, byte_offset, size-1 strides, empty tensors with NULL data", %{before: before} do
+      ctx = forged_setup(before)
+      v = ctx.v
+
+      # NULL strides: row-major. Its deleter is the real one: released when
+      # the imported tensor dies.
+      {holder, address} = Managed.forge(v, :versioned, [4, 6], nil)
+      u = DLPack.import(address)
+      assert Tensor.strides(u) == [6, 1]
+      assert Tensor.to_binary(u) == @f32
+      u = nil
+      _ = u
+      assert await(&(&1.capsules == ctx.before.capsules + 1)).capsules == ctx.before.capsules + 1
+
+      # byte_offset: rows 2..3 of the legacy export, with a NULL deleter.
+      l = %{ctx.l | deleter: 0}
+      {holder2, address2} = Managed.forge(%{l | byte_offset: 2 * 6 * 4}, :legacy, [2, 6], [6, 1])
+      u = DLPack.import(address2, version: :legacy)
+      assert Tensor.to_binary(u) == binary_part(@f32, 48, 48)
+      assert ptr(u) == l.data + 48
+
+      # Size-1 dimensions may have any stride, negative included.
+      {holder3, address3} = Managed.forge(l, :legacy, [1, 6], [-7, 1])
+      u = DLPack.import(address3, version: :legacy)
+      assert Tensor.to_binary(u) == binary_part(@f32, 0, 24)
+
+      # No elements: data may be NULL.
+      {holder4, address4} = Managed.forge(%{l | data: 0}, :legacy, [0, 6], [6, 1])
+      u = DLPack.import(address4, version: :legacy)
+      assert Tensor.shape(u) == {0, 6}
+      assert Tensor.to_binary(u) == ""
+
+      # READ_ONLY in a forged struct.
+      {holder5, address5} =
+        Managed.forge(%{ctx.v | deleter: 0, flags: 1}, :versioned, [4, 6], [6, 1])
+
+      u = DLPack.import(address5)
+      assert_badarg(fn -> Tensor.write!(u, @f32) end, "read-only")
+
+      u = nil
+      _ = u
+      Lifetime.churn()
+      # The holders outlive every tensor imported from them.
+      for h <- [holder, holder2, holder3, holder4, holder5], do: assert(Tensor.shape(h) == {1024})
+      finish(ctx, [:versioned])
+    end
+  end
+end
