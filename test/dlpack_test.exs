@@ -11,8 +11,11 @@ defmodule TensorBlob.DLPackTest do
   defmodule Managed do
     @moduledoc false
 
-    def decode(<<major::32-native, minor::32-native, ctx::64-native, deleter::64-native, flags::64-native,
-                 tensor::binary-size(48)>>, :versioned) do
+    def decode(
+          <<major::32-native, minor::32-native, ctx::64-native, deleter::64-native, flags::64-native,
+            tensor::binary-size(48)>>,
+          :versioned
+        ) do
       Map.merge(decode_tensor(tensor), %{major: major, minor: minor, ctx: ctx, deleter: deleter, flags: flags})
     end
 
@@ -20,11 +23,22 @@ defmodule TensorBlob.DLPackTest do
       Map.merge(decode_tensor(tensor), %{ctx: ctx, deleter: deleter})
     end
 
-    defp decode_tensor(<<data::64-native, dev::32-signed-native, dev_id::32-signed-native, ndim::32-signed-native,
-                         code::8, bits::8, lanes::16-native, shape::64-native, strides::64-native,
-                         offset::64-native>>) do
-      %{data: data, device: dev, device_id: dev_id, ndim: ndim, code: code, bits: bits, lanes: lanes,
-        shape: shape, strides: strides, byte_offset: offset}
+    defp decode_tensor(
+           <<data::64-native, dev::32-signed-native, dev_id::32-signed-native, ndim::32-signed-native, code::8, bits::8,
+             lanes::16-native, shape::64-native, strides::64-native, offset::64-native>>
+         ) do
+      %{
+        data: data,
+        device: dev,
+        device_id: dev_id,
+        ndim: ndim,
+        code: code,
+        bits: bits,
+        lanes: lanes,
+        shape: shape,
+        strides: strides,
+        byte_offset: offset
+      }
     end
 
     def encode(f, :versioned) do
@@ -36,8 +50,7 @@ defmodule TensorBlob.DLPackTest do
 
     defp encode_tensor(f) do
       <<f.data::64-native, f.device::32-signed-native, f.device_id::32-signed-native, f.ndim::32-signed-native,
-        f.code::8, f.bits::8, f.lanes::16-native, f.shape::64-native, f.strides::64-native,
-        f.byte_offset::64-native>>
+        f.code::8, f.bits::8, f.lanes::16-native, f.shape::64-native, f.strides::64-native, f.byte_offset::64-native>>
     end
 
     def size(:versioned), do: 80
@@ -65,7 +78,9 @@ defmodule TensorBlob.DLPackTest do
       strides_bin = dims.(strides)
 
       bytes =
-        struct <> :binary.copy(<<0>>, 128 - byte_size(struct)) <> shape_bin <>
+        struct <>
+          :binary.copy(<<0>>, 128 - byte_size(struct)) <>
+          shape_bin <>
           :binary.copy(<<0>>, 8 * 70 - byte_size(shape_bin)) <> strides_bin
 
       Tensor.write!(holder, bytes <> :binary.copy(<<0>>, 1024 - byte_size(bytes)))
@@ -457,7 +472,10 @@ defmodule TensorBlob.DLPackTest do
       assert Tensor.to_binary(DLPack.import(address, version: :versioned)) == @f32
 
       address = t |> DLPack.export(version: :legacy) |> DLPack.consume()
-      error = assert_badarg(fn -> DLPack.import(address) end, "version: the address does not hold a DLManagedTensorVersioned")
+
+      error =
+        assert_badarg(fn -> DLPack.import(address) end, "version: the address does not hold a DLManagedTensorVersioned")
+
       assert error.message =~ "nothing in it was called"
       assert Tensor.to_binary(DLPack.import(address, version: :legacy)) == @f32
 
@@ -501,6 +519,7 @@ defmodule TensorBlob.DLPackTest do
 
     test "a kDLCUDA tensor: TensorBlob.Error, the deleter is called once", %{before: before} do
       ctx = forged_setup(before)
+
       for {kind, f} <- [versioned: ctx.v, legacy: ctx.l] do
         error = forged_refusal(%{f | device: 2, device_id: 1}, kind, [4, 6], [6, 1], TensorBlob.Error)
         assert error.message =~ "kDLCUDA"
@@ -646,8 +665,7 @@ defmodule TensorBlob.DLPackTest do
       assert Tensor.to_binary(u) == ""
 
       # READ_ONLY in a forged struct.
-      {holder5, address5} =
-        Managed.forge(%{ctx.v | deleter: 0, flags: 1}, :versioned, [4, 6], [6, 1])
+      {holder5, address5} = Managed.forge(%{ctx.v | deleter: 0, flags: 1}, :versioned, [4, 6], [6, 1])
 
       u = DLPack.import(address5)
       assert_badarg(fn -> Tensor.write!(u, @f32) end, "read-only")

@@ -44,7 +44,11 @@ defmodule TensorBlob.DLPack do
 
   A tensor with the `READ_ONLY` flag (or imported with `read_only: true`) is
   read-only: `TensorBlob.Tensor.write!/2` refuses it and every slice of it,
-  and it can only be re-exported versioned, with the flag.
+  and it can only be re-exported versioned, with the flag. `IS_COPIED` is
+  accepted and changes nothing here; `IS_SUBBYTE_TYPE_PADDED` concerns only
+  sub-byte types, which are refused anyway; other flag bits are refused.
+  `TensorBlob.Tensor.memory/1` reports an imported tensor as `:pinned`: its
+  storage keeps the producer's memory alive until it calls the deleter.
 
   ## Who calls the deleter when an import is refused
 
