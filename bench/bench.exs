@@ -39,7 +39,8 @@ defmodule Bench do
       {"to_blob", fn -> TensorBlob.to_blob(t) end},
       {"from_blob pinned", fn -> TensorBlob.from_blob(blob) end},
       {"from_blob unpinned", fn -> TensorBlob.from_blob(bare) end},
-      {"to_blob + from_blob", fn -> TensorBlob.from_blob(TensorBlob.to_blob(t)) end}
+      {"to_blob + from_blob", fn -> TensorBlob.from_blob(TensorBlob.to_blob(t)) end},
+      {"DLPack export + import", fn -> TensorBlob.DLPack.import(TensorBlob.DLPack.export(t)) end}
     ]
   end
 
@@ -182,7 +183,7 @@ defmodule Bench do
     IO.puts("Python torch.utils.dlpack round trip: " <>
               if(py[:skipped], do: "skipped (#{py.skipped})", else: "#{fmt(py.median_ns, 0)} ns median"))
 
-    IO.puts("\nNot measured yet: DLPack export + import, zero-copy binary views, IPC (not implemented yet).")
+    IO.puts("\nNot measured yet: zero-copy binary views and IPC (not implemented yet).")
 
     results = %{
       machine: %{cpu: cpu_model(), schedulers: System.schedulers_online(), otp: System.otp_release(),

@@ -83,8 +83,12 @@ defmodule TensorBlob do
     %BlobView{tensor: Tensor.wrap(ref), owner: owner}
   end
 
-  @doc "Live tensors and live pins; after everything is dropped and collected, both return to where they were."
-  @spec stats() :: %{tensors: non_neg_integer(), pins: non_neg_integer()}
+  @doc """
+  Live counts, for leak checks: `tensors` (tensor resources), `pins` (owners
+  held by views) and `capsules` (DLPack exports whose deleter has not run).
+  After everything is dropped and collected, each returns to where it was.
+  """
+  @spec stats() :: %{tensors: non_neg_integer(), pins: non_neg_integer(), capsules: non_neg_integer()}
   def stats, do: :tensor_blob.stats()
 
   @doc "The canonical dtypes the linked libtorch can hold."

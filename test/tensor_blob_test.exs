@@ -205,7 +205,7 @@ defmodule TensorBlobTest do
 
   describe "lifetimes" do
     test "a slice of a view keeps the owner alive after the struct and the owner are dropped" do
-      before = TensorBlob.stats()
+      before = Lifetime.settled_stats()
       bytes = for i <- 0..4095, into: <<>>, do: <<i::32-native>>
 
       slice =
@@ -240,7 +240,7 @@ defmodule TensorBlobTest do
     end
 
     test "stats return to the start after views are dropped" do
-      before = TensorBlob.stats()
+      before = Lifetime.settled_stats()
 
       Lifetime.in_process(fn ->
         t = t23()
@@ -257,7 +257,7 @@ defmodule TensorBlobTest do
     end
 
     test "many processes make and drop views of one tensor at once" do
-      before = TensorBlob.stats()
+      before = Lifetime.settled_stats()
       t = Tensor.from_binary(for(i <- 0..255, into: <<>>, do: <<i>>), :uint8, {16, 16})
       blob = TensorBlob.to_blob(t)
 

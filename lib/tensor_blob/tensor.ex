@@ -43,7 +43,9 @@ defmodule TensorBlob.Tensor do
 
   @doc """
   Overwrites the elements in place with `binary` (row-major order). Every
-  view of the same memory sees the new values. Returns the tensor.
+  view of the same memory sees the new values. Returns the tensor. A
+  read-only tensor (a DLPack import flagged READ_ONLY, and its slices)
+  raises `ArgumentError`.
   """
   @spec write!(t(), binary()) :: t()
   def write!(tensor, binary) do

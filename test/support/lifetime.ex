@@ -35,6 +35,14 @@ defmodule TensorBlob.Test.Lifetime do
     :ok
   end
 
+  @doc "Collects until stats/0 stops changing (destructors run after GC), and returns it."
+  def settled_stats(previous \\ nil, tries \\ 50) do
+    collect()
+    Process.sleep(5)
+    stats = TensorBlob.stats()
+    if stats == previous or tries == 0, do: stats, else: settled_stats(stats, tries - 1)
+  end
+
   @doc "Waits (up to ~2 s) until stats/0 equals expected; returns the last stats."
   def await_stats(expected, tries \\ 200) do
     collect()
