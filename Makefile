@@ -56,13 +56,13 @@ setup:
 	@scripts/setup.sh
 
 # Pure C unit tests of the validation code: no BEAM, no libtorch.
-$(BUILD)/c_test: c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+$(BUILD)/c_test: c_test/test_spec.c c_test/check.h c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
 
 # The DLPack import checks (pure C too), and our DLPack declarations
 # against the dlpack.h of the linked libtorch.
 DLPACK_TEST_SOURCES := c_test/test_dlpack.c c_src/tb_dlpack_check.c c_src/tb_spec.c c_src/tb_dtype.c
-$(BUILD)/c_test_dlpack: $(DLPACK_TEST_SOURCES) c_src/dlpack.h c_src/tb_dlpack_check.h c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+$(BUILD)/c_test_dlpack: $(DLPACK_TEST_SOURCES) c_test/check.h c_src/dlpack.h c_src/tb_dlpack_check.h c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src $(DLPACK_TEST_SOURCES) -o $@
 
 TORCH_INCLUDE := $(if $(LIBTORCH_DIR),$(LIBTORCH_DIR)/include,/usr/include)
@@ -75,7 +75,7 @@ c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi
 	$(BUILD)/c_test_dlpack_abi
 
 # The shim through its C API, with libtorch but without the BEAM.
-$(BUILD)/shim_test: c_test/test_shim.c $(SHIM_OBJECT) c_src/tb_dtype.c c_src/torch_shim.h | $(BUILD)
+$(BUILD)/shim_test: c_test/test_shim.c c_test/check.h $(SHIM_OBJECT) c_src/tb_dtype.c c_src/torch_shim.h | $(BUILD)
 	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -c c_test/test_shim.c -o $(BUILD)/test_shim.o
 	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -c c_src/tb_dtype.c -o $(BUILD)/test_dtype.o
 	$(CXX) $(SANITIZE) $(BUILD)/test_shim.o $(BUILD)/test_dtype.o $(SHIM_OBJECT) -o $@ \

@@ -9,16 +9,7 @@
 #include "tb_dtype.h"
 #include "torch_shim.h"
 
-static int checks, failures;
-
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        checks++;                                                          \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                  \
-    } while (0)
+#include "check.h"
 
 /* A context that counts how often it is released. */
 typedef struct {
