@@ -1,3 +1,4 @@
+#include "tb_count.h"
 #include "tb_dlpack.h"
 
 #include <stdatomic.h>
@@ -25,13 +26,13 @@ typedef struct {
     int64_t dims[]; /* shape[ndim], then strides[ndim] */
 } tb_export;
 
-static atomic_long live_exports;
+static tb_count live_exports;
 
 static void export_free(tb_export *e)
 {
     tb_shim_release(e->ref);
     free(e);
-    atomic_fetch_sub_explicit(&live_exports, 1, memory_order_relaxed);
+    tb_count_add(&live_exports, -1);
 }
 
 /* The deleters consumers call, once each. They free manager_ctx rather than
@@ -50,7 +51,7 @@ static void export_deleter_legacy(tb_DLManagedTensor *self)
 
 long tb_dlpack_live(void)
 {
-    return atomic_load_explicit(&live_exports, memory_order_relaxed);
+    return tb_count_read(&live_exports);
 }
 
 /* ---- Capsules -------------------------------------------------------- */
@@ -225,7 +226,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         l->manager_ctx = e;
         l->deleter = export_deleter_legacy;
     }
-    atomic_fetch_add_explicit(&live_exports, 1, memory_order_relaxed);
+    tb_count_add(&live_exports, 1);
     atomic_init(&c->managed, (void *)&e->m);
     c->versioned = versioned;
 

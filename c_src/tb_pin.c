@@ -1,8 +1,8 @@
+#include "tb_count.h"
 #include "tb_pin.h"
 
-#include <stdatomic.h>
 
-static atomic_long live_pins;
+static tb_count live_pins;
 
 tb_pin *tb_pin_new(ERL_NIF_TERM owner)
 {
@@ -15,7 +15,7 @@ tb_pin *tb_pin_new(ERL_NIF_TERM owner)
         return NULL;
     }
     pin->owner = enif_make_copy(pin->env, owner);
-    atomic_fetch_add_explicit(&live_pins, 1, memory_order_relaxed);
+    tb_count_add(&live_pins, 1);
     return pin;
 }
 
@@ -24,19 +24,19 @@ void tb_pin_release(void *ctx)
     tb_pin *pin = ctx;
     enif_free_env(pin->env);
     enif_free(pin);
-    atomic_fetch_sub_explicit(&live_pins, 1, memory_order_relaxed);
+    tb_count_add(&live_pins, -1);
 }
 
 void tb_pin_keep_resource(void *resource)
 {
     enif_keep_resource(resource);
-    atomic_fetch_add_explicit(&live_pins, 1, memory_order_relaxed);
+    tb_count_add(&live_pins, 1);
 }
 
 void tb_pin_release_resource(void *resource)
 {
     enif_release_resource(resource);
-    atomic_fetch_sub_explicit(&live_pins, 1, memory_order_relaxed);
+    tb_count_add(&live_pins, -1);
 }
 
 int tb_pin_is_pin_deleter(void (*deleter)(void *))
@@ -51,5 +51,5 @@ void tb_pin_none(void *ctx)
 
 long tb_pin_live(void)
 {
-    return atomic_load_explicit(&live_pins, memory_order_relaxed);
+    return tb_count_read(&live_pins);
 }

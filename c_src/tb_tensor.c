@@ -1,6 +1,6 @@
+#include "tb_count.h"
 #include "tb_tensor.h"
 
-#include <stdatomic.h>
 #include <string.h>
 
 #include "tb_args.h"
@@ -13,7 +13,7 @@
 #define TB_DIRTY_BYTES (256 * 1024)
 
 static ErlNifResourceType *tensor_type;
-static atomic_long live_tensors;
+static tb_count live_tensors;
 
 static void tensor_dtor(ErlNifEnv *env, void *obj)
 {
@@ -23,7 +23,7 @@ static void tensor_dtor(ErlNifEnv *env, void *obj)
         /* May free a pin, which only frees its env: allowed here. */
         tb_shim_release(t->handle);
         t->handle = NULL;
-        atomic_fetch_sub_explicit(&live_tensors, 1, memory_order_relaxed);
+        tb_count_add(&live_tensors, -1);
     }
 }
 
@@ -45,7 +45,7 @@ ERL_NIF_TERM tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle)
         return tb_raise_error(env, "out of memory allocating a tensor resource");
     }
     t->handle = handle;
-    atomic_fetch_add_explicit(&live_tensors, 1, memory_order_relaxed);
+    tb_count_add(&live_tensors, 1);
     ERL_NIF_TERM term = enif_make_resource(env, t);
     enif_release_resource(t);
     return term;
@@ -69,7 +69,7 @@ tb_tensor *tb_tensor_get_any(ErlNifEnv *env, ERL_NIF_TERM term)
 
 long tb_tensor_live(void)
 {
-    return atomic_load_explicit(&live_tensors, memory_order_relaxed);
+    return tb_count_read(&live_tensors);
 }
 
 #define GET_TENSOR(var, term, field)                                                        \
