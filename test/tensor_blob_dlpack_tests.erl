@@ -6,6 +6,8 @@
 %% what a test made.
 -module(tensor_blob_dlpack_tests).
 
+-import(tensor_blob_test_util, [gc_all/0, settled_stats/0]).
+
 -include_lib("eunit/include/eunit.hrl").
 
 %%====================================================================
@@ -38,21 +40,6 @@ tensor_blob_error(Word, Fun) ->
             Msg
     end.
 
-gc_all() ->
-    _ = [erlang:garbage_collect(P) || P <- processes()],
-    ok.
-
-settled_stats() -> settled_stats(50).
-settled_stats(N) ->
-    gc_all(),
-    S = tensor_blob:stats(),
-    timer:sleep(5),
-    gc_all(),
-    case tensor_blob:stats() of
-        S -> S;
-        _ when N =:= 0 -> S;
-        _ -> settled_stats(N - 1)
-    end.
 
 wait_for_stats(Expected) -> wait_for_stats(Expected, 200).
 wait_for_stats(Expected, 0) ->

@@ -37,6 +37,8 @@
 %% Tensors are made inside the properties, never in generators.
 -module(tensor_blob_prop_tests).
 
+-import(tensor_blob_test_util, [gc_all/0, settled_stats/0]).
+
 -include_lib("eunit/include/eunit.hrl").
 
 %% PropEr's macros, as proper.hrl defines them.
@@ -632,20 +634,3 @@ mutate(Blob, Mutation) ->
 %% Leak checks
 %%====================================================================
 
-gc_all() ->
-    _ = [erlang:garbage_collect(P) || P <- processes()],
-    ok.
-
-%% stats() once it no longer changes between collections. Resource
-%% destructors run a little after the collection that frees them (ERTS
-%% defers them), so this waits for the counts to stay put.
-settled_stats() -> settled_stats(100, undefined).
-
-settled_stats(0, Last) ->
-    Last;
-settled_stats(N, Last) ->
-    gc_all(),
-    case tensor_blob:stats() of
-        Last -> Last;
-        S -> timer:sleep(10), settled_stats(N - 1, S)
-    end.

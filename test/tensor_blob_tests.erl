@@ -7,6 +7,8 @@
 %% tensor references, and the stats/0 leak checks see only what a test made.
 -module(tensor_blob_tests).
 
+-import(tensor_blob_test_util, [run_isolated/1, gc_all/0, settled_stats/0]).
+
 -include_lib("eunit/include/eunit.hrl").
 
 %% Every canonical dtype of the design, supported by the linked libtorch or not.
@@ -125,45 +127,7 @@ matrix34() ->
 
 ptr(T) -> maps:get(ptr, tensor_blob:to_blob(T)).
 
-%% Runs Fun in a fresh process and waits for it to exit, so that every term
-%% it made is garbage once this returns. Re-raises its failure here.
-run_isolated(Fun) ->
-    {Pid, Ref} = spawn_monitor(fun() ->
-                                       try Fun() of
-                                           _ -> exit(done)
-                                       catch
-                                           Class:Reason:Stack -> exit({failed, Class, Reason, Stack})
-                                       end
-                               end),
-    receive
-        {'DOWN', Ref, process, Pid, done} -> ok;
-        {'DOWN', Ref, process, Pid, Other} -> erlang:error({isolated_process_failed, Other})
-    after 60000 ->
-            exit(Pid, kill),
-            erlang:error(isolated_process_timeout)
-    end.
 
-%% Resource destructors run when the last process holding a reference
-%% collects it: collect everywhere (this process included).
-gc_all() ->
-    _ = [erlang:garbage_collect(P) || P <- processes()],
-    ok.
-
-%% stats() once no garbage is left anywhere.
-settled_stats() -> settled_stats(20).
-
-settled_stats(0) ->
-    gc_all(),
-    tensor_blob:stats();
-settled_stats(N) ->
-    gc_all(),
-    S1 = tensor_blob:stats(),
-    timer:sleep(5),
-    gc_all(),
-    case tensor_blob:stats() of
-        S1 -> S1;
-        _ -> settled_stats(N - 1)
-    end.
 
 %% Waits (about 1 s at most) for stats() to equal Expected, collecting garbage.
 wait_for_stats(Expected) -> wait_for_stats(Expected, 100).

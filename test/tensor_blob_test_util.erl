@@ -1,0 +1,42 @@
+%% Helpers shared by the EUnit suites: leak checks and isolated work.
+-module(tensor_blob_test_util).
+
+-export([run_isolated/1, gc_all/0, settled_stats/0]).
+
+%% Runs Fun in a fresh process and waits for it to exit, so that every term
+%% it made is garbage once this returns. Re-raises its failure here.
+run_isolated(Fun) ->
+    {Pid, Ref} = spawn_monitor(fun() ->
+                                       try Fun() of
+                                           _ -> exit(done)
+                                       catch
+                                           Class:Reason:Stack -> exit({failed, Class, Reason, Stack})
+                                       end
+                               end),
+    receive
+        {'DOWN', Ref, process, Pid, done} -> ok;
+        {'DOWN', Ref, process, Pid, Other} -> erlang:error({isolated_process_failed, Other})
+    after 60000 ->
+            exit(Pid, kill),
+            erlang:error(isolated_process_timeout)
+    end.
+
+%% Resource destructors run when the last process holding a reference
+%% collects it: collect everywhere (the caller included).
+gc_all() ->
+    _ = [erlang:garbage_collect(P) || P <- processes()],
+    ok.
+
+%% stats() once it no longer changes between collections. ERTS runs
+%% resource destructors a little after the collection that frees them, so
+%% this waits for the counts to stay put.
+settled_stats() -> settled_stats(100, undefined).
+
+settled_stats(0, Last) ->
+    Last;
+settled_stats(N, Last) ->
+    gc_all(),
+    case tensor_blob:stats() of
+        Last -> Last;
+        S -> timer:sleep(10), settled_stats(N - 1, S)
+    end.
