@@ -56,7 +56,7 @@ setup:
 	@scripts/setup.sh
 
 # Pure C unit tests of the validation code: no BEAM, no libtorch.
-$(BUILD)/c_test: c_test/test_spec.c c_test/check.h c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+$(BUILD)/c_test: c_test/test_spec.c c_test/check.h c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h c_src/dlpack.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
 
 # The DLPack import checks (pure C too), and our DLPack declarations
@@ -160,10 +160,10 @@ STRESS_CYCLES ?= 1000000
 
 .PHONY: fuzz fuzz-ci fuzz-build stress stress-ci
 
-$(BUILD)/fuzz_layout: fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+$(BUILD)/fuzz_layout: fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h c_src/dlpack.h | $(BUILD)
 	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
 
-$(BUILD)/fuzz_dtype: fuzz/fuzz_dtype.c c_src/tb_dtype.c c_src/tb_dtype.h | $(BUILD)
+$(BUILD)/fuzz_dtype: fuzz/fuzz_dtype.c c_src/tb_dtype.c c_src/tb_dtype.h c_src/dlpack.h | $(BUILD)
 	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_dtype.c c_src/tb_dtype.c -o $@
 
 fuzz-build: $(FUZZ_HARNESSES:%=$(BUILD)/fuzz_%)

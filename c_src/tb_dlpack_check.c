@@ -2,17 +2,6 @@
 
 #include <string.h>
 
-/* tb_dtype.h keeps its own copy of the type codes the table uses, so that it
- * needs no DLPack header: they must be DLPack's. */
-_Static_assert((int)TB_DL_INT == (int)tb_kDLInt, "kDLInt");
-_Static_assert((int)TB_DL_UINT == (int)tb_kDLUInt, "kDLUInt");
-_Static_assert((int)TB_DL_FLOAT == (int)tb_kDLFloat, "kDLFloat");
-_Static_assert((int)TB_DL_BFLOAT == (int)tb_kDLBfloat, "kDLBfloat");
-_Static_assert((int)TB_DL_COMPLEX == (int)tb_kDLComplex, "kDLComplex");
-_Static_assert((int)TB_DL_BOOL == (int)tb_kDLBool, "kDLBool");
-_Static_assert((int)TB_DL_FLOAT8_E4M3FN == (int)tb_kDLFloat8_e4m3fn, "kDLFloat8_e4m3fn");
-_Static_assert((int)TB_DL_FLOAT8_E5M2 == (int)tb_kDLFloat8_e5m2, "kDLFloat8_e5m2");
-
 static const char *const device_names[TB_DLPACK_LAST_DEVICE_TYPE + 1] = {
     [tb_kDLCPU] = "kDLCPU",
     [tb_kDLCUDA] = "kDLCUDA",

@@ -1,27 +1,29 @@
 #include "tb_dtype.h"
 
+#include "dlpack.h"
+
 #include <string.h>
 
 /* Order follows tb_dtype_id. torch_scalar_type values are c10::ScalarType's
  * (stable across releases); torch_shim.cpp asserts each at compile time. */
 const tb_dtype tb_dtypes[TB_DT_COUNT] = {
-    [TB_DT_BOOL] = {"bool", TB_DL_BOOL, 8, 1, 1, 11, NULL, 0},
-    [TB_DT_UINT8] = {"uint8", TB_DL_UINT, 8, 1, 1, 0, "u", 8},
-    [TB_DT_INT8] = {"int8", TB_DL_INT, 8, 1, 1, 1, "s", 8},
-    [TB_DT_INT16] = {"int16", TB_DL_INT, 16, 1, 2, 2, "s", 16},
-    [TB_DT_INT32] = {"int32", TB_DL_INT, 32, 1, 4, 3, "s", 32},
-    [TB_DT_INT64] = {"int64", TB_DL_INT, 64, 1, 8, 4, "s", 64},
-    [TB_DT_UINT16] = {"uint16", TB_DL_UINT, 16, 1, 2, 27, "u", 16},
-    [TB_DT_UINT32] = {"uint32", TB_DL_UINT, 32, 1, 4, 28, "u", 32},
-    [TB_DT_UINT64] = {"uint64", TB_DL_UINT, 64, 1, 8, 29, "u", 64},
-    [TB_DT_FLOAT16] = {"float16", TB_DL_FLOAT, 16, 1, 2, 5, "f", 16},
-    [TB_DT_BFLOAT16] = {"bfloat16", TB_DL_BFLOAT, 16, 1, 2, 15, "bf", 16},
-    [TB_DT_FLOAT32] = {"float32", TB_DL_FLOAT, 32, 1, 4, 6, "f", 32},
-    [TB_DT_FLOAT64] = {"float64", TB_DL_FLOAT, 64, 1, 8, 7, "f", 64},
-    [TB_DT_COMPLEX64] = {"complex64", TB_DL_COMPLEX, 64, 1, 8, 9, "c", 64},
-    [TB_DT_COMPLEX128] = {"complex128", TB_DL_COMPLEX, 128, 1, 16, 10, "c", 128},
-    [TB_DT_FLOAT8_E4M3FN] = {"float8_e4m3fn", TB_DL_FLOAT8_E4M3FN, 8, 1, 1, 24, "f8_e4m3fn", 8},
-    [TB_DT_FLOAT8_E5M2] = {"float8_e5m2", TB_DL_FLOAT8_E5M2, 8, 1, 1, 23, "f", 8},
+    [TB_DT_BOOL] = {"bool", tb_kDLBool, 8, 1, 1, 11, NULL, 0},
+    [TB_DT_UINT8] = {"uint8", tb_kDLUInt, 8, 1, 1, 0, "u", 8},
+    [TB_DT_INT8] = {"int8", tb_kDLInt, 8, 1, 1, 1, "s", 8},
+    [TB_DT_INT16] = {"int16", tb_kDLInt, 16, 1, 2, 2, "s", 16},
+    [TB_DT_INT32] = {"int32", tb_kDLInt, 32, 1, 4, 3, "s", 32},
+    [TB_DT_INT64] = {"int64", tb_kDLInt, 64, 1, 8, 4, "s", 64},
+    [TB_DT_UINT16] = {"uint16", tb_kDLUInt, 16, 1, 2, 27, "u", 16},
+    [TB_DT_UINT32] = {"uint32", tb_kDLUInt, 32, 1, 4, 28, "u", 32},
+    [TB_DT_UINT64] = {"uint64", tb_kDLUInt, 64, 1, 8, 29, "u", 64},
+    [TB_DT_FLOAT16] = {"float16", tb_kDLFloat, 16, 1, 2, 5, "f", 16},
+    [TB_DT_BFLOAT16] = {"bfloat16", tb_kDLBfloat, 16, 1, 2, 15, "bf", 16},
+    [TB_DT_FLOAT32] = {"float32", tb_kDLFloat, 32, 1, 4, 6, "f", 32},
+    [TB_DT_FLOAT64] = {"float64", tb_kDLFloat, 64, 1, 8, 7, "f", 64},
+    [TB_DT_COMPLEX64] = {"complex64", tb_kDLComplex, 64, 1, 8, 9, "c", 64},
+    [TB_DT_COMPLEX128] = {"complex128", tb_kDLComplex, 128, 1, 16, 10, "c", 128},
+    [TB_DT_FLOAT8_E4M3FN] = {"float8_e4m3fn", tb_kDLFloat8_e4m3fn, 8, 1, 1, 24, "f8_e4m3fn", 8},
+    [TB_DT_FLOAT8_E5M2] = {"float8_e5m2", tb_kDLFloat8_e5m2, 8, 1, 1, 23, "f", 8},
 };
 
 const tb_dtype_alias tb_dtype_aliases[] = {

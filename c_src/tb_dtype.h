@@ -27,21 +27,9 @@ typedef enum {
     TB_DT_COUNT
 } tb_dtype_id;
 
-/* DLPack DLDataTypeCode values used by the table (DLPack 1.x). */
-enum {
-    TB_DL_INT = 0,
-    TB_DL_UINT = 1,
-    TB_DL_FLOAT = 2,
-    TB_DL_BFLOAT = 4,
-    TB_DL_COMPLEX = 5,
-    TB_DL_BOOL = 6,
-    TB_DL_FLOAT8_E4M3FN = 10,
-    TB_DL_FLOAT8_E5M2 = 12
-};
-
 typedef struct {
     const char *name;          /* canonical atom */
-    uint8_t dl_code;           /* DLPack {code, bits, lanes} */
+    uint8_t dl_code;           /* DLPack {code, bits, lanes}: codes from dlpack.h */
     uint8_t dl_bits;
     uint16_t dl_lanes;
     uint8_t element_size;      /* bytes */

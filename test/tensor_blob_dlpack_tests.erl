@@ -6,7 +6,7 @@
 %% what a test made.
 -module(tensor_blob_dlpack_tests).
 
--import(tensor_blob_test_util, [gc_all/0, settled_stats/0]).
+-import(tensor_blob_test_util, [wait_for_stats/1, gc_all/0, settled_stats/0]).
 
 -include_lib("eunit/include/eunit.hrl").
 
@@ -40,17 +40,6 @@ tensor_blob_error(Word, Fun) ->
             Msg
     end.
 
-
-wait_for_stats(Expected) -> wait_for_stats(Expected, 200).
-wait_for_stats(Expected, 0) ->
-    gc_all(),
-    ?assertEqual(Expected, tensor_blob:stats());
-wait_for_stats(Expected, N) ->
-    gc_all(),
-    case tensor_blob:stats() of
-        Expected -> ok;
-        _ -> timer:sleep(10), wait_for_stats(Expected, N - 1)
-    end.
 
 %% Runs Fun in a process that exits; returns its result.
 isolated(Fun) ->

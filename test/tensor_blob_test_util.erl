@@ -1,7 +1,9 @@
 %% Helpers shared by the EUnit suites: leak checks and isolated work.
 -module(tensor_blob_test_util).
 
--export([run_isolated/1, gc_all/0, settled_stats/0]).
+-export([run_isolated/1, gc_all/0, settled_stats/0, wait_for_stats/1]).
+
+-include_lib("eunit/include/eunit.hrl").
 
 %% Runs Fun in a fresh process and waits for it to exit, so that every term
 %% it made is garbage once this returns. Re-raises its failure here.
@@ -39,4 +41,18 @@ settled_stats(N, Last) ->
     case tensor_blob:stats() of
         Last -> Last;
         S -> timer:sleep(10), settled_stats(N - 1, S)
+    end.
+
+%% Waits (about 2 s at most) for stats() to equal Expected, collecting
+%% garbage; fails the test with both values if it never does.
+wait_for_stats(Expected) -> wait_for_stats(Expected, 200).
+
+wait_for_stats(Expected, 0) ->
+    gc_all(),
+    ?assertEqual(Expected, tensor_blob:stats());
+wait_for_stats(Expected, N) ->
+    gc_all(),
+    case tensor_blob:stats() of
+        Expected -> ok;
+        _ -> timer:sleep(10), wait_for_stats(Expected, N - 1)
     end.

@@ -7,7 +7,7 @@
 %% tensor references, and the stats/0 leak checks see only what a test made.
 -module(tensor_blob_tests).
 
--import(tensor_blob_test_util, [run_isolated/1, gc_all/0, settled_stats/0]).
+-import(tensor_blob_test_util, [wait_for_stats/1, run_isolated/1, gc_all/0, settled_stats/0]).
 
 -include_lib("eunit/include/eunit.hrl").
 
@@ -127,20 +127,6 @@ matrix34() ->
 
 ptr(T) -> maps:get(ptr, tensor_blob:to_blob(T)).
 
-
-
-%% Waits (about 1 s at most) for stats() to equal Expected, collecting garbage.
-wait_for_stats(Expected) -> wait_for_stats(Expected, 100).
-
-wait_for_stats(Expected, 0) ->
-    gc_all(),
-    ?assertEqual(Expected, tensor_blob:stats());
-wait_for_stats(Expected, N) ->
-    gc_all(),
-    case tensor_blob:stats() of
-        Expected -> ok;
-        _ -> timer:sleep(10), wait_for_stats(Expected, N - 1)
-    end.
 
 %% Start with DT more live tensors and DP more pins (other counts unchanged).
 plus(#{tensors := T, pins := P} = Stats, DT, DP) -> Stats#{tensors := T + DT, pins := P + DP}.
