@@ -33,15 +33,15 @@ LDFLAGS := -shared $(SANITIZE)
 C_SOURCES := $(wildcard c_src/tb_*.c)
 C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
-HEADERS := $(wildcard c_src/*.h)
+HEADERS := $(wildcard c_src/*.h) $(wildcard priv/include/*.h)
 
-.PHONY: all nif setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: all nif foreign-nif setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
 
 all: nif
 nif: $(NIF)
 
 $(BUILD)/%.o: c_src/%.c $(HEADERS) | $(BUILD)
-	$(CC) $(CFLAGS) -I$(ERTS_INCLUDE) -c $< -o $@
+	$(CC) $(CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
 $(SHIM_OBJECT): c_src/torch_shim.cpp c_src/torch_shim.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(TORCH_CFLAGS) -c $< -o $@
@@ -56,18 +56,18 @@ setup:
 	@scripts/setup.sh
 
 # Pure C unit tests of the validation code: no BEAM, no libtorch.
-$(BUILD)/c_test: c_test/test_spec.c c_test/check.h c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h c_src/dlpack.h | $(BUILD)
-	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
+$(BUILD)/c_test: c_test/test_spec.c c_test/check.h c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
 
 # The DLPack import checks (pure C too), and our DLPack declarations
 # against the dlpack.h of the linked libtorch.
 DLPACK_TEST_SOURCES := c_test/test_dlpack.c c_src/tb_dlpack_check.c c_src/tb_spec.c c_src/tb_dtype.c
-$(BUILD)/c_test_dlpack: $(DLPACK_TEST_SOURCES) c_test/check.h c_src/dlpack.h c_src/tb_dlpack_check.h c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
-	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src $(DLPACK_TEST_SOURCES) -o $@
+$(BUILD)/c_test_dlpack: $(DLPACK_TEST_SOURCES) c_test/check.h priv/include/tensor_blob_dlpack.h c_src/tb_dlpack_check.h c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include $(DLPACK_TEST_SOURCES) -o $@
 
 TORCH_INCLUDE := $(if $(LIBTORCH_DIR),$(LIBTORCH_DIR)/include,/usr/include)
-$(BUILD)/c_test_dlpack_abi: c_test/test_dlpack_abi.c c_src/dlpack.h | $(BUILD)
-	$(CC) -O1 -g -std=c11 -Wall -Wextra -Ic_src -I$(TORCH_INCLUDE) c_test/test_dlpack_abi.c -o $@
+$(BUILD)/c_test_dlpack_abi: c_test/test_dlpack_abi.c priv/include/tensor_blob_dlpack.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -I$(TORCH_INCLUDE) c_test/test_dlpack_abi.c -o $@
 
 c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi
 	$(BUILD)/c_test
@@ -76,8 +76,8 @@ c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi
 
 # The shim through its C API, with libtorch but without the BEAM.
 $(BUILD)/shim_test: c_test/test_shim.c c_test/check.h $(SHIM_OBJECT) c_src/tb_dtype.c c_src/torch_shim.h | $(BUILD)
-	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -c c_test/test_shim.c -o $(BUILD)/test_shim.o
-	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -c c_src/tb_dtype.c -o $(BUILD)/test_dtype.o
+	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -c c_test/test_shim.c -o $(BUILD)/test_shim.o
+	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -c c_src/tb_dtype.c -o $(BUILD)/test_dtype.o
 	$(CXX) $(SANITIZE) $(BUILD)/test_shim.o $(BUILD)/test_dtype.o $(SHIM_OBJECT) -o $@ \
 		$(TORCH_LDFLAGS) $(TORCH_LIBS)
 
@@ -90,10 +90,19 @@ valgrind-test: $(BUILD)/c_test $(BUILD)/shim_test
 	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
 		--suppressions=c_test/valgrind.supp $(BUILD)/shim_test
 
-mix-test: nif
+# An independent NIF library that reaches us only through
+# priv/include/tensor_blob.h (and DLPack): the bridge tests load it.
+FOREIGN_NIF := build/foreign_tensor_nif.so
+$(FOREIGN_NIF): test/support/foreign_tensor_nif.c $(wildcard priv/include/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -fPIC -shared -std=c11 -Wall -Wextra -Werror -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@
+
+foreign-nif: $(FOREIGN_NIF)
+
+mix-test: nif foreign-nif
 	MIX_ENV=test mix test
 
-eunit: nif
+eunit: nif foreign-nif
 	rebar3 eunit
 
 consumer-test: nif
@@ -127,7 +136,7 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	ERL_FLAGS="+Mea min" TENSOR_BLOB_NIF=$(CURDIR)/$(ASAN_BUILD)/tensor_blob_nif
 
-asan-test: setup nif
+asan-test: setup nif foreign-nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
 		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test
@@ -154,16 +163,16 @@ clean:
 
 FUZZ_CC ?= clang-14
 FUZZ_SECONDS ?= 60
-FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ic_src
+FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ic_src -Ipriv/include
 FUZZ_HARNESSES := layout dtype
 STRESS_CYCLES ?= 1000000
 
 .PHONY: fuzz fuzz-ci fuzz-build stress stress-ci
 
-$(BUILD)/fuzz_layout: fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h c_src/dlpack.h | $(BUILD)
+$(BUILD)/fuzz_layout: fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
 
-$(BUILD)/fuzz_dtype: fuzz/fuzz_dtype.c c_src/tb_dtype.c c_src/tb_dtype.h c_src/dlpack.h | $(BUILD)
+$(BUILD)/fuzz_dtype: fuzz/fuzz_dtype.c c_src/tb_dtype.c c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_dtype.c c_src/tb_dtype.c -o $@
 
 fuzz-build: $(FUZZ_HARNESSES:%=$(BUILD)/fuzz_%)

@@ -31,7 +31,7 @@ defmodule TensorBlob.MixProject do
       version: "0.1.0",
       elixir: "~> 1.14",
       compilers: [:tensor_blob_nif] ++ Mix.compilers(),
-      erlc_paths: ["src"],
+      erlc_paths: erlc_paths(Mix.env()),
       elixirc_paths: elixirc_paths(Mix.env()),
       start_permanent: Mix.env() == :prod,
       deps: [],
@@ -41,6 +41,9 @@ defmodule TensorBlob.MixProject do
   end
 
   def application, do: [extra_applications: []]
+
+  defp erlc_paths(:test), do: ["src", "test/support"]
+  defp erlc_paths(_), do: ["src"]
 
   defp elixirc_paths(:test), do: ["lib", "test/support"]
   defp elixirc_paths(_), do: ["lib"]

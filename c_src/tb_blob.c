@@ -31,10 +31,15 @@ ERL_NIF_TERM tb_nif_to_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 
     /* Keys in term order ('__struct__' first when present): the map is
      * built without sorting, which is most of the cost of to_blob. */
-    ERL_NIF_TERM keys[9] = {tb_atoms.struct_, tb_atoms.byte_size, tb_atoms.device, tb_atoms.dtype,
+    /* The largest power of two, up to 4096, that divides ptr. */
+    uint64_t alignment = l.ptr ? l.ptr & (~l.ptr + 1) : 4096;
+    if (alignment > 4096)
+        alignment = 4096;
+    ERL_NIF_TERM keys[10] = {tb_atoms.struct_, tb_atoms.alignment, tb_atoms.byte_size, tb_atoms.device, tb_atoms.dtype,
                             tb_atoms.element_size, tb_atoms.owner, tb_atoms.ptr, tb_atoms.shape, tb_atoms.strides};
-    ERL_NIF_TERM values[9] = {
+    ERL_NIF_TERM values[10] = {
         argv[2],
+        enif_make_uint64(env, alignment),
         enif_make_uint64(env, r.byte_size),
         tb_make_device(env, info.device_type, info.device_index),
         tb_atoms.dtypes[id],
@@ -46,7 +51,7 @@ ERL_NIF_TERM tb_nif_to_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     };
     int tagged = argv[2] != tb_atoms.undefined;
     ERL_NIF_TERM map;
-    if (!enif_make_map_from_arrays(env, keys + !tagged, values + !tagged, 8 + tagged, &map))
+    if (!enif_make_map_from_arrays(env, keys + !tagged, values + !tagged, 9 + tagged, &map))
         return tb_raise_error(env, "to_blob: could not build the blob map");
     return map;
 }
@@ -157,21 +162,23 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                 return outside_owner(env, &l, r.byte_size, base, size);
             tb_pin_keep_resource(owner);
             ctx = owner;
-            deleter = tb_pin_release_resource;
+            /* A view of read-only memory is read-only too. */
+            deleter = tb_tensor_info_read_only(&info) ? tb_pin_release_resource_read_only : tb_pin_release_resource;
         } else {
             tb_pin *pin = tb_pin_new(argv[1]);
             if (!pin)
                 return tb_raise_error(env, "from_blob: out of memory pinning the owner");
             /* Check the pinned copy: a small binary is copied, not shared,
              * and then no pointer into the caller's copy is covered. */
-            if (binary_extent(pin->env, pin->owner, &base, &size) &&
-                (device.type != TB_DEVICE_CPU ||
-                 (r.byte_size > 0 && !tb_extent_inside(l.ptr, r.byte_size, base, size)))) {
+            int binary = binary_extent(pin->env, pin->owner, &base, &size);
+            if (binary && (device.type != TB_DEVICE_CPU ||
+                           (r.byte_size > 0 && !tb_extent_inside(l.ptr, r.byte_size, base, size)))) {
                 tb_pin_release(pin);
                 return outside_owner(env, &l, r.byte_size, base, size);
             }
             ctx = pin;
-            deleter = tb_pin_release;
+            /* A binary is immutable: a view of its bytes is read-only. */
+            deleter = binary ? tb_pin_release_read_only : tb_pin_release;
         }
     }
 

@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "dlpack.h"
+#include "tensor_blob_dlpack.h"
 #include "tb_args.h"
 #include "tb_dlpack_check.h"
 #include "tb_nif.h"
@@ -153,6 +153,56 @@ int tb_dlpack_is_read_only_deleter(void (*d)(void *))
 
 /* ---- NIFs ------------------------------------------------------------ */
 
+void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
+{
+    tb_shim_info info;
+    tb_shim_info_of(handle, &info);
+    tb_dtype_id id;
+    if (!tb_dtype_of_scalar_type(info.scalar_type, &id))
+        return NULL;
+    size_t ndim = (size_t)info.ndim;
+    tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
+    if (!e)
+        return NULL;
+
+    tb_DLTensor dl;
+    int no_elements = 0;
+    for (size_t i = 0; i < ndim; i++) {
+        e->dims[i] = info.sizes[i];
+        e->dims[ndim + i] = info.strides[i];
+        no_elements |= info.sizes[i] == 0;
+    }
+    /* The spec asks for NULL data when there are no elements. */
+    dl.data = no_elements ? NULL : info.data;
+    dl.device.device_type = info.device_type == TB_DEVICE_CUDA ? tb_kDLCUDA : tb_kDLCPU;
+    dl.device.device_id = info.device_type == TB_DEVICE_CUDA ? info.device_index : 0;
+    dl.ndim = info.ndim;
+    dl.dtype.code = tb_dtypes[id].dl_code;
+    dl.dtype.bits = tb_dtypes[id].dl_bits;
+    dl.dtype.lanes = tb_dtypes[id].dl_lanes;
+    dl.shape = e->dims;
+    dl.strides = e->dims + ndim;
+    dl.byte_offset = 0;
+
+    e->ref = tb_shim_retain(handle);
+    if (versioned) {
+        tb_DLManagedTensorVersioned *v = &e->m.versioned;
+        v->version.major = TB_DLPACK_MAJOR_VERSION;
+        v->version.minor = TB_DLPACK_MINOR_VERSION;
+        v->manager_ctx = e;
+        v->deleter = export_deleter_versioned;
+        v->flags = read_only ? TB_DLPACK_FLAG_READ_ONLY : 0;
+        v->dl_tensor = dl;
+    } else {
+        tb_DLManagedTensor *l = &e->m.legacy;
+        l->dl_tensor = dl;
+        l->manager_ctx = e;
+        l->deleter = export_deleter_legacy;
+    }
+    tb_count_add(&live_exports, 1);
+    return &e->m;
+}
+
 ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -174,60 +224,25 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     if (read_only && !versioned)
         return tb_raise_badarg(env, "read_only: a legacy DLManagedTensor cannot carry the READ_ONLY flag; "
                                     "export it versioned");
-    /* A read-only import stays read-only when passed on. */
-    if (tb_dlpack_is_read_only_deleter(info.storage_deleter)) {
+    /* A read-only tensor stays read-only when passed on. */
+    if (tb_tensor_info_read_only(&info)) {
         if (!versioned)
-            return tb_raise_badarg(env, "version: the tensor is a read-only DLPack import, and a legacy "
-                                        "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned");
+            return tb_raise_badarg(env, "version: the tensor is read-only (%s), and a legacy "
+                                        "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned",
+                                   tb_tensor_read_only_reason(&info));
         read_only = 1;
     }
 
-    size_t ndim = (size_t)info.ndim;
-    tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
-    if (!e)
-        return tb_raise_error(env, "to_dlpack: out of memory");
     tb_capsule *c = enif_alloc_resource(capsule_type, sizeof *c);
-    if (!c) {
-        free(e);
+    if (!c)
         return tb_raise_error(env, "to_dlpack: out of memory allocating a capsule");
+    void *m = tb_dlpack_export(t->handle, versioned, read_only);
+    if (!m) {
+        atomic_init(&c->managed, NULL);
+        enif_release_resource(c);
+        return tb_raise_error(env, "to_dlpack: out of memory");
     }
-
-    tb_DLTensor dl;
-    int no_elements = 0;
-    for (size_t i = 0; i < ndim; i++) {
-        e->dims[i] = info.sizes[i];
-        e->dims[ndim + i] = info.strides[i];
-        no_elements |= info.sizes[i] == 0;
-    }
-    /* The spec asks for NULL data when there are no elements. */
-    dl.data = no_elements ? NULL : info.data;
-    dl.device.device_type = info.device_type == TB_DEVICE_CUDA ? tb_kDLCUDA : tb_kDLCPU;
-    dl.device.device_id = info.device_type == TB_DEVICE_CUDA ? info.device_index : 0;
-    dl.ndim = info.ndim;
-    dl.dtype.code = tb_dtypes[id].dl_code;
-    dl.dtype.bits = tb_dtypes[id].dl_bits;
-    dl.dtype.lanes = tb_dtypes[id].dl_lanes;
-    dl.shape = e->dims;
-    dl.strides = e->dims + ndim;
-    dl.byte_offset = 0;
-
-    e->ref = tb_shim_retain(t->handle);
-    if (versioned) {
-        tb_DLManagedTensorVersioned *v = &e->m.versioned;
-        v->version.major = TB_DLPACK_MAJOR_VERSION;
-        v->version.minor = TB_DLPACK_MINOR_VERSION;
-        v->manager_ctx = e;
-        v->deleter = export_deleter_versioned;
-        v->flags = read_only ? TB_DLPACK_FLAG_READ_ONLY : 0;
-        v->dl_tensor = dl;
-    } else {
-        tb_DLManagedTensor *l = &e->m.legacy;
-        l->dl_tensor = dl;
-        l->manager_ctx = e;
-        l->deleter = export_deleter_legacy;
-    }
-    tb_count_add(&live_exports, 1);
-    atomic_init(&c->managed, (void *)&e->m);
+    atomic_init(&c->managed, m);
     c->versioned = versioned;
 
     ERL_NIF_TERM term = enif_make_resource(env, c);

@@ -5,6 +5,8 @@
 
 #include <erl_nif.h>
 
+#include "torch_shim.h"
+
 int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags);
 
 /* Exported managed tensors whose deleter has not run yet: in a capsule, or
@@ -18,6 +20,11 @@ int tb_dlpack_is_import_deleter(void (*deleter)(void *));
 int tb_dlpack_is_read_only_deleter(void (*deleter)(void *));
 
 /* to_dlpack(Tensor, versioned | legacy, ReadOnly :: boolean()) -> capsule */
+/* A new DLManagedTensorVersioned (or legacy DLManagedTensor) over the
+ * tensor's memory, holding its own libtorch reference until its deleter
+ * runs. NULL when out of memory or the scalar type has no dtype. */
+void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
+
 ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 /* from_dlpack(Capsule | Address, versioned | legacy | undefined, ReadOnly) -> tensor */
 ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "dlpack.h"
+#include "tensor_blob_dlpack.h"
 #include "tb_dtype.h"
 #include "tb_spec.h"
 

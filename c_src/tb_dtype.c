@@ -1,6 +1,6 @@
 #include "tb_dtype.h"
 
-#include "dlpack.h"
+#include "tensor_blob_dlpack.h"
 
 #include <string.h>
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tb_binary.h"
 #include "tb_blob.h"
 #include "tb_dlpack.h"
 #include "tb_nif.h"
@@ -59,6 +60,8 @@ static void make_atoms(ErlNifEnv *env)
     a->tensors = atom(env, "tensors");
     a->pins = atom(env, "pins");
     a->capsules = atom(env, "capsules");
+    a->binaries = atom(env, "binaries");
+    a->alignment = atom(env, "alignment");
     a->versioned = atom(env, "versioned");
     a->legacy = atom(env, "legacy");
     a->tensor_struct = atom(env, "Elixir.TensorBlob.Tensor");
@@ -156,11 +159,11 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 {
     (void)argc;
     (void)argv;
-    ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins, tb_atoms.capsules};
+    ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins, tb_atoms.capsules, tb_atoms.binaries};
     ERL_NIF_TERM values[] = {enif_make_long(env, tb_tensor_live()), enif_make_long(env, tb_pin_live()),
-                             enif_make_long(env, tb_dlpack_live())};
+                             enif_make_long(env, tb_dlpack_live()), enif_make_long(env, tb_binary_live())};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 3, &map);
+    enif_make_map_from_arrays(env, keys, values, 4, &map);
     return map;
 }
 
@@ -196,6 +199,8 @@ static ErlNifFunc nif_funcs[] = {
     {"zeros", 2, tb_nif_zeros, 0},
     {"from_binary", 3, tb_nif_from_binary, 0},
     {"to_binary", 1, tb_nif_to_binary, 0},
+    {"from_binary_view", 3, tb_nif_from_binary_view, 0},
+    {"to_binary_view", 1, tb_nif_to_binary_view, 0},
     {"write", 2, tb_nif_write, 0},
     {"narrow", 4, tb_nif_narrow, 0},
     {"transpose", 3, tb_nif_transpose, 0},
@@ -212,27 +217,27 @@ static ErlNifFunc nif_funcs[] = {
     {"dlpack_version", 1, tb_nif_dlpack_version, 0},
 };
 
-static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags)
+static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags, void **priv, void *old_priv)
 {
     make_atoms(env);
-    return tb_tensor_open_type(env, flags) && tb_dlpack_open_type(env, flags) ? 0 : 1;
+    return tb_tensor_open_type(env, flags) && tb_dlpack_open_type(env, flags) &&
+                   tb_binary_load(env, flags, priv, old_priv)
+               ? 0
+               : 1;
 }
 
 static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 {
-    (void)priv;
     (void)info;
-    return open_types(env, ERL_NIF_RT_CREATE);
+    return open_types(env, ERL_NIF_RT_CREATE, priv, NULL);
 }
 
 /* A reload takes the resource type over, so tensors made by the old code
  * stay valid and are freed by the new code. */
 static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
 {
-    (void)priv;
-    (void)old_priv;
     (void)info;
-    return open_types(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
+    return open_types(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, priv, *old_priv);
 }
 
 ERL_NIF_INIT(tensor_blob_nif, nif_funcs, load, NULL, upgrade, NULL)

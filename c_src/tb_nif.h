@@ -10,13 +10,13 @@ typedef struct {
     ERL_NIF_TERM ok, true_, false_, nil, undefined;
     ERL_NIF_TERM badarg, tensor_blob;
     /* blob keys */
-    ERL_NIF_TERM ptr, shape, strides, dtype, device, element_size, byte_size, owner, struct_;
+    ERL_NIF_TERM ptr, shape, strides, dtype, device, element_size, byte_size, owner, struct_, alignment;
     ERL_NIF_TERM ref;
     ERL_NIF_TERM cpu, cuda;
     /* memory kinds */
     ERL_NIF_TERM owned, pinned, unpinned;
     /* stats keys */
-    ERL_NIF_TERM tensors, pins, capsules;
+    ERL_NIF_TERM tensors, pins, capsules, binaries;
     /* DLPack kinds */
     ERL_NIF_TERM versioned, legacy;
     ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */

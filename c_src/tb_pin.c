@@ -27,6 +27,13 @@ void tb_pin_release(void *ctx)
     tb_count_add(&live_pins, -1);
 }
 
+/* Same body, its own address: the storage's deleter is all that marks the
+ * memory read-only (a BEAM binary's bytes, or a read-only tensor's). */
+void tb_pin_release_read_only(void *ctx)
+{
+    tb_pin_release(ctx);
+}
+
 void tb_pin_keep_resource(void *resource)
 {
     enif_keep_resource(resource);
@@ -39,9 +46,19 @@ void tb_pin_release_resource(void *resource)
     tb_count_add(&live_pins, -1);
 }
 
+void tb_pin_release_resource_read_only(void *resource)
+{
+    tb_pin_release_resource(resource);
+}
+
 int tb_pin_is_pin_deleter(void (*deleter)(void *))
 {
-    return deleter == tb_pin_release || deleter == tb_pin_release_resource;
+    return deleter == tb_pin_release || deleter == tb_pin_release_resource || tb_pin_is_read_only_deleter(deleter);
+}
+
+int tb_pin_is_read_only_deleter(void (*deleter)(void *))
+{
+    return deleter == tb_pin_release_read_only || deleter == tb_pin_release_resource_read_only;
 }
 
 void tb_pin_none(void *ctx)

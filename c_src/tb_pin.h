@@ -22,8 +22,15 @@ void tb_pin_release(void *pin);
 void tb_pin_keep_resource(void *resource);
 void tb_pin_release_resource(void *resource);
 
+/* The same, for memory that must not be written through the view: the
+ * bytes of a BEAM binary, or a read-only tensor's. */
+void tb_pin_release_read_only(void *pin);
+void tb_pin_release_resource_read_only(void *resource);
+
 /* 1 when a storage deleter is one of the pins'. */
 int tb_pin_is_pin_deleter(void (*deleter)(void *));
+/* 1 when it is one of the read-only pins'. */
+int tb_pin_is_read_only_deleter(void (*deleter)(void *));
 
 /* The storage deleter of an unpinned view: the caller answers for the memory. */
 void tb_pin_none(void *ctx);

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "tb_args.h"
+#include "tb_binary.h"
+#include "tb_bridge.h"
 #include "tb_dlpack.h"
 #include "tb_nif.h"
 #include "tb_pin.h"
@@ -29,8 +31,10 @@ static void tensor_dtor(ErlNifEnv *env, void *obj)
 
 int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
-    ErlNifResourceType *type =
-        enif_open_resource_type(env, NULL, "tensor_blob_tensor", tensor_dtor, flags, NULL);
+    /* dyncall is the door of priv/include/tensor_blob.h: other NIF
+     * libraries reach it with enif_dynamic_resource_call. */
+    ErlNifResourceTypeInit init = {.dtor = tensor_dtor, .members = 4, .dyncall = tb_bridge_dyncall};
+    ErlNifResourceType *type = enif_init_resource_type(env, "tensor_blob_tensor", &init, flags, NULL);
     if (!type)
         return 0;
     tensor_type = type;
@@ -87,7 +91,7 @@ long tb_tensor_live(void)
 
 /* Row-major byte count of a tensor's elements; 0 on overflow (never for a
  * tensor libtorch made). */
-static uint64_t dense_bytes(const tb_shim_info *info)
+uint64_t tb_tensor_dense_bytes(const tb_shim_info *info)
 {
     tb_dtype_id id = TB_DT_UINT8;
     tb_dtype_of_scalar_type(info->scalar_type, &id);
@@ -107,7 +111,7 @@ static ERL_NIF_TERM refuse_device(ErlNifEnv *env, const tb_shim_info *info, cons
 }
 
 /* Parses a shape and dtype, and checks the element count fits. */
-static int get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
+int tb_tensor_get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
                            tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc)
 {
     if (!tb_get_shape(env, shape_term, "shape", &l->ndim, l->shape, exc) ||
@@ -134,7 +138,7 @@ static ERL_NIF_TERM zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     tb_dtype_id dtype;
     tb_spec_result r;
     ERL_NIF_TERM exc;
-    if (!get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
         return exc;
     tb_shim_tensor *h;
     tb_shim_error err;
@@ -149,7 +153,7 @@ ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     tb_dtype_id dtype;
     tb_spec_result r;
     ERL_NIF_TERM exc;
-    if (!get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
         return exc;
     if (r.byte_size > TB_DIRTY_BYTES)
         return enif_schedule_nif(env, "zeros", ERL_NIF_DIRTY_JOB_CPU_BOUND, zeros, argc, argv);
@@ -166,7 +170,7 @@ static ERL_NIF_TERM from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     tb_dtype_id dtype;
     tb_spec_result r;
     ERL_NIF_TERM exc;
-    if (!get_shape_dtype(env, argv[2], argv[1], &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_shape_dtype(env, argv[2], argv[1], &l, &dtype, &r, &exc))
         return exc;
     if (r.byte_size != bin.size)
         return tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
@@ -196,8 +200,8 @@ static ERL_NIF_TERM to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     if (exc)
         return exc;
     ErlNifBinary bin;
-    if (!enif_alloc_binary(dense_bytes(&info), &bin))
-        return tb_raise_error(env, "to_binary: out of memory allocating %lu bytes", (unsigned long)dense_bytes(&info));
+    if (!enif_alloc_binary(tb_tensor_dense_bytes(&info), &bin))
+        return tb_raise_error(env, "to_binary: out of memory allocating %lu bytes", (unsigned long)tb_tensor_dense_bytes(&info));
     tb_shim_error err;
     if (!tb_shim_to_bytes(t->handle, bin.data, &err)) {
         enif_release_binary(&bin);
@@ -212,10 +216,22 @@ ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     if (t) {
         tb_shim_info info;
         tb_shim_info_of(t->handle, &info);
-        if (dense_bytes(&info) > TB_DIRTY_BYTES)
+        if (tb_tensor_dense_bytes(&info) > TB_DIRTY_BYTES)
             return enif_schedule_nif(env, "to_binary", ERL_NIF_DIRTY_JOB_CPU_BOUND, to_binary, argc, argv);
     }
     return to_binary(env, argc, argv);
+}
+
+int tb_tensor_info_read_only(const tb_shim_info *info)
+{
+    return tb_dlpack_is_read_only_deleter(info->storage_deleter) || tb_pin_is_read_only_deleter(info->storage_deleter);
+}
+
+const char *tb_tensor_read_only_reason(const tb_shim_info *info)
+{
+    if (tb_dlpack_is_read_only_deleter(info->storage_deleter))
+        return "a DLPack import with the READ_ONLY flag, or a view of one";
+    return "a view of a binary's bytes or of a read-only tensor; binaries are immutable";
 }
 
 static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -230,14 +246,19 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     ERL_NIF_TERM exc = refuse_device(env, &info, "write!");
     if (exc)
         return exc;
-    if (tb_dlpack_is_read_only_deleter(info.storage_deleter))
-        return tb_raise_badarg(env, "tensor: read-only (a DLPack import with the READ_ONLY flag, or a view of "
-                                    "one); write! refuses it");
-    if (bin.size != dense_bytes(&info))
+    if (tb_tensor_info_read_only(&info))
+        return tb_raise_badarg(env, "tensor: read-only (%s); write! refuses it", tb_tensor_read_only_reason(&info));
+    if (bin.size != tb_tensor_dense_bytes(&info))
         return tb_raise_badarg(env, "binary: the tensor holds %lu bytes, got a binary of %lu bytes",
-                               (unsigned long)dense_bytes(&info), (unsigned long)bin.size);
+                               (unsigned long)tb_tensor_dense_bytes(&info), (unsigned long)bin.size);
+    tb_write_guard guard;
+    if (!tb_binary_write_begin(&guard, &info))
+        return tb_raise_badarg(env, "tensor: its memory is shared with a binary made by to_binary(copy: false), "
+                                    "and binaries are immutable; write! refuses it while that binary lives");
     tb_shim_error err;
-    if (!tb_shim_write_bytes(t->handle, bin.data, &err))
+    int ok = tb_shim_write_bytes(t->handle, bin.data, &err);
+    tb_binary_write_end(&guard);
+    if (!ok)
         return tb_raise_error(env, "write!: %s", err.message);
     return argv[0];
 }

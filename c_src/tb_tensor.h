@@ -4,6 +4,8 @@
 
 #include <erl_nif.h>
 
+#include "tb_dtype.h"
+#include "tb_spec.h"
 #include "torch_shim.h"
 
 typedef struct {
@@ -23,6 +25,20 @@ tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 tb_tensor *tb_tensor_get_any(ErlNifEnv *env, ERL_NIF_TERM term);
 
 long tb_tensor_live(void);
+
+/* Row-major byte count of a tensor's elements. */
+uint64_t tb_tensor_dense_bytes(const tb_shim_info *info);
+
+/* Parses a shape and a dtype, and checks that the element count fits;
+ * otherwise sets *exc. */
+int tb_tensor_get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
+                              tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc);
+
+/* 1 when the memory must not be written through this tensor (a read-only
+ * DLPack import, a view of a binary or of a read-only tensor); the reason,
+ * for messages. */
+int tb_tensor_info_read_only(const tb_shim_info *info);
+const char *tb_tensor_read_only_reason(const tb_shim_info *info);
 
 ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

@@ -2,7 +2,7 @@
  * and for our DLPack declarations against the dtype table. Pure C: the
  * managed tensors are built here, in memory this file owns; no deleter is
  * ever called (the check never calls anything; it says who must). */
-#include "dlpack.h"
+#include "tensor_blob_dlpack.h"
 #include "tb_dlpack_check.h"
 #include "tb_dtype.h"
 #include "tb_spec.h"

@@ -1,10 +1,10 @@
-/* Our DLPack declarations (c_src/dlpack.h) against the dlpack.h shipped
+/* Our DLPack declarations (priv/include/tensor_blob_dlpack.h) against the dlpack.h shipped
  * with the linked libtorch: same sizes, same offsets, same codes, for what
  * that header declares (the legacy layout always; the versioned one when it
  * is DLPack 1.x). Both headers in one file: ours is prefixed for this. */
 #include <ATen/dlpack.h>
 
-#include "dlpack.h"
+#include "tensor_blob_dlpack.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -19,6 +19,8 @@ defmodule TensorBlob do
        Dropping the `%BlobView{}` while keeping `view.tensor` is safe.
     4. When the owner is one of our tensors or a binary, `[ptr, ptr + byte_size)`
        must lie inside it, or the call raises.
+    5. A view of a binary's bytes is read-only (binaries are immutable), and
+       so is a view of a read-only tensor: `Tensor.write!/2` raises.
 
   ## dtypes
 
@@ -85,10 +87,16 @@ defmodule TensorBlob do
 
   @doc """
   Live counts, for leak checks: `tensors` (tensor resources), `pins` (owners
-  held by views) and `capsules` (DLPack exports whose deleter has not run).
-  After everything is dropped and collected, each returns to where it was.
+  held by views), `capsules` (DLPack exports whose deleter has not run) and
+  `binaries` (binaries from `Tensor.to_binary(t, copy: false)`). After
+  everything is dropped and collected, each returns to where it was.
   """
-  @spec stats() :: %{tensors: non_neg_integer(), pins: non_neg_integer(), capsules: non_neg_integer()}
+  @spec stats() :: %{
+          tensors: non_neg_integer(),
+          pins: non_neg_integer(),
+          capsules: non_neg_integer(),
+          binaries: non_neg_integer()
+        }
   def stats, do: :tensor_blob.stats()
 
   @doc "The canonical dtypes the linked libtorch can hold."

@@ -3,7 +3,8 @@
 %% Tensors are resource references holding one libtorch tensor each. A blob
 %% is a map describing memory:
 %%
-%%   #{ptr, shape, strides, dtype, device, element_size, byte_size, owner}
+%%   #{ptr, shape, strides, dtype, device, element_size, byte_size,
+%%     alignment, owner}
 %%
 %% to_blob/1 describes a tensor's memory (owner => the tensor); from_blob/1,2
 %% views described memory as a tensor, pinning the owner until libtorch
@@ -14,7 +15,7 @@
 -module(tensor_blob).
 
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
-         from_binary/3, to_binary/1, zeros/2, write/2,
+         from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3,
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
@@ -34,7 +35,7 @@
 -type dtype() :: atom() | {atom(), pos_integer()}.
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
                   dtype := atom(), device := device(), element_size := pos_integer(),
-                  byte_size := non_neg_integer(), owner := term()}.
+                  byte_size := non_neg_integer(), alignment := pos_integer(), owner := term()}.
 -type spec() :: #{ptr := non_neg_integer(), shape := shape(), dtype := dtype(),
                   strides => [non_neg_integer()] | undefined | nil,
                   device => device() | undefined | nil, owner => term(), atom() => term()}.
@@ -87,10 +88,45 @@ from_blob(_Spec, Opts) ->
 from_binary(Binary, Dtype, Shape) ->
     tensor_blob_nif:from_binary(Binary, Dtype, Shape).
 
+%% @doc from_binary/3, or with #{copy => false} a read-only tensor over
+%% Binary's own bytes: no copy, and the tensor pins the binary. write/2
+%% refuses it, and views of it, for a binary is immutable. A binary of 64
+%% bytes or less lives on a process heap: the pin holds a copy of it, and
+%% the tensor views that copy (read-only all the same). Bytes not aligned to
+%% the element size (a part of a larger binary may start anywhere) raise
+%% badarg: use #{copy => true}.
+-spec from_binary(binary(), dtype(), shape(), #{copy => boolean()}) -> tensor().
+from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
+    tensor_blob_nif:from_binary_view(Binary, Dtype, Shape);
+from_binary(Binary, Dtype, Shape, Opts) ->
+    check_copy_option(Opts),
+    from_binary(Binary, Dtype, Shape).
+
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
 to_binary(T) ->
     tensor_blob_nif:to_binary(T).
+
+%% @doc to_binary/1, or with #{copy => false} a binary over T's own memory:
+%% no copy, and the binary keeps the memory alive. T must be a contiguous CPU
+%% tensor. While such a binary lives, write/2 refuses to write any tensor
+%% whose memory overlaps it (a binary is immutable). Memory written by other
+%% means (a DLPack consumer, foreign code) shows through the binary.
+-spec to_binary(tensor(), #{copy => boolean()}) -> binary().
+to_binary(T, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
+    tensor_blob_nif:to_binary_view(T);
+to_binary(T, Opts) ->
+    check_copy_option(Opts),
+    to_binary(T).
+
+check_copy_option(Opts) when is_map(Opts) ->
+    check_options(Opts, [copy]),
+    case maps:get(copy, Opts, true) of
+        true -> ok;
+        Other -> badarg("copy: expected a boolean, got ~0tp", [Other])
+    end;
+check_copy_option(Opts) ->
+    badarg("options: expected a map, got ~0tp", [Opts]).
 
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) ->
@@ -135,11 +171,11 @@ memory(T) -> tensor_blob_nif:memory(T).
 -spec pinned(tensor()) -> boolean().
 pinned(T) -> tensor_blob_nif:memory(T) =:= pinned.
 
-%% @doc Live tensors, live pins and live DLPack exports (capsules: exported
-%% managed tensors whose deleter has not run yet, consumed or not), for
-%% leak checks.
+%% @doc Live tensors, live pins, live DLPack exports (capsules: exported
+%% managed tensors whose deleter has not run yet, consumed or not) and live
+%% binaries from to_binary(T, #{copy => false}), for leak checks.
 -spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer(),
-                   capsules := non_neg_integer()}.
+                   capsules := non_neg_integer(), binaries := non_neg_integer()}.
 stats() -> tensor_blob_nif:stats().
 
 %% @doc The canonical dtypes the linked libtorch can hold.

@@ -393,7 +393,7 @@ defmodule TensorBlob.DLPackTest do
       u = t46() |> DLPack.export(read_only: true) |> DLPack.import()
       again = u |> Tensor.narrow(0, 0, 2) |> DLPack.export() |> DLPack.import()
       assert_badarg(fn -> Tensor.write!(again, binary_part(@f32, 0, 48)) end, "read-only")
-      assert_badarg(fn -> DLPack.export(u, version: :legacy) end, "version: the tensor is a read-only")
+      assert_badarg(fn -> DLPack.export(u, version: :legacy) end, "version: the tensor is read-only")
       assert_badarg(fn -> DLPack.export(t46(), version: :legacy, read_only: true) end, "read_only: a legacy")
     end
 

@@ -244,7 +244,7 @@ dtype_alias(Alias, Canonical) ->
 blob_keys_test() ->
     T = matrix34(),
     B = tensor_blob:to_blob(T),
-    ?assertEqual(lists:sort([ptr, shape, strides, dtype, device, element_size, byte_size, owner]),
+    ?assertEqual(lists:sort([ptr, shape, strides, dtype, device, element_size, byte_size, alignment, owner]),
                  lists:sort(maps:keys(B))),
     ?assert(maps:get(owner, B) =:= T),
     ?assertEqual(cpu, maps:get(device, B)),

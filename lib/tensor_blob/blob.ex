@@ -9,12 +9,14 @@ defmodule TensorBlob.Blob do
     * `device` - `:cpu` or `{:cuda, index}`
     * `element_size` - bytes per element
     * `byte_size` - bytes from `ptr` to one past the farthest element
+    * `alignment` - the largest power of two, up to 4096, dividing `ptr`
+      (a view whose `ptr` is not a multiple of `element_size` is refused)
     * `owner` - the term that keeps the memory alive
 
   The field names match ExTorch's `%ExTorch.Tensor.Blob{}`. The pointer is
   valid while the blob, or its owner, is reachable.
   """
-  defstruct [:ptr, :shape, :strides, :dtype, :device, :element_size, :byte_size, :owner]
+  defstruct [:ptr, :shape, :strides, :dtype, :device, :element_size, :byte_size, :alignment, :owner]
 
   @type t :: %__MODULE__{
           ptr: non_neg_integer(),
@@ -24,6 +26,7 @@ defmodule TensorBlob.Blob do
           device: :cpu | {:cuda, non_neg_integer()},
           element_size: pos_integer(),
           byte_size: non_neg_integer(),
+          alignment: pos_integer(),
           owner: term()
         }
 end

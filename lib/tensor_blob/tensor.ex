@@ -27,15 +27,58 @@ defmodule TensorBlob.Tensor do
   def ref(%__MODULE__{ref: ref}), do: ref
   def ref(other), do: other
 
-  @doc "A new tensor holding a copy of `binary` (row-major bytes)."
-  @spec from_binary(binary(), dtype(), shape()) :: t()
-  def from_binary(binary, dtype, shape) do
+  @doc """
+  A tensor over `binary` (row-major bytes).
+
+  By default the bytes are copied into a new tensor. With `copy: false`,
+  nothing is copied: the tensor is a read-only view of the binary's own
+  bytes, and pins the binary until the last tensor using them is freed.
+  `write!/2` raises on it, for a binary is immutable.
+
+      t = Tensor.from_binary(payload, :float32, {1024, 1024}, copy: false)
+
+  A binary of 64 bytes or less lives on a process heap, so the pin holds a
+  copy of it and the tensor views that copy (read-only all the same).
+  Bytes whose address is not a multiple of the element size raise
+  `ArgumentError` (a part of a larger binary may start anywhere, and a
+  binary of 64 bytes or less is aligned to 8 bytes only): use `copy: true`
+  there.
+  """
+  @spec from_binary(binary(), dtype(), shape(), copy: boolean()) :: t()
+  def from_binary(binary, dtype, shape, opts \\ [])
+
+  def from_binary(binary, dtype, shape, []) do
     translating(do: wrap(:tensor_blob.from_binary(binary, dtype, shape)))
   end
 
-  @doc "A copy of the elements as row-major bytes, whatever the strides."
-  @spec to_binary(t()) :: binary()
-  def to_binary(tensor), do: translating(do: :tensor_blob.to_binary(ref(tensor)))
+  def from_binary(binary, dtype, shape, opts) do
+    translating(do: wrap(:tensor_blob.from_binary(binary, dtype, shape, copy_option(opts))))
+  end
+
+  @doc """
+  The elements as row-major bytes.
+
+  By default a copy, whatever the strides. With `copy: false`, nothing is
+  copied: the binary shows the tensor's own memory, and keeps it alive as
+  long as the binary lives (the tensor itself may be dropped). The tensor
+  must be a contiguous CPU tensor, or `ArgumentError` is raised.
+
+  A binary is immutable, so while such a binary lives, `write!/2` raises on
+  every tensor whose memory overlaps it. Memory written by other means (a
+  DLPack consumer, or foreign code given the pointer) shows through the
+  binary: do not hand out a writable export of memory you have shown as a
+  binary.
+  """
+  @spec to_binary(t(), copy: boolean()) :: binary()
+  def to_binary(tensor, opts \\ [])
+  def to_binary(tensor, []), do: translating(do: :tensor_blob.to_binary(ref(tensor)))
+
+  def to_binary(tensor, opts) do
+    translating(do: :tensor_blob.to_binary(ref(tensor), copy_option(opts)))
+  end
+
+  defp copy_option(copy: copy), do: %{copy: copy}
+  defp copy_option(opts), do: raise(ArgumentError, "options: expected [copy: boolean], got #{inspect(opts)}")
 
   @doc "A new tensor of zeros."
   @spec zeros(shape(), dtype()) :: t()
@@ -43,9 +86,12 @@ defmodule TensorBlob.Tensor do
 
   @doc """
   Overwrites the elements in place with `binary` (row-major order). Every
-  view of the same memory sees the new values. Returns the tensor. A
-  read-only tensor (a DLPack import flagged READ_ONLY, and its slices)
-  raises `ArgumentError`.
+  view of the same memory sees the new values. Returns the tensor.
+
+  Raises `ArgumentError` on a read-only tensor (a DLPack import flagged
+  READ_ONLY, a view of a binary's bytes, a view of a read-only tensor, and
+  their slices), and while a binary made by `to_binary(t, copy: false)`
+  shows any of the memory it would write.
   """
   @spec write!(t(), binary()) :: t()
   def write!(tensor, binary) do

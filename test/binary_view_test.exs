@@ -1,0 +1,182 @@
+defmodule TensorBlob.BinaryViewTest do
+  # Binaries and tensors sharing memory both ways, without a copy.
+  use ExUnit.Case, async: false
+
+  alias TensorBlob.Tensor
+  alias TensorBlob.Test.Lifetime
+
+  defp f32s(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
+
+  # Large enough to be a reference-counted binary, not a heap one.
+  defp payload(n \\ 256), do: f32s(Enum.map(1..n, &(&1 * 0.5)))
+
+  defp assert_badarg(fun, pattern) do
+    error = assert_raise ArgumentError, fun
+    assert error.message =~ pattern
+  end
+
+  defp ptr(t), do: TensorBlob.to_blob(t).ptr
+
+  describe "from_binary(copy: false)" do
+    test "views the binary's bytes: no copy, pinned, same values" do
+      bin = payload()
+      t = Tensor.from_binary(bin, :float32, {16, 16}, copy: false)
+      assert Tensor.to_binary(t) == bin
+      assert Tensor.memory(t) == :pinned
+      assert Tensor.shape(t) == {16, 16}
+      # The binary view of t and the tensor view of that binary share one address.
+      u = Tensor.from_binary(Tensor.to_binary(t, copy: false), :float32, {256}, copy: false)
+      assert ptr(u) == ptr(t)
+    end
+
+    test "is read-only, and so are its slices, transposes and from_blob views" do
+      t = Tensor.from_binary(payload(), :float32, {16, 16}, copy: false)
+      assert_badarg(fn -> Tensor.write!(t, payload()) end, "tensor: read-only")
+      assert_badarg(fn -> t |> Tensor.narrow(0, 1, 1) |> Tensor.write!(payload(16)) end, "read-only")
+      assert_badarg(fn -> t |> Tensor.transpose(0, 1) |> Tensor.write!(payload()) end, "read-only")
+      view = TensorBlob.from_blob(TensorBlob.to_blob(t)).tensor
+      assert_badarg(fn -> Tensor.write!(view, payload()) end, "read-only")
+      assert Tensor.to_binary(t) == payload()
+    end
+
+    test "a from_blob view with a binary owner is read-only too" do
+      bin = payload()
+      t = Tensor.from_binary(bin, :float32, {256}, copy: false)
+      view = TensorBlob.from_blob(%{TensorBlob.to_blob(t) | owner: bin}).tensor
+      assert_badarg(fn -> Tensor.write!(view, payload()) end, "read-only")
+    end
+
+    test "only a slice kept: the binary lives until the slice is freed" do
+      start = Lifetime.settled_stats()
+
+      slice =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(payload(), :float32, {16, 16}, copy: false)
+          Tensor.narrow(t, 0, 15, 1)
+        end)
+
+      Lifetime.churn()
+      assert %{pins: pins} = Lifetime.settled_stats()
+      assert pins == start.pins + 1
+      assert Tensor.to_binary(slice) == binary_part(payload(), 15 * 64, 64)
+
+      _ = slice
+      slice = nil
+      _ = slice
+      assert Lifetime.await_stats(start) == start
+    end
+
+    test "a binary of 64 bytes or less is copied into the pin, and the view is read-only all the same" do
+      small = f32s([1, 2, 3, 4])
+      t = Tensor.from_binary(small, :float32, {2, 2}, copy: false)
+      assert Tensor.to_binary(t) == small
+      assert Tensor.memory(t) == :pinned
+      assert_badarg(fn -> Tensor.write!(t, small) end, "read-only")
+      assert Tensor.to_binary(Tensor.from_binary(<<>>, :float32, {0}, copy: false)) == <<>>
+    end
+
+    test "bytes not aligned to the element size are refused; copy: true takes them" do
+      big = :binary.copy(<<7>>, 1000)
+      part = binary_part(big, 1, 400)
+      assert_badarg(fn -> Tensor.from_binary(part, :float32, {100}, copy: false) end, "aligned to 1 bytes")
+      assert Tensor.to_binary(Tensor.from_binary(part, :float32, {100}, copy: true)) == part
+      # A part at an aligned offset is viewed in place.
+      aligned = binary_part(big, 8, 400)
+      assert Tensor.to_binary(Tensor.from_binary(aligned, :float32, {100}, copy: false)) == aligned
+    end
+
+    test "bad input raises ArgumentError naming the field" do
+      assert_badarg(fn -> Tensor.from_binary(payload(), :float32, {3}, copy: false) end, "needs 12 bytes")
+      assert_badarg(fn -> Tensor.from_binary(:nope, :float32, {3}, copy: false) end, "binary: expected a binary")
+      assert_badarg(fn -> Tensor.from_binary(payload(), :nope, {256}, copy: false) end, "dtype")
+      assert_badarg(fn -> Tensor.from_binary(payload(), :float32, {256}, copy: :maybe) end, "copy")
+      assert_badarg(fn -> Tensor.from_binary(payload(), :float32, {256}, cpy: false) end, "options")
+    end
+  end
+
+  describe "to_binary(copy: false)" do
+    test "shows the tensor's memory: same bytes, and its address is the tensor's" do
+      t = Tensor.from_binary(payload(), :float32, {16, 16})
+      bin = Tensor.to_binary(t, copy: false)
+      assert bin == payload()
+      assert ptr(Tensor.from_binary(bin, :float32, {256}, copy: false)) == ptr(t)
+      # A contiguous slice is shown from its own first element.
+      row = Tensor.narrow(t, 0, 3, 2)
+      assert Tensor.to_binary(row, copy: false) == binary_part(payload(), 3 * 64, 128)
+    end
+
+    test "only the binary kept (a part of it, even): it keeps the memory alive" do
+      start = Lifetime.settled_stats()
+
+      part =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(payload(), :float32, {256})
+          # Over 64 bytes: a smaller part would be copied into the message.
+          binary_part(Tensor.to_binary(t, copy: false), 64, 512)
+        end)
+
+      Lifetime.churn()
+      stats = Lifetime.settled_stats()
+      assert stats.binaries == start.binaries + 1
+      assert stats.tensors == start.tensors
+      assert part == binary_part(payload(), 64, 512)
+
+      _ = part
+      part = nil
+      _ = part
+      assert Lifetime.await_stats(start) == start
+    end
+
+    test "write! refuses any tensor overlapping a live binary view, until the binary is collected" do
+      t = Tensor.from_binary(payload(), :float32, {16, 16})
+      other_row = Tensor.narrow(t, 0, 0, 1)
+
+      Lifetime.in_process(fn ->
+        bin = Tensor.to_binary(Tensor.narrow(t, 0, 8, 8), copy: false)
+        assert_badarg(fn -> Tensor.write!(t, payload()) end, "binaries are immutable")
+        assert_badarg(fn -> t |> Tensor.narrow(0, 9, 1) |> Tensor.write!(payload(16)) end, "immutable")
+        alias_view = TensorBlob.from_blob(TensorBlob.to_blob(t), owner: nil)
+        assert_badarg(fn -> Tensor.write!(alias_view, payload()) end, "immutable")
+        # Memory outside the binary may still be written.
+        Tensor.write!(other_row, f32s(Enum.to_list(1..16)))
+        assert bin == binary_part(payload(), 8 * 64, 8 * 64)
+        :ok
+      end)
+
+      Lifetime.settled_stats()
+      Tensor.write!(t, payload())
+      assert Tensor.to_binary(t) == payload()
+    end
+
+    test "non-contiguous tensors are refused; an empty tensor gives an empty binary" do
+      t = Tensor.zeros({2, 3}, :float32)
+      assert_badarg(fn -> Tensor.to_binary(Tensor.transpose(t, 0, 1), copy: false) end, "not contiguous")
+      assert Tensor.to_binary(Tensor.zeros({0, 3}, :float32), copy: false) == <<>>
+      assert_badarg(fn -> Tensor.to_binary(:nope, copy: false) end, "tensor: expected a tensor")
+    end
+
+    test "every dtype round-trips through binary views both ways" do
+      for dtype <- TensorBlob.dtypes() do
+        size = TensorBlob.to_blob(Tensor.zeros({1}, dtype)).element_size
+        bytes = for i <- 1..(size * 24), into: <<>>, do: <<rem(i * 7, 2)>>
+        t = Tensor.from_binary(bytes, dtype, {4, 6})
+        bin = Tensor.to_binary(t, copy: false)
+        back = Tensor.from_binary(bin, dtype, {4, 6}, copy: false)
+        assert Tensor.dtype(back) == dtype
+        assert Tensor.to_binary(back) == bytes
+        assert ptr(back) == ptr(t)
+      end
+    end
+  end
+
+  describe "blob alignment" do
+    test "reports the largest power of two dividing the pointer" do
+      t = Tensor.zeros({4, 4}, :float32)
+      blob = TensorBlob.to_blob(t)
+      assert blob.alignment >= 64 and Bitwise.band(blob.ptr, blob.alignment - 1) == 0
+      slice = TensorBlob.to_blob(Tensor.narrow(t, 1, 1, 2))
+      assert slice.alignment == 4
+      assert slice.ptr == blob.ptr + 4
+    end
+  end
+end

@@ -1,0 +1,147 @@
+defmodule TensorBlob.BridgeTest do
+  # A foreign NIF library (test/support/foreign_tensor_nif.c: its own
+  # allocator and deleters, no libtorch) exchanging tensors with us through
+  # DLPack and priv/include/tensor_blob.h.
+  use ExUnit.Case, async: false
+
+  alias TensorBlob.{DLPack, Tensor}
+  alias TensorBlob.Test.Lifetime
+
+  @foreign :foreign_tensor_nif
+
+  defp f32s(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
+  defp payload, do: f32s(Enum.map(1..64, &(&1 * 1.5)))
+
+  defp freed, do: elem(@foreign.counters(), 1)
+
+  defp assert_freed(expected, tries \\ 200) do
+    Lifetime.collect()
+
+    cond do
+      freed() == expected -> :ok
+      tries == 0 -> flunk("foreign deleter calls: #{freed()}, expected #{expected}")
+      true -> Process.sleep(10) && assert_freed(expected, tries - 1)
+    end
+  end
+
+  describe "the foreign library produces, we import" do
+    for kind <- [:versioned, :legacy] do
+      test "#{kind}: same bytes, and its deleter runs once, after the last slice is freed" do
+        freed0 = freed()
+
+        slice =
+          Lifetime.in_process(fn ->
+            t = DLPack.import(@foreign.produce(payload(), unquote(kind)), version: unquote(kind))
+            assert Tensor.to_binary(t) == payload()
+            assert Tensor.memory(t) == :pinned
+            Tensor.narrow(t, 0, 60, 4)
+          end)
+
+        Lifetime.churn()
+        Lifetime.settled_stats()
+        assert freed() == freed0
+        assert Tensor.to_binary(slice) == binary_part(payload(), 240, 16)
+
+        _ = slice
+        slice = nil
+        _ = slice
+        assert_freed(freed0 + 1)
+        Lifetime.churn()
+        assert freed() == freed0 + 1
+      end
+    end
+
+    test "a READ_ONLY tensor from it refuses write!" do
+      t = DLPack.import(@foreign.produce(payload(), :read_only))
+      assert_raise ArgumentError, ~r/read-only/, fn -> Tensor.write!(t, payload()) end
+      assert Tensor.to_binary(t) == payload()
+    end
+  end
+
+  describe "we export, the foreign library consumes" do
+    test "it reads the same bytes; our side dropped first is safe" do
+      start = Lifetime.settled_stats()
+
+      address =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(payload(), :float32, {8, 8})
+          t |> Tensor.transpose(0, 1) |> DLPack.export() |> DLPack.consume()
+        end)
+
+      Lifetime.churn()
+      assert Lifetime.settled_stats().capsules == start.capsules + 1
+      t = Tensor.from_binary(payload(), :float32, {8, 8})
+      expected = t |> Tensor.transpose(0, 1) |> Tensor.to_binary()
+      assert @foreign.read(address) == {expected, [8, 8], false}
+      assert @foreign.release(address) == :ok
+      _ = t
+      t = nil
+      _ = t
+      assert Lifetime.await_stats(start) == start
+    end
+
+    test "the foreign side released first: our tensor is untouched" do
+      t = Tensor.from_binary(payload(), :float32, {64})
+      address = t |> DLPack.export(read_only: true) |> DLPack.consume()
+      assert {_, [64], true} = @foreign.read(address)
+      @foreign.release(address)
+      Lifetime.churn()
+      assert Tensor.to_binary(t) == payload()
+    end
+  end
+
+  describe "the bridge header (enif_dynamic_resource_call)" do
+    test "takes a %Tensor{} or its resource: same bytes, same address, read-only when asked" do
+      t = Tensor.from_binary(payload(), :float32, {4, 16})
+      for term <- [t, t.ref] do
+        assert {:ok, address} = @foreign.take(term, false)
+        assert @foreign.read(address) == {payload(), [4, 16], false}
+        # The address points at our memory: importing it back shares it.
+        back = DLPack.import(address)
+        assert TensorBlob.to_blob(back).ptr == TensorBlob.to_blob(t).ptr
+      end
+
+      assert {:ok, address} = @foreign.take(t, true)
+      assert {_, _, true} = @foreign.read(address)
+      @foreign.release(address)
+    end
+
+    test "a read-only tensor is exported read-only, whatever the caller asks" do
+      view = Tensor.from_binary(payload(), :float32, {64}, copy: false)
+      assert {:ok, address} = @foreign.take(view, false)
+      assert {bytes, [64], true} = @foreign.read(address)
+      assert bytes == payload()
+      @foreign.release(address)
+    end
+
+    test "the export outlives the term: tensor dropped and collected, then read and released" do
+      start = Lifetime.settled_stats()
+
+      address =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(payload(), :float32, {64})
+          {:ok, address} = @foreign.take(Tensor.narrow(t, 0, 32, 32), false)
+          address
+        end)
+
+      Lifetime.churn()
+      stats = Lifetime.settled_stats()
+      assert stats.capsules == start.capsules + 1
+      assert stats.tensors == start.tensors
+      assert @foreign.read(address) == {binary_part(payload(), 128, 128), [32], false}
+      @foreign.release(address)
+      assert Lifetime.await_stats(start) == start
+    end
+
+    test "not a tensor, or another layout of the call: an error status and nothing to free" do
+      start = Lifetime.settled_stats()
+      assert @foreign.take(:nope, false) == {:error, 1}
+      assert @foreign.take(%{__struct__: Other, ref: make_ref()}, false) == {:error, 1}
+      assert @foreign.take(DLPack.export(Tensor.zeros({1}, :float32)), false) == {:error, 1}
+      t = Tensor.zeros({2}, :float32)
+      assert @foreign.take_with_version(t.ref, 99) == {2, :none}
+      assert @foreign.take_with_version(:nope, 1) == :not_a_tensor
+      assert Lifetime.await_stats(%{start | tensors: start.tensors + 1}).capsules == start.capsules
+    end
+  end
+end

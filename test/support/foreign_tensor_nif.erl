@@ -1,0 +1,25 @@
+%% @private
+%% Loads the foreign NIF of test/support/foreign_tensor_nif.c, which the
+%% test run builds (make foreign-nif) into build/foreign_tensor_nif.so.
+%% FOREIGN_TENSOR_NIF names another build (without .so).
+-module(foreign_tensor_nif).
+
+-export([produce/2, read/1, release/1, take/2, take_with_version/2, counters/0]).
+
+-on_load(init/0).
+
+init() ->
+    Path = case os:getenv("FOREIGN_TENSOR_NIF") of
+               P when is_list(P), P =/= "" -> P;
+               _ -> "build/foreign_tensor_nif"
+           end,
+    erlang:load_nif(Path, 0).
+
+-define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
+
+produce(_, _) -> ?NOT_LOADED.
+read(_) -> ?NOT_LOADED.
+release(_) -> ?NOT_LOADED.
+take(_, _) -> ?NOT_LOADED.
+take_with_version(_, _) -> ?NOT_LOADED.
+counters() -> ?NOT_LOADED.
