@@ -3,7 +3,7 @@
 defmodule Bench do
   alias TensorBlob.{BlobView, Tensor}
 
-  @sizes [{"4 B", 4}, {"4 KiB", 4096}, {"4 MiB", 4 * 1024 * 1024}, {"256 MiB", 256 * 1024 * 1024},
+  @sizes [{"4 B", 4}, {"1 KiB", 1024}, {"4 MiB", 4 * 1024 * 1024}, {"256 MiB", 256 * 1024 * 1024},
           {"1 GiB", 1024 * 1024 * 1024}]
 
   # Times fun over many batches; returns per-call median and p99 in ns.
@@ -34,13 +34,17 @@ defmodule Bench do
   def operations(t) do
     blob = TensorBlob.to_blob(t)
     bare = Map.delete(blob, :owner) |> Map.delete(:__struct__)
+    bin = Tensor.to_binary(t, copy: false)
+    shape = Tensor.shape(t)
 
     [
       {"to_blob", fn -> TensorBlob.to_blob(t) end},
       {"from_blob pinned", fn -> TensorBlob.from_blob(blob) end},
       {"from_blob unpinned", fn -> TensorBlob.from_blob(bare) end},
       {"to_blob + from_blob", fn -> TensorBlob.from_blob(TensorBlob.to_blob(t)) end},
-      {"DLPack export + import", fn -> TensorBlob.DLPack.import(TensorBlob.DLPack.export(t)) end}
+      {"DLPack export + import", fn -> TensorBlob.DLPack.import(TensorBlob.DLPack.export(t)) end},
+      {"to_binary copy: false", fn -> Tensor.to_binary(t, copy: false) end},
+      {"from_binary copy: false", fn -> Tensor.from_binary(bin, :float32, shape, copy: false) end}
     ]
   end
 
@@ -183,7 +187,6 @@ defmodule Bench do
     IO.puts("Python torch.utils.dlpack round trip: " <>
               if(py[:skipped], do: "skipped (#{py.skipped})", else: "#{fmt(py.median_ns, 0)} ns median"))
 
-    IO.puts("\nNot measured yet: zero-copy binary views and IPC (not implemented yet).")
 
     results = %{
       machine: %{cpu: cpu_model(), schedulers: System.schedulers_online(), otp: System.otp_release(),
