@@ -35,7 +35,7 @@ C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 HEADERS := $(wildcard c_src/*.h) $(wildcard priv/include/*.h)
 
-.PHONY: all nif foreign-nif setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: all nif foreign-nif nx-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
 
 all: nif
 nif: $(NIF)
@@ -104,6 +104,12 @@ mix-test: nif foreign-nif
 
 eunit: nif foreign-nif
 	rebar3 eunit
+
+# The :nx tests, against an Nx build you provide: NX_PATH lists directories
+# holding its ebin folders (Nx, complex, telemetry), colon-separated.
+nx-test: nif
+	@test -n "$(NX_PATH)" || { echo "nx-test: set NX_PATH to the directories of an Nx build (see README)"; exit 2; }
+	NX_PATH="$(NX_PATH)" MIX_ENV=test mix test --only nx
 
 consumer-test: nif
 	scripts/consumer_test.sh

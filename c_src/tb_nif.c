@@ -191,7 +191,20 @@ static ERL_NIF_TERM nif_dtypes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     return list;
 }
 
+/* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
+static ERL_NIF_TERM nif_nx_type(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_dtype_id id;
+    if (!tb_dtype_of_term(env, argv[0], &id))
+        return tb_raise_badarg(env, "dtype: unknown dtype %T", argv[0]);
+    if (!tb_dtypes[id].nx_kind)
+        return tb_atoms.nil;
+    return enif_make_tuple2(env, enif_make_atom(env, tb_dtypes[id].nx_kind), enif_make_uint(env, tb_dtypes[id].nx_bits));
+}
+
 static ErlNifFunc nif_funcs[] = {
+    {"nx_type", 1, nif_nx_type, 0},
     {"identity", 1, nif_identity, 0},
     {"stats", 0, nif_stats, 0},
     {"torch_version", 0, nif_torch_version, 0},

@@ -20,7 +20,7 @@
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
-         stats/0, dtypes/0, torch_version/0]).
+         stats/0, dtypes/0, nx_type/1, torch_version/0]).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
@@ -181,6 +181,12 @@ stats() -> tensor_blob_nif:stats().
 %% @doc The canonical dtypes the linked libtorch can hold.
 -spec dtypes() -> [atom()].
 dtypes() -> tensor_blob_nif:dtypes().
+
+%% @doc The Nx type {Kind, Bits} of a dtype (from the one dtype table), or
+%% nil when Nx has none (bool).
+-spec nx_type(dtype()) -> {atom(), pos_integer()} | nil.
+nx_type(Dtype) -> tensor_blob_nif:nx_type(Dtype).
+
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().

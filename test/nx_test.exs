@@ -1,0 +1,238 @@
+# Runs when Nx is on the code path: NX_PATH=<dirs of an Nx build> make nx-test
+# (see the README). Without Nx, the :nx tests are excluded.
+if Code.ensure_loaded?(Nx) do
+  defmodule TensorBlob.Test.PointerBackend do
+    @moduledoc false
+    # Just enough of an Nx backend to stand in for Torchx or EXLA: its data
+    # is one of our tensors, and it implements to_pointer/from_pointer the
+    # Nx 0.9 way ({:ok, _}) or the later way (bare values), as style says.
+    defstruct [:tensor, :style]
+
+    alias TensorBlob.Tensor
+
+    def wrap(%Tensor{} = t, style) do
+      type = TensorBlob.Nx.nx_type!(Tensor.dtype(t))
+      shape = Tensor.shape(t)
+      %Nx.Tensor{data: %__MODULE__{tensor: t, style: style}, type: type, shape: shape, names: Enum.map(Tuple.to_list(shape), fn _ -> nil end)}
+    end
+
+    def to_pointer(%Nx.Tensor{data: %__MODULE__{tensor: t, style: style}}, opts) do
+      true = opts in [[kind: :local], [mode: :local]]
+      blob = TensorBlob.to_blob(t)
+      reply(%Nx.Pointer{kind: :local, address: blob.ptr, data_size: blob.byte_size}, style)
+    end
+
+    def from_pointer(%Nx.Pointer{kind: :local, address: address}, type, shape, backend_opts, _opts) do
+      t = TensorBlob.from_blob(%{ptr: address, shape: shape, dtype: type})
+      reply(wrap(t, backend_opts[:style]), backend_opts[:style])
+    end
+
+    def to_binary(%Nx.Tensor{data: %__MODULE__{tensor: t}, type: {_, bits}}, limit),
+      do: binary_part(Tensor.to_binary(t), 0, div(limit * bits, 8))
+
+    defp reply(value, :ok_tuple), do: {:ok, value}
+    defp reply(value, :bare), do: value
+  end
+
+  defmodule TensorBlob.NxTest do
+    use ExUnit.Case, async: false
+    @moduletag :nx
+
+    alias TensorBlob.{Tensor, Test.PointerBackend}
+    alias TensorBlob.Nx, as: TNx
+    alias TensorBlob.Test.Lifetime
+
+    @pairs [
+      {{:u, 8}, :uint8},
+      {{:s, 8}, :int8},
+      {{:s, 16}, :int16},
+      {{:s, 32}, :int32},
+      {{:s, 64}, :int64},
+      {{:u, 16}, :uint16},
+      {{:u, 32}, :uint32},
+      {{:u, 64}, :uint64},
+      {{:f, 16}, :float16},
+      {{:bf, 16}, :bfloat16},
+      {{:f, 32}, :float32},
+      {{:f, 64}, :float64},
+      {{:c, 64}, :complex64},
+      {{:c, 128}, :complex128},
+      {{:f, 8}, :float8_e5m2}
+    ]
+
+    setup_all do
+      {:ok, _} = Application.ensure_all_started(:nx)
+      :ok
+    end
+
+    defp ptr(t), do: TensorBlob.to_blob(t).ptr
+
+    # Bytes that are a valid value of every type: small integers' patterns.
+    defp bytes_for({_, bits}, n), do: for(i <- 1..div(n * bits, 8), into: <<>>, do: <<rem(i, 3)>>)
+
+    defp nx_of(type, shape) do
+      n = shape |> Tuple.to_list() |> Enum.product()
+      Nx.from_binary(bytes_for(type, n), type) |> Nx.reshape(shape)
+    end
+
+    describe "from_nx" do
+      test "every mapped type: the BinaryBackend's binary is viewed in place, read-only" do
+        for {type, dtype} <- @pairs do
+          # Over 64 bytes, so the binary is shared, not on a process heap.
+          nx = nx_of(type, {16, 8})
+
+          if dtype in TensorBlob.dtypes() do
+            t = TNx.from_nx(nx)
+            assert Tensor.dtype(t) == dtype
+            assert Tensor.shape(t) == {16, 8}
+            assert Tensor.memory(t) == :pinned
+            assert Tensor.to_binary(t) == Nx.to_binary(nx)
+            # The same bytes: a view of the backend's binary has its address.
+            same = Tensor.from_binary(nx.data.state, type, {16, 8}, copy: false)
+            assert ptr(t) == ptr(same)
+            assert_raise ArgumentError, ~r/read-only/, fn -> Tensor.write!(t, Nx.to_binary(nx)) end
+          else
+            # A type the linked libtorch lacks: a clear error, no substitute.
+            assert_raise TensorBlob.Error, ~r/#{dtype}/, fn -> TNx.from_nx(nx) end
+          end
+        end
+      end
+
+      test "only our tensor kept: the Nx binary lives until it is freed" do
+        start = Lifetime.settled_stats()
+
+        t =
+          Lifetime.in_process(fn ->
+            TNx.from_nx(Nx.iota({64, 4}, type: {:f, 32}))
+          end)
+
+        Lifetime.churn()
+        assert Lifetime.settled_stats().pins == start.pins + 1
+        assert Tensor.to_binary(t) == Nx.to_binary(Nx.iota({64, 4}, type: {:f, 32}))
+        _ = t
+        t = nil
+        _ = t
+        assert Lifetime.await_stats(start) == start
+      end
+
+      test "sub-byte types are refused" do
+        for type <- [{:u, 2}, {:u, 4}, {:s, 2}, {:s, 4}] do
+          nx = Nx.tensor([1, 0, 1, 1], type: type)
+          assert_raise ArgumentError, ~r/sub-byte/, fn -> TNx.from_nx(nx) end
+        end
+      end
+
+      test "misaligned bytes are copied, or refused with copy: :never; copy: :always copies" do
+        big = :binary.copy(<<0, 0, 128, 63>>, 200)
+        nx = Nx.from_binary(binary_part(big, 1, 400), {:f, 32})
+        copied = TNx.from_nx(nx)
+        assert Tensor.memory(copied) == :owned
+        assert Tensor.to_binary(copied) == Nx.to_binary(nx)
+        assert_raise ArgumentError, ~r/copy: :never/, fn -> TNx.from_nx(nx, copy: :never) end
+        assert Tensor.memory(TNx.from_nx(Nx.iota({4}), copy: :always)) == :owned
+        assert_raise ArgumentError, ~r/options/, fn -> TNx.from_nx(nx, copy: :sometimes) end
+      end
+
+      test "axis names do not cross" do
+        nx = Nx.iota({2, 3}, names: [:rows, :cols], type: {:s, 32})
+        t = TNx.from_nx(nx)
+        assert Tensor.shape(t) == {2, 3}
+        assert TNx.to_nx(t).names == [nil, nil]
+      end
+
+      for style <- [:ok_tuple, :bare] do
+        test "a pointer backend (#{style}): a pinned view of its memory with device: :cpu, a copy without" do
+          ours = Tensor.from_binary(Nx.to_binary(Nx.iota({8}, type: {:f, 32})), :float32, {8})
+          nx = PointerBackend.wrap(ours, unquote(style))
+
+          view = TNx.from_nx(nx, device: :cpu)
+          assert ptr(view) == ptr(ours)
+          assert Tensor.memory(view) == :pinned
+
+          copy = TNx.from_nx(nx)
+          assert Tensor.memory(copy) == :owned
+          assert Tensor.to_binary(copy) == Tensor.to_binary(ours)
+          assert_raise ArgumentError, ~r/no host pointer/, fn -> TNx.from_nx(nx, copy: :never) end
+        end
+      end
+
+      test "a pointer view pins the Nx tensor (and so the backend's memory)" do
+        start = Lifetime.settled_stats()
+
+        view =
+          Lifetime.in_process(fn ->
+            ours = Tensor.from_binary(Nx.to_binary(Nx.iota({256}, type: {:f, 32})), :float32, {256})
+            TNx.from_nx(PointerBackend.wrap(ours, :bare), device: :cpu)
+          end)
+
+        Lifetime.churn()
+        assert Tensor.to_binary(view) == Nx.to_binary(Nx.iota({256}, type: {:f, 32}))
+        _ = view
+        view = nil
+        _ = view
+        assert Lifetime.await_stats(start) == start
+      end
+    end
+
+    describe "to_nx" do
+      test "every dtype: a BinaryBackend tensor over our memory, zero-copy" do
+        for dtype <- TensorBlob.dtypes() do
+          type = TNx.nx_type!(dtype)
+          t = Tensor.from_binary(bytes_for(type, 12), dtype, {3, 4})
+          nx = TNx.to_nx(t)
+          assert nx.type == type
+          assert nx.shape == {3, 4}
+          assert Nx.to_binary(nx) == Tensor.to_binary(t)
+          # And back: the same address.
+          assert ptr(TNx.from_nx(nx)) == ptr(t)
+        end
+      end
+
+      test "Nx computes on it; our tensor may be dropped; write! waits for the binary" do
+        start = Lifetime.settled_stats()
+        nx = Lifetime.in_process(fn -> TNx.to_nx(Tensor.from_binary(Nx.to_binary(Nx.iota({100}, type: {:f, 32})), :float32, {100})) end)
+        Lifetime.churn()
+        assert Nx.to_number(Nx.sum(nx)) == 4950.0
+
+        t = Tensor.zeros({4}, :float32)
+        nx2 = TNx.to_nx(t)
+        assert_raise ArgumentError, ~r/immutable/, fn -> Tensor.write!(t, Nx.to_binary(Nx.iota({4}, type: {:f, 32}))) end
+        _ = {nx, nx2}
+        nx = nil
+        nx2 = nil
+        _ = {nx, nx2}
+        Lifetime.settled_stats()
+        Tensor.write!(t, Nx.to_binary(Nx.iota({4}, type: {:f, 32})))
+        t = nil
+        _ = t
+        assert Lifetime.await_stats(start) == start
+      end
+
+      test "a non-contiguous tensor is copied in row-major order; a blob is viewed with its owner" do
+        t = Tensor.from_binary(Nx.to_binary(Nx.iota({2, 3}, type: {:s, 32})), :int32, {2, 3})
+        nx = TNx.to_nx(Tensor.transpose(t, 0, 1))
+        assert Nx.to_flat_list(nx) == [0, 3, 1, 4, 2, 5]
+        assert Nx.to_flat_list(TNx.to_nx(TensorBlob.to_blob(t))) == [0, 1, 2, 3, 4, 5]
+      end
+
+      for style <- [:ok_tuple, :bare] do
+        test "a pointer backend (#{style}): Nx.from_pointer on our memory" do
+          t = Tensor.from_binary(Nx.to_binary(Nx.iota({6}, type: {:f, 64})), :float64, {6})
+          nx = TNx.to_nx(t, {PointerBackend, style: unquote(style)})
+          assert %PointerBackend{tensor: theirs} = nx.data
+          assert ptr(theirs) == ptr(t)
+          assert Nx.to_binary(nx) == Tensor.to_binary(t)
+        end
+      end
+    end
+  end
+else
+  defmodule TensorBlob.NxTest do
+    use ExUnit.Case
+    @moduletag :nx
+
+    test "needs Nx on the code path (NX_PATH); excluded without it" do
+      flunk("Nx is not loaded")
+    end
+  end
+end
