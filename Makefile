@@ -24,6 +24,13 @@ TORCH_LDFLAGS := -L$(LIBTORCH_DIR)/lib -Wl,-rpath,$(LIBTORCH_DIR)/lib
 endif
 TORCH_LIBS := -ltorch -ltorch_cpu -lc10
 
+# TB_CUDA=1 (the default where CUDA's headers are found) builds the CUDA
+# paths; libcudart is opened at load, so the library still loads where there
+# is no CUDA. TB_CUDA=0 builds none.
+CUDA_HOME ?= /usr/local/cuda
+TB_CUDA ?= $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),1,0)
+CUDA_CFLAGS := -DTB_CUDA=$(TB_CUDA) $(if $(filter 1,$(TB_CUDA)),-isystem $(CUDA_HOME)/include)
+
 OPT ?= -O2
 SANITIZE ?=
 CFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=implicit-function-declaration $(SANITIZE)
@@ -35,19 +42,19 @@ C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 HEADERS := $(wildcard c_src/*.h) $(wildcard priv/include/*.h)
 
-.PHONY: all nif foreign-nif nx-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: all nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
 
 all: nif
 nif: $(NIF)
 
 $(BUILD)/%.o: c_src/%.c $(HEADERS) | $(BUILD)
-	$(CC) $(CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
 $(SHIM_OBJECT): c_src/torch_shim.cpp c_src/torch_shim.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(TORCH_CFLAGS) -c $< -o $@
 
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
-	$(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
 
 $(BUILD) $(PRIV):
 	mkdir -p $@
@@ -104,6 +111,13 @@ mix-test: nif foreign-nif
 
 eunit: nif foreign-nif
 	rebar3 eunit
+
+# The build without CUDA code (TB_CUDA=0), under the whole ExUnit suite:
+# CI builds and tests both ways.
+NOCUDA_BUILD := build/nocuda
+nocuda-test: setup foreign-nif
+	$(MAKE) TB_CUDA=0 BUILD=$(NOCUDA_BUILD) NIF=$(NOCUDA_BUILD)/tensor_blob_nif.so $(NOCUDA_BUILD)/tensor_blob_nif.so
+	TENSOR_BLOB_NIF=$(CURDIR)/$(NOCUDA_BUILD)/tensor_blob_nif MIX_ENV=test mix test
 
 # The :nx tests, against an Nx build you provide: NX_PATH lists directories
 # holding its ebin folders (Nx, complex, telemetry), colon-separated.

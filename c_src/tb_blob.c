@@ -1,5 +1,7 @@
 #include "tb_blob.h"
 
+#include "tb_cuda.h"
+
 #include "tb_args.h"
 #include "tb_nif.h"
 #include "tb_pin.h"
@@ -140,10 +142,13 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return tb_raise_badarg(env, "shape: %s in %T", tb_spec_status_text(r.status),
                                tb_make_shape(env, l.ndim, l.shape));
     }
-    if (device.type == TB_DEVICE_CUDA)
-        return tb_raise_error(env, "device %T: CUDA memory is not supported by this build yet; "
-                                   "it is never viewed as CPU memory",
+    if (device.type == TB_DEVICE_CUDA && !tb_shim_cuda_built())
+        return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so CUDA memory cannot be "
+                                   "viewed (never as CPU memory); TensorBlob.CUDA.info/1 reads its metadata",
                               tb_make_device(env, device.type, device.index));
+    char why[160];
+    if (r.byte_size > 0 && !tb_cuda_check_pointer(l.ptr, &device, why, sizeof why))
+        return tb_raise_badarg(env, "ptr: %s (the CUDA runtime says so)", why);
 
     /* The storage deleter's context: a pin, or nothing for an unpinned view.
      * An empty view reads no byte, so its pointer need not lie in the owner. */

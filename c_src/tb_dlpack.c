@@ -64,6 +64,9 @@ typedef struct {
 } tb_capsule;
 
 static ErlNifResourceType *capsule_type;
+/* Held by consume and by dlpack_info, so metadata is never read from a
+ * managed tensor that a consumer has just taken, and may have freed. */
+static ErlNifMutex *capsule_lock;
 
 /* Calls a managed tensor's deleter, if it has one. */
 static void release_managed(void *managed, int versioned)
@@ -95,7 +98,9 @@ int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
     if (!type)
         return 0;
     capsule_type = type;
-    return 1;
+    if (!capsule_lock)
+        capsule_lock = enif_mutex_create("tensor_blob_capsules");
+    return capsule_lock != NULL;
 }
 
 static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
@@ -256,10 +261,51 @@ ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     tb_capsule *c = get_capsule(env, argv[0]);
     if (!c)
         return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+    enif_mutex_lock(capsule_lock);
     void *m = atomic_exchange(&c->managed, NULL);
+    enif_mutex_unlock(capsule_lock);
     if (!m)
         return tb_raise_badarg(env, "capsule: already consumed");
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
+}
+
+/* dlpack_info(Capsule) -> the metadata of its managed tensor, read without
+ * consuming it and without touching the memory: #{device, ptr, shape,
+ * strides, dtype, read_only}. For any device, CUDA included. */
+ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_capsule *c = get_capsule(env, argv[0]);
+    if (!c)
+        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+    tb_dlpack_checked chk;
+    enif_mutex_lock(capsule_lock);
+    void *m = atomic_load(&c->managed);
+    if (m) {
+        if (c->versioned)
+            tb_dlpack_check_versioned(m, &chk);
+        else
+            tb_dlpack_check_legacy(m, &chk);
+    }
+    enif_mutex_unlock(capsule_lock);
+    if (!m)
+        return tb_raise_badarg(env, "capsule: already consumed");
+    if (chk.status != TB_DLC_OK)
+        return tb_raise_badarg(env, "capsule: %s", tb_dlpack_status_text(chk.status));
+    ERL_NIF_TERM device = chk.device_type == tb_kDLCUDA
+                              ? enif_make_tuple2(env, tb_atoms.cuda, enif_make_int(env, chk.device_id))
+                              : tb_atoms.cpu;
+    ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.dtype, tb_atoms.ptr, enif_make_atom(env, "read_only"),
+                           tb_atoms.shape, tb_atoms.strides};
+    ERL_NIF_TERM values[] = {device,
+                             tb_atoms.dtypes[chk.dtype],
+                             enif_make_uint64(env, chk.layout.ptr),
+                             (chk.flags & TB_DLPACK_FLAG_READ_ONLY) ? tb_atoms.true_ : tb_atoms.false_,
+                             tb_make_shape(env, chk.layout.ndim, chk.layout.shape),
+                             tb_make_strides(env, chk.layout.ndim, chk.layout.strides)};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, 6, &map);
+    return map;
 }
 
 ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -302,12 +348,8 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     case TB_DLC_UNKNOWN_DEVICE:
         return tb_raise_badarg(env, "device: unknown DLPack device type %d; %s", (int)c->device_type, fate);
     case TB_DLC_UNSUPPORTED_DEVICE:
-        if (c->device_type == tb_kDLCUDA)
-            return tb_raise_error(env, "device: a kDLCUDA tensor (device type 2, device %d): this build has no "
-                                       "CUDA, so only kDLCPU tensors can be imported; %s",
-                                  (int)c->device_id, fate);
-        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only kDLCPU tensors can be "
-                                   "imported by this build; %s",
+        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only kDLCPU and kDLCUDA "
+                                   "tensors can be imported; %s",
                               dev, (int)c->device_type, (int)c->device_id, fate);
     case TB_DLC_UNKNOWN_DTYPE:
         return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
@@ -400,6 +442,15 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
                               tb_dtypes[chk.dtype].name, tb_shim_torch_version());
     }
 
+    int cuda = chk.device_type == tb_kDLCUDA;
+    if (cuda && !tb_shim_cuda_built()) {
+        release_managed(m, versioned);
+        return tb_raise_error(env, "device: a kDLCUDA tensor (device %d): this libtorch was built without CUDA, so "
+                                   "it cannot be imported (TensorBlob.CUDA.info/1 reads its metadata); the "
+                                   "producer's deleter was called",
+                              (int)chk.device_id);
+    }
+
     read_only |= (chk.flags & TB_DLPACK_FLAG_READ_ONLY) != 0;
     void (*deleter)(void *) = versioned ? (read_only ? import_release_versioned_read_only : import_release_versioned)
                                         : (read_only ? import_release_legacy_read_only : import_release_legacy);
@@ -408,7 +459,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     /* The shim owns m from here: the deleter runs when the storage dies, or
      * at once if the call fails. */
     if (!tb_shim_from_blob((void *)(uintptr_t)chk.layout.ptr, chk.layout.ndim, chk.layout.shape,
-                           chk.layout.strides, st, TB_DEVICE_CPU, 0, m, deleter, &h, &err))
+                           chk.layout.strides, st, cuda ? TB_DEVICE_CUDA : TB_DEVICE_CPU, cuda ? chk.device_id : 0, m,
+                           deleter, &h, &err))
         return tb_raise_error(env, "from_dlpack: %s; the producer's deleter was called", err.message);
     return tb_tensor_make(env, h);
 }

@@ -5,7 +5,9 @@
 
 #include "tb_binary.h"
 #include "tb_blob.h"
+#include "tb_cuda.h"
 #include "tb_dlpack.h"
+#include "tb_ipc.h"
 #include "tb_nif.h"
 #include "tb_pin.h"
 #include "tb_tensor.h"
@@ -228,6 +230,12 @@ static ErlNifFunc nif_funcs[] = {
     {"from_dlpack", 3, tb_nif_from_dlpack, 0},
     {"consume_dlpack", 1, tb_nif_consume_dlpack, 0},
     {"dlpack_version", 1, tb_nif_dlpack_version, 0},
+    {"cuda_info", 0, tb_nif_cuda_info, 0},
+    {"dlpack_info", 1, tb_nif_dlpack_info, 0},
+    {"cuda_synchronize", 1, tb_nif_cuda_synchronize, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"ipc_zeros", 2, tb_nif_ipc_zeros, 0},
+    {"ipc_name", 1, tb_nif_ipc_name, 0},
+    {"ipc_open", 3, tb_nif_ipc_open, 0},
 };
 
 static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags, void **priv, void *old_priv)
@@ -242,6 +250,7 @@ static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags, void **priv, vo
 static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 {
     (void)info;
+    tb_cuda_load();
     return open_types(env, ERL_NIF_RT_CREATE, priv, NULL);
 }
 
@@ -250,6 +259,7 @@ static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
 {
     (void)info;
+    tb_cuda_load();
     return open_types(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, priv, *old_priv);
 }
 

@@ -218,7 +218,17 @@ void tb_shim_info_of(const tb_shim_tensor *handle, tb_shim_info *info) noexcept
     info->storage_data = base;
     info->storage_bytes = storage.nbytes();
     info->storage_deleter = dp.get_deleter();
+    info->storage_context = dp.get_context();
     info->is_contiguous = impl->is_contiguous();
+}
+
+int tb_shim_cuda_built(void) noexcept
+{
+    try {
+        return at::globalContext().hasCUDA() ? 1 : 0;
+    } catch (...) {
+        return 0;
+    }
 }
 
 tb_shim_tensor *tb_shim_retain(tb_shim_tensor *handle) noexcept

@@ -33,12 +33,15 @@ typedef struct {
     void *storage_data;     /* start of the storage that holds the data */
     uint64_t storage_bytes;
     void (*storage_deleter)(void *); /* the deleter of the storage's memory */
+    void *storage_context;           /* what that deleter is called with */
     int is_contiguous;
 } tb_shim_info;
 
 /* 1 when the linked libtorch has this c10::ScalarType. */
 int tb_shim_has_scalar_type(int scalar_type) TB_NOEXCEPT;
 const char *tb_shim_torch_version(void) TB_NOEXCEPT;
+/* 1 when the linked libtorch was built with CUDA. */
+int tb_shim_cuda_built(void) TB_NOEXCEPT;
 
 /* A tensor over foreign memory. The shim owns ctx from the call on: when the
  * storage dies, or at once if the call fails, it calls deleter(ctx). */

@@ -20,7 +20,9 @@
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
-         stats/0, dtypes/0, nx_type/1, torch_version/0]).
+         stats/0, dtypes/0, nx_type/1, torch_version/0,
+         cuda_info/0, cuda_synchronize/1, dlpack_info/1,
+         ipc_zeros/2, ipc_export/1, ipc_open/3]).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
@@ -187,6 +189,59 @@ dtypes() -> tensor_blob_nif:dtypes().
 -spec nx_type(dtype()) -> {atom(), pos_integer()} | nil.
 nx_type(Dtype) -> tensor_blob_nif:nx_type(Dtype).
 
+
+%% @doc What this build knows of CUDA: built (compiled with TB_CUDA=1),
+%% runtime (libcudart was found at load), devices (GPUs the runtime sees),
+%% libtorch (the linked libtorch has CUDA).
+-spec cuda_info() -> #{built := boolean(), runtime := boolean(), devices := non_neg_integer(),
+                       libtorch := boolean()}.
+cuda_info() -> tensor_blob_nif:cuda_info().
+
+%% @doc Waits until the CUDA device has finished its queued work.
+-spec cuda_synchronize(non_neg_integer()) -> ok.
+cuda_synchronize(Index) -> tensor_blob_nif:cuda_synchronize(Index).
+
+%% @doc The metadata of a capsule's managed tensor (device, ptr, shape,
+%% strides, dtype, read_only), read without consuming it and without touching
+%% the memory: CUDA capsules included, whatever this build can import.
+-spec dlpack_info(capsule()) -> map().
+dlpack_info(Capsule) -> tensor_blob_nif:dlpack_info(Capsule).
+
+%% @doc A tensor of zeros in a new POSIX shared-memory region (created with
+%% owner-only permissions), which ipc_export/1 shares without a copy.
+-spec ipc_zeros(shape(), dtype()) -> tensor().
+ipc_zeros(Shape, Dtype) -> tensor_blob_nif:ipc_zeros(Shape, Dtype).
+
+%% @doc A handle another OS process opens with ipc_open/3. A tensor made by
+%% ipc_zeros/2 or ipc_open/3 (whole, contiguous) is shared as it is; any
+%% other CPU tensor is copied once into a new region. The keys follow Nx's
+%% %Nx.Pointer{kind: ipc}: handle is the region's name. The region's name
+%% lives while the handle's tensor is reachable here: open it elsewhere
+%% before dropping the handle (an open mapping stays valid after that).
+-spec ipc_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined,
+                                data_size := non_neg_integer(), tensor := tensor()}.
+ipc_export(T) ->
+    Shared = case tensor_blob_nif:ipc_name(T) of
+                 nil ->
+                     S = ipc_zeros(shape(T), dtype(T)),
+                     _ = write(S, to_binary(T)),
+                     S;
+                 _ ->
+                     T
+             end,
+    {Name, Size} = tensor_blob_nif:ipc_name(Shared),
+    #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+
+%% @doc A tensor over the shared-memory region a handle names (a handle map,
+%% an Nx pointer map with kind ipc, or the name), in this or another OS
+%% process. Writes are seen by every process that mapped it.
+-spec ipc_open(map() | binary(), dtype(), shape()) -> tensor().
+ipc_open(#{kind := ipc, handle := Name}, Dtype, Shape) ->
+    tensor_blob_nif:ipc_open(Name, Dtype, Shape);
+ipc_open(#{} = Handle, _Dtype, _Shape) ->
+    badarg("handle: expected an IPC handle (kind ipc, handle), got ~0tp", [Handle]);
+ipc_open(Name, Dtype, Shape) ->
+    tensor_blob_nif:ipc_open(Name, Dtype, Shape).
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().

@@ -7,7 +7,8 @@
          zeros/2, from_binary/3, to_binary/1, from_binary_view/3, to_binary_view/1, write/2, narrow/4, transpose/3,
          shape/1, strides/1, dtype/1, device/1, memory/1,
          to_blob/3, from_blob/3,
-         to_dlpack/3, from_dlpack/3, consume_dlpack/1, dlpack_version/1]).
+         to_dlpack/3, from_dlpack/3, consume_dlpack/1, dlpack_version/1,
+         ipc_zeros/2, ipc_name/1, ipc_open/3, cuda_info/0, cuda_synchronize/1, dlpack_info/1]).
 
 -on_load(init/0).
 
@@ -57,3 +58,9 @@ to_dlpack(_, _, _) -> ?NOT_LOADED.
 from_dlpack(_, _, _) -> ?NOT_LOADED.
 consume_dlpack(_) -> ?NOT_LOADED.
 dlpack_version(_) -> ?NOT_LOADED.
+ipc_zeros(_, _) -> ?NOT_LOADED.
+ipc_name(_) -> ?NOT_LOADED.
+ipc_open(_, _, _) -> ?NOT_LOADED.
+cuda_info() -> ?NOT_LOADED.
+cuda_synchronize(_) -> ?NOT_LOADED.
+dlpack_info(_) -> ?NOT_LOADED.

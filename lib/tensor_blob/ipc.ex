@@ -1,0 +1,72 @@
+defmodule TensorBlob.IPC do
+  @moduledoc """
+  Tensors shared between OS processes (CPU: POSIX shared memory).
+
+      # in one OS process
+      handle = TensorBlob.IPC.export(t)          # %TensorBlob.IPC.Handle{}
+      send_somehow(handle.handle)                # the region's name, a binary
+
+      # in another
+      t2 = TensorBlob.IPC.open(name, :float32, {1024, 1024})
+
+  Both tensors map the same memory: writes through one are read through the
+  other. A tensor made by `zeros/2` (or `open/3`) is exported without a copy;
+  any other CPU tensor is copied once into a new region. Regions are created
+  with owner-only permissions (0600).
+
+  The name lives while the exporting handle's tensor is reachable in the
+  exporting VM: open it elsewhere before dropping it (a mapping stays valid
+  after that). Handles follow Nx's `%Nx.Pointer{kind: :ipc}`: `handle` is
+  the name, `address` is nil for CPU memory (a device index for CUDA), and
+  `open/3` takes an `%Nx.Pointer{}` as well. CUDA IPC handles need a CUDA
+  libtorch and a GPU; this build raises `TensorBlob.Error` for them.
+  """
+
+  import TensorBlob.Raise
+
+  alias TensorBlob.Tensor
+
+  defmodule Handle do
+    @moduledoc "An exported region: `handle` (its name), `data_size` in bytes, and the exporter's `tensor`."
+    defstruct kind: :ipc, handle: nil, address: nil, data_size: 0, tensor: nil
+
+    @type t :: %__MODULE__{kind: :ipc, handle: binary(), address: nil, data_size: non_neg_integer(), tensor: Tensor.t()}
+  end
+
+  @doc "A tensor of zeros in a new shared-memory region."
+  @spec zeros(tuple(), Tensor.dtype()) :: Tensor.t()
+  def zeros(shape, dtype), do: translating(do: Tensor.wrap(:tensor_blob.ipc_zeros(shape, dtype)))
+
+  @doc "A handle for a CPU tensor's memory (copied once unless it was made by `zeros/2` or `open/3`)."
+  @spec export(Tensor.t()) :: Handle.t()
+  def export(tensor) do
+    %{handle: name, data_size: size, tensor: shared} = translating(do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
+    shared = if shared == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(shared)
+    %Handle{handle: name, data_size: size, tensor: shared}
+  end
+
+  @doc """
+  A tensor over the region a handle names: a `%Handle{}`, an
+  `%Nx.Pointer{kind: :ipc}` (or any map with `kind: :ipc` and `handle`), or
+  the name itself. The region must hold `shape` of `dtype`.
+  """
+  @spec open(Handle.t() | map() | binary(), Tensor.dtype(), tuple()) :: Tensor.t()
+  def open(handle, dtype, shape) do
+    name =
+      case handle do
+        %{kind: :ipc, address: index, handle: _} when is_integer(index) ->
+          raise TensorBlob.Error, "handle: a CUDA IPC handle (device #{index}); this libtorch was built without CUDA"
+
+        %{kind: :ipc, handle: name} ->
+          name
+
+        %{} ->
+          raise ArgumentError, "handle: expected kind: :ipc and a handle, got #{inspect(handle)}"
+
+        name ->
+          name
+      end
+
+    translating(do: Tensor.wrap(:tensor_blob.ipc_open(name, dtype, shape)))
+  end
+end

@@ -1,0 +1,145 @@
+defmodule TensorBlob.IPCTest do
+  # CPU shared memory between OS processes, and what the CUDA paths answer
+  # on a machine without a GPU (the :cuda tests run only where one answers).
+  use ExUnit.Case, async: false
+
+  alias TensorBlob.{CUDA, DLPack, IPC, Tensor}
+  alias TensorBlob.Test.Lifetime
+
+  defp f32s(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
+  defp shm_path(%IPC.Handle{handle: name}), do: "/dev/shm" <> name
+
+  # Runs Erlang code in a second OS process (a fresh BEAM) and returns its output.
+  defp in_os_process(code) do
+    ebin = Path.dirname(:code.which(:tensor_blob))
+    {out, 0} = System.cmd("erl", ["-noshell", "-pa", ebin, "-eval", code <> ", halt()."], stderr_to_stdout: true)
+    out
+  end
+
+  describe "IPC (CPU shared memory)" do
+    test "another OS process maps the same memory: it reads our bytes, we read its writes" do
+      t = IPC.zeros({64}, :float32)
+      Tensor.write!(t, f32s(Enum.to_list(1..64)))
+      handle = IPC.export(t)
+      assert handle.tensor == t
+      assert handle.data_size == 256
+
+      out =
+        in_os_process("""
+        T = tensor_blob:ipc_open(<<"#{handle.handle}">>, float32, {64}),
+        io:format("~s", [binary:encode_hex(tensor_blob:to_binary(T))]),
+        _ = tensor_blob:write(tensor_blob:narrow(T, 0, 0, 2), <<-1.0:32/float-native, -2.0:32/float-native>>)
+        """)
+
+      assert Base.decode16!(String.trim(out)) == f32s(Enum.to_list(1..64))
+      assert binary_part(Tensor.to_binary(t), 0, 8) == f32s([-1, -2])
+    end
+
+    test "a CPU tensor not in shared memory is copied once; the opened tensor is writable and shared" do
+      t = Tensor.from_binary(f32s(Enum.to_list(1..16)), :float32, {4, 4})
+      handle = IPC.export(t)
+      assert handle.tensor != t
+      u = IPC.open(handle, :float32, {4, 4})
+      assert Tensor.to_binary(u) == Tensor.to_binary(t)
+      Tensor.write!(u, f32s(List.duplicate(0, 16)))
+      assert Tensor.to_binary(handle.tensor) == f32s(List.duplicate(0, 16))
+      # Re-exporting an opened region shares it, under the same name.
+      assert IPC.export(u).handle == handle.handle
+      # A transposed view is copied in row-major order.
+      v = IPC.open(IPC.export(Tensor.transpose(t, 0, 1)), :float32, {4, 4})
+      assert Tensor.to_binary(v) == t |> Tensor.transpose(0, 1) |> Tensor.to_binary()
+    end
+
+    test "regions are owner-only, and the name goes with the exporter's tensor" do
+      start = Lifetime.settled_stats()
+
+      path =
+        Lifetime.in_process(fn ->
+          handle = IPC.export(IPC.zeros({1024}, :uint8))
+          {:ok, stat} = File.stat(shm_path(handle))
+          assert Bitwise.band(stat.mode, 0o777) == 0o600
+          shm_path(handle)
+        end)
+
+      assert Lifetime.await_stats(start) == start
+      refute File.exists?(path)
+      assert_raise ArgumentError, ~r/no shared memory named/, fn -> IPC.open(String.trim_leading(path, "/dev/shm"), :uint8, {1024}) end
+    end
+
+    test "an opened mapping outlives the exporter's name" do
+      handle = IPC.export(Tensor.from_binary(f32s([1, 2, 3, 4]), :float32, {4}))
+      u = IPC.open(handle, :float32, {4})
+      handle = nil
+      _ = handle
+      Lifetime.churn()
+      Lifetime.settled_stats()
+      assert Tensor.to_binary(u) == f32s([1, 2, 3, 4])
+    end
+
+    test "Nx-style pointers: kind :ipc with the name as handle; CUDA ones need CUDA" do
+      handle = IPC.export(IPC.zeros({8}, :int32))
+      pointer = %{kind: :ipc, handle: handle.handle, address: nil, data_size: 32}
+      assert Tensor.shape(IPC.open(pointer, :int32, {8})) == {8}
+      assert_raise TensorBlob.Error, ~r/CUDA/, fn -> IPC.open(%{pointer | address: 0}, :int32, {8}) end
+    end
+
+    test "bad handles and sizes: clear errors, nothing leaked" do
+      handle = IPC.export(IPC.zeros({16}, :float32))
+      start = Lifetime.settled_stats()
+      assert_raise ArgumentError, ~r/needs 128 bytes/, fn -> IPC.open(handle, :float32, {32}) end
+      assert_raise ArgumentError, ~r/needs 128 bytes/, fn -> IPC.open(handle, :float64, {16}) end
+
+      for bad <- ["", "/", "no_slash", "/a/b", "/" <> String.duplicate("x", 100), "/nul\0byte"] do
+        assert_raise ArgumentError, ~r/handle/, fn -> IPC.open(bad, :float32, {16}) end
+      end
+
+      assert_raise ArgumentError, ~r/handle/, fn -> IPC.open(:nope, :float32, {16}) end
+      assert_raise ArgumentError, ~r/handle/, fn -> IPC.open(%{kind: :local}, :float32, {16}) end
+      assert_raise ArgumentError, ~r/no shared memory/, fn -> IPC.open("/tensor_blob.never", :float32, {16}) end
+      assert Lifetime.await_stats(start) == start
+      assert Tensor.shape(IPC.open(handle, :float32, {4, 4})) == {4, 4}
+    end
+  end
+
+  describe "CUDA without a GPU" do
+    test "the library answers: runtime facts, no devices, clear errors" do
+      info = CUDA.runtime()
+      assert Map.keys(info) |> Enum.sort() == [:built, :devices, :libtorch, :runtime]
+      assert CUDA.device_count() == info.devices
+      assert CUDA.available?() == (info.devices > 0 and info.libtorch)
+
+      if info.devices == 0 do
+        assert_raise TensorBlob.Error, ~r/no CUDA device/, fn -> CUDA.synchronize(0) end
+      end
+
+      assert_raise ArgumentError, ~r/device/, fn -> CUDA.synchronize(-1) end
+    end
+
+    test "a CUDA blob is never viewed as CPU memory; its metadata is read without touching it" do
+      blob = %{TensorBlob.to_blob(Tensor.zeros({2, 3}, :float32)) | device: {:cuda, 0}, ptr: 0xDEAD_0000}
+
+      unless CUDA.runtime().libtorch do
+        error = assert_raise TensorBlob.Error, fn -> TensorBlob.from_blob(blob) end
+        assert error.message =~ "built without CUDA"
+      end
+
+      assert CUDA.info(blob) == %{device: {:cuda, 0}, ptr: 0xDEAD_0000, shape: {2, 3}, strides: [3, 1], dtype: :float32}
+    end
+
+    test "info/1 of a capsule: its metadata, and the capsule is still there to import" do
+      t = Tensor.from_binary(f32s(Enum.to_list(1..6)), :float32, {2, 3})
+      capsule = DLPack.export(Tensor.transpose(t, 0, 1), read_only: true)
+      info = CUDA.info(capsule)
+      assert info == %{device: :cpu, ptr: TensorBlob.to_blob(t).ptr, shape: {3, 2}, strides: [1, 3], dtype: :float32, read_only: true}
+      assert Tensor.shape(DLPack.import(capsule)) == {3, 2}
+      assert_raise ArgumentError, ~r/already consumed/, fn -> CUDA.info(capsule) end
+    end
+
+    @tag :cuda
+    test "with a GPU: devices answer and synchronize returns" do
+      assert CUDA.available?()
+      assert CUDA.device_count() > 0
+      assert CUDA.synchronize(0) == :ok
+    end
+  end
+end
