@@ -199,17 +199,12 @@ ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
 {
     (void)argc;
     ErlNifBinary bin;
-    if (!enif_inspect_binary(env, argv[0], &bin))
-        return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[0]);
     tb_layout l;
     tb_dtype_id dtype;
     tb_spec_result r;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_shape_dtype(env, argv[2], argv[1], &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_binary_args(env, argv, &bin, &l, &dtype, &r, &exc))
         return exc;
-    if (r.byte_size != bin.size)
-        return tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
-                               tb_dtypes[dtype].name, (unsigned long)r.byte_size, (unsigned long)bin.size);
 
     /* The view covers the pinned copy's bytes, never the argument's: a
      * binary of 64 bytes or less lives on the caller's heap, which moves,

@@ -160,21 +160,33 @@ ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return zeros(env, argc, argv);
 }
 
+int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_layout *l,
+                              tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc)
+{
+    if (!enif_inspect_binary(env, argv[0], bin)) {
+        *exc = tb_raise_badarg(env, "binary: expected a binary, got %T", argv[0]);
+        return 0;
+    }
+    if (!tb_tensor_get_shape_dtype(env, argv[2], argv[1], l, dtype, r, exc))
+        return 0;
+    if (r->byte_size != bin->size) {
+        *exc = tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
+                               tb_dtypes[*dtype].name, (unsigned long)r->byte_size, (unsigned long)bin->size);
+        return 0;
+    }
+    return 1;
+}
+
 static ERL_NIF_TERM from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     ErlNifBinary bin;
-    if (!enif_inspect_binary(env, argv[0], &bin))
-        return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[0]);
     tb_layout l;
     tb_dtype_id dtype;
     tb_spec_result r;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_shape_dtype(env, argv[2], argv[1], &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_binary_args(env, argv, &bin, &l, &dtype, &r, &exc))
         return exc;
-    if (r.byte_size != bin.size)
-        return tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
-                               tb_dtypes[dtype].name, (unsigned long)r.byte_size, (unsigned long)bin.size);
     tb_shim_tensor *h;
     tb_shim_error err;
     if (!tb_shim_from_bytes(bin.data, l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))

@@ -34,6 +34,11 @@ uint64_t tb_tensor_dense_bytes(const tb_shim_info *info);
 int tb_tensor_get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
                               tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc);
 
+/* The arguments (Binary, Dtype, Shape) of from_binary and its view: a
+ * binary whose size is that of Shape of Dtype; otherwise sets *exc. */
+int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_layout *l,
+                              tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc);
+
 /* 1 when the memory must not be written through this tensor (a read-only
  * DLPack import, a view of a binary or of a read-only tensor); the reason,
  * for messages. */
