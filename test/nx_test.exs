@@ -81,19 +81,27 @@ if Code.ensure_loaded?(Nx) do
           # Over 64 bytes, so the binary is shared, not on a process heap.
           nx = nx_of(type, {16, 8})
 
-          if dtype in TensorBlob.dtypes() do
-            t = TNx.from_nx(nx)
-            assert Tensor.dtype(t) == dtype
-            assert Tensor.shape(t) == {16, 8}
-            assert Tensor.memory(t) == :pinned
-            assert Tensor.to_binary(t) == Nx.to_binary(nx)
-            # The same bytes: a view of the backend's binary has its address.
-            same = Tensor.from_binary(nx.data.state, type, {16, 8}, copy: false)
-            assert ptr(t) == ptr(same)
-            assert_raise ArgumentError, ~r/read-only/, fn -> Tensor.write!(t, Nx.to_binary(nx)) end
-          else
-            # A type the linked libtorch lacks: a clear error, no substitute.
-            assert_raise TensorBlob.Error, ~r/#{dtype}/, fn -> TNx.from_nx(nx) end
+          cond do
+            dtype not in TensorBlob.dtypes() ->
+              # A type the linked libtorch lacks: a clear error, no substitute.
+              assert_raise TensorBlob.Error, ~r/#{dtype}/, fn -> TNx.from_nx(nx) end
+
+            dtype == :complex128 and Tensor.memory(TNx.from_nx(nx)) == :owned ->
+              # The BEAM aligns a binary's bytes to 8 or 16 by chance; 16 is
+              # needed here, and when it is missing the data is copied.
+              assert_raise ArgumentError, ~r/aligned to 8 bytes/, fn -> TNx.from_nx(nx, copy: :never) end
+              assert Tensor.to_binary(TNx.from_nx(nx)) == Nx.to_binary(nx)
+
+            true ->
+              t = TNx.from_nx(nx)
+              assert Tensor.dtype(t) == dtype
+              assert Tensor.shape(t) == {16, 8}
+              assert Tensor.memory(t) == :pinned
+              assert Tensor.to_binary(t) == Nx.to_binary(nx)
+              # The same bytes: a view of the backend's binary has its address.
+              same = Tensor.from_binary(nx.data.state, type, {16, 8}, copy: false)
+              assert ptr(t) == ptr(same)
+              assert_raise ArgumentError, ~r/read-only/, fn -> Tensor.write!(t, Nx.to_binary(nx)) end
           end
         end
       end
