@@ -38,16 +38,24 @@ void tb_cuda_load(void)
     *(void **)&rt.get_error_string = dlsym(lib, "cudaGetErrorString");
     rt.loaded = rt.get_device_count && rt.set_device && rt.device_synchronize && rt.pointer_get_attributes &&
                 rt.get_last_error && rt.get_error_string;
+    tb_cuda_device_count();
 }
+
+/* Asked once, at load: from_blob consults it on every call, and the
+ * runtime's answer costs far more than the rest of from_blob. */
+static int device_count = -1;
 
 int tb_cuda_device_count(void)
 {
+    if (device_count >= 0)
+        return device_count;
     int n = 0;
     if (!rt.loaded || rt.get_device_count(&n) != cudaSuccess) {
         if (rt.loaded)
             rt.get_last_error(); /* clear it: the runtime keeps the last error */
-        return 0;
+        n = 0;
     }
+    device_count = n;
     return n;
 }
 
