@@ -49,7 +49,7 @@ defmodule TensorBlob.MixProject do
       # Nx is optional and never a declared dependency (no Hex needed).
       xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend]],
       description: "Zero-copy tensor exchange for the BEAM",
-      package: [licenses: ["Apache-2.0"], files: ~w(c_src lib src priv/.keep Makefile mix.exs rebar.config README.md)]
+      package: [licenses: ["Apache-2.0"], files: ~w(c_src lib src priv/.keep priv/include Makefile mix.exs rebar.config README.md)]
     ]
   end
 
