@@ -214,18 +214,21 @@ ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
         return tb_raise_error(env, "from_binary: out of memory pinning the binary");
     ErlNifBinary pinned;
     enif_inspect_binary(pin->env, pin->owner, &pinned);
-    if (r.numel > 0 && l.element_size > 1 && (uintptr_t)pinned.data % l.element_size != 0) {
-        unsigned alignment = 1;
-        while (alignment < l.element_size && (uintptr_t)pinned.data % (alignment * 2) == 0)
-            alignment *= 2;
-        tb_pin_release(pin);
-        return tb_raise_badarg(env, "binary: its bytes start at an address aligned to %u bytes, and %s needs %u "
-                                    "(a part of a larger binary, or a small one, may start anywhere); "
-                                    "use copy: true",
-                               alignment, tb_dtypes[dtype].name, (unsigned)l.element_size);
-    }
+    uint64_t alignment = tb_pointer_alignment((uint64_t)(uintptr_t)pinned.data);
     tb_shim_tensor *h;
     tb_shim_error err;
+    if (r.numel > 0 && alignment < l.element_size) {
+        tb_pin_release(pin);
+        if (argv[3] != tb_atoms.true_)
+            return tb_raise_badarg(env, "binary: its bytes start at an address aligned to %u bytes, and %s needs %u "
+                                        "(a part of a larger binary, or a small one, may start anywhere); "
+                                        "use copy: true or copy: :if_needed",
+                                   (unsigned)alignment, tb_dtypes[dtype].name, (unsigned)l.element_size);
+        /* copy: :if_needed: a copy is what the caller asked for here. */
+        if (!tb_shim_from_bytes(bin.data, l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))
+            return tb_raise_error(env, "from_binary: %s", err.message);
+        return tb_tensor_make(env, h);
+    }
     if (!tb_shim_from_blob(pinned.data, l.ndim, l.shape, l.strides, tb_dtypes[dtype].torch_scalar_type,
                            TB_DEVICE_CPU, 0, pin, tb_pin_release_read_only, &h, &err))
         return tb_raise_error(env, "from_binary: %s", err.message);

@@ -28,7 +28,9 @@ void tb_binary_write_end(tb_write_guard *guard);
 /* Binary views made by to_binary_view and not yet garbage-collected. */
 long tb_binary_live(void);
 
-/* from_binary_view(Binary, Dtype, Shape) -> a read-only tensor pinning the binary */
+/* from_binary_view(Binary, Dtype, Shape, CopyIfMisaligned) -> a read-only
+ * tensor pinning the binary; bytes not aligned to the element size raise,
+ * or with CopyIfMisaligned are copied into a new (owned) tensor. */
 ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 /* to_binary_view(Tensor) -> a binary over a contiguous CPU tensor's memory */
 ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

@@ -33,15 +33,11 @@ ERL_NIF_TERM tb_nif_to_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 
     /* Keys in term order ('__struct__' first when present): the map is
      * built without sorting, which is most of the cost of to_blob. */
-    /* The largest power of two, up to 4096, that divides ptr. */
-    uint64_t alignment = l.ptr ? l.ptr & (~l.ptr + 1) : 4096;
-    if (alignment > 4096)
-        alignment = 4096;
     ERL_NIF_TERM keys[10] = {tb_atoms.struct_, tb_atoms.alignment, tb_atoms.byte_size, tb_atoms.device, tb_atoms.dtype,
                             tb_atoms.element_size, tb_atoms.owner, tb_atoms.ptr, tb_atoms.shape, tb_atoms.strides};
     ERL_NIF_TERM values[10] = {
         argv[2],
-        enif_make_uint64(env, alignment),
+        enif_make_uint64(env, tb_pointer_alignment(l.ptr)),
         enif_make_uint64(env, r.byte_size),
         tb_make_device(env, info.device_type, info.device_index),
         tb_atoms.dtypes[id],

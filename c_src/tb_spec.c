@@ -89,6 +89,12 @@ tb_spec_result tb_layout_check(const tb_layout *l)
     return r;
 }
 
+uint64_t tb_pointer_alignment(uint64_t ptr)
+{
+    uint64_t lowest_bit = ptr & (~ptr + 1);
+    return ptr == 0 || lowest_bit > TB_MAX_ALIGNMENT ? TB_MAX_ALIGNMENT : lowest_bit;
+}
+
 int tb_extent_inside(uint64_t ptr, uint64_t size, uint64_t base, uint64_t base_size)
 {
     if (ptr < base)

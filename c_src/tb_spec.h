@@ -45,6 +45,11 @@ tb_spec_result tb_layout_check(const tb_layout *layout);
 /* 1 when [ptr, ptr + size) lies inside [base, base + base_size). */
 int tb_extent_inside(uint64_t ptr, uint64_t size, uint64_t base, uint64_t base_size);
 
+/* The largest power of two dividing ptr, at most TB_MAX_ALIGNMENT (also
+ * for a null pointer): what blobs report as alignment. */
+#define TB_MAX_ALIGNMENT 4096
+uint64_t tb_pointer_alignment(uint64_t ptr);
+
 /* A short phrase for a status, for error messages. */
 const char *tb_spec_status_text(tb_spec_status status);
 

@@ -447,12 +447,24 @@ static void test_dtype_dlpack(void)
     }
 }
 
+static void test_pointer_alignment(void)
+{
+    CHECK_EQ(tb_pointer_alignment(0), TB_MAX_ALIGNMENT);
+    CHECK_EQ(tb_pointer_alignment(1), 1);
+    CHECK_EQ(tb_pointer_alignment(0x1002), 2);
+    CHECK_EQ(tb_pointer_alignment(0x7f0000000018), 8);
+    CHECK_EQ(tb_pointer_alignment(0x7f0000000010), 16);
+    CHECK_EQ(tb_pointer_alignment(0x7f0000002000), TB_MAX_ALIGNMENT);
+    CHECK_EQ(tb_pointer_alignment(UINT64_C(1) << 63), TB_MAX_ALIGNMENT);
+}
+
 int main(void)
 {
     test_row_major_strides();
     test_layout_ok();
     test_layout_errors();
     test_extent_inside();
+    test_pointer_alignment();
     test_status_text();
     test_dtype_table();
     test_dtype_names();

@@ -96,10 +96,13 @@ from_binary(Binary, Dtype, Shape) ->
 %% bytes or less lives on a process heap: the pin holds a copy of it, and
 %% the tensor views that copy (read-only all the same). Bytes not aligned to
 %% the element size (a part of a larger binary may start anywhere) raise
-%% badarg: use #{copy => true}.
--spec from_binary(binary(), dtype(), shape(), #{copy => boolean()}) -> tensor().
+%% badarg; #{copy => if_needed} views the bytes when they are aligned and
+%% copies them (into an owned tensor) when they are not.
+-spec from_binary(binary(), dtype(), shape(), #{copy => boolean() | if_needed}) -> tensor().
 from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
-    tensor_blob_nif:from_binary_view(Binary, Dtype, Shape);
+    tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false);
+from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opts) =:= 1 ->
+    tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true);
 from_binary(Binary, Dtype, Shape, Opts) ->
     check_copy_option(Opts),
     from_binary(Binary, Dtype, Shape).
@@ -125,7 +128,7 @@ check_copy_option(Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     case maps:get(copy, Opts, true) of
         true -> ok;
-        Other -> badarg("copy: expected a boolean, got ~0tp", [Other])
+        Other -> badarg("copy: expected a boolean (or if_needed, for from_binary), got ~0tp", [Other])
     end;
 check_copy_option(Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).

@@ -79,7 +79,13 @@ defmodule TensorBlob.BinaryViewTest do
       big = :binary.copy(<<7>>, 1000)
       part = binary_part(big, 1, 400)
       assert_badarg(fn -> Tensor.from_binary(part, :float32, {100}, copy: false) end, "aligned to 1 bytes")
+      # copy: :if_needed copies only what cannot be viewed. (Asked right
+      # after the refusal: once compared, a part's bytes may be moved.)
+      copied = Tensor.from_binary(part, :float32, {100}, copy: :if_needed)
+      assert Tensor.memory(copied) == :owned
       assert Tensor.to_binary(Tensor.from_binary(part, :float32, {100}, copy: true)) == part
+      assert Tensor.to_binary(copied) == part
+      assert Tensor.memory(Tensor.from_binary(binary_part(big, 8, 400), :float32, {100}, copy: :if_needed)) == :pinned
       # A part at an aligned offset is viewed in place.
       aligned = binary_part(big, 8, 400)
       assert Tensor.to_binary(Tensor.from_binary(aligned, :float32, {100}, copy: false)) == aligned

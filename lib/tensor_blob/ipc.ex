@@ -16,7 +16,8 @@ defmodule TensorBlob.IPC do
 
   The name lives while the exporting handle's tensor is reachable in the
   exporting VM: open it elsewhere before dropping it (a mapping stays valid
-  after that). Handles follow Nx's `%Nx.Pointer{kind: :ipc}`: `handle` is
+  after that). Re-exporting a tensor made by `open/3` hands on the same name,
+  which still lives only as long as the creator's tensor. Handles follow Nx's `%Nx.Pointer{kind: :ipc}`: `handle` is
   the name, `address` is nil for CPU memory (a device index for CUDA), and
   `open/3` takes an `%Nx.Pointer{}` as well. CUDA IPC handles need a CUDA
   libtorch and a GPU; this build raises `TensorBlob.Error` for them.

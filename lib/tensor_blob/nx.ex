@@ -172,16 +172,15 @@ if Code.ensure_loaded?(Nx) do
       raise ArgumentError, "copy: :never, but #{inspect(nx.data.__struct__)} tensor data cannot be viewed: #{why}"
     end
 
-    defp binary_view(%Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}} = nx, dtype, copy) do
+    # Misaligned bytes (a part of a larger binary) are copied, or refused.
+    defp binary_view(%Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}} = nx, dtype, :never) do
       Tensor.from_binary(bytes, dtype, nx.shape, copy: false)
     rescue
-      e in ArgumentError ->
-        # Misaligned bytes (a part of a larger binary) are copied, or refused.
-        if e.message =~ "aligned to" do
-          if copy == :never, do: refuse_copy!(nx, e.message), else: copy_of(nx, dtype)
-        else
-          reraise e, __STACKTRACE__
-        end
+      e in ArgumentError -> refuse_copy!(nx, e.message)
+    end
+
+    defp binary_view(%Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}} = nx, dtype, _copy) do
+      Tensor.from_binary(bytes, dtype, nx.shape, copy: :if_needed)
     end
 
     defp pointer_view(nx, dtype, copy, device) do

@@ -41,10 +41,11 @@ defmodule TensorBlob.Tensor do
   copy of it and the tensor views that copy (read-only all the same).
   Bytes whose address is not a multiple of the element size raise
   `ArgumentError` (a part of a larger binary may start anywhere, and a
-  binary of 64 bytes or less is aligned to 8 bytes only): use `copy: true`
-  there.
+  binary of 64 bytes or less is aligned to 8 bytes only). `copy: :if_needed`
+  views the bytes when they are aligned and copies them when they are not
+  (`memory/1` then says `:owned`).
   """
-  @spec from_binary(binary(), dtype(), shape(), copy: boolean()) :: t()
+  @spec from_binary(binary(), dtype(), shape(), copy: boolean() | :if_needed) :: t()
   def from_binary(binary, dtype, shape, opts \\ [])
 
   def from_binary(binary, dtype, shape, []) do
@@ -78,7 +79,9 @@ defmodule TensorBlob.Tensor do
   end
 
   defp copy_option(copy: copy), do: %{copy: copy}
-  defp copy_option(opts), do: raise(ArgumentError, "options: expected [copy: boolean], got #{inspect(opts)}")
+
+  defp copy_option(opts),
+    do: raise(ArgumentError, "options: expected [copy: boolean or :if_needed], got #{inspect(opts)}")
 
   @doc "A new tensor of zeros."
   @spec zeros(shape(), dtype()) :: t()
