@@ -40,18 +40,21 @@ LDFLAGS := -shared $(SANITIZE)
 C_SOURCES := $(wildcard c_src/tb_*.c)
 C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
-HEADERS := $(wildcard c_src/*.h) $(wildcard priv/include/*.h)
+# -MMD -MP: each object depends on exactly the headers it includes.
+DEPFLAGS = -MMD -MP
 
-.PHONY: all nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: check-c all nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
 
 all: nif
 nif: $(NIF)
 
-$(BUILD)/%.o: c_src/%.c $(HEADERS) | $(BUILD)
-	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
+$(BUILD)/%.o: c_src/%.c | $(BUILD)
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
-$(SHIM_OBJECT): c_src/torch_shim.cpp c_src/torch_shim.h | $(BUILD)
-	$(CXX) $(CXXFLAGS) $(TORCH_CFLAGS) -c $< -o $@
+$(SHIM_OBJECT): c_src/torch_shim.cpp | $(BUILD)
+	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) -Ipriv/include -c $< -o $@
+
+-include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
 
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
@@ -63,13 +66,13 @@ setup:
 	@scripts/setup.sh
 
 # Pure C unit tests of the validation code: no BEAM, no libtorch.
-$(BUILD)/c_test: c_test/test_spec.c c_test/check.h c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
-	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include c_test/test_spec.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
+$(BUILD)/c_test: c_test/test_layout.c c_test/check.h c_test/intern.h c_src/tb_layout.c c_src/tb_dtype.c c_src/tb_layout.h c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include c_test/test_layout.c c_src/tb_layout.c c_src/tb_dtype.c -o $@
 
 # The DLPack import checks (pure C too), and our DLPack declarations
 # against the dlpack.h of the linked libtorch.
-DLPACK_TEST_SOURCES := c_test/test_dlpack.c c_src/tb_dlpack_check.c c_src/tb_spec.c c_src/tb_dtype.c
-$(BUILD)/c_test_dlpack: $(DLPACK_TEST_SOURCES) c_test/check.h priv/include/tensor_blob_dlpack.h c_src/tb_dlpack_check.h c_src/tb_spec.h c_src/tb_dtype.h | $(BUILD)
+DLPACK_TEST_SOURCES := c_test/test_dlpack.c c_src/tb_dlpack_check.c c_src/tb_layout.c c_src/tb_dtype.c
+$(BUILD)/c_test_dlpack: $(DLPACK_TEST_SOURCES) c_test/check.h priv/include/tensor_blob_dlpack.h c_src/tb_dlpack_check.h c_src/tb_layout.h c_src/tb_dtype.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include $(DLPACK_TEST_SOURCES) -o $@
 
 TORCH_INCLUDE := $(if $(LIBTORCH_DIR),$(LIBTORCH_DIR)/include,/usr/include)
@@ -82,7 +85,7 @@ c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi
 	$(BUILD)/c_test_dlpack_abi
 
 # The shim through its C API, with libtorch but without the BEAM.
-$(BUILD)/shim_test: c_test/test_shim.c c_test/check.h $(SHIM_OBJECT) c_src/tb_dtype.c c_src/torch_shim.h | $(BUILD)
+$(BUILD)/shim_test: c_test/test_shim.c c_test/check.h $(SHIM_OBJECT) c_src/tb_dtype.c c_src/tb_dtype.h c_src/torch_shim.h | $(BUILD)
 	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -c c_test/test_shim.c -o $(BUILD)/test_shim.o
 	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -c c_src/tb_dtype.c -o $(BUILD)/test_dtype.o
 	$(CXX) $(SANITIZE) $(BUILD)/test_shim.o $(BUILD)/test_dtype.o $(SHIM_OBJECT) -o $@ \
@@ -128,7 +131,13 @@ nx-test: nif
 consumer-test: nif
 	scripts/consumer_test.sh
 
+# Source checks: no include circle in c_src, and no test of a term that
+# enif_raise_exception returned.
+check-c:
+	scripts/check_c.sh
+
 test: setup
+	$(MAKE) check-c
 	$(MAKE) nif
 	$(MAKE) c-test
 	$(MAKE) shim-test
@@ -183,16 +192,16 @@ clean:
 
 FUZZ_CC ?= clang-14
 FUZZ_SECONDS ?= 60
-FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ic_src -Ipriv/include
+FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ic_src -Ic_test -Ipriv/include
 FUZZ_HARNESSES := layout dtype
 STRESS_CYCLES ?= 1000000
 
 .PHONY: fuzz fuzz-ci fuzz-build stress stress-ci
 
-$(BUILD)/fuzz_layout: fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c c_src/tb_spec.h c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
-	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c -o $@
+$(BUILD)/fuzz_layout: fuzz/fuzz_layout.c c_src/tb_layout.c c_src/tb_dtype.c c_src/tb_layout.h c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
+	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_layout.c c_src/tb_layout.c c_src/tb_dtype.c -o $@
 
-$(BUILD)/fuzz_dtype: fuzz/fuzz_dtype.c c_src/tb_dtype.c c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
+$(BUILD)/fuzz_dtype: fuzz/fuzz_dtype.c c_test/intern.h c_src/tb_dtype.c c_src/tb_dtype.h priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(FUZZ_CC) $(FUZZ_FLAGS) fuzz/fuzz_dtype.c c_src/tb_dtype.c -o $@
 
 fuzz-build: $(FUZZ_HARNESSES:%=$(BUILD)/fuzz_%)

@@ -1,6 +1,7 @@
 #include "tb_bridge.h"
 
 #include "tb_dlpack.h"
+#include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tensor_blob.h"
 
@@ -18,7 +19,7 @@ void tb_bridge_dyncall(ErlNifEnv *env, void *obj, void *call_data)
     }
     tb_shim_info info;
     tb_shim_info_of(t->handle, &info);
-    int read_only = (call->flags & TENSOR_BLOB_BRIDGE_READ_ONLY) || tb_tensor_info_read_only(&info);
+    int read_only = (call->flags & TENSOR_BLOB_BRIDGE_READ_ONLY) || tb_storage_read_only(&info);
     call->tensor = tb_dlpack_export(t->handle, 1, read_only);
     call->status = call->tensor ? TENSOR_BLOB_BRIDGE_OK : TENSOR_BLOB_BRIDGE_NO_MEMORY;
 }

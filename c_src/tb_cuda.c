@@ -2,7 +2,7 @@
 
 #include <stdio.h>
 
-#include "tb_nif.h"
+#include "tb_term.h"
 #include "torch_shim.h"
 
 #if TB_CUDA

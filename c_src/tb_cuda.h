@@ -8,7 +8,7 @@
 #include <erl_nif.h>
 #include <stdint.h>
 
-#include "tb_args.h"
+#include "tb_term.h"
 
 void tb_cuda_load(void);
 

@@ -1,14 +1,16 @@
-#include "tb_count.h"
 #include "tb_dlpack.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
-#include "tensor_blob_dlpack.h"
-#include "tb_args.h"
+#include "tb_count.h"
+#include "tb_cuda.h"
 #include "tb_dlpack_check.h"
-#include "tb_nif.h"
+#include "tb_storage.h"
 #include "tb_tensor.h"
+#include "tb_term.h"
+#include "tensor_blob_dlpack.h"
 #include "torch_shim.h"
 
 /* ---- Export ---------------------------------------------------------- */
@@ -26,13 +28,11 @@ typedef struct {
     int64_t dims[]; /* shape[ndim], then strides[ndim] */
 } tb_export;
 
-static tb_count live_exports;
-
 static void export_free(tb_export *e)
 {
     tb_shim_release(e->ref);
     free(e);
-    tb_count_add(&live_exports, -1);
+    tb_count_add(&tb_st->capsules, -1);
 }
 
 /* The deleters consumers call, once each. They free manager_ctx rather than
@@ -51,7 +51,7 @@ static void export_deleter_legacy(tb_DLManagedTensor *self)
 
 long tb_dlpack_live(void)
 {
-    return tb_count_read(&live_exports);
+    return tb_count_read(&tb_st->capsules);
 }
 
 /* ---- Capsules -------------------------------------------------------- */
@@ -109,62 +109,32 @@ static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
     return enif_get_resource(env, term, capsule_type, (void **)&c) ? c : NULL;
 }
 
-static int get_boolean(ERL_NIF_TERM term, int *out)
-{
-    if (term == tb_atoms.true_ || term == tb_atoms.false_) {
-        *out = term == tb_atoms.true_;
-        return 1;
-    }
-    return 0;
-}
+/* ---- Import: the storage ------------------------------------------------ */
 
-/* ---- Import: storage deleters ---------------------------------------- */
+/* The storage of an imported tensor: it calls the producer's deleter, once,
+ * when libtorch frees it. malloc: that may happen on any thread. */
+typedef struct {
+    tb_storage header;
+    void *managed;
+    int versioned;
+} tb_import;
 
-/* The storage of an imported tensor calls one of these, once, when libtorch
- * frees it; each calls the producer's deleter. Four functions rather than
- * one with a flag: the deleter is all the storage remembers, so its address
- * is what tells a read-only import (and its slices) from a writable one.
- * Distinct functions have distinct addresses (C11 6.5.9), identical bodies
- * or not. */
-static void import_release_versioned(void *m)
+static void release_import(tb_storage *s)
 {
-    release_managed(m, 1);
-}
-
-static void import_release_versioned_read_only(void *m)
-{
-    release_managed(m, 1);
-}
-
-static void import_release_legacy(void *m)
-{
-    release_managed(m, 0);
-}
-
-static void import_release_legacy_read_only(void *m)
-{
-    release_managed(m, 0);
-}
-
-int tb_dlpack_is_import_deleter(void (*d)(void *))
-{
-    return d == import_release_versioned || d == import_release_legacy || tb_dlpack_is_read_only_deleter(d);
-}
-
-int tb_dlpack_is_read_only_deleter(void (*d)(void *))
-{
-    return d == import_release_versioned_read_only || d == import_release_legacy_read_only;
+    tb_import *im = (tb_import *)s;
+    release_managed(im->managed, im->versioned);
+    free(im);
 }
 
 /* ---- NIFs ------------------------------------------------------------ */
 
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
 {
-    tb_shim_info info;
-    tb_shim_info_of(handle, &info);
-    tb_dtype_id id;
-    if (!tb_dtype_of_scalar_type(info.scalar_type, &id))
+    tb_tensor_desc d;
+    if (!tb_tensor_describe(handle, &d))
         return NULL;
+    const tb_shim_info info = d.info;
+    tb_dtype_id id = d.dtype;
     size_t ndim = (size_t)info.ndim;
     tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
     if (!e)
@@ -204,39 +174,35 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
         l->manager_ctx = e;
         l->deleter = export_deleter_legacy;
     }
-    tb_count_add(&live_exports, 1);
+    tb_count_add(&tb_st->capsules, 1);
     return &e->m;
 }
 
 ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_tensor *t = tb_tensor_get_any(env, argv[0]);
-    if (!t)
-        return tb_raise_badarg(env, "tensor: expected a tensor, got %T", argv[0]);
+    tb_tensor_desc d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
+        return exc;
     int versioned, read_only;
     if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy)
         return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", argv[1]);
     versioned = argv[1] == tb_atoms.versioned;
-    if (!get_boolean(argv[2], &read_only))
+    if (!tb_get_boolean(argv[2], &read_only))
         return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
-
-    tb_shim_info info;
-    tb_shim_info_of(t->handle, &info);
-    tb_dtype_id id;
-    if (!tb_dtype_of_scalar_type(info.scalar_type, &id))
-        return tb_raise_error(env, "to_dlpack: libtorch scalar type %d has no dtype here", info.scalar_type);
     if (read_only && !versioned)
         return tb_raise_badarg(env, "read_only: a legacy DLManagedTensor cannot carry the READ_ONLY flag; "
                                     "export it versioned");
     /* A read-only tensor stays read-only when passed on. */
-    if (tb_tensor_info_read_only(&info)) {
+    if (tb_storage_read_only(&d.info)) {
         if (!versioned)
             return tb_raise_badarg(env, "version: the tensor is read-only (%s), and a legacy "
                                         "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned",
-                                   tb_tensor_read_only_reason(&info));
+                                   tb_storage_read_only_reason(&d.info));
         read_only = 1;
     }
+    tb_tensor *t = d.tensor;
 
     tb_capsule *c = enif_alloc_resource(capsule_type, sizeof *c);
     if (!c)
@@ -295,7 +261,7 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     ERL_NIF_TERM device = chk.device_type == tb_kDLCUDA
                               ? enif_make_tuple2(env, tb_atoms.cuda, enif_make_int(env, chk.device_id))
                               : tb_atoms.cpu;
-    ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.dtype, tb_atoms.ptr, enif_make_atom(env, "read_only"),
+    ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.dtype, tb_atoms.ptr, tb_atoms.read_only,
                            tb_atoms.shape, tb_atoms.strides};
     ERL_NIF_TERM values[] = {device,
                              tb_atoms.dtypes[chk.dtype],
@@ -365,22 +331,11 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
         return tb_raise_badarg(env, "shape: NULL with ndim %d; %s", (int)c->ndim, fate);
     case TB_DLC_BYTE_OFFSET:
         return tb_raise_badarg(env, "byte_offset: data + byte_offset overflows 64 bits; %s", fate);
-    case TB_DLC_LAYOUT:
-        switch (c->spec.status) {
-        case TB_SPEC_NULL_POINTER:
-        case TB_SPEC_MISALIGNED:
-            return tb_raise_badarg(env, "data: %s (data + byte_offset %lu, element size %u); %s",
-                                   tb_spec_status_text(c->spec.status), (unsigned long)l->ptr,
-                                   (unsigned)l->element_size, fate);
-        case TB_SPEC_NEGATIVE_STRIDE:
-        case TB_SPEC_EXTENT_OVERFLOW:
-            return tb_raise_badarg(env, "strides: %s for shape %T and strides %T; %s",
-                                   tb_spec_status_text(c->spec.status), tb_make_shape(env, l->ndim, l->shape),
-                                   tb_make_strides(env, l->ndim, l->strides), fate);
-        default:
-            return tb_raise_badarg(env, "shape: %s in %T; %s", tb_spec_status_text(c->spec.status),
-                                   tb_make_shape(env, l->ndim, l->shape), fate);
-        }
+    case TB_DLC_LAYOUT: {
+        char suffix[120];
+        snprintf(suffix, sizeof suffix, "; %s", fate);
+        return tb_raise_layout(env, "data", l, c->spec, tb_dtypes[c->dtype].name, suffix);
+    }
     }
     return tb_raise_badarg(env, "dlpack: invalid tensor; %s", fate);
 }
@@ -392,7 +347,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     int read_only;
     if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.undefined)
         return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
-    if (!get_boolean(argv[2], &read_only))
+    if (!tb_get_boolean(argv[2], &read_only))
         return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
 
     void *m;
@@ -451,16 +406,29 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
                               (int)chk.device_id);
     }
 
+    tb_device device = {cuda ? TB_DEVICE_CUDA : TB_DEVICE_CPU, cuda ? chk.device_id : 0};
+    char why[200];
+    if (chk.spec.byte_size > 0 && !tb_cuda_check_pointer(chk.layout.ptr, &device, why, sizeof why)) {
+        release_managed(m, versioned);
+        return tb_raise_badarg(env, "data: %s; the producer's deleter was called", why);
+    }
+
     read_only |= (chk.flags & TB_DLPACK_FLAG_READ_ONLY) != 0;
-    void (*deleter)(void *) = versioned ? (read_only ? import_release_versioned_read_only : import_release_versioned)
-                                        : (read_only ? import_release_legacy_read_only : import_release_legacy);
+    tb_import *im = malloc(sizeof *im);
+    if (!im) {
+        release_managed(m, versioned);
+        return tb_raise_error(env, "from_dlpack: out of memory; the producer's deleter was called");
+    }
+    tb_storage_init(&im->header, TB_MEMORY_DLPACK, read_only ? TB_STORAGE_READ_ONLY : 0, release_import);
+    im->managed = m;
+    im->versioned = versioned;
     tb_shim_tensor *h;
     tb_shim_error err;
-    /* The shim owns m from here: the deleter runs when the storage dies, or
-     * at once if the call fails. */
+    /* The shim owns the storage from here: released when libtorch frees it,
+     * or at once if the call fails. */
     if (!tb_shim_from_blob((void *)(uintptr_t)chk.layout.ptr, chk.layout.ndim, chk.layout.shape,
-                           chk.layout.strides, st, cuda ? TB_DEVICE_CUDA : TB_DEVICE_CPU, cuda ? chk.device_id : 0, m,
-                           deleter, &h, &err))
+                           chk.layout.strides, st, device.type, device.index, &im->header, tb_storage_release, &h,
+                           &err))
         return tb_raise_error(env, "from_dlpack: %s; the producer's deleter was called", err.message);
-    return tb_tensor_make(env, h);
+    return tb_tensor_return(env, h);
 }

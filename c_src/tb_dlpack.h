@@ -13,25 +13,20 @@ int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags);
  * consumed and held by a consumer. */
 long tb_dlpack_live(void);
 
-/* 1 when a storage deleter is that of a DLPack import (the memory is the
- * producer's), or of a read-only one. Slices share the storage, so they
- * report the same. */
-int tb_dlpack_is_import_deleter(void (*deleter)(void *));
-int tb_dlpack_is_read_only_deleter(void (*deleter)(void *));
-
-/* to_dlpack(Tensor, versioned | legacy, ReadOnly :: boolean()) -> capsule */
 /* A new DLManagedTensorVersioned (or legacy DLManagedTensor) over the
  * tensor's memory, holding its own libtorch reference until its deleter
  * runs. NULL when out of memory or the scalar type has no dtype. */
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
 
+/* to_dlpack(Tensor, versioned | legacy, ReadOnly :: boolean()) -> capsule */
 ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 /* from_dlpack(Capsule | Address, versioned | legacy | undefined, ReadOnly) -> tensor */
 ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 /* consume_dlpack(Capsule) -> Address */
 ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* dlpack_version(Capsule) -> versioned | legacy */
+/* dlpack_info(Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */
 ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* dlpack_version(Capsule) -> versioned | legacy */
 ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

@@ -130,7 +130,7 @@ static void check_tensor(const tb_DLTensor *t, tb_dlpack_checked *out)
     }
     l->ptr = ptr;
     out->spec = tb_layout_check(l);
-    out->status = out->spec.status == TB_SPEC_OK ? TB_DLC_OK : TB_DLC_LAYOUT;
+    out->status = out->spec.status == TB_LAYOUT_OK ? TB_DLC_OK : TB_DLC_LAYOUT;
 }
 
 static void clear(tb_dlpack_checked *out)
@@ -147,7 +147,7 @@ static void clear(tb_dlpack_checked *out)
     out->layout.ndim = 0;
     out->layout.ptr = 0;
     out->layout.element_size = 1;
-    out->spec.status = TB_SPEC_OK;
+    out->spec.status = TB_LAYOUT_OK;
     out->spec.dim = -1;
     out->spec.numel = 0;
     out->spec.byte_size = 0;

@@ -13,7 +13,7 @@
 
 #include "tensor_blob_dlpack.h"
 #include "tb_dtype.h"
-#include "tb_spec.h"
+#include "tb_layout.h"
 
 typedef enum {
     TB_DLC_OK = 0,
@@ -22,7 +22,7 @@ typedef enum {
     TB_DLC_UNKNOWN_FLAGS,      /* flag bits DLPack 1.3 does not define */
     TB_DLC_NDIM,               /* ndim < 0 or > TB_MAX_DIMS */
     TB_DLC_UNKNOWN_DEVICE,     /* not a DLDeviceType of DLPack 1.3 */
-    TB_DLC_UNSUPPORTED_DEVICE, /* a DLDeviceType other than kDLCPU */
+    TB_DLC_UNSUPPORTED_DEVICE, /* a DLDeviceType other than kDLCPU and kDLCUDA */
     TB_DLC_UNKNOWN_DTYPE,      /* not a DLDataTypeCode of DLPack 1.3 */
     TB_DLC_LANES,              /* lanes != 1 (vector types) */
     TB_DLC_UNSUPPORTED_DTYPE,  /* a {code, bits} the dtype table lacks */
@@ -47,7 +47,7 @@ typedef struct {
      * and strides of dimensions that address nothing are made non-negative. */
     tb_dtype_id dtype;
     tb_layout layout;
-    tb_spec_result spec;
+    tb_layout_result spec;
 } tb_dlpack_checked;
 
 /* The major versions whose deleter a consumer trusts when it cannot read the

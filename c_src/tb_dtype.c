@@ -2,70 +2,52 @@
 
 #include "tensor_blob_dlpack.h"
 
-#include <string.h>
+#define TB_DTYPE_ROW_(id, name, code, bits, size, st, c10_name, nx_kind, nx_bits) \
+    [TB_DT_##id] = {name, code, bits, 1, size, st, nx_kind, nx_bits},
+const tb_dtype tb_dtypes[TB_DT_COUNT] = {TB_DTYPE_LIST(TB_DTYPE_ROW_)};
+#undef TB_DTYPE_ROW_
 
-/* Order follows tb_dtype_id. torch_scalar_type values are c10::ScalarType's
- * (stable across releases); torch_shim.cpp asserts each at compile time. */
-const tb_dtype tb_dtypes[TB_DT_COUNT] = {
-    [TB_DT_BOOL] = {"bool", tb_kDLBool, 8, 1, 1, 11, NULL, 0},
-    [TB_DT_UINT8] = {"uint8", tb_kDLUInt, 8, 1, 1, 0, "u", 8},
-    [TB_DT_INT8] = {"int8", tb_kDLInt, 8, 1, 1, 1, "s", 8},
-    [TB_DT_INT16] = {"int16", tb_kDLInt, 16, 1, 2, 2, "s", 16},
-    [TB_DT_INT32] = {"int32", tb_kDLInt, 32, 1, 4, 3, "s", 32},
-    [TB_DT_INT64] = {"int64", tb_kDLInt, 64, 1, 8, 4, "s", 64},
-    [TB_DT_UINT16] = {"uint16", tb_kDLUInt, 16, 1, 2, 27, "u", 16},
-    [TB_DT_UINT32] = {"uint32", tb_kDLUInt, 32, 1, 4, 28, "u", 32},
-    [TB_DT_UINT64] = {"uint64", tb_kDLUInt, 64, 1, 8, 29, "u", 64},
-    [TB_DT_FLOAT16] = {"float16", tb_kDLFloat, 16, 1, 2, 5, "f", 16},
-    [TB_DT_BFLOAT16] = {"bfloat16", tb_kDLBfloat, 16, 1, 2, 15, "bf", 16},
-    [TB_DT_FLOAT32] = {"float32", tb_kDLFloat, 32, 1, 4, 6, "f", 32},
-    [TB_DT_FLOAT64] = {"float64", tb_kDLFloat, 64, 1, 8, 7, "f", 64},
-    [TB_DT_COMPLEX64] = {"complex64", tb_kDLComplex, 64, 1, 8, 9, "c", 64},
-    [TB_DT_COMPLEX128] = {"complex128", tb_kDLComplex, 128, 1, 16, 10, "c", 128},
-    [TB_DT_FLOAT8_E4M3FN] = {"float8_e4m3fn", tb_kDLFloat8_e4m3fn, 8, 1, 1, 24, "f8_e4m3fn", 8},
-    [TB_DT_FLOAT8_E5M2] = {"float8_e5m2", tb_kDLFloat8_e5m2, 8, 1, 1, 23, "f", 8},
-};
+#define TB_DTYPE_ALIAS_ROW_(name, id) {name, TB_DT_##id},
+const tb_dtype_alias tb_dtype_aliases[TB_DT_ALIAS_COUNT] = {TB_DTYPE_ALIASES(TB_DTYPE_ALIAS_ROW_)};
+#undef TB_DTYPE_ALIAS_ROW_
 
-const tb_dtype_alias tb_dtype_aliases[] = {
-    {"byte", TB_DT_UINT8},
-    {"char", TB_DT_INT8},
-    {"short", TB_DT_INT16},
-    {"int", TB_DT_INT32},
-    {"long", TB_DT_INT64},
-    {"half", TB_DT_FLOAT16},
-    {"float", TB_DT_FLOAT32},
-    {"double", TB_DT_FLOAT64},
-    {"cfloat", TB_DT_COMPLEX64},
-    {"complex_float", TB_DT_COMPLEX64},
-    {"cdouble", TB_DT_COMPLEX128},
-    {"complex_double", TB_DT_COMPLEX128},
-};
-
-const size_t tb_dtype_alias_count = sizeof tb_dtype_aliases / sizeof tb_dtype_aliases[0];
-
-int tb_dtype_from_name(const char *name, tb_dtype_id *out)
+void tb_dtype_index_build(tb_dtype_index *index, tb_dtype_key (*intern)(const char *name, void *arg), void *arg)
 {
     for (int i = 0; i < TB_DT_COUNT; i++) {
-        if (strcmp(tb_dtypes[i].name, name) == 0) {
-            *out = (tb_dtype_id)i;
-            return 1;
-        }
+        index->names[i].name = intern(tb_dtypes[i].name, arg);
+        index->names[i].id = (tb_dtype_id)i;
     }
-    for (size_t i = 0; i < tb_dtype_alias_count; i++) {
-        if (strcmp(tb_dtype_aliases[i].name, name) == 0) {
-            *out = tb_dtype_aliases[i].id;
+    for (int a = 0; a < TB_DT_ALIAS_COUNT; a++) {
+        index->names[TB_DT_COUNT + a].name = intern(tb_dtype_aliases[a].name, arg);
+        index->names[TB_DT_COUNT + a].id = tb_dtype_aliases[a].id;
+    }
+    index->nx_count = 0;
+    for (int i = 0; i < TB_DT_COUNT; i++) {
+        if (!tb_dtypes[i].nx_kind)
+            continue;
+        index->nx[index->nx_count].kind = intern(tb_dtypes[i].nx_kind, arg);
+        index->nx[index->nx_count].bits = tb_dtypes[i].nx_bits;
+        index->nx[index->nx_count].id = (tb_dtype_id)i;
+        index->nx_count++;
+    }
+}
+
+int tb_dtype_find_name(const tb_dtype_index *index, tb_dtype_key name, tb_dtype_id *out)
+{
+    for (size_t i = 0; i < sizeof index->names / sizeof index->names[0]; i++) {
+        if (index->names[i].name == name) {
+            *out = index->names[i].id;
             return 1;
         }
     }
     return 0;
 }
 
-int tb_dtype_from_nx(const char *kind, unsigned long bits, tb_dtype_id *out)
+int tb_dtype_find_nx(const tb_dtype_index *index, tb_dtype_key kind, unsigned long bits, tb_dtype_id *out)
 {
-    for (int i = 0; i < TB_DT_COUNT; i++) {
-        const tb_dtype *d = &tb_dtypes[i];
-        if (d->nx_kind && d->nx_bits == bits && strcmp(d->nx_kind, kind) == 0) {
-            *out = (tb_dtype_id)i;
+    for (size_t i = 0; i < index->nx_count; i++) {
+        if (index->nx[i].kind == kind && index->nx[i].bits == bits) {
+            *out = index->nx[i].id;
             return 1;
         }
     }
@@ -78,6 +60,17 @@ int tb_dtype_from_dlpack(unsigned code, unsigned bits, unsigned lanes, tb_dtype_
         return 0;
     for (int i = 0; i < TB_DT_COUNT; i++) {
         if (tb_dtypes[i].dl_code == code && tb_dtypes[i].dl_bits == bits) {
+            *out = (tb_dtype_id)i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int tb_dtype_of_scalar_type(int scalar_type, tb_dtype_id *out)
+{
+    for (int i = 0; i < TB_DT_COUNT; i++) {
+        if (tb_dtypes[i].torch_scalar_type == scalar_type) {
             *out = (tb_dtype_id)i;
             return 1;
         }

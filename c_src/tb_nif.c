@@ -1,153 +1,35 @@
-/* Load and upgrade, the function table, atoms and error raising. */
-#include <stdarg.h>
-#include <stdio.h>
+/* The top of the NIF: load and upgrade, and the function table.
+ *
+ * Layers, each including only those below it (scripts/check_c.sh checks
+ * that no include forms a circle):
+ *
+ *   tb_nif.c                      load/upgrade, the function table
+ *   tb_blob, tb_binary, tb_dlpack,
+ *   tb_ipc, tb_cuda, tb_bridge    one concern each: its NIFs
+ *   tb_pin                        pins: storages that keep an owner alive
+ *   tb_tensor                     the tensor resource, tensor arguments, copies
+ *   tb_storage, tb_state          what memory is; what survives an upgrade
+ *   tb_term                       atoms, raising, reading and making terms
+ *   tb_dtype, tb_layout,
+ *   tb_dlpack_check, tb_count     pure C: no BEAM, no libtorch
+ *   torch_shim                    the only C++: the door to libtorch
+ */
+#define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
+#include <dlfcn.h>
 #include <string.h>
 
 #include "tb_binary.h"
 #include "tb_blob.h"
+#include "tb_bridge.h"
 #include "tb_cuda.h"
 #include "tb_dlpack.h"
 #include "tb_ipc.h"
-#include "tb_nif.h"
 #include "tb_pin.h"
+#include "tb_state.h"
+#include "tb_storage.h"
 #include "tb_tensor.h"
+#include "tb_term.h"
 #include "torch_shim.h"
-
-tb_atom_table tb_atoms;
-
-/* Alias atoms and Nx kinds, resolved to table entries once at load. */
-static struct {
-    ERL_NIF_TERM atom;
-    tb_dtype_id id;
-} alias_atoms[32];
-static size_t alias_atom_count;
-
-static struct {
-    ERL_NIF_TERM kind;
-    unsigned bits;
-    tb_dtype_id id;
-} nx_types[TB_DT_COUNT];
-static size_t nx_type_count;
-
-static ERL_NIF_TERM atom(ErlNifEnv *env, const char *name)
-{
-    return enif_make_atom(env, name);
-}
-
-static void make_atoms(ErlNifEnv *env)
-{
-    tb_atom_table *a = &tb_atoms;
-    a->ok = atom(env, "ok");
-    a->true_ = atom(env, "true");
-    a->false_ = atom(env, "false");
-    a->nil = atom(env, "nil");
-    a->undefined = atom(env, "undefined");
-    a->badarg = atom(env, "badarg");
-    a->tensor_blob = atom(env, "tensor_blob");
-    a->ptr = atom(env, "ptr");
-    a->shape = atom(env, "shape");
-    a->strides = atom(env, "strides");
-    a->dtype = atom(env, "dtype");
-    a->device = atom(env, "device");
-    a->element_size = atom(env, "element_size");
-    a->byte_size = atom(env, "byte_size");
-    a->owner = atom(env, "owner");
-    a->struct_ = atom(env, "__struct__");
-    a->ref = atom(env, "ref");
-    a->cpu = atom(env, "cpu");
-    a->cuda = atom(env, "cuda");
-    a->owned = atom(env, "owned");
-    a->pinned = atom(env, "pinned");
-    a->unpinned = atom(env, "unpinned");
-    a->tensors = atom(env, "tensors");
-    a->pins = atom(env, "pins");
-    a->capsules = atom(env, "capsules");
-    a->binaries = atom(env, "binaries");
-    a->alignment = atom(env, "alignment");
-    a->versioned = atom(env, "versioned");
-    a->legacy = atom(env, "legacy");
-    a->tensor_struct = atom(env, "Elixir.TensorBlob.Tensor");
-
-    for (int i = 0; i < TB_DT_COUNT; i++)
-        a->dtypes[i] = atom(env, tb_dtypes[i].name);
-
-    alias_atom_count = 0;
-    for (size_t i = 0; i < tb_dtype_alias_count && i < sizeof alias_atoms / sizeof alias_atoms[0]; i++) {
-        alias_atoms[alias_atom_count].atom = atom(env, tb_dtype_aliases[i].name);
-        alias_atoms[alias_atom_count].id = tb_dtype_aliases[i].id;
-        alias_atom_count++;
-    }
-    nx_type_count = 0;
-    for (int i = 0; i < TB_DT_COUNT; i++) {
-        if (!tb_dtypes[i].nx_kind)
-            continue;
-        nx_types[nx_type_count].kind = atom(env, tb_dtypes[i].nx_kind);
-        nx_types[nx_type_count].bits = tb_dtypes[i].nx_bits;
-        nx_types[nx_type_count].id = (tb_dtype_id)i;
-        nx_type_count++;
-    }
-}
-
-int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out)
-{
-    /* Atoms compare as words: no string work on the hot path. */
-    for (int i = 0; i < TB_DT_COUNT; i++) {
-        if (tb_atoms.dtypes[i] == term) {
-            *out = (tb_dtype_id)i;
-            return 1;
-        }
-    }
-    for (size_t i = 0; i < alias_atom_count; i++) {
-        if (alias_atoms[i].atom == term) {
-            *out = alias_atoms[i].id;
-            return 1;
-        }
-    }
-    int arity;
-    const ERL_NIF_TERM *elems;
-    unsigned bits;
-    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_uint(env, elems[1], &bits)) {
-        for (size_t i = 0; i < nx_type_count; i++) {
-            if (nx_types[i].kind == elems[0] && nx_types[i].bits == bits) {
-                *out = nx_types[i].id;
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
-static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, va_list ap)
-{
-    char buf[1024];
-    int n = enif_vsnprintf(buf, sizeof buf, fmt, ap);
-    if (n < 0)
-        n = 0;
-    if ((size_t)n >= sizeof buf)
-        n = sizeof buf - 1;
-    ERL_NIF_TERM message;
-    unsigned char *bytes = enif_make_new_binary(env, (size_t)n, &message);
-    memcpy(bytes, buf, (size_t)n);
-    return enif_raise_exception(env, enif_make_tuple2(env, kind, message));
-}
-
-ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, tb_atoms.badarg, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, tb_atoms.tensor_blob, fmt, ap);
-    va_end(ap);
-    return r;
-}
 
 /* The baseline for benchmarks: a NIF call that does nothing. */
 static ERL_NIF_TERM nif_identity(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -163,7 +45,7 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     (void)argv;
     ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins, tb_atoms.capsules, tb_atoms.binaries};
     ERL_NIF_TERM values[] = {enif_make_long(env, tb_tensor_live()), enif_make_long(env, tb_pin_live()),
-                             enif_make_long(env, tb_dlpack_live()), enif_make_long(env, tb_binary_live())};
+                             enif_make_long(env, tb_dlpack_live()), enif_make_long(env, tb_storage_binary_views())};
     ERL_NIF_TERM map;
     enif_make_map_from_arrays(env, keys, values, 4, &map);
     return map;
@@ -173,11 +55,7 @@ static ERL_NIF_TERM nif_torch_version(ErlNifEnv *env, int argc, const ERL_NIF_TE
 {
     (void)argc;
     (void)argv;
-    const char *v = tb_shim_torch_version();
-    ERL_NIF_TERM bin;
-    unsigned char *bytes = enif_make_new_binary(env, strlen(v), &bin);
-    memcpy(bytes, v, strlen(v));
-    return bin;
+    return tb_make_string(env, tb_shim_torch_version());
 }
 
 /* Canonical dtypes the linked libtorch can hold. */
@@ -202,7 +80,8 @@ static ERL_NIF_TERM nif_nx_type(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         return tb_raise_badarg(env, "dtype: unknown dtype %T", argv[0]);
     if (!tb_dtypes[id].nx_kind)
         return tb_atoms.nil;
-    return enif_make_tuple2(env, enif_make_atom(env, tb_dtypes[id].nx_kind), enif_make_uint(env, tb_dtypes[id].nx_bits));
+    return enif_make_tuple2(env, enif_make_atom(env, tb_dtypes[id].nx_kind),
+                            enif_make_uint(env, tb_dtypes[id].nx_bits));
 }
 
 static ErlNifFunc nif_funcs[] = {
@@ -236,13 +115,32 @@ static ErlNifFunc nif_funcs[] = {
     {"ipc_zeros", 2, tb_nif_ipc_zeros, 0},
     {"ipc_name", 1, tb_nif_ipc_name, 0},
     {"ipc_open", 3, tb_nif_ipc_open, 0},
+    {"ipc_reclaim", 0, tb_nif_ipc_reclaim, ERL_NIF_DIRTY_JOB_IO_BOUND},
 };
 
-static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags, void **priv, void *old_priv)
+/* libtorch storages made by this build call its functions when they are
+ * freed, which may be long after a newer build took over: this build's
+ * code must stay mapped for the life of the VM, so it is never unloaded. */
+static int keep_mapped(void)
 {
-    make_atoms(env);
-    return tb_tensor_open_type(env, flags) && tb_dlpack_open_type(env, flags) &&
-                   tb_binary_load(env, flags, priv, old_priv)
+    Dl_info info;
+    if (!dladdr((void *)tb_storage_release, &info) || !info.dli_fname)
+        return 0;
+    return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != NULL;
+}
+
+static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourceFlags flags)
+{
+    const char *why = NULL;
+    tb_term_load(env);
+    /* A build reloaded after a purge finds its own state still there. */
+    if (!keep_mapped() || !tb_state_load(old_priv ? old_priv : tb_st, tb_storage_release, &why))
+        return 1;
+    *priv = tb_st;
+    tb_cuda_load();
+    tb_ipc_load();
+    return tb_tensor_open_type(env, flags, tb_bridge_dyncall) && tb_dlpack_open_type(env, flags) &&
+                   tb_binary_open_type(env, flags)
                ? 0
                : 1;
 }
@@ -250,17 +148,16 @@ static int open_types(ErlNifEnv *env, ErlNifResourceFlags flags, void **priv, vo
 static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)
 {
     (void)info;
-    tb_cuda_load();
-    return open_types(env, ERL_NIF_RT_CREATE, priv, NULL);
+    return load_build(env, priv, NULL, ERL_NIF_RT_CREATE);
 }
 
-/* A reload takes the resource type over, so tensors made by the old code
- * stay valid and are freed by the new code. */
+/* A new build takes the resource types and the state over, so tensors made
+ * by the old code stay valid, counted and guarded, and are freed by the new
+ * code. */
 static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM info)
 {
     (void)info;
-    tb_cuda_load();
-    return open_types(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, priv, *old_priv);
+    return load_build(env, priv, *old_priv, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
 }
 
 ERL_NIF_INIT(tensor_blob_nif, nif_funcs, load, NULL, upgrade, NULL)

@@ -1,10 +1,16 @@
-#include "tb_count.h"
 #include "tb_pin.h"
 
+#include "tb_count.h"
 
-static tb_count live_pins;
+static void release_term(tb_storage *s)
+{
+    tb_pin *pin = (tb_pin *)s;
+    enif_free_env(pin->env);
+    enif_free(pin);
+    tb_count_add(&tb_st->pins, -1);
+}
 
-tb_pin *tb_pin_new(ERL_NIF_TERM owner)
+tb_pin *tb_pin_term(ERL_NIF_TERM owner)
 {
     tb_pin *pin = enif_alloc(sizeof *pin);
     if (!pin)
@@ -15,58 +21,47 @@ tb_pin *tb_pin_new(ERL_NIF_TERM owner)
         return NULL;
     }
     pin->owner = enif_make_copy(pin->env, owner);
-    tb_count_add(&live_pins, 1);
+    tb_count_add(&tb_st->pins, 1);
+    ErlNifBinary bin;
+    if (tb_pin_binary(pin, &bin)) {
+        tb_storage_init(&pin->header, TB_MEMORY_BINARY, TB_STORAGE_READ_ONLY, release_term);
+        if (bin.size > 0) {
+            tb_range bytes = {.lo = (uintptr_t)bin.data, .hi = (uintptr_t)bin.data + bin.size};
+            tb_storage_guard_read_only(&pin->header, &bytes);
+        }
+    } else {
+        tb_storage_init(&pin->header, TB_MEMORY_PINNED, 0, release_term);
+    }
     return pin;
 }
 
-void tb_pin_release(void *ctx)
+int tb_pin_binary(const tb_pin *pin, ErlNifBinary *bin)
 {
-    tb_pin *pin = ctx;
-    enif_free_env(pin->env);
-    enif_free(pin);
-    tb_count_add(&live_pins, -1);
+    return enif_is_binary(pin->env, pin->owner) && enif_inspect_binary(pin->env, pin->owner, bin);
 }
 
-/* Same body, its own address: the storage's deleter is all that marks the
- * memory read-only (a BEAM binary's bytes, or a read-only tensor's). */
-void tb_pin_release_read_only(void *ctx)
+tb_storage *tb_pin_tensor(tb_tensor *owner, int read_only)
 {
-    tb_pin_release(ctx);
+    enif_keep_resource(owner);
+    tb_count_add(&tb_st->pins, 1);
+    return &owner->as_owner[read_only ? 1 : 0];
 }
 
-void tb_pin_keep_resource(void *resource)
+static void release_nothing(tb_storage *s)
 {
-    enif_keep_resource(resource);
-    tb_count_add(&live_pins, 1);
+    (void)s;
 }
 
-void tb_pin_release_resource(void *resource)
+tb_storage *tb_pin_none(int read_only)
 {
-    enif_release_resource(resource);
-    tb_count_add(&live_pins, -1);
-}
-
-void tb_pin_release_resource_read_only(void *resource)
-{
-    tb_pin_release_resource(resource);
-}
-
-int tb_pin_is_pin_deleter(void (*deleter)(void *))
-{
-    return deleter == tb_pin_release || deleter == tb_pin_release_resource || tb_pin_is_read_only_deleter(deleter);
-}
-
-int tb_pin_is_read_only_deleter(void (*deleter)(void *))
-{
-    return deleter == tb_pin_release_read_only || deleter == tb_pin_release_resource_read_only;
-}
-
-void tb_pin_none(void *ctx)
-{
-    (void)ctx;
+    static tb_storage none[2] = {
+        {.abi = TB_ABI, .kind = TB_MEMORY_UNPINNED, .free = release_nothing},
+        {.abi = TB_ABI, .kind = TB_MEMORY_UNPINNED, .flags = TB_STORAGE_READ_ONLY, .free = release_nothing},
+    };
+    return &none[read_only ? 1 : 0];
 }
 
 long tb_pin_live(void)
 {
-    return tb_count_read(&live_pins);
+    return tb_count_read(&tb_st->pins);
 }

@@ -1,39 +1,35 @@
-/* A pin keeps an owner term alive while libtorch uses memory the owner holds. */
+/* Pins: what keeps an owner alive while libtorch uses memory it holds.
+ * Each is a storage (tb_storage.h) handed to libtorch as the deleter
+ * context of the view's storage, released when libtorch frees it. */
 #ifndef TB_PIN_H
 #define TB_PIN_H
 
 #include <erl_nif.h>
 
+#include "tb_storage.h"
+#include "tb_tensor.h"
+
+/* A pin of any term: a copy in a process-independent env. Copying keeps
+ * the resources and off-heap binaries inside the term alive without
+ * copying their bytes. */
 typedef struct {
-    ErlNifEnv *env;     /* process-independent */
-    ERL_NIF_TERM owner; /* the copy of the owner, living in env */
+    tb_storage header;
+    ErlNifEnv *env;
+    ERL_NIF_TERM owner; /* the copy, living in env */
 } tb_pin;
 
-/* Copies owner into a new process-independent env. Copying keeps the
- * resources and off-heap binaries inside the term alive without copying
- * their bytes. NULL when out of memory. */
-tb_pin *tb_pin_new(ERL_NIF_TERM owner);
+/* Pins a term. A binary is pinned as TB_MEMORY_BINARY: read-only, and its
+ * bytes registered as memory never written. NULL when out of memory. */
+tb_pin *tb_pin_term(ERL_NIF_TERM owner);
+/* The bytes of a pinned binary; 0 when the owner is no binary. */
+int tb_pin_binary(const tb_pin *pin, ErlNifBinary *bin);
 
-/* Frees a pin: the storage deleter of every pinned view. Safe on any thread. */
-void tb_pin_release(void *pin);
+/* Pins one of our tensors: keeping its resource is enough, and far cheaper
+ * than copying a term. read_only marks the view's memory read-only. */
+tb_storage *tb_pin_tensor(tb_tensor *owner, int read_only);
 
-/* When the owner is one of our tensors, keeping its resource is enough and
- * far cheaper than copying a term: the context is the resource itself. */
-void tb_pin_keep_resource(void *resource);
-void tb_pin_release_resource(void *resource);
-
-/* The same, for memory that must not be written through the view: the
- * bytes of a BEAM binary, or a read-only tensor's. */
-void tb_pin_release_read_only(void *pin);
-void tb_pin_release_resource_read_only(void *resource);
-
-/* 1 when a storage deleter is one of the pins'. */
-int tb_pin_is_pin_deleter(void (*deleter)(void *));
-/* 1 when it is one of the read-only pins'. */
-int tb_pin_is_read_only_deleter(void (*deleter)(void *));
-
-/* The storage deleter of an unpinned view: the caller answers for the memory. */
-void tb_pin_none(void *ctx);
+/* The storage of an unpinned view: the caller answers for the memory. */
+tb_storage *tb_pin_none(int read_only);
 
 long tb_pin_live(void);
 

@@ -1,49 +1,74 @@
-/* The tensor resource: one strong libtorch reference, dropped by its destructor. */
+/* The tensor resource: one strong libtorch reference, dropped by its
+ * destructor; the helper that reads a tensor argument and describes it; and
+ * the tensor functions that copy bytes or make views (zeros, from_binary,
+ * to_binary, write!, narrow, transpose, the accessors, memory/1). */
 #ifndef TB_TENSOR_H
 #define TB_TENSOR_H
 
 #include <erl_nif.h>
 
 #include "tb_dtype.h"
-#include "tb_spec.h"
+#include "tb_layout.h"
+#include "tb_storage.h"
+#include "tb_term.h"
 #include "torch_shim.h"
 
 typedef struct {
     tb_shim_tensor *handle;
+    /* The storage headers of the views that pin this tensor (from_blob
+     * with this tensor as owner): [0] writable, [1] read-only. Shared by
+     * all such views; each view holds a reference to this resource. */
+    tb_storage as_owner[2];
 } tb_tensor;
 
-int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags);
+/* A tensor argument and what it is. */
+typedef struct {
+    tb_tensor *tensor;
+    tb_shim_info info;
+    tb_dtype_id dtype;
+    uint64_t dense_bytes; /* row-major byte count of the elements */
+} tb_tensor_desc;
+
+int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags, ErlNifResourceDynCall *dyncall);
 
 /* Wraps a handle in a new resource term, taking the handle's reference.
- * On failure the handle is released and an exception is returned. */
-ERL_NIF_TERM tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle);
+ * On failure the handle is released and *exc set. */
+int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ERL_NIF_TERM *exc);
+/* The same, for a NIF's return: the term, or the raised exception. */
+ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle);
 
-/* The tensor behind a resource term, or NULL. */
+/* The tensor behind a resource term or a %TensorBlob.Tensor{}, or NULL. */
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 
-/* The tensor behind a term that is a resource or a %TensorBlob.Tensor{}. */
-tb_tensor *tb_tensor_get_any(ErlNifEnv *env, ERL_NIF_TERM term);
+/* Describes a handle; 0 when libtorch holds a scalar type the dtype
+ * table lacks (never silently another one). */
+int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d);
 
-long tb_tensor_live(void);
-
-/* Row-major byte count of a tensor's elements. */
-uint64_t tb_tensor_dense_bytes(const tb_shim_info *info);
+/* Reads argument `term` as a tensor and describes it; otherwise 0 with
+ * *exc naming `field`. */
+int tb_tensor_arg(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_tensor_desc *d, ERL_NIF_TERM *exc);
 
 /* Parses a shape and a dtype, and checks that the element count fits;
- * otherwise sets *exc. */
+ * otherwise sets *exc. l gets row-major strides. */
 int tb_tensor_get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
-                              tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc);
+                              tb_dtype_id *dtype, tb_layout_result *r, ERL_NIF_TERM *exc);
 
 /* The arguments (Binary, Dtype, Shape) of from_binary and its view: a
  * binary whose size is that of Shape of Dtype; otherwise sets *exc. */
 int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_layout *l,
-                              tb_dtype_id *dtype, tb_spec_result *r, ERL_NIF_TERM *exc);
+                              tb_dtype_id *dtype, tb_layout_result *r, ERL_NIF_TERM *exc);
 
-/* 1 when the memory must not be written through this tensor (a read-only
- * DLPack import, a view of a binary or of a read-only tensor); the reason,
- * for messages. */
-int tb_tensor_info_read_only(const tb_shim_info *info);
-const char *tb_tensor_read_only_reason(const tb_shim_info *info);
+/* Every NIF that copies data goes through here: it runs `fun` at once, or
+ * on a dirty CPU scheduler when it copies more than TB_DIRTY_BYTES. */
+#define TB_DIRTY_BYTES (256 * 1024)
+ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes,
+                         ERL_NIF_TERM (*fun)(ErlNifEnv *, int, const ERL_NIF_TERM[]), int argc,
+                         const ERL_NIF_TERM argv[]);
+
+/* Refuses a tensor whose memory the CPU cannot read (a CUDA tensor). */
+int tb_tensor_require_cpu(ErlNifEnv *env, const tb_tensor_desc *d, const char *what, ERL_NIF_TERM *exc);
+
+long tb_tensor_live(void);
 
 ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

@@ -2,6 +2,7 @@
 // includes libtorch. Each entry is noexcept and turns any exception into a
 // message in tb_shim_error, so no C++ exception ever reaches the BEAM.
 #include "torch_shim.h"
+#include "tb_dtype.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/from_blob.h>
@@ -19,27 +20,18 @@ using TensorImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorIm
 #define TB_TORCH_AT_LEAST(major, minor) \
     (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-// tb_dtype.c stores c10::ScalarType as numbers; they must be libtorch's.
-static_assert(static_cast<int>(c10::ScalarType::Byte) == 0, "ScalarType::Byte");
-static_assert(static_cast<int>(c10::ScalarType::Char) == 1, "ScalarType::Char");
-static_assert(static_cast<int>(c10::ScalarType::Short) == 2, "ScalarType::Short");
-static_assert(static_cast<int>(c10::ScalarType::Int) == 3, "ScalarType::Int");
-static_assert(static_cast<int>(c10::ScalarType::Long) == 4, "ScalarType::Long");
-static_assert(static_cast<int>(c10::ScalarType::Half) == 5, "ScalarType::Half");
-static_assert(static_cast<int>(c10::ScalarType::Float) == 6, "ScalarType::Float");
-static_assert(static_cast<int>(c10::ScalarType::Double) == 7, "ScalarType::Double");
-static_assert(static_cast<int>(c10::ScalarType::ComplexFloat) == 9, "ScalarType::ComplexFloat");
-static_assert(static_cast<int>(c10::ScalarType::ComplexDouble) == 10, "ScalarType::ComplexDouble");
-static_assert(static_cast<int>(c10::ScalarType::Bool) == 11, "ScalarType::Bool");
-static_assert(static_cast<int>(c10::ScalarType::BFloat16) == 15, "ScalarType::BFloat16");
+// The dtype table stores c10::ScalarType as numbers; each must be libtorch's.
+// Both the checks and tb_shim_has_scalar_type come from tb_dtype.h's lists.
+#define TB_ASSERT_SCALAR_TYPE(id, name, code, bits, size, st, c10_name, nx_kind, nx_bits) \
+    static_assert(static_cast<int>(c10::ScalarType::c10_name) == (st), "ScalarType::" #c10_name);
+#define TB_CASE_SCALAR_TYPE(id, name, code, bits, size, st, c10_name, nx_kind, nx_bits) case (st):
+
+TB_DTYPES_TORCH_1_13(TB_ASSERT_SCALAR_TYPE)
 #if TB_TORCH_AT_LEAST(2, 1)
-static_assert(static_cast<int>(c10::ScalarType::Float8_e5m2) == 23, "ScalarType::Float8_e5m2");
-static_assert(static_cast<int>(c10::ScalarType::Float8_e4m3fn) == 24, "ScalarType::Float8_e4m3fn");
+TB_DTYPES_TORCH_2_1(TB_ASSERT_SCALAR_TYPE)
 #endif
 #if TB_TORCH_AT_LEAST(2, 3)
-static_assert(static_cast<int>(c10::ScalarType::UInt16) == 27, "ScalarType::UInt16");
-static_assert(static_cast<int>(c10::ScalarType::UInt32) == 28, "ScalarType::UInt32");
-static_assert(static_cast<int>(c10::ScalarType::UInt64) == 29, "ScalarType::UInt64");
+TB_DTYPES_TORCH_2_3(TB_ASSERT_SCALAR_TYPE)
 #endif
 
 namespace {
@@ -94,15 +86,14 @@ extern "C" {
 int tb_shim_has_scalar_type(int st) noexcept
 {
     switch (st) {
-    case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 7:
-    case 9: case 10: case 11: case 15:
+    TB_DTYPES_TORCH_1_13(TB_CASE_SCALAR_TYPE)
         return 1;
 #if TB_TORCH_AT_LEAST(2, 1)
-    case 23: case 24:
+    TB_DTYPES_TORCH_2_1(TB_CASE_SCALAR_TYPE)
         return 1;
 #endif
 #if TB_TORCH_AT_LEAST(2, 3)
-    case 27: case 28: case 29:
+    TB_DTYPES_TORCH_2_3(TB_CASE_SCALAR_TYPE)
         return 1;
 #endif
     default:

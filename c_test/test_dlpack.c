@@ -5,7 +5,7 @@
 #include "tensor_blob_dlpack.h"
 #include "tb_dlpack_check.h"
 #include "tb_dtype.h"
-#include "tb_spec.h"
+#include "tb_layout.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -209,15 +209,15 @@ static void test_layouts(void)
 
     check_both(null_data, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);
-    CHECK_EQ(rv.spec.status, TB_SPEC_NULL_POINTER);
-    CHECK_EQ(rl.spec.status, TB_SPEC_NULL_POINTER);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_NULL_POINTER);
+    CHECK_EQ(rl.spec.status, TB_LAYOUT_NULL_POINTER);
 
     check_both(misaligned, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);
-    CHECK_EQ(rv.spec.status, TB_SPEC_MISALIGNED);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_MISALIGNED);
     check_both(misaligned_offset, &rv, &rl);
-    CHECK_EQ(rv.spec.status, TB_SPEC_MISALIGNED);
-    CHECK_EQ(rl.spec.status, TB_SPEC_MISALIGNED);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_MISALIGNED);
+    CHECK_EQ(rl.spec.status, TB_LAYOUT_MISALIGNED);
 
     /* A 0-d tensor needs neither shape nor strides. */
     check_both(scalar_null_shape, &rv, &rl);
@@ -243,28 +243,28 @@ static void test_layouts(void)
 
     check_both(negative_stride, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);
-    CHECK_EQ(rv.spec.status, TB_SPEC_NEGATIVE_STRIDE);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_NEGATIVE_STRIDE);
     CHECK_EQ(rv.spec.dim, 1);
     CHECK_EQ(rv.owned, 1);
-    CHECK_EQ(rl.spec.status, TB_SPEC_NEGATIVE_STRIDE);
+    CHECK_EQ(rl.spec.status, TB_LAYOUT_NEGATIVE_STRIDE);
     CHECK_EQ(rl.owned, 1);
 
     check_both(negative_dim, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);
-    CHECK_EQ(rv.spec.status, TB_SPEC_NEGATIVE_DIM);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_NEGATIVE_DIM);
     CHECK_EQ(rv.spec.dim, 1);
-    CHECK_EQ(rl.spec.status, TB_SPEC_NEGATIVE_DIM);
+    CHECK_EQ(rl.spec.status, TB_LAYOUT_NEGATIVE_DIM);
 
     check_both(numel_overflow, &rv, &rl);
-    CHECK_EQ(rv.spec.status, TB_SPEC_NUMEL_OVERFLOW);
-    CHECK_EQ(rl.spec.status, TB_SPEC_NUMEL_OVERFLOW);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_NUMEL_OVERFLOW);
+    CHECK_EQ(rl.spec.status, TB_LAYOUT_NUMEL_OVERFLOW);
     check_both(null_strides_overflow, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);
-    CHECK_EQ(rv.spec.status, TB_SPEC_NUMEL_OVERFLOW);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_NUMEL_OVERFLOW);
 
     check_both(extent_overflow, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);
-    CHECK_EQ(rv.spec.status, TB_SPEC_EXTENT_OVERFLOW);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_EXTENT_OVERFLOW);
 
     check_both(null_shape, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_NULL_SHAPE);

@@ -1,5 +1,7 @@
 /* libFuzzer harness for the dtype table lookups (c_src/tb_dtype.c):
- * tb_dtype_from_name, tb_dtype_from_nx and tb_dtype_from_dlpack, with
+ * the index the NIF runs (tb_dtype_find_name, tb_dtype_find_nx, built by
+ * tb_dtype_index_build with strings interned as the NIF interns atoms) and
+ * tb_dtype_from_dlpack, with
  * arbitrary strings and codes.
  *
  *   clang-14 -fsanitize=fuzzer,address,undefined -Ic_src \
@@ -19,6 +21,7 @@
  * leaves *out alone and no entry matches; every entry round-trips through
  * each lookup to itself (so the keys are unique). Violations abort(). */
 #include "tb_dtype.h"
+#include "intern.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -62,16 +65,16 @@ static void check_table(void)
                 d->element_size == 16);
         REQUIRE(d->dl_lanes == 1);
         REQUIRE(d->dl_bits == 8u * d->element_size);
-        REQUIRE(tb_dtype_from_name(d->name, &id) && id == (tb_dtype_id)i);
+        REQUIRE(dtype_from_name(d->name, &id) && id == (tb_dtype_id)i);
         id = SENTINEL;
         REQUIRE(tb_dtype_from_dlpack(d->dl_code, d->dl_bits, d->dl_lanes, &id) && id == (tb_dtype_id)i);
         if (d->nx_kind) {
             id = SENTINEL;
             REQUIRE(d->nx_bits == 8u * d->element_size);
-            REQUIRE(tb_dtype_from_nx(d->nx_kind, d->nx_bits, &id) && id == (tb_dtype_id)i);
+            REQUIRE(dtype_from_nx(d->nx_kind, d->nx_bits, &id) && id == (tb_dtype_id)i);
         }
     }
-    for (size_t a = 0; a < tb_dtype_alias_count; a++) {
+    for (size_t a = 0; a < TB_DT_ALIAS_COUNT; a++) {
         tb_dtype_id id = SENTINEL;
         REQUIRE((int)tb_dtype_aliases[a].id >= 0 && tb_dtype_aliases[a].id < TB_DT_COUNT);
         /* An alias never shadows a canonical name, nor another alias. */
@@ -79,7 +82,7 @@ static void check_table(void)
             REQUIRE(!same(tb_dtype_aliases[a].name, tb_dtypes[i].name));
         for (size_t b = 0; b < a; b++)
             REQUIRE(!same(tb_dtype_aliases[a].name, tb_dtype_aliases[b].name));
-        REQUIRE(tb_dtype_from_name(tb_dtype_aliases[a].name, &id) && id == tb_dtype_aliases[a].id);
+        REQUIRE(dtype_from_name(tb_dtype_aliases[a].name, &id) && id == tb_dtype_aliases[a].id);
     }
 }
 
@@ -104,12 +107,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* Names: canonical or alias. */
     tb_dtype_id id = SENTINEL;
-    int found = tb_dtype_from_name(s, &id);
+    int found = dtype_from_name(s, &id);
     int expect = -1;
     for (int i = 0; i < TB_DT_COUNT && expect < 0; i++)
         if (same(s, tb_dtypes[i].name))
             expect = i;
-    for (size_t a = 0; a < tb_dtype_alias_count && expect < 0; a++)
+    for (size_t a = 0; a < TB_DT_ALIAS_COUNT && expect < 0; a++)
         if (same(s, tb_dtype_aliases[a].name))
             expect = (int)tb_dtype_aliases[a].id;
     REQUIRE(found == (expect >= 0));
@@ -117,14 +120,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         REQUIRE(id == (tb_dtype_id)expect);
         /* The canonical name of what was found leads back to it. */
         tb_dtype_id again = SENTINEL;
-        REQUIRE(tb_dtype_from_name(tb_dtypes[id].name, &again) && again == id);
+        REQUIRE(dtype_from_name(tb_dtypes[id].name, &again) && again == id);
     } else {
         REQUIRE(id == SENTINEL);
     }
 
     /* Nx {kind, bits}, with the same string as the kind. */
     id = SENTINEL;
-    found = tb_dtype_from_nx(s, nx_bits, &id);
+    found = dtype_from_nx(s, nx_bits, &id);
     expect = -1;
     for (int i = 0; i < TB_DT_COUNT && expect < 0; i++)
         if (tb_dtypes[i].nx_kind && same(s, tb_dtypes[i].nx_kind) && tb_dtypes[i].nx_bits == nx_bits)
@@ -139,7 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Nx bits that only agree in their low byte must not match. */
     if (nx_bits > 0xff) {
         id = SENTINEL;
-        REQUIRE(!tb_dtype_from_nx(s, nx_bits, &id) && id == SENTINEL);
+        REQUIRE(!dtype_from_nx(s, nx_bits, &id) && id == SENTINEL);
     }
 
     /* DLPack {code, bits, lanes}. */

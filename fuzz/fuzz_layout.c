@@ -23,7 +23,7 @@
  *   then        4 values for a direct tb_extent_inside check
  */
 #include "tb_dtype.h"
-#include "tb_spec.h"
+#include "tb_layout.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -116,16 +116,16 @@ static void dump_layout(const tb_layout *l)
 
 /* The model of tb_layout_check: what it must answer, worked out with
  * 128-bit integers and no early-overflow tricks. */
-static tb_spec_result model_check(const tb_layout *l)
+static tb_layout_result model_check(const tb_layout *l)
 {
-    tb_spec_result m = {TB_SPEC_OK, -1, 0, 0};
+    tb_layout_result m = {TB_LAYOUT_OK, -1, 0, 0, 0};
     if (l->ndim < 0 || l->ndim > TB_MAX_DIMS) {
-        m.status = TB_SPEC_TOO_MANY_DIMS;
+        m.status = TB_LAYOUT_TOO_MANY_DIMS;
         return m;
     }
     for (int i = 0; i < l->ndim; i++) {
         if (l->shape[i] < 0 || l->strides[i] < 0) {
-            m.status = l->shape[i] < 0 ? TB_SPEC_NEGATIVE_DIM : TB_SPEC_NEGATIVE_STRIDE;
+            m.status = l->shape[i] < 0 ? TB_LAYOUT_NEGATIVE_DIM : TB_LAYOUT_NEGATIVE_STRIDE;
             m.dim = i;
             return m;
         }
@@ -143,38 +143,45 @@ static tb_spec_result model_check(const tb_layout *l)
         }
         p *= l->shape[i]; /* < 2^63 * 2^63: fits */
         if (p > INT64_MAX) {
-            m.status = TB_SPEC_NUMEL_OVERFLOW;
+            m.status = TB_LAYOUT_NUMEL_OVERFLOW;
             m.dim = i;
             return m;
         }
     }
     m.numel = zero ? 0 : (int64_t)p;
-    if (m.numel == 0)
-        goto alignment;
-    /* The farthest element's offset, in elements. */
+    /* The farthest element's offset, in elements, over the dimensions that
+     * hold something: checked even when another dimension is 0, since a
+     * slice of those still moves the pointer by their strides. */
     i128 last = 0;
     for (int i = 0; i < l->ndim; i++) {
+        if (l->shape[i] == 0)
+            continue;
         i128 reach = (i128)(l->shape[i] - 1) * l->strides[i];
         last += reach; /* last <= INT64_MAX and reach < 2^126 here: fits */
         if (reach > INT64_MAX || last > INT64_MAX) {
-            m.status = TB_SPEC_EXTENT_OVERFLOW;
+            m.status = TB_LAYOUT_EXTENT_OVERFLOW;
             m.dim = i;
             return m;
         }
     }
-    i128 bytes = (last + 1) * (i128)l->element_size;
-    if (last + 1 > INT64_MAX || bytes > INT64_MAX || (u128)l->ptr + (u128)bytes > UINT64_MAX) {
-        m.status = TB_SPEC_EXTENT_OVERFLOW;
+    i128 bytes = (m.numel > 0 || last > 0) ? (last + 1) * (i128)l->element_size : 0;
+    if (last + 1 > INT64_MAX || bytes > INT64_MAX) {
+        m.status = TB_LAYOUT_EXTENT_OVERFLOW;
         return m;
     }
-    m.byte_size = (uint64_t)bytes;
-    if (l->ptr == 0) {
-        m.status = TB_SPEC_NULL_POINTER;
+    m.reach = (uint64_t)bytes;
+    m.byte_size = m.numel > 0 ? (uint64_t)bytes : 0;
+    if ((u128)l->ptr + (u128)bytes > UINT64_MAX) {
+        m.status = TB_LAYOUT_PTR_OVERFLOW;
+        return m;
+    }
+    if (m.numel > 0 && l->ptr == 0) {
+        m.status = TB_LAYOUT_NULL_POINTER;
         return m;
     }
 alignment:
     if (l->element_size > 1 && l->ptr % l->element_size != 0)
-        m.status = TB_SPEC_MISALIGNED;
+        m.status = TB_LAYOUT_MISALIGNED;
     return m;
 }
 
@@ -214,12 +221,12 @@ static void check_row_major(int ndim, const int64_t *shape)
         rm.ndim = ndim;
         memcpy(rm.shape, shape, sizeof(int64_t) * (size_t)ndim);
         memcpy(rm.strides, strides, sizeof(int64_t) * (size_t)ndim);
-        tb_spec_result r = tb_layout_check(&rm);
-        if (r.status == TB_SPEC_OK) {
+        tb_layout_result r = tb_layout_check(&rm);
+        if (r.status == TB_LAYOUT_OK) {
             REQUIRE((u128)r.byte_size == (u128)r.numel * rm.element_size);
         } else {
             /* Only a byte count past int64 may refuse it. */
-            REQUIRE(r.status == TB_SPEC_EXTENT_OVERFLOW);
+            REQUIRE(r.status == TB_LAYOUT_EXTENT_OVERFLOW);
             REQUIRE((u128)r.numel * rm.element_size > INT64_MAX);
         }
     }
@@ -262,30 +269,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             } else {
                 /* When the row-major strides overflow, the shape itself is
                  * refused, whatever the strides. */
-                tb_spec_result r = tb_layout_check(&l);
+                tb_layout_result r = tb_layout_check(&l);
                 int nonneg_strides = 1;
                 for (int i = 0; i < ndim; i++)
                     nonneg_strides &= l.strides[i] >= 0;
                 if (nonneg_strides)
-                    REQUIRE(r.status == TB_SPEC_NUMEL_OVERFLOW);
+                    REQUIRE(r.status == TB_LAYOUT_NUMEL_OVERFLOW);
             }
         }
     }
 
-    tb_spec_result r = tb_layout_check(&l);
-    tb_spec_result m = model_check(&l);
+    tb_layout_result r = tb_layout_check(&l);
+    tb_layout_result m = model_check(&l);
     if (r.status != m.status || r.dim != m.dim)
         fprintf(stderr, "status %d dim %d, model: status %d dim %d\n", r.status, r.dim, m.status, m.dim);
     REQUIRE(r.status == m.status);
     REQUIRE(r.dim == m.dim);
-    REQUIRE(tb_spec_status_text(r.status) != NULL);
-    REQUIRE(strlen(tb_spec_status_text(r.status)) > 0);
+    REQUIRE(tb_layout_status_text(r.status) != NULL);
+    REQUIRE(strlen(tb_layout_status_text(r.status)) > 0);
 
-    if (r.status == TB_SPEC_OK) {
+    if (r.status == TB_LAYOUT_OK) {
         REQUIRE(l.ndim >= 0 && l.ndim <= TB_MAX_DIMS);
         REQUIRE(r.dim == -1);
         REQUIRE(r.numel == m.numel);
         REQUIRE(r.byte_size == m.byte_size);
+        REQUIRE(r.reach == m.reach);
         /* numel is the product of the shape. */
         i128 prod = 1;
         for (int i = 0; i < l.ndim; i++)
@@ -332,7 +340,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         REQUIRE(tb_extent_inside(p, s, q, bs) == model_inside(p, s, q, bs));
         REQUIRE(tb_extent_inside(p, s, b, q) == model_inside(p, s, b, q));
     }
-    if (r.status == TB_SPEC_OK)
+    if (r.status == TB_LAYOUT_OK)
         REQUIRE(tb_extent_inside(l.ptr, r.byte_size, b, bs) == model_inside(l.ptr, r.byte_size, b, bs));
 
     g_layout = NULL;

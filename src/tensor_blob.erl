@@ -22,7 +22,7 @@
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0,
          cuda_info/0, cuda_synchronize/1, dlpack_info/1,
-         ipc_zeros/2, ipc_export/1, ipc_open/3]).
+         ipc_zeros/2, ipc_export/1, ipc_open/3, ipc_reclaim/0]).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
@@ -166,15 +166,19 @@ dtype(T) -> tensor_blob_nif:dtype(T).
 -spec device(tensor()) -> device().
 device(T) -> tensor_blob_nif:device(T).
 
-%% @doc Who keeps T's memory alive: owned (libtorch allocated it), pinned (a
-%% view that keeps its owner alive: a pinned owner term, or the producer of
-%% a DLPack import), unpinned (a view the caller answers for).
--spec memory(tensor()) -> owned | pinned | unpinned.
+%% @doc What T's memory is, and who keeps it alive: owned (libtorch allocated
+%% it), pinned (a view that keeps an owner term or tensor alive), unpinned (a
+%% view the caller answers for), dlpack (a DLPack import: the producer's
+%% memory, released through its deleter), binary (a view of a binary's
+%% bytes), ipc (a mapping of a shared-memory region). Slices and transposes
+%% answer as the tensor they view.
+-spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
 memory(T) -> tensor_blob_nif:memory(T).
 
-%% @doc true when T is a view that pins an owner term.
+%% @doc true when T views memory whose owner it keeps alive: a pinned owner,
+%% a DLPack producer, or a binary.
 -spec pinned(tensor()) -> boolean().
-pinned(T) -> tensor_blob_nif:memory(T) =:= pinned.
+pinned(T) -> lists:member(tensor_blob_nif:memory(T), [pinned, dlpack, binary]).
 
 %% @doc Live tensors, live pins, live DLPack exports (capsules: exported
 %% managed tensors whose deleter has not run yet, consumed or not) and live
@@ -214,6 +218,12 @@ dlpack_info(Capsule) -> tensor_blob_nif:dlpack_info(Capsule).
 %% owner-only permissions), which ipc_export/1 shares without a copy.
 -spec ipc_zeros(shape(), dtype()) -> tensor().
 ipc_zeros(Shape, Dtype) -> tensor_blob_nif:ipc_zeros(Shape, Dtype).
+
+%% @doc Removes the shared-memory names of creators that are gone (a VM that
+%% halted runs no destructor); returns how many. Names carry the creator's
+%% OS pid. Done at load too; call it in a long-running VM whose peers halt.
+-spec ipc_reclaim() -> non_neg_integer().
+ipc_reclaim() -> tensor_blob_nif:ipc_reclaim().
 
 %% @doc A handle another OS process opens with ipc_open/3. A tensor made by
 %% ipc_zeros/2 or ipc_open/3 (whole, contiguous) is shared as it is; any

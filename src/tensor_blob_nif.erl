@@ -8,7 +8,7 @@
          shape/1, strides/1, dtype/1, device/1, memory/1,
          to_blob/3, from_blob/3,
          to_dlpack/3, from_dlpack/3, consume_dlpack/1, dlpack_version/1,
-         ipc_zeros/2, ipc_name/1, ipc_open/3, cuda_info/0, cuda_synchronize/1, dlpack_info/1]).
+         ipc_zeros/2, ipc_name/1, ipc_open/3, ipc_reclaim/0, cuda_info/0, cuda_synchronize/1, dlpack_info/1]).
 
 -on_load(init/0).
 
@@ -61,6 +61,7 @@ dlpack_version(_) -> ?NOT_LOADED.
 ipc_zeros(_, _) -> ?NOT_LOADED.
 ipc_name(_) -> ?NOT_LOADED.
 ipc_open(_, _, _) -> ?NOT_LOADED.
+ipc_reclaim() -> ?NOT_LOADED.
 cuda_info() -> ?NOT_LOADED.
 cuda_synchronize(_) -> ?NOT_LOADED.
 dlpack_info(_) -> ?NOT_LOADED.

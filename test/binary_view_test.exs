@@ -18,11 +18,11 @@ defmodule TensorBlob.BinaryViewTest do
   defp ptr(t), do: TensorBlob.to_blob(t).ptr
 
   describe "from_binary(copy: false)" do
-    test "views the binary's bytes: no copy, pinned, same values" do
+    test "views the binary's bytes: no copy, pinned (memory :binary), same values" do
       bin = payload()
       t = Tensor.from_binary(bin, :float32, {16, 16}, copy: false)
       assert Tensor.to_binary(t) == bin
-      assert Tensor.memory(t) == :pinned
+      assert Tensor.memory(t) == :binary
       assert Tensor.shape(t) == {16, 16}
       # The binary view of t and the tensor view of that binary share one address.
       u = Tensor.from_binary(Tensor.to_binary(t, copy: false), :float32, {256}, copy: false)
@@ -70,7 +70,7 @@ defmodule TensorBlob.BinaryViewTest do
       small = f32s([1, 2, 3, 4])
       t = Tensor.from_binary(small, :float32, {2, 2}, copy: false)
       assert Tensor.to_binary(t) == small
-      assert Tensor.memory(t) == :pinned
+      assert Tensor.memory(t) == :binary
       assert_badarg(fn -> Tensor.write!(t, small) end, "read-only")
       assert Tensor.to_binary(Tensor.from_binary(<<>>, :float32, {0}, copy: false)) == <<>>
     end
@@ -85,7 +85,7 @@ defmodule TensorBlob.BinaryViewTest do
       assert Tensor.memory(copied) == :owned
       assert Tensor.to_binary(Tensor.from_binary(part, :float32, {100}, copy: true)) == part
       assert Tensor.to_binary(copied) == part
-      assert Tensor.memory(Tensor.from_binary(binary_part(big, 8, 400), :float32, {100}, copy: :if_needed)) == :pinned
+      assert Tensor.memory(Tensor.from_binary(binary_part(big, 8, 400), :float32, {100}, copy: :if_needed)) == :binary
       # A part at an aligned offset is viewed in place.
       aligned = binary_part(big, 8, 400)
       assert Tensor.to_binary(Tensor.from_binary(aligned, :float32, {100}, copy: false)) == aligned

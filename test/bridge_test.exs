@@ -33,7 +33,7 @@ defmodule TensorBlob.BridgeTest do
           Lifetime.in_process(fn ->
             t = DLPack.import(@foreign.produce(payload(), unquote(kind)), version: unquote(kind))
             assert Tensor.to_binary(t) == payload()
-            assert Tensor.memory(t) == :pinned
+            assert Tensor.memory(t) == :dlpack
             Tensor.narrow(t, 0, 60, 4)
           end)
 

@@ -172,7 +172,7 @@ defmodule TensorBlob.DLPackTest do
         assert Tensor.dtype(u) == dtype
         assert Tensor.shape(u) == {2, 3}
         assert Tensor.strides(u) == [3, 1]
-        assert Tensor.memory(u) == :pinned
+        assert Tensor.memory(u) == :dlpack
       end
     end
 

@@ -71,7 +71,7 @@ round_trip_every_dtype_test() ->
                         ?assertEqual(ptr(T), ptr(U)),
                         ?assertEqual(D, tensor_blob:dtype(U)),
                         ?assertEqual([3, 1], tensor_blob:strides(U)),
-                        ?assertEqual(pinned, tensor_blob:memory(U))
+                        ?assertEqual(dlpack, tensor_blob:memory(U))
                 end, [versioned, legacy])
       end, tensor_blob:dtypes()).
 

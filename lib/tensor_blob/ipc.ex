@@ -38,6 +38,13 @@ defmodule TensorBlob.IPC do
   @spec zeros(tuple(), Tensor.dtype()) :: Tensor.t()
   def zeros(shape, dtype), do: translating(do: Tensor.wrap(:tensor_blob.ipc_zeros(shape, dtype)))
 
+  @doc """
+  Removes the shared-memory names of creators that are gone (a VM that
+  halted runs no destructor) and returns how many. Done at load too.
+  """
+  @spec reclaim() :: non_neg_integer()
+  def reclaim, do: :tensor_blob.ipc_reclaim()
+
   @doc "A handle for a CPU tensor's memory (copied once unless it was made by `zeros/2` or `open/3`)."
   @spec export(Tensor.t()) :: Handle.t()
   def export(tensor) do

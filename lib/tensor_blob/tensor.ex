@@ -129,15 +129,18 @@ defmodule TensorBlob.Tensor do
   def device(tensor), do: translating(do: :tensor_blob.device(ref(tensor)))
 
   @doc """
-  Who keeps the memory alive: `:owned` (libtorch allocated it), `:pinned` (a
-  view that pins an owner term), `:unpinned` (a view the caller answers for).
+  What the memory is, and who keeps it alive: `:owned` (libtorch allocated
+  it), `:pinned` (a view that keeps an owner term or tensor alive),
+  `:unpinned` (a view the caller answers for), `:dlpack` (a DLPack import:
+  the producer's memory), `:binary` (a view of a binary's bytes), `:ipc` (a
+  mapping of a shared-memory region). Slices answer as what they view.
   """
-  @spec memory(t()) :: :owned | :pinned | :unpinned
+  @spec memory(t()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
   def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))
 
-  @doc "True when the tensor is a view that pins an owner term."
+  @doc "True when the tensor views memory whose owner it keeps alive (`:pinned`, `:dlpack` or `:binary`)."
   @spec pinned?(t()) :: boolean()
-  def pinned?(tensor), do: memory(tensor) == :pinned
+  def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
   defimpl Inspect do
     import Inspect.Algebra
@@ -149,9 +152,9 @@ defmodule TensorBlob.Tensor do
 
         pinned =
           case :tensor_blob.memory(ref) do
-            :owned -> "owned"
             :pinned -> "pinned?: true"
             :unpinned -> "pinned?: false"
+            memory -> Atom.to_string(memory)
           end
 
         concat(["#TensorBlob.Tensor<", "#{:tensor_blob.dtype(ref)}#{shape} #{device} #{pinned}", ">"])

@@ -1,7 +1,7 @@
 /* Validation of a memory layout (pointer, shape, strides, element size).
  * Pure C: no BEAM, no libtorch; unit-tested in c_test/ and fuzzed. */
-#ifndef TB_SPEC_H
-#define TB_SPEC_H
+#ifndef TB_LAYOUT_H
+#define TB_LAYOUT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -17,22 +17,28 @@ typedef struct {
 } tb_layout;
 
 typedef enum {
-    TB_SPEC_OK = 0,
-    TB_SPEC_TOO_MANY_DIMS,
-    TB_SPEC_NEGATIVE_DIM,
-    TB_SPEC_NUMEL_OVERFLOW,
-    TB_SPEC_NEGATIVE_STRIDE,
-    TB_SPEC_EXTENT_OVERFLOW,
-    TB_SPEC_NULL_POINTER,
-    TB_SPEC_MISALIGNED
-} tb_spec_status;
+    TB_LAYOUT_OK = 0,
+    TB_LAYOUT_TOO_MANY_DIMS,
+    TB_LAYOUT_NEGATIVE_DIM,
+    TB_LAYOUT_NUMEL_OVERFLOW,
+    TB_LAYOUT_NEGATIVE_STRIDE,
+    TB_LAYOUT_EXTENT_OVERFLOW,
+    TB_LAYOUT_NULL_POINTER,
+    TB_LAYOUT_MISALIGNED,
+    TB_LAYOUT_PTR_OVERFLOW /* ptr + the extent wraps past the address space */
+} tb_layout_status;
+#define TB_LAYOUT_LAST_STATUS TB_LAYOUT_PTR_OVERFLOW
 
 typedef struct {
-    tb_spec_status status;
+    tb_layout_status status;
     int dim;            /* the offending dimension, or -1 */
     int64_t numel;
     uint64_t byte_size; /* bytes from ptr to one past the farthest element */
-} tb_spec_result;
+    /* The same, counting dimensions of size 0 as if they held one element:
+     * what a slice of an empty layout may still address. Equals byte_size
+     * when there are elements; 0 when no stride can move the pointer. */
+    uint64_t reach;
+} tb_layout_result;
 
 /* Fills strides with row-major (C-contiguous) element strides; as libtorch
  * does, a dimension of size 0 or 1 counts as size 1. Returns 0 on overflow. */
@@ -40,7 +46,7 @@ int tb_row_major_strides(int ndim, const int64_t *shape, int64_t *strides);
 
 /* Checks shape, strides, pointer and alignment, and computes numel and the
  * byte extent. A zero-element layout may have a null pointer. */
-tb_spec_result tb_layout_check(const tb_layout *layout);
+tb_layout_result tb_layout_check(const tb_layout *layout);
 
 /* 1 when [ptr, ptr + size) lies inside [base, base + base_size). */
 int tb_extent_inside(uint64_t ptr, uint64_t size, uint64_t base, uint64_t base_size);
@@ -51,6 +57,6 @@ int tb_extent_inside(uint64_t ptr, uint64_t size, uint64_t base, uint64_t base_s
 uint64_t tb_pointer_alignment(uint64_t ptr);
 
 /* A short phrase for a status, for error messages. */
-const char *tb_spec_status_text(tb_spec_status status);
+const char *tb_layout_status_text(tb_layout_status status);
 
 #endif

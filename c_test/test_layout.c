@@ -2,7 +2,8 @@
  * table (tb_dtype). No framework: each CHECK counts, and a failure prints
  * where it happened; the exit status is non-zero when any check failed. */
 #include "tb_dtype.h"
-#include "tb_spec.h"
+#include "intern.h"
+#include "tb_layout.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -76,12 +77,12 @@ static void test_row_major_strides(void)
 
 static void test_layout_ok(void)
 {
-    tb_spec_result r;
+    tb_layout_result r;
 
     /* Contiguous float32 [2, 3, 4]. */
     tb_layout l = LAYOUT(0x1000, 4, SHAPE(2, 3, 4), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.dim, -1);
     CHECK_EQ(r.numel, 24);
     CHECK_EQU(r.byte_size, 96);
@@ -89,7 +90,7 @@ static void test_layout_ok(void)
     /* Transposed float64 [3, 2] (strides {1, 3}): farthest offset 2 + 3 = 5. */
     l = LAYOUT(0x1000, 8, SHAPE(3, 2), SHAPE(1, 3));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 6);
     CHECK_EQU(r.byte_size, 48);
 
@@ -97,7 +98,7 @@ static void test_layout_ok(void)
      * starts 8 bytes in and reaches offset 3 * 10 + 2 = 32. */
     l = LAYOUT(0x2000 + 8, 4, SHAPE(4, 3), SHAPE(10, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 12);
     CHECK_EQU(r.byte_size, 132);
     CHECK(tb_extent_inside(l.ptr, r.byte_size, 0x2000, 160));
@@ -105,40 +106,53 @@ static void test_layout_ok(void)
     /* Every other row of the same matrix: offset 20 + 9 = 29. */
     l = LAYOUT(0x2000, 4, SHAPE(2, 10), SHAPE(20, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 20);
     CHECK_EQU(r.byte_size, 120);
 
     /* Broadcast (stride 0): 15 elements over 3 floats of memory. */
     l = LAYOUT(0x2000, 4, SHAPE(5, 3), SHAPE(0, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 15);
     CHECK_EQU(r.byte_size, 12);
 
     /* A size-1 dimension never moves, whatever its stride. */
     l = LAYOUT(0x2000, 2, SHAPE(1, 3, 1), SHAPE(999999, 1, INT64_MAX));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 3);
     CHECK_EQU(r.byte_size, 6);
 
     /* Zero elements: no bytes, a null pointer is fine, strides irrelevant. */
     l = LAYOUT(0, 4, SHAPE(3, 0, 5), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 0);
     CHECK_EQU(r.byte_size, 0);
+    CHECK_EQU(r.reach, 60); /* row-major strides {5, 5, 1}: 2*5 + 4*1 + 1 elements */
+    /* ...but a slice of the other dimensions still moves the pointer by
+     * their strides: those must not overflow, nor wrap the pointer. */
     l = LAYOUT(0x1000, 8, SHAPE(0, 7), SHAPE(INT64_MAX, INT64_MAX));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
-    CHECK_EQ(r.numel, 0);
+    CHECK_EQ(r.status, TB_LAYOUT_EXTENT_OVERFLOW);
+    l = LAYOUT(0x1000, 4, SHAPE(2, 0), SHAPE(INT64_MAX, 1));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_EXTENT_OVERFLOW);
+    l = LAYOUT(0x1000, 4, SHAPE(2, 0), SHAPE(3, 1));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQU(r.byte_size, 0);
+    CHECK_EQU(r.reach, 16);
+    /* ptr + extent wrapping is the pointer's fault. */
+    l = LAYOUT(UINT64_MAX - 15, 4, SHAPE(8), NULL);
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_PTR_OVERFLOW);
 
     /* 0-d scalar: one element. */
     l = make_layout(0x1000, 8, 0, NULL, NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 1);
     CHECK_EQU(r.byte_size, 8);
 
@@ -151,119 +165,119 @@ static void test_layout_ok(void)
     }
     l.shape[TB_MAX_DIMS - 1] = 2;
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, 2);
     CHECK_EQU(r.byte_size, 8);
 
     /* Largest extent representable: INT64_MAX one-byte elements. */
     l = LAYOUT(1, 1, SHAPE(INT64_MAX), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQ(r.numel, INT64_MAX);
     CHECK_EQU(r.byte_size, (uint64_t)INT64_MAX);
 
     /* Ending just below the top of the address space is fine. */
     l = LAYOUT(UINT64_MAX - 15, 4, SHAPE(3), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQU(r.byte_size, 12);
 }
 
 static void test_layout_errors(void)
 {
-    tb_spec_result r;
+    tb_layout_result r;
     tb_layout l = make_layout(0x1000, 4, 0, NULL, NULL);
 
     l.ndim = TB_MAX_DIMS + 1;
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_TOO_MANY_DIMS);
+    CHECK_EQ(r.status, TB_LAYOUT_TOO_MANY_DIMS);
     l.ndim = -1;
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_TOO_MANY_DIMS);
+    CHECK_EQ(r.status, TB_LAYOUT_TOO_MANY_DIMS);
 
     l = LAYOUT(0x1000, 4, SHAPE(2, 3, -1), SHAPE(3, 1, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NEGATIVE_DIM);
+    CHECK_EQ(r.status, TB_LAYOUT_NEGATIVE_DIM);
     CHECK_EQ(r.dim, 2);
     l = LAYOUT(0x1000, 4, SHAPE(2, -5, -1), SHAPE(1, 1, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NEGATIVE_DIM);
+    CHECK_EQ(r.status, TB_LAYOUT_NEGATIVE_DIM);
     CHECK_EQ(r.dim, 1); /* the first offender */
 
     /* 2^32 * 2^32 = 2^64; a zero elsewhere does not excuse it. */
     l = LAYOUT(0x1000, 1, SHAPE(P32, P32), SHAPE(1, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NUMEL_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_NUMEL_OVERFLOW);
     CHECK_EQ(r.dim, 1);
     l = LAYOUT(0x1000, 1, SHAPE(0, P32, P32), SHAPE(1, 1, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NUMEL_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_NUMEL_OVERFLOW);
     CHECK_EQ(r.dim, 2);
     l = LAYOUT(0x1000, 1, SHAPE(P32, 0, P32), SHAPE(1, 1, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NUMEL_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_NUMEL_OVERFLOW);
 
     l = LAYOUT(0x1000, 4, SHAPE(2, 3), SHAPE(3, -1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NEGATIVE_STRIDE);
+    CHECK_EQ(r.status, TB_LAYOUT_NEGATIVE_STRIDE);
     CHECK_EQ(r.dim, 1);
     /* Even on a size-1 dimension, where it would never be used. */
     l = LAYOUT(0x1000, 4, SHAPE(1, 3), SHAPE(-1, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NEGATIVE_STRIDE);
+    CHECK_EQ(r.status, TB_LAYOUT_NEGATIVE_STRIDE);
     CHECK_EQ(r.dim, 0);
 
     /* (3 - 1) * INT64_MAX overflows in one dimension. */
     l = LAYOUT(0x1000, 1, SHAPE(3), SHAPE(INT64_MAX));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_EXTENT_OVERFLOW);
     CHECK_EQ(r.dim, 0);
     /* Each dimension fits, their sum does not. */
     l = LAYOUT(0x1000, 1, SHAPE(2, 2), SHAPE(INT64_MAX, 1));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_EXTENT_OVERFLOW);
     CHECK_EQ(r.dim, 1);
     /* The farthest offset is INT64_MAX itself, so the count (+1) overflows. */
     l = LAYOUT(0x1000, 1, SHAPE(2), SHAPE(INT64_MAX));
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_EXTENT_OVERFLOW);
     /* Element offsets fit, bytes do not. */
     l = LAYOUT(0x1000, 2, SHAPE(INT64_MAX), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_EXTENT_OVERFLOW);
     /* ptr + extent wraps past UINT64_MAX: 20 bytes from 16 below the top. */
     l = LAYOUT(UINT64_MAX - 15, 4, SHAPE(5), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_PTR_OVERFLOW);
     /* One past the end must be representable too: ending exactly at 2^64. */
     l = LAYOUT(UINT64_MAX - 15, 4, SHAPE(4), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_EXTENT_OVERFLOW);
+    CHECK_EQ(r.status, TB_LAYOUT_PTR_OVERFLOW);
 
     l = LAYOUT(0, 4, SHAPE(2, 2), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NULL_POINTER);
+    CHECK_EQ(r.status, TB_LAYOUT_NULL_POINTER);
     CHECK_EQ(r.numel, 4);
     l = make_layout(0, 8, 0, NULL, NULL); /* a scalar holds one element */
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_NULL_POINTER);
+    CHECK_EQ(r.status, TB_LAYOUT_NULL_POINTER);
 
     l = LAYOUT(2, 4, SHAPE(3), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_MISALIGNED);
+    CHECK_EQ(r.status, TB_LAYOUT_MISALIGNED);
     l = LAYOUT(0x1004, 8, SHAPE(3), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_MISALIGNED);
+    CHECK_EQ(r.status, TB_LAYOUT_MISALIGNED);
     l = LAYOUT(0x1008, 16, SHAPE(3), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_MISALIGNED);
+    CHECK_EQ(r.status, TB_LAYOUT_MISALIGNED);
     l = LAYOUT(2, 2, SHAPE(3), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     /* One-byte elements are aligned anywhere. */
     l = LAYOUT(3, 1, SHAPE(3), NULL);
     r = tb_layout_check(&l);
-    CHECK_EQ(r.status, TB_SPEC_OK);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
     CHECK_EQU(r.byte_size, 3);
 }
 
@@ -297,30 +311,30 @@ static void test_extent_inside(void)
 static void test_status_text(void)
 {
     /* An out-of-range value still gets text: the fallback. */
-    const char *fallback = tb_spec_status_text((tb_spec_status)99);
+    const char *fallback = tb_layout_status_text((tb_layout_status)99);
     CHECK(fallback != NULL && fallback[0] != '\0');
 
-    for (int s = TB_SPEC_OK; s <= TB_SPEC_MISALIGNED; s++) {
-        const char *text = tb_spec_status_text((tb_spec_status)s);
+    for (int s = TB_LAYOUT_OK; s <= TB_LAYOUT_LAST_STATUS; s++) {
+        const char *text = tb_layout_status_text((tb_layout_status)s);
         CHECK(text != NULL && text[0] != '\0');
         CHECK(strcmp(text, fallback) != 0); /* each status has its own case */
         /* Distinct, so an error message says which check failed. */
-        for (int t = TB_SPEC_OK; t < s; t++)
-            CHECK(strcmp(text, tb_spec_status_text((tb_spec_status)t)) != 0);
+        for (int t = TB_LAYOUT_OK; t < s; t++)
+            CHECK(strcmp(text, tb_layout_status_text((tb_layout_status)t)) != 0);
     }
 }
 
 static void check_name(const char *name, tb_dtype_id expected)
 {
     tb_dtype_id id = TB_DT_COUNT;
-    CHECK(tb_dtype_from_name(name, &id));
+    CHECK(dtype_from_name(name, &id));
     CHECK_EQ(id, expected);
 }
 
 static void check_nx(const char *kind, unsigned long bits, tb_dtype_id expected)
 {
     tb_dtype_id id = TB_DT_COUNT;
-    CHECK(tb_dtype_from_nx(kind, bits, &id));
+    CHECK(dtype_from_nx(kind, bits, &id));
     CHECK_EQ(id, expected);
 }
 
@@ -337,7 +351,7 @@ static void test_dtype_table(void)
         if (d->name == NULL)
             continue;
         id = TB_DT_COUNT;
-        CHECK(tb_dtype_from_name(d->name, &id));
+        CHECK(dtype_from_name(d->name, &id));
         CHECK_EQ(id, i);
 
         CHECK_EQ(d->dl_lanes, 1);
@@ -349,7 +363,7 @@ static void test_dtype_table(void)
         if (d->nx_kind) {
             CHECK_EQ(d->nx_bits, d->dl_bits);
             id = TB_DT_COUNT;
-            CHECK(tb_dtype_from_nx(d->nx_kind, d->nx_bits, &id));
+            CHECK(dtype_from_nx(d->nx_kind, d->nx_bits, &id));
             CHECK_EQ(id, i);
         }
 
@@ -360,7 +374,7 @@ static void test_dtype_table(void)
     }
 
     /* Aliases point into the table and never shadow a canonical name. */
-    for (size_t a = 0; a < tb_dtype_alias_count; a++) {
+    for (size_t a = 0; a < TB_DT_ALIAS_COUNT; a++) {
         CHECK(tb_dtype_aliases[a].id < TB_DT_COUNT);
         for (int i = 0; i < TB_DT_COUNT; i++)
             CHECK(strcmp(tb_dtype_aliases[a].name, tb_dtypes[i].name) != 0);
@@ -386,7 +400,7 @@ static void test_dtype_names(void)
     const char *unknown[] = {"", "float128", "Float32", "float32 ", "int4", "f32", "complex"};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         tb_dtype_id id = TB_DT_COUNT;
-        CHECK(!tb_dtype_from_name(unknown[i], &id));
+        CHECK(!dtype_from_name(unknown[i], &id));
         CHECK_EQ(id, TB_DT_COUNT);
     }
 }
@@ -410,7 +424,7 @@ static void test_dtype_nx(void)
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         tb_dtype_id id = TB_DT_COUNT;
-        CHECK(!tb_dtype_from_nx(refused[i].kind, refused[i].bits, &id));
+        CHECK(!dtype_from_nx(refused[i].kind, refused[i].bits, &id));
         CHECK_EQ(id, TB_DT_COUNT);
     }
 }

@@ -1,0 +1,48 @@
+/* What survives a hot upgrade: the live counters, the registry of guarded
+ * memory, and the storage deleters of every build of the library loaded in
+ * this VM. load makes it; upgrade hands it to the new build (priv_data), so
+ * a tensor made by the old build is counted, guarded and recognised by the
+ * new one. A build upgrades only from a build with the same TB_ABI: the
+ * layouts of this struct, of the resources and of tb_storage are the ABI. */
+#ifndef TB_STATE_H
+#define TB_STATE_H
+
+#include <erl_nif.h>
+#include <stdint.h>
+
+#include "tb_count.h"
+
+#define TB_ABI 1u
+#define TB_MAX_BUILDS 16
+
+/* A byte range registered while in use (see tb_storage.h). The memory is
+ * named twice: its virtual addresses, and, for a shared-memory region, the
+ * region's file and the offsets in it, so a second mapping of the same
+ * region is recognised as the same memory. */
+typedef struct tb_range {
+    struct tb_range *prev, *next;
+    uintptr_t lo, hi;    /* [lo, hi) in this process's address space */
+    uint64_t file_dev;   /* 0, or the region's st_dev and st_ino */
+    uint64_t file_ino;
+    uint64_t file_lo, file_hi; /* [file_lo, file_hi) in the region */
+} tb_range;
+
+typedef struct {
+    uint32_t abi;
+    ErlNifMutex *lock;    /* guards the lists and binary_views */
+    tb_range frozen;      /* memory a binary shows: list head */
+    tb_range read_only;   /* memory never written through us: list head */
+    tb_range writing;     /* write! calls in progress: list head */
+    long binary_views;
+    tb_count tensors, pins, capsules;
+    size_t build_count;
+    void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */
+} tb_state;
+
+extern tb_state *tb_st;
+
+/* load: a new state (old == NULL) or the old build's; registers this
+ * build's storage deleter. 0 with *why set when it cannot. */
+int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why);
+
+#endif

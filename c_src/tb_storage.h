@@ -1,0 +1,83 @@
+/* What a piece of memory is: the one home of provenance.
+ *
+ * Every tensor made here over memory that libtorch did not allocate (a
+ * pinned view, a DLPack import, a view of a binary, a shared-memory region)
+ * has a libtorch storage whose deleter is tb_storage_release and whose
+ * deleter context starts with a tb_storage header. What the memory is (its
+ * kind, whether it is read-only) is read from that header: it travels with
+ * the storage, so slices and transposes report the same, and a hot upgrade
+ * to a new build of the library changes nothing (the deleters of every
+ * build loaded are known, see tb_state.h, and stay mapped).
+ *
+ * It also keeps the registry of guarded memory: what binaries show (frozen),
+ * what must never be written (read-only: a binary's bytes, a read-only
+ * DLPack import), and the writes in progress. Ranges are compared by
+ * address and, for shared-memory regions, by region and offset. */
+#ifndef TB_STORAGE_H
+#define TB_STORAGE_H
+
+#include <stdint.h>
+
+#include "tb_state.h"
+#include "torch_shim.h"
+
+typedef enum {
+    TB_MEMORY_OWNED = 0, /* libtorch allocated it */
+    TB_MEMORY_PINNED,    /* a view that keeps an owner term or tensor alive */
+    TB_MEMORY_UNPINNED,  /* a view whose memory the caller answers for */
+    TB_MEMORY_DLPACK,    /* a DLPack import: the producer's memory */
+    TB_MEMORY_BINARY,    /* a view of a BEAM binary's bytes */
+    TB_MEMORY_IPC        /* a mapping of a shared-memory region */
+} tb_memory_kind;
+
+enum { TB_STORAGE_READ_ONLY = 1 };
+
+typedef struct tb_storage {
+    uint32_t abi; /* TB_ABI */
+    uint8_t kind; /* tb_memory_kind */
+    uint8_t flags;
+    /* Frees what the kind holds, and the header's container if allocated. */
+    void (*free)(struct tb_storage *self);
+    tb_range guard;              /* registered when read-only memory is */
+    uint64_t file_dev, file_ino, file_offset; /* a region's file, or 0 */
+} tb_storage;
+
+void tb_storage_init(tb_storage *s, tb_memory_kind kind, int flags, void (*free_fn)(tb_storage *));
+
+/* The deleter of every storage made here; ctx is a tb_storage. Releases run
+ * one after another, never nested: a release that frees the last tensor of
+ * another storage queues that one, so a chain of a million views of views
+ * is freed in a loop, not in a million stack frames. Any thread. */
+void tb_storage_release(void *ctx);
+
+/* The header of a tensor's storage, or NULL when libtorch owns the memory
+ * (or a storage not made by this library). */
+const tb_storage *tb_storage_of(const tb_shim_info *info);
+tb_memory_kind tb_storage_kind(const tb_shim_info *info);
+/* 1 when the memory must not be written through this tensor. */
+int tb_storage_read_only(const tb_shim_info *info);
+const char *tb_storage_read_only_reason(const tb_shim_info *info);
+
+/* The bytes a tensor's elements span, as a range to compare: 0 when it
+ * has no elements. element_size comes from the dtype table. */
+int tb_storage_span(const tb_shim_info *info, unsigned element_size, tb_range *out);
+
+/* Registers memory that must never be written (the storage's own guard);
+ * tb_storage_release removes it. */
+void tb_storage_guard_read_only(tb_storage *s, const tb_range *span);
+/* 1 when [ptr, ptr + bytes) overlaps registered read-only memory. */
+int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes);
+
+typedef enum { TB_GUARD_OK, TB_GUARD_FROZEN, TB_GUARD_READ_ONLY, TB_GUARD_WRITING } tb_guard_status;
+
+/* Brackets an in-place write: refused while a binary shows the memory or
+ * when it is read-only; otherwise registered until write_end. */
+tb_guard_status tb_storage_write_begin(tb_range *guard);
+void tb_storage_write_end(tb_range *guard);
+/* A binary view: refused while a write is in progress. */
+tb_guard_status tb_storage_freeze(tb_range *guard);
+void tb_storage_unfreeze(tb_range *guard);
+
+long tb_storage_binary_views(void);
+
+#endif

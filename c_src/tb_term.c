@@ -1,0 +1,265 @@
+#include "tb_term.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "torch_shim.h"
+
+tb_atom_table tb_atoms;
+static tb_dtype_index dtype_index;
+
+static tb_dtype_key intern_atom(const char *name, void *env)
+{
+    return (tb_dtype_key)enif_make_atom(env, name);
+}
+
+void tb_term_load(ErlNifEnv *env)
+{
+    tb_atom_table *a = &tb_atoms;
+#define ATOM(field, name) a->field = enif_make_atom(env, name)
+    ATOM(ok, "ok");
+    ATOM(true_, "true");
+    ATOM(false_, "false");
+    ATOM(nil, "nil");
+    ATOM(undefined, "undefined");
+    ATOM(none, "none");
+    ATOM(badarg, "badarg");
+    ATOM(tensor_blob, "tensor_blob");
+    ATOM(ptr, "ptr");
+    ATOM(shape, "shape");
+    ATOM(strides, "strides");
+    ATOM(dtype, "dtype");
+    ATOM(device, "device");
+    ATOM(element_size, "element_size");
+    ATOM(byte_size, "byte_size");
+    ATOM(owner, "owner");
+    ATOM(struct_, "__struct__");
+    ATOM(alignment, "alignment");
+    ATOM(ref, "ref");
+    ATOM(read_only, "read_only");
+    ATOM(cpu, "cpu");
+    ATOM(cuda, "cuda");
+    ATOM(owned, "owned");
+    ATOM(pinned, "pinned");
+    ATOM(unpinned, "unpinned");
+    ATOM(dlpack, "dlpack");
+    ATOM(binary, "binary");
+    ATOM(ipc, "ipc");
+    ATOM(tensors, "tensors");
+    ATOM(pins, "pins");
+    ATOM(capsules, "capsules");
+    ATOM(binaries, "binaries");
+    ATOM(versioned, "versioned");
+    ATOM(legacy, "legacy");
+    ATOM(tensor_struct, "Elixir.TensorBlob.Tensor");
+#undef ATOM
+    for (int i = 0; i < TB_DT_COUNT; i++)
+        a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);
+    tb_dtype_index_build(&dtype_index, intern_atom, env);
+}
+
+int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out)
+{
+    if (enif_is_atom(env, term))
+        return tb_dtype_find_name(&dtype_index, (tb_dtype_key)term, out);
+    int arity;
+    const ERL_NIF_TERM *elems;
+    unsigned long bits;
+    return enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_is_atom(env, elems[0]) &&
+           enif_get_ulong(env, elems[1], &bits) && tb_dtype_find_nx(&dtype_index, (tb_dtype_key)elems[0], bits, out);
+}
+
+static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, va_list ap)
+{
+    char buf[1024];
+    int n = enif_vsnprintf(buf, sizeof buf, fmt, ap);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof buf)
+        n = sizeof buf - 1;
+    ERL_NIF_TERM message;
+    unsigned char *bytes = enif_make_new_binary(env, (size_t)n, &message);
+    memcpy(bytes, buf, (size_t)n);
+    return enif_raise_exception(env, enif_make_tuple2(env, kind, message));
+}
+
+ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.badarg, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.tensor_blob, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_layout *l, tb_layout_result r, const char *dtype_name,
+                             const char *suffix)
+{
+    const char *text = tb_layout_status_text(r.status);
+    switch (r.status) {
+    case TB_LAYOUT_NULL_POINTER:
+    case TB_LAYOUT_MISALIGNED:
+        return tb_raise_badarg(env, "%s: %s (%s %lu, dtype %s, element size %u)%s", ptr_field, text, ptr_field,
+                               (unsigned long)l->ptr, dtype_name, (unsigned)l->element_size, suffix);
+    case TB_LAYOUT_PTR_OVERFLOW:
+        return tb_raise_badarg(env, "%s: %s (%s %lu + %lu bytes, shape %T, strides %T)%s", ptr_field, text,
+                               ptr_field, (unsigned long)l->ptr, (unsigned long)r.byte_size,
+                               tb_make_shape(env, l->ndim, l->shape), tb_make_strides(env, l->ndim, l->strides),
+                               suffix);
+    case TB_LAYOUT_NEGATIVE_STRIDE:
+    case TB_LAYOUT_EXTENT_OVERFLOW:
+        return tb_raise_badarg(env, "strides: %s for shape %T and strides %T%s", text,
+                               tb_make_shape(env, l->ndim, l->shape), tb_make_strides(env, l->ndim, l->strides),
+                               suffix);
+    default:
+        return tb_raise_badarg(env, "shape: %s in %T%s", text, tb_make_shape(env, l->ndim, l->shape), suffix);
+    }
+}
+
+int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim, int64_t *shape,
+                 ERL_NIF_TERM *exc)
+{
+    int arity;
+    const ERL_NIF_TERM *elems;
+    if (!enif_get_tuple(env, term, &arity, &elems)) {
+        *exc = tb_raise_badarg(env, "%s: expected a tuple of non-negative integers, got %T", field, term);
+        return 0;
+    }
+    if (arity > TB_MAX_DIMS) {
+        *exc = tb_raise_badarg(env, "%s: at most %d dimensions, got %d in %T", field, TB_MAX_DIMS, arity, term);
+        return 0;
+    }
+    for (int i = 0; i < arity; i++) {
+        ErlNifSInt64 n;
+        if (!enif_get_int64(env, elems[i], &n) || n < 0) {
+            *exc = tb_raise_badarg(env, "%s: dimension %d must be a non-negative 64-bit integer, got %T in %T",
+                                   field, i, elems[i], term);
+            return 0;
+        }
+        shape[i] = n;
+    }
+    *ndim = arity;
+    return 1;
+}
+
+int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int64_t *strides,
+                   ERL_NIF_TERM *exc)
+{
+    unsigned len;
+    if (!enif_get_list_length(env, term, &len)) {
+        *exc = tb_raise_badarg(env, "%s: expected a list of non-negative integers, got %T", field, term);
+        return 0;
+    }
+    if (len != (unsigned)ndim) {
+        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T", field, ndim,
+                               len, term);
+        return 0;
+    }
+    ERL_NIF_TERM head, tail = term;
+    for (int i = 0; enif_get_list_cell(env, tail, &head, &tail); i++) {
+        ErlNifSInt64 s;
+        if (!enif_get_int64(env, head, &s) || s < 0) {
+            *exc = tb_raise_badarg(env, "%s: stride %d must be a non-negative 64-bit integer, got %T in %T",
+                                   field, i, head, term);
+            return 0;
+        }
+        strides[i] = s;
+    }
+    return 1;
+}
+
+int tb_get_dtype(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_dtype_id *out, ERL_NIF_TERM *exc)
+{
+    if (!tb_dtype_of_term(env, term, out)) {
+        *exc = tb_raise_badarg(env, "%s: unknown dtype %T", field, term);
+        return 0;
+    }
+    if (!tb_shim_has_scalar_type(tb_dtypes[*out].torch_scalar_type)) {
+        *exc = tb_raise_error(env, "%s: dtype %s is not supported by the linked libtorch %s", field,
+                              tb_dtypes[*out].name, tb_shim_torch_version());
+        return 0;
+    }
+    return 1;
+}
+
+int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_device *out, ERL_NIF_TERM *exc)
+{
+    if (term == tb_atoms.cpu) {
+        out->type = TB_DEVICE_CPU;
+        out->index = 0;
+        return 1;
+    }
+    int arity;
+    const ERL_NIF_TERM *elems;
+    int index;
+    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && elems[0] == tb_atoms.cuda &&
+        enif_get_int(env, elems[1], &index) && index >= 0 && index < 1024) {
+        out->type = TB_DEVICE_CUDA;
+        out->index = index;
+        return 1;
+    }
+    *exc = tb_raise_badarg(env, "%s: expected cpu or {cuda, Index}, got %T", field, term);
+    return 0;
+}
+
+int tb_get_dim(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int *out, ERL_NIF_TERM *exc)
+{
+    if (ndim == 0) {
+        *exc = tb_raise_badarg(env, "%s: the tensor has no dimensions (it is a scalar), got %T", field, term);
+        return 0;
+    }
+    if (!enif_get_int(env, term, out) || *out < 0 || *out >= ndim) {
+        *exc = tb_raise_badarg(env, "%s: expected a dimension in 0..%d, got %T", field, ndim - 1, term);
+        return 0;
+    }
+    return 1;
+}
+
+int tb_get_boolean(ERL_NIF_TERM term, int *out)
+{
+    if (term == tb_atoms.true_ || term == tb_atoms.false_) {
+        *out = term == tb_atoms.true_;
+        return 1;
+    }
+    return 0;
+}
+
+ERL_NIF_TERM tb_make_shape(ErlNifEnv *env, int ndim, const int64_t *shape)
+{
+    ERL_NIF_TERM elems[TB_MAX_DIMS];
+    for (int i = 0; i < ndim && i < TB_MAX_DIMS; i++)
+        elems[i] = enif_make_int64(env, shape[i]);
+    return enif_make_tuple_from_array(env, elems, (unsigned)ndim);
+}
+
+ERL_NIF_TERM tb_make_strides(ErlNifEnv *env, int ndim, const int64_t *strides)
+{
+    ERL_NIF_TERM elems[TB_MAX_DIMS];
+    for (int i = 0; i < ndim && i < TB_MAX_DIMS; i++)
+        elems[i] = enif_make_int64(env, strides[i]);
+    return enif_make_list_from_array(env, elems, (unsigned)ndim);
+}
+
+ERL_NIF_TERM tb_make_device(ErlNifEnv *env, int type, int index)
+{
+    if (type == TB_DEVICE_CUDA)
+        return enif_make_tuple2(env, tb_atoms.cuda, enif_make_int(env, index));
+    return tb_atoms.cpu;
+}
+
+ERL_NIF_TERM tb_make_string(ErlNifEnv *env, const char *s)
+{
+    ERL_NIF_TERM bin;
+    size_t n = strlen(s);
+    memcpy(enif_make_new_binary(env, n, &bin), s, n);
+    return bin;
+}

@@ -1,0 +1,77 @@
+/* The bottom of the NIF: atoms (made once, at load), error raising, and the
+ * helpers that read and make terms (shapes, strides, dtypes, devices).
+ * Every concern includes it; it includes no concern.
+ *
+ * How errors travel: a helper that can fail returns 0 (or NULL) and sets an
+ * out-parameter `*exc` to the exception term; the NIF returns that term at
+ * once. The term that enif_raise_exception returns is never tested: in a
+ * normal emulator it is 0. (scripts/check_c.sh fails CI if code tests one.) */
+#ifndef TB_TERM_H
+#define TB_TERM_H
+
+#include <erl_nif.h>
+
+#include "tb_dtype.h"
+#include "tb_layout.h"
+
+typedef struct {
+    ERL_NIF_TERM ok, true_, false_, nil, undefined, none;
+    ERL_NIF_TERM badarg, tensor_blob;
+    /* blob keys */
+    ERL_NIF_TERM ptr, shape, strides, dtype, device, element_size, byte_size, owner, struct_, alignment;
+    ERL_NIF_TERM ref, read_only;
+    ERL_NIF_TERM cpu, cuda;
+    /* memory kinds */
+    ERL_NIF_TERM owned, pinned, unpinned, dlpack, binary, ipc;
+    /* stats keys */
+    ERL_NIF_TERM tensors, pins, capsules, binaries;
+    /* DLPack kinds */
+    ERL_NIF_TERM versioned, legacy;
+    ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
+    ERL_NIF_TERM dtypes[TB_DT_COUNT];
+} tb_atom_table;
+
+extern tb_atom_table tb_atoms;
+
+/* Makes the atoms and the dtype index; called by load and upgrade. */
+void tb_term_load(ErlNifEnv *env);
+
+/* Raise error({badarg, Message}) / error({tensor_blob, Message}). The format
+ * is enif_snprintf's: %T prints a term. Return the result from the NIF, or
+ * store it in *exc: never test it. */
+ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, const char *fmt, ...);
+ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, const char *fmt, ...);
+
+/* The one message for a refused layout: names the pointer (`ptr_field`),
+ * strides or shape by the status, and ends with `suffix` (may be ""). */
+ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_layout *l, tb_layout_result r, const char *dtype_name,
+                             const char *suffix);
+
+/* A dtype term: a canonical atom, an alias atom, or an Nx {Kind, Bits}.
+ * The lookup is tb_dtype.h's index, keyed by atoms. */
+int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out);
+
+typedef struct {
+    int type; /* TB_DEVICE_* (torch_shim.h) */
+    int index;
+} tb_device;
+
+/* Argument decoding. Each returns 1 on success; on bad input 0, with *exc
+ * set to the raised exception naming the field and the value. */
+int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim, int64_t *shape,
+                 ERL_NIF_TERM *exc);
+int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int64_t *strides,
+                   ERL_NIF_TERM *exc);
+/* Also refuses dtypes the linked libtorch lacks (a tensor_blob error). */
+int tb_get_dtype(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_dtype_id *out, ERL_NIF_TERM *exc);
+int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_device *out, ERL_NIF_TERM *exc);
+/* A dimension index in [0, ndim). */
+int tb_get_dim(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int *out, ERL_NIF_TERM *exc);
+int tb_get_boolean(ERL_NIF_TERM term, int *out);
+
+ERL_NIF_TERM tb_make_shape(ErlNifEnv *env, int ndim, const int64_t *shape);
+ERL_NIF_TERM tb_make_strides(ErlNifEnv *env, int ndim, const int64_t *strides);
+ERL_NIF_TERM tb_make_device(ErlNifEnv *env, int type, int index);
+ERL_NIF_TERM tb_make_string(ErlNifEnv *env, const char *s);
+
+#endif
