@@ -61,6 +61,9 @@ long tb_dlpack_live(void)
 typedef struct {
     _Atomic(void *) managed; /* NULL once consumed */
     int versioned;
+    /* The capsule's own reference to the memory: a view pinning the
+     * capsule keeps the memory alive whoever consumes it, and whenever. */
+    tb_shim_tensor *ref;
 } tb_capsule;
 
 static ErlNifResourceType *capsule_type;
@@ -89,6 +92,8 @@ static void capsule_dtor(ErlNifEnv *env, void *obj)
     void *m = atomic_exchange(&c->managed, NULL);
     if (m)
         release_managed(m, c->versioned);
+    if (c->ref)
+        tb_shim_release(c->ref);
 }
 
 int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
@@ -208,6 +213,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     if (!c)
         return tb_raise_error(env, "to_dlpack: out of memory allocating a capsule");
     void *m = tb_dlpack_export(t->handle, versioned, read_only);
+    c->ref = NULL;
     if (!m) {
         atomic_init(&c->managed, NULL);
         enif_release_resource(c);
@@ -215,6 +221,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     }
     atomic_init(&c->managed, m);
     c->versioned = versioned;
+    c->ref = tb_shim_retain(t->handle);
 
     ERL_NIF_TERM term = enif_make_resource(env, c);
     enif_release_resource(c);

@@ -172,3 +172,71 @@ check_capsules([Capsule | _Dropped], Vs) ->
 
 f32(Vs) -> << <<V:32/float-native>> || V <- Vs >>.
 
+
+%% A release upgrade loads a new build of the library from another path: a
+%% second copy of the code, with its own function addresses. What tensors
+%% are (read-only, pinned, a DLPack import, a region) travels with them, the
+%% live counts carry over, and the guards still hold.
+other_build_test_() ->
+    {timeout, 60, fun other_build/0}.
+
+other_build() ->
+    Start = settled_stats(),
+    run_isolated(fun live_through_other_build/0),
+    ?assertEqual(Start, settled_stats()),
+    _ = code:purge(?M),
+    ?assertNot(erlang:check_old_code(?M)).
+
+live_through_other_build() ->
+    Bin = binary:copy(<<1, 2, 3, 4>>, 64),
+    RoView = tensor_blob:from_binary(Bin, uint8, {256}, #{copy => false}),
+    Src = tensor_blob:from_binary(binary:copy(<<5>>, 64), uint8, {64}),
+    RoImport = tensor_blob:from_dlpack(tensor_blob:to_dlpack(Src, #{read_only => true})),
+    Pinned = tensor_blob:from_blob(tensor_blob:to_blob(Src)),
+    Region = tensor_blob:ipc_zeros({16}, uint8),
+    Frozen = tensor_blob:zeros({16}, uint8),
+    FrozenBin = tensor_blob:to_binary(Frozen, #{copy => false}),
+    Kinds = [tensor_blob:memory(X) || X <- [RoView, RoImport, Pinned, Region, Src]],
+    ?assertEqual([binary, dlpack, pinned, ipc, owned], Kinds),
+    Live = settled_stats(),
+
+    load_other_build(),
+    ?assertEqual(Live, settled_stats()),
+    ?assertEqual(Kinds, [tensor_blob:memory(X) || X <- [RoView, RoImport, Pinned, Region, Src]]),
+    ?assertError({badarg, _}, tensor_blob:write(RoView, binary:copy(<<0>>, 256))),
+    ?assertError({badarg, _}, tensor_blob:write(RoImport, binary:copy(<<0>>, 64))),
+    ?assertError({badarg, _}, tensor_blob:write(Frozen, binary:copy(<<9>>, 16))),
+    ?assertEqual(binary:copy(<<1, 2, 3, 4>>, 64), tensor_blob:to_binary(RoView)),
+    ?assertEqual(binary:copy(<<0>>, 16), FrozenBin),
+    ?assertMatch({_, 16}, tensor_blob_nif:ipc_name(Region)),
+    %% The old build's code is purged; its storages still release through it.
+    ?assertEqual(false, code:purge(?M)),
+    ok.
+
+%% Loads the NIF module again, its on_load pointed at a copy of the library
+%% under another path (TENSOR_BLOB_NIF), as a release upgrade does.
+load_other_build() ->
+    Dir = filename:join(["/tmp", "tensor_blob_other_build_" ++ os:getpid()]),
+    ok = filelib:ensure_dir(filename:join(Dir, "x")),
+    Current = case os:getenv("TENSOR_BLOB_NIF") of
+                  false -> filename:join(code:priv_dir(tensor_blob), "tensor_blob_nif");
+                  Path -> Path
+              end,
+    Copy = filename:join(Dir, "tensor_blob_nif"),
+    {ok, _} = file:copy(Current ++ ".so", Copy ++ ".so"),
+    true = os:putenv("TENSOR_BLOB_NIF", Copy),
+    try
+        ?assertEqual({module, ?M}, code:load_file(?M)),
+        ?assertEqual(<<"x">>, ?M:identity(<<"x">>))
+    after
+        case Current of
+            _ when Current =:= Copy -> ok;
+            _ -> restore_env(Current)
+        end
+    end.
+
+restore_env(Current) ->
+    case filename:join(code:priv_dir(tensor_blob), "tensor_blob_nif") of
+        Current -> os:unsetenv("TENSOR_BLOB_NIF");
+        _ -> os:putenv("TENSOR_BLOB_NIF", Current)
+    end.

@@ -138,6 +138,14 @@ defmodule TensorBlob.DLPack do
   @spec consume(t() | reference()) :: non_neg_integer()
   def consume(capsule), do: translating(do: :tensor_blob.consume_dlpack(source(capsule)))
 
+  @doc """
+  The metadata of a capsule's managed tensor (`device`, `dtype`, `ptr`,
+  `shape`, `strides`, `read_only`), read without consuming it and without
+  touching the memory. Raises `ArgumentError` once the capsule is consumed.
+  """
+  @spec info(t() | reference()) :: map()
+  def info(capsule), do: translating(do: :tensor_blob.dlpack_info(source(capsule)))
+
   defp source(%__MODULE__{ref: ref}), do: ref
   defp source(other), do: other
 
