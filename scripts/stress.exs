@@ -24,6 +24,7 @@ defmodule Stress do
   @collector_ms 50
   @max_rss_growth_kib 64 * 1024
   @warmup_cycles 20_000
+  @chain_depth 1_000_000
 
   def main(argv) do
     cycles =
@@ -58,11 +59,14 @@ defmodule Stress do
     end:           #{fmt(rss_end)} KiB (growth since warm-up: #{fmt(growth)} KiB, limit #{fmt(@max_rss_growth_kib)} KiB)
     """)
 
+    chain_failures = for kind <- [:dlpack, :pins, :binary_views], do: chain(kind, @chain_depth, start_stats)
+
     failures =
       [
         {end_stats != start_stats, "stats did not return to the start: #{inspect(start_stats)} -> #{inspect(end_stats)}"},
         {growth >= @max_rss_growth_kib, "RSS grew by #{fmt(growth)} KiB (limit #{fmt(@max_rss_growth_kib)} KiB)"}
       ]
+      |> Kernel.++(chain_failures)
       |> Enum.filter(&elem(&1, 0))
       |> Enum.map(&elem(&1, 1))
 
@@ -75,6 +79,43 @@ defmodule Stress do
         System.halt(1)
     end
   end
+
+  # A chain of views of views, `depth` deep, made in a process that then
+  # exits: freeing it must not recurse once per link (it would overflow the
+  # C stack), and every count must come back.
+  defp chain(kind, depth, start_stats) do
+    {micros, :ok} =
+      :timer.tc(fn ->
+        in_process(fn ->
+          t0 = Tensor.from_binary(<<1, 2, 3, 4, 5, 6, 7, 8>>, :uint8, {8})
+          last = Enum.reduce(1..depth, t0, fn _, p -> link(kind, p) end)
+          if Tensor.to_binary(last) != <<1, 2, 3, 4, 5, 6, 7, 8>>, do: raise("chain #{kind}: wrong bytes")
+          :ok
+        end)
+      end)
+
+    end_stats = settle()
+    IO.puts("chain #{kind}: #{fmt(depth)} deep, made and read in #{Float.round(micros / 1.0e6, 2)} s, freed: #{inspect(end_stats)}")
+    {end_stats != start_stats, "chain #{kind}: stats did not return to the start: #{inspect(end_stats)}"}
+  end
+
+  defp in_process(fun) do
+    {pid, ref} = spawn_monitor(fn -> exit({:done, fun.()}) end)
+
+    receive do
+      {:DOWN, ^ref, :process, ^pid, {:done, value}} -> value
+      {:DOWN, ^ref, :process, ^pid, reason} -> raise "chain worker died: #{inspect(reason)}"
+    end
+  end
+
+  defp link(:dlpack, p), do: TensorBlob.DLPack.import(TensorBlob.DLPack.export(p))
+
+  defp link(:pins, p) do
+    %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(p))
+    v
+  end
+
+  defp link(:binary_views, p), do: Tensor.from_binary(Tensor.to_binary(p, copy: false), :uint8, {8}, copy: false)
 
   # Runs the cycles on the workers, with the collector forcing GCs meanwhile.
   # Returns the highest live counts the collector saw.
