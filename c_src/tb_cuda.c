@@ -59,12 +59,16 @@ int tb_cuda_device_count(void)
     return n;
 }
 
-tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device)
+tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device, const char **error)
 {
     struct cudaPointerAttributes a;
-    if (!rt.loaded || rt.pointer_get_attributes(&a, (const void *)(uintptr_t)ptr) != cudaSuccess) {
-        if (rt.loaded)
-            rt.get_last_error();
+    *error = NULL;
+    if (!rt.loaded)
+        return TB_MEM_UNKNOWN;
+    cudaError_t e = rt.pointer_get_attributes(&a, (const void *)(uintptr_t)ptr);
+    if (e != cudaSuccess) {
+        rt.get_last_error(); /* clear it: the runtime keeps the last error */
+        *error = rt.get_error_string(e);
         return TB_MEM_UNKNOWN;
     }
     *device = a.device;
@@ -90,10 +94,11 @@ int tb_cuda_device_count(void)
     return 0;
 }
 
-tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device)
+tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device, const char **error)
 {
     (void)ptr;
     *device = -1;
+    *error = NULL;
     return TB_MEM_UNKNOWN;
 }
 #endif
@@ -101,10 +106,22 @@ tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device)
 int tb_cuda_check_pointer(uint64_t ptr, const tb_device *declared, char *why, size_t why_size)
 {
     /* Asking costs a runtime call: only where a GPU could own the pointer. */
-    if (declared->type == TB_DEVICE_CPU && tb_cuda_device_count() == 0)
+    int count = tb_cuda_device_count();
+    if (declared->type == TB_DEVICE_CPU && count == 0)
         return 1;
+    if (declared->type == TB_DEVICE_CUDA && declared->index >= count) {
+        snprintf(why, why_size, "CUDA device %d does not exist (%d found)", declared->index, count);
+        return 0;
+    }
     int device = -1;
-    tb_mem_kind kind = tb_cuda_pointer_kind(ptr, &device);
+    const char *error;
+    tb_mem_kind kind = tb_cuda_pointer_kind(ptr, &device, &error);
+    if (kind == TB_MEM_UNKNOWN && error && declared->type == TB_DEVICE_CUDA) {
+        /* A freed device pointer, for one: say what the runtime said. */
+        snprintf(why, why_size, "the CUDA runtime does not know it as memory of {:cuda, %d}: %s", declared->index,
+                 error);
+        return 0;
+    }
     if (kind == TB_MEM_UNKNOWN || kind == TB_MEM_MANAGED)
         return 1; /* managed memory is valid on the host and on its device */
     if (declared->type == TB_DEVICE_CPU && kind == TB_MEM_DEVICE) {

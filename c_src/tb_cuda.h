@@ -17,8 +17,9 @@ int tb_cuda_device_count(void);
 
 typedef enum { TB_MEM_UNKNOWN, TB_MEM_HOST, TB_MEM_PINNED_HOST, TB_MEM_DEVICE, TB_MEM_MANAGED } tb_mem_kind;
 
-/* What the runtime knows of ptr (TB_MEM_UNKNOWN when it cannot tell). */
-tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device);
+/* What the runtime knows of ptr (TB_MEM_UNKNOWN when it cannot tell; then
+ * *error is the runtime's message when it answered with an error). */
+tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device, const char **error);
 
 /* 0 and a message when ptr is not memory of the declared device. */
 int tb_cuda_check_pointer(uint64_t ptr, const tb_device *declared, char *why, size_t why_size);
