@@ -160,8 +160,8 @@ ERL_NIF_TERM tb_nif_cuda_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return map;
 }
 
-/* cuda_synchronize(Index): waits for the device's work (a dirty-free wait:
- * it is called on a dirty I/O scheduler by the Erlang side). */
+/* cuda_synchronize(Index): waits for the device's work; registered on a
+ * dirty I/O scheduler in the function table. */
 ERL_NIF_TERM tb_nif_cuda_synchronize(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;

@@ -118,20 +118,7 @@ defmodule TensorBlob.DLPackTest do
     {address, Managed.decode(Managed.read(address, Managed.size(kind)), kind)}
   end
 
-  # stats/0 once the garbage of earlier tests is gone: destructors run a
-  # little after the processes that held the resources exit.
-  defp settled_stats(tries \\ 50) do
-    Lifetime.collect()
-    first = TensorBlob.stats()
-    Process.sleep(5)
-    Lifetime.collect()
-
-    case TensorBlob.stats() do
-      ^first -> first
-      _ when tries == 0 -> first
-      _ -> settled_stats(tries - 1)
-    end
-  end
+  defp settled_stats, do: Lifetime.settled_stats()
 
   # Waits (up to ~2 s) for a condition on stats/0; returns the last stats.
   defp await(fun, tries \\ 200) do

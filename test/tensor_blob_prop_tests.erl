@@ -261,10 +261,7 @@ roundtrip(D, Shape, Bytes, Ops, OpsAfter) ->
     end,
 
     %% Through the blob: the same memory, the same bytes, pinned.
-    case known_issue_empty_view_past_end(Model, numel(Shape), Blob) of
-        true -> true;
-        false -> roundtrip_imported(Source, Blob, Model, Elements, OpsAfter, Expected)
-    end.
+    roundtrip_imported(Source, Blob, Model, Elements, OpsAfter, Expected).
 
 roundtrip_imported(Source, Blob, Model, Elements, OpsAfter, Expected) ->
     #{ptr := Ptr, dtype := D, byte_size := ByteSize} = Blob,
@@ -343,23 +340,6 @@ dlpack_roundtrip(D, Shape, Bytes, Ops, OpsAfter, {How, Version}) ->
     {After, ModelAfter} = apply_ops(Imported, Model, OpsAfter),
     ?assertEqual(model_bytes(ModelAfter, Elements), tensor_blob:to_binary(After)),
     true.
-
-%% K2: a zero-element view whose pointer is past the end of its storage.
-%% While from_blob refuses it (the bug), the refusal is accepted for this
-%% case only; once it is accepted, the full checks run on it.
-known_issue_empty_view_past_end(#view{shape = Shape, offset = Off}, SourceNumel, Blob) ->
-    case numel(Shape) =:= 0 andalso Off > SourceNumel of
-        false ->
-            false;
-        true ->
-            try tensor_blob:from_blob(Blob) of
-                _ -> false
-            catch
-                error:{badarg, Msg} ->
-                    binary:match(Msg, <<"outside the owner's memory">>) =/= nomatch
-                        orelse erlang:error({badarg, Msg})
-            end
-    end.
 
 %%====================================================================
 %% Regression tests of the known issues (they fail until fixed)

@@ -39,15 +39,17 @@ defmodule TensorBlob.DLPack do
   (non-negative, no overflow of the element count or the byte extent), strides
   (`NULL` means row-major; the stride of a size-1 dimension may be anything),
   `byte_offset`, a `NULL` data pointer (allowed only without elements) and its
-  alignment. Only CPU tensors are imported by this build: a `kDLCUDA` tensor
-  raises `TensorBlob.Error` saying the build has no CUDA.
+  alignment. `kDLCPU` and `kDLCUDA` tensors are imported; a `kDLCUDA` tensor
+  raises `TensorBlob.Error` where the linked libtorch has no CUDA, and where
+  it has, the CUDA runtime must confirm that the pointer is memory of that
+  device (as for `TensorBlob.from_blob/2`).
 
   A tensor with the `READ_ONLY` flag (or imported with `read_only: true`) is
   read-only: `TensorBlob.Tensor.write!/2` refuses it and every slice of it,
   and it can only be re-exported versioned, with the flag. `IS_COPIED` is
   accepted and changes nothing here; `IS_SUBBYTE_TYPE_PADDED` concerns only
   sub-byte types, which are refused anyway; other flag bits are refused.
-  `TensorBlob.Tensor.memory/1` reports an imported tensor as `:pinned`: its
+  `TensorBlob.Tensor.memory/1` reports an imported tensor as `:dlpack`: its
   storage keeps the producer's memory alive until it calls the deleter.
 
   ## Who calls the deleter when an import is refused

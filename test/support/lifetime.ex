@@ -30,18 +30,11 @@ defmodule TensorBlob.Test.Lifetime do
     collect()
   end
 
-  def collect do
-    for pid <- Process.list(), do: :erlang.garbage_collect(pid)
-    :ok
-  end
+  # The collecting and settling are the EUnit suites' (one helper for both).
+  def collect, do: :tensor_blob_test_util.gc_all()
 
   @doc "Collects until stats/0 stops changing (destructors run after GC), and returns it."
-  def settled_stats(previous \\ nil, tries \\ 50) do
-    collect()
-    Process.sleep(5)
-    stats = TensorBlob.stats()
-    if stats == previous or tries == 0, do: stats, else: settled_stats(stats, tries - 1)
-  end
+  def settled_stats, do: :tensor_blob_test_util.settled_stats()
 
   @doc "Waits (up to ~2 s) until stats/0 equals expected; returns the last stats."
   def await_stats(expected, tries \\ 200) do
