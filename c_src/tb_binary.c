@@ -123,5 +123,5 @@ ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
                               tb_pointer_alignment((uint64_t)(uintptr_t)bin.data) < 16
                           ? bin.size
                           : 0;
-    return tb_run_copy(env, "from_binary", copied, from_binary_view, argc, argv);
+    return tb_run_copy(env, "from_binary", copied, 0, from_binary_view, argc, argv);
 }

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* dl_iterate_phdr, dladdr */
 #include "tb_cuda.h"
 
 #include <stdio.h>
@@ -8,6 +9,8 @@
 #if TB_CUDA
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <link.h>
+#include <string.h>
 
 /* The few runtime entry points used, resolved once. */
 static struct {
@@ -20,16 +23,45 @@ static struct {
     const char *(*get_error_string)(cudaError_t);
 } rt;
 
+/* The path of the CUDA runtime already in the process (libtorch_cuda's,
+ * for one), so that one runtime serves both. */
+static char runtime_path[512];
+
+static int find_loaded_runtime(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    if (base && strncmp(base + 1, "libcudart.so", strlen("libcudart.so")) == 0) {
+        snprintf(runtime_path, sizeof runtime_path, "%s", info->dlpi_name);
+        return 1;
+    }
+    return 0;
+}
+
+const char *tb_cuda_runtime_path(void)
+{
+    return runtime_path[0] ? runtime_path : NULL;
+}
+
 void tb_cuda_load(void)
 {
     if (rt.loaded)
         return;
-    static const char *names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
     void *lib = NULL;
+    if (dl_iterate_phdr(find_loaded_runtime, NULL))
+        lib = dlopen(runtime_path, RTLD_NOW | RTLD_NOLOAD);
+    static const char *names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
     for (size_t i = 0; !lib && i < sizeof names / sizeof names[0]; i++)
         lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return;
+    if (!runtime_path[0]) {
+        Dl_info where;
+        void *sym = dlsym(lib, "cudaGetDeviceCount");
+        if (sym && dladdr(sym, &where) && where.dli_fname)
+            snprintf(runtime_path, sizeof runtime_path, "%s", where.dli_fname);
+    }
     *(void **)&rt.get_device_count = dlsym(lib, "cudaGetDeviceCount");
     *(void **)&rt.set_device = dlsym(lib, "cudaSetDevice");
     *(void **)&rt.device_synchronize = dlsym(lib, "cudaDeviceSynchronize");
@@ -89,6 +121,11 @@ void tb_cuda_load(void)
 {
 }
 
+const char *tb_cuda_runtime_path(void)
+{
+    return NULL;
+}
+
 int tb_cuda_device_count(void)
 {
     return 0;
@@ -146,7 +183,8 @@ ERL_NIF_TERM tb_nif_cuda_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     (void)argc;
     (void)argv;
     ERL_NIF_TERM keys[] = {enif_make_atom(env, "built"), enif_make_atom(env, "devices"),
-                           enif_make_atom(env, "libtorch"), enif_make_atom(env, "runtime")};
+                           enif_make_atom(env, "libtorch"), enif_make_atom(env, "runtime"),
+                           enif_make_atom(env, "runtime_path")};
 #if TB_CUDA
     int built = 1, runtime = rt.loaded;
 #else
@@ -154,9 +192,10 @@ ERL_NIF_TERM tb_nif_cuda_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 #endif
     ERL_NIF_TERM values[] = {built ? tb_atoms.true_ : tb_atoms.false_, enif_make_int(env, tb_cuda_device_count()),
                              tb_shim_cuda_built() ? tb_atoms.true_ : tb_atoms.false_,
-                             runtime ? tb_atoms.true_ : tb_atoms.false_};
+                             runtime ? tb_atoms.true_ : tb_atoms.false_,
+                             tb_cuda_runtime_path() ? tb_make_string(env, tb_cuda_runtime_path()) : tb_atoms.nil};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 4, &map);
+    enif_make_map_from_arrays(env, keys, values, 5, &map);
     return map;
 }
 

@@ -10,7 +10,11 @@
 
 #include "tb_term.h"
 
+/* Uses the CUDA runtime already loaded in the process where there is one
+ * (libtorch_cuda's), else opens one. */
 void tb_cuda_load(void);
+/* The file of the runtime in use, or NULL. */
+const char *tb_cuda_runtime_path(void);
 
 /* GPUs the runtime sees; 0 without a runtime, driver or device. */
 int tb_cuda_device_count(void);

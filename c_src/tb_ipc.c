@@ -169,7 +169,7 @@ ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &s, &exc))
         return exc;
-    return tb_run_copy(env, "ipc_zeros", s.byte_size, ipc_zeros, argc, argv);
+    return tb_run_copy(env, "ipc_zeros", s.byte_size, 0, ipc_zeros, argc, argv);
 }
 
 ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])

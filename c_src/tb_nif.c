@@ -96,6 +96,7 @@ static ErlNifFunc nif_funcs[] = {
     {"from_binary_view", 4, tb_nif_from_binary_view, 0},
     {"to_binary_view", 1, tb_nif_to_binary_view, 0},
     {"write", 2, tb_nif_write, 0},
+    {"to_device", 2, tb_nif_to_device, 0},
     {"narrow", 4, tb_nif_narrow, 0},
     {"transpose", 3, tb_nif_transpose, 0},
     {"shape", 1, tb_nif_shape, 0},

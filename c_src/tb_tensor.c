@@ -106,19 +106,12 @@ int tb_tensor_arg(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_tenso
     return 1;
 }
 
-int tb_tensor_require_cpu(ErlNifEnv *env, const tb_tensor_desc *d, const char *what, ERL_NIF_TERM *exc)
-{
-    if (d->info.device_type == TB_DEVICE_CPU)
-        return 1;
-    *exc = tb_raise_badarg(env, "%s: the tensor is on %T; only CPU tensors can be copied to or from bytes", what,
-                           tb_make_device(env, d->info.device_type, d->info.device_index));
-    return 0;
-}
-
-ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes,
+ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device,
                          ERL_NIF_TERM (*fun)(ErlNifEnv *, int, const ERL_NIF_TERM[]), int argc,
                          const ERL_NIF_TERM argv[])
 {
+    if (device)
+        return enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_IO_BOUND, fun, argc, argv);
     if (bytes > TB_DIRTY_BYTES)
         return enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_CPU_BOUND, fun, argc, argv);
     return fun(env, argc, argv);
@@ -188,7 +181,7 @@ ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
         return exc;
-    return tb_run_copy(env, "zeros", r.byte_size, zeros, argc, argv);
+    return tb_run_copy(env, "zeros", r.byte_size, 0, zeros, argc, argv);
 }
 
 static ERL_NIF_TERM from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -212,7 +205,7 @@ ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 {
     ErlNifBinary bin;
     uint64_t bytes = enif_inspect_binary(env, argv[0], &bin) ? bin.size : 0;
-    return tb_run_copy(env, "from_binary", bytes, from_binary, argc, argv);
+    return tb_run_copy(env, "from_binary", bytes, 0, from_binary, argc, argv);
 }
 
 static ERL_NIF_TERM to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -220,7 +213,7 @@ static ERL_NIF_TERM to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_tensor_require_cpu(env, &d, "to_binary", &exc))
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     ErlNifBinary bin;
     if (!enif_alloc_binary(d.dense_bytes, &bin))
@@ -239,7 +232,7 @@ ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
-    return tb_run_copy(env, "to_binary", d.dense_bytes, to_binary, argc, argv);
+    return tb_run_copy(env, "to_binary", d.dense_bytes, d.info.device_type != TB_DEVICE_CPU, to_binary, argc, argv);
 }
 
 static const char *guard_refusal(tb_guard_status status)
@@ -265,8 +258,6 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     ErlNifBinary bin;
     if (!enif_inspect_binary(env, argv[1], &bin))
         return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[1]);
-    if (!tb_tensor_require_cpu(env, &d, "write!", &exc))
-        return exc;
     if (tb_storage_read_only(&d.info))
         return tb_raise_badarg(env, "tensor: read-only (%s); write! refuses it",
                                tb_storage_read_only_reason(&d.info));
@@ -290,8 +281,40 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     ErlNifBinary bin;
+    tb_tensor_desc d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
+        return exc;
     uint64_t bytes = enif_inspect_binary(env, argv[1], &bin) ? bin.size : 0;
-    return tb_run_copy(env, "write", bytes, write_bytes, argc, argv);
+    return tb_run_copy(env, "write", bytes, d.info.device_type != TB_DEVICE_CPU, write_bytes, argc, argv);
+}
+
+static ERL_NIF_TERM to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_tensor_desc d;
+    tb_device device;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_get_device(env, argv[1], "device", &device, &exc))
+        return exc;
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    if (!tb_shim_to_device(d.tensor->handle, device.type, device.index, &h, &err))
+        return tb_raise_error(env, "to_device: %s", err.message);
+    return tb_tensor_return(env, h);
+}
+
+/* to_device(Tensor, Device) -> a copy on Device: the explicit copy between
+ * the host and a GPU (or within one). */
+ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    tb_tensor_desc d;
+    tb_device device;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_get_device(env, argv[1], "device", &device, &exc))
+        return exc;
+    int on_device = d.info.device_type != TB_DEVICE_CPU || device.type != TB_DEVICE_CPU;
+    return tb_run_copy(env, "to_device", d.dense_bytes, on_device, to_device, argc, argv);
 }
 
 /* ---- Views ------------------------------------------------------------- */

@@ -59,14 +59,13 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
                               tb_dtype_id *dtype, tb_layout_result *r, ERL_NIF_TERM *exc);
 
 /* Every NIF that copies data goes through here: it runs `fun` at once, or
- * on a dirty CPU scheduler when it copies more than TB_DIRTY_BYTES. */
+ * on a dirty CPU scheduler when it copies more than TB_DIRTY_BYTES, or on
+ * a dirty I/O scheduler whatever the size when a device is involved (the
+ * copy waits for the GPU). */
 #define TB_DIRTY_BYTES (256 * 1024)
-ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes,
+ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device,
                          ERL_NIF_TERM (*fun)(ErlNifEnv *, int, const ERL_NIF_TERM[]), int argc,
                          const ERL_NIF_TERM argv[]);
-
-/* Refuses a tensor whose memory the CPU cannot read (a CUDA tensor). */
-int tb_tensor_require_cpu(ErlNifEnv *env, const tb_tensor_desc *d, const char *what, ERL_NIF_TERM *exc);
 
 long tb_tensor_live(void);
 
@@ -74,6 +73,7 @@ ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM tb_nif_shape(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);

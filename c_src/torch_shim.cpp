@@ -154,7 +154,8 @@ int tb_shim_to_bytes(tb_shim_tensor *handle, void *dst, tb_shim_error *err) noex
             return;
         // memcpy, not a tensor over dst: a binary is only 8-byte aligned, and
         // libtorch's vectorised copy assumes element alignment (complex128).
-        at::Tensor c = t.contiguous();
+        // Device memory is copied to the host first (it waits for the copy).
+        at::Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
         std::memcpy(dst, c.data_ptr(), c.nbytes());
     });
 }
@@ -165,14 +166,27 @@ int tb_shim_write_bytes(tb_shim_tensor *handle, const void *src, tb_shim_error *
         at::Tensor t = borrow(handle);
         if (t.numel() == 0)
             return;
-        if (t.is_contiguous()) {
+        if (t.device().is_cpu() && t.is_contiguous()) {
             std::memcpy(t.data_ptr(), src, t.nbytes());
             return;
         }
-        // Staged through an aligned tensor, for the same reason as to_bytes.
-        at::Tensor staged = at::empty(t.sizes(), t.options());
+        // Staged through an aligned host tensor, for the same reason as
+        // to_bytes; copy_ then moves it to the device where there is one.
+        at::Tensor staged = at::empty(t.sizes(), t.options().device(at::kCPU));
         std::memcpy(staged.data_ptr(), src, staged.nbytes());
         t.copy_(staged);
+    });
+}
+
+int tb_shim_to_device(tb_shim_tensor *handle, int device_type, int device_index, tb_shim_tensor **out,
+                      tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        c10::Device device = device_type == TB_DEVICE_CUDA
+            ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index))
+            : c10::Device(c10::DeviceType::CPU);
+        // Always a new tensor: to/2 is the explicit copy, even to the same device.
+        *out = release_handle(borrow(handle).to(device, /*non_blocking=*/false, /*copy=*/true));
     });
 }
 

@@ -55,10 +55,15 @@ int tb_shim_zeros(int ndim, const int64_t *sizes, int scalar_type,
 /* A new contiguous tensor holding a copy of bytes (row-major). */
 int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int scalar_type,
                        tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
-/* Copies the elements, in row-major order, into dst (numel * element size bytes). */
+/* Copies the elements, in row-major order, into dst (numel * element size
+ * bytes); from any device. write_bytes writes them back, to any device. */
 int tb_shim_to_bytes(tb_shim_tensor *t, void *dst, tb_shim_error *err) TB_NOEXCEPT;
 /* Overwrites the elements in place from row-major bytes. */
 int tb_shim_write_bytes(tb_shim_tensor *t, const void *src, tb_shim_error *err) TB_NOEXCEPT;
+
+/* A copy of the tensor on another device (or the same: always a copy). */
+int tb_shim_to_device(tb_shim_tensor *t, int device_type, int device_index,
+                      tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
 int tb_shim_narrow(tb_shim_tensor *t, int dim, int64_t start, int64_t length,
                    tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;

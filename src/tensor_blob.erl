@@ -16,7 +16,7 @@
 
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
-         narrow/4, transpose/3,
+         narrow/4, transpose/3, to_device/2,
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
@@ -145,6 +145,11 @@ write(T, Binary) ->
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
 -spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
+%% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
+%% between the host and a GPU. Always a new tensor, even on the same device.
+-spec to_device(tensor(), device()) -> tensor().
+to_device(T, Device) -> tensor_blob_nif:to_device(T, Device).
+
 narrow(T, Dim, Start, Length) ->
     tensor_blob_nif:narrow(T, Dim, Start, Length).
 
@@ -201,7 +206,7 @@ nx_type(Dtype) -> tensor_blob_nif:nx_type(Dtype).
 %% runtime (libcudart was found at load), devices (GPUs the runtime sees),
 %% libtorch (the linked libtorch has CUDA).
 -spec cuda_info() -> #{built := boolean(), runtime := boolean(), devices := non_neg_integer(),
-                       libtorch := boolean()}.
+                       libtorch := boolean(), runtime_path := binary() | nil}.
 cuda_info() -> tensor_blob_nif:cuda_info().
 
 %% @doc Waits until the CUDA device has finished its queued work.

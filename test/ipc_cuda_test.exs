@@ -104,7 +104,9 @@ defmodule TensorBlob.IPCTest do
   describe "CUDA without a GPU" do
     test "the library answers: runtime facts, no devices, clear errors" do
       info = CUDA.runtime()
-      assert Map.keys(info) |> Enum.sort() == [:built, :devices, :libtorch, :runtime]
+      assert Map.keys(info) |> Enum.sort() == [:built, :devices, :libtorch, :runtime, :runtime_path]
+      # Which runtime: a file when one was found, nil otherwise.
+      assert info.runtime == is_binary(info.runtime_path)
       assert CUDA.device_count() == info.devices
       assert CUDA.available?() == (info.devices > 0 and info.libtorch)
 
@@ -133,6 +135,36 @@ defmodule TensorBlob.IPCTest do
       assert info == %{device: :cpu, ptr: TensorBlob.to_blob(t).ptr, shape: {3, 2}, strides: [1, 3], dtype: :float32, read_only: true}
       assert Tensor.shape(DLPack.import(capsule)) == {3, 2}
       assert_raise ArgumentError, ~r/already consumed/, fn -> CUDA.info(capsule) end
+    end
+
+    test "to_device/2 is the explicit copy; a CUDA device without CUDA is a TensorBlob.Error" do
+      t = Tensor.from_binary(f32s([1, 2, 3, 4]), :float32, {2, 2})
+      c = Tensor.to_device(Tensor.transpose(t, 0, 1), :cpu)
+      assert Tensor.to_binary(c) == f32s([1, 3, 2, 4])
+      refute TensorBlob.to_blob(c).ptr == TensorBlob.to_blob(t).ptr
+      assert Tensor.memory(c) == :owned
+      assert_raise ArgumentError, ~r/device/, fn -> Tensor.to_device(t, :gpu) end
+
+      unless CUDA.runtime().libtorch do
+        assert_raise TensorBlob.Error, ~r/to_device/, fn -> Tensor.to_device(t, {:cuda, 0}) end
+      end
+    end
+
+    @tag :cuda
+    test "with a GPU: to_binary, write! and to_device copy across, and never crash" do
+      t = Tensor.from_binary(f32s(Enum.to_list(1..64)), :float32, {8, 8})
+      g = Tensor.to_device(t, {:cuda, 0})
+      assert Tensor.device(g) == {:cuda, 0}
+      assert Tensor.to_binary(g) == Tensor.to_binary(t)
+      assert Tensor.to_binary(Tensor.transpose(g, 0, 1)) == Tensor.to_binary(Tensor.transpose(t, 0, 1))
+      Tensor.write!(g, f32s(List.duplicate(7, 64)))
+      assert Tensor.to_binary(Tensor.to_device(g, :cpu)) == f32s(List.duplicate(7, 64))
+      # A binary never shows device memory.
+      assert_raise ArgumentError, ~r/CPU memory/, fn -> Tensor.to_binary(g, copy: false) end
+      # The blob of a CUDA tensor round-trips as device memory, pinned.
+      %TensorBlob.BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(g))
+      assert Tensor.device(v) == {:cuda, 0}
+      assert Tensor.to_binary(v) == f32s(List.duplicate(7, 64))
     end
 
     @tag :cuda

@@ -102,6 +102,14 @@ defmodule TensorBlob.Tensor do
     tensor
   end
 
+  @doc """
+  A copy on `device` (`:cpu` or `{:cuda, index}`): the explicit copy between
+  the host and a GPU. Always a new tensor, even on the same device.
+  `to_binary/1` and `write!/2` also copy to and from a CUDA tensor.
+  """
+  @spec to_device(t(), :cpu | {:cuda, non_neg_integer()}) :: t()
+  def to_device(tensor, device), do: translating(do: wrap(:tensor_blob.to_device(ref(tensor), device)))
+
   @doc "A view of `length` elements of dimension `dim` from `start`; shares memory."
   @spec narrow(t(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
   def narrow(tensor, dim, start, length) do
