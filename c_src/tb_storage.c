@@ -197,7 +197,7 @@ const char *tb_storage_read_only_reason(const tb_shim_info *info)
     case TB_MEMORY_BINARY:
         return "a view of a binary's bytes; binaries are immutable";
     default:
-        return "a view of read-only memory (a binary's bytes, or a read-only DLPack import)";
+        return "a view of a binary's bytes (binaries are immutable), or of a read-only tensor";
     }
 }
 

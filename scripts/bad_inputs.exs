@@ -49,7 +49,26 @@ cases = [
   {"DLPack: consume twice", fn -> DLPack.consume(consumed) end},
   {"DLPack: import a consumed capsule", fn -> DLPack.import(consumed) end},
   {"DLPack: max_version {2, 0}", fn -> DLPack.export(t, max_version: {2, 0}) end},
-  {"DLPack: legacy read-only export", fn -> DLPack.export(t, version: :legacy, read_only: true) end}
+  {"DLPack: legacy read-only export", fn -> DLPack.export(t, version: :legacy, read_only: true) end},
+  {"strides that overflow when sliced, with a dimension of 0",
+   fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {2, 0}, strides: [2 ** 63 - 1, 1], dtype: :float32}, owner: t) end},
+  {"ptr + extent wraps the address space", fn -> TensorBlob.from_blob(%{ptr: 2 ** 64 - 16, shape: {8}, dtype: :float32}, owner: :none) end},
+  {"to_blob: a struct name that is no atom", fn -> :tensor_blob.to_blob(Tensor.ref(t), %{struct: 2}) end},
+  {"write! a binary's bytes through a wrapped owner",
+   fn ->
+     ro = Tensor.from_binary(:binary.copy(<<1>>, 256), :uint8, {256}, copy: false)
+     %{tensor: v} = TensorBlob.from_blob(Map.delete(TensorBlob.to_blob(ro), :owner), owner: {ro})
+     Tensor.write!(v, :binary.copy(<<0>>, 256))
+   end},
+  {"write! a second mapping of a region a binary shows",
+   fn ->
+     r = TensorBlob.IPC.zeros({64}, :uint8)
+     _bin = Tensor.to_binary(r, copy: false)
+     second = TensorBlob.IPC.open(TensorBlob.IPC.export(r), :uint8, {64})
+     Tensor.write!(second, :binary.copy(<<1>>, 64))
+   end},
+  {"to_device: unknown device", fn -> Tensor.to_device(t, :gpu) end},
+  {"IPC: not a shared-memory name", fn -> TensorBlob.IPC.open("a/b", :uint8, {1}) end}
 ]
 
 IO.puts("# Bad inputs and the errors they get\n")
