@@ -34,6 +34,7 @@ typedef struct {
     tb_range read_only;   /* memory never written through us: list head */
     tb_range writing;     /* write! calls in progress: list head */
     long binary_views;
+    long read_only_ranges; /* entries of read_only: read without the lock */
     tb_count tensors, pins, capsules;
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */

@@ -45,12 +45,14 @@ void tb_storage_guard_read_only(tb_storage *s, const tb_range *span)
     s->guard = *span;
     enif_mutex_lock(tb_st->lock);
     list_push(&tb_st->read_only, &s->guard);
+    __atomic_add_fetch(&tb_st->read_only_ranges, 1, __ATOMIC_RELEASE);
     enif_mutex_unlock(tb_st->lock);
 }
 
 int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
 {
-    if (bytes == 0)
+    /* The common case, no binary pinned anywhere, takes no lock. */
+    if (bytes == 0 || __atomic_load_n(&tb_st->read_only_ranges, __ATOMIC_ACQUIRE) == 0)
         return 0;
     tb_range r = {.lo = ptr, .hi = ptr + bytes};
     enif_mutex_lock(tb_st->lock);
@@ -126,6 +128,7 @@ static void release_one(tb_storage *s)
     if (s->guard.next) {
         enif_mutex_lock(tb_st->lock);
         list_remove(&s->guard);
+        __atomic_sub_fetch(&tb_st->read_only_ranges, 1, __ATOMIC_RELEASE);
         enif_mutex_unlock(tb_st->lock);
     }
     s->free(s);

@@ -213,7 +213,12 @@ static void check_row_major(int ndim, const int64_t *shape)
         return;
 
     /* A row-major layout of a valid shape, at an aligned pointer, reaches
-     * exactly numel elements, for every element size in the table. */
+     * exactly numel elements, for every element size in the table; what a
+     * slice of it may address counts a dimension of 0 as 1 (as its strides
+     * do), and only that many bytes past int64 may refuse it. */
+    u128 span = 1;
+    for (int i = 0; i < ndim; i++)
+        span *= (u128)(shape[i] > 1 ? shape[i] : 1); /* < 2^63: the strides fit */
     for (int d = 0; d < TB_DT_COUNT; d++) {
         tb_layout rm;
         rm.ptr = 0x10000;
@@ -224,10 +229,10 @@ static void check_row_major(int ndim, const int64_t *shape)
         tb_layout_result r = tb_layout_check(&rm);
         if (r.status == TB_LAYOUT_OK) {
             REQUIRE((u128)r.byte_size == (u128)r.numel * rm.element_size);
+            REQUIRE(r.reach == 0 || (u128)r.reach == span * rm.element_size);
         } else {
-            /* Only a byte count past int64 may refuse it. */
             REQUIRE(r.status == TB_LAYOUT_EXTENT_OVERFLOW);
-            REQUIRE((u128)r.numel * rm.element_size > INT64_MAX);
+            REQUIRE(span * rm.element_size > INT64_MAX);
         }
     }
 }
