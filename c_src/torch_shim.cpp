@@ -216,7 +216,13 @@ void tb_shim_info_of(const tb_shim_tensor *handle, tb_shim_info *info) noexcept
     info->ndim = static_cast<int>(sizes.size());
     info->sizes = sizes.data();
     info->strides = strides.data();
-    info->data = base ? base + impl->storage_offset() * static_cast<int64_t>(impl->itemsize()) : nullptr;
+    // Checked: a layout that reached here was validated, but the offset of
+    // a slice is libtorch's arithmetic, and an overflow must not be UB.
+    int64_t offset_bytes = 0;
+    bool wraps = __builtin_mul_overflow(impl->storage_offset(), static_cast<int64_t>(impl->itemsize()), &offset_bytes);
+    uintptr_t data = 0;
+    wraps = wraps || __builtin_add_overflow(reinterpret_cast<uintptr_t>(base), static_cast<uintptr_t>(offset_bytes), &data);
+    info->data = base && !wraps ? reinterpret_cast<void *>(data) : nullptr;
     info->scalar_type = static_cast<int>(st);
     info->device_type = impl->device().is_cuda() ? TB_DEVICE_CUDA : TB_DEVICE_CPU;
     info->device_index = impl->device().has_index() ? impl->device().index() : 0;
