@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,10 +23,12 @@ typedef struct {
     void *addr;
     size_t length;
     size_t byte_size; /* what the tensor covers, from the start */
-    char name[64];
+    char name[NAME_MAX + 1];
 } tb_region;
 
-#define TB_IPC_NAME_MAX 63
+/* What glibc's shm_open takes: an optional leading '/', then 1 to
+ * NAME_MAX - 2 bytes with no '/' (Torchx's names have no leading slash). */
+#define TB_IPC_NAME_MAX (NAME_MAX - 2)
 
 static void region_unmap(tb_region *r)
 {
@@ -127,10 +130,11 @@ ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ErlNifBinary bin;
     if (!enif_inspect_binary(env, argv[0], &bin))
         return tb_raise_badarg(env, "handle: expected a shared-memory name (a binary), got %T", argv[0]);
-    if (bin.size < 2 || bin.size > TB_IPC_NAME_MAX || bin.data[0] != '/' || memchr(bin.data + 1, '/', bin.size - 1) ||
+    size_t slash = bin.size > 0 && bin.data[0] == '/';
+    if (bin.size - slash < 1 || bin.size - slash > TB_IPC_NAME_MAX || memchr(bin.data + slash, '/', bin.size - slash) ||
         memchr(bin.data, '\0', bin.size))
-        return tb_raise_badarg(env, "handle: %T is no shared-memory name (\"/name\", 2 to %d bytes, no other "
-                                    "slash or NUL)",
+        return tb_raise_badarg(env, "handle: %T is no shared-memory name (\"name\" or \"/name\": 1 to %d bytes after "
+                                    "an optional leading slash, no other slash, no NUL)",
                                argv[0], TB_IPC_NAME_MAX);
     tb_layout l;
     tb_dtype_id dtype;
