@@ -6,6 +6,7 @@
 #
 #   scripts/compat_test.sh            build (or reuse) the root, run the suites
 #   scripts/compat_test.sh --root     build (or reuse) the root only
+#   scripts/compat_test.sh --run CMD  run CMD there, in the checkout's copy
 #
 # COMPAT_DIR     where the root and its build products live (default
 #                build/compat: ignored by git, kept between runs)
@@ -141,5 +142,9 @@ if [ "$mode" = "--root" ]; then
   exit 0
 fi
 copy_tree
+if [ "$mode" = "--run" ]; then
+  in_root /bin/bash -c "cd /work/tensor_blob && $2"
+  exit
+fi
 log "running the suites on $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"')"
 in_root /bin/bash /work/tensor_blob/scripts/compat_inner.sh
