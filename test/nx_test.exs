@@ -299,20 +299,28 @@ if Code.ensure_loaded?(Nx) do
       test "from_nx asks Nx's version once, not on every call" do
         nx = PointerBackend.wrap(Tensor.zeros({4}, :float32), :bare)
         _ = TNx.from_nx(nx, device: :cpu)
-        :erlang.trace_pattern({Application, :spec, :_}, true, [:global])
-        :erlang.trace_pattern({Version, :match?, :_}, true, [:global])
-        :erlang.trace(self(), true, [:call])
+        patterns = [{Application, :spec, :_}, {Version, :match?, :_}]
+        tracer = spawn_link(fn -> collect_traces([]) end)
+        Enum.each(patterns, &:erlang.trace_pattern(&1, true, [:global]))
+        :erlang.trace(self(), true, [:call, {:tracer, tracer}])
 
         try do
-          for _ <- 1..3, do: TNx.from_nx(nx, device: :cpu)
+          for _ <- 1..3, do: assert(Tensor.memory(TNx.from_nx(nx, device: :cpu)) == :pinned)
         after
           :erlang.trace(self(), false, [:call])
-          :erlang.trace_pattern({Application, :spec, :_}, false, [:global])
-          :erlang.trace_pattern({Version, :match?, :_}, false, [:global])
+          Enum.each(patterns, &:erlang.trace_pattern(&1, false, [:global]))
         end
 
-        refute_received {:trace, _, :call, {Application, :spec, _}}
-        refute_received {:trace, _, :call, {Version, :match?, _}}
+        send(tracer, {:done, self()})
+        assert_receive {:traced, calls}
+        assert calls == []
+      end
+    end
+
+    defp collect_traces(calls) do
+      receive do
+        {:trace, _, :call, mfa} -> collect_traces([mfa | calls])
+        {:done, from} -> send(from, {:traced, Enum.reverse(calls)})
       end
     end
   end
