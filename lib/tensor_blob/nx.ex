@@ -295,7 +295,7 @@ if Code.ensure_loaded?(Nx) do
           # Torchx keeps {:u, 16} in 32-bit and {:u, 32} in 64-bit integers.
           why =
             "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
-              "not #{expected}), so no view can show them as #{dtype}"
+              "not #{expected}), so no view can show them as #{inspect(nx.type)}"
 
           if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype)
         end
@@ -353,11 +353,12 @@ if Code.ensure_loaded?(Nx) do
         _ -> nil
       end
     rescue
-      e in ArgumentError ->
+      # Torchx raises "Tensor has been deallocated" after backend_deallocate.
+      e in [ArgumentError, RuntimeError] ->
         message = Exception.message(e)
         if message =~ "deallocated", do: {:deallocated, message}, else: nil
 
-      _ in [UndefinedFunctionError, FunctionClauseError, RuntimeError] ->
+      _ in [UndefinedFunctionError, FunctionClauseError] ->
         nil
     end
 
