@@ -77,6 +77,11 @@ element_size(int8) -> 1;
 element_size(int16) -> 2;
 element_size(int32) -> 4;
 element_size(int64) -> 8;
+element_size(uint16) -> 2;
+element_size(uint32) -> 4;
+element_size(uint64) -> 8;
+element_size(float8_e4m3fn) -> 1;
+element_size(float8_e5m2) -> 1;
 element_size(float16) -> 2;
 element_size(bfloat16) -> 2;
 element_size(float32) -> 4;
@@ -93,6 +98,11 @@ values(int32) -> [-2147483648, -1, 0, 1, 100000, 2147483647];
 values(int64) -> [-(1 bsl 63), -1, 0, 1, 1 bsl 40, (1 bsl 63) - 1];
 values(D) when D =:= complex64; D =:= complex128 ->
     [{1.0, -1.0}, {0.5, 2.0}, {-2.5, 0.0}, {0.0, 1.5}, {1024.0, -0.25}, {3.0, 4.0}];
+values(uint16) -> [0, 1, 2, 1000, 32768, 65535];
+values(uint32) -> [0, 1, 2, 100000, 1 bsl 31, (1 bsl 32) - 1];
+values(uint64) -> [0, 1, 2, 1 bsl 40, 1 bsl 63, (1 bsl 64) - 1];
+%% Exact in both float8 formats (e4m3fn tops out at 448).
+values(D) when D =:= float8_e4m3fn; D =:= float8_e5m2 -> [-2.5, -1.0, 0.0, 0.5, 1.5, 256.0];
 values(_Float) -> [-2.5, -1.0, 0.0, 0.5, 1.5, 1024.0].
 
 %% Native-endian bytes of a list of values, written independently of the NIF.
@@ -109,6 +119,18 @@ encode1(bfloat16, V) ->
     %% bfloat16 is the top half of a float32.
     <<Hi:16, _:16>> = <<V:32/float-big>>,
     <<Hi:16/native>>;
+%% float8_e5m2 is the top byte of a float16; float8_e4m3fn has a 4-bit
+%% exponent (bias 7) and 3 mantissa bits (the values above are normal).
+encode1(float8_e5m2, V) ->
+    <<Hi:8, _:8>> = <<V:16/float-big>>,
+    <<Hi:8>>;
+encode1(float8_e4m3fn, V) when V == 0 -> <<0:8>>;
+encode1(float8_e4m3fn, V) ->
+    <<S:1, E:8, M:23>> = <<V:32/float-big>>,
+    <<S:1, (E - 127 + 7):4, (M bsr 20):3>>;
+encode1(uint16, V) -> <<V:16/unsigned-native>>;
+encode1(uint32, V) -> <<V:32/unsigned-native>>;
+encode1(uint64, V) -> <<V:64/unsigned-native>>;
 encode1(float32, V) -> <<V:32/float-native>>;
 encode1(float64, V) -> <<V:64/float-native>>;
 encode1(complex64, {Re, Im}) -> <<Re:32/float-native, Im:32/float-native>>;
