@@ -15,7 +15,9 @@ NIF ?= $(PRIV)/tensor_blob_nif.so
 
 ERTS_INCLUDE := $(shell erl -noshell -eval 'io:format("~ts/erts-~ts/include", [code:root_dir(), erlang:system_info(version)])' -s init stop 2>/dev/null)
 
-ifeq ($(LIBTORCH_DIR),)
+# LIBTORCH_DIR=/usr (what Torchx is given for a system libtorch) is the
+# system's libtorch too.
+ifeq ($(filter-out /usr /usr/,$(LIBTORCH_DIR)),)
 TORCH_CFLAGS := -I/usr/include/torch/csrc/api/include
 TORCH_LDFLAGS :=
 else
@@ -43,7 +45,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: check-c all nif foreign-nif nx-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
 
 all: nif
 nif: $(NIF)
@@ -75,7 +77,7 @@ DLPACK_TEST_SOURCES := c_test/test_dlpack.c c_src/tb_dlpack_check.c c_src/tb_lay
 $(BUILD)/c_test_dlpack: $(DLPACK_TEST_SOURCES) c_test/check.h priv/include/tensor_blob_dlpack.h c_src/tb_dlpack_check.h c_src/tb_layout.h c_src/tb_dtype.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include $(DLPACK_TEST_SOURCES) -o $@
 
-TORCH_INCLUDE := $(if $(LIBTORCH_DIR),$(LIBTORCH_DIR)/include,/usr/include)
+TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/include,/usr/include)
 $(BUILD)/c_test_dlpack_abi: c_test/test_dlpack_abi.c priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -I$(TORCH_INCLUDE) c_test/test_dlpack_abi.c -o $@
 
@@ -122,11 +124,27 @@ nocuda-test: setup foreign-nif
 	$(MAKE) TB_CUDA=0 BUILD=$(NOCUDA_BUILD) NIF=$(NOCUDA_BUILD)/tensor_blob_nif.so $(NOCUDA_BUILD)/tensor_blob_nif.so
 	TENSOR_BLOB_NIF=$(CURDIR)/$(NOCUDA_BUILD)/tensor_blob_nif MIX_ENV=test mix test
 
-# The :nx tests, against an Nx build you provide: NX_PATH lists directories
-# holding its ebin folders (Nx, complex, telemetry), colon-separated.
-nx-test: nif
-	@test -n "$(NX_PATH)" || { echo "nx-test: set NX_PATH to the directories of an Nx build (see README)"; exit 2; }
-	NX_PATH="$(NX_PATH)" MIX_ENV=test mix test --only nx
+# The :nx tests against an Nx build: NX_PATH lists directories holding its
+# ebin folders (Nx, complex, telemetry), colon-separated. Unset, Nx is built
+# from ../shared/third_party (scripts/build_nx.sh: Nx 0.9.2 on Elixir < 1.17,
+# Nx and Torchx main on newer) under build/, once.
+nx-test: nif foreign-nif
+	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
+	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx
+
+# The :torchx tests: NX_PATH must hold a Torchx build too (Elixir >= 1.17;
+# make compat-test runs them on Debian 13).
+torchx-test: nif foreign-nif
+	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh main)"; \
+	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only torchx"; \
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx
+
+# Every suite of `make test`, then the :nx and :torchx tests, on Debian 13's
+# stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root cached in
+# build/compat (scripts/compat_test.sh; needs root).
+compat-test:
+	scripts/compat_test.sh
 
 consumer-test: nif
 	scripts/consumer_test.sh
@@ -136,14 +154,17 @@ consumer-test: nif
 check-c:
 	scripts/check_c.sh
 
-test: setup
+# The suites of `make test`, without the setup (compat-test runs them too).
+suites: nif
 	$(MAKE) check-c
-	$(MAKE) nif
 	$(MAKE) c-test
 	$(MAKE) shim-test
 	$(MAKE) mix-test
 	$(MAKE) eunit
 	$(MAKE) consumer-test
+
+test: setup
+	$(MAKE) suites
 
 demo: setup
 	$(MAKE) nif

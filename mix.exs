@@ -46,6 +46,9 @@ defmodule TensorBlob.MixProject do
       start_permanent: Mix.env() == :prod,
       deps: [],
       build_path: if(@nx_ebins == [], do: "_build", else: "_build/nx"),
+      # Mix (Elixir 1.15+) prunes code paths that are not dependencies' before
+      # compiling, NX_PATH's included: keep them when it is set.
+      prune_code_paths: @nx_ebins == [],
       # Nx is optional and never a declared dependency (no Hex needed).
       xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend]],
       description: "Zero-copy tensor exchange for the BEAM",

@@ -188,8 +188,9 @@ ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     return enif_make_tuple2(env, tb_make_string(env, r->name), enif_make_uint64(env, r->byte_size));
 }
 
-/* What shm_open accepts on Linux: an optional leading slash, then 1 to
- * NAME_MAX bytes with no slash and no NUL, other than "." and "..". */
+/* What shm_open accepts on Linux (glibc): an optional leading slash, then
+ * 1 to NAME_MAX - 2 bytes with no slash and no NUL, other than "." and "..". */
+#define TB_SHM_NAME_MAX (NAME_MAX - 2)
 static int shm_name(const ErlNifBinary *bin, char *out, size_t size)
 {
     const unsigned char *p = bin->data;
@@ -198,7 +199,7 @@ static int shm_name(const ErlNifBinary *bin, char *out, size_t size)
         p++;
         n--;
     }
-    if (n == 0 || n > NAME_MAX || memchr(p, '/', n) || memchr(p, '\0', n) || (n == 1 && p[0] == '.') ||
+    if (n == 0 || n > TB_SHM_NAME_MAX || memchr(p, '/', n) || memchr(p, '\0', n) || (n == 1 && p[0] == '.') ||
         (n == 2 && p[0] == '.' && p[1] == '.'))
         return 0;
     snprintf(out, size, "/%.*s", (int)n, (const char *)p);
@@ -215,7 +216,7 @@ ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     if (!shm_name(&bin, name, sizeof name))
         return tb_raise_badarg(env, "handle: %T is no shared-memory name (an optional leading slash, then 1 to %d "
                                     "bytes with no slash or NUL)",
-                               argv[0], NAME_MAX);
+                               argv[0], TB_SHM_NAME_MAX);
     tb_layout l;
     tb_dtype_id dtype;
     tb_layout_result s;

@@ -22,7 +22,7 @@
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0,
          cuda_info/0, cuda_synchronize/1, dlpack_info/1,
-         ipc_zeros/2, ipc_export/1, ipc_open/3, ipc_reclaim/0]).
+         ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0]).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
@@ -249,6 +249,12 @@ ipc_export(T) ->
              end,
     {Name, Size} = tensor_blob_nif:ipc_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+
+%% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or
+%% ipc_open/3, contiguous, from its start): what ipc_export/1 shares without
+%% a copy. nil otherwise. Nothing is created or copied.
+-spec ipc_name(tensor()) -> {binary(), non_neg_integer()} | nil.
+ipc_name(T) -> tensor_blob_nif:ipc_name(T).
 
 %% @doc A tensor over the shared-memory region a handle names (a handle map,
 %% an Nx pointer map with kind ipc, or the name), in this or another OS

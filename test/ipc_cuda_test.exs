@@ -89,8 +89,8 @@ defmodule TensorBlob.IPCTest do
       assert_raise ArgumentError, ~r/needs 128 bytes/, fn -> IPC.open(handle, :float32, {32}) end
       assert_raise ArgumentError, ~r/needs 128 bytes/, fn -> IPC.open(handle, :float64, {16}) end
 
-      for bad <- ["", "/", "no_slash", "/a/b", "/" <> String.duplicate("x", 100), "/nul\0byte"] do
-        assert_raise ArgumentError, ~r/handle/, fn -> IPC.open(bad, :float32, {16}) end
+      for bad <- ["", "/", "/a/b", "a/b", "//a", "/" <> String.duplicate("x", 254), "/nul\0byte"] do
+        assert_raise ArgumentError, ~r/is no shared-memory name/, fn -> IPC.open(bad, :float32, {16}) end
       end
 
       assert_raise ArgumentError, ~r/handle/, fn -> IPC.open(:nope, :float32, {16}) end
@@ -98,6 +98,30 @@ defmodule TensorBlob.IPCTest do
       assert_raise ArgumentError, ~r/no shared memory/, fn -> IPC.open("/tensor_blob.never", :float32, {16}) end
       assert Lifetime.await_stats(start) == start
       assert Tensor.shape(IPC.open(handle, :float32, {4, 4})) == {4, 4}
+    end
+  end
+
+  describe "names" do
+    # shm_open(3) on Linux takes a name with or without its leading slash
+    # (Torchx's, "torchx:ipc:<pid>:<address>", have none); its regions are
+    # files in /dev/shm.
+    test "what shm_open takes: with or without the leading slash, up to 253 bytes" do
+      for name <- ["tensor_blob:test:#{System.unique_integer([:positive])}", String.duplicate("y", 253)] do
+        path = Path.join("/dev/shm", name)
+        File.write!(path, <<1.5::float-32-native, 2.5::float-32-native>>)
+
+        try do
+          for handle <- [name, "/" <> name] do
+            t = IPC.open(handle, :float32, {2})
+            assert Tensor.to_binary(t) == <<1.5::float-32-native, 2.5::float-32-native>>
+          end
+
+          Tensor.write!(IPC.open(name, :float32, {2}), <<3.5::float-32-native, 4.5::float-32-native>>)
+          assert File.read!(path) == <<3.5::float-32-native, 4.5::float-32-native>>
+        after
+          File.rm!(path)
+        end
+      end
     end
   end
 

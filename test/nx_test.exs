@@ -10,6 +10,8 @@ if Code.ensure_loaded?(Nx) do
 
     alias TensorBlob.Tensor
 
+    def init(opts), do: opts
+
     def wrap(%Tensor{} = t, style) do
       type = TensorBlob.Nx.nx_type!(Tensor.dtype(t))
       shape = Tensor.shape(t)
@@ -27,11 +29,19 @@ if Code.ensure_loaded?(Nx) do
       reply(wrap(t, backend_opts[:style]), backend_opts[:style])
     end
 
+    # As Torchx: the backend maps the region itself.
+    def from_pointer(%Nx.Pointer{kind: :ipc, handle: name}, type, shape, backend_opts, _opts) do
+      reply(wrap(TensorBlob.IPC.open(name, type, shape), backend_opts[:style]), backend_opts[:style])
+    end
+
+    def from_binary(%Nx.Tensor{type: type, shape: shape}, binary, backend_opts),
+      do: wrap(Tensor.from_binary(binary, type, shape), backend_opts[:style])
+
     def to_binary(%Nx.Tensor{data: %__MODULE__{tensor: t}, type: {_, bits}}, limit),
       do: binary_part(Tensor.to_binary(t), 0, div(limit * bits, 8))
 
     defp reply(value, :ok_tuple), do: {:ok, value}
-    defp reply(value, :bare), do: value
+    defp reply(value, style) when style in [:bare, nil], do: value
   end
 
   defmodule TensorBlob.NxTest do
@@ -224,13 +234,93 @@ if Code.ensure_loaded?(Nx) do
       end
 
       for style <- [:ok_tuple, :bare] do
-        test "a pointer backend (#{style}): Nx.from_pointer on our memory" do
+        test "a pointer backend (#{style}): a copy by default; unsafe_view: true gives it our memory" do
           t = Tensor.from_binary(Nx.to_binary(Nx.iota({6}, type: {:f, 64})), :float64, {6})
-          nx = TNx.to_nx(t, {PointerBackend, style: unquote(style)})
+
+          for arg <- [{PointerBackend, style: unquote(style)}, [backend: {PointerBackend, style: unquote(style)}]] do
+            nx = TNx.to_nx(t, arg)
+            assert %PointerBackend{tensor: theirs} = nx.data
+            assert ptr(theirs) != ptr(t)
+            assert Tensor.memory(theirs) == :owned
+            assert Nx.to_binary(nx) == Tensor.to_binary(t)
+          end
+
+          nx = TNx.to_nx(t, backend: {PointerBackend, style: unquote(style)}, unsafe_view: true)
           assert %PointerBackend{tensor: theirs} = nx.data
           assert ptr(theirs) == ptr(t)
           assert Nx.to_binary(nx) == Tensor.to_binary(t)
         end
+      end
+
+      test "a region is handed to the backend as an IPC pointer: zero-copy, its own mapping" do
+        start = Lifetime.settled_stats()
+
+        {nx, creator_ptr} =
+          Lifetime.in_process(fn ->
+            t = TensorBlob.IPC.zeros({4}, :float32)
+            Tensor.write!(t, Nx.to_binary(Nx.tensor([1.0, 2.0, 3.0, 4.0], type: {:f, 32})))
+            nx = TNx.to_nx(t, PointerBackend)
+            %PointerBackend{tensor: theirs} = nx.data
+            # Another mapping of the same pages: a write through ours shows there.
+            assert ptr(theirs) != ptr(t)
+            Tensor.write!(t, Nx.to_binary(Nx.tensor([5.0, 6.0, 7.0, 8.0], type: {:f, 32})))
+            {nx, ptr(t)}
+          end)
+
+        assert is_integer(creator_ptr)
+        # Our tensor is gone and collected; the backend's mapping is its own.
+        Lifetime.churn()
+        assert Nx.to_flat_list(nx) == [5.0, 6.0, 7.0, 8.0]
+        _ = nx
+        nx = nil
+        _ = nx
+        assert Lifetime.await_stats(start) == start
+      end
+
+      test "to_nx/1 follows Nx.default_backend/0; the keyword form takes backend:" do
+        t = Tensor.from_binary(Nx.to_binary(Nx.iota({3}, type: {:s, 32})), :int32, {3})
+        previous = Nx.default_backend({PointerBackend, style: :bare})
+
+        try do
+          assert %PointerBackend{} = TNx.to_nx(t).data
+          assert %Nx.BinaryBackend{} = TNx.to_nx(t, backend: Nx.BinaryBackend).data
+          assert %Nx.BinaryBackend{} = TNx.to_nx(t, Nx.BinaryBackend).data
+        after
+          Nx.default_backend(previous)
+        end
+
+        assert %Nx.BinaryBackend{} = TNx.to_nx(t).data
+        assert_raise ArgumentError, ~r/options/, fn -> TNx.to_nx(t, backend: PointerBackend, view: true) end
+        assert_raise ArgumentError, ~r/options/, fn -> TNx.to_nx(t, unsafe_view: :yes) end
+      end
+    end
+
+    describe "cost" do
+      test "from_nx asks Nx's version once, not on every call" do
+        nx = PointerBackend.wrap(Tensor.zeros({4}, :float32), :bare)
+        _ = TNx.from_nx(nx, device: :cpu)
+        patterns = [{Application, :spec, :_}, {Version, :match?, :_}]
+        tracer = spawn_link(fn -> collect_traces([]) end)
+        Enum.each(patterns, &:erlang.trace_pattern(&1, true, [:global]))
+        :erlang.trace(self(), true, [:call, {:tracer, tracer}])
+
+        try do
+          for _ <- 1..3, do: assert(Tensor.memory(TNx.from_nx(nx, device: :cpu)) == :pinned)
+        after
+          :erlang.trace(self(), false, [:call])
+          Enum.each(patterns, &:erlang.trace_pattern(&1, false, [:global]))
+        end
+
+        send(tracer, {:done, self()})
+        assert_receive {:traced, calls}
+        assert calls == []
+      end
+    end
+
+    defp collect_traces(calls) do
+      receive do
+        {:trace, _, :call, mfa} -> collect_traces([mfa | calls])
+        {:done, from} -> send(from, {:traced, Enum.reverse(calls)})
       end
     end
   end

@@ -26,25 +26,50 @@ if Code.ensure_loaded?(Nx) do
         the Nx tensor, so the backend's memory lives as long as the view.
         For another backend, pass `device: :cpu` to say its pointers are host
         memory; without it the data is copied, since viewing device memory
-        as host memory would crash.
+        as host memory would crash. A backend that stores the type in other
+        bytes (Torchx keeps `{:u, 16}` in 32-bit and `{:u, 32}` in 64-bit
+        integers) cannot be viewed: the data is copied.
       * anything else: a copy through `Nx.to_binary/1`.
 
     `Tensor.memory/1` of the result tells which one happened (`:pinned`
     for a view, `:owned` for a copy). `copy: :never` raises instead of
     copying; `copy: :always` always copies.
 
+    **What a pin cannot do**: it keeps the Nx tensor reachable, so the
+    garbage collector never frees the backend's memory under a view. It
+    cannot stop the backend from freeing it on request: after
+    `Nx.backend_deallocate/1` or `Nx.backend_transfer/2` of the Nx tensor, or
+    `Nx.to_pointer(t, mode: :ipc)` (Torchx then moves the tensor into shared
+    memory and frees the old block), a view made before reads freed memory.
+    A tensor deallocated before `from_nx` is refused. Where the Nx tensor
+    may be freed that way, pass `ipc: true`: the backend moves the tensor
+    into a shared-memory region (one copy, the first time) and tensor_blob
+    maps that region itself (`TensorBlob.IPC.open/3`), so each side keeps
+    its own mapping and neither side's freeing reaches the other, while
+    writes still cross both ways. Or copy (`copy: :always`).
+
     ## To Nx
 
-        nx = TensorBlob.Nx.to_nx(t)
+        nx = TensorBlob.Nx.to_nx(t)                                 # Nx.default_backend()
+        nx = TensorBlob.Nx.to_nx(t, backend: Torchx.Backend)        # or to_nx(t, Torchx.Backend)
 
-      * `Nx.BinaryBackend` (the default): `%Nx.Tensor{}` over a binary that
-        shows the tensor's memory (`TensorBlob.Tensor.to_binary(t, copy:
-        false)`), zero-copy; the binary pins the memory. A non-contiguous
-        tensor is copied. Only CPU tensors.
-      * another backend: `Nx.from_pointer/5` on the tensor's pointer. Such a
-        backend does not know it must keep our memory alive: **keep the
-        tensor_blob tensor reachable as long as you use the Nx tensor**, or
-        copy with `Nx.backend_copy/2`. Needs a contiguous tensor.
+      * `Nx.BinaryBackend`: `%Nx.Tensor{}` over a binary that shows the
+        tensor's memory (`TensorBlob.Tensor.to_binary(t, copy: false)`),
+        zero-copy; the binary pins the memory. A non-contiguous tensor is
+        copied. Only CPU tensors.
+      * another backend (Torchx, EXLA): such a backend cannot be made to keep
+        our memory alive, so it gets memory of its own. A tensor that is a
+        whole shared-memory region (`TensorBlob.IPC.zeros/2`,
+        `TensorBlob.IPC.open/3`) is handed over zero-copy as an IPC pointer:
+        the backend maps the region itself, and the mapping lives as long as
+        its tensor, whatever happens to ours; writes cross both ways. Any
+        other tensor, or a backend that takes no IPC pointers, is copied
+        (`backend.from_binary/3`).
+      * `unsafe_view: true`: `Nx.from_pointer/5` on our pointer, zero-copy,
+        unguarded: the backend does not pin our tensor, so **keep the
+        tensor_blob tensor reachable as long as you use the Nx tensor**
+        (dropping it and collecting makes Torchx read freed memory, or
+        crash the VM). Needs a contiguous tensor.
     """
 
     alias TensorBlob.{Blob, BlobView, Tensor}
@@ -56,32 +81,41 @@ if Code.ensure_loaded?(Nx) do
 
     Options: `copy:` (`:auto`, the default; `:never`; `:always`), `device:`
     (`:cpu`: the backend's `to_pointer` gives host memory; needed only for
-    backends other than the binary backend, Torchx and EXLA).
+    backends other than the binary backend, Torchx and EXLA), `ipc: true`
+    (share through a region that tensor_blob maps itself; see the module
+    doc).
     """
     @spec from_nx(Nx.Tensor.t(), keyword()) :: Tensor.t()
     def from_nx(%Nx.Tensor{} = nx, opts \\ []) do
-      {copy, device} = options!(opts)
+      {copy, device, ipc} = options!(opts)
       dtype = dtype!(nx.type)
 
       cond do
         copy == :always -> copy_of(nx, dtype)
         match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
+        ipc -> region_view(nx, dtype)
         true -> pointer_view(nx, dtype, copy, device)
       end
     end
 
     @doc """
-    An `Nx.Tensor` over a tensor_blob tensor's memory (see the module doc).
+    An `Nx.Tensor` of a tensor_blob tensor's contents (see the module doc).
     Takes a `%Tensor{}`, a `%BlobView{}` or a `%Blob{}` (viewed with its
-    owner pinned).
+    owner pinned), and a backend (a module or `{module, options}`) or
+    options:
+
+      * `backend:` the Nx backend, `Nx.default_backend()` by default;
+      * `unsafe_view: true`: give a backend other than the binary backend a
+        bare pointer to our memory (see the module doc); `false` by default.
     """
-    @spec to_nx(Tensor.t() | BlobView.t() | Blob.t(), atom() | {atom(), keyword()}) :: Nx.Tensor.t()
-    def to_nx(tensor_or_blob, backend \\ Nx.BinaryBackend)
+    @spec to_nx(Tensor.t() | BlobView.t() | Blob.t(), atom() | {atom(), keyword()} | keyword()) :: Nx.Tensor.t()
+    def to_nx(tensor_or_blob, backend_or_opts \\ [])
 
-    def to_nx(%BlobView{tensor: t}, backend), do: to_nx(t, backend)
-    def to_nx(%Blob{} = blob, backend), do: to_nx(TensorBlob.from_blob(blob).tensor, backend)
+    def to_nx(%BlobView{tensor: t}, arg), do: to_nx(t, arg)
+    def to_nx(%Blob{} = blob, arg), do: to_nx(TensorBlob.from_blob(blob).tensor, arg)
 
-    def to_nx(%Tensor{} = t, backend) do
+    def to_nx(%Tensor{} = t, arg) do
+      {backend, unsafe_view} = to_nx_options!(arg)
       type = nx_type!(Tensor.dtype(t))
       shape = Tensor.shape(t)
 
@@ -89,26 +123,90 @@ if Code.ensure_loaded?(Nx) do
         raise ArgumentError, "tensor: on #{inspect(Tensor.device(t))}; to_nx takes CPU tensors"
       end
 
-      case backend do
-        b when b == Nx.BinaryBackend or (is_tuple(b) and elem(b, 0) == Nx.BinaryBackend) ->
+      cond do
+        elem(backend, 0) == Nx.BinaryBackend ->
           bytes = if contiguous?(t), do: Tensor.to_binary(t, copy: false), else: Tensor.to_binary(t)
           %Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}
 
-        _ ->
-          unless contiguous?(t) do
-            raise ArgumentError, "tensor: not contiguous; Nx.from_pointer needs row-major memory"
-          end
+        unsafe_view ->
+          unguarded_view(t, backend, type, shape)
 
-          blob = TensorBlob.to_blob(t)
-          pointer = %Nx.Pointer{kind: :local, address: blob.ptr, data_size: blob.byte_size}
-
-          case Nx.from_pointer(backend, pointer, type, shape) do
-            {:ok, %Nx.Tensor{} = nx} -> nx
-            %Nx.Tensor{} = nx -> nx
-            {:error, reason} -> raise TensorBlob.Error, "to_nx: #{inspect(backend)} refused the pointer: #{inspect(reason)}"
-          end
+        true ->
+          region_handover(t, backend, type, shape) || copy_to(t, backend, type, shape)
       end
     end
+
+    defp to_nx_options!(backend) when is_atom(backend) and backend != nil, do: {{backend, []}, false}
+    defp to_nx_options!({backend, opts} = b) when is_atom(backend) and is_list(opts), do: {b, false}
+
+    defp to_nx_options!(opts) when is_list(opts) do
+      Enum.each(opts, fn
+        {:backend, b} when is_atom(b) and b != nil -> :ok
+        {:backend, {b, o}} when is_atom(b) and is_list(o) -> :ok
+        {:unsafe_view, u} when is_boolean(u) -> :ok
+        other -> raise ArgumentError, "options: unknown or invalid #{inspect(other)}; expected backend: module | {module, keyword}, unsafe_view: boolean"
+      end)
+
+      backend =
+        case Keyword.get_lazy(opts, :backend, &Nx.default_backend/0) do
+          b when is_atom(b) -> {b, []}
+          b -> b
+        end
+
+      {backend, Keyword.get(opts, :unsafe_view, false)}
+    end
+
+    defp to_nx_options!(other) do
+      raise ArgumentError, "to_nx: expected a backend (module or {module, keyword}) or options, got #{inspect(other)}"
+    end
+
+    # The backend maps the region itself: its mapping is its own.
+    defp region_handover(t, backend, type, shape) do
+      case :tensor_blob.ipc_name(Tensor.ref(t)) do
+        {name, size} ->
+          pointer = %Nx.Pointer{kind: :ipc, handle: name, data_size: size}
+
+          try do
+            unwrap(Nx.from_pointer(backend, pointer, type, shape))
+          rescue
+            # A backend that takes no IPC pointers, or stores this type in
+            # other bytes: it gets a copy.
+            _ in [ArgumentError, RuntimeError, ErlangError, UndefinedFunctionError, FunctionClauseError] -> nil
+          end
+
+        nil ->
+          nil
+      end
+    end
+
+    defp copy_to(t, {module, opts}, type, shape) do
+      template = %Nx.Tensor{data: nil, type: type, shape: shape, names: names(shape)}
+      module.from_binary(template, Tensor.to_binary(t), opts)
+    end
+
+    defp unguarded_view(t, backend, type, shape) do
+      unless contiguous?(t) do
+        raise ArgumentError, "tensor: not contiguous; Nx.from_pointer needs row-major memory"
+      end
+
+      blob = TensorBlob.to_blob(t)
+      pointer = %Nx.Pointer{kind: :local, address: blob.ptr, data_size: blob.byte_size}
+
+      try do
+        Nx.from_pointer(backend, pointer, type, shape)
+      rescue
+        e in ArgumentError ->
+          raise ArgumentError,
+                "unsafe_view: #{inspect(elem(backend, 0))} cannot view #{Tensor.dtype(t)} memory as #{inspect(type)} " <>
+                  "(#{Exception.message(e)}); without unsafe_view: true the tensor is copied"
+      else
+        result -> unwrap(result) || raise(TensorBlob.Error, "to_nx: #{inspect(backend)} refused the pointer: #{inspect(result)}")
+      end
+    end
+
+    defp unwrap({:ok, %Nx.Tensor{} = nx}), do: nx
+    defp unwrap(%Nx.Tensor{} = nx), do: nx
+    defp unwrap(_), do: nil
 
     ## Types
 
@@ -147,10 +245,11 @@ if Code.ensure_loaded?(Nx) do
       Enum.each(opts, fn
         {:copy, c} when c in [:auto, :never, :always] -> :ok
         {:device, :cpu} -> :ok
-        other -> raise ArgumentError, "options: unknown or invalid #{inspect(other)}; expected copy: :auto | :never | :always, device: :cpu"
+        {:ipc, i} when is_boolean(i) -> :ok
+        other -> raise ArgumentError, "options: unknown or invalid #{inspect(other)}; expected copy: :auto | :never | :always, device: :cpu, ipc: boolean"
       end)
 
-      {Keyword.get(opts, :copy, :auto), Keyword.get(opts, :device)}
+      {Keyword.get(opts, :copy, :auto), Keyword.get(opts, :device), Keyword.get(opts, :ipc, false)}
     end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
@@ -189,18 +288,54 @@ if Code.ensure_loaded?(Nx) do
            when is_integer(address) and address > 0 <- local_pointer(nx) do
         expected = Nx.byte_size(nx)
 
-        if size not in [nil, expected] do
-          raise TensorBlob.Error, "from_nx: the backend's pointer holds #{size} bytes, the tensor #{expected}"
-        end
+        if size in [nil, expected] do
+          %BlobView{tensor: tensor} = TensorBlob.from_blob(%{ptr: address, shape: nx.shape, dtype: dtype}, owner: nx)
+          tensor
+        else
+          # Torchx keeps {:u, 16} in 32-bit and {:u, 32} in 64-bit integers.
+          why =
+            "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
+              "not #{expected}), so no view can show them as #{inspect(nx.type)}"
 
-        %BlobView{tensor: tensor} = TensorBlob.from_blob(%{ptr: address, shape: nx.shape, dtype: dtype}, owner: nx)
-        tensor
+          if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype)
+        end
       else
+        {:deallocated, message} ->
+          raise ArgumentError, "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
+
         _ ->
           if copy == :never,
             do: refuse_copy!(nx, "it gives no host pointer (pass device: :cpu if its pointers are host memory)"),
             else: copy_of(nx, dtype)
       end
+    end
+
+    # The backend moves its tensor into a shared-memory region; we map the
+    # region ourselves (read-write), so our mapping outlives its tensor.
+    defp region_view(nx, dtype) do
+      pointer =
+        try do
+          Nx.to_pointer(nx, [{pointer_key(), :ipc}, permissions: 0o600])
+        rescue
+          e in [ArgumentError, RuntimeError, ErlangError, UndefinedFunctionError, FunctionClauseError] ->
+            raise ArgumentError,
+                  "ipc: true, but #{inspect(nx.data.__struct__)} cannot move the tensor into shared memory: #{Exception.message(e)}"
+        end
+
+      case pointer do
+        {:ok, %Nx.Pointer{} = p} -> open_region(nx, p, dtype)
+        %Nx.Pointer{} = p -> open_region(nx, p, dtype)
+      end
+    end
+
+    defp open_region(nx, %Nx.Pointer{kind: :ipc, handle: name, data_size: size}, dtype) when is_binary(name) do
+      if size not in [nil, Nx.byte_size(nx)] do
+        raise ArgumentError,
+              "ipc: true, but #{inspect(nx.data.__struct__)} stores #{inspect(nx.type)} in other bytes " <>
+                "(#{size} for #{Nx.byte_size(nx)}); use copy: :always"
+      end
+
+      TensorBlob.IPC.open(name, dtype, nx.shape)
     end
 
     # Backends whose device is known from their data: Torchx and EXLA.
@@ -209,20 +344,39 @@ if Code.ensure_loaded?(Nx) do
     defp host_device(_), do: :unknown
 
     # Nx 0.9 names the option kind: and returns {:ok, pointer}; later
-    # versions name it mode: and return the pointer or raise.
+    # versions name it mode: and return the pointer or raise. Which one is
+    # decided once (per loaded Nx) and kept in a persistent term.
     defp local_pointer(nx) do
-      opts = if Version.match?(nx_version(), "< 0.10.0-0"), do: [kind: :local], else: [mode: :local]
-
-      case Nx.to_pointer(nx, opts) do
+      case Nx.to_pointer(nx, [{pointer_key(), :local}]) do
         {:ok, pointer} -> pointer
         %Nx.Pointer{} = pointer -> pointer
         _ -> nil
       end
     rescue
-      _ in [ArgumentError, UndefinedFunctionError, FunctionClauseError, RuntimeError] -> nil
+      # Torchx raises "Tensor has been deallocated" after backend_deallocate.
+      e in [ArgumentError, RuntimeError] ->
+        message = Exception.message(e)
+        if message =~ "deallocated", do: {:deallocated, message}, else: nil
+
+      _ in [UndefinedFunctionError, FunctionClauseError] ->
+        nil
+    end
+
+    defp pointer_key do
+      case :persistent_term.get({__MODULE__, :pointer_key}, nil) do
+        nil ->
+          key = if Version.match?(nx_version(), "< 0.10.0-0"), do: :kind, else: :mode
+          :persistent_term.put({__MODULE__, :pointer_key}, key)
+          key
+
+        key ->
+          key
+      end
     end
 
     defp nx_version do
+      _ = Application.load(:nx)
+
       case Application.spec(:nx, :vsn) do
         nil -> "0.0.0"
         vsn -> to_string(vsn)

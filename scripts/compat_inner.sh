@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The part of `make compat-test` that runs inside the Debian 13 root
+# (scripts/compat_test.sh copies the checkout to /work/tensor_blob there):
+# every suite of `make test`, then the :nx tests against Nx main and the
+# :torchx tests against Torchx main built with the root's libtorch.
+set -euo pipefail
+cd /work/tensor_blob
+
+echo "==> compat-test: OTP $(erl -noshell -eval 'io:format("~s", [erlang:system_info(otp_release)]), halt().')," \
+  "Elixir $(elixir -e 'IO.write(System.version())')," \
+  "libtorch $(dpkg-query -W -f='${Version}' libtorch-dev)"
+
+make --no-print-directory nif
+make --no-print-directory suites
+
+# Torchx is built against the libtorch tensor_blob links (the system's).
+nx_path="$(THIRD_PARTY=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
+make --no-print-directory nx-test NX_PATH="$nx_path"
+make --no-print-directory torchx-test NX_PATH="$nx_path"
+echo "==> compat-test: every suite passed on Debian 13"

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# make compat-test: every suite of `make test`, then the :nx and :torchx
+# tests, on Debian 13's stack (OTP 27, Elixir 1.18, libtorch 2.6, Nx and
+# Torchx main built against that same libtorch), in a Debian 13 root made with
+# debootstrap.
+#
+#   scripts/compat_test.sh            build (or reuse) the root, run the suites
+#   scripts/compat_test.sh --root     build (or reuse) the root only
+#   scripts/compat_test.sh --run CMD  run CMD there, in the checkout's copy
+#
+# COMPAT_DIR     where the root and its build products live (default
+#                build/compat: ignored by git, kept between runs)
+# COMPAT_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
+# THIRD_PARTY    the folder of Nx/Torchx archives (default ../shared/third_party)
+#
+# The root is made once and reused while its package list is unchanged. The
+# checkout's files (tracked and untracked, not ignored ones) are copied into
+# it, so the host's _build/, build/ and priv/*.so are never touched, and the
+# root's build products stay there between runs. Everything runs in a mount
+# namespace of its own: the mounts it makes are undone on exit (a trap), and
+# vanish with the namespace even if the script is killed.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+compat_dir="${COMPAT_DIR:-$repo/build/compat}"
+mirror="${COMPAT_MIRROR:-http://deb.debian.org/debian}"
+third_party="${THIRD_PARTY:-$repo/../shared/third_party}"
+[ -d "$third_party" ] || third_party=/work/shared/third_party
+root="$compat_dir/trixie"
+mode="${1:-all}"
+
+# What the suites need there. Changing this list updates the root.
+packages=(
+  build-essential cmake
+  erlang-dev erlang-nox erlang-eunit erlang-proper erlang-tools
+  elixir rebar3
+  libtorch-dev python3-torch
+)
+
+log() { printf '==> compat-test: %s\n' "$*"; }
+
+[ "$(id -u)" -eq 0 ] || { echo "compat-test: needs root (debootstrap, chroot, mount)" >&2; exit 1; }
+
+# A private mount namespace: nothing mounted here is seen outside, and all
+# of it goes when the last process in it exits.
+if [ -z "${TB_COMPAT_NS:-}" ]; then
+  TB_COMPAT_NS=1 exec unshare --mount --propagation private "$0" "$@"
+fi
+
+mounted=()
+cleanup() {
+  local i
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+    umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" || true
+  done
+  mounted=()
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# mount_at TARGET MOUNT-ARGS...: mounts, and remembers TARGET for cleanup.
+mount_at() {
+  local target="$1"
+  shift
+  mount "$@" "$target"
+  mounted+=("$target")
+}
+
+# /dev is a tmpfs of the root's own with the few device files bound in
+# (never the host's /dev itself, so removing the root can never reach it),
+# and /dev/shm a private tmpfs for the IPC tests.
+mount_root() {
+  mount_at "$root/proc" -t proc proc
+  mount_at "$root/sys" -t sysfs -o ro sysfs
+  mount_at "$root/dev" -t tmpfs -o mode=755,size=1m tb-dev
+  local d
+  for d in null zero full random urandom tty; do
+    touch "$root/dev/$d"
+    mount_at "$root/dev/$d" --bind "/dev/$d"
+  done
+  mkdir -p "$root/dev/shm" "$root/dev/pts"
+  mount_at "$root/dev/shm" -t tmpfs -o mode=1777,size=4g tb-shm
+  ln -sf /proc/self/fd "$root/dev/fd"
+  cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+}
+
+in_root() {
+  chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=dumb \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"
+}
+
+ensure_root() {
+  local want
+  want="$(printf '%s\n' "${packages[@]}")"
+  if [ -f "$root/.tb-packages" ] && [ "$(cat "$root/.tb-packages")" = "$want" ]; then
+    log "reusing the Debian 13 root in $root"
+    mount_root
+    return
+  fi
+  if [ ! -f "$root/.tb-debootstrap" ]; then
+    command -v debootstrap >/dev/null || {
+      log "installing debootstrap"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap \
+        || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap; }
+    }
+    log "debootstrap --variant=minbase trixie $root"
+    rm -rf "$root"
+    mkdir -p "$compat_dir"
+    debootstrap --variant=minbase trixie "$root" "$mirror"
+    touch "$root/.tb-debootstrap"
+  fi
+  mount_root
+  log "apt-get install ${packages[*]}"
+  in_root apt-get update -q
+  in_root apt-get install -y -q --no-install-recommends "${packages[@]}"
+  in_root apt-get clean
+  printf '%s\n' "$want" >"$root/.tb-packages"
+}
+
+# The checkout's files, tracked and untracked but not ignored, into
+# /work/tensor_blob there. Build products made there (_build/, build/,
+# priv/*.so, examples' builds) are ignored files, so they stay between runs.
+copy_tree() {
+  local dest="$root/work/tensor_blob" list
+  mkdir -p "$dest"
+  # Drop the previous copy's sources (a file removed here goes there too).
+  if [ -f "$dest/.tb-files" ]; then
+    (cd "$dest" && tr '\n' '\0' <.tb-files | xargs -0 rm -f)
+  fi
+  list="$(mktemp)"
+  (cd "$repo" && git -c safe.directory='*' ls-files -z --cached --others --exclude-standard \
+    | while IFS= read -r -d '' f; do if [ -f "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi; done) >"$list"
+  (cd "$repo" && tar --null -T "$list" -cf -) | tar -C "$dest" -xf -
+  tr '\0' '\n' <"$list" >"$dest/.tb-files"
+  rm -f "$list"
+  mkdir -p "$root/work/third_party"
+  cp -u "$third_party"/*.tar.gz "$root/work/third_party/"
+}
+
+ensure_root
+if [ "$mode" = "--root" ]; then
+  exit 0
+fi
+copy_tree
+if [ "$mode" = "--run" ]; then
+  in_root /bin/bash -c "cd /work/tensor_blob && $2"
+  exit
+fi
+log "running the suites on $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"')"
+in_root /bin/bash /work/tensor_blob/scripts/compat_inner.sh
