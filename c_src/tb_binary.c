@@ -79,12 +79,11 @@ static ERL_NIF_TERM from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
 {
     (void)argc;
     ErlNifBinary bin;
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_layout_result r;
+    tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_binary_args(env, argv, &bin, &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_binary_args(env, argv, &bin, &d, &exc))
         return exc;
+    const tb_layout *l = &d.layout;
 
     /* The view covers the pinned copy's bytes, never the argument's: a
      * binary of 64 bytes or less lives on the caller's heap, which moves,
@@ -97,19 +96,19 @@ static ERL_NIF_TERM from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
     uint64_t alignment = tb_pointer_alignment((uint64_t)(uintptr_t)pinned.data);
     tb_shim_tensor *h;
     tb_shim_error err;
-    if (r.numel > 0 && alignment < l.element_size) {
+    if (d.check.numel > 0 && alignment < l->element_size) {
         tb_storage_release(&pin->header);
         if (argv[3] != tb_atoms.true_)
             return tb_raise_badarg(env, "binary: its bytes start at an address aligned to %u bytes, and %s needs %u "
                                         "(a part of a larger binary, or a small one, may start anywhere); "
                                         "use copy: true or copy: :if_needed",
-                                   (unsigned)alignment, tb_dtypes[dtype].name, (unsigned)l.element_size);
+                                   (unsigned)alignment, tb_dtypes[d.dtype].name, (unsigned)l->element_size);
         /* copy: :if_needed: a copy is what the caller asked for here. */
-        if (!tb_shim_from_bytes(bin.data, l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))
+        if (!tb_shim_from_bytes(bin.data, l->ndim, l->shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
             return tb_raise_error(env, "from_binary: %s", err.message);
         return tb_tensor_return(env, h);
     }
-    if (!tb_shim_from_blob(pinned.data, l.ndim, l.shape, l.strides, tb_dtypes[dtype].torch_scalar_type,
+    if (!tb_shim_from_blob(pinned.data, l->ndim, l->shape, l->strides, tb_dtypes[d.dtype].torch_scalar_type,
                            TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &h, &err))
         return tb_raise_error(env, "from_binary: %s", err.message);
     return tb_tensor_return(env, h);

@@ -70,11 +70,12 @@ static tb_region *map_region(int fd, const char *name, size_t length, size_t byt
     return r;
 }
 
-static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_region *r, const tb_layout *l, tb_dtype_id dtype)
+static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_region *r, const tb_dense *d)
 {
+    const tb_layout *l = &d->layout;
     tb_shim_tensor *h;
     tb_shim_error err;
-    if (!tb_shim_from_blob(r->addr, l->ndim, l->shape, l->strides, tb_dtypes[dtype].torch_scalar_type, TB_DEVICE_CPU,
+    if (!tb_shim_from_blob(r->addr, l->ndim, l->shape, l->strides, tb_dtypes[d->dtype].torch_scalar_type, TB_DEVICE_CPU,
                            0, &r->header, tb_storage_release, &h, &err))
         return tb_raise_error(env, "ipc: %s", err.message);
     return tb_tensor_return(env, h);
@@ -121,22 +122,20 @@ ERL_NIF_TERM tb_nif_ipc_reclaim(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 static ERL_NIF_TERM ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_layout_result s;
+    tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &s, &exc))
+    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
         return exc;
     static atomic_uint counter;
     char name[NAME_MAX + 2];
-    unsigned salt = (unsigned)(uintptr_t)&l ^ (unsigned)getpid() * 2654435761u;
+    unsigned salt = (unsigned)(uintptr_t)&d ^ (unsigned)getpid() * 2654435761u;
     snprintf(name, sizeof name, "/" TB_NAME_PREFIX "%d.%u.%08x", (int)getpid(), atomic_fetch_add(&counter, 1),
              salt);
     /* Owner-only permissions, and never an existing name. */
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0)
         return tb_raise_error(env, "ipc: shm_open failed: %s", strerror(errno));
-    size_t length = s.byte_size ? s.byte_size : 1;
+    size_t length = d.check.byte_size ? d.check.byte_size : 1;
     /* Reserve the pages now: a region only sized with ftruncate on a full
      * tmpfs maps fine and kills the VM with SIGBUS at the first write. */
     int error = ftruncate(fd, (off_t)length) != 0 ? errno : posix_fallocate(fd, 0, (off_t)length);
@@ -150,26 +149,24 @@ static ERL_NIF_TERM ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return tb_raise_error(env, "ipc: cannot reserve %lu bytes of shared memory: %s", (unsigned long)length,
                               strerror(error));
     }
-    tb_region *r = map_region(fd, name, length, s.byte_size, 1, &error);
+    tb_region *r = map_region(fd, name, length, d.check.byte_size, 1, &error);
     close(fd);
     if (!r) {
         shm_unlink(name);
         return tb_raise_error(env, "ipc: cannot map %lu bytes of shared memory: %s", (unsigned long)length,
                               strerror(error));
     }
-    return make_tensor(env, r, &l, dtype);
+    return make_tensor(env, r, &d);
 }
 
 ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     /* Reserving the pages writes them: dirty when large. */
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_layout_result s;
+    tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &s, &exc))
+    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
         return exc;
-    return tb_run_copy(env, "ipc_zeros", s.byte_size, 0, ipc_zeros, argc, argv);
+    return tb_run_copy(env, "ipc_zeros", d.check.byte_size, 0, ipc_zeros, argc, argv);
 }
 
 ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -217,11 +214,9 @@ ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         return tb_raise_badarg(env, "handle: %T is no shared-memory name (an optional leading slash, then 1 to %d "
                                     "bytes with no slash or NUL)",
                                argv[0], TB_SHM_NAME_MAX);
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_layout_result s;
+    tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_shape_dtype(env, argv[2], argv[1], &l, &dtype, &s, &exc))
+    if (!tb_tensor_get_dense(env, argv[2], argv[1], &d, &exc))
         return exc;
 
     int fd = shm_open(name, O_RDWR, 0);
@@ -232,26 +227,27 @@ ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
         return tb_raise_badarg(env, "handle: cannot open shared memory %T: %s", argv[0], strerror(e));
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < 0 || (uint64_t)st.st_size < s.byte_size) {
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || (uint64_t)st.st_size < d.check.byte_size) {
         close(fd);
         return tb_raise_badarg(env, "shape: %T of %s needs %lu bytes; the shared memory %T holds %ld", argv[2],
-                               tb_dtypes[dtype].name, (unsigned long)s.byte_size, argv[0], (long)st.st_size);
+                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, argv[0],
+                               (long)st.st_size);
     }
     /* An empty region is mapped one byte long, and unmapped as long. */
     if (st.st_size == 0) {
         close(fd);
-        if (s.byte_size > 0)
+        if (d.check.byte_size > 0)
             return tb_raise_badarg(env, "shape: the shared memory %T is empty", argv[0]);
         tb_shim_tensor *h;
         tb_shim_error err;
-        if (!tb_shim_zeros(l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))
+        if (!tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
             return tb_raise_error(env, "ipc: %s", err.message);
         return tb_tensor_return(env, h);
     }
     int error;
-    tb_region *r = map_region(fd, name, (size_t)st.st_size, s.byte_size, 0, &error);
+    tb_region *r = map_region(fd, name, (size_t)st.st_size, d.check.byte_size, 0, &error);
     close(fd);
     if (!r)
         return tb_raise_error(env, "ipc: cannot map %T: %s", argv[0], strerror(error));
-    return make_tensor(env, r, &l, dtype);
+    return make_tensor(env, r, &d);
 }

@@ -117,39 +117,41 @@ ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int d
     return fun(env, argc, argv);
 }
 
-int tb_tensor_get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
-                              tb_dtype_id *dtype, tb_layout_result *r, ERL_NIF_TERM *exc)
+int tb_tensor_get_dense(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_dense *out,
+                        ERL_NIF_TERM *exc)
 {
+    tb_layout *l = &out->layout;
     if (!tb_get_shape(env, shape_term, "shape", &l->ndim, l->shape, exc) ||
-        !tb_get_dtype(env, dtype_term, "dtype", dtype, exc))
+        !tb_get_dtype(env, dtype_term, "dtype", &out->dtype, exc))
         return 0;
-    l->element_size = tb_dtypes[*dtype].element_size;
+    l->element_size = tb_dtypes[out->dtype].element_size;
     l->ptr = l->element_size; /* a stand-in: only the extent matters here */
     if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
         *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T", shape_term);
         return 0;
     }
-    *r = tb_layout_check(l);
-    if (r->status != TB_LAYOUT_OK) {
+    out->check = tb_layout_check(l);
+    if (out->check.status != TB_LAYOUT_OK) {
         /* The strides are derived from the shape: the shape is at fault. */
-        *exc = tb_raise_badarg(env, "shape: %s in %T", tb_layout_status_text(r->status), shape_term);
+        *exc = tb_raise_badarg(env, "shape: %s in %T", tb_layout_status_text(out->check.status), shape_term);
         return 0;
     }
     return 1;
 }
 
-int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_layout *l,
-                              tb_dtype_id *dtype, tb_layout_result *r, ERL_NIF_TERM *exc)
+int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_dense *out,
+                              ERL_NIF_TERM *exc)
 {
     if (!enif_inspect_binary(env, argv[0], bin)) {
         *exc = tb_raise_badarg(env, "binary: expected a binary, got %T", argv[0]);
         return 0;
     }
-    if (!tb_tensor_get_shape_dtype(env, argv[2], argv[1], l, dtype, r, exc))
+    if (!tb_tensor_get_dense(env, argv[2], argv[1], out, exc))
         return 0;
-    if (r->byte_size != bin->size) {
+    if (out->check.byte_size != bin->size) {
         *exc = tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
-                               tb_dtypes[*dtype].name, (unsigned long)r->byte_size, (unsigned long)bin->size);
+                               tb_dtypes[out->dtype].name, (unsigned long)out->check.byte_size,
+                               (unsigned long)bin->size);
         return 0;
     }
     return 1;
@@ -160,43 +162,37 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
 static ERL_NIF_TERM zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_layout_result r;
+    tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
         return exc;
     tb_shim_tensor *h;
     tb_shim_error err;
-    if (!tb_shim_zeros(l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))
+    if (!tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
         return tb_raise_error(env, "zeros: %s", err.message);
     return tb_tensor_return(env, h);
 }
 
 ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_layout_result r;
+    tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_shape_dtype(env, argv[0], argv[1], &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
         return exc;
-    return tb_run_copy(env, "zeros", r.byte_size, 0, zeros, argc, argv);
+    return tb_run_copy(env, "zeros", d.check.byte_size, 0, zeros, argc, argv);
 }
 
 static ERL_NIF_TERM from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     ErlNifBinary bin;
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_layout_result r;
+    tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_binary_args(env, argv, &bin, &l, &dtype, &r, &exc))
+    if (!tb_tensor_get_binary_args(env, argv, &bin, &d, &exc))
         return exc;
     tb_shim_tensor *h;
     tb_shim_error err;
-    if (!tb_shim_from_bytes(bin.data, l.ndim, l.shape, tb_dtypes[dtype].torch_scalar_type, &h, &err))
+    if (!tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
         return tb_raise_error(env, "from_binary: %s", err.message);
     return tb_tensor_return(env, h);
 }
@@ -361,56 +357,11 @@ ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 
 /* ---- Accessors --------------------------------------------------------- */
 
-ERL_NIF_TERM tb_nif_shape(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    return tb_make_shape(env, d.info.ndim, d.info.sizes);
-}
+typedef enum { ACCESS_SHAPE, ACCESS_STRIDES, ACCESS_DTYPE, ACCESS_DEVICE, ACCESS_MEMORY } access_what;
 
-ERL_NIF_TERM tb_nif_strides(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+static ERL_NIF_TERM memory_atom(const tb_shim_info *info)
 {
-    (void)argc;
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    return tb_make_strides(env, d.info.ndim, d.info.strides);
-}
-
-ERL_NIF_TERM tb_nif_dtype(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    return tb_atoms.dtypes[d.dtype];
-}
-
-ERL_NIF_TERM tb_nif_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    return tb_make_device(env, d.info.device_type, d.info.device_index);
-}
-
-/* What the memory is, read from the storage (tb_storage.h), so slices and
- * transposes of a view report the same. */
-ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    switch (tb_storage_kind(&d.info)) {
+    switch (tb_storage_kind(info)) {
     case TB_MEMORY_PINNED: return tb_atoms.pinned;
     case TB_MEMORY_UNPINNED: return tb_atoms.unpinned;
     case TB_MEMORY_DLPACK: return tb_atoms.dlpack;
@@ -419,3 +370,34 @@ ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     default: return tb_atoms.owned;
     }
 }
+
+static ERL_NIF_TERM accessor(ErlNifEnv *env, ERL_NIF_TERM term, access_what what)
+{
+    tb_tensor_desc d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, term, "tensor", &d, &exc))
+        return exc;
+    switch (what) {
+    case ACCESS_SHAPE: return tb_make_shape(env, d.info.ndim, d.info.sizes);
+    case ACCESS_STRIDES: return tb_make_strides(env, d.info.ndim, d.info.strides);
+    case ACCESS_DTYPE: return tb_atoms.dtypes[d.dtype];
+    case ACCESS_DEVICE: return tb_make_device(env, d.info.device_type, d.info.device_index);
+    case ACCESS_MEMORY: break;
+    }
+    /* What the memory is, read from the storage (tb_storage.h), so slices
+     * and transposes of a view report the same. */
+    return memory_atom(&d.info);
+}
+
+#define TB_ACCESSOR(nif, what)                                                                                 \
+    ERL_NIF_TERM nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])                                   \
+    {                                                                                                        \
+        (void)argc;                                                                                          \
+        return accessor(env, argv[0], what);                                                                 \
+    }
+
+TB_ACCESSOR(tb_nif_shape, ACCESS_SHAPE)
+TB_ACCESSOR(tb_nif_strides, ACCESS_STRIDES)
+TB_ACCESSOR(tb_nif_dtype, ACCESS_DTYPE)
+TB_ACCESSOR(tb_nif_device, ACCESS_DEVICE)
+TB_ACCESSOR(tb_nif_memory, ACCESS_MEMORY)

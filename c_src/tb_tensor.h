@@ -48,15 +48,22 @@ int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d);
  * *exc naming `field`. */
 int tb_tensor_arg(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_tensor_desc *d, ERL_NIF_TERM *exc);
 
+/* A row-major shape of a dtype, as zeros, from_binary and ipc take them. */
+typedef struct {
+    tb_layout layout; /* row-major strides; ptr a stand-in */
+    tb_dtype_id dtype;
+    tb_layout_result check; /* numel and byte_size */
+} tb_dense;
+
 /* Parses a shape and a dtype, and checks that the element count fits;
- * otherwise sets *exc. l gets row-major strides. */
-int tb_tensor_get_shape_dtype(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_layout *l,
-                              tb_dtype_id *dtype, tb_layout_result *r, ERL_NIF_TERM *exc);
+ * otherwise sets *exc. */
+int tb_tensor_get_dense(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_dense *out,
+                        ERL_NIF_TERM *exc);
 
 /* The arguments (Binary, Dtype, Shape) of from_binary and its view: a
  * binary whose size is that of Shape of Dtype; otherwise sets *exc. */
-int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_layout *l,
-                              tb_dtype_id *dtype, tb_layout_result *r, ERL_NIF_TERM *exc);
+int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_dense *out,
+                              ERL_NIF_TERM *exc);
 
 /* Every NIF that copies data goes through here: it runs `fun` at once, or
  * on a dirty CPU scheduler when it copies more than TB_DIRTY_BYTES, or on
