@@ -106,7 +106,7 @@ if Code.ensure_loaded?(Nx) do
               t = TNx.from_nx(nx)
               assert Tensor.dtype(t) == dtype
               assert Tensor.shape(t) == {16, 8}
-              assert Tensor.memory(t) == :pinned
+              assert Tensor.memory(t) == :binary
               assert Tensor.to_binary(t) == Nx.to_binary(nx)
               # The same bytes: a view of the backend's binary has its address.
               same = Tensor.from_binary(nx.data.state, type, {16, 8}, copy: false)

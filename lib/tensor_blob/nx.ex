@@ -31,8 +31,10 @@ if Code.ensure_loaded?(Nx) do
         integers) cannot be viewed: the data is copied.
       * anything else: a copy through `Nx.to_binary/1`.
 
-    `Tensor.memory/1` of the result tells which one happened (`:pinned`
-    for a view, `:owned` for a copy). `copy: :never` raises instead of
+    `Tensor.memory/1` of the result tells which one happened (`:binary`
+    for a view of the BinaryBackend's binary, `:pinned` for a view of a
+    pointer backend's memory, `:ipc` for a shared-memory region, `:owned`
+    for a copy). `copy: :never` raises instead of
     copying; `copy: :always` always copies.
 
     **What a pin cannot do**: it keeps the Nx tensor reachable, so the
