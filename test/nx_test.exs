@@ -18,8 +18,11 @@ if Code.ensure_loaded?(Nx) do
       %Nx.Tensor{data: %__MODULE__{tensor: t, style: style}, type: type, shape: shape, names: Enum.map(Tuple.to_list(shape), fn _ -> nil end)}
     end
 
+    # Validates its options as EXLA 0.9 does: mode: only (kind: is refused).
+    def to_pointer(%Nx.Tensor{data: %__MODULE__{style: :raises}}, _opts), do: raise(RuntimeError, "device lost")
+
     def to_pointer(%Nx.Tensor{data: %__MODULE__{tensor: t, style: style}}, opts) do
-      true = opts in [[kind: :local], [mode: :local]]
+      :local = Keyword.validate!(opts, mode: :local)[:mode]
       blob = TensorBlob.to_blob(t)
       reply(%Nx.Pointer{kind: :local, address: blob.ptr, data_size: blob.byte_size}, style)
     end
@@ -156,6 +159,19 @@ if Code.ensure_loaded?(Nx) do
         t = TNx.from_nx(nx)
         assert Tensor.shape(t) == {2, 3}
         assert TNx.to_nx(t).names == [nil, nil]
+      end
+
+      test "a vectorized tensor is refused with a message that says to devectorize" do
+        v = Nx.vectorize(Nx.iota({2, 3}), :rows)
+        error = assert_raise ArgumentError, fn -> TNx.from_nx(v) end
+        assert error.message =~ "Nx.devectorize"
+        assert Tensor.shape(TNx.from_nx(Nx.devectorize(v))) == {2, 3}
+      end
+
+      test "a backend whose to_pointer raises: copy: :never reports the backend's own error" do
+        nx = PointerBackend.wrap(Tensor.zeros({4}, :float32), :raises)
+        error = assert_raise ArgumentError, fn -> TNx.from_nx(nx, device: :cpu, copy: :never) end
+        assert error.message =~ "device lost"
       end
 
       for style <- [:ok_tuple, :bare] do

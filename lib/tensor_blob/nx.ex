@@ -88,7 +88,15 @@ if Code.ensure_loaded?(Nx) do
     doc).
     """
     @spec from_nx(Nx.Tensor.t(), keyword()) :: Tensor.t()
-    def from_nx(%Nx.Tensor{} = nx, opts \\ []) do
+    def from_nx(nx, opts \\ [])
+
+    def from_nx(%Nx.Tensor{vectorized_axes: [_ | _] = axes}, _opts) do
+      raise ArgumentError,
+            "from_nx: a vectorized tensor (vectorized axes #{inspect(axes)}) has no single layout; " <>
+              "call Nx.devectorize/2 first"
+    end
+
+    def from_nx(%Nx.Tensor{} = nx, opts) do
       {copy, device, ipc} = options!(opts)
       dtype = dtype!(nx.type)
 
@@ -305,6 +313,9 @@ if Code.ensure_loaded?(Nx) do
         {:deallocated, message} ->
           raise ArgumentError, "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
 
+        {:backend_error, message} when copy == :never ->
+          refuse_copy!(nx, "its to_pointer/2 raised: #{message}")
+
         _ ->
           if copy == :never,
             do: refuse_copy!(nx, "it gives no host pointer (pass device: :cpu if its pointers are host memory)"),
@@ -345,23 +356,24 @@ if Code.ensure_loaded?(Nx) do
     defp host_device(%{__struct__: EXLA.Backend, buffer: %{client_name: :host}}), do: :cpu
     defp host_device(_), do: :unknown
 
-    # Nx 0.9 names the option kind: and returns {:ok, pointer}; later
-    # versions name it mode: and return the pointer or raise. Which one is
-    # decided once (per loaded Nx) and kept in a persistent term.
+    # No options: every backend defaults to a :local pointer, and EXLA 0.9
+    # validates its options (mode:) and rejects Nx 0.9's kind:. Nx 0.9
+    # backends return {:ok, pointer}; later ones the pointer, or raise.
     defp local_pointer(nx) do
-      case Nx.to_pointer(nx, [{pointer_key(), :local}]) do
+      case Nx.to_pointer(nx) do
         {:ok, pointer} -> pointer
         %Nx.Pointer{} = pointer -> pointer
+        {:error, reason} -> {:backend_error, inspect(reason)}
         _ -> nil
       end
     rescue
       # Torchx raises "Tensor has been deallocated" after backend_deallocate.
       e in [ArgumentError, RuntimeError] ->
         message = Exception.message(e)
-        if message =~ "deallocated", do: {:deallocated, message}, else: nil
+        if message =~ "deallocated", do: {:deallocated, message}, else: {:backend_error, message}
 
-      _ in [UndefinedFunctionError, FunctionClauseError] ->
-        nil
+      e ->
+        {:backend_error, Exception.message(e)}
     end
 
     defp pointer_key do
