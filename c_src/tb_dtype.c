@@ -39,6 +39,21 @@ const tb_dtype_alias tb_dtype_aliases[] = {
     {"complex_float", TB_DT_COMPLEX64},
     {"cdouble", TB_DT_COMPLEX128},
     {"complex_double", TB_DT_COMPLEX128},
+    /* Nx's shorthands (Nx.Type's :f32 for {:f, 32}, ...). */
+    {"u8", TB_DT_UINT8},
+    {"u16", TB_DT_UINT16},
+    {"u32", TB_DT_UINT32},
+    {"u64", TB_DT_UINT64},
+    {"s8", TB_DT_INT8},
+    {"s16", TB_DT_INT16},
+    {"s32", TB_DT_INT32},
+    {"s64", TB_DT_INT64},
+    {"f16", TB_DT_FLOAT16},
+    {"bf16", TB_DT_BFLOAT16},
+    {"f32", TB_DT_FLOAT32},
+    {"f64", TB_DT_FLOAT64},
+    {"c64", TB_DT_COMPLEX64},
+    {"c128", TB_DT_COMPLEX128},
 };
 
 const size_t tb_dtype_alias_count = sizeof tb_dtype_aliases / sizeof tb_dtype_aliases[0];

@@ -160,6 +160,20 @@ defmodule TensorBlobTest do
       end
     end
 
+    test "Nx's shorthands name the same dtypes as Nx's type tuples" do
+      for {short, tuple} <- [f32: {:f, 32}, f64: {:f, 64}, f16: {:f, 16}, bf16: {:bf, 16}, c64: {:c, 64}, c128: {:c, 128},
+                             u8: {:u, 8}, s8: {:s, 8}, s16: {:s, 16}, s32: {:s, 32}, s64: {:s, 64}] do
+        assert Tensor.dtype(Tensor.zeros({2}, short)) == Tensor.dtype(Tensor.zeros({2}, tuple))
+        t = Tensor.zeros({2}, tuple)
+        %BlobView{tensor: v} = TensorBlob.from_blob(%{TensorBlob.to_blob(t) | dtype: short})
+        assert Tensor.dtype(v) == Tensor.dtype(t)
+      end
+
+      for {short, tuple} <- [u16: {:u, 16}, u32: {:u, 32}, u64: {:u, 64}] do
+        assert :tensor_blob.nx_type(short) == tuple
+      end
+    end
+
     test "the linked libtorch's dtypes include the classic ones" do
       supported = TensorBlob.dtypes()
 
