@@ -121,7 +121,7 @@ nocuda-test: setup foreign-nif
 
 # The :nx tests, against an Nx build you provide: NX_PATH lists directories
 # holding its ebin folders (Nx, complex, telemetry), colon-separated.
-nx-test: nif
+nx-test: nif foreign-nif
 	@test -n "$(NX_PATH)" || { echo "nx-test: set NX_PATH to the directories of an Nx build (see README)"; exit 2; }
 	NX_PATH="$(NX_PATH)" MIX_ENV=test mix test --only nx
 
