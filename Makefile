@@ -42,7 +42,7 @@ C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 HEADERS := $(wildcard c_src/*.h) $(wildcard priv/include/*.h)
 
-.PHONY: all nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: all nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
 all: nif
 nif: $(NIF)
@@ -124,6 +124,26 @@ nocuda-test: setup foreign-nif
 nx-test: nif foreign-nif
 	@test -n "$(NX_PATH)" || { echo "nx-test: set NX_PATH to the directories of an Nx build (see README)"; exit 2; }
 	NX_PATH="$(NX_PATH)" MIX_ENV=test mix test --only nx
+
+# Dialyzer, zero warnings: the Erlang code (rebar3 dialyzer, its PLT in
+# rebar3's cache) and the Elixir code, driven directly over the compiled
+# beams (no dialyxir, no Hex) with a PLT of erts, kernel, stdlib and elixir
+# built once into _build/dialyzer (ignored). test/dialyzer/ holds user code
+# that must pass too (a %TensorBlob.Blob{} match on to_blob/1, ...).
+DIALYZER_DIR := _build/dialyzer
+ELIXIR_EBIN = $(shell elixir -e 'IO.write(:code.lib_dir(:elixir, :ebin))')
+DIALYZER_FLAGS := -Wunmatched_returns -Werror_handling
+$(DIALYZER_DIR)/elixir.plt:
+	@mkdir -p $(DIALYZER_DIR)
+	dialyzer -pa $(ELIXIR_EBIN) --build_plt --output_plt $@ --apps erts kernel stdlib $(ELIXIR_EBIN)
+
+dialyzer: nif $(DIALYZER_DIR)/elixir.plt
+	rebar3 dialyzer
+	MIX_ENV=dev mix compile
+	@rm -rf $(DIALYZER_DIR)/scratch && mkdir -p $(DIALYZER_DIR)/scratch
+	elixirc -pa _build/dev/lib/tensor_blob/ebin -o $(DIALYZER_DIR)/scratch test/dialyzer/*.ex
+	dialyzer -pa $(ELIXIR_EBIN) --plt $(DIALYZER_DIR)/elixir.plt $(DIALYZER_FLAGS) \
+		_build/dev/lib/tensor_blob/ebin $(DIALYZER_DIR)/scratch
 
 consumer-test: nif
 	scripts/consumer_test.sh

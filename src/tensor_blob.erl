@@ -54,9 +54,12 @@
 -type shape() :: tuple().
 -type device() :: cpu | {cuda, non_neg_integer()}.
 -type dtype() :: atom() | {atom(), pos_integer()}.
+%% A blob; to_blob/2 with the struct option tags it with '__struct__' (the
+%% Elixir facade's %TensorBlob.Blob{}).
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
                   dtype := atom(), device := device(), element_size := pos_integer(),
-                  byte_size := non_neg_integer(), alignment := pos_integer(), owner := term()}.
+                  byte_size := non_neg_integer(), alignment := pos_integer(), owner := term(),
+                  '__struct__' => atom()}.
 -type spec() :: #{ptr := non_neg_integer(), shape := shape(), dtype := dtype(),
                   strides => [non_neg_integer()] | undefined | nil,
                   device => device() | undefined | nil, owner => term(), atom() => term()}.
