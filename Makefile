@@ -45,7 +45,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif foreign-nif nx-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean
+.PHONY: check-c all nif foreign-nif nx-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
 all: nif
 nif: $(NIF)
@@ -145,6 +145,26 @@ torchx-test: nif foreign-nif
 # build/compat (scripts/compat_test.sh; needs root).
 compat-test:
 	scripts/compat_test.sh
+
+# Dialyzer, zero warnings: the Erlang code (rebar3 dialyzer, its PLT in
+# rebar3's cache) and the Elixir code, driven directly over the compiled
+# beams (no dialyxir, no Hex) with a PLT of erts, kernel, stdlib and elixir
+# built once into _build/dialyzer (ignored). test/dialyzer/ holds user code
+# that must pass too (a %TensorBlob.Blob{} match on to_blob/1, ...).
+DIALYZER_DIR := _build/dialyzer
+ELIXIR_EBIN = $(shell elixir -e 'IO.write(:code.lib_dir(:elixir, :ebin))')
+DIALYZER_FLAGS := -Wunmatched_returns -Werror_handling
+$(DIALYZER_DIR)/elixir.plt:
+	@mkdir -p $(DIALYZER_DIR)
+	dialyzer -pa $(ELIXIR_EBIN) --build_plt --output_plt $@ --apps erts kernel stdlib $(ELIXIR_EBIN)
+
+dialyzer: nif $(DIALYZER_DIR)/elixir.plt
+	rebar3 dialyzer
+	MIX_ENV=dev mix compile
+	@rm -rf $(DIALYZER_DIR)/scratch && mkdir -p $(DIALYZER_DIR)/scratch
+	elixirc -pa _build/dev/lib/tensor_blob/ebin -o $(DIALYZER_DIR)/scratch test/dialyzer/*.ex
+	dialyzer -pa $(ELIXIR_EBIN) --plt $(DIALYZER_DIR)/elixir.plt $(DIALYZER_FLAGS) \
+		_build/dev/lib/tensor_blob/ebin $(DIALYZER_DIR)/scratch
 
 consumer-test: nif
 	scripts/consumer_test.sh

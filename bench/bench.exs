@@ -33,7 +33,7 @@ defmodule Bench do
 
   def operations(t) do
     blob = TensorBlob.to_blob(t)
-    bare = Map.delete(blob, :owner) |> Map.delete(:__struct__)
+    bare = blob |> Map.delete(:__struct__) |> Map.put(:owner, :none)
     bin = Tensor.to_binary(t, copy: false)
     shape = Tensor.shape(t)
 

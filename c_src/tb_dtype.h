@@ -43,7 +43,11 @@
 #define TB_DTYPE_ALIASES(A)                                                                       \
     A("byte", UINT8) A("char", INT8) A("short", INT16) A("int", INT32) A("long", INT64)         \
     A("half", FLOAT16) A("float", FLOAT32) A("double", FLOAT64) A("cfloat", COMPLEX64)          \
-    A("complex_float", COMPLEX64) A("cdouble", COMPLEX128) A("complex_double", COMPLEX128)
+    A("complex_float", COMPLEX64) A("cdouble", COMPLEX128) A("complex_double", COMPLEX128)      \
+    A("u8", UINT8) A("u16", UINT16) A("u32", UINT32) A("u64", UINT64)                             \
+    A("s8", INT8) A("s16", INT16) A("s32", INT32) A("s64", INT64)                                 \
+    A("f16", FLOAT16) A("bf16", BFLOAT16) A("f32", FLOAT32) A("f64", FLOAT64)                     \
+    A("c64", COMPLEX64) A("c128", COMPLEX128)
 
 #define TB_DTYPE_ENUM_(id, ...) TB_DT_##id,
 typedef enum { TB_DTYPE_LIST(TB_DTYPE_ENUM_) TB_DT_COUNT } tb_dtype_id;

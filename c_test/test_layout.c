@@ -395,9 +395,15 @@ static void test_dtype_names(void)
     check_name("complex_float", TB_DT_COMPLEX64);
     check_name("cdouble", TB_DT_COMPLEX128);
     check_name("complex_double", TB_DT_COMPLEX128);
+    /* Nx's shorthands. */
+    check_name("f32", TB_DT_FLOAT32);
+    check_name("bf16", TB_DT_BFLOAT16);
+    check_name("s64", TB_DT_INT64);
+    check_name("u16", TB_DT_UINT16);
+    check_name("c128", TB_DT_COMPLEX128);
 
     /* Refused, and *out left alone. */
-    const char *unknown[] = {"", "float128", "Float32", "float32 ", "int4", "f32", "complex"};
+    const char *unknown[] = {"", "float128", "Float32", "float32 ", "int4", "f31", "u4", "c32", "complex"};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         tb_dtype_id id = TB_DT_COUNT;
         CHECK(!dtype_from_name(unknown[i], &id));

@@ -45,5 +45,5 @@ IO.puts("6. a transposed layout: shape #{inspect(tblob.shape)} strides #{inspect
 %BlobView{tensor: tv} = TensorBlob.from_blob(tblob)
 IO.puts("   viewed back, row-major: #{inspect(read.(tv))}")
 
-bare = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {6}, dtype: :float32})
-IO.puts("7. without an owner:    #{inspect(bare)} (the caller answers for the memory)")
+bare = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {6}, dtype: :float32}, owner: :none)
+IO.puts("7. owner: :none:        #{inspect(bare)} (the caller answers for the memory)")

@@ -12,8 +12,9 @@ defmodule TensorBlob do
     1. `to_blob(t)` sets `owner: t`: the pointer is valid while the blob, or
        `t`, is reachable.
     2. `from_blob(%Blob{})` pins `blob.owner`; `from_blob(map, owner: o)` pins
-       `o`. With neither, the result is an unpinned `%Tensor{}`: the caller
-       answers for the memory (its inspect shows `pinned?: false`).
+       `o`. An unpinned view must be asked for: `owner: :none` returns a bare
+       `%Tensor{}`, and the caller answers for the memory (its inspect shows
+       `pinned?: false`). A map with no owner at all raises `ArgumentError`.
     3. A pin is released only when libtorch frees the storage: after the last
        tensor that uses the memory is gone, slices and transposes included.
        Dropping the `%BlobView{}` while keeping `view.tensor` is safe.
@@ -27,8 +28,11 @@ defmodule TensorBlob do
   Canonical atoms: #{Enum.map_join(~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 complex64 complex128 float8_e4m3fn float8_e5m2), ", ", &"`:#{&1}`")}.
   Also accepted on input: ExTorch's names (`:float`, `:double`, `:half`,
   `:byte`, `:char`, `:short`, `:int`, `:long`, `:complex_float`,
-  `:complex_double`, `:cfloat`, `:cdouble`) and Nx types (`{:f, 32}`,
-  `{:bf, 16}`, `{:c, 64}`, `{:u, 8}`, `{:s, 64}`, `{:f, 8}`, ...).
+  `:complex_double`, `:cfloat`, `:cdouble`), Nx types (`{:f, 32}`,
+  `{:bf, 16}`, `{:c, 64}`, `{:u, 8}`, `{:s, 64}`, `{:f, 8}`, ...) and Nx's
+  shorthands (`:f32`, `:f64`, `:f16`, `:bf16`, `:c64`, `:c128`, `:u8` to
+  `:u64`, `:s8` to `:s64`). An unknown dtype raises `ArgumentError` listing
+  the valid ones.
 
   ## Errors
 
@@ -56,33 +60,48 @@ defmodule TensorBlob do
 
   The spec needs `:ptr`, `:shape` and `:dtype`; `:strides` (element
   strides, default row-major) and `:device` (default `:cpu`) are optional.
+  The owner, the term that keeps the memory alive, comes from the spec's
+  `:owner` (a `%Blob{}` from `to_blob/1` names its tensor) or from the
+  `owner:` option, which takes precedence:
 
-    * a `%Blob{}` (or a map) with a non-nil `:owner`, or the `owner: o`
-      option: returns `%BlobView{tensor, owner}`; the owner is pinned until
-      the last tensor using the memory is freed.
-    * otherwise: returns an unpinned `%Tensor{}`; the caller answers for the
-      memory.
+    * an owner term: returns `%BlobView{tensor, owner}`; the owner is pinned
+      until the last tensor using the memory is freed.
+    * `owner: :none`: returns an unpinned `%Tensor{}`; nothing is pinned and
+      **the caller answers for the memory** (its inspect shows
+      `pinned?: false`).
+    * no owner at all (or `nil`): raises `ArgumentError`, which says how to
+      pin.
+
+  Examples:
+
+      iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
+      iex> %TensorBlob.BlobView{tensor: view, owner: ^t} = TensorBlob.from_blob(TensorBlob.to_blob(t))
+      iex> TensorBlob.Tensor.to_binary(view)
+      <<1, 2, 3, 4>>
+      iex> blob = TensorBlob.to_blob(t)
+      iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: t).owner == t
+      true
+      iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: :none)
+      ...> |> TensorBlob.Tensor.memory()
+      :unpinned
   """
-  @spec from_blob(Blob.t() | map(), keyword()) :: BlobView.t() | Tensor.t()
-  def from_blob(spec, opts \\ [])
-
-  def from_blob(spec, []) do
-    case spec do
-      %{owner: owner} when owner != nil -> pinned_view(spec, owner)
-      _ -> translating(do: Tensor.wrap(:tensor_blob.from_blob(spec)))
+  @spec from_blob(Blob.t() | map(), owner: term()) :: BlobView.t() | Tensor.t()
+  def from_blob(spec, opts \\ []) do
+    case translating(do: :tensor_blob.blob_view(spec, options(opts))) do
+      {ref, :none} -> Tensor.wrap(ref)
+      {ref, owner} -> %BlobView{tensor: Tensor.wrap(ref), owner: owner}
     end
   end
 
-  def from_blob(spec, owner: nil), do: translating(do: Tensor.wrap(:tensor_blob.from_blob(spec, %{owner: nil})))
-  def from_blob(spec, owner: owner), do: pinned_view(spec, owner)
+  defp options([]), do: %{}
+  defp options(owner: owner), do: %{owner: owner}
 
-  def from_blob(_spec, opts) do
-    raise ArgumentError, "options: expected [owner: term], got #{inspect(opts)}"
-  end
-
-  defp pinned_view(spec, owner) do
-    ref = translating(do: :tensor_blob.from_blob(spec, %{owner: owner}))
-    %BlobView{tensor: Tensor.wrap(ref), owner: owner}
+  defp options(opts) do
+    if Keyword.keyword?(opts) do
+      Map.new(opts)
+    else
+      raise ArgumentError, "options: expected a keyword list such as [owner: term], got #{inspect(opts)}"
+    end
   end
 
   @doc """

@@ -14,7 +14,7 @@
 %% error({tensor_blob, Message}).
 -module(tensor_blob).
 
--export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
+-export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3, to_device/2,
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
@@ -23,6 +23,25 @@
          stats/0, dtypes/0, nx_type/1, torch_version/0,
          cuda_info/0, cuda_synchronize/1, dlpack_info/1,
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0]).
+
+%% For the Erlang shell's and Elixir's rendering of errors (error_info).
+-export([format_error/2, error_message/2]).
+
+%% An owner term that from_blob pins: none asks for an unpinned view;
+%% undefined and nil (and no owner key) name no owner, which is refused.
+%% What to_dlpack accepts as a tensor: the reference, or the Elixir struct
+%% (which the C bridge also reads).
+-define(IS_TENSOR_TERM(T), (is_reference(T) orelse (is_map(T) andalso is_map_key('__struct__', T) andalso
+                                                   map_get('__struct__', T) =:= 'Elixir.TensorBlob.Tensor'))).
+
+-define(PINNABLE(Owner), (Owner =/= none andalso Owner =/= undefined andalso Owner =/= nil)).
+
+%% A NIF call whose badarg is re-raised as "unknown dtype" (listing the
+%% valid ones) when Dtype is not a dtype: the one dtype table, in C, decides.
+-define(DTYPE_CHECKED(Dtype, Call),
+        try Call
+        catch error:{badarg, _} = Reason__:Stack__ -> dtype_error(Dtype, Reason__, Stack__)
+        end).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
@@ -35,60 +54,87 @@
 -type shape() :: tuple().
 -type device() :: cpu | {cuda, non_neg_integer()}.
 -type dtype() :: atom() | {atom(), pos_integer()}.
+%% A blob; to_blob/2 with the struct option tags it with '__struct__' (the
+%% Elixir facade's %TensorBlob.Blob{}).
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
                   dtype := atom(), device := device(), element_size := pos_integer(),
-                  byte_size := non_neg_integer(), alignment := pos_integer(), owner := term()}.
+                  byte_size := non_neg_integer(), alignment := pos_integer(), owner := term(),
+                  '__struct__' => atom()}.
 -type spec() :: #{ptr := non_neg_integer(), shape := shape(), dtype := dtype(),
                   strides => [non_neg_integer()] | undefined | nil,
                   device => device() | undefined | nil, owner => term(), atom() => term()}.
 
 %% @doc The blob describing T's memory; the blob's owner is T.
 -spec to_blob(tensor()) -> blob().
+to_blob(T) when is_reference(T) ->
+    tensor_blob_nif:to_blob(T, T, undefined);
 to_blob(T) ->
-    tensor_blob_nif:to_blob(T, T, undefined).
+    not_a_tensor(T).
 
 %% @doc Like to_blob/1. Options: owner (the term the blob names as its
 %% owner, by default T), struct (tag the map as that struct; the Elixir
 %% facade uses it).
 -spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
-to_blob(T, #{owner := Owner, struct := Struct} = Opts) when map_size(Opts) =:= 2 ->
+to_blob(T, #{owner := Owner, struct := Struct} = Opts) when is_reference(T), map_size(Opts) =:= 2 ->
     %% The Elixir facade's call: no option checks on the hot path.
     tensor_blob_nif:to_blob(T, Owner, Struct);
+to_blob(T, _Opts) when not is_reference(T) ->
+    not_a_tensor(T);
 to_blob(T, Opts) when is_map(Opts) ->
     check_options(Opts, [owner, struct]),
     tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined));
 to_blob(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
-%% @doc A tensor over the memory Spec describes. If Spec has an owner (not
-%% undefined or nil), the owner is pinned until the last tensor using this
-%% memory is freed; otherwise the tensor is unpinned and the caller answers
-%% for the memory.
+%% @doc A tensor over the memory Spec describes, pinning its owner: the
+%% spec's owner key (a blob from to_blob/1 names its tensor) is pinned until
+%% the last tensor using this memory is freed.
+%%
+%% A spec with no owner (absent, undefined or nil) raises badarg: give the
+%% term that keeps the memory alive (`#{owner => Term}' in the spec or the
+%% options), or ask for an unpinned view explicitly with `owner => none':
+%% then nothing is pinned and the caller answers for the memory (memory/1
+%% says unpinned).
 -spec from_blob(spec()) -> tensor().
-from_blob(#{owner := Owner} = Spec) when Owner =/= undefined, Owner =/= nil ->
-    tensor_blob_nif:from_blob(Spec, Owner, true);
 from_blob(Spec) ->
-    tensor_blob_nif:from_blob(Spec, undefined, false).
+    element(1, view(Spec, spec_owner(Spec))).
 
 %% @doc Like from_blob/1, with options: owner (the term to pin, in place of
-%% the spec's owner; undefined or nil: pin nothing).
+%% the spec's owner; none: pin nothing, the caller answers for the memory).
 -spec from_blob(spec(), #{owner => term()}) -> tensor().
-from_blob(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
-    case Owner of
-        undefined -> tensor_blob_nif:from_blob(Spec, undefined, false);
-        nil -> tensor_blob_nif:from_blob(Spec, undefined, false);
-        _ -> tensor_blob_nif:from_blob(Spec, Owner, true)
-    end;
-from_blob(Spec, Opts) when is_map(Opts) ->
+from_blob(Spec, Opts) ->
+    element(1, blob_view(Spec, Opts)).
+
+%% @doc from_blob/2, returning the tensor together with the owner it pins,
+%% or none for an unpinned view (what the Elixir facade turns into a
+%% BlobView or a bare tensor). The owner decision is made here only.
+-spec blob_view(spec(), #{owner => term()}) -> {tensor(), Owner :: term()}.
+blob_view(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
+    view(Spec, Owner);
+blob_view(Spec, Opts) when is_map(Opts) ->
     check_options(Opts, [owner]),
-    from_blob(Spec);
-from_blob(_Spec, Opts) ->
+    view(Spec, spec_owner(Spec));
+blob_view(_Spec, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
+
+spec_owner(#{owner := Owner}) -> Owner;
+spec_owner(_) -> undefined.
+
+view(Spec, Owner) when ?PINNABLE(Owner) ->
+    {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, Owner, true)), Owner};
+view(Spec, none) ->
+    {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, undefined, false)), none};
+view(Spec, _NoOwner) when is_map(Spec) ->
+    badarg("owner: the spec names no owner. To pin the term that keeps the memory alive, "
+           "pass ~ts; to ask for an unpinned view, for which the caller answers, pass ~ts", [{code, "owner => Term", "owner: term"}, {code, "owner => none", "owner: :none"}]);
+view(Spec, _NoOwner) ->
+    %% Not a map: the NIF says what a spec is.
+    {tensor_blob_nif:from_blob(Spec, undefined, false), none}.
 
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
 from_binary(Binary, Dtype, Shape) ->
-    tensor_blob_nif:from_binary(Binary, Dtype, Shape).
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)).
 
 %% @doc from_binary/3, or with #{copy => false} a read-only tensor over
 %% Binary's own bytes: no copy, and the tensor pins the binary. write/2
@@ -100,17 +146,19 @@ from_binary(Binary, Dtype, Shape) ->
 %% copies them (into an owned tensor) when they are not.
 -spec from_binary(binary(), dtype(), shape(), #{copy => boolean() | if_needed}) -> tensor().
 from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
-    tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false);
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false));
 from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opts) =:= 1 ->
-    tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true);
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true));
 from_binary(Binary, Dtype, Shape, Opts) ->
     check_copy_option(Opts),
     from_binary(Binary, Dtype, Shape).
 
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
+to_binary(T) when is_reference(T) ->
+    tensor_blob_nif:to_binary(T);
 to_binary(T) ->
-    tensor_blob_nif:to_binary(T).
+    not_a_tensor(T).
 
 %% @doc to_binary/1, or with #{copy => false} a binary over T's own memory:
 %% no copy, and the binary keeps the memory alive. T must be a contiguous CPU
@@ -118,6 +166,8 @@ to_binary(T) ->
 %% whose memory overlaps it (a binary is immutable). Memory written by other
 %% means (a DLPack consumer, foreign code) shows through the binary.
 -spec to_binary(tensor(), #{copy => boolean()}) -> binary().
+to_binary(T, _Opts) when not is_reference(T) ->
+    not_a_tensor(T);
 to_binary(T, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
     tensor_blob_nif:to_binary_view(T);
 to_binary(T, Opts) ->
@@ -128,48 +178,59 @@ check_copy_option(Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     case maps:get(copy, Opts, true) of
         true -> ok;
-        Other -> badarg("copy: expected a boolean (or if_needed, for from_binary), got ~0tp", [Other])
+        Other -> badarg("copy: expected a boolean (or ~0tp, for from_binary), got ~0tp", [if_needed, Other])
     end;
 check_copy_option(Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) ->
-    tensor_blob_nif:zeros(Shape, Dtype).
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:zeros(Shape, Dtype)).
 
 %% @doc Overwrites T's elements in place with Binary (row-major order), so
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
-write(T, Binary) ->
-    tensor_blob_nif:write(T, Binary).
+write(T, Binary) when is_reference(T) ->
+    tensor_blob_nif:write(T, Binary);
+write(T, _Binary) ->
+    not_a_tensor(T).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
 -spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
-to_device(T, Device) -> tensor_blob_nif:to_device(T, Device).
+to_device(T, Device) when is_reference(T) -> tensor_blob_nif:to_device(T, Device);
+to_device(T, _Device) -> not_a_tensor(T).
 
-narrow(T, Dim, Start, Length) ->
-    tensor_blob_nif:narrow(T, Dim, Start, Length).
+narrow(T, Dim, Start, Length) when is_reference(T) ->
+    tensor_blob_nif:narrow(T, Dim, Start, Length);
+narrow(T, _Dim, _Start, _Length) ->
+    not_a_tensor(T).
 
 %% @doc A view with dimensions Dim0 and Dim1 swapped; shares memory.
 -spec transpose(tensor(), non_neg_integer(), non_neg_integer()) -> tensor().
-transpose(T, Dim0, Dim1) ->
-    tensor_blob_nif:transpose(T, Dim0, Dim1).
+transpose(T, Dim0, Dim1) when is_reference(T) ->
+    tensor_blob_nif:transpose(T, Dim0, Dim1);
+transpose(T, _Dim0, _Dim1) ->
+    not_a_tensor(T).
 
 -spec shape(tensor()) -> shape().
-shape(T) -> tensor_blob_nif:shape(T).
+shape(T) when is_reference(T) -> tensor_blob_nif:shape(T);
+shape(T) -> not_a_tensor(T).
 
 %% @doc Element strides.
 -spec strides(tensor()) -> [non_neg_integer()].
-strides(T) -> tensor_blob_nif:strides(T).
+strides(T) when is_reference(T) -> tensor_blob_nif:strides(T);
+strides(T) -> not_a_tensor(T).
 
 -spec dtype(tensor()) -> atom().
-dtype(T) -> tensor_blob_nif:dtype(T).
+dtype(T) when is_reference(T) -> tensor_blob_nif:dtype(T);
+dtype(T) -> not_a_tensor(T).
 
 -spec device(tensor()) -> device().
-device(T) -> tensor_blob_nif:device(T).
+device(T) when is_reference(T) -> tensor_blob_nif:device(T);
+device(T) -> not_a_tensor(T).
 
 %% @doc What T's memory is, and who keeps it alive: owned (libtorch allocated
 %% it), pinned (a view that keeps an owner term or tensor alive), unpinned (a
@@ -178,12 +239,13 @@ device(T) -> tensor_blob_nif:device(T).
 %% bytes), ipc (a mapping of a shared-memory region). Slices and transposes
 %% answer as the tensor they view.
 -spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
-memory(T) -> tensor_blob_nif:memory(T).
+memory(T) when is_reference(T) -> tensor_blob_nif:memory(T);
+memory(T) -> not_a_tensor(T).
 
 %% @doc true when T views memory whose owner it keeps alive: a pinned owner,
 %% a DLPack producer, or a binary.
 -spec pinned(tensor()) -> boolean().
-pinned(T) -> lists:member(tensor_blob_nif:memory(T), [pinned, dlpack, binary]).
+pinned(T) -> lists:member(memory(T), [pinned, dlpack, binary]).
 
 %% @doc Live tensors, live pins, live DLPack exports (capsules: exported
 %% managed tensors whose deleter has not run yet, consumed or not) and live
@@ -199,7 +261,7 @@ dtypes() -> tensor_blob_nif:dtypes().
 %% @doc The Nx type {Kind, Bits} of a dtype (from the one dtype table), or
 %% nil when Nx has none (bool).
 -spec nx_type(dtype()) -> {atom(), pos_integer()} | nil.
-nx_type(Dtype) -> tensor_blob_nif:nx_type(Dtype).
+nx_type(Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:nx_type(Dtype)).
 
 
 %% @doc What this build knows of CUDA: built (compiled with TB_CUDA=1),
@@ -222,7 +284,7 @@ dlpack_info(Capsule) -> tensor_blob_nif:dlpack_info(Capsule).
 %% @doc A tensor of zeros in a new POSIX shared-memory region (created with
 %% owner-only permissions), which ipc_export/1 shares without a copy.
 -spec ipc_zeros(shape(), dtype()) -> tensor().
-ipc_zeros(Shape, Dtype) -> tensor_blob_nif:ipc_zeros(Shape, Dtype).
+ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape, Dtype)).
 
 %% @doc Removes the shared-memory names of creators that are gone (a VM that
 %% halted runs no destructor); returns how many. Names carry the creator's
@@ -238,6 +300,8 @@ ipc_reclaim() -> tensor_blob_nif:ipc_reclaim().
 %% before dropping the handle (an open mapping stays valid after that).
 -spec ipc_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined,
                                 data_size := non_neg_integer(), tensor := tensor()}.
+ipc_export(T) when not is_reference(T) ->
+    not_a_tensor(T);
 ipc_export(T) ->
     Shared = case tensor_blob_nif:ipc_name(T) of
                  nil ->
@@ -260,12 +324,17 @@ ipc_name(T) -> tensor_blob_nif:ipc_name(T).
 %% an Nx pointer map with kind ipc, or the name), in this or another OS
 %% process. Writes are seen by every process that mapped it.
 -spec ipc_open(map() | binary(), dtype(), shape()) -> tensor().
+ipc_open(#{kind := ipc, address := Device}, _Dtype, _Shape) when is_integer(Device) ->
+    %% CUDA IPC (Nx's pointer to device memory) is not implemented: refused
+    %% here for every caller, never read as a CPU region's name.
+    raise(tensor_blob, "handle: a CUDA IPC handle (device ~b): CUDA IPC is not supported by "
+                       "this build; only CPU shared memory is", [Device]);
 ipc_open(#{kind := ipc, handle := Name}, Dtype, Shape) ->
-    tensor_blob_nif:ipc_open(Name, Dtype, Shape);
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape));
 ipc_open(#{} = Handle, _Dtype, _Shape) ->
     badarg("handle: expected an IPC handle (kind ipc, handle), got ~0tp", [Handle]);
 ipc_open(Name, Dtype, Shape) ->
-    tensor_blob_nif:ipc_open(Name, Dtype, Shape).
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape)).
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
@@ -286,8 +355,10 @@ torch_version() -> tensor_blob_nif:torch_version().
 
 %% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
 -spec to_dlpack(tensor()) -> capsule().
+to_dlpack(T) when ?IS_TENSOR_TERM(T) ->
+    tensor_blob_nif:to_dlpack(T, versioned, false);
 to_dlpack(T) ->
-    tensor_blob_nif:to_dlpack(T, versioned, false).
+    not_a_tensor(T).
 
 %% @doc Like to_dlpack/1, with options:
 %%   max_version: the newest DLPack version the consumer reads, negotiated
@@ -300,6 +371,8 @@ to_dlpack(T) ->
 %%     exported read-only.
 -spec to_dlpack(tensor(), #{max_version => {non_neg_integer(), non_neg_integer()} | legacy,
                             version => dlpack_version(), read_only => boolean()}) -> capsule().
+to_dlpack(T, _Opts) when not ?IS_TENSOR_TERM(T) ->
+    not_a_tensor(T);
 to_dlpack(T, Opts) when is_map(Opts) ->
     check_options(Opts, [max_version, version, read_only]),
     Version = export_version(maps:get(version, Opts, undefined),
@@ -354,9 +427,8 @@ negotiate(legacy) -> legacy;
 negotiate({0, Minor}) when is_integer(Minor), Minor >= 0 -> legacy;
 negotiate({1, Minor}) when is_integer(Minor), Minor >= 0 -> versioned;
 negotiate({Major, Minor} = V) when is_integer(Major), Major > 1, is_integer(Minor), Minor >= 0 ->
-    erlang:error({tensor_blob, unicode:characters_to_binary(
-        io_lib:format("max_version: ~0tp: this library exports DLPack 1.3 and legacy tensors only; "
-                      "a consumer of major version ~b cannot be given either", [V, Major]))});
+    raise(tensor_blob, "max_version: ~0tp: this library exports DLPack 1.3 and legacy tensors only; "
+                       "a consumer of major version ~b cannot be given either", [V, Major]);
 negotiate(Other) ->
     badarg("max_version: expected {Major, Minor} (non-negative integers) or legacy, got ~0tp", [Other]).
 
@@ -372,7 +444,7 @@ export_version(V, _) ->
 boolean_option(Key, Opts) ->
     case maps:get(Key, Opts, false) of
         B when is_boolean(B) -> B;
-        Other -> badarg("~ts: expected a boolean, got ~0tp", [Key, Other])
+        Other -> badarg("~ts: expected a boolean, got ~0tp", [atom_to_binary(Key), Other])
     end.
 
 check_options(Opts, Known) ->
@@ -381,5 +453,77 @@ check_options(Opts, Known) ->
         Unknown -> badarg("options: unknown option(s) ~0tp; known: ~0tp", [Unknown, Known])
     end.
 
+-spec badarg(io:format(), [term()]) -> no_return().
 badarg(Format, Args) ->
-    erlang:error({badarg, unicode:characters_to_binary(io_lib:format(Format, Args))}).
+    raise(badarg, Format, Args).
+
+%% Raises error({Kind, Message}), Message rendered the Erlang way. The
+%% format and its arguments travel along as the error's cause (error_info),
+%% from which the Elixir facade renders the same message the Elixir way.
+%% Arguments may be {code, ErlangText, ElixirText}: a snippet of code,
+%% spelled in each language (rendered with ~ts).
+-spec raise(badarg | tensor_blob, io:format(), [term()]) -> no_return().
+raise(Kind, Format, Args) ->
+    erlang:error({Kind, format(Format, Args)}, none,
+                 [{error_info, #{module => ?MODULE, cause => {format, Format, Args}}}]).
+
+format(Format, Args) ->
+    unicode:characters_to_binary(io_lib:format(Format, [erlang_arg(A) || A <- Args])).
+
+erlang_arg({code, Erlang, _Elixir}) -> Erlang;
+erlang_arg(Arg) -> Arg.
+
+%% @private The error_info callback of erl_error (the Erlang shell): the
+%% message, as the general explanation.
+-spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
+format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
+    #{general => Message};
+format_error(_Reason, _Stack) ->
+    #{}.
+
+%% @private The format and arguments of an error raised by this module (from
+%% its stacktrace's error_info), or none: what the Elixir facade renders.
+-spec error_message(term(), erlang:stacktrace()) -> {io:format(), [term()]} | none.
+error_message({Kind, Message}, [{?MODULE, _, _, Info} | _]) when is_atom(Kind), is_binary(Message) ->
+    case proplists:get_value(error_info, Info) of
+        #{module := ?MODULE, cause := {format, Format, Args}} -> {Format, Args};
+        _ -> none
+    end;
+error_message(_Reason, _Stack) ->
+    none.
+
+%% A term given where a tensor is expected: say what it is and what to do.
+-spec not_a_tensor(term()) -> no_return().
+not_a_tensor(#{'__struct__' := 'Elixir.Nx.Tensor'} = T) ->
+    badarg("tensor: expected a tensor, got an Nx tensor: convert it with ~ts first "
+           "(a view where the backend allows, else a copy). Got: ~0tP",
+           [{code, "'Elixir.TensorBlob.Nx':from_nx/2", "TensorBlob.Nx.from_nx/2"}, T, 8]);
+not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.BlobView'} = T) ->
+    badarg("tensor: expected a tensor, got a blob view: its tensor is ~ts. Got: ~0tP",
+           [{code, "maps:get(tensor, View)", "view.tensor"}, T, 8]);
+not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.Blob'} = T) ->
+    badarg("tensor: expected a tensor, got a blob: view its memory with ~ts. Got: ~0tP",
+           [{code, "tensor_blob:from_blob/1", "TensorBlob.from_blob/2"}, T, 8]);
+not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.DLPack'} = T) ->
+    badarg("tensor: expected a tensor, got a DLPack capsule: import it with ~ts. Got: ~0tP",
+           [{code, "tensor_blob:from_dlpack/1", "TensorBlob.DLPack.import/2"}, T, 8]);
+not_a_tensor(T) ->
+    badarg("tensor: expected a tensor, got ~0tP", [T, 8]).
+
+%% After a badarg from a NIF given Dtype (or a spec holding one): when Dtype
+%% is not a dtype at all, raise a message listing the valid ones; otherwise
+%% the NIF's own error stands.
+-spec dtype_error(term(), term(), erlang:stacktrace()) -> no_return().
+dtype_error({spec, #{dtype := Dtype}}, Reason, Stack) ->
+    dtype_error(Dtype, Reason, Stack);
+dtype_error({spec, _}, Reason, Stack) ->
+    erlang:raise(error, Reason, Stack);
+dtype_error(Dtype, Reason, Stack) ->
+    try tensor_blob_nif:nx_type(Dtype) of
+        _ -> erlang:raise(error, Reason, Stack)
+    catch
+        error:{badarg, _} ->
+            badarg("dtype: unknown dtype ~0tp; expected one of ~0tp (those this libtorch holds), "
+                   "an ExTorch name (such as ~0tp or ~0tp) or an Nx type (such as ~0tp or ~0tp)",
+                   [Dtype, tensor_blob_nif:dtypes(), float, long, {f, 32}, f32])
+    end.

@@ -141,7 +141,7 @@ defmodule TensorBlob.BinaryViewTest do
         bin = Tensor.to_binary(Tensor.narrow(t, 0, 8, 8), copy: false)
         assert_badarg(fn -> Tensor.write!(t, payload()) end, "binaries are immutable")
         assert_badarg(fn -> t |> Tensor.narrow(0, 9, 1) |> Tensor.write!(payload(16)) end, "immutable")
-        alias_view = TensorBlob.from_blob(TensorBlob.to_blob(t), owner: nil)
+        alias_view = TensorBlob.from_blob(TensorBlob.to_blob(t), owner: :none)
         assert_badarg(fn -> Tensor.write!(alias_view, payload()) end, "immutable")
         # Memory outside the binary may still be written.
         Tensor.write!(other_row, f32s(Enum.to_list(1..16)))

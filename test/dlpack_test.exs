@@ -58,7 +58,7 @@ defmodule TensorBlob.DLPackTest do
 
     @doc "Reads n bytes at an address that is known to be live."
     def read(address, n) do
-      TensorBlob.from_blob(%{ptr: address, shape: {n}, dtype: :uint8}) |> Tensor.to_binary()
+      TensorBlob.from_blob(%{ptr: address, shape: {n}, dtype: :uint8}, owner: :none) |> Tensor.to_binary()
     end
 
     @doc """
@@ -414,7 +414,7 @@ defmodule TensorBlob.DLPackTest do
       assert DLPack.export(t, version: :versioned, max_version: {1, 1}).version == :versioned
       assert DLPack.export(t, version: :legacy, max_version: {0, 8}).version == :legacy
 
-      assert_error(fn -> DLPack.export(t, max_version: {2, 0}) end, ~r/max_version.*\{2,0\}/)
+      assert_error(fn -> DLPack.export(t, max_version: {2, 0}) end, ~r/max_version: \{2, 0\}/)
       assert_error(fn -> DLPack.export(t, max_version: {3, 1}) end, "major version 3")
     end
 

@@ -34,7 +34,7 @@ defmodule TensorBlob.MemoryTest do
       blob = TensorBlob.to_blob(t)
       %BlobView{tensor: by_tensor} = TensorBlob.from_blob(blob)
       %BlobView{tensor: by_term} = TensorBlob.from_blob(Map.delete(blob, :owner), owner: {:keep, t})
-      unpinned = TensorBlob.from_blob(Map.delete(blob, :owner))
+      unpinned = TensorBlob.from_blob(blob, owner: :none)
       assert Tensor.memory(by_tensor) == :pinned
       assert Tensor.memory(by_term) == :pinned
       assert Tensor.memory(unpinned) == :unpinned
@@ -76,7 +76,7 @@ defmodule TensorBlob.MemoryTest do
       spec = Map.delete(TensorBlob.to_blob(ro), :owner)
       %BlobView{tensor: wrapped} = TensorBlob.from_blob(spec, owner: {ro})
       assert badarg_message(fn -> Tensor.write!(wrapped, f32s(List.duplicate(0, 32))) end) =~ "read-only"
-      alias_view = TensorBlob.from_blob(spec)
+      alias_view = TensorBlob.from_blob(spec, owner: :none)
       assert badarg_message(fn -> Tensor.write!(alias_view, f32s(List.duplicate(0, 32))) end) =~ "read-only"
       assert bin == :binary.copy(f32s([7]), 32)
       # A read-only tensor is exported read-only too.

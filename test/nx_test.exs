@@ -28,7 +28,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_pointer(%Nx.Pointer{kind: :local, address: address}, type, shape, backend_opts, _opts) do
-      t = TensorBlob.from_blob(%{ptr: address, shape: shape, dtype: type})
+      t = TensorBlob.from_blob(%{ptr: address, shape: shape, dtype: type}, owner: :none)
       reply(wrap(t, backend_opts[:style]), backend_opts[:style])
     end
 

@@ -120,7 +120,7 @@ make_views(T) ->
     #{source => T, source_memory => tensor_blob:memory(T), view => View, env_pinned => EnvPinned, slice => Slice,
       transposed => tensor_blob:transpose(View, 0, 1),
       narrowed => tensor_blob:narrow(View, 1, 1, 2),
-      unpinned => tensor_blob:from_blob(maps:remove(owner, Blob))}.
+      unpinned => tensor_blob:from_blob(Blob#{owner => none})}.
 
 check_views(#{source := T, source_memory := SourceMemory, view := View, env_pinned := EnvPinned, slice := Slice, transposed := Tr,
               narrowed := Nar, unpinned := Unpinned}, Vs) ->

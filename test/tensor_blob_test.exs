@@ -76,18 +76,43 @@ defmodule TensorBlobTest do
       assert Tensor.to_binary(view) == @f32
     end
 
-    test "without an owner the result is an unpinned tensor" do
+    test "owner: :none asks for an unpinned tensor; the caller answers for the memory" do
       t = t23()
       blob = TensorBlob.to_blob(t)
-      bare = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2, 3}, dtype: :float32})
+      bare = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2, 3}, dtype: :float32}, owner: :none)
 
       assert %Tensor{} = bare
       assert Tensor.memory(bare) == :unpinned
       refute Tensor.pinned?(bare)
       assert inspect(bare) =~ "pinned?: false"
       assert Tensor.to_binary(bare) == @f32
-      assert Tensor.memory(TensorBlob.from_blob(%{blob | owner: nil})) == :unpinned
-      assert Tensor.memory(TensorBlob.from_blob(blob, owner: nil)) == :unpinned
+      assert %Tensor{} = unpinned = TensorBlob.from_blob(%{blob | owner: :none})
+      assert Tensor.memory(unpinned) == :unpinned
+      # The option takes precedence over the blob's owner.
+      assert Tensor.memory(TensorBlob.from_blob(blob, owner: :none)) == :unpinned
+    end
+
+    test "a map with no owner raises, saying how to pin or to ask for an unpinned view" do
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+      spec = %{ptr: blob.ptr, shape: {2, 3}, dtype: :float32}
+
+      for no_owner <- [
+            fn -> TensorBlob.from_blob(spec) end,
+            fn -> TensorBlob.from_blob(spec, []) end,
+            fn -> TensorBlob.from_blob(Map.put(spec, :owner, nil)) end,
+            fn -> TensorBlob.from_blob(%{blob | owner: nil}) end,
+            fn -> TensorBlob.from_blob(%{blob | owner: :undefined}) end,
+            fn -> TensorBlob.from_blob(blob, owner: nil) end,
+            fn -> TensorBlob.from_blob(struct(Blob, spec)) end
+          ] do
+        error = assert_raise ArgumentError, no_owner
+        assert error.message =~ ~r/^owner: /
+        # Elixir spelling of both ways out.
+        assert error.message =~ "owner: term"
+        assert error.message =~ "owner: :none"
+        assert error.message =~ "the caller answers"
+      end
     end
 
     test "explicit strides view a transposed layout" do
@@ -111,7 +136,7 @@ defmodule TensorBlobTest do
       %BlobView{tensor: v} = TensorBlob.from_blob(blob)
       assert Tensor.to_binary(v) == <<42::64-signed-native>>
 
-      assert Tensor.to_binary(TensorBlob.from_blob(%{ptr: 0, shape: {0}, dtype: :int32})) == ""
+      assert Tensor.to_binary(TensorBlob.from_blob(%{ptr: 0, shape: {0}, dtype: :int32}, owner: :none)) == ""
     end
   end
 
@@ -132,6 +157,20 @@ defmodule TensorBlobTest do
                  Map.take(blob, [:ptr, :shape, :strides, :element_size, :byte_size])
 
         assert Tensor.to_binary(view) == bytes
+      end
+    end
+
+    test "Nx's shorthands name the same dtypes as Nx's type tuples" do
+      for {short, tuple} <- [f32: {:f, 32}, f64: {:f, 64}, f16: {:f, 16}, bf16: {:bf, 16}, c64: {:c, 64}, c128: {:c, 128},
+                             u8: {:u, 8}, s8: {:s, 8}, s16: {:s, 16}, s32: {:s, 32}, s64: {:s, 64}] do
+        assert Tensor.dtype(Tensor.zeros({2}, short)) == Tensor.dtype(Tensor.zeros({2}, tuple))
+        t = Tensor.zeros({2}, tuple)
+        %BlobView{tensor: v} = TensorBlob.from_blob(%{TensorBlob.to_blob(t) | dtype: short})
+        assert Tensor.dtype(v) == Tensor.dtype(t)
+      end
+
+      for {short, tuple} <- [u16: {:u, 16}, u32: {:u, 32}, u64: {:u, 64}] do
+        assert :tensor_blob.nx_type(short) == tuple
       end
     end
 
@@ -316,7 +355,7 @@ defmodule TensorBlobTest do
     test "pointers", %{blob: blob} do
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: -8}) end, ~r/ptr.*-8/)
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: "0x10"}) end, "ptr")
-      assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: 0, owner: nil}) end, ~r/ptr.*null/)
+      assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: 0, owner: :none}) end, ~r/ptr.*null/)
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | ptr: blob.ptr + 2}) end, ~r/ptr.*aligned/)
     end
 
@@ -326,7 +365,7 @@ defmodule TensorBlobTest do
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: [3, -1]}) end, ~r/strides.*-1/)
 
       assert_badarg(
-        fn -> TensorBlob.from_blob(%{blob | strides: [0x7FFFFFFFFFFFFFFF, 1], owner: nil}) end,
+        fn -> TensorBlob.from_blob(%{blob | strides: [0x7FFFFFFFFFFFFFFF, 1], owner: :none}) end,
         ~r/strides.*overflow/
       )
     end
@@ -373,6 +412,45 @@ defmodule TensorBlobTest do
         assert_badarg(fn -> Tensor.narrow(bad, 0, 0, 1) end, "tensor")
         assert_badarg(fn -> Tensor.write!(bad, <<>>) end, "tensor")
       end
+    end
+
+    test "messages show terms the Elixir way", %{t: t} do
+      # Raised by the Erlang facade: rendered with inspect/1, never as Erlang terms.
+      error = assert_raise ArgumentError, fn -> TensorBlob.to_blob({2, 0}) end
+      assert error.message == "tensor: expected a tensor, got {2, 0}"
+
+      error = assert_raise ArgumentError, fn -> Tensor.zeros({2}, "float32") end
+      assert error.message =~ ~s(dtype: unknown dtype "float32")
+      assert error.message =~ ":float32"
+      assert error.message =~ "{:f, 32}"
+      refute error.message =~ "<<"
+
+      error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(TensorBlob.to_blob(t), pin: true) end
+      assert error.message =~ "[:pin]"
+
+      error = assert_raise ArgumentError, fn -> Tensor.to_binary(t, copy: :maybe) end
+      assert error.message =~ "copy: expected a boolean (or :if_needed, for from_binary), got :maybe"
+    end
+
+    test "a struct given where a tensor is expected says what to do with it", %{t: t} do
+      nx = %{__struct__: Nx.Tensor, shape: {2}, type: {:f, 32}, names: [nil], data: nil}
+
+      for call <- [
+            fn -> TensorBlob.to_blob(nx) end,
+            fn -> Tensor.shape(nx) end,
+            fn -> Tensor.to_binary(nx, copy: false) end,
+            fn -> TensorBlob.DLPack.export(nx) end,
+            fn -> TensorBlob.IPC.export(nx) end
+          ] do
+        error = assert_raise ArgumentError, call
+        assert error.message =~ ~r/^tensor: expected a tensor, got an Nx tensor: convert it with TensorBlob.Nx.from_nx\/2/
+        refute error.message =~ "'Elixir."
+      end
+
+      view = TensorBlob.from_blob(TensorBlob.to_blob(t))
+      assert_badarg(fn -> Tensor.to_binary(view) end, "view.tensor")
+      assert_badarg(fn -> Tensor.shape(TensorBlob.to_blob(t)) end, "TensorBlob.from_blob/2")
+      assert_badarg(fn -> Tensor.shape(TensorBlob.DLPack.export(t)) end, "TensorBlob.DLPack.import/2")
     end
 
     test "tensor arguments", %{t: t} do

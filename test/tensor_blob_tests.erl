@@ -140,7 +140,7 @@ unsupported_dtype(D) ->
     ?assertTensorBlobError(D, tensor_blob:from_binary(<<>>, D, {0})),
     ?assertTensorBlobError(D, tensor_blob:from_binary(<<0:64>>, D, {1})),
     ?assertTensorBlobError(D, tensor_blob:zeros({2}, D)),
-    ?assertTensorBlobError(D, tensor_blob:from_blob(#{ptr => 0, shape => {0}, dtype => D})).
+    ?assertTensorBlobError(D, tensor_blob:from_blob(#{ptr => 0, shape => {0}, dtype => D, owner => none})).
 
 unsupported_nx_dtype_test() ->
     [?assertTensorBlobError(Name, tensor_blob:zeros({1}, Nx))
@@ -208,9 +208,25 @@ dtype_aliases_test_() ->
                {{f, 32}, float32}, {{f, 64}, float64}, {{f, 16}, float16},
                {{bf, 16}, bfloat16}, {{c, 64}, complex64}, {{c, 128}, complex128},
                {{u, 8}, uint8}, {{s, 8}, int8}, {{s, 16}, int16}, {{s, 32}, int32},
-               {{s, 64}, int64}],
+               {{s, 64}, int64},
+               %% Nx's shorthands.
+               {f32, float32}, {f64, float64}, {f16, float16}, {bf16, bfloat16},
+               {c64, complex64}, {c128, complex128}, {u8, uint8},
+               {s8, int8}, {s16, int16}, {s32, int32}, {s64, int64}],
     [{lists:flatten(io_lib:format("~p -> ~p", [A, C])), fun() -> dtype_alias(A, C) end}
      || {A, C} <- Aliases].
+
+%% The unsigned shorthands name dtypes libtorch 1.13 lacks: the table
+%% knows them (their Nx type), and libtorch's lack is the error, not the name.
+nx_unsigned_shorthands_test() ->
+    [begin
+         ?assertEqual({u, Bits}, tensor_blob:nx_type(Short)),
+         case lists:member(Canonical, tensor_blob:dtypes()) of
+             true -> ?assertEqual(Canonical, tensor_blob:dtype(tensor_blob:zeros({2}, Short)));
+             false -> ?assertTensorBlobError(atom_to_binary(Canonical), tensor_blob:zeros({2}, Short))
+         end
+     end
+     || {Short, Canonical, Bits} <- [{u16, uint16, 16}, {u32, uint32, 32}, {u64, uint64, 64}]].
 
 dtype_alias(Alias, Canonical) ->
     Bytes = encode(Canonical, values(Canonical)),
@@ -318,7 +334,7 @@ view_write_through_test() ->
 
 unpinned_view_write_through_test() ->
     T = matrix34(),
-    V = tensor_blob:from_blob(maps:remove(owner, tensor_blob:to_blob(T))),
+    V = tensor_blob:from_blob((tensor_blob:to_blob(T))#{owner => none}),
     New = f32(lists:seq(201, 212)),
     _ = tensor_blob:write(V, New),
     ?assertEqual(New, tensor_blob:to_binary(T)).
@@ -400,20 +416,71 @@ memory_pinned_test() ->
     ?assertEqual(pinned, tensor_blob:memory(tensor_blob:from_blob(B, #{owner => T}))),
     %% An empty option map is from_blob/1.
     ?assertEqual(pinned, tensor_blob:memory(tensor_blob:from_blob(B, #{}))),
-    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(Spec, #{}))),
+    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(Spec, #{owner => none}))),
+    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(B, #{owner => none}))),
     ?assertEqual(owned, tensor_blob:memory(T)).
 
 memory_unpinned_test() ->
     T = matrix34(),
     B = tensor_blob:to_blob(T),
-    U = tensor_blob:from_blob(maps:remove(owner, B)),
+    U = tensor_blob:from_blob(B#{owner => none}),
     ?assertEqual(unpinned, tensor_blob:memory(U)),
     ?assertNot(tensor_blob:pinned(U)),
     ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:narrow(U, 1, 0, 2))),
-    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(B#{owner => undefined}))),
-    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(B#{owner => nil}))),
+    ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(maps:remove(owner, B), #{owner => none}))),
+    {V, none} = tensor_blob:blob_view(B, #{owner => none}),
+    ?assertEqual(unpinned, tensor_blob:memory(V)),
     ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(U)),
     ?assertEqual(owned, tensor_blob:memory(T)).
+
+%% Safe by default: a spec naming no owner (absent, undefined, nil) is
+%% refused with a message that says how to pin (owner => Term) and how to
+%% ask for an unpinned view (owner => none), in Erlang's spelling.
+no_owner_refused_test() ->
+    T = matrix34(),
+    B = tensor_blob:to_blob(T),
+    Spec = maps:remove(owner, B),
+    [begin
+         Msg = badarg_message(Call),
+         assert_names_field(<<"owner">>, [<<"owner => Term">>, <<"owner => none">>,
+                                          <<"the caller answers">>], Msg)
+     end
+     || Call <- [fun() -> tensor_blob:from_blob(Spec) end,
+                 fun() -> tensor_blob:from_blob(Spec, #{}) end,
+                 fun() -> tensor_blob:from_blob(B#{owner => undefined}) end,
+                 fun() -> tensor_blob:from_blob(B#{owner => nil}) end,
+                 fun() -> tensor_blob:from_blob(B, #{owner => nil}) end,
+                 fun() -> tensor_blob:from_blob(B, #{owner => undefined}) end,
+                 fun() -> tensor_blob:blob_view(Spec, #{}) end]],
+    %% blob_view/2 says what it pinned.
+    {V, T} = tensor_blob:blob_view(B, #{}),
+    ?assertEqual(pinned, tensor_blob:memory(V)),
+    {V2, {keep, T}} = tensor_blob:blob_view(Spec, #{owner => {keep, T}}),
+    ?assertEqual(pinned, tensor_blob:memory(V2)).
+
+%% CUDA IPC handles are refused by the Erlang API itself (not only by the
+%% Elixir facade): never read as the name of a CPU region.
+cuda_ipc_handle_refused_test() ->
+    Handle = tensor_blob:ipc_export(tensor_blob:ipc_zeros({8}, int32)),
+    ?assertEqual({8}, tensor_blob:shape(tensor_blob:ipc_open(Handle, int32, {8}))),
+    ?assertTensorBlobError(<<"CUDA IPC">>, tensor_blob:ipc_open(Handle#{address => 0}, int32, {8})),
+    ?assertTensorBlobError(<<"device 1">>,
+                           tensor_blob:ipc_open(#{kind => ipc, handle => <<"x">>, address => 1}, int32, {8})).
+
+%% Errors name terms the Erlang way; a struct where a tensor is expected says
+%% what to do with it.
+erlang_messages_test() ->
+    Msg = badarg_message(fun() -> tensor_blob:to_blob({2, 0}) end),
+    assert_names_field(<<"tensor">>, [<<"{2,0}">>], Msg),
+    Nx = #{'__struct__' => 'Elixir.Nx.Tensor', shape => {2}, type => {f, 32}},
+    [assert_names_field(<<"tensor">>, [<<"from_nx/2">>, <<"'Elixir.Nx.Tensor'">>],
+                        badarg_message(F))
+     || F <- [fun() -> tensor_blob:to_blob(Nx) end,
+              fun() -> tensor_blob:shape(Nx) end,
+              fun() -> tensor_blob:to_binary(Nx, #{copy => false}) end,
+              fun() -> tensor_blob:to_dlpack(Nx) end]],
+    assert_names_field(<<"dtype">>, [<<"<<\"float32\">>">>, <<"float32">>, <<"{f,32}">>],
+                       badarg_message(fun() -> tensor_blob:zeros({2}, <<"float32">>) end)).
 
 %% strides and device may be absent, undefined or nil: row-major, cpu.
 optional_spec_keys_test() ->
@@ -505,7 +572,7 @@ stats_return_to_start() ->
               V = tensor_blob:from_blob(B),
               N = tensor_blob:narrow(V, 0, 0, 2),
               Tr = tensor_blob:transpose(N, 0, 1),
-              U = tensor_blob:from_blob(maps:remove(owner, B)),
+              U = tensor_blob:from_blob(B#{owner => none}),
               P2 = tensor_blob:from_blob(maps:remove(owner, B), #{owner => {T, <<"x">>}}),
               %% T, V, N, Tr, U, P2: six tensors; V and P2 pin, U does not.
               ?assertEqual(plus(Start, 6, 2), tensor_blob:stats()),
@@ -626,12 +693,14 @@ missing_keys_test() ->
     [?assertBadarg(atom_to_binary(K, utf8), tensor_blob:from_blob(maps:remove(K, B)))
      || K <- [ptr, shape, dtype]],
     [?assertBadarg(atom_to_binary(K, utf8),
-                   tensor_blob:from_blob(maps:remove(K, maps:remove(owner, B))))
+                   tensor_blob:from_blob((maps:remove(K, B))#{owner => none}))
      || K <- [ptr, shape, dtype]],
-    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(#{})).
+    ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(#{owner => none})),
+    %% A spec with no owner at all is refused before anything else.
+    ?assertBadarg(<<"owner">>, tensor_blob:from_blob(#{})).
 
 bad_ptr_test() ->
-    Spec = #{shape => {2}, dtype => float32},
+    Spec = #{shape => {2}, dtype => float32, owner => none},
     ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => "0x1000"})),
     ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => 4096.0})),
     ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => nil})),
@@ -639,10 +708,10 @@ bad_ptr_test() ->
     ?assertBadarg(<<"ptr">>, tensor_blob:from_blob(Spec#{ptr => 1 bsl 64})).
 
 null_pointer_test() ->
-    ?assertBadarg(<<"ptr">>, [<<"null">>], tensor_blob:from_blob(#{ptr => 0, shape => {2}, dtype => float32})),
-    ?assertBadarg(<<"ptr">>, [<<"null">>], tensor_blob:from_blob(#{ptr => 0, shape => {}, dtype => int64})),
+    ?assertBadarg(<<"ptr">>, [<<"null">>], tensor_blob:from_blob(#{owner => none, ptr => 0, shape => {2}, dtype => float32})),
+    ?assertBadarg(<<"ptr">>, [<<"null">>], tensor_blob:from_blob(#{owner => none, ptr => 0, shape => {}, dtype => int64})),
     %% No elements: a null pointer is fine.
-    E = tensor_blob:from_blob(#{ptr => 0, shape => {0}, dtype => float32}),
+    E = tensor_blob:from_blob(#{owner => none, ptr => 0, shape => {0}, dtype => float32}),
     ?assertEqual(unpinned, tensor_blob:memory(E)),
     ?assertEqual({0}, tensor_blob:shape(E)),
     ?assertEqual(<<>>, tensor_blob:to_binary(E)),
@@ -651,20 +720,20 @@ null_pointer_test() ->
 misaligned_pointer_test() ->
     T = matrix34(),
     P = ptr(T),
-    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{ptr => P + 1, shape => {2}, dtype => float32})),
-    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{ptr => P + 2, shape => {2}, dtype => float32})),
-    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{ptr => P + 4, shape => {2}, dtype => float64})),
+    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{owner => none, ptr => P + 1, shape => {2}, dtype => float32})),
+    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{owner => none, ptr => P + 2, shape => {2}, dtype => float32})),
+    ?assertBadarg(<<"ptr">>, [<<"align">>], tensor_blob:from_blob(#{owner => none, ptr => P + 4, shape => {2}, dtype => float64})),
     %% Aligned, it is fine; and a 1-byte dtype is aligned anywhere.
     ?assertEqual(f32([2, 3]), tensor_blob:to_binary(
-                               tensor_blob:from_blob(#{ptr => P + 4, shape => {2}, dtype => float32}))),
+                               tensor_blob:from_blob(#{owner => none, ptr => P + 4, shape => {2}, dtype => float32}))),
     ?assertEqual(binary:part(f32([1, 2]), 1, 3),
-                 tensor_blob:to_binary(tensor_blob:from_blob(#{ptr => P + 1, shape => {3}, dtype => uint8}))),
+                 tensor_blob:to_binary(tensor_blob:from_blob(#{owner => none, ptr => P + 1, shape => {3}, dtype => uint8}))),
     ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(T)).
 
 bad_shape_test() ->
     T = matrix34(),
     P = ptr(T),
-    Spec = #{ptr => P, dtype => uint8},
+    Spec = #{ptr => P, dtype => uint8, owner => none},
     ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => [2, 3]})),
     ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => 6})),
     ?assertBadarg(<<"shape">>, tensor_blob:from_blob(Spec#{shape => {2, -1}})),
@@ -685,7 +754,7 @@ bad_shape_test() ->
 
 bad_strides_test() ->
     T = matrix34(),
-    Spec = #{ptr => ptr(T), dtype => float32, shape => {3, 4}},
+    Spec = #{ptr => ptr(T), dtype => float32, shape => {3, 4}, owner => none},
     ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [4]})),
     ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [4, 1, 1]})),
     ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => {4, 1}})),
@@ -696,13 +765,13 @@ bad_strides_test() ->
     %% The farthest element's byte offset overflows 64 bits.
     ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [16#7fffffffffffffff, 1]})),
     ?assertBadarg(<<"strides">>, tensor_blob:from_blob(Spec#{strides => [16#3fffffffffffffff, 1]})),
-    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(#{ptr => 8, dtype => float32, shape => {2},
+    ?assertBadarg(<<"strides">>, tensor_blob:from_blob(#{owner => none, ptr => 8, dtype => float32, shape => {2},
                                                         strides => [16#2000000000000000]})),
     ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(T)).
 
 bad_dtype_test() ->
     T = matrix34(),
-    Spec = #{ptr => ptr(T), shape => {2}},
+    Spec = #{ptr => ptr(T), shape => {2}, owner => none},
     [?assertBadarg(<<"dtype">>, tensor_blob:from_blob(Spec#{dtype => D}))
      || D <- [float33, foo, {u, 4}, {q, 8}, {s, 128}, "float32", <<"float32">>, 32, {f, 32, 1}]],
     ?assertBadarg(<<"dtype">>, tensor_blob:zeros({2}, foo)),
@@ -723,7 +792,7 @@ bad_device_test() ->
 cuda_spec_test() ->
     T = matrix34(),
     B = tensor_blob:to_blob(T),
-    Spec = maps:remove(owner, B),
+    Spec = B#{owner => none},
     Refused = fun(F) ->
                       case tensor_blob:cuda_info() of
                           #{libtorch := false} -> ?assertTensorBlobError(<<"CUDA">>, F());

@@ -19,8 +19,9 @@ defmodule TensorBlob.IPC do
   after that). Re-exporting a tensor made by `open/3` hands on the same name,
   which still lives only as long as the creator's tensor. Handles follow Nx's `%Nx.Pointer{kind: :ipc}`: `handle` is
   the name, `address` is nil for CPU memory (a device index for CUDA), and
-  `open/3` takes an `%Nx.Pointer{}` as well. CUDA IPC handles need a CUDA
-  libtorch and a GPU; this build raises `TensorBlob.Error` for them.
+  `open/3` takes an `%Nx.Pointer{}` as well. CUDA IPC handles (an integer
+  `address`) are not supported yet: `open/3` raises `TensorBlob.Error` for
+  them (the Erlang API, `:tensor_blob.ipc_open/3`, decides so for both).
   """
 
   import TensorBlob.Raise
@@ -60,21 +61,6 @@ defmodule TensorBlob.IPC do
   """
   @spec open(Handle.t() | map() | binary(), Tensor.dtype(), tuple()) :: Tensor.t()
   def open(handle, dtype, shape) do
-    name =
-      case handle do
-        %{kind: :ipc, address: index, handle: _} when is_integer(index) ->
-          raise TensorBlob.Error, "handle: a CUDA IPC handle (device #{index}); this libtorch was built without CUDA"
-
-        %{kind: :ipc, handle: name} ->
-          name
-
-        %{} ->
-          raise ArgumentError, "handle: expected kind: :ipc and a handle, got #{inspect(handle)}"
-
-        name ->
-          name
-      end
-
-    translating(do: Tensor.wrap(:tensor_blob.ipc_open(name, dtype, shape)))
+    translating(do: Tensor.wrap(:tensor_blob.ipc_open(handle, dtype, shape)))
   end
 end

@@ -1,0 +1,37 @@
+defmodule TensorBlob.DialyzerScratch do
+  @moduledoc false
+  # A user's module, compiled and analysed only by `make dialyzer`: code
+  # that dialyzer must accept with zero warnings (issue 16.6).
+
+  alias TensorBlob.{Blob, BlobView, Tensor}
+
+  @spec ptr_of(Tensor.t()) :: non_neg_integer()
+  def ptr_of(t) do
+    %Blob{ptr: p} = TensorBlob.to_blob(t)
+    p
+  end
+
+  @spec pinned_view(Tensor.t()) :: Tensor.t()
+  def pinned_view(t) do
+    %BlobView{tensor: view} = TensorBlob.from_blob(TensorBlob.to_blob(t))
+    view
+  end
+
+  @spec unpinned_view(Blob.t()) :: Tensor.t()
+  def unpinned_view(blob) do
+    %Tensor{} = view = TensorBlob.from_blob(blob, owner: :none)
+    view
+  end
+
+  @spec capsule_version(Tensor.t()) :: :versioned | :legacy
+  def capsule_version(t) do
+    %TensorBlob.DLPack{version: version} = TensorBlob.DLPack.export(t)
+    version
+  end
+
+  @spec shared(Tensor.t()) :: binary()
+  def shared(t) do
+    %TensorBlob.IPC.Handle{handle: name} = TensorBlob.IPC.export(t)
+    name
+  end
+end
