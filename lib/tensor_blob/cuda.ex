@@ -27,9 +27,17 @@ defmodule TensorBlob.CUDA do
 
   @doc """
   What this build knows: `built` (compiled with CUDA headers), `runtime`
-  (libcudart found), `devices`, `libtorch` (the linked libtorch has CUDA).
+  (libcudart found), `runtime_path` (its file: the one already loaded in the
+  process, libtorch's, when there is one), `devices`, `libtorch` (the linked
+  libtorch has CUDA).
   """
-  @spec runtime() :: %{built: boolean(), runtime: boolean(), devices: non_neg_integer(), libtorch: boolean()}
+  @spec runtime() :: %{
+          built: boolean(),
+          runtime: boolean(),
+          runtime_path: binary() | nil,
+          devices: non_neg_integer(),
+          libtorch: boolean()
+        }
   def runtime, do: :tensor_blob.cuda_info()
 
   @doc "Waits until `device` has finished its queued work (on a dirty scheduler)."
