@@ -42,15 +42,25 @@ C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 HEADERS := $(wildcard c_src/*.h) $(wildcard priv/include/*.h)
 
-.PHONY: all nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: all nif chunks install-docs clean-nif foreign-nif nx-test nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
-all: nif
+all: nif chunks
 nif: $(NIF)
 
-$(BUILD)/%.o: c_src/%.c $(HEADERS) | $(BUILD)
+# The build configuration, recorded beside the objects: a stamp named by its
+# hash, so that changing LIBTORCH_DIR, CUDA, the compilers or the flags
+# (or changing them back) rebuilds the library instead of keeping the old link.
+BUILD_CONFIG := libtorch=$(LIBTORCH_DIR) cuda=$(TB_CUDA):$(CUDA_HOME) cc=$(CC) cxx=$(CXX) opt=$(OPT) sanitize=$(SANITIZE) erts=$(ERTS_INCLUDE)
+CONFIG_STAMP := $(BUILD)/config-$(shell printf '%s' '$(BUILD_CONFIG)' | md5sum | cut -c1-16)
+
+$(CONFIG_STAMP): | $(BUILD)
+	@rm -f $(BUILD)/config-*
+	@printf '%s\n' '$(BUILD_CONFIG)' > $@
+
+$(BUILD)/%.o: c_src/%.c $(HEADERS) $(CONFIG_STAMP) | $(BUILD)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
-$(SHIM_OBJECT): c_src/torch_shim.cpp c_src/torch_shim.h | $(BUILD)
+$(SHIM_OBJECT): c_src/torch_shim.cpp c_src/torch_shim.h $(CONFIG_STAMP) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(TORCH_CFLAGS) -c $< -o $@
 
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
@@ -58,6 +68,20 @@ $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
 
 $(BUILD) $(PRIV):
 	mkdir -p $@
+
+# The Erlang API's doc chunks (EEP 48), for h(tensor_blob, to_blob) in the
+# shell: doc/chunks/tensor_blob.chunk, shipped beside ebin. Mix and rebar3
+# copy it into the application directory they build (install-docs).
+CHUNKS := doc/chunks/tensor_blob.chunk
+chunks: $(CHUNKS)
+$(CHUNKS): src/tensor_blob.erl
+	erl -noshell -eval 'ok = edoc:files(["src/tensor_blob.erl"], [{doclet, edoc_doclet_chunks}, {layout, edoc_layout_chunks}, {dir, "doc"}, {preprocess, true}]), halt().'
+
+# install-docs APP_DIR=dir: the chunks into dir/doc/chunks (unless dir is here).
+install-docs: $(CHUNKS)
+	@test -n "$(APP_DIR)" || { echo "install-docs: set APP_DIR"; exit 2; }
+	@if [ "$$(cd "$(APP_DIR)" 2>/dev/null && pwd -P)" != "$$(pwd -P)" ]; then \
+	    mkdir -p "$(APP_DIR)/doc/chunks" && cp $(CHUNKS) "$(APP_DIR)/doc/chunks/"; fi
 
 setup:
 	@scripts/setup.sh
@@ -186,7 +210,11 @@ asan-test: setup nif foreign-nif
 	$(ASAN_ENV) rebar3 eunit
 
 clean:
-	rm -rf $(BUILD) $(NIF) _build
+	rm -rf $(BUILD) $(NIF) doc/chunks _build
+
+# What Mix's clean removes: the library's build products, not _build.
+clean-nif:
+	rm -rf $(BUILD) $(NIF) doc/chunks
 
 # ---------------------------------------------------------------------------
 # Reliability: fuzzing (libFuzzer, clang-14) and stress (issue 6).

@@ -140,6 +140,13 @@ defmodule TensorBlobTest do
     end
   end
 
+  describe "documentation" do
+    test "the Erlang API's doc chunks are installed where Mix builds the app" do
+      assert {:docs_v1, _, :erlang, _, %{"en" => _}, _, docs} = Code.fetch_docs(:tensor_blob)
+      assert Enum.any?(docs, &match?({{:function, :from_blob, 2}, _, _, %{"en" => _}, _}, &1))
+    end
+  end
+
   describe "dtypes" do
     test "every supported dtype survives to_blob -> from_blob -> to_blob" do
       for dtype <- TensorBlob.dtypes() do
