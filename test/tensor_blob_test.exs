@@ -242,10 +242,38 @@ defmodule TensorBlobTest do
       assert Tensor.to_binary(t) == f32s([0, 0, 7, 0, 0, 8])
     end
 
-    test "inspect shows dtype, shape, device and memory" do
-      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned>"
+    test "inspect shows dtype, shape, device, memory and the first elements" do
+      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
       %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(t23()))
-      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned?: true>"
+      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned?: true [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
+      # Row-major order whatever the strides; a scalar; no elements.
+      assert inspect(Tensor.transpose(t23(), 0, 1)) =~ "float32[3][2] cpu owned [1.0, 4.0, ...]>"
+      assert inspect(Tensor.from_binary(<<-7::64-signed-native>>, :int64, {})) == "#TensorBlob.Tensor<int64 cpu owned [-7]>"
+      assert inspect(Tensor.zeros({0, 3}, :int32)) == "#TensorBlob.Tensor<int32[0][3] cpu owned []>"
+      assert inspect(Tensor.from_binary(<<1, 0>>, :bool, {2})) =~ "[true, false]>"
+
+      specials = <<0x7F800000::32-native, 0x7FC00000::32-native, 0xFF800000::32-native>>
+      assert inspect(Tensor.from_binary(specials, :float32, {3})) =~ "[Inf, NaN, -Inf]>"
+    end
+
+    test "inspect's preview is bounded, and reads only the elements it shows" do
+      big = Tensor.zeros({4096, 4096}, :int64)
+      binary_memory = :erlang.memory(:binary)
+      assert inspect(big) == "#TensorBlob.Tensor<int64[4096][4096] cpu owned [0, 0, 0, 0, 0, 0, 0, 0, ...]>"
+      assert inspect(Tensor.transpose(big, 0, 1), limit: 3) =~ "[0, 0, 0, ...]>"
+      # No copy of the 128 MiB (the copies would still be on this process's heap).
+      assert :erlang.memory(:binary) - binary_memory < 1_000_000
+    end
+
+    test "inspect of a DLPack capsule shows version, dtype, shape, device and state" do
+      capsule = TensorBlob.DLPack.export(t23())
+      assert inspect(capsule) == "#TensorBlob.DLPack<versioned float32[2][3] cpu armed>"
+      read_only = TensorBlob.DLPack.export(t23(), read_only: true)
+      assert inspect(read_only) == "#TensorBlob.DLPack<versioned float32[2][3] cpu armed read_only>"
+      legacy = TensorBlob.DLPack.export(Tensor.transpose(t23(), 0, 1), version: :legacy)
+      assert inspect(legacy) == "#TensorBlob.DLPack<legacy float32[3][2] cpu armed>"
+      _ = TensorBlob.DLPack.consume(capsule)
+      assert inspect(capsule) == "#TensorBlob.DLPack<versioned consumed>"
     end
   end
 
