@@ -78,12 +78,22 @@ defmodule TensorBlob.DLPack do
 
   ## Examples
 
-      capsule = TensorBlob.DLPack.export(tensor)
-      same = TensorBlob.DLPack.import(capsule)
+      iex> tensor = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
+      iex> capsule = TensorBlob.DLPack.export(tensor)
+      #TensorBlob.DLPack<versioned uint8[4] cpu armed>
+      iex> same = TensorBlob.DLPack.import(capsule)
+      iex> TensorBlob.to_blob(same).ptr == TensorBlob.to_blob(tensor).ptr
+      true
+      iex> capsule
+      #TensorBlob.DLPack<versioned consumed>
 
-      # Handing a tensor to another library's NIF, which calls the deleter:
-      address = tensor |> TensorBlob.DLPack.export() |> TensorBlob.DLPack.consume()
-      OtherLib.from_dlpack(address)
+  Handing a tensor to another library's NIF, which calls the deleter (here
+  our own import stands in for it):
+
+      iex> tensor = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {2, 2})
+      iex> address = tensor |> TensorBlob.DLPack.export(version: :legacy) |> TensorBlob.DLPack.consume()
+      iex> address |> TensorBlob.DLPack.import(version: :legacy) |> TensorBlob.Tensor.to_binary()
+      <<1, 2, 3, 4>>
   """
   import TensorBlob.Raise
 

@@ -10,6 +10,8 @@ defmodule TensorBlob.Tensor do
       {2, 3}
       iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
       <<1, 4, 2, 5, 3, 6>>
+      iex> TensorBlob.Tensor.zeros({2}, :f32)
+      #TensorBlob.Tensor<float32[2] cpu owned [0.0, 0.0]>
   """
   import TensorBlob.Raise
 
@@ -35,7 +37,12 @@ defmodule TensorBlob.Tensor do
   bytes, and pins the binary until the last tensor using them is freed.
   `write!/2` raises on it, for a binary is immutable.
 
-      t = Tensor.from_binary(payload, :float32, {1024, 1024}, copy: false)
+      iex> payload = :binary.copy(<<1.0::float-32-native>>, 1024)
+      iex> t = TensorBlob.Tensor.from_binary(payload, :float32, {32, 32}, copy: false)
+      iex> TensorBlob.Tensor.memory(t)
+      :pinned
+      iex> TensorBlob.Tensor.write!(t, payload)
+      ** (ArgumentError) tensor: read-only (a view of a binary's bytes or of a read-only tensor; binaries are immutable); write! refuses it
 
   A binary of 64 bytes or less lives on a process heap, so the pin holds a
   copy of it and the tensor views that copy (read-only all the same).
@@ -69,6 +76,12 @@ defmodule TensorBlob.Tensor do
   DLPack consumer, or foreign code given the pointer) shows through the
   binary: do not hand out a writable export of memory you have shown as a
   binary.
+
+      iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {2, 2})
+      iex> TensorBlob.Tensor.to_binary(t, copy: false)
+      <<1, 2, 3, 4>>
+      iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
+      <<1, 3, 2, 4>>
   """
   @spec to_binary(t(), copy: boolean()) :: binary()
   def to_binary(tensor, opts \\ [])
