@@ -169,6 +169,13 @@ dialyzer: nif $(DIALYZER_DIR)/elixir.plt
 	dialyzer -pa $(ELIXIR_EBIN) --plt $(DIALYZER_DIR)/elixir.plt $(DIALYZER_FLAGS) \
 		_build/dev/lib/tensor_blob/ebin $(DIALYZER_DIR)/scratch
 
+# Static checks, run by CI: dialyzer, mix format, and that nx-test builds
+# the foreign NIF its bridge tests load.
+lint: dialyzer
+	mix format --check-formatted
+	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
+	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
+
 consumer-test: nif
 	scripts/consumer_test.sh
 
