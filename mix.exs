@@ -43,10 +43,10 @@ defmodule TensorBlob.MixProject do
   # */ebin: Nx and its dependencies), colon-separated. With it, TensorBlob.Nx
   # is compiled and the :nx tests run; the build goes to _build/nx so that
   # builds with and without Nx never mix.
-  @nx_ebins (for dir <- String.split(System.get_env("NX_PATH", ""), ":", trim: true),
-                 ebin <- [dir | Path.wildcard(Path.join(dir, "*/ebin"))],
-                 Path.basename(ebin) == "ebin" and File.dir?(ebin),
-                 do: Path.expand(ebin))
+  @nx_ebins for dir <- String.split(System.get_env("NX_PATH", ""), ":", trim: true),
+                ebin <- [dir | Path.wildcard(Path.join(dir, "*/ebin"))],
+                Path.basename(ebin) == "ebin" and File.dir?(ebin),
+                do: Path.expand(ebin)
   Enum.each(@nx_ebins, &Code.prepend_path/1)
 
   def project do
@@ -63,7 +63,10 @@ defmodule TensorBlob.MixProject do
       # Nx is optional and never a declared dependency (no Hex needed).
       xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend]],
       description: "Zero-copy tensor exchange for the BEAM",
-      package: [licenses: ["Apache-2.0"], files: ~w(c_src lib src priv/.keep priv/include Makefile mix.exs rebar.config README.md)]
+      package: [
+        licenses: ["Apache-2.0"],
+        files: ~w(c_src lib src priv/.keep priv/include Makefile mix.exs rebar.config README.md)
+      ]
     ]
   end
 

@@ -103,9 +103,14 @@ if Code.ensure_loaded?(Nx) do
           pointer = %Nx.Pointer{kind: :local, address: blob.ptr, data_size: blob.byte_size}
 
           case Nx.from_pointer(backend, pointer, type, shape) do
-            {:ok, %Nx.Tensor{} = nx} -> nx
-            %Nx.Tensor{} = nx -> nx
-            {:error, reason} -> raise TensorBlob.Error, "to_nx: #{inspect(backend)} refused the pointer: #{inspect(reason)}"
+            {:ok, %Nx.Tensor{} = nx} ->
+              nx
+
+            %Nx.Tensor{} = nx ->
+              nx
+
+            {:error, reason} ->
+              raise TensorBlob.Error, "to_nx: #{inspect(backend)} refused the pointer: #{inspect(reason)}"
           end
       end
     end
@@ -145,9 +150,15 @@ if Code.ensure_loaded?(Nx) do
 
     defp options!(opts) do
       Enum.each(opts, fn
-        {:copy, c} when c in [:auto, :never, :always] -> :ok
-        {:device, :cpu} -> :ok
-        other -> raise ArgumentError, "options: unknown or invalid #{inspect(other)}; expected copy: :auto | :never | :always, device: :cpu"
+        {:copy, c} when c in [:auto, :never, :always] ->
+          :ok
+
+        {:device, :cpu} ->
+          :ok
+
+        other ->
+          raise ArgumentError,
+                "options: unknown or invalid #{inspect(other)}; expected copy: :auto | :never | :always, device: :cpu"
       end)
 
       {Keyword.get(opts, :copy, :auto), Keyword.get(opts, :device)}

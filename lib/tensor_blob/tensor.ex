@@ -218,8 +218,7 @@ defmodule TensorBlob.Tensor do
       else
         last = tuple_size(shape) - 1
 
-        row =
-          Enum.reduce(0..(last - 1)//1, tensor.ref, fn dim, t -> :tensor_blob.narrow(t, dim, 0, 1) end)
+        row = Enum.reduce(0..(last - 1)//1, tensor.ref, fn dim, t -> :tensor_blob.narrow(t, dim, 0, 1) end)
 
         row |> :tensor_blob.narrow(last, 0, min(n, elem(shape, last))) |> :tensor_blob.to_binary()
       end
