@@ -45,15 +45,25 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif foreign-nif nx-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
-all: nif
+all: nif chunks
 nif: $(NIF)
 
-$(BUILD)/%.o: c_src/%.c | $(BUILD)
+# The build configuration, recorded beside the objects: a stamp named by its
+# hash, so that changing LIBTORCH_DIR, CUDA, the compilers or the flags
+# (or changing them back) rebuilds the library instead of keeping the old link.
+BUILD_CONFIG := libtorch=$(LIBTORCH_DIR) cuda=$(TB_CUDA):$(CUDA_HOME) cc=$(CC) cxx=$(CXX) opt=$(OPT) sanitize=$(SANITIZE) erts=$(ERTS_INCLUDE)
+CONFIG_STAMP := $(BUILD)/config-$(shell printf '%s' '$(BUILD_CONFIG)' | md5sum | cut -c1-16)
+
+$(CONFIG_STAMP): | $(BUILD)
+	@rm -f $(BUILD)/config-*
+	@printf '%s\n' '$(BUILD_CONFIG)' > $@
+
+$(BUILD)/%.o: c_src/%.c $(CONFIG_STAMP) | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
-$(SHIM_OBJECT): c_src/torch_shim.cpp | $(BUILD)
+$(SHIM_OBJECT): c_src/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
@@ -63,6 +73,20 @@ $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
 
 $(BUILD) $(PRIV):
 	mkdir -p $@
+
+# The Erlang API's doc chunks (EEP 48), for h(tensor_blob, to_blob) in the
+# shell: doc/chunks/tensor_blob.chunk, shipped beside ebin. Mix and rebar3
+# copy it into the application directory they build (install-docs).
+CHUNKS := doc/chunks/tensor_blob.chunk
+chunks: $(CHUNKS)
+$(CHUNKS): src/tensor_blob.erl
+	erl -noshell -eval 'ok = edoc:files(["src/tensor_blob.erl"], [{doclet, edoc_doclet_chunks}, {layout, edoc_layout_chunks}, {dir, "doc"}, {preprocess, true}]), halt().'
+
+# install-docs APP_DIR=dir: the chunks into dir/doc/chunks (unless dir is here).
+install-docs: $(CHUNKS)
+	@test -n "$(APP_DIR)" || { echo "install-docs: set APP_DIR"; exit 2; }
+	@if [ "$$(cd "$(APP_DIR)" 2>/dev/null && pwd -P)" != "$$(pwd -P)" ]; then \
+	    mkdir -p "$(APP_DIR)/doc/chunks" && cp $(CHUNKS) "$(APP_DIR)/doc/chunks/"; fi
 
 setup:
 	@scripts/setup.sh
@@ -166,6 +190,13 @@ dialyzer: nif $(DIALYZER_DIR)/elixir.plt
 	dialyzer -pa $(ELIXIR_EBIN) --plt $(DIALYZER_DIR)/elixir.plt $(DIALYZER_FLAGS) \
 		_build/dev/lib/tensor_blob/ebin $(DIALYZER_DIR)/scratch
 
+# Static checks, run by CI: dialyzer, mix format, and that nx-test builds
+# the foreign NIF its bridge tests load.
+lint: dialyzer
+	mix format --check-formatted
+	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
+	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
+
 consumer-test: nif
 	scripts/consumer_test.sh
 
@@ -216,7 +247,11 @@ asan-test: setup nif foreign-nif
 	$(ASAN_ENV) rebar3 eunit
 
 clean:
-	rm -rf $(BUILD) $(NIF) _build
+	rm -rf $(BUILD) $(NIF) doc/chunks _build
+
+# What Mix's clean removes: the library's build products, not _build.
+clean-nif:
+	rm -rf $(BUILD) $(NIF) doc/chunks
 
 # ---------------------------------------------------------------------------
 # Reliability: fuzzing (libFuzzer, clang-14) and stress (issue 6).

@@ -3,8 +3,13 @@
 defmodule Bench do
   alias TensorBlob.{BlobView, Tensor}
 
-  @sizes [{"4 B", 4}, {"1 KiB", 1024}, {"4 MiB", 4 * 1024 * 1024}, {"256 MiB", 256 * 1024 * 1024},
-          {"1 GiB", 1024 * 1024 * 1024}]
+  @sizes [
+    {"4 B", 4},
+    {"1 KiB", 1024},
+    {"4 MiB", 4 * 1024 * 1024},
+    {"256 MiB", 256 * 1024 * 1024},
+    {"1 GiB", 1024 * 1024 * 1024}
+  ]
 
   # Times fun over many batches; returns per-call median and p99 in ns.
   def measure(fun, opts \\ []) do
@@ -22,6 +27,7 @@ defmodule Bench do
   end
 
   defp loop(_fun, 0), do: :ok
+
   defp loop(fun, n) do
     fun.()
     loop(fun, n - 1)
@@ -57,11 +63,19 @@ defmodule Bench do
       {"bare NIF call", fn -> TensorBlob.identity(t) end, []},
       {"Elixir map like a Blob",
        fn ->
-         %{ptr: ptr, shape: {1}, strides: [1], dtype: :float32, device: :cpu, element_size: 4,
-           byte_size: bytes, owner: t}
+         %{
+           ptr: ptr,
+           shape: {1},
+           strides: [1],
+           dtype: :float32,
+           device: :cpu,
+           element_size: 4,
+           byte_size: bytes,
+           owner: t
+         }
        end, []},
-      {"copy: to_binary + from_binary",
-       fn -> Tensor.from_binary(Tensor.to_binary(t), :float32, {div(bytes, 4)}) end, copy_opts}
+      {"copy: to_binary + from_binary", fn -> Tensor.from_binary(Tensor.to_binary(t), :float32, {div(bytes, 4)}) end,
+       copy_opts}
     ]
   end
 
@@ -94,8 +108,15 @@ defmodule Bench do
     views = nil
     _ = views
     collect()
-    %{rss_before_kib: before, rss_with_views_kib: held, rss_after_drop_kib: rss_kib(),
-      growth_kib: held - before, pins_held: pins, pins_after: TensorBlob.stats().pins}
+
+    %{
+      rss_before_kib: before,
+      rss_with_views_kib: held,
+      rss_after_drop_kib: rss_kib(),
+      growth_kib: held - before,
+      pins_held: pins,
+      pins_after: TensorBlob.stats().pins
+    }
   end
 
   # Round trips per second with one and with two busy schedulers.
@@ -153,8 +174,10 @@ defmodule Bench do
   end
 
   def run do
-    IO.puts("tensor_blob bench: libtorch #{TensorBlob.torch_version()}, OTP #{System.otp_release()}, " <>
-              "#{System.schedulers_online()} schedulers, #{cpu_model()}\n")
+    IO.puts(
+      "tensor_blob bench: libtorch #{TensorBlob.torch_version()}, OTP #{System.otp_release()}, " <>
+        "#{System.schedulers_online()} schedulers, #{cpu_model()}\n"
+    )
 
     rows =
       for {label, bytes} <- @sizes do
@@ -175,22 +198,34 @@ defmodule Bench do
 
     big = tensor_of(1024 * 1024 * 1024)
     mem = memory(big)
-    IO.puts("\nMemory: 10,000 pinned views of one 1 GiB tensor: RSS +#{mem.growth_kib} KiB " <>
-              "(goal < 10240); after dropping: #{mem.rss_after_drop_kib - mem.rss_before_kib} KiB from start, " <>
-              "pins #{mem.pins_held} -> #{mem.pins_after}")
+
+    IO.puts(
+      "\nMemory: 10,000 pinned views of one 1 GiB tensor: RSS +#{mem.growth_kib} KiB " <>
+        "(goal < 10240); after dropping: #{mem.rss_after_drop_kib - mem.rss_before_kib} KiB from start, " <>
+        "pins #{mem.pins_held} -> #{mem.pins_after}"
+    )
 
     tp = throughput(big)
-    IO.puts("Throughput (pinned from_blob): 1 scheduler #{round(tp.ops_per_s_1)}/s, 2 schedulers " <>
-              "#{round(tp.ops_per_s_2)}/s, scaling #{fmt(tp.scaling, 2)} (goal >= 1.8)")
+
+    IO.puts(
+      "Throughput (pinned from_blob): 1 scheduler #{round(tp.ops_per_s_1)}/s, 2 schedulers " <>
+        "#{round(tp.ops_per_s_2)}/s, scaling #{fmt(tp.scaling, 2)} (goal >= 1.8)"
+    )
 
     py = python_dlpack()
-    IO.puts("Python torch.utils.dlpack round trip: " <>
-              if(py[:skipped], do: "skipped (#{py.skipped})", else: "#{fmt(py.median_ns, 0)} ns median"))
 
+    IO.puts(
+      "Python torch.utils.dlpack round trip: " <>
+        if(py[:skipped], do: "skipped (#{py.skipped})", else: "#{fmt(py.median_ns, 0)} ns median")
+    )
 
     results = %{
-      machine: %{cpu: cpu_model(), schedulers: System.schedulers_online(), otp: System.otp_release(),
-                 libtorch: TensorBlob.torch_version()},
+      machine: %{
+        cpu: cpu_model(),
+        schedulers: System.schedulers_online(),
+        otp: System.otp_release(),
+        libtorch: TensorBlob.torch_version()
+      },
       operations:
         for {label, bytes, ms} <- rows do
           %{size: label, bytes: bytes, results: for({name, m} <- ms, into: %{}, do: {name, m})}

@@ -39,5 +39,8 @@ for {label, shape, batches, per} <- [{"16 KiB", {4096}, 200, 100}, {"64 MiB", {4
   back = TNx.to_nx(TNx.from_nx(tx), Torchx.Backend)
   grown = rss.() - before
   true = Nx.to_binary(back) == Nx.to_binary(tx)
-  IO.puts("#{label}: from_nx #{fm} / #{fp} ns; from_nx + to_nx #{rm} / #{rp} ns; RSS +#{div(grown, 1024)} KiB while the result lives")
+
+  IO.puts(
+    "#{label}: from_nx #{fm} / #{fp} ns; from_nx + to_nx #{rm} / #{rp} ns; RSS +#{div(grown, 1024)} KiB while the result lives"
+  )
 end

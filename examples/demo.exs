@@ -40,8 +40,12 @@ IO.puts("   live while the slice is held: #{inspect(stats)} (its pin keeps the d
 
 tr = Tensor.transpose(t, 0, 1)
 tblob = TensorBlob.to_blob(tr)
-IO.puts("6. a transposed layout: shape #{inspect(tblob.shape)} strides #{inspect(tblob.strides)} " <>
-          "same pointer: #{tblob.ptr == blob.ptr}")
+
+IO.puts(
+  "6. a transposed layout: shape #{inspect(tblob.shape)} strides #{inspect(tblob.strides)} " <>
+    "same pointer: #{tblob.ptr == blob.ptr}"
+)
+
 %BlobView{tensor: tv} = TensorBlob.from_blob(tblob)
 IO.puts("   viewed back, row-major: #{inspect(read.(tv))}")
 

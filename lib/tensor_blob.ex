@@ -46,8 +46,14 @@ defmodule TensorBlob do
   @doc """
   The blob describing a tensor's memory. O(1): nothing is copied.
 
-      blob = TensorBlob.to_blob(t)
-      blob.owner == t
+      iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4, 5, 6>>, :uint8, {2, 3})
+      iex> blob = TensorBlob.to_blob(t)
+      iex> {blob.shape, blob.strides, blob.dtype, blob.device, blob.byte_size}
+      {{2, 3}, [3, 1], :uint8, :cpu, 6}
+      iex> blob.owner == t
+      true
+      iex> TensorBlob.to_blob(TensorBlob.Tensor.transpose(t, 0, 1)).strides
+      [1, 3]
   """
   @spec to_blob(Tensor.t()) :: Blob.t()
   def to_blob(tensor) do
@@ -82,8 +88,9 @@ defmodule TensorBlob do
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: t).owner == t
       true
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: :none)
-      ...> |> TensorBlob.Tensor.memory()
-      :unpinned
+      #TensorBlob.Tensor<uint8[2] cpu pinned?: false [1, 2]>
+      iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8})
+      ** (ArgumentError) owner: the spec names no owner. To pin the term that keeps the memory alive, pass owner: term; to ask for an unpinned view, for which the caller answers, pass owner: :none
   """
   @spec from_blob(Blob.t() | map(), owner: term()) :: BlobView.t() | Tensor.t()
   def from_blob(spec, opts \\ []) do

@@ -22,4 +22,20 @@ mkdir -p examples/rebar3_consumer/_checkouts
 ln -sfn ../../.. "$checkout"
 (cd examples/rebar3_consumer && rebar3 eunit)
 
+echo "==> consumer-test: build integration"
+# A changed build configuration (here a libtorch tree that is not there)
+# must rebuild the library, not keep the old link.
+if ! make -n nif LIBTORCH_DIR=/nonexistent/libtorch | grep -q 'torch_shim.cpp'; then
+    echo "consumer-test: make nif with another LIBTORCH_DIR would not rebuild the NIF" >&2
+    exit 1
+fi
+# mix clean runs the Mix compiler's clean/0: the NIF and its objects go,
+# and the next compile builds them again.
+MIX_ENV=test mix clean
+for product in priv/tensor_blob_nif.so build/torch_shim.o doc/chunks/tensor_blob.chunk; do
+    if [ -e "$product" ]; then echo "consumer-test: mix clean left $product" >&2; exit 1; fi
+done
+MIX_ENV=test mix compile
+test -e priv/tensor_blob_nif.so && test -e _build/test/lib/tensor_blob/doc/chunks/tensor_blob.chunk
+
 echo "==> consumer-test: both consumers passed"

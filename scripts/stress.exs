@@ -63,7 +63,8 @@ defmodule Stress do
 
     failures =
       [
-        {end_stats != start_stats, "stats did not return to the start: #{inspect(start_stats)} -> #{inspect(end_stats)}"},
+        {end_stats != start_stats,
+         "stats did not return to the start: #{inspect(start_stats)} -> #{inspect(end_stats)}"},
         {growth >= @max_rss_growth_kib, "RSS grew by #{fmt(growth)} KiB (limit #{fmt(@max_rss_growth_kib)} KiB)"}
       ]
       |> Kernel.++(chain_failures)
@@ -95,7 +96,11 @@ defmodule Stress do
       end)
 
     end_stats = settle()
-    IO.puts("chain #{kind}: #{fmt(depth)} deep, made and read in #{Float.round(micros / 1.0e6, 2)} s, freed: #{inspect(end_stats)}")
+
+    IO.puts(
+      "chain #{kind}: #{fmt(depth)} deep, made and read in #{Float.round(micros / 1.0e6, 2)} s, freed: #{inspect(end_stats)}"
+    )
+
     {end_stats != start_stats, "chain #{kind}: stats did not return to the start: #{inspect(end_stats)}"}
   end
 
@@ -152,7 +157,11 @@ defmodule Stress do
   # Each worker owns a few sources: bytes 0, 1, 2, ... of several dtypes.
   defp worker(id, n) do
     :rand.seed(:exsss, {id + 1, 7, 42})
-    sources = for {dtype, shape} <- [{:uint8, {16, 8}}, {:float32, {6, 5}}, {:int64, {4, 3, 2}}, {:bfloat16, {33}}], do: source(dtype, shape)
+
+    sources =
+      for {dtype, shape} <- [{:uint8, {16, 8}}, {:float32, {6, 5}}, {:int64, {4, 3, 2}}, {:bfloat16, {33}}],
+          do: source(dtype, shape)
+
     loop(n, 0, sources, :queue.new(), 0)
   end
 

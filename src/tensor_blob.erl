@@ -195,14 +195,14 @@ write(T, Binary) when is_reference(T) ->
 write(T, _Binary) ->
     not_a_tensor(T).
 
-%% @doc A view of Length elements of dimension Dim from Start; shares memory.
--spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
 to_device(T, Device) when is_reference(T) -> tensor_blob_nif:to_device(T, Device);
 to_device(T, _Device) -> not_a_tensor(T).
 
+%% @doc A view of Length elements of dimension Dim from Start; shares memory.
+-spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
 narrow(T, Dim, Start, Length) when is_reference(T) ->
     tensor_blob_nif:narrow(T, Dim, Start, Length);
 narrow(T, _Dim, _Start, _Length) ->

@@ -93,6 +93,7 @@ defmodule TensorBlob.BridgeTest do
   describe "the bridge header (enif_dynamic_resource_call)" do
     test "takes a %Tensor{} or its resource: same bytes, same address, read-only when asked" do
       t = Tensor.from_binary(payload(), :float32, {4, 16})
+
       for term <- [t, t.ref] do
         assert {:ok, address} = @foreign.take(term, false)
         assert @foreign.read(address) == {payload(), [4, 16], false}

@@ -63,7 +63,10 @@ defmodule TensorBlob.IPCTest do
 
       assert Lifetime.await_stats(start) == start
       refute File.exists?(path)
-      assert_raise ArgumentError, ~r/no shared memory named/, fn -> IPC.open(String.trim_leading(path, "/dev/shm"), :uint8, {1024}) end
+
+      assert_raise ArgumentError, ~r/no shared memory named/, fn ->
+        IPC.open(String.trim_leading(path, "/dev/shm"), :uint8, {1024})
+      end
     end
 
     test "an opened mapping outlives the exporter's name" do
@@ -156,7 +159,16 @@ defmodule TensorBlob.IPCTest do
       t = Tensor.from_binary(f32s(Enum.to_list(1..6)), :float32, {2, 3})
       capsule = DLPack.export(Tensor.transpose(t, 0, 1), read_only: true)
       info = CUDA.info(capsule)
-      assert info == %{device: :cpu, ptr: TensorBlob.to_blob(t).ptr, shape: {3, 2}, strides: [1, 3], dtype: :float32, read_only: true}
+
+      assert info == %{
+               device: :cpu,
+               ptr: TensorBlob.to_blob(t).ptr,
+               shape: {3, 2},
+               strides: [1, 3],
+               dtype: :float32,
+               read_only: true
+             }
+
       assert Tensor.shape(DLPack.import(capsule)) == {3, 2}
       assert_raise ArgumentError, ~r/already consumed/, fn -> CUDA.info(capsule) end
     end

@@ -54,7 +54,10 @@ defmodule TensorBlob.MemoryTest do
       bin = :binary.copy(f32s([1]), 64)
       view = Tensor.from_binary(bin, :float32, {64}, copy: false)
       assert Tensor.memory(view) == :binary
-      %BlobView{tensor: v} = TensorBlob.from_blob(%{ptr: TensorBlob.to_blob(view).ptr, shape: {64}, dtype: :float32}, owner: bin)
+
+      %BlobView{tensor: v} =
+        TensorBlob.from_blob(%{ptr: TensorBlob.to_blob(view).ptr, shape: {64}, dtype: :float32}, owner: bin)
+
       assert Tensor.memory(v) == :binary
     end
 
@@ -94,6 +97,7 @@ defmodule TensorBlob.MemoryTest do
       # one that does not overlap... does not exist here: the binary shows all.
       assert badarg_message(fn -> Tensor.write!(Tensor.narrow(second, 0, 60, 4), <<1, 2, 3, 4>>) end) =~
                "to_binary(copy: false)"
+
       _ = bin
       Lifetime.collect()
     end
@@ -184,7 +188,9 @@ defmodule TensorBlob.MemoryTest do
     end
 
     test "a pointer whose extent wraps the address space is the pointer's fault" do
-      msg = badarg_message(fn -> TensorBlob.from_blob(%{ptr: 2 ** 64 - 16, shape: {8}, dtype: :float32}, owner: :none) end)
+      msg =
+        badarg_message(fn -> TensorBlob.from_blob(%{ptr: 2 ** 64 - 16, shape: {8}, dtype: :float32}, owner: :none) end)
+
       assert msg =~ "ptr: the memory would wrap past the end of the address space"
     end
 

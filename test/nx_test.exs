@@ -15,7 +15,13 @@ if Code.ensure_loaded?(Nx) do
     def wrap(%Tensor{} = t, style) do
       type = TensorBlob.Nx.nx_type!(Tensor.dtype(t))
       shape = Tensor.shape(t)
-      %Nx.Tensor{data: %__MODULE__{tensor: t, style: style}, type: type, shape: shape, names: Enum.map(Tuple.to_list(shape), fn _ -> nil end)}
+
+      %Nx.Tensor{
+        data: %__MODULE__{tensor: t, style: style},
+        type: type,
+        shape: shape,
+        names: Enum.map(Tuple.to_list(shape), fn _ -> nil end)
+      }
     end
 
     # Validates its options as EXLA 0.9 does: mode: only (kind: is refused).
@@ -224,13 +230,22 @@ if Code.ensure_loaded?(Nx) do
 
       test "Nx computes on it; our tensor may be dropped; write! waits for the binary" do
         start = Lifetime.settled_stats()
-        nx = Lifetime.in_process(fn -> TNx.to_nx(Tensor.from_binary(Nx.to_binary(Nx.iota({100}, type: {:f, 32})), :float32, {100})) end)
+
+        nx =
+          Lifetime.in_process(fn ->
+            TNx.to_nx(Tensor.from_binary(Nx.to_binary(Nx.iota({100}, type: {:f, 32})), :float32, {100}))
+          end)
+
         Lifetime.churn()
         assert Nx.to_number(Nx.sum(nx)) == 4950.0
 
         t = Tensor.zeros({4}, :float32)
         nx2 = TNx.to_nx(t)
-        assert_raise ArgumentError, ~r/immutable/, fn -> Tensor.write!(t, Nx.to_binary(Nx.iota({4}, type: {:f, 32}))) end
+
+        assert_raise ArgumentError, ~r/immutable/, fn ->
+          Tensor.write!(t, Nx.to_binary(Nx.iota({4}, type: {:f, 32})))
+        end
+
         _ = {nx, nx2}
         nx = nil
         nx2 = nil

@@ -140,6 +140,13 @@ defmodule TensorBlobTest do
     end
   end
 
+  describe "documentation" do
+    test "the Erlang API's doc chunks are installed where Mix builds the app" do
+      assert {:docs_v1, _, :erlang, _, %{"en" => _}, _, docs} = Code.fetch_docs(:tensor_blob)
+      assert Enum.any?(docs, &match?({{:function, :from_blob, 2}, _, _, %{"en" => _}, _}, &1))
+    end
+  end
+
   describe "dtypes" do
     test "every supported dtype survives to_blob -> from_blob -> to_blob" do
       for dtype <- TensorBlob.dtypes() do
@@ -153,6 +160,7 @@ defmodule TensorBlobTest do
 
         assert blob.dtype == dtype
         assert again.dtype == dtype
+
         assert Map.take(again, [:ptr, :shape, :strides, :element_size, :byte_size]) ==
                  Map.take(blob, [:ptr, :shape, :strides, :element_size, :byte_size])
 
@@ -161,8 +169,19 @@ defmodule TensorBlobTest do
     end
 
     test "Nx's shorthands name the same dtypes as Nx's type tuples" do
-      for {short, tuple} <- [f32: {:f, 32}, f64: {:f, 64}, f16: {:f, 16}, bf16: {:bf, 16}, c64: {:c, 64}, c128: {:c, 128},
-                             u8: {:u, 8}, s8: {:s, 8}, s16: {:s, 16}, s32: {:s, 32}, s64: {:s, 64}] do
+      for {short, tuple} <- [
+            f32: {:f, 32},
+            f64: {:f, 64},
+            f16: {:f, 16},
+            bf16: {:bf, 16},
+            c64: {:c, 64},
+            c128: {:c, 128},
+            u8: {:u, 8},
+            s8: {:s, 8},
+            s16: {:s, 16},
+            s32: {:s, 32},
+            s64: {:s, 64}
+          ] do
         assert Tensor.dtype(Tensor.zeros({2}, short)) == Tensor.dtype(Tensor.zeros({2}, tuple))
         t = Tensor.zeros({2}, tuple)
         %BlobView{tensor: v} = TensorBlob.from_blob(%{TensorBlob.to_blob(t) | dtype: short})
@@ -194,18 +213,37 @@ defmodule TensorBlobTest do
 
     test "ExTorch names and Nx types are accepted; output is canonical" do
       pairs = [
-        float: :float32, double: :float64, half: :float16, byte: :uint8, char: :int8, short: :int16,
-        int: :int32, long: :int64, complex_float: :complex64, complex_double: :complex128,
-        cfloat: :complex64, cdouble: :complex128
+        float: :float32,
+        double: :float64,
+        half: :float16,
+        byte: :uint8,
+        char: :int8,
+        short: :int16,
+        int: :int32,
+        long: :int64,
+        complex_float: :complex64,
+        complex_double: :complex128,
+        cfloat: :complex64,
+        cdouble: :complex128
       ]
 
       for {alias_name, canonical} <- pairs do
         assert Tensor.dtype(Tensor.zeros({1}, alias_name)) == canonical
       end
 
-      nx = [{{:f, 32}, :float32}, {{:f, 64}, :float64}, {{:f, 16}, :float16}, {{:bf, 16}, :bfloat16},
-            {{:c, 64}, :complex64}, {{:c, 128}, :complex128}, {{:u, 8}, :uint8}, {{:s, 8}, :int8},
-            {{:s, 16}, :int16}, {{:s, 32}, :int32}, {{:s, 64}, :int64}]
+      nx = [
+        {{:f, 32}, :float32},
+        {{:f, 64}, :float64},
+        {{:f, 16}, :float16},
+        {{:bf, 16}, :bfloat16},
+        {{:c, 64}, :complex64},
+        {{:c, 128}, :complex128},
+        {{:u, 8}, :uint8},
+        {{:s, 8}, :int8},
+        {{:s, 16}, :int16},
+        {{:s, 32}, :int32},
+        {{:s, 64}, :int64}
+      ]
 
       for {nx_type, canonical} <- nx do
         assert Tensor.dtype(Tensor.zeros({1}, nx_type)) == canonical
@@ -235,10 +273,41 @@ defmodule TensorBlobTest do
       assert Tensor.to_binary(t) == f32s([0, 0, 7, 0, 0, 8])
     end
 
-    test "inspect shows dtype, shape, device and memory" do
-      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned>"
+    test "inspect shows dtype, shape, device, memory and the first elements" do
+      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
       %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(t23()))
-      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned?: true>"
+      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned?: true [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
+      # Row-major order whatever the strides; a scalar; no elements.
+      assert inspect(Tensor.transpose(t23(), 0, 1)) =~ "float32[3][2] cpu owned [1.0, 4.0, ...]>"
+
+      assert inspect(Tensor.from_binary(<<-7::64-signed-native>>, :int64, {})) ==
+               "#TensorBlob.Tensor<int64 cpu owned [-7]>"
+
+      assert inspect(Tensor.zeros({0, 3}, :int32)) == "#TensorBlob.Tensor<int32[0][3] cpu owned []>"
+      assert inspect(Tensor.from_binary(<<1, 0>>, :bool, {2})) =~ "[true, false]>"
+
+      specials = <<0x7F800000::32-native, 0x7FC00000::32-native, 0xFF800000::32-native>>
+      assert inspect(Tensor.from_binary(specials, :float32, {3})) =~ "[Inf, NaN, -Inf]>"
+    end
+
+    test "inspect's preview is bounded, and reads only the elements it shows" do
+      big = Tensor.zeros({4096, 4096}, :int64)
+      binary_memory = :erlang.memory(:binary)
+      assert inspect(big) == "#TensorBlob.Tensor<int64[4096][4096] cpu owned [0, 0, 0, 0, 0, 0, 0, 0, ...]>"
+      assert inspect(Tensor.transpose(big, 0, 1), limit: 3) =~ "[0, 0, 0, ...]>"
+      # No copy of the 128 MiB (the copies would still be on this process's heap).
+      assert :erlang.memory(:binary) - binary_memory < 1_000_000
+    end
+
+    test "inspect of a DLPack capsule shows version, dtype, shape, device and state" do
+      capsule = TensorBlob.DLPack.export(t23())
+      assert inspect(capsule) == "#TensorBlob.DLPack<versioned float32[2][3] cpu armed>"
+      read_only = TensorBlob.DLPack.export(t23(), read_only: true)
+      assert inspect(read_only) == "#TensorBlob.DLPack<versioned float32[2][3] cpu armed read_only>"
+      legacy = TensorBlob.DLPack.export(Tensor.transpose(t23(), 0, 1), version: :legacy)
+      assert inspect(legacy) == "#TensorBlob.DLPack<legacy float32[3][2] cpu armed>"
+      _ = TensorBlob.DLPack.consume(capsule)
+      assert inspect(capsule) == "#TensorBlob.DLPack<versioned consumed>"
     end
   end
 
@@ -443,7 +512,10 @@ defmodule TensorBlobTest do
             fn -> TensorBlob.IPC.export(nx) end
           ] do
         error = assert_raise ArgumentError, call
-        assert error.message =~ ~r/^tensor: expected a tensor, got an Nx tensor: convert it with TensorBlob.Nx.from_nx\/2/
+
+        assert error.message =~
+                 ~r/^tensor: expected a tensor, got an Nx tensor: convert it with TensorBlob.Nx.from_nx\/2/
+
         refute error.message =~ "'Elixir."
       end
 

@@ -53,7 +53,22 @@ if Code.ensure_loaded?(Torchx.Backend) do
     test "round trips for every type both hold: views of Torchx memory, Torchx tensors of ours" do
       pairs = shared_dtypes()
       # What Debian 13's Torchx and libtorch 2.6 hold in common at least.
-      for d <- [:uint8, :int8, :int16, :int32, :int64, :uint16, :uint32, :uint64, :float16, :bfloat16, :float32, :float64, :complex64, :complex128],
+      for d <- [
+            :uint8,
+            :int8,
+            :int16,
+            :int32,
+            :int64,
+            :uint16,
+            :uint32,
+            :uint64,
+            :float16,
+            :bfloat16,
+            :float32,
+            :float64,
+            :complex64,
+            :complex128
+          ],
           do: assert(List.keymember?(pairs, d, 0), "#{d} missing from #{inspect(pairs)}")
 
       for {dtype, type} <- pairs do
@@ -113,7 +128,9 @@ if Code.ensure_loaded?(Torchx.Backend) do
 
         tx =
           Lifetime.in_process(fn ->
-            ours = Tensor.from_binary(Nx.to_binary(Nx.iota(shape, type: {:f, 32}, backend: Torchx.Backend)), :float32, shape)
+            ours =
+              Tensor.from_binary(Nx.to_binary(Nx.iota(shape, type: {:f, 32}, backend: Torchx.Backend)), :float32, shape)
+
             tx = TNx.to_nx(ours, Torchx.Backend)
             refute address(tx) == ptr(ours)
             tx
@@ -122,7 +139,10 @@ if Code.ensure_loaded?(Torchx.Backend) do
         assert Lifetime.await_stats(start) == start
         Lifetime.churn()
         # Freed memory reused: 64 MiB of other values where ours was.
-        _ = for _ <- 1..4, do: Tensor.zeros(shape, :float32) |> Tensor.write!(:binary.copy(<<-1.0::float-32-native>>, 4096 * 4096))
+        _ =
+          for _ <- 1..4,
+              do: Tensor.zeros(shape, :float32) |> Tensor.write!(:binary.copy(<<-1.0::float-32-native>>, 4096 * 4096))
+
         assert Nx.to_number(Nx.sum(Nx.slice(tx, [0, 0], [1, 4096]))) == Enum.sum(0..4095) * 1.0
         assert Nx.to_number(tx[4095][4095]) == 4096.0 * 4096 - 1
       end
@@ -228,12 +248,19 @@ if Code.ensure_loaded?(Torchx.Backend) do
           assert Tensor.memory(t) == :owned
           assert Tensor.dtype(t) == dtype
           assert Tensor.to_binary(t) == Nx.to_binary(Nx.tensor(values, type: type))
-          assert_raise ArgumentError, ~r/stores #{Regex.escape(inspect(type))} in #{2 * elem(type, 1)}-bit elements/, fn -> TNx.from_nx(tx, copy: :never) end
+
+          assert_raise ArgumentError,
+                       ~r/stores #{Regex.escape(inspect(type))} in #{2 * elem(type, 1)}-bit elements/,
+                       fn -> TNx.from_nx(tx, copy: :never) end
 
           back = TNx.to_nx(t, Torchx.Backend)
           assert back.type == type
           assert Nx.to_flat_list(back) == values
-          assert_raise ArgumentError, ~r/unsafe_view/, fn -> TNx.to_nx(t, backend: Torchx.Backend, unsafe_view: true) end
+
+          assert_raise ArgumentError, ~r/unsafe_view/, fn ->
+            TNx.to_nx(t, backend: Torchx.Backend, unsafe_view: true)
+          end
+
           # A region of uint16 is copied too: Torchx cannot map it as int32.
           region = IPC.zeros({5}, dtype)
           Tensor.write!(region, Nx.to_binary(Nx.tensor(values, type: type)))

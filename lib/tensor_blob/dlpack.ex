@@ -80,12 +80,22 @@ defmodule TensorBlob.DLPack do
 
   ## Examples
 
-      capsule = TensorBlob.DLPack.export(tensor)
-      same = TensorBlob.DLPack.import(capsule)
+      iex> tensor = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
+      iex> capsule = TensorBlob.DLPack.export(tensor)
+      #TensorBlob.DLPack<versioned uint8[4] cpu armed>
+      iex> same = TensorBlob.DLPack.import(capsule)
+      iex> TensorBlob.to_blob(same).ptr == TensorBlob.to_blob(tensor).ptr
+      true
+      iex> capsule
+      #TensorBlob.DLPack<versioned consumed>
 
-      # Handing a tensor to another library's NIF, which calls the deleter:
-      address = tensor |> TensorBlob.DLPack.export() |> TensorBlob.DLPack.consume()
-      OtherLib.from_dlpack(address)
+  Handing a tensor to another library's NIF, which calls the deleter (here
+  our own import stands in for it):
+
+      iex> tensor = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {2, 2})
+      iex> address = tensor |> TensorBlob.DLPack.export(version: :legacy) |> TensorBlob.DLPack.consume()
+      iex> address |> TensorBlob.DLPack.import(version: :legacy) |> TensorBlob.Tensor.to_binary()
+      <<1, 2, 3, 4>>
   """
   import TensorBlob.Raise
 
@@ -160,4 +170,31 @@ defmodule TensorBlob.DLPack do
   end
 
   defp options(opts), do: raise(ArgumentError, "options: expected a keyword list, got #{inspect(opts)}")
+
+  defimpl Inspect do
+    # The capsule's version, dtype, shape, device and state (armed, read-only,
+    # consumed), read from its managed tensor without consuming it.
+    import Inspect.Algebra
+
+    def inspect(%{ref: ref, version: version} = capsule, opts) do
+      if is_reference(ref) do
+        concat(["#TensorBlob.DLPack<", describe(ref, version), ">"])
+      else
+        Inspect.Any.inspect(capsule, opts)
+      end
+    end
+
+    defp describe(ref, version) do
+      %{dtype: dtype, shape: shape, device: device, read_only: read_only} = :tensor_blob.dlpack_info(ref)
+      dims = shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
+      flags = if read_only, do: " read_only", else: ""
+      "#{version} #{dtype}#{dims} #{format_device(device)} armed#{flags}"
+    catch
+      # The managed tensor was taken out (consume/1 or import/2).
+      :error, {:badarg, _} -> "#{version} consumed"
+    end
+
+    defp format_device(:cpu), do: "cpu"
+    defp format_device({:cuda, i}), do: "cuda:#{i}"
+  end
 end

@@ -9,6 +9,16 @@ defmodule TensorBlob.IPC do
       # in another
       t2 = TensorBlob.IPC.open(name, :float32, {1024, 1024})
 
+  Within one OS process, to show both ends:
+
+      iex> handle = TensorBlob.IPC.export(TensorBlob.IPC.zeros({4}, :uint8))
+      iex> opened = TensorBlob.IPC.open(handle.handle, :uint8, {4})
+      iex> TensorBlob.Tensor.write!(opened, <<1, 2, 3, 4>>)
+      iex> TensorBlob.Tensor.to_binary(handle.tensor)
+      <<1, 2, 3, 4>>
+      iex> TensorBlob.IPC.open(%{handle | address: 0}, :uint8, {4})
+      ** (TensorBlob.Error) handle: a CUDA IPC handle (device 0): CUDA IPC is not supported by this build; only CPU shared memory is
+
   Both tensors map the same memory: writes through one are read through the
   other. A tensor made by `zeros/2` (or `open/3`) is exported without a copy;
   any other CPU tensor is copied once into a new region. Regions are created

@@ -151,10 +151,18 @@ if Code.ensure_loaded?(Nx) do
 
     defp to_nx_options!(opts) when is_list(opts) do
       Enum.each(opts, fn
-        {:backend, b} when is_atom(b) and b != nil -> :ok
-        {:backend, {b, o}} when is_atom(b) and is_list(o) -> :ok
-        {:unsafe_view, u} when is_boolean(u) -> :ok
-        other -> raise ArgumentError, "options: unknown or invalid #{inspect(other)}; expected backend: module | {module, keyword}, unsafe_view: boolean"
+        {:backend, b} when is_atom(b) and b != nil ->
+          :ok
+
+        {:backend, {b, o}} when is_atom(b) and is_list(o) ->
+          :ok
+
+        {:unsafe_view, u} when is_boolean(u) ->
+          :ok
+
+        other ->
+          raise ArgumentError,
+                "options: unknown or invalid #{inspect(other)}; expected backend: module | {module, keyword}, unsafe_view: boolean"
       end)
 
       backend =
@@ -210,7 +218,9 @@ if Code.ensure_loaded?(Nx) do
                 "unsafe_view: #{inspect(elem(backend, 0))} cannot view #{Tensor.dtype(t)} memory as #{inspect(type)} " <>
                   "(#{Exception.message(e)}); without unsafe_view: true the tensor is copied"
       else
-        result -> unwrap(result) || raise(TensorBlob.Error, "to_nx: #{inspect(backend)} refused the pointer: #{inspect(result)}")
+        result ->
+          unwrap(result) ||
+            raise(TensorBlob.Error, "to_nx: #{inspect(backend)} refused the pointer: #{inspect(result)}")
       end
     end
 
@@ -253,10 +263,18 @@ if Code.ensure_loaded?(Nx) do
 
     defp options!(opts) do
       Enum.each(opts, fn
-        {:copy, c} when c in [:auto, :never, :always] -> :ok
-        {:device, :cpu} -> :ok
-        {:ipc, i} when is_boolean(i) -> :ok
-        other -> raise ArgumentError, "options: unknown or invalid #{inspect(other)}; expected copy: :auto | :never | :always, device: :cpu, ipc: boolean"
+        {:copy, c} when c in [:auto, :never, :always] ->
+          :ok
+
+        {:device, :cpu} ->
+          :ok
+
+        {:ipc, i} when is_boolean(i) ->
+          :ok
+
+        other ->
+          raise ArgumentError,
+                "options: unknown or invalid #{inspect(other)}; expected copy: :auto | :never | :always, device: :cpu, ipc: boolean"
       end)
 
       {Keyword.get(opts, :copy, :auto), Keyword.get(opts, :device), Keyword.get(opts, :ipc, false)}

@@ -10,6 +10,8 @@ defmodule TensorBlob.Tensor do
       {2, 3}
       iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
       <<1, 4, 2, 5, 3, 6>>
+      iex> TensorBlob.Tensor.zeros({2}, :f32)
+      #TensorBlob.Tensor<float32[2] cpu owned [0.0, 0.0]>
   """
   import TensorBlob.Raise
 
@@ -35,7 +37,12 @@ defmodule TensorBlob.Tensor do
   bytes, and pins the binary until the last tensor using them is freed.
   `write!/2` raises on it, for a binary is immutable.
 
-      t = Tensor.from_binary(payload, :float32, {1024, 1024}, copy: false)
+      iex> payload = :binary.copy(<<1.0::float-32-native>>, 1024)
+      iex> t = TensorBlob.Tensor.from_binary(payload, :float32, {32, 32}, copy: false)
+      iex> TensorBlob.Tensor.memory(t)
+      :binary
+      iex> TensorBlob.Tensor.write!(t, payload)
+      ** (ArgumentError) tensor: read-only (a view of a binary's bytes; binaries are immutable); write! refuses it
 
   A binary of 64 bytes or less lives on a process heap, so the pin holds a
   copy of it and the tensor views that copy (read-only all the same).
@@ -69,6 +76,12 @@ defmodule TensorBlob.Tensor do
   DLPack consumer, or foreign code given the pointer) shows through the
   binary: do not hand out a writable export of memory you have shown as a
   binary.
+
+      iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {2, 2})
+      iex> TensorBlob.Tensor.to_binary(t, copy: false)
+      <<1, 2, 3, 4>>
+      iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
+      <<1, 3, 2, 4>>
   """
   @spec to_binary(t(), copy: boolean()) :: binary()
   def to_binary(tensor, opts \\ [])
@@ -151,12 +164,18 @@ defmodule TensorBlob.Tensor do
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
   defimpl Inspect do
+    # dtype, shape, device, memory, and a bounded preview of the first
+    # elements (row-major) of a CPU tensor: at most 8 (or opts.limit), read
+    # through a view of those elements only, whatever the tensor's size.
     import Inspect.Algebra
+
+    @preview 8
 
     def inspect(%{ref: ref} = tensor, opts) do
       if is_reference(ref) do
-        shape = ref |> :tensor_blob.shape() |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
-        device = ref |> :tensor_blob.device() |> format_device()
+        shape = :tensor_blob.shape(ref)
+        dims = shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
+        device = :tensor_blob.device(ref)
 
         pinned =
           case :tensor_blob.memory(ref) do
@@ -165,7 +184,13 @@ defmodule TensorBlob.Tensor do
             memory -> Atom.to_string(memory)
           end
 
-        concat(["#TensorBlob.Tensor<", "#{:tensor_blob.dtype(ref)}#{shape} #{device} #{pinned}", ">"])
+        dtype = :tensor_blob.dtype(ref)
+        head = "#{dtype}#{dims} #{format_device(device)} #{pinned}"
+
+        case preview(tensor, shape, device, dtype, min(@preview, opts.limit)) do
+          nil -> concat(["#TensorBlob.Tensor<", head, ">"])
+          values -> concat(["#TensorBlob.Tensor<", head, " ", values, ">"])
+        end
       else
         Inspect.Any.inspect(tensor, opts)
       end
@@ -173,5 +198,108 @@ defmodule TensorBlob.Tensor do
 
     defp format_device(:cpu), do: "cpu"
     defp format_device({:cuda, i}), do: "cuda:#{i}"
+
+    defp preview(_tensor, _shape, device, _dtype, _limit) when device != :cpu, do: nil
+
+    defp preview(tensor, shape, :cpu, dtype, limit) do
+      numel = shape |> Tuple.to_list() |> Enum.product()
+      size = :tensor_blob.to_blob(tensor.ref).element_size
+      bytes = first_elements(tensor, shape, min(numel, limit))
+
+      case decode(dtype, size, bytes) do
+        nil ->
+          nil
+
+        values ->
+          more = if length(values) < numel, do: ", ...", else: ""
+          "[" <> Enum.join(values, ", ") <> more <> "]"
+      end
+    end
+
+    # The first n elements in row-major order, through a pinned view of them
+    # when the tensor is contiguous; else the first n of its first row.
+    defp first_elements(_tensor, _shape, 0), do: <<>>
+
+    defp first_elements(tensor, shape, n) do
+      blob = :tensor_blob.to_blob(tensor.ref)
+
+      if blob.strides == row_major(shape) do
+        spec = %{ptr: blob.ptr, shape: {n}, dtype: blob.dtype}
+        spec |> :tensor_blob.from_blob(%{owner: tensor}) |> :tensor_blob.to_binary()
+      else
+        last = tuple_size(shape) - 1
+
+        row = Enum.reduce(0..(last - 1)//1, tensor.ref, fn dim, t -> :tensor_blob.narrow(t, dim, 0, 1) end)
+
+        row |> :tensor_blob.narrow(last, 0, min(n, elem(shape, last))) |> :tensor_blob.to_binary()
+      end
+    end
+
+    defp row_major(shape) do
+      shape
+      |> Tuple.to_list()
+      |> Enum.reverse()
+      |> Enum.reduce({[], 1}, fn dim, {strides, acc} -> {[acc | strides], acc * max(dim, 1)} end)
+      |> elem(0)
+    end
+
+    defp decode(dtype, size, bytes) do
+      if decoder = decoder(dtype), do: for(<<e::binary-size(size) <- bytes>>, do: decoder.(e))
+    end
+
+    defp decoder(:bool), do: fn <<b>> -> to_string(b != 0) end
+    defp decoder(:uint8), do: fn <<x::8>> -> Integer.to_string(x) end
+    defp decoder(:int8), do: fn <<x::8-signed>> -> Integer.to_string(x) end
+
+    defp decoder(dtype) when dtype in [:uint16, :uint32, :uint64],
+      do: fn e -> e |> :binary.decode_unsigned(endianness()) |> Integer.to_string() end
+
+    defp decoder(dtype) when dtype in [:int16, :int32, :int64] do
+      fn e ->
+        bits = bit_size(e)
+        <<x::size(bits)-signed-native>> = e
+        Integer.to_string(x)
+      end
+    end
+
+    defp decoder(dtype) when dtype in [:float16, :float32, :float64], do: &float/1
+    # bfloat16 is the high half of a float32.
+    defp decoder(:bfloat16), do: fn <<x::16-native>> -> float(<<x::16, 0::16>>, :big) end
+
+    defp decoder(:complex64), do: fn <<re::binary-4, im::binary-4>> -> complex(float(re), float(im)) end
+    defp decoder(:complex128), do: fn <<re::binary-8, im::binary-8>> -> complex(float(re), float(im)) end
+    defp decoder(_float8), do: nil
+
+    defp complex(re, "-" <> im), do: "#{re}-#{im}i"
+    defp complex(re, im), do: "#{re}+#{im}i"
+
+    defp float(bytes, endian \\ :native) do
+      bits = bit_size(bytes)
+
+      value =
+        case {endian, bytes} do
+          {:native, <<x::float-size(bits)-native>>} -> x
+          {:big, <<x::float-size(bits)-big>>} -> x
+          _ -> nil
+        end
+
+      if value, do: Float.to_string(value), else: special(bytes, endian)
+    end
+
+    # NaN and infinities, which bit syntax does not match.
+    defp special(bytes, endian) do
+      bits = bit_size(bytes)
+      {exp_bits, _} = %{16 => {5, 10}, 32 => {8, 23}, 64 => {11, 52}}[bits]
+      int = :binary.decode_unsigned(bytes, if(endian == :native, do: endianness(), else: :big))
+      <<sign::1, _exp::size(exp_bits), mantissa::size(bits - 1 - exp_bits)>> = <<int::size(bits)>>
+
+      cond do
+        mantissa != 0 -> "NaN"
+        sign == 1 -> "-Inf"
+        true -> "Inf"
+      end
+    end
+
+    defp endianness, do: if(<<1::16-native>> == <<1::16-little>>, do: :little, else: :big)
   end
 end

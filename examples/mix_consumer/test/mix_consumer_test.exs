@@ -8,4 +8,11 @@ defmodule MixConsumerTest do
     assert TensorBlob.Tensor.memory(view.tensor) == :pinned
     assert TensorBlob.Tensor.to_binary(view.tensor) == <<10, 20, 30, 40, 50, 60>>
   end
+
+  test "the dependency's Erlang API has its doc chunks where code:get_doc/1 looks" do
+    assert {:docs_v1, _, :erlang, _, %{"en" => _}, _, docs} = Code.fetch_docs(:tensor_blob)
+
+    assert [{{:function, :to_blob, 1}, _, _, %{"en" => _}, _}] =
+             Enum.filter(docs, &match?({{:function, :to_blob, 1}, _, _, _, _}, &1))
+  end
 end
