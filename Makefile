@@ -45,7 +45,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
 all: nif chunks
 nif: $(NIF)
@@ -156,6 +156,14 @@ nx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \
 	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx
+
+# Scratch Mix projects that depend on tensor_blob and Nx (path dependencies,
+# no Hex), in build/nx_consumers: TensorBlob.Nx is there exactly when the
+# consumer has Nx, after a fresh build, `mix deps.compile --force
+# tensor_blob`, a removed _build/*/lib/tensor_blob, Nx added to or removed
+# from a built project (scripts/nx_consumer_test.sh; Nx from build_nx.sh).
+nx-consumer-test: nif
+	scripts/nx_consumer_test.sh
 
 # The :torchx tests: NX_PATH must hold a Torchx build too (Elixir >= 1.17;
 # make compat-test runs them on Debian 13).

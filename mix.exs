@@ -58,12 +58,13 @@ defmodule TensorBlob.MixProject do
       erlc_paths: erlc_paths(Mix.env()),
       elixirc_paths: elixirc_paths(Mix.env()),
       start_permanent: Mix.env() == :prod,
-      deps: [],
+      deps: deps(),
       build_path: if(@nx_ebins == [], do: "_build", else: "_build/nx"),
       # Mix (Elixir 1.15+) prunes code paths that are not dependencies' before
       # compiling, NX_PATH's included: keep them when it is set.
       prune_code_paths: @nx_ebins == [],
-      # Nx is optional and never a declared dependency (no Hex needed).
+      # Nx is an optional dependency only when tensor_blob is someone's
+      # dependency (see deps/0).
       xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend]],
       description: "Zero-copy tensor exchange for the BEAM",
       package: [
@@ -74,6 +75,57 @@ defmodule TensorBlob.MixProject do
   end
 
   def application, do: [extra_applications: []]
+
+  # Nx is an optional dependency, declared only when tensor_blob is built as
+  # someone's dependency: then Mix builds Nx first and keeps it on the code
+  # path while compiling tensor_blob (Elixir 1.15+ prunes the paths of what
+  # a dependency does not declare), and recompiles tensor_blob when Nx
+  # comes or goes, so TensorBlob.Nx exists exactly when the consumer has Nx.
+  # As the top-level project (its own build and tests) there is no
+  # dependency at all: nothing needs Hex, and NX_PATH gives Nx to the tests.
+  #
+  # A Hex requirement needs Hex even where the consumer overrides it (Mix
+  # looks for an SCM for every child dependency), so: where the consumer
+  # itself lists nx from a path or git, the same source is declared (the two
+  # converge, no `override:` needed); otherwise, with Hex, `>= 0.9.0`;
+  # without Hex and without nx in the consumer, nothing.
+  @nx_requirement ">= 0.9.0"
+  @nx_source_opts [:path, :git, :github, :ref, :branch, :tag, :sparse, :subdir, :submodules, :depth]
+
+  defp deps do
+    # While Mix loads a dependency's mix.exs, the project on the stack is
+    # the one that depends on it; for the top-level project there is none.
+    if Mix.Project.get() do
+      case consumer_nx_source() do
+        [_ | _] = source -> [{:nx, source ++ [optional: true]}]
+        _ -> if Code.ensure_loaded?(Hex), do: [{:nx, @nx_requirement, optional: true}], else: []
+      end
+    else
+      []
+    end
+  end
+
+  # How the consuming project lists nx: its path or git options, or nil.
+  defp consumer_nx_source do
+    opts =
+      Enum.find_value(Mix.Project.config()[:deps] || [], fn
+        {:nx, opts} when is_list(opts) -> opts
+        {:nx, _requirement, opts} when is_list(opts) -> opts
+        _ -> nil
+      end)
+
+    case Keyword.take(opts || [], @nx_source_opts) do
+      [] ->
+        nil
+
+      source ->
+        if path = source[:path] do
+          Keyword.put(source, :path, Path.expand(path, Path.dirname(Mix.Project.project_file())))
+        else
+          source
+        end
+    end
+  end
 
   defp erlc_paths(:test), do: ["src", "test/support"]
   defp erlc_paths(_), do: ["src"]

@@ -1,5 +1,8 @@
 # Compiled only when Nx is loaded: Nx is an optional dependency, and
-# tensor_blob builds and tests without it.
+# tensor_blob builds and tests without it. Whether Nx was there is decided
+# when this file is compiled, so each branch asks Mix to compile it again
+# (`__mix_recompile__?/0`) once the answer changes: Nx added to, or removed
+# from, a project whose tensor_blob was already built.
 if Code.ensure_loaded?(Nx) do
   defmodule TensorBlob.Nx do
     @moduledoc """
@@ -73,6 +76,10 @@ if Code.ensure_loaded?(Nx) do
         (dropping it and collecting makes Torchx read freed memory, or
         crash the VM). Needs a contiguous tensor.
     """
+
+    # Nx gone since this file was compiled: compile it again (see above).
+    @doc false
+    def __mix_recompile__?, do: not Code.ensure_loaded?(Nx)
 
     alias TensorBlob.{Blob, BlobView, Tensor}
 
@@ -414,5 +421,11 @@ if Code.ensure_loaded?(Nx) do
         vsn -> to_string(vsn)
       end
     end
+  end
+else
+  defmodule TensorBlob.Nx.Absent do
+    @moduledoc false
+    # Nx was not on the code path when this file was compiled.
+    def __mix_recompile__?, do: Code.ensure_loaded?(Nx)
   end
 end
