@@ -25,7 +25,10 @@ ln -sfn ../../.. "$checkout"
 echo "==> consumer-test: build integration"
 # A changed build configuration (here a libtorch tree that is not there)
 # must rebuild the library, not keep the old link.
-if ! make -n nif LIBTORCH_DIR=/nonexistent/libtorch | grep -q 'torch_shim.cpp'; then
+# (The plan is captured first: grep -q stopping early under pipefail would
+# fail the pipeline by chance.)
+plan="$(make -n nif LIBTORCH_DIR=/nonexistent/libtorch)"
+if ! grep -q 'torch_shim.cpp' <<<"$plan"; then
     echo "consumer-test: make nif with another LIBTORCH_DIR would not rebuild the NIF" >&2
     exit 1
 fi
