@@ -111,6 +111,8 @@ from_blob(Spec, Opts) ->
 -spec blob_view(spec(), #{owner => term()}) -> {tensor(), Owner :: term()}.
 blob_view(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
     view(Spec, Owner);
+blob_view(Spec, Opts) when Opts =:= #{} ->
+    view(Spec, spec_owner(Spec));
 blob_view(Spec, Opts) when is_map(Opts) ->
     check_options(Opts, [owner]),
     view(Spec, spec_owner(Spec));
