@@ -167,6 +167,12 @@ if Code.ensure_loaded?(Nx) do
         assert TNx.to_nx(t).names == [nil, nil]
       end
 
+      test "to_nx of a zero-size tensor is refused: Nx has no dimensions of size 0" do
+        error = assert_raise ArgumentError, fn -> TNx.to_nx(Tensor.zeros({0, 3}, :float32)) end
+        assert error.message =~ "size 0"
+        assert_raise ArgumentError, fn -> Nx.iota({0}) end
+      end
+
       test "a vectorized tensor is refused with a message that says to devectorize" do
         v = Nx.vectorize(Nx.iota({2, 3}), :rows)
         error = assert_raise ArgumentError, fn -> TNx.from_nx(v) end

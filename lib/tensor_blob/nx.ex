@@ -140,6 +140,14 @@ if Code.ensure_loaded?(Nx) do
         raise ArgumentError, "tensor: on #{inspect(Tensor.device(t))}; to_nx takes CPU tensors"
       end
 
+      # Nx refuses dimensions of size 0 (Nx.iota({0}) raises): no tensor it
+      # could use can be built, so say so here rather than hand one over.
+      if 0 in Tuple.to_list(shape) do
+        raise ArgumentError,
+              "tensor: shape #{inspect(shape)} has a dimension of size 0, and Nx tensors have none; " <>
+                "there is nothing to hand to Nx"
+      end
+
       cond do
         elem(backend, 0) == Nx.BinaryBackend ->
           bytes = if contiguous?(t), do: Tensor.to_binary(t, copy: false), else: Tensor.to_binary(t)
