@@ -149,14 +149,26 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     int read_only = tb_storage_overlaps_read_only((uintptr_t)l.ptr, r.byte_size);
     tb_tensor *owner = pin ? tb_tensor_get(env, argv[1]) : NULL;
     if (owner) {
-        tb_tensor_desc o;
-        if (!tb_tensor_describe(owner->handle, &o))
-            return tb_raise_error(env, "owner: libtorch scalar type %d has no dtype here", o.info.scalar_type);
-        uint64_t base = (uint64_t)(uintptr_t)o.info.storage_data, size = o.info.storage_bytes;
-        if (o.info.device_type != device.type || o.info.device_index != device.index || !inside(&l, &r, base, size))
+        tb_shim_info o;
+        tb_shim_info_of(owner->handle, &o);
+        uint64_t base = (uint64_t)(uintptr_t)o.storage_data, size = o.storage_bytes;
+        if (o.device_type != device.type || o.device_index != device.index || !inside(&l, &r, base, size))
             return outside_owner(env, &l, r.byte_size, base, size);
+        /* Inside the owner's storage at a whole element: the view shares
+         * that storage, whose reference count is the pin, and whose header
+         * says what the memory is. Only memory that another storage
+         * registered read-only needs a pin of its own to carry the flag. */
+        int owner_read_only = tb_storage_read_only(&o);
+        if (r.byte_size > 0 && (!read_only || owner_read_only) && (l.ptr - base) % l.element_size == 0) {
+            tb_shim_tensor *h;
+            tb_shim_error err;
+            if (!tb_shim_alias(owner->handle, l.ptr - base, l.ndim, l.shape, l.strides,
+                               tb_dtypes[dtype].torch_scalar_type, &h, &err))
+                return tb_raise_error(env, "from_blob: %s", err.message);
+            return tb_tensor_return(env, h);
+        }
         proven = 1;
-        storage = tb_pin_tensor(owner, read_only || tb_storage_read_only(&o.info));
+        storage = tb_pin_tensor(owner, read_only || tb_storage_read_only(&o));
     } else if (pin) {
         tb_pin *p = tb_pin_term(argv[1]);
         if (!p)

@@ -9,6 +9,8 @@
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/core/TensorOptions.h>
 #include <torch/version.h>
 
 #include <cstdio>
@@ -123,6 +125,22 @@ int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t 
                            .options(at::TensorOptions().dtype(scalar_type(st)).device(device))
                            .make_tensor();
         *out = release_handle(std::move(t));
+    });
+}
+
+int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, const int64_t *sizes,
+                  const int64_t *strides, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        const c10::TensorImpl *b = impl_of(base);
+        caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(scalar_type(st));
+        // The dispatch keys of a plain dense tensor on the storage's device:
+        // never the base's, which may carry a conjugate or negative bit.
+        c10::DispatchKeySet keys(c10::computeDispatchKey(scalar_type(st), c10::kStrided, b->device()));
+        auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(b->storage()), keys, dtype);
+        impl->set_sizes_and_strides(c10::IntArrayRef(sizes, ndim), c10::IntArrayRef(strides, ndim));
+        impl->set_storage_offset(static_cast<int64_t>(byte_offset / dtype.itemsize()));
+        *out = reinterpret_cast<tb_shim_tensor *>(impl.release());
     });
 }
 

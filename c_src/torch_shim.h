@@ -50,6 +50,14 @@ int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t 
                       void *ctx, void (*deleter)(void *),
                       tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
+/* A tensor over base's own storage: the layout (sizes and strides in
+ * elements of scalar_type) starts byte_offset bytes into the storage, a
+ * multiple of the element size. The storage's reference count keeps the
+ * memory alive: no deleter context, no second storage. The caller has
+ * checked that the layout lies inside the storage. */
+int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, const int64_t *sizes,
+                  const int64_t *strides, int scalar_type, tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+
 int tb_shim_zeros(int ndim, const int64_t *sizes, int scalar_type,
                   tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 /* A new contiguous tensor holding a copy of bytes (row-major). */

@@ -45,12 +45,14 @@ defmodule TensorBlobTest do
   end
 
   describe "from_blob/2" do
-    test "a blob gives a pinned view over the same memory" do
+    test "a blob gives a view over the same memory, sharing the owner tensor's storage" do
       t = t23()
       blob = TensorBlob.to_blob(t)
 
       assert %BlobView{tensor: view, owner: ^t} = TensorBlob.from_blob(blob)
-      assert Tensor.memory(view) == :pinned
+      # The owner's storage is shared (its reference count is the pin), so
+      # the view answers as the owner does.
+      assert Tensor.memory(view) == :owned
       assert TensorBlob.to_blob(view).ptr == blob.ptr
       assert Tensor.to_binary(view) == @f32
     end
@@ -72,7 +74,7 @@ defmodule TensorBlobTest do
       spec = %{ptr: blob.ptr, shape: {3, 2}, dtype: :float32}
 
       assert %BlobView{tensor: view, owner: ^t} = TensorBlob.from_blob(spec, owner: t)
-      assert Tensor.memory(view) == :pinned
+      assert Tensor.memory(view) == :owned
       assert Tensor.to_binary(view) == @f32
     end
 
@@ -275,7 +277,8 @@ defmodule TensorBlobTest do
 
     test "inspect shows dtype, shape, device, memory and the first elements" do
       assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
-      %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(t23()))
+      t = t23()
+      %BlobView{tensor: v} = TensorBlob.from_blob(Map.delete(TensorBlob.to_blob(t), :owner), owner: {:keep, t})
       assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned?: true [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
       # Row-major order whatever the strides; a scalar; no elements.
       assert inspect(Tensor.transpose(t23(), 0, 1)) =~ "float32[3][2] cpu owned [1.0, 4.0, ...]>"
@@ -329,8 +332,9 @@ defmodule TensorBlobTest do
       Lifetime.churn()
       expected = for c <- 0..63, r <- 10..11, into: <<>>, do: <<r * 64 + c::32-native>>
       assert Tensor.to_binary(slice) == expected
-      assert Tensor.memory(slice) == :pinned
-      assert TensorBlob.stats().pins == before.pins + 1
+      # The view shares the owner tensor's storage: no pin object is held.
+      assert Tensor.memory(slice) == :owned
+      assert TensorBlob.stats().pins == before.pins
 
       slice = nil
       _ = slice
