@@ -347,6 +347,37 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     return tb_raise_badarg(env, "dlpack: invalid tensor; %s", fate);
 }
 
+/* Our own writable export, still in the capsule that made it (so nobody
+ * else has seen, or changed, the managed tensor): its tensor is at hand. */
+static tb_export *own_export(void *m, int versioned, int read_only)
+{
+    if (read_only)
+        return NULL;
+    if (versioned) {
+        tb_DLManagedTensorVersioned *v = m;
+        return v->deleter == export_deleter_versioned && !(v->flags & TB_DLPACK_FLAG_READ_ONLY) ? v->manager_ctx
+                                                                                                : NULL;
+    }
+    tb_DLManagedTensor *l = m;
+    return l->deleter == export_deleter_legacy ? l->manager_ctx : NULL;
+}
+
+/* A new tensor over the exported tensor's storage, whose reference count
+ * keeps the memory alive: the managed tensor is released at once. */
+static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_export *e, void *m, int versioned)
+{
+    tb_shim_info info;
+    tb_shim_info_of(e->ref, &info);
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    int made = tb_shim_alias(e->ref, (uint64_t)((char *)info.data - (char *)info.storage_data), info.ndim,
+                             info.sizes, info.strides, info.scalar_type, &h, &err);
+    release_managed(m, versioned);
+    if (!made)
+        return tb_raise_error(env, "from_dlpack: %s; the producer's deleter was called", err.message);
+    return tb_tensor_return(env, h);
+}
+
 ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -367,10 +398,16 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
             return tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
                                    versioned ? "versioned" : "legacy", version);
         /* Taken whatever happens next: a refused capsule is released, not
-         * put back, so no second consumer can race a failed one. */
+         * put back, so no second consumer can race a failed one. Under the
+         * lock: dlpack_info may be reading it, and it may be freed below. */
+        enif_mutex_lock(capsule_lock);
         m = atomic_exchange(&c->managed, NULL);
+        enif_mutex_unlock(capsule_lock);
         if (!m)
             return tb_raise_badarg(env, "capsule: already consumed");
+        tb_export *e = own_export(m, versioned, read_only);
+        if (e)
+            return import_own_export(env, e, m, versioned);
         from_capsule = 1;
     } else if (enif_get_uint64(env, argv[0], &address)) {
         /* Only what can be checked without reading: the rest is trusted. */

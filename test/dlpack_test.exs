@@ -159,7 +159,16 @@ defmodule TensorBlob.DLPackTest do
         assert Tensor.dtype(u) == dtype
         assert Tensor.shape(u) == {2, 3}
         assert Tensor.strides(u) == [3, 1]
-        assert Tensor.memory(u) == :dlpack
+        # Our own capsule: the import shares the exported tensor's storage.
+        assert Tensor.memory(u) == Tensor.memory(t)
+
+        # By address, the managed tensor is read as any producer's.
+        address = DLPack.consume(DLPack.export(t, version: version))
+        v = DLPack.import(address, version: version)
+        assert Tensor.to_binary(v) == bytes
+        assert ptr(v) == ptr(t)
+        assert {Tensor.dtype(v), Tensor.shape(v), Tensor.strides(v)} == {dtype, {2, 3}, [3, 1]}
+        assert Tensor.memory(v) == :dlpack
       end
     end
 
@@ -282,7 +291,7 @@ defmodule TensorBlob.DLPackTest do
       t = t46()
       capsule = DLPack.export(t)
       assert TensorBlob.stats().capsules == before.capsules + 1
-      u = DLPack.import(capsule)
+      u = DLPack.import(DLPack.consume(capsule))
       # The managed tensor lives until libtorch frees the imported storage.
       assert TensorBlob.stats().capsules == before.capsules + 1
       slice = Tensor.narrow(u, 0, 1, 1)
@@ -293,6 +302,26 @@ defmodule TensorBlob.DLPackTest do
       assert Tensor.to_binary(slice) == binary_part(@f32, 24, 24)
       slice = nil
       _ = {slice, capsule, t}
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "our own capsule, imported, shares the exported storage and releases the managed tensor at once",
+         %{before: before} do
+      slice =
+        Lifetime.in_process(fn ->
+          t = t46()
+          u = DLPack.import(DLPack.export(t))
+          assert TensorBlob.stats().capsules == before.capsules
+          Tensor.narrow(u, 0, 1, 1)
+        end)
+
+      # The exporting tensor, its capsule and the import are gone: the
+      # shared storage keeps the bytes.
+      Lifetime.churn()
+      assert Tensor.to_binary(slice) == binary_part(@f32, 24, 24)
+      assert Tensor.memory(slice) == :owned
+      slice = nil
+      _ = slice
       assert Lifetime.await_stats(before) == before
     end
 

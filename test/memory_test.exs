@@ -45,7 +45,7 @@ defmodule TensorBlob.MemoryTest do
     end
 
     test "a DLPack import, and its slices" do
-      t = DLPack.import(DLPack.export(Tensor.zeros({2, 3}, :int32)))
+      t = DLPack.import(DLPack.consume(DLPack.export(Tensor.zeros({2, 3}, :int32))))
       assert Tensor.memory(t) == :dlpack
       assert Tensor.memory(Tensor.transpose(t, 0, 1)) == :dlpack
       assert Tensor.pinned?(t)

@@ -71,7 +71,15 @@ round_trip_every_dtype_test() ->
                         ?assertEqual(ptr(T), ptr(U)),
                         ?assertEqual(D, tensor_blob:dtype(U)),
                         ?assertEqual([3, 1], tensor_blob:strides(U)),
-                        ?assertEqual(dlpack, tensor_blob:memory(U))
+                        %% Our own capsule: the import shares T's storage.
+                        ?assertEqual(tensor_blob:memory(T), tensor_blob:memory(U)),
+                        %% By address it is read as any producer's export.
+                        A = tensor_blob:consume_dlpack(tensor_blob:to_dlpack(T, #{version => V})),
+                        W = tensor_blob:from_dlpack(A, #{version => V}),
+                        ?assertEqual(Bytes, tensor_blob:to_binary(W)),
+                        ?assertEqual(ptr(T), ptr(W)),
+                        ?assertEqual(D, tensor_blob:dtype(W)),
+                        ?assertEqual(dlpack, tensor_blob:memory(W))
                 end, [versioned, legacy])
       end, tensor_blob:dtypes()).
 
