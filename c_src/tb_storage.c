@@ -120,8 +120,14 @@ typedef struct deferred {
     tb_storage *storage;
 } deferred;
 
-static _Thread_local int releasing;
-static _Thread_local deferred *queue;
+/* One thread-local struct: each thread-local access from a shared library
+ * is a call, so the release path makes one. */
+typedef struct {
+    int releasing;
+    deferred *queue;
+} release_state;
+
+static _Thread_local release_state this_thread;
 
 static void release_one(tb_storage *s)
 {
@@ -139,29 +145,30 @@ void tb_storage_release(void *ctx)
     tb_storage *s = ctx;
     if (!s || s->kind == TB_MEMORY_UNPINNED)
         return; /* nothing held */
-    if (releasing) {
+    release_state *me = &this_thread;
+    if (me->releasing) {
         /* malloc: the thread may be one the BEAM never saw. Without
          * memory, release here, nested, rather than leak. */
         deferred *d = malloc(sizeof *d);
         if (d) {
             d->storage = s;
-            d->next = queue;
-            queue = d;
+            d->next = me->queue;
+            me->queue = d;
             return;
         }
         release_one(s);
         return;
     }
-    releasing = 1;
+    me->releasing = 1;
     release_one(s);
-    while (queue) {
-        deferred *d = queue;
-        queue = d->next;
+    while (me->queue) {
+        deferred *d = me->queue;
+        me->queue = d->next;
         s = d->storage;
         free(d);
         release_one(s);
     }
-    releasing = 0;
+    me->releasing = 0;
 }
 
 /* ---- Provenance -------------------------------------------------------- */
