@@ -229,7 +229,8 @@ demo: setup
 	$(MAKE) nif
 	mix run examples/demo.exs
 
-bench: setup
+bench:
+	@scripts/setup.sh --bench
 	$(MAKE) nif
 	MIX_ENV=prod mix run bench/bench.exs
 

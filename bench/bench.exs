@@ -149,8 +149,12 @@ defmodule Bench do
     end
   end
 
+  # Debian's python3 first: python3-torch installs there, whatever else is on PATH.
   def python_dlpack do
-    python = System.find_executable("python3")
+    python =
+      Enum.find(["/usr/bin/python3", System.find_executable("python3")], fn p ->
+        p != nil and match?({_, 0}, System.cmd(p, ["-c", "import torch"], stderr_to_stdout: true))
+      end)
 
     script = """
     import time, torch, torch.utils.dlpack as d
@@ -161,13 +165,13 @@ defmodule Bench do
         t0 = time.perf_counter_ns()
         for _ in range(1000): d.from_dlpack(d.to_dlpack(t))
         s.append((time.perf_counter_ns() - t0) / 1000)
-    s.sort(); print(s[100], s[198])
+    s.sort(); print(s[100], s[198], torch.__version__)
     """
 
     with true <- python != nil,
          {out, 0} <- System.cmd(python, ["-c", script], stderr_to_stdout: true),
-         [median, p99] <- out |> String.split() |> Enum.map(&String.to_float/1) do
-      %{median_ns: median, p99_ns: p99}
+         [median, p99, version] <- String.split(out) do
+      %{median_ns: String.to_float(median), p99_ns: String.to_float(p99), torch: version, python: python}
     else
       _ -> %{skipped: "no python3 with torch (Debian's python3-torch) on this machine"}
     end
@@ -214,10 +218,23 @@ defmodule Bench do
 
     py = python_dlpack()
 
-    IO.puts(
-      "Python torch.utils.dlpack round trip: " <>
-        if(py[:skipped], do: "skipped (#{py.skipped})", else: "#{fmt(py.median_ns, 0)} ns median")
-    )
+    py =
+      if py[:skipped] do
+        IO.puts("Python torch.utils.dlpack round trip: skipped (#{py.skipped})")
+        py
+      else
+        small = rows |> hd() |> elem(2) |> Map.new()
+        rt = small["to_blob + from_blob"].median_ns
+        dl = small["DLPack export + import"].median_ns
+
+        IO.puts(
+          "Python torch.utils.dlpack round trip (PyTorch #{py.torch}): #{fmt(py.median_ns, 0)} ns median; " <>
+            "to_blob + from_blob is #{fmt(py.median_ns / rt, 2)}x faster, DLPack export + import " <>
+            "#{fmt(py.median_ns / dl, 2)}x (goal >= 1.5)"
+        )
+
+        Map.merge(py, %{speedup_blob_round_trip: py.median_ns / rt, speedup_dlpack_round_trip: py.median_ns / dl})
+      end
 
     results = %{
       machine: %{

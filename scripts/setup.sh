@@ -10,6 +10,10 @@ packages=(
   libtorch-dev
   clang-14 libclang-rt-14-dev valgrind
 )
+# make bench compares with PyTorch's own DLPack round trip, in Debian's python.
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(python3-torch)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
