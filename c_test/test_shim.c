@@ -56,6 +56,40 @@ static void test_deleter_runs_once_after_last_view(void)
     CHECK(c.releases == 1);
 }
 
+/* An alias shares the base's storage: another dtype, offset and layout over
+ * the same memory, kept alive by the storage alone once the base is gone. */
+static void test_alias_shares_the_storage(void)
+{
+    int32_t data[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sizes[1] = {6}, strides[1] = {1};
+    counter c = {0};
+    tb_shim_tensor *base, *alias;
+    tb_shim_error err;
+
+    CHECK(tb_shim_from_blob(data, 1, sizes, strides, 3 /* Int */, TB_DEVICE_CPU, 0, &c, release_counter, &base,
+                            &err));
+    int64_t alias_sizes[2] = {2, 4}, alias_strides[2] = {1, 2}; /* int16 elements 2..9, transposed */
+    CHECK(tb_shim_alias(base, 4, 2, alias_sizes, alias_strides, 2 /* Short */, &alias, &err));
+    tb_shim_release(base);
+    CHECK(c.releases == 0); /* the alias holds the storage */
+
+    tb_shim_info info;
+    tb_shim_info_of(alias, &info);
+    CHECK(info.scalar_type == 2 && info.ndim == 2 && info.sizes[0] == 2 && info.strides[1] == 2);
+    CHECK(info.data == (char *)data + 4 && info.storage_data == data);
+    CHECK(info.storage_context == &c && !info.is_contiguous);
+
+    int16_t out[8];
+    CHECK(tb_shim_to_bytes(alias, out, &err));
+    const int16_t *halves = (const int16_t *)data;
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++)
+            CHECK(out[i * 4 + j] == halves[2 + i + 2 * j]);
+
+    tb_shim_release(alias);
+    CHECK(c.releases == 1);
+}
+
 static void test_failure_releases_context_at_once(void)
 {
     float data[4] = {0};
@@ -187,6 +221,7 @@ static void test_scalar_types_match_the_table(void)
 int main(void)
 {
     test_deleter_runs_once_after_last_view();
+    test_alias_shares_the_storage();
     test_failure_releases_context_at_once();
     test_write_and_read_through_views();
     test_zeros_and_empty();

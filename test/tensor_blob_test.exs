@@ -341,6 +341,29 @@ defmodule TensorBlobTest do
       assert Lifetime.await_stats(before) == before
     end
 
+    test "a view of another dtype, inside the owner at an offset, outlives the owner it shares storage with" do
+      before = Lifetime.settled_stats()
+      bytes = for i <- 0..255, into: <<>>, do: <<i>>
+
+      view =
+        Lifetime.in_process(fn ->
+          owner = Tensor.from_binary(bytes, :uint8, {256})
+          blob = TensorBlob.to_blob(owner)
+          spec = %{ptr: blob.ptr + 8, shape: {4, 3}, strides: [1, 4], dtype: :int16}
+          %BlobView{tensor: v} = TensorBlob.from_blob(spec, owner: owner)
+          v
+        end)
+
+      Lifetime.churn()
+      halves = for <<h::16-signed-native <- binary_part(bytes, 8, 32)>>, do: h
+      expected = for r <- 0..3, c <- 0..2, into: <<>>, do: <<Enum.at(halves, r + 4 * c)::16-signed-native>>
+      assert Tensor.to_binary(view) == expected
+      assert Tensor.memory(view) == :owned
+      view = nil
+      _ = view
+      assert Lifetime.await_stats(before) == before
+    end
+
     test "keeping only view.tensor is safe" do
       bytes = :binary.copy(<<1, 2, 3, 4>>, 1024)
 
