@@ -235,7 +235,8 @@ device(T) when is_reference(T) -> tensor_blob_nif:device(T);
 device(T) -> not_a_tensor(T).
 
 %% @doc What T's memory is, and who keeps it alive: owned (libtorch allocated
-%% it), pinned (a view that keeps an owner term or tensor alive), unpinned (a
+%% it), pinned (a view that keeps an owner term alive; a view inside one of
+%% our tensors shares its storage and answers as it does), unpinned (a
 %% view the caller answers for), dlpack (a DLPack import: the producer's
 %% memory, released through its deleter), binary (a view of a binary's
 %% bytes), ipc (a mapping of a shared-memory region). Slices and transposes

@@ -151,7 +151,8 @@ defmodule TensorBlob.Tensor do
 
   @doc """
   What the memory is, and who keeps it alive: `:owned` (libtorch allocated
-  it), `:pinned` (a view that keeps an owner term or tensor alive),
+  it), `:pinned` (a view that keeps an owner term alive; a view inside one of
+  our tensors shares that tensor's storage and answers as it does),
   `:unpinned` (a view the caller answers for), `:dlpack` (a DLPack import:
   the producer's memory), `:binary` (a view of a binary's bytes), `:ipc` (a
   mapping of a shared-memory region). Slices answer as what they view.
