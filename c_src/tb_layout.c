@@ -84,7 +84,7 @@ tb_layout_result tb_layout_check(const tb_layout *l)
         r.status = TB_LAYOUT_NULL_POINTER;
         return r;
     }
-    if (l->element_size > 1 && l->ptr % l->element_size != 0) {
+    if (l->element_size > 1 && !tb_multiple_of_element(l->ptr, l->element_size)) {
         r.status = TB_LAYOUT_MISALIGNED;
         return r;
     }

@@ -56,6 +56,13 @@ int tb_extent_inside(uint64_t ptr, uint64_t size, uint64_t base, uint64_t base_s
 #define TB_MAX_ALIGNMENT 4096
 uint64_t tb_pointer_alignment(uint64_t ptr);
 
+/* n % element_size == 0, without a division for the power-of-two sizes
+ * every dtype has. */
+static inline int tb_multiple_of_element(uint64_t n, unsigned element_size)
+{
+    return (element_size & (element_size - 1)) == 0 ? (n & (element_size - 1)) == 0 : n % element_size == 0;
+}
+
 /* A short phrase for a status, for error messages. */
 const char *tb_layout_status_text(tb_layout_status status);
 
