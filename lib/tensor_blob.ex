@@ -57,7 +57,7 @@ defmodule TensorBlob do
   """
   @spec to_blob(Tensor.t()) :: Blob.t()
   def to_blob(tensor) do
-    translating(do: :tensor_blob.to_blob(Tensor.ref(tensor), %{owner: tensor, struct: Blob}))
+    translating(do: :tensor_blob.to_blob_struct(Tensor.ref(tensor), tensor, Blob))
   end
 
   @doc """

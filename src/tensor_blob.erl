@@ -27,6 +27,9 @@
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
 -export([format_error/2, error_message/2]).
 
+%% The Elixir facade's to_blob, with no option map to build and match.
+-export([to_blob_struct/3]).
+
 %% An owner term that from_blob pins: none asks for an unpinned view;
 %% undefined and nil (and no owner key) name no owner, which is refused.
 %% What to_dlpack accepts as a tensor: the reference, or the Elixir struct
@@ -85,6 +88,14 @@ to_blob(T, Opts) when is_map(Opts) ->
     tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined));
 to_blob(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
+
+%% @hidden to_blob(T, #{owner => Owner, struct => Struct}) for the Elixir
+%% facade, whose every call gives both.
+-spec to_blob_struct(tensor(), term(), atom()) -> blob().
+to_blob_struct(T, Owner, Struct) when is_reference(T) ->
+    tensor_blob_nif:to_blob(T, Owner, Struct);
+to_blob_struct(T, _Owner, _Struct) ->
+    not_a_tensor(T).
 
 %% @doc A tensor over the memory Spec describes, pinning its owner: the
 %% spec's owner key (a blob from to_blob/1 names its tensor) is pinned until

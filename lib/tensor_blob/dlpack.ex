@@ -120,7 +120,14 @@ defmodule TensorBlob.DLPack do
     * `:read_only` - sets the `READ_ONLY` flag (versioned only).
   """
   @spec export(Tensor.t(), keyword()) :: t()
-  def export(tensor, opts \\ []) do
+  def export(tensor, opts \\ [])
+
+  # No options: a versioned export, with no option map to build and read.
+  def export(tensor, []) do
+    translating(do: %__MODULE__{ref: :tensor_blob.to_dlpack(Tensor.ref(tensor)), version: :versioned})
+  end
+
+  def export(tensor, opts) do
     translating do
       ref = :tensor_blob.to_dlpack(Tensor.ref(tensor), options(opts))
       %__MODULE__{ref: ref, version: :tensor_blob.dlpack_version(ref)}
@@ -138,7 +145,13 @@ defmodule TensorBlob.DLPack do
     * `:read_only` - make the tensor read-only even without the flag.
   """
   @spec import(t() | reference() | non_neg_integer(), keyword()) :: Tensor.t()
-  def import(capsule_or_address, opts \\ []) do
+  def import(capsule_or_address, opts \\ [])
+
+  def import(capsule_or_address, []) do
+    translating(do: Tensor.wrap(:tensor_blob.from_dlpack(source(capsule_or_address))))
+  end
+
+  def import(capsule_or_address, opts) do
     translating(do: Tensor.wrap(:tensor_blob.from_dlpack(source(capsule_or_address), options(opts))))
   end
 
