@@ -139,7 +139,7 @@ valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/shim_test
 FOREIGN_NIF := build/foreign_tensor_nif.so
 $(FOREIGN_NIF): test/support/foreign_tensor_nif.c $(wildcard priv/include/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) -O2 -g -fPIC -shared -std=c11 -Wall -Wextra -Werror -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@
+	$(CC) -O2 -g -fPIC -shared -std=c11 -Wall -Wextra -Werror -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@ -ldl
 
 foreign-nif: $(FOREIGN_NIF)
 

@@ -16,6 +16,27 @@ defmodule TensorBlob.IPCTest do
     out
   end
 
+  # Opens a handle in a second OS process (test/support/tensor_blob_ipc_peer.erl)
+  # and returns its report: what it read, what a view of the first `view`
+  # rows read after the opened tensor was collected and `write` was written
+  # through it, and what was left once the view was dropped too.
+  defp peer(handle, dtype, shape, view, write, extra \\ %{}) do
+    handle = handle |> Map.take([:kind, :handle, :address, :data_size])
+    args = Map.merge(%{handle: handle, dtype: dtype, shape: shape, view: view, write: write}, extra)
+    encoded = args |> :erlang.term_to_binary() |> Base.encode64()
+    ebin = Path.dirname(:code.which(:tensor_blob_ipc_peer))
+    call = "tensor_blob_ipc_peer:main(\"#{encoded}\")"
+    {out, _} = System.cmd("erl", ["-noshell", "-pa", ebin, "-eval", call], stderr_to_stdout: true)
+
+    case Regex.run(~r/RESULT:(\S+)/, out) do
+      [_, result] -> result |> Base.decode64!() |> :erlang.binary_to_term() |> checked_report(out)
+      nil -> flunk("the peer printed no result:\n" <> out)
+    end
+  end
+
+  defp checked_report(%{failed: failure}, out), do: flunk("the peer failed: #{inspect(failure)}\n" <> out)
+  defp checked_report(report, _out), do: report
+
   describe "IPC (CPU shared memory)" do
     test "another OS process maps the same memory: it reads our bytes, we read its writes" do
       t = IPC.zeros({64}, :float32)
@@ -83,7 +104,35 @@ defmodule TensorBlob.IPCTest do
       handle = IPC.export(IPC.zeros({8}, :int32))
       pointer = %{kind: :ipc, handle: handle.handle, address: nil, data_size: 32}
       assert Tensor.shape(IPC.open(pointer, :int32, {8})) == {8}
-      assert_raise TensorBlob.Error, ~r/CUDA/, fn -> IPC.open(%{pointer | address: 0}, :int32, {8}) end
+      cuda = %{pointer | address: 0}
+
+      if CUDA.available?() do
+        # A region's name is no CUDA IPC handle, and is never read as one.
+        assert_raise ArgumentError, ~r/expected a CUDA IPC handle \(64 bytes/, fn -> IPC.open(cuda, :int32, {8}) end
+      else
+        error = assert_raise TensorBlob.Error, fn -> IPC.open(cuda, :int32, {8}) end
+        assert error.message =~ "handle: a CUDA IPC handle (device 0): CUDA IPC is not"
+
+        assert error.message =~
+                 ~r/not supported by this build \(built without CUDA headers, TB_CUDA=0\)|this libtorch was built without CUDA|no CUDA runtime|no CUDA device/
+      end
+    end
+
+    test "the peer OS process: it opens a region, writes through a view that outlives what it opened" do
+      t = IPC.zeros({16, 4}, :float32)
+      Tensor.write!(t, f32s(Enum.to_list(1..64)))
+      handle = IPC.export(t)
+      report = peer(handle, :float32, {16, 4}, 1, f32s([-1, -2, -3, -4]), %{probe_shape: {17, 4}})
+      assert report.bytes == f32s(Enum.to_list(1..64))
+      assert report.device == :cpu
+      assert report.memory == :ipc
+      assert {:badarg, message} = report.probe
+      assert message =~ "needs 272 bytes"
+      # The opened tensor was collected while its view lived; then the view too.
+      assert report.tensors_with_view == 1
+      assert report.view_after_drop == f32s([-1, -2, -3, -4])
+      assert report.tensors_left == 0
+      assert binary_part(Tensor.to_binary(t), 0, 16) == f32s([-1, -2, -3, -4])
     end
 
     test "bad handles and sizes: clear errors, nothing leaked" do
@@ -131,7 +180,8 @@ defmodule TensorBlob.IPCTest do
   describe "CUDA without a GPU" do
     test "the library answers: runtime facts, no devices, clear errors" do
       info = CUDA.runtime()
-      assert Map.keys(info) |> Enum.sort() == [:built, :devices, :libtorch, :runtime, :runtime_path]
+      assert Map.keys(info) |> Enum.sort() == [:built, :devices, :ipc_mappings, :libtorch, :runtime, :runtime_path]
+      assert info.ipc_mappings == 0
       # Which runtime: a file when one was found, nil otherwise.
       assert info.runtime == is_binary(info.runtime_path)
       assert CUDA.device_count() == info.devices
@@ -152,7 +202,12 @@ defmodule TensorBlob.IPCTest do
         assert error.message =~ "built without CUDA"
       end
 
-      assert CUDA.info(blob) == %{device: {:cuda, 0}, ptr: 0xDEAD_0000, shape: {2, 3}, strides: [3, 1], dtype: :float32}
+      info = CUDA.info(blob)
+      assert Map.delete(info, :memory) == %{device: {:cuda, 0}, ptr: 0xDEAD_0000, shape: {2, 3}, strides: [3, 1], dtype: :float32}
+      # No GPU: the runtime cannot tell; with one, it is no memory it knows.
+      assert info.memory in [:unknown, :cpu]
+      assert CUDA.memory(TensorBlob.to_blob(Tensor.zeros({4}, :uint8)).ptr) in [:unknown, :cpu]
+      assert_raise ArgumentError, ~r/ptr/, fn -> CUDA.memory(-1) end
     end
 
     test "info/1 of a capsule: its metadata, and the capsule is still there to import" do
@@ -160,14 +215,17 @@ defmodule TensorBlob.IPCTest do
       capsule = DLPack.export(Tensor.transpose(t, 0, 1), read_only: true)
       info = CUDA.info(capsule)
 
-      assert info == %{
+      assert Map.delete(info, :memory) == %{
                device: :cpu,
+               device_type: :cpu,
                ptr: TensorBlob.to_blob(t).ptr,
                shape: {3, 2},
                strides: [1, 3],
                dtype: :float32,
                read_only: true
              }
+
+      assert info.memory in [:unknown, :cpu]
 
       assert Tensor.shape(DLPack.import(capsule)) == {3, 2}
       assert_raise ArgumentError, ~r/already consumed/, fn -> CUDA.info(capsule) end
