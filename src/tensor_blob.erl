@@ -238,7 +238,8 @@ device(T) -> not_a_tensor(T).
 %% it), pinned (a view that keeps an owner term or tensor alive), unpinned (a
 %% view the caller answers for), dlpack (a DLPack import: the producer's
 %% memory, released through its deleter), binary (a view of a binary's
-%% bytes), ipc (a mapping of a shared-memory region). Slices and transposes
+%% bytes), ipc (a mapping of a shared-memory region, or of
+%% a CUDA IPC handle). Slices and transposes
 %% answer as the tensor they view.
 -spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
 memory(T) when is_reference(T) -> tensor_blob_nif:memory(T);

@@ -596,6 +596,21 @@ defmodule TensorBlob.DLPackTest do
       finish(ctx, [:versioned, :legacy])
     end
 
+    @tag :cuda
+    test "with a GPU: device memory labelled kDLCUDAHost or kDLCPU is refused, released once", %{before: before} do
+      ctx = forged_setup(before)
+      g = Tensor.to_device(t46(), {:cuda, 0})
+      device_ptr = TensorBlob.to_blob(g).ptr
+      error = forged_refusal(%{ctx.v | device: 3, data: device_ptr}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "memory of CUDA device 0, labelled kDLCUDAHost"
+      assert error.message =~ "the producer's deleter was called"
+      error = forged_refusal(%{ctx.l | device: 1, data: device_ptr}, :legacy, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "memory of CUDA device 0, declared :cpu"
+      g = nil
+      _ = g
+      finish(ctx, [:versioned, :legacy])
+    end
+
     test "streams: an import of host memory takes none, or checks it; the deleter runs once", %{before: before} do
       ctx = forged_setup(before)
       # A kDLCPU tensor has no stream.
