@@ -207,6 +207,10 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                                    tb_storage_read_only_reason(&d.info));
         read_only = 1;
     }
+    /* The stream contract (tb_stream.h); CPU tensors without a stream skip it. */
+    if ((d.info.device_type != TB_DEVICE_CPU || argv[3] != tb_atoms.undefined) &&
+        !tb_cuda_dlpack_export_stream(env, &d.info, argv[3], &exc))
+        return exc;
     tb_tensor *t = d.tensor;
 
     tb_capsule *c = enif_alloc_resource(capsule_type, sizeof *c);
@@ -265,19 +269,19 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         return tb_raise_badarg(env, "capsule: already consumed");
     if (chk.status != TB_DLC_OK)
         return tb_raise_badarg(env, "capsule: %s", tb_dlpack_status_text(chk.status));
-    ERL_NIF_TERM device = chk.device_type == tb_kDLCUDA
-                              ? enif_make_tuple2(env, tb_atoms.cuda, enif_make_int(env, chk.device_id))
-                              : tb_atoms.cpu;
-    ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.dtype, tb_atoms.ptr, tb_atoms.read_only,
+    ERL_NIF_TERM device_type;
+    ERL_NIF_TERM device = tb_cuda_dlpack_device(env, chk.device_type, chk.device_id, &device_type);
+    ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.device_type, tb_atoms.dtype, tb_atoms.ptr, tb_atoms.read_only,
                            tb_atoms.shape, tb_atoms.strides};
     ERL_NIF_TERM values[] = {device,
+                             device_type,
                              tb_atoms.dtypes[chk.dtype],
                              enif_make_uint64(env, chk.layout.ptr),
                              (chk.flags & TB_DLPACK_FLAG_READ_ONLY) ? tb_atoms.true_ : tb_atoms.false_,
                              tb_make_shape(env, chk.layout.ndim, chk.layout.shape),
                              tb_make_strides(env, chk.layout.ndim, chk.layout.strides)};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 6, &map);
+    enif_make_map_from_arrays(env, keys, values, 7, &map);
     return map;
 }
 
@@ -321,8 +325,8 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     case TB_DLC_UNKNOWN_DEVICE:
         return tb_raise_badarg(env, "device: unknown DLPack device type %d; %s", (int)c->device_type, fate);
     case TB_DLC_UNSUPPORTED_DEVICE:
-        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only kDLCPU and kDLCUDA "
-                                   "tensors can be imported; %s",
+        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only kDLCPU, kDLCUDA, "
+                                   "kDLCUDAHost and kDLCUDAManaged tensors can be imported; %s",
                               dev, (int)c->device_type, (int)c->device_id, fate);
     case TB_DLC_UNKNOWN_DTYPE:
         return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
@@ -380,9 +384,12 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_export *e, void *m, int
 
 ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     ERL_NIF_TERM version = argv[1];
     int read_only;
+    /* With a stream the import may wait for the GPU: on a dirty scheduler,
+     * before anything is taken. */
+    if (argv[3] != tb_atoms.undefined && enif_thread_type() != ERL_NIF_THR_DIRTY_IO_SCHEDULER)
+        return enif_schedule_nif(env, "from_dlpack", ERL_NIF_DIRTY_JOB_IO_BOUND, tb_nif_from_dlpack, argc, argv);
     if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.undefined)
         return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
     if (!tb_get_boolean(argv[2], &read_only))
@@ -405,7 +412,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         enif_mutex_unlock(capsule_lock);
         if (!m)
             return tb_raise_badarg(env, "capsule: already consumed");
-        tb_export *e = own_export(m, versioned, read_only);
+        /* With a stream, the stream contract below runs for ours too. */
+        tb_export *e = argv[3] == tb_atoms.undefined ? own_export(m, versioned, read_only) : NULL;
         if (e)
             return import_own_export(env, e, m, versioned);
         from_capsule = 1;
@@ -441,20 +449,15 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
                               tb_dtypes[chk.dtype].name, tb_shim_torch_version());
     }
 
-    int cuda = chk.device_type == tb_kDLCUDA;
-    if (cuda && !tb_shim_cuda_built()) {
+    /* The device libtorch sees, the runtime's check of the pointer, and the
+     * wait for the producer's stream. */
+    tb_device device = {TB_DEVICE_CPU, 0};
+    ERL_NIF_TERM exc;
+    if ((chk.device_type != tb_kDLCPU || argv[3] != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
+        !tb_cuda_dlpack_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, argv[3],
+                               "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);
-        return tb_raise_error(env, "device: a kDLCUDA tensor (device %d): this libtorch was built without CUDA, so "
-                                   "it cannot be imported (TensorBlob.CUDA.info/1 reads its metadata); the "
-                                   "producer's deleter was called",
-                              (int)chk.device_id);
-    }
-
-    tb_device device = {cuda ? TB_DEVICE_CUDA : TB_DEVICE_CPU, cuda ? chk.device_id : 0};
-    char why[200];
-    if (chk.spec.byte_size > 0 && !tb_cuda_check_pointer(chk.layout.ptr, &device, why, sizeof why)) {
-        release_managed(m, versioned);
-        return tb_raise_badarg(env, "data: %s; the producer's deleter was called", why);
+        return exc;
     }
 
     read_only |= (chk.flags & TB_DLPACK_FLAG_READ_ONLY) != 0;

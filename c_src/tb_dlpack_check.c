@@ -76,11 +76,12 @@ static void check_tensor(const tb_DLTensor *t, tb_dlpack_checked *out)
         out->status = TB_DLC_UNKNOWN_DEVICE;
         return;
     }
-    /* CPU and CUDA (the importer asks libtorch whether it has CUDA).
-     * Host-visible kinds (kDLCUDAHost, kDLCUDAManaged, kDLROCMHost) are
-     * refused: their producers may still be writing on a device stream,
-     * which a CPU tensor would not wait for. */
-    if (t->device.device_type != tb_kDLCPU && t->device.device_type != tb_kDLCUDA) {
+    /* CPU and CUDA memory: kDLCPU, kDLCUDA, kDLCUDAHost (pinned host
+     * memory) and kDLCUDAManaged. Where libtorch sees each, and what the
+     * CUDA runtime must confirm, is tb_devmem's; a producer still writing
+     * on a stream names it (tb_stream). Other devices are refused. */
+    if (t->device.device_type != tb_kDLCPU && t->device.device_type != tb_kDLCUDA &&
+        t->device.device_type != tb_kDLCUDAHost && t->device.device_type != tb_kDLCUDAManaged) {
         out->status = TB_DLC_UNSUPPORTED_DEVICE;
         return;
     }
@@ -197,7 +198,7 @@ const char *tb_dlpack_status_text(tb_dlc_status status)
     case TB_DLC_UNKNOWN_FLAGS: return "flag bits DLPack 1.3 does not define";
     case TB_DLC_NDIM: return "ndim out of range (0 to 64)";
     case TB_DLC_UNKNOWN_DEVICE: return "unknown DLPack device type";
-    case TB_DLC_UNSUPPORTED_DEVICE: return "only kDLCPU and kDLCUDA tensors can be imported";
+    case TB_DLC_UNSUPPORTED_DEVICE: return "only kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged tensors can be imported";
     case TB_DLC_UNKNOWN_DTYPE: return "unknown DLPack type code";
     case TB_DLC_LANES: return "vector types (lanes != 1) are not supported";
     case TB_DLC_UNSUPPORTED_DTYPE: return "no dtype here has this DLPack {code, bits}";

@@ -22,7 +22,7 @@ typedef enum {
     TB_DLC_UNKNOWN_FLAGS,      /* flag bits DLPack 1.3 does not define */
     TB_DLC_NDIM,               /* ndim < 0 or > TB_MAX_DIMS */
     TB_DLC_UNKNOWN_DEVICE,     /* not a DLDeviceType of DLPack 1.3 */
-    TB_DLC_UNSUPPORTED_DEVICE, /* a DLDeviceType other than kDLCPU and kDLCUDA */
+    TB_DLC_UNSUPPORTED_DEVICE, /* not kDLCPU, kDLCUDA, kDLCUDAHost or kDLCUDAManaged */
     TB_DLC_UNKNOWN_DTYPE,      /* not a DLDataTypeCode of DLPack 1.3 */
     TB_DLC_LANES,              /* lanes != 1 (vector types) */
     TB_DLC_UNSUPPORTED_DTYPE,  /* a {code, bits} the dtype table lacks */

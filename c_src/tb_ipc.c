@@ -176,7 +176,8 @@ ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
-    if (tb_storage_kind(&d.info) != TB_MEMORY_IPC)
+    /* A CUDA IPC mapping is of the same kind, on a CUDA device. */
+    if (tb_storage_kind(&d.info) != TB_MEMORY_IPC || d.info.device_type != TB_DEVICE_CPU)
         return tb_atoms.nil;
     const tb_region *r = (const tb_region *)tb_storage_of(&d.info);
     /* Only the whole region, row-major from its start, is what an opener maps. */

@@ -5,13 +5,17 @@
  *
  *   tb_nif.c                      load/upgrade, the function table
  *   tb_blob, tb_binary, tb_dlpack,
- *   tb_ipc, tb_cuda, tb_bridge    one concern each: its NIFs
+ *   tb_ipc, tb_cuda_ipc, tb_cuda,
+ *   tb_bridge                     one concern each: its NIFs
  *   tb_pin                        pins: storages that keep an owner alive
  *   tb_tensor                     the tensor resource, tensor arguments, copies
  *   tb_storage, tb_state          what memory is; what survives an upgrade
  *   tb_term                       atoms, raising, reading and making terms
  *   tb_dtype, tb_layout,
- *   tb_dlpack_check, tb_count     pure C: no BEAM, no libtorch
+ *   tb_dlpack_check, tb_count,
+ *   tb_devmem, tb_stream,
+ *   tb_cuda_handle                pure C: no BEAM, no libtorch (the last
+ *                                 two over tb_cuda_ops.h's table of calls)
  *   torch_shim                    the only C++: the door to libtorch
  */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
@@ -22,6 +26,7 @@
 #include "tb_blob.h"
 #include "tb_bridge.h"
 #include "tb_cuda.h"
+#include "tb_cuda_ipc.h"
 #include "tb_dlpack.h"
 #include "tb_ipc.h"
 #include "tb_pin.h"
@@ -106,8 +111,8 @@ static ErlNifFunc nif_funcs[] = {
     {"memory", 1, tb_nif_memory, 0},
     {"to_blob", 3, tb_nif_to_blob, 0},
     {"from_blob", 3, tb_nif_from_blob, 0},
-    {"to_dlpack", 3, tb_nif_to_dlpack, 0},
-    {"from_dlpack", 3, tb_nif_from_dlpack, 0},
+    {"to_dlpack", 4, tb_nif_to_dlpack, 0},
+    {"from_dlpack", 4, tb_nif_from_dlpack, 0},
     {"consume_dlpack", 1, tb_nif_consume_dlpack, 0},
     {"dlpack_version", 1, tb_nif_dlpack_version, 0},
     {"cuda_info", 0, tb_nif_cuda_info, 0},
@@ -117,6 +122,10 @@ static ErlNifFunc nif_funcs[] = {
     {"ipc_name", 1, tb_nif_ipc_name, 0},
     {"ipc_open", 3, tb_nif_ipc_open, 0},
     {"ipc_reclaim", 0, tb_nif_ipc_reclaim, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_memory", 1, tb_nif_cuda_memory, 0},
+    /* Both wait for the GPU (a stream, the mapping of an allocation). */
+    {"cuda_ipc_export", 1, tb_nif_cuda_ipc_export, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_ipc_open", 4, tb_nif_cuda_ipc_open, ERL_NIF_DIRTY_JOB_IO_BOUND},
 };
 
 /* libtorch storages made by this build call its functions when they are

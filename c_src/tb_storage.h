@@ -27,7 +27,7 @@ typedef enum {
     TB_MEMORY_UNPINNED,  /* a view whose memory the caller answers for */
     TB_MEMORY_DLPACK,    /* a DLPack import: the producer's memory */
     TB_MEMORY_BINARY,    /* a view of a BEAM binary's bytes */
-    TB_MEMORY_IPC        /* a mapping of a shared-memory region */
+    TB_MEMORY_IPC        /* a mapping of a shared-memory region (CPU), or of a CUDA IPC handle (CUDA) */
 } tb_memory_kind;
 
 enum { TB_STORAGE_READ_ONLY = 1 };

@@ -39,6 +39,10 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(read_only, "read_only");
     ATOM(cpu, "cpu");
     ATOM(cuda, "cuda");
+    ATOM(cuda_host, "cuda_host");
+    ATOM(cuda_managed, "cuda_managed");
+    ATOM(device_type, "device_type");
+    ATOM(unknown, "unknown");
     ATOM(owned, "owned");
     ATOM(pinned, "pinned");
     ATOM(unpinned, "unpinned");

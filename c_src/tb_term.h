@@ -21,6 +21,8 @@ typedef struct {
     ERL_NIF_TERM ptr, shape, strides, dtype, device, element_size, byte_size, owner, struct_, alignment;
     ERL_NIF_TERM ref, read_only;
     ERL_NIF_TERM cpu, cuda;
+    /* DLPack device types beyond cpu and cuda; memory the runtime cannot place */
+    ERL_NIF_TERM cuda_host, cuda_managed, device_type, unknown;
     /* memory kinds */
     ERL_NIF_TERM owned, pinned, unpinned, dlpack, binary, ipc;
     /* stats keys */

@@ -11,11 +11,13 @@
 #include <c10/core/ScalarType.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/TensorOptions.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 
 using TensorImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
 
@@ -79,6 +81,28 @@ at::Tensor borrow(tb_shim_tensor *t)
     c10::TensorImpl *impl = impl_of(t);
     c10::raw::intrusive_ptr::incref(impl);
     return at::Tensor(TensorImplPtr::reclaim(impl));
+}
+
+c10::Device cuda_device(int device_index)
+{
+    return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index));
+}
+
+// CUDA's implementation of c10's device guard interface, registered by
+// libc10_cuda when libtorch has CUDA; nullptr otherwise.
+const c10::impl::DeviceGuardImplInterface *cuda_guard()
+{
+    return c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)
+        ? c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+        : nullptr;
+}
+
+const c10::impl::DeviceGuardImplInterface &require_cuda_guard()
+{
+    const c10::impl::DeviceGuardImplInterface *guard = cuda_guard();
+    if (!guard)
+        throw std::runtime_error("this libtorch was built without CUDA");
+    return *guard;
 }
 
 } // namespace
@@ -208,6 +232,11 @@ int tb_shim_to_device(tb_shim_tensor *handle, int device_type, int device_index,
     });
 }
 
+int tb_shim_contiguous(tb_shim_tensor *handle, tb_shim_tensor **out, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] { *out = release_handle(borrow(handle).contiguous()); });
+}
+
 int tb_shim_narrow(tb_shim_tensor *handle, int dim, int64_t start, int64_t length,
                    tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
@@ -257,6 +286,47 @@ int tb_shim_cuda_built(void) noexcept
         return at::globalContext().hasCUDA() ? 1 : 0;
     } catch (...) {
         return 0;
+    }
+}
+
+int tb_shim_cuda_stream_is_default(int device_index) noexcept
+{
+    try {
+        const c10::impl::DeviceGuardImplInterface *guard = cuda_guard();
+        // Stream id 0 is the device's default stream in c10.
+        return guard && guard->getStream(cuda_device(device_index)).id() == 0 ? 1 : 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+int tb_shim_cuda_record_event(int device_index, void **event, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        const c10::impl::DeviceGuardImplInterface &guard = require_cuda_guard();
+        void *made = nullptr;
+        guard.record(&made, guard.getStream(cuda_device(device_index)), static_cast<c10::DeviceIndex>(device_index),
+                     c10::EventFlag::PYTORCH_DEFAULT);
+        *event = made;
+    });
+}
+
+int tb_shim_cuda_wait_event(int device_index, void *event, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        const c10::impl::DeviceGuardImplInterface &guard = require_cuda_guard();
+        guard.block(event, guard.getStream(cuda_device(device_index)));
+    });
+}
+
+void tb_shim_cuda_destroy_event(int device_index, void *event) noexcept
+{
+    try {
+        const c10::impl::DeviceGuardImplInterface *guard = cuda_guard();
+        if (guard && event)
+            guard->destroyEvent(event, static_cast<c10::DeviceIndex>(device_index));
+    } catch (...) {
+        // destroyEvent is noexcept; nothing to report from here.
     }
 }
 

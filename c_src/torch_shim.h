@@ -73,12 +73,27 @@ int tb_shim_write_bytes(tb_shim_tensor *t, const void *src, tb_shim_error *err) 
 int tb_shim_to_device(tb_shim_tensor *t, int device_type, int device_index,
                       tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
+/* A contiguous copy of a tensor that is not contiguous, on its device. */
+int tb_shim_contiguous(tb_shim_tensor *t, tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+
 int tb_shim_narrow(tb_shim_tensor *t, int dim, int64_t start, int64_t length,
                    tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 int tb_shim_transpose(tb_shim_tensor *t, int dim0, int dim1,
                       tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
 void tb_shim_info_of(const tb_shim_tensor *t, tb_shim_info *info) TB_NOEXCEPT;
+/* libtorch's current CUDA stream of a device, as the calling thread sees
+ * it, reached through c10's device guard interface (libc10): the shim links
+ * no CUDA library, and a libtorch without CUDA answers 0 and an error.
+ * is_default: 1 when it is the device's default stream (the legacy default
+ * stream). record_event: a new event (a cudaEvent_t) recorded on it;
+ * wait_event: it waits for an event; destroy_event: the event made by
+ * record_event is freed. */
+int tb_shim_cuda_stream_is_default(int device_index) TB_NOEXCEPT;
+int tb_shim_cuda_record_event(int device_index, void **event, tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_cuda_wait_event(int device_index, void *event, tb_shim_error *err) TB_NOEXCEPT;
+void tb_shim_cuda_destroy_event(int device_index, void *event) TB_NOEXCEPT;
+
 /* A new strong reference to the same tensor (a DLPack export holds one);
  * tb_shim_release drops it, from any thread. */
 tb_shim_tensor *tb_shim_retain(tb_shim_tensor *t) TB_NOEXCEPT;

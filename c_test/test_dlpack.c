@@ -300,9 +300,10 @@ static void set_device(tb_DLTensor *t, fixture *f)
 
 static void test_devices(void)
 {
-    /* kDLCUDA (2) passes the check: whether it can be imported depends on
-     * the linked libtorch, which the importer asks. */
-    static const int32_t known[] = {3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};
+    /* kDLCUDA (2), kDLCUDAHost (3) and kDLCUDAManaged (13) pass the check:
+     * whether they can be imported depends on the linked libtorch and the
+     * CUDA runtime, which the importer asks. */
+    static const int32_t known[] = {4, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 18};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         device_type = known[i];
         device_id = 3;
@@ -325,6 +326,15 @@ static void test_devices(void)
     CHECK_EQ(rv.status, TB_DLC_OK);
     CHECK_EQ(rl.status, TB_DLC_OK);
     CHECK_EQ(rv.device_id, 1);
+    static const int32_t cuda_kinds[] = {tb_kDLCUDAHost, tb_kDLCUDAManaged};
+    for (size_t i = 0; i < 2; i++) {
+        device_type = cuda_kinds[i];
+        device_id = 0;
+        check_both(set_device, &rv, &rl);
+        CHECK_EQ(rv.status, TB_DLC_OK);
+        CHECK_EQ(rl.status, TB_DLC_OK);
+        CHECK_EQ(rv.device_type, cuda_kinds[i]);
+    }
 
     static const int32_t unknown[] = {0, 5, 6, 19, 100, -1, INT32_MIN, INT32_MAX};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {

@@ -218,8 +218,61 @@ static void test_scalar_types_match_the_table(void)
     CHECK(!tb_shim_has_scalar_type(12)); /* QInt8: not in the table */
 }
 
+static void test_contiguous_copies_a_view(void)
+{
+    float data[6] = {1, 2, 3, 4, 5, 6};
+    int64_t sizes[2] = {2, 3}, strides[2] = {3, 1};
+    counter c = {0};
+    tb_shim_tensor *t, *tr, *copy;
+    tb_shim_error err;
+    CHECK(tb_shim_from_blob(data, 2, sizes, strides, FLOAT32, TB_DEVICE_CPU, 0, &c, release_counter, &t, &err));
+    CHECK(tb_shim_transpose(t, 0, 1, &tr, &err));
+    CHECK(tb_shim_contiguous(tr, &copy, &err));
+    tb_shim_info info;
+    tb_shim_info_of(copy, &info);
+    CHECK(info.is_contiguous && info.sizes[0] == 3 && info.sizes[1] == 2 && info.strides[0] == 2);
+    CHECK(info.data != (void *)data);
+    float *f = info.data;
+    CHECK(f[0] == 1 && f[1] == 4 && f[2] == 2 && f[5] == 6);
+    tb_shim_release(t);
+    tb_shim_release(tr);
+    CHECK(c.releases == 1); /* the copy holds none of the foreign memory */
+    tb_shim_release(copy);
+}
+
+/* libtorch's stream of a CUDA device: with a libtorch without CUDA every
+ * call says so and nothing else happens; with one (a GPU machine), an event
+ * is recorded on the default stream and waited for. */
+static void test_cuda_stream_calls(void)
+{
+    tb_shim_error err = {{0}};
+    void *event = NULL;
+    if (!tb_shim_cuda_built()) {
+        CHECK(tb_shim_cuda_stream_is_default(0) == 0);
+        CHECK(!tb_shim_cuda_record_event(0, &event, &err));
+        CHECK(strstr(err.message, "without CUDA") != NULL);
+        CHECK(event == NULL);
+        err.message[0] = 0;
+        CHECK(!tb_shim_cuda_wait_event(0, NULL, &err));
+        CHECK(strstr(err.message, "without CUDA") != NULL);
+        tb_shim_cuda_destroy_event(0, NULL);
+        return;
+    }
+    CHECK(tb_shim_cuda_stream_is_default(0) == 1);
+    if (tb_shim_cuda_record_event(0, &event, &err)) {
+        CHECK(event != NULL);
+        CHECK(tb_shim_cuda_wait_event(0, event, &err));
+        tb_shim_cuda_destroy_event(0, event);
+    } else {
+        /* A CUDA libtorch on a machine without a GPU. */
+        CHECK(strlen(err.message) > 0);
+    }
+}
+
 int main(void)
 {
+    test_contiguous_copies_a_view();
+    test_cuda_stream_calls();
     test_deleter_runs_once_after_last_view();
     test_alias_shares_the_storage();
     test_failure_releases_context_at_once();

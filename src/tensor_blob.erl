@@ -21,7 +21,7 @@
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0,
-         cuda_info/0, cuda_synchronize/1, dlpack_info/1,
+         cuda_info/0, cuda_synchronize/1, cuda_memory/1, dlpack_info/1,
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
@@ -250,7 +250,8 @@ device(T) -> not_a_tensor(T).
 %% our tensors shares its storage and answers as it does), unpinned (a
 %% view the caller answers for), dlpack (a DLPack import: the producer's
 %% memory, released through its deleter), binary (a view of a binary's
-%% bytes), ipc (a mapping of a shared-memory region). Slices and transposes
+%% bytes), ipc (a mapping of a shared-memory region, or of
+%% a CUDA IPC handle). Slices and transposes
 %% answer as the tensor they view.
 -spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
 memory(T) when is_reference(T) -> tensor_blob_nif:memory(T);
@@ -279,19 +280,32 @@ nx_type(Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:nx_type(Dtype)).
 
 
 %% @doc What this build knows of CUDA: built (compiled with TB_CUDA=1),
-%% runtime (libcudart was found at load), devices (GPUs the runtime sees),
-%% libtorch (the linked libtorch has CUDA).
+%% runtime (libcudart was found at load), runtime_path (its file), devices
+%% (GPUs the runtime sees), libtorch (the linked libtorch has CUDA),
+%% ipc_mappings (CUDA IPC handles opened by this build and not yet closed:
+%% the deleter of the last tensor over one closes it).
 -spec cuda_info() -> #{built := boolean(), runtime := boolean(), devices := non_neg_integer(),
-                       libtorch := boolean(), runtime_path := binary() | nil}.
+                       libtorch := boolean(), runtime_path := binary() | nil,
+                       ipc_mappings := non_neg_integer()}.
 cuda_info() -> tensor_blob_nif:cuda_info().
+
+%% @doc What the CUDA runtime says the memory at Ptr is, without touching
+%% it: cpu (ordinary host memory), cuda_host (pinned host memory), cuda
+%% (device memory), cuda_managed (managed memory), or unknown (no runtime,
+%% driver or GPU, or the runtime cannot place it).
+-spec cuda_memory(non_neg_integer()) -> cpu | cuda_host | cuda | cuda_managed | unknown.
+cuda_memory(Ptr) -> tensor_blob_nif:cuda_memory(Ptr).
 
 %% @doc Waits until the CUDA device has finished its queued work.
 -spec cuda_synchronize(non_neg_integer()) -> ok.
 cuda_synchronize(Index) -> tensor_blob_nif:cuda_synchronize(Index).
 
-%% @doc The metadata of a capsule's managed tensor (device, ptr, shape,
-%% strides, dtype, read_only), read without consuming it and without touching
-%% the memory: CUDA capsules included, whatever this build can import.
+%% @doc The metadata of a capsule's managed tensor (device, device_type, ptr,
+%% shape, strides, dtype, read_only), read without consuming it and without
+%% touching the memory: CUDA capsules included, whatever this build can
+%% import. device_type is DLPack's (cpu, cuda, cuda_host for kDLCUDAHost,
+%% cuda_managed for kDLCUDAManaged); device is where libtorch sees it once
+%% imported (cpu for pinned host memory, {cuda, I} for managed memory).
 -spec dlpack_info(capsule()) -> map().
 dlpack_info(Capsule) -> tensor_blob_nif:dlpack_info(Capsule).
 
@@ -306,17 +320,42 @@ ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape
 -spec ipc_reclaim() -> non_neg_integer().
 ipc_reclaim() -> tensor_blob_nif:ipc_reclaim().
 
-%% @doc A handle another OS process opens with ipc_open/3. A tensor made by
-%% ipc_zeros/2 or ipc_open/3 (whole, contiguous) is shared as it is; any
-%% other CPU tensor is copied once into a new region. The keys follow Nx's
-%% %Nx.Pointer{kind: ipc}: handle is the region's name. The region's name
-%% lives while the handle's tensor is reachable here: open it elsewhere
-%% before dropping the handle (an open mapping stays valid after that).
--spec ipc_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined,
+%% @doc A handle another OS process opens with ipc_open/3. The keys follow
+%% Nx's %Nx.Pointer{kind: ipc}.
+%%
+%% A CPU tensor: handle is the name of a POSIX shared-memory region and
+%% address is undefined. A tensor made by ipc_zeros/2 or ipc_open/3 (whole,
+%% contiguous) is shared as it is; any other CPU tensor is copied once into
+%% a new region. The name lives while the handle's tensor is reachable here:
+%% open it elsewhere before dropping the handle (an open mapping stays valid
+%% after that).
+%%
+%% A CUDA tensor: handle is the cudaIpcMemHandle_t of its allocation (64
+%% bytes when the tensor starts at the allocation's base, as Torchx's
+%% handles do; otherwise 72: the handle, then the tensor's byte offset in
+%% the allocation, unsigned 64-bit little-endian), and address is the
+%% device index. No copy, unless the tensor is not contiguous (then a
+%% contiguous copy on the device is shared: the handle's tensor). The work
+%% libtorch queued on the memory is finished first. Keep the handle's
+%% tensor reachable here until every opener has dropped its tensors: the
+%% memory returns to libtorch's allocator when it is freed here, and an
+%% opener would then read whatever is put there next. A handle opens only
+%% in another OS process.
+-spec ipc_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined | non_neg_integer(),
                                 data_size := non_neg_integer(), tensor := tensor()}.
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
+    case tensor_blob_nif:device(T) of
+        cpu -> ipc_export_region(T);
+        {cuda, _} -> ipc_export_cuda(T)
+    end.
+
+ipc_export_cuda(T) ->
+    {Handle, Device, Size, Shared} = tensor_blob_nif:cuda_ipc_export(T),
+    #{kind => ipc, handle => Handle, address => Device, data_size => Size, tensor => Shared}.
+
+ipc_export_region(T) ->
     Shared = case tensor_blob_nif:ipc_name(T) of
                  nil ->
                      S = ipc_zeros(shape(T), dtype(T)),
@@ -334,15 +373,21 @@ ipc_export(T) ->
 -spec ipc_name(tensor()) -> {binary(), non_neg_integer()} | nil.
 ipc_name(T) -> tensor_blob_nif:ipc_name(T).
 
-%% @doc A tensor over the shared-memory region a handle names (a handle map,
-%% an Nx pointer map with kind ipc, or the name), in this or another OS
-%% process. Writes are seen by every process that mapped it.
+%% @doc A tensor over the memory a handle names (a handle map, an Nx pointer
+%% map with kind ipc, or a region's name), in another OS process (a CPU
+%% region opens in this one too). Writes are seen by every process that
+%% mapped it.
+%%
+%% With an integer address, the handle is a CUDA IPC handle of that device
+%% (see ipc_export/1): the tensor is a CUDA tensor over the exporter's
+%% device memory, from the handle's offset, which must hold Shape of Dtype.
+%% Its memory is ipc (memory/1); the last tensor over it closes the mapping
+%% (cudaIpcCloseMemHandle, once). A build or machine without CUDA (TB_CUDA=0,
+%% a libtorch without CUDA, no runtime or GPU) raises a tensor_blob error
+%% saying which; a CUDA handle is never read as a region's name.
 -spec ipc_open(map() | binary(), dtype(), shape()) -> tensor().
-ipc_open(#{kind := ipc, address := Device}, _Dtype, _Shape) when is_integer(Device) ->
-    %% CUDA IPC (Nx's pointer to device memory) is not implemented: refused
-    %% here for every caller, never read as a CPU region's name.
-    raise(tensor_blob, "handle: a CUDA IPC handle (device ~b): CUDA IPC is not supported by "
-                       "this build; only CPU shared memory is", [Device]);
+ipc_open(#{kind := ipc, address := Device} = Handle, Dtype, Shape) when is_integer(Device) ->
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:cuda_ipc_open(maps:get(handle, Handle, undefined), Device, Dtype, Shape));
 ipc_open(#{kind := ipc, handle := Name}, Dtype, Shape) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape));
 ipc_open(#{} = Handle, _Dtype, _Shape) ->
@@ -370,7 +415,7 @@ torch_version() -> tensor_blob_nif:torch_version().
 %% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
 -spec to_dlpack(tensor()) -> capsule().
 to_dlpack(T) when ?IS_TENSOR_TERM(T) ->
-    tensor_blob_nif:to_dlpack(T, versioned, false);
+    tensor_blob_nif:to_dlpack(T, versioned, false, undefined);
 to_dlpack(T) ->
     not_a_tensor(T).
 
@@ -383,15 +428,26 @@ to_dlpack(T) ->
 %%   read_only: true sets the READ_ONLY flag (versioned only; a legacy
 %%     tensor cannot carry it). A read-only DLPack import is always
 %%     exported read-only.
+%%   stream: the consumer's CUDA stream, as the array API's
+%%     __dlpack__(stream=...) takes it: a cudaStream_t as an integer, 1 for
+%%     the legacy default stream, 2 for the per-thread default stream, -1
+%%     for no synchronization (0 is refused as ambiguous). The consumer's
+%%     stream is made to wait (cudaStreamWaitEvent) for an event recorded on
+%%     libtorch's current stream of the tensor's device, so work the
+%%     consumer queues there sees the data. Absent: the consumer uses the
+%%     legacy default stream, which is libtorch's default stream, so
+%%     nothing is done unless libtorch's current stream is another one. A
+%%     CPU tensor takes no stream.
 -spec to_dlpack(tensor(), #{max_version => {non_neg_integer(), non_neg_integer()} | legacy,
-                            version => dlpack_version(), read_only => boolean()}) -> capsule().
+                            version => dlpack_version(), read_only => boolean(),
+                            stream => integer()}) -> capsule().
 to_dlpack(T, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
 to_dlpack(T, Opts) when is_map(Opts) ->
-    check_options(Opts, [max_version, version, read_only]),
+    check_options(Opts, [max_version, version, read_only, stream]),
     Version = export_version(maps:get(version, Opts, undefined),
                              negotiate(maps:get(max_version, Opts, undefined))),
-    tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts));
+    tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts), stream_option(Opts));
 to_dlpack(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -400,11 +456,24 @@ to_dlpack(_T, Opts) ->
 %% An address is read as a DLManagedTensorVersioned.
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) ->
-    tensor_blob_nif:from_dlpack(Source, undefined, false).
+    tensor_blob_nif:from_dlpack(Source, undefined, false, undefined).
 
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address (a capsule knows).
 %%   read_only: true makes the tensor read-only even without the flag.
+%%   stream: the producer's CUDA stream, where its last writes to the
+%%     memory were queued (an integer, as to_dlpack/2 takes it). A kDLCUDA
+%%     or kDLCUDAManaged tensor: libtorch's current stream of the device
+%%     waits for it (an event recorded there). A kDLCUDAHost tensor (read
+%%     by the host): the call waits until the stream's work is done. -1:
+%%     no synchronization. Absent: the producer made the data ready for the
+%%     legacy default stream (the array API's default), and for host memory
+%%     finished writing it; nothing is waited for. A kDLCPU tensor takes no
+%%     stream. With a stream the import runs on a dirty I/O scheduler.
+%% kDLCPU and kDLCUDAHost (pinned host memory) tensors become CPU tensors;
+%% kDLCUDA and kDLCUDAManaged tensors become CUDA tensors of their device
+%% (where the linked libtorch has CUDA), after the CUDA runtime confirms
+%% what the memory is.
 %% The tensor is read-only (write/2 refuses it, and so for its slices) when
 %% the managed tensor has the READ_ONLY flag. When an address holds a
 %% DLPack tensor this build cannot hold (a CUDA tensor, an unsupported
@@ -413,12 +482,12 @@ from_dlpack(Source) ->
 -spec from_dlpack(capsule() | non_neg_integer(),
                   #{version => dlpack_version(), read_only => boolean()}) -> tensor().
 from_dlpack(Source, Opts) when is_map(Opts) ->
-    check_options(Opts, [version, read_only]),
+    check_options(Opts, [version, read_only, stream]),
     Version = case maps:get(version, Opts, undefined) of
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
                   Other -> badarg("version: expected versioned or legacy, got ~0tp", [Other])
               end,
-    tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts));
+    tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts), stream_option(Opts));
 from_dlpack(_Source, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -454,6 +523,15 @@ export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
     badarg("version: ~0tp contradicts max_version, which allows ~0tp only", [V, Negotiated]);
 export_version(V, _) ->
     badarg("version: expected versioned or legacy, got ~0tp", [V]).
+
+%% A stream: an integer, checked in C (its meaning depends on the device).
+stream_option(Opts) ->
+    case maps:get(stream, Opts, undefined) of
+        S when is_integer(S) -> S;
+        S when S =:= undefined; S =:= nil -> undefined;
+        Other -> badarg("stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
+                        "-1 for no synchronization), got ~0tp", [Other])
+    end.
 
 boolean_option(Key, Opts) ->
     case maps:get(Key, Opts, false) of

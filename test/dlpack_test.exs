@@ -325,12 +325,33 @@ defmodule TensorBlob.DLPackTest do
       assert Lifetime.await_stats(before) == before
     end
 
+    test "streams: a CPU tensor takes none; values are checked before anything is made", %{before: before} do
+      t = t46()
+      assert_badarg(fn -> DLPack.export(t, stream: 1) end, "stream: a CPU tensor has no stream")
+      assert_badarg(fn -> DLPack.export(t, stream: -1) end, "stream: a CPU tensor has no stream")
+      assert_badarg(fn -> DLPack.export(t, stream: :default) end, "stream: expected an integer")
+      assert t |> DLPack.export(stream: nil) |> DLPack.import() |> Tensor.to_binary() == @f32
+      # The import of a capsule with a stream: refused, and the capsule is
+      # consumed and released (its deleter runs once).
+      capsule = DLPack.export(t)
+      assert_badarg(fn -> DLPack.import(capsule, stream: 7) end, "stream: a kDLCPU tensor has no stream")
+      assert_badarg(fn -> DLPack.import(capsule) end, "already consumed")
+      # A stream that is no integer is refused before the capsule is taken.
+      capsule = DLPack.export(t)
+      assert_badarg(fn -> DLPack.import(capsule, stream: "s") end, "stream: expected an integer")
+      assert Tensor.to_binary(DLPack.import(capsule)) == @f32
+      _ = t
+      assert Lifetime.await_stats(before) == before
+    end
+
     test "a capsule collected unconsumed frees its managed tensor", %{before: before} do
       Lifetime.in_process(fn ->
         t = t46()
-        for v <- [:versioned, :legacy], _ <- 1..50, do: DLPack.export(t, version: v)
+        # Held until counted: the compiler drops the list of a comprehension
+        # whose result is unused, and a collection may then free them early.
+        capsules = for v <- [:versioned, :legacy], _ <- 1..50, do: DLPack.export(t, version: v)
         assert TensorBlob.stats().capsules >= before.capsules + 100
-        :ok
+        length(capsules)
       end)
 
       assert Lifetime.await_stats(before) == before
@@ -569,6 +590,71 @@ defmodule TensorBlob.DLPackTest do
       assert error.message =~ "nothing in it was called"
       assert TensorBlob.stats().capsules == ctx.before.capsules + 1
       finish(ctx, [:versioned])
+    end
+
+    test "kDLCUDAHost is host memory, a CPU tensor; kDLCUDAManaged needs CUDA and managed memory",
+         %{before: before} do
+      ctx = forged_setup(before)
+      # Pinned host memory is read by the host: a CPU tensor. (Plain host
+      # memory so labelled is host-readable too; where there is a GPU, the
+      # runtime refuses device memory only.)
+      {holder, address} = Managed.forge(%{ctx.v | device: 3, device_id: 0}, :versioned, [4, 6], [6, 1])
+      t = DLPack.import(address)
+      assert {Tensor.device(t), Tensor.memory(t)} == {:cpu, :dlpack}
+      assert Tensor.to_binary(t) == @f32
+      assert Tensor.shape(holder) == {1024}
+      # Re-exported as what libtorch sees.
+      assert DLPack.info(DLPack.export(t)).device_type == :cpu
+      t = nil
+      _ = t
+
+      # Managed memory is a CUDA tensor of its device: a libtorch without
+      # CUDA refuses it; one with CUDA asks the runtime, which says host.
+      error =
+        if TensorBlob.CUDA.runtime().libtorch do
+          error = forged_refusal(%{ctx.l | device: 13, device_id: 0}, :legacy, [4, 6], [6, 1], ArgumentError)
+          assert error.message =~ ~r/host memory, labelled kDLCUDAManaged|CUDA device 0 does not exist/
+          error
+        else
+          error = forged_refusal(%{ctx.l | device: 13, device_id: 0}, :legacy, [4, 6], [6, 1], TensorBlob.Error)
+          assert error.message =~ "a kDLCUDAManaged tensor (device 0): this libtorch was built without CUDA"
+          error
+        end
+
+      assert error.message =~ "the producer's deleter was called"
+      finish(ctx, [:versioned, :legacy])
+    end
+
+    @tag :cuda
+    test "with a GPU: device memory labelled kDLCUDAHost or kDLCPU is refused, released once", %{before: before} do
+      ctx = forged_setup(before)
+      g = Tensor.to_device(t46(), {:cuda, 0})
+      device_ptr = TensorBlob.to_blob(g).ptr
+      error = forged_refusal(%{ctx.v | device: 3, data: device_ptr}, :versioned, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "memory of CUDA device 0, labelled kDLCUDAHost"
+      assert error.message =~ "the producer's deleter was called"
+      error = forged_refusal(%{ctx.l | device: 1, data: device_ptr}, :legacy, [4, 6], [6, 1], ArgumentError)
+      assert error.message =~ "memory of CUDA device 0, declared :cpu"
+      g = nil
+      _ = g
+      finish(ctx, [:versioned, :legacy])
+    end
+
+    test "streams: an import of host memory takes none, or checks it; the deleter runs once", %{before: before} do
+      ctx = forged_setup(before)
+      # A kDLCPU tensor has no stream.
+      {holder, address} = Managed.forge(ctx.v, :versioned, [4, 6], [6, 1])
+      error = assert_raise ArgumentError, fn -> DLPack.import(address, stream: 1) end
+      assert error.message =~ "stream: a kDLCPU tensor has no stream"
+      assert error.message =~ "the producer's deleter was called"
+
+      # 0 is ambiguous for CUDA streams: refused, released.
+      {holder2, address} = Managed.forge(%{ctx.l | device: 3}, :legacy, [4, 6], [6, 1])
+      error = assert_raise ArgumentError, fn -> DLPack.import(address, version: :legacy, stream: 0) end
+      assert error.message =~ "stream: 0 is ambiguous for CUDA"
+      assert error.message =~ "the producer's deleter was called"
+      assert {Tensor.shape(holder), Tensor.shape(holder2)} == {{1024}, {1024}}
+      finish(ctx, [:versioned, :legacy])
     end
 
     test "versions: a later major is released unread, an impossible one is left alone", %{before: before} do

@@ -16,6 +16,27 @@ defmodule TensorBlob.IPCTest do
     out
   end
 
+  # Opens a handle in a second OS process (test/support/tensor_blob_ipc_peer.erl)
+  # and returns its report: what it read, what a view of the first `view`
+  # rows read after the opened tensor was collected and `write` was written
+  # through it, and what was left once the view was dropped too.
+  defp peer(handle, dtype, shape, view, write, extra \\ %{}) do
+    handle = handle |> Map.take([:kind, :handle, :address, :data_size])
+    args = Map.merge(%{handle: handle, dtype: dtype, shape: shape, view: view, write: write}, extra)
+    encoded = args |> :erlang.term_to_binary() |> Base.encode64()
+    ebin = Path.dirname(:code.which(:tensor_blob_ipc_peer))
+    call = "tensor_blob_ipc_peer:main(\"#{encoded}\")"
+    {out, _} = System.cmd("erl", ["-noshell", "-pa", ebin, "-eval", call], stderr_to_stdout: true)
+
+    case Regex.run(~r/RESULT:(\S+)/, out) do
+      [_, result] -> result |> Base.decode64!() |> :erlang.binary_to_term() |> checked_report(out)
+      nil -> flunk("the peer printed no result:\n" <> out)
+    end
+  end
+
+  defp checked_report(%{failed: failure}, out), do: flunk("the peer failed: #{inspect(failure)}\n" <> out)
+  defp checked_report(report, _out), do: report
+
   describe "IPC (CPU shared memory)" do
     test "another OS process maps the same memory: it reads our bytes, we read its writes" do
       t = IPC.zeros({64}, :float32)
@@ -83,7 +104,35 @@ defmodule TensorBlob.IPCTest do
       handle = IPC.export(IPC.zeros({8}, :int32))
       pointer = %{kind: :ipc, handle: handle.handle, address: nil, data_size: 32}
       assert Tensor.shape(IPC.open(pointer, :int32, {8})) == {8}
-      assert_raise TensorBlob.Error, ~r/CUDA/, fn -> IPC.open(%{pointer | address: 0}, :int32, {8}) end
+      cuda = %{pointer | address: 0}
+
+      if CUDA.available?() do
+        # A region's name is no CUDA IPC handle, and is never read as one.
+        assert_raise ArgumentError, ~r/expected a CUDA IPC handle \(64 bytes/, fn -> IPC.open(cuda, :int32, {8}) end
+      else
+        error = assert_raise TensorBlob.Error, fn -> IPC.open(cuda, :int32, {8}) end
+        assert error.message =~ "handle: a CUDA IPC handle (device 0): CUDA IPC is not"
+
+        assert error.message =~
+                 ~r/not supported by this build \(built without CUDA headers, TB_CUDA=0\)|this libtorch was built without CUDA|no CUDA runtime|no CUDA device/
+      end
+    end
+
+    test "the peer OS process: it opens a region, writes through a view that outlives what it opened" do
+      t = IPC.zeros({16, 4}, :float32)
+      Tensor.write!(t, f32s(Enum.to_list(1..64)))
+      handle = IPC.export(t)
+      report = peer(handle, :float32, {16, 4}, 1, f32s([-1, -2, -3, -4]), %{probe_shape: {17, 4}})
+      assert report.bytes == f32s(Enum.to_list(1..64))
+      assert report.device == :cpu
+      assert report.memory == :ipc
+      assert {:badarg, message} = report.probe
+      assert message =~ "needs 272 bytes"
+      # The opened tensor was collected while its view lived; then the view too.
+      assert report.tensors_with_view == 1
+      assert report.view_after_drop == f32s([-1, -2, -3, -4])
+      assert report.tensors_left == 0
+      assert binary_part(Tensor.to_binary(t), 0, 16) == f32s([-1, -2, -3, -4])
     end
 
     test "bad handles and sizes: clear errors, nothing leaked" do
@@ -131,7 +180,8 @@ defmodule TensorBlob.IPCTest do
   describe "CUDA without a GPU" do
     test "the library answers: runtime facts, no devices, clear errors" do
       info = CUDA.runtime()
-      assert Map.keys(info) |> Enum.sort() == [:built, :devices, :libtorch, :runtime, :runtime_path]
+      assert Map.keys(info) |> Enum.sort() == [:built, :devices, :ipc_mappings, :libtorch, :runtime, :runtime_path]
+      assert info.ipc_mappings == 0
       # Which runtime: a file when one was found, nil otherwise.
       assert info.runtime == is_binary(info.runtime_path)
       assert CUDA.device_count() == info.devices
@@ -152,7 +202,20 @@ defmodule TensorBlob.IPCTest do
         assert error.message =~ "built without CUDA"
       end
 
-      assert CUDA.info(blob) == %{device: {:cuda, 0}, ptr: 0xDEAD_0000, shape: {2, 3}, strides: [3, 1], dtype: :float32}
+      info = CUDA.info(blob)
+
+      assert Map.delete(info, :memory) == %{
+               device: {:cuda, 0},
+               ptr: 0xDEAD_0000,
+               shape: {2, 3},
+               strides: [3, 1],
+               dtype: :float32
+             }
+
+      # No GPU: the runtime cannot tell; with one, it is no memory it knows.
+      assert info.memory in [:unknown, :cpu]
+      assert CUDA.memory(TensorBlob.to_blob(Tensor.zeros({4}, :uint8)).ptr) in [:unknown, :cpu]
+      assert_raise ArgumentError, ~r/ptr/, fn -> CUDA.memory(-1) end
     end
 
     test "info/1 of a capsule: its metadata, and the capsule is still there to import" do
@@ -160,14 +223,17 @@ defmodule TensorBlob.IPCTest do
       capsule = DLPack.export(Tensor.transpose(t, 0, 1), read_only: true)
       info = CUDA.info(capsule)
 
-      assert info == %{
+      assert Map.delete(info, :memory) == %{
                device: :cpu,
+               device_type: :cpu,
                ptr: TensorBlob.to_blob(t).ptr,
                shape: {3, 2},
                strides: [1, 3],
                dtype: :float32,
                read_only: true
              }
+
+      assert info.memory in [:unknown, :cpu]
 
       assert Tensor.shape(DLPack.import(capsule)) == {3, 2}
       assert_raise ArgumentError, ~r/already consumed/, fn -> CUDA.info(capsule) end
@@ -208,6 +274,165 @@ defmodule TensorBlob.IPCTest do
       assert CUDA.available?()
       assert CUDA.device_count() > 0
       assert CUDA.synchronize(0) == :ok
+    end
+  end
+
+  # Needs a GPU; run by .gpu/device.sh (mix test --include cuda).
+  describe "CUDA IPC and streams, with a GPU" do
+    defp counters_reach(freed, tries \\ 200) do
+      Lifetime.collect()
+
+      case :foreign_tensor_nif.counters() do
+        {_, ^freed} -> true
+        {_, _} when tries > 0 -> Process.sleep(10) && counters_reach(freed, tries - 1)
+        {_, other} -> flunk("the foreign deleters ran #{other} times in all, expected #{freed}")
+      end
+    end
+
+    @tag :cuda
+    test "a CUDA tensor to another OS process and back; the exporter keeps only the handle" do
+      mappings = CUDA.runtime().ipc_mappings
+      g = Tensor.from_binary(f32s(Enum.to_list(1..64)), :float32, {16, 4}) |> Tensor.to_device({:cuda, 0})
+      handle = IPC.export(g)
+      assert {handle.kind, handle.address, handle.data_size} == {:ipc, 0, 256}
+      assert byte_size(handle.handle) in [64, 72]
+      assert handle.tensor == g
+      # Only the handle's tensor keeps the memory from here on.
+      g = nil
+      _ = g
+      Lifetime.churn()
+
+      report = peer(handle, :float32, {16, 4}, 1, f32s([-1, -2, -3, -4]), %{probe_shape: {1024, 1024}})
+      assert report.bytes == f32s(Enum.to_list(1..64))
+      assert {report.device, report.memory, report.mappings_open} == {{:cuda, 0}, :ipc, 1}
+      # A shape the allocation cannot hold is refused (and nothing stays open).
+      assert {:badarg, message} = report.probe
+      assert message =~ "do not fit in the exported allocation"
+      # The opened tensor was collected while a view of it lived: the
+      # mapping stayed open, and was closed once the view was gone too.
+      assert {report.tensors_with_view, report.mappings_with_view} == {1, 1}
+      assert report.view_after_drop == f32s([-1, -2, -3, -4])
+      assert {report.tensors_left, report.mappings_left} == {0, 0}
+      # The other process wrote into our device memory.
+      assert Tensor.to_binary(handle.tensor) == f32s([-1, -2, -3, -4] ++ Enum.to_list(5..64))
+      assert CUDA.runtime().ipc_mappings == mappings
+    end
+
+    @tag :cuda
+    test "a slice inside its allocation carries its offset; a transposed tensor is shared as a copy" do
+      g = Tensor.from_binary(f32s(Enum.to_list(1..64)), :float32, {16, 4}) |> Tensor.to_device({:cuda, 0})
+      slice = Tensor.narrow(g, 0, 8, 8)
+      handle = IPC.export(slice)
+      assert handle.tensor == slice
+      assert <<_::binary-size(64), offset::64-little>> = handle.handle
+      assert offset >= 128 and rem(offset, 4) == 0
+
+      report = peer(handle, :float32, {8, 4}, 8, f32s(List.duplicate(0, 32)))
+      assert report.bytes == f32s(Enum.to_list(33..64))
+      assert Tensor.to_binary(g) == f32s(Enum.to_list(1..32) ++ List.duplicate(0, 32))
+
+      t = Tensor.transpose(g, 0, 1)
+      handle = IPC.export(t)
+      refute handle.tensor == t
+      assert Tensor.memory(handle.tensor) == :owned
+      report = peer(handle, :float32, {4, 16}, 1, f32s(List.duplicate(9, 16)))
+      assert report.bytes == Tensor.to_binary(t)
+      assert binary_part(Tensor.to_binary(handle.tensor), 0, 64) == f32s(List.duplicate(9, 16))
+    end
+
+    @tag :cuda
+    test "bad handles, devices and empty tensors: clear errors, never a crash" do
+      g = Tensor.to_device(Tensor.from_binary(f32s(Enum.to_list(1..16)), :float32, {16}), {:cuda, 0})
+      handle = IPC.export(g)
+
+      # CUDA opens a handle in another process only; here it says so.
+      try do
+        t = IPC.open(handle, :float32, {16})
+        assert Tensor.to_binary(t) == Tensor.to_binary(g)
+      rescue
+        e in TensorBlob.Error -> assert e.message =~ "cudaIpcOpenMemHandle"
+      end
+
+      assert_raise ArgumentError, ~r/expected a CUDA IPC handle \(64 bytes/, fn ->
+        IPC.open(%{handle | handle: "short"}, :float32, {16})
+      end
+
+      assert_raise ArgumentError, ~r/CUDA device 99 does not exist here/, fn ->
+        IPC.open(%{handle | address: 99}, :float32, {16})
+      end
+
+      empty = Tensor.to_device(Tensor.zeros({0}, :float32), {:cuda, 0})
+      assert_raise ArgumentError, ~r/no elements/, fn -> IPC.export(empty) end
+    end
+
+    @tag :cuda
+    test "DLPack export to a consumer's stream, and the stream values" do
+      g = Tensor.to_device(Tensor.from_binary(f32s(Enum.to_list(1..16)), :float32, {16}), {:cuda, 0})
+      stream = :foreign_tensor_nif.cuda_stream()
+      assert is_integer(stream)
+      # The consumer reads on its own stream, which waits for libtorch's.
+      address = g |> DLPack.export(stream: stream) |> DLPack.consume()
+      assert :foreign_tensor_nif.cuda_read(address, stream) == f32s(Enum.to_list(1..16))
+      :ok = :foreign_tensor_nif.release(address)
+
+      for s <- [1, 2, -1] do
+        assert g |> DLPack.export(stream: s) |> DLPack.import() |> Tensor.to_binary() == f32s(Enum.to_list(1..16))
+      end
+
+      assert_raise ArgumentError, ~r/0 is ambiguous/, fn -> DLPack.export(g, stream: 0) end
+      assert_raise ArgumentError, ~r/expected -1/, fn -> DLPack.export(g, stream: -7) end
+      :ok = :foreign_tensor_nif.cuda_stream_destroy(stream)
+    end
+
+    @tag :cuda
+    test "DLPack import waits for the producer's stream" do
+      {_, freed} = :foreign_tensor_nif.counters()
+      # The producer's stream fills the memory with 7s after 300 ms; the
+      # legacy default stream does not wait for it by itself.
+      {address, stream} = :foreign_tensor_nif.cuda_produce_late(4096, 7, 300)
+      t = DLPack.import(address, stream: stream)
+      assert {Tensor.device(t), Tensor.dtype(t)} == {{:cuda, 0}, :uint8}
+      assert Tensor.to_binary(t) == :binary.copy(<<7>>, 4096)
+      t = nil
+      _ = t
+      assert counters_reach(freed + 1)
+    end
+
+    @tag :cuda
+    test "pinned host memory imports as a CPU tensor, managed memory as a CUDA one" do
+      {_, freed} = :foreign_tensor_nif.counters()
+      data = f32s(Enum.to_list(1..8))
+
+      pinned = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_host))
+      assert {Tensor.device(pinned), Tensor.memory(pinned)} == {:cpu, :dlpack}
+      assert Tensor.to_binary(pinned) == data
+      assert CUDA.memory(TensorBlob.to_blob(pinned).ptr) == :cuda_host
+      assert CUDA.info(TensorBlob.to_blob(pinned)).memory == :cuda_host
+      # A stream of the producer's: the host waits for it.
+      stream = :foreign_tensor_nif.cuda_stream()
+      waited = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_host), stream: stream)
+      assert Tensor.to_binary(waited) == data
+
+      managed = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_managed))
+      assert {Tensor.device(managed), Tensor.memory(managed)} == {{:cuda, 0}, :dlpack}
+      assert Tensor.to_binary(managed) == data
+      assert CUDA.memory(TensorBlob.to_blob(managed).ptr) == :cuda_managed
+      # The host may view managed memory itself.
+      %TensorBlob.BlobView{tensor: host} =
+        TensorBlob.from_blob(%{TensorBlob.to_blob(managed) | device: :cpu}, owner: {:keep, managed})
+
+      assert Tensor.to_binary(host) == data
+
+      device = Tensor.to_device(Tensor.from_binary(data, :float32, {8}), {:cuda, 0})
+      assert CUDA.memory(TensorBlob.to_blob(device).ptr) == :cuda
+      # Re-exported as libtorch sees them.
+      assert DLPack.info(DLPack.export(pinned)).device_type == :cpu
+      assert %{device_type: :cuda, device: {:cuda, 0}} = DLPack.info(DLPack.export(managed))
+
+      {pinned, waited, managed, host} = {nil, nil, nil, nil}
+      _ = {pinned, waited, managed, host}
+      assert counters_reach(freed + 3)
+      :ok = :foreign_tensor_nif.cuda_stream_destroy(stream)
     end
   end
 end

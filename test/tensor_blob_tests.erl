@@ -471,14 +471,41 @@ no_owner_refused_test() ->
     {V2, {keep, T}} = tensor_blob:blob_view(Spec, #{owner => {keep, T}}),
     ?assertEqual(pinned, tensor_blob:memory(V2)).
 
-%% CUDA IPC handles are refused by the Erlang API itself (not only by the
-%% Elixir facade): never read as the name of a CPU region.
+%% A handle with an integer address is a CUDA IPC handle, never read as the
+%% name of a CPU region: a build or machine without CUDA IPC says why (for
+%% the Erlang API as for Elixir); one with it refuses a region's name as a
+%% CUDA handle.
 cuda_ipc_handle_refused_test() ->
     Handle = tensor_blob:ipc_export(tensor_blob:ipc_zeros({8}, int32)),
     ?assertEqual({8}, tensor_blob:shape(tensor_blob:ipc_open(Handle, int32, {8}))),
-    ?assertTensorBlobError(<<"CUDA IPC">>, tensor_blob:ipc_open(Handle#{address => 0}, int32, {8})),
-    ?assertTensorBlobError(<<"device 1">>,
-                           tensor_blob:ipc_open(#{kind => ipc, handle => <<"x">>, address => 1}, int32, {8})).
+    case tensor_blob:cuda_info() of
+        #{devices := N, libtorch := true} when N > 0 ->
+            ?assertBadarg(<<"handle">>, [<<"CUDA IPC handle">>],
+                          tensor_blob:ipc_open(Handle#{address => 0}, int32, {8})),
+            ?assertBadarg(<<"address">>, [<<"does not exist here">>],
+                          tensor_blob:ipc_open(#{kind => ipc, handle => <<0:512>>, address => 4096}, int32, {8}));
+        _ ->
+            ?assertTensorBlobError(<<"CUDA IPC">>, tensor_blob:ipc_open(Handle#{address => 0}, int32, {8})),
+            ?assertTensorBlobError(<<"device 1">>,
+                                   tensor_blob:ipc_open(#{kind => ipc, handle => <<"x">>, address => 1}, int32, {8}))
+    end.
+
+%% Streams (the array API's __dlpack__(stream=...)): CPU tensors take none,
+%% and a refused import of a capsule still releases it.
+dlpack_stream_test() ->
+    Start = tensor_blob_test_util:settled_stats(),
+    tensor_blob_test_util:run_isolated(
+      fun() ->
+              T = tensor_blob:from_binary(<<1,2,3,4>>, uint8, {4}),
+              ?assertBadarg(<<"stream">>, [<<"a CPU tensor has no stream">>], tensor_blob:to_dlpack(T, #{stream => 1})),
+              ?assertBadarg(<<"stream">>, [<<"expected an integer">>], tensor_blob:to_dlpack(T, #{stream => default})),
+              C = tensor_blob:to_dlpack(T, #{stream => undefined}),
+              %% Consumed by the refused import: evaluated once.
+              {'EXIT', {{badarg, Msg}, _}} = (catch tensor_blob:from_dlpack(C, #{stream => 2})),
+              assert_names_field(<<"stream">>, [<<"kDLCPU tensor has no stream">>], Msg),
+              ?assertBadarg(<<"capsule">>, [<<"already consumed">>], tensor_blob:from_dlpack(C))
+      end),
+    ok = tensor_blob_test_util:wait_for_stats(Start).
 
 %% Errors name terms the Erlang way; a struct where a tensor is expected says
 %% what to do with it.

@@ -39,10 +39,53 @@ defmodule TensorBlob.DLPack do
   (non-negative, no overflow of the element count or the byte extent), strides
   (`NULL` means row-major; the stride of a size-1 dimension may be anything),
   `byte_offset`, a `NULL` data pointer (allowed only without elements) and its
-  alignment. `kDLCPU` and `kDLCUDA` tensors are imported; a `kDLCUDA` tensor
-  raises `TensorBlob.Error` where the linked libtorch has no CUDA, and where
-  it has, the CUDA runtime must confirm that the pointer is memory of that
-  device (as for `TensorBlob.from_blob/2`).
+  alignment. Four device types are imported:
+
+    * `kDLCPU`: a CPU tensor.
+    * `kDLCUDA`: a CUDA tensor of its device. Where the linked libtorch has
+      no CUDA it raises `TensorBlob.Error`; where it has, the CUDA runtime
+      must confirm that the pointer is memory of that device (as for
+      `TensorBlob.from_blob/2`).
+    * `kDLCUDAHost` (pinned host memory, `cudaMallocHost`): a CPU tensor,
+      since the host reads it directly. Refused only when the runtime says
+      the pointer is device memory.
+    * `kDLCUDAManaged` (`cudaMallocManaged`): a CUDA tensor of the device the
+      producer named, where libtorch runs its kernels (like `kDLCUDA`, it
+      needs a libtorch with CUDA); the runtime must confirm managed memory.
+      The host may read managed memory too: `TensorBlob.from_blob/2` of its
+      pointer with `device: :cpu` views it from the CPU.
+
+  `info/1` reports the DLPack `device_type` (`:cpu`, `:cuda`, `:cuda_host`,
+  `:cuda_managed`) next to the `device` libtorch sees. A tensor imported from
+  pinned or managed memory is exported again as what libtorch sees
+  (`kDLCPU`, `kDLCUDA`), both of which that memory is.
+
+  ## Streams
+
+  The array API's `__dlpack__(stream=...)` contract: a producer makes its
+  data safe to use on the consumer's stream. A stream is an integer: a
+  `cudaStream_t`, `1` for the legacy default stream, `2` for the per-thread
+  default stream, `-1` for no synchronization (`0` is refused, as the array
+  API says: it is ambiguous for CUDA). CPU tensors take none.
+
+    * `export(t, stream: s)`: an event is recorded on libtorch's current
+      stream of `t`'s device, and `s` is made to wait for it
+      (`cudaStreamWaitEvent`), so work the consumer queues on `s` sees the
+      data. The call does not wait.
+    * `import(x, stream: s)`: `s` is the producer's stream, where its last
+      writes were queued. For a CUDA (or managed) tensor libtorch's current
+      stream waits for it; for pinned host memory the call itself waits
+      until `s`'s work is done (on a dirty I/O scheduler).
+    * Without a stream, the array API's default: the consumer uses the
+      legacy default stream. libtorch's current stream is its default
+      stream, which is the legacy default stream, unless native code set
+      another on the calling thread: then `export` makes the legacy
+      default stream wait for it, and `import` makes it wait for the legacy
+      default stream; otherwise nothing is done. For pinned host memory
+      without a stream, the producer must have finished writing.
+
+  libtorch's current stream is that of the scheduler thread the call runs
+  on; tensor_blob never changes it.
 
   A tensor with the `READ_ONLY` flag (or imported with `read_only: true`) is
   read-only: `TensorBlob.Tensor.write!/2` refuses it and every slice of it,
@@ -118,6 +161,8 @@ defmodule TensorBlob.DLPack do
       `TensorBlob.Error` (this library speaks DLPack 1.x). Default: versioned.
     * `:version` - `:versioned` or `:legacy`, said directly.
     * `:read_only` - sets the `READ_ONLY` flag (versioned only).
+    * `:stream` - the consumer's CUDA stream (see "Streams"); CUDA tensors
+      only.
   """
   @spec export(Tensor.t(), keyword()) :: t()
   def export(tensor, opts \\ [])
@@ -143,6 +188,8 @@ defmodule TensorBlob.DLPack do
     * `:version` - `:versioned` (default) or `:legacy`: how to read an
       address. A capsule knows its own.
     * `:read_only` - make the tensor read-only even without the flag.
+    * `:stream` - the producer's CUDA stream (see "Streams"); not for
+      `kDLCPU` tensors.
   """
   @spec import(t() | reference() | non_neg_integer(), keyword()) :: Tensor.t()
   def import(capsule_or_address, opts \\ [])
@@ -164,9 +211,12 @@ defmodule TensorBlob.DLPack do
   def consume(capsule), do: translating(do: :tensor_blob.consume_dlpack(source(capsule)))
 
   @doc """
-  The metadata of a capsule's managed tensor (`device`, `dtype`, `ptr`,
-  `shape`, `strides`, `read_only`), read without consuming it and without
-  touching the memory. Raises `ArgumentError` once the capsule is consumed.
+  The metadata of a capsule's managed tensor (`device`, `device_type`,
+  `dtype`, `ptr`, `shape`, `strides`, `read_only`), read without consuming it
+  and without touching the memory. `device_type` is DLPack's (`:cpu`,
+  `:cuda`, `:cuda_host`, `:cuda_managed`); `device` is where libtorch sees
+  the memory once imported. Raises `ArgumentError` once the capsule is
+  consumed.
   """
   @spec info(t() | reference()) :: map()
   def info(capsule), do: translating(do: :tensor_blob.dlpack_info(source(capsule)))

@@ -1,37 +1,67 @@
 defmodule TensorBlob.IPC do
   @moduledoc """
-  Tensors shared between OS processes (CPU: POSIX shared memory).
+  Tensors shared between OS processes: CPU tensors through POSIX shared
+  memory, CUDA tensors through CUDA IPC handles.
 
       # in one OS process
       handle = TensorBlob.IPC.export(t)          # %TensorBlob.IPC.Handle{}
-      send_somehow(handle.handle)                # the region's name, a binary
+      send_somehow(handle)                       # or %{kind: :ipc, handle: ..., address: ...}
 
       # in another
-      t2 = TensorBlob.IPC.open(name, :float32, {1024, 1024})
+      t2 = TensorBlob.IPC.open(handle, :float32, {1024, 1024})
 
-  Within one OS process, to show both ends:
+  Within one OS process, to show both ends (CPU memory):
 
       iex> handle = TensorBlob.IPC.export(TensorBlob.IPC.zeros({4}, :uint8))
       iex> opened = TensorBlob.IPC.open(handle.handle, :uint8, {4})
       iex> TensorBlob.Tensor.write!(opened, <<1, 2, 3, 4>>)
       iex> TensorBlob.Tensor.to_binary(handle.tensor)
       <<1, 2, 3, 4>>
-      iex> TensorBlob.IPC.open(%{handle | address: 0}, :uint8, {4})
-      ** (TensorBlob.Error) handle: a CUDA IPC handle (device 0): CUDA IPC is not supported by this build; only CPU shared memory is
 
   Both tensors map the same memory: writes through one are read through the
-  other. A tensor made by `zeros/2` (or `open/3`) is exported without a copy;
-  any other CPU tensor is copied once into a new region. Regions are created
-  with owner-only permissions (0600).
+  other. Handles follow Nx's `%Nx.Pointer{kind: :ipc}`, and `open/3` takes
+  an `%Nx.Pointer{}` as well.
 
-  The name lives while the exporting handle's tensor is reachable in the
-  exporting VM: open it elsewhere before dropping it (a mapping stays valid
-  after that). Re-exporting a tensor made by `open/3` hands on the same name,
-  which still lives only as long as the creator's tensor. Handles follow Nx's `%Nx.Pointer{kind: :ipc}`: `handle` is
-  the name, `address` is nil for CPU memory (a device index for CUDA), and
-  `open/3` takes an `%Nx.Pointer{}` as well. CUDA IPC handles (an integer
-  `address`) are not supported yet: `open/3` raises `TensorBlob.Error` for
-  them (the Erlang API, `:tensor_blob.ipc_open/3`, decides so for both).
+  ## CPU tensors
+
+  `handle` is the name of a shared-memory region and `address` is nil. A
+  tensor made by `zeros/2` (or `open/3`) is exported without a copy; any
+  other CPU tensor is copied once into a new region. Regions are created
+  with owner-only permissions (0600). The name lives while the exporting
+  handle's tensor is reachable in the exporting VM: open it elsewhere before
+  dropping it (a mapping stays valid after that). Re-exporting a tensor made
+  by `open/3` hands on the same name, which still lives only as long as the
+  creator's tensor.
+
+  ## CUDA tensors
+
+  `handle` is the `cudaIpcMemHandle_t` of the tensor's allocation and
+  `address` is its device index (Torchx's convention). A handle names a
+  whole allocation, and libtorch's caching allocator places tensors inside
+  larger ones, so a tensor that does not start at its allocation's base
+  carries its byte offset: the handle is then 72 bytes (the 64-byte
+  `cudaIpcMemHandle_t`, then the offset as an unsigned 64-bit
+  little-endian integer) instead of 64. A 64-byte handle, Torchx's too,
+  means offset 0; Torchx refuses a 72-byte one rather than read the wrong
+  place.
+
+  Export copies nothing unless the tensor is not contiguous (then a
+  contiguous copy on the device is shared, and is the handle's `tensor`),
+  and waits until the work libtorch queued on the memory is done. `open/3`
+  maps the allocation (`cudaIpcOpenMemHandle`) on the device the handle
+  names, checks that it holds `shape` of `dtype` from the offset, and gives
+  a CUDA tensor whose `Tensor.memory/1` is `:ipc`; the last tensor over the
+  mapping (slices included) closes it, once. `TensorBlob.CUDA.runtime/0`
+  counts open mappings (`ipc_mappings`).
+
+  The exporter must keep the handle's `tensor` reachable until every opener
+  has dropped its tensors: when it is freed, its memory returns to
+  libtorch's allocator, which hands it to the next tensor, and openers would
+  read that. A handle opens only in another OS process (CUDA refuses the
+  exporter's own). Re-exporting a tensor made by `open/3` hands on the
+  exporter's handle. Builds and machines that cannot do CUDA IPC (built
+  with `TB_CUDA=0`, a libtorch without CUDA, no runtime or GPU) raise
+  `TensorBlob.Error` from `open/3`, saying which.
   """
 
   import TensorBlob.Raise
@@ -39,10 +69,20 @@ defmodule TensorBlob.IPC do
   alias TensorBlob.Tensor
 
   defmodule Handle do
-    @moduledoc "An exported region: `handle` (its name), `data_size` in bytes, and the exporter's `tensor`."
+    @moduledoc """
+    An exported tensor: `handle` (a region's name, or a CUDA IPC handle),
+    `address` (nil, or the CUDA device index), `data_size` in bytes, and the
+    exporter's `tensor`, which keeps the memory alive.
+    """
     defstruct kind: :ipc, handle: nil, address: nil, data_size: 0, tensor: nil
 
-    @type t :: %__MODULE__{kind: :ipc, handle: binary(), address: nil, data_size: non_neg_integer(), tensor: Tensor.t()}
+    @type t :: %__MODULE__{
+            kind: :ipc,
+            handle: binary(),
+            address: nil | non_neg_integer(),
+            data_size: non_neg_integer(),
+            tensor: Tensor.t()
+          }
   end
 
   @doc "A tensor of zeros in a new shared-memory region."
@@ -56,18 +96,26 @@ defmodule TensorBlob.IPC do
   @spec reclaim() :: non_neg_integer()
   def reclaim, do: :tensor_blob.ipc_reclaim()
 
-  @doc "A handle for a CPU tensor's memory (copied once unless it was made by `zeros/2` or `open/3`)."
+  @doc """
+  A handle for a tensor's memory: a shared-memory region for a CPU tensor
+  (copied once unless it was made by `zeros/2` or `open/3`), a CUDA IPC
+  handle for a CUDA tensor (no copy unless it is not contiguous).
+  """
   @spec export(Tensor.t()) :: Handle.t()
   def export(tensor) do
-    %{handle: name, data_size: size, tensor: shared} = translating(do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
+    %{handle: handle, address: address, data_size: size, tensor: shared} =
+      translating(do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
+
     shared = if shared == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(shared)
-    %Handle{handle: name, data_size: size, tensor: shared}
+    address = if address == :undefined, do: nil, else: address
+    %Handle{handle: handle, address: address, data_size: size, tensor: shared}
   end
 
   @doc """
-  A tensor over the region a handle names: a `%Handle{}`, an
+  A tensor over the memory a handle names: a `%Handle{}`, an
   `%Nx.Pointer{kind: :ipc}` (or any map with `kind: :ipc` and `handle`), or
-  the name itself. The region must hold `shape` of `dtype`.
+  a region's name. With an integer `address` the handle is a CUDA IPC
+  handle of that device. The memory must hold `shape` of `dtype`.
   """
   @spec open(Handle.t() | map() | binary(), Tensor.dtype(), tuple()) :: Tensor.t()
   def open(handle, dtype, shape) do

@@ -155,7 +155,8 @@ defmodule TensorBlob.Tensor do
   our tensors shares that tensor's storage and answers as it does),
   `:unpinned` (a view the caller answers for), `:dlpack` (a DLPack import:
   the producer's memory), `:binary` (a view of a binary's bytes), `:ipc` (a
-  mapping of a shared-memory region). Slices answer as what they view.
+  mapping of a shared-memory region, or of another process's CUDA memory opened
+  with `TensorBlob.IPC.open/3`). Slices answer as what they view.
   """
   @spec memory(t()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
   def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))

@@ -2,8 +2,16 @@
  * allocator and deleters, no libtorch, and tensor_blob reached only through
  * priv/include/tensor_blob.h. The tests use it to check DLPack both ways
  * and the bridge: exact-once deleters, identical bytes, either side
- * dropped first. */
+ * dropped first. On a GPU machine it is also a CUDA producer and consumer
+ * (device, pinned and managed memory; its own streams), through the CUDA
+ * runtime already loaded in the process (libtorch's), reached with dlsym:
+ * it builds without CUDA headers, and answers no_cuda without a GPU. */
+#define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NOLOAD */
+#include <dlfcn.h>
 #include <erl_nif.h>
+#include <link.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +20,84 @@
 
 static atomic_long produced, freed;
 
-/* One allocation: the managed tensor, its shape, then 64-byte aligned data. */
+/* The CUDA runtime calls used, as plain C types (no CUDA header). */
+static struct {
+    int tried, ok;
+    int (*get_device_count)(int *);
+    int (*malloc_device)(void **, size_t);
+    int (*malloc_host)(void **, size_t);
+    int (*malloc_managed)(void **, size_t, unsigned);
+    int (*free_device)(void *);
+    int (*free_host)(void *);
+    int (*memcpy_sync)(void *, const void *, size_t, int);
+    int (*memcpy_async)(void *, const void *, size_t, int, void *);
+    int (*memset_sync)(void *, int, size_t);
+    int (*memset_async)(void *, int, size_t, void *);
+    int (*stream_create)(void **, unsigned);
+    int (*stream_destroy)(void *);
+    int (*stream_synchronize)(void *);
+    int (*launch_host_func)(void *, void (*)(void *), void *);
+    int (*device_synchronize)(void);
+} cu;
+
+enum { CUDA_MEMCPY_DEFAULT = 4, CUDA_STREAM_NON_BLOCKING = 1, CUDA_MEM_ATTACH_GLOBAL = 1 };
+
+static char runtime_name[512];
+
+static int find_runtime(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+    if (base && strncmp(base + 1, "libcudart.so", 12) == 0) {
+        snprintf(runtime_name, sizeof runtime_name, "%s", info->dlpi_name);
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 when a runtime and a device answer. Called from NIFs only (the BEAM
+ * serialises nothing here; a race only resolves the same symbols twice). */
+static int cuda_ready(void)
+{
+    if (cu.tried)
+        return cu.ok;
+    void *lib = dl_iterate_phdr(find_runtime, NULL) ? dlopen(runtime_name, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    if (!lib)
+        lib = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib) {
+#define SYM(field, name) (*(void **)&cu.field = dlsym(lib, name))
+        SYM(get_device_count, "cudaGetDeviceCount");
+        SYM(malloc_device, "cudaMalloc");
+        SYM(malloc_host, "cudaMallocHost");
+        SYM(malloc_managed, "cudaMallocManaged");
+        SYM(free_device, "cudaFree");
+        SYM(free_host, "cudaFreeHost");
+        SYM(memcpy_sync, "cudaMemcpy");
+        SYM(memcpy_async, "cudaMemcpyAsync");
+        SYM(memset_sync, "cudaMemset");
+        SYM(memset_async, "cudaMemsetAsync");
+        SYM(stream_create, "cudaStreamCreateWithFlags");
+        SYM(stream_destroy, "cudaStreamDestroy");
+        SYM(stream_synchronize, "cudaStreamSynchronize");
+        SYM(launch_host_func, "cudaLaunchHostFunc");
+        SYM(device_synchronize, "cudaDeviceSynchronize");
+#undef SYM
+    }
+    int n = 0;
+    cu.ok = lib && cu.get_device_count && cu.malloc_device && cu.malloc_host && cu.malloc_managed &&
+            cu.free_device && cu.free_host && cu.memcpy_sync && cu.memcpy_async && cu.memset_sync &&
+            cu.memset_async && cu.stream_create && cu.stream_destroy && cu.stream_synchronize &&
+            cu.launch_host_func && cu.device_synchronize && cu.get_device_count(&n) == 0 && n > 0;
+    cu.tried = 1;
+    return cu.ok;
+}
+
+typedef enum { MEM_HOST, MEM_CUDA, MEM_CUDA_HOST, MEM_CUDA_MANAGED } mem_kind;
+
+/* One allocation: the managed tensor, its shape, then the data: 64-byte
+ * aligned host memory, or CUDA memory of the kind said, and the stream
+ * that writes it late (cuda_produce_late), or NULL. */
 typedef struct {
     union {
         tb_DLManagedTensorVersioned versioned;
@@ -20,12 +105,23 @@ typedef struct {
     } m;
     int64_t shape[1];
     void *data;
+    mem_kind kind;
+    void *stream;
 } foreign_tensor;
 
 static void foreign_free(void *ctx)
 {
     foreign_tensor *f = ctx;
-    free(f->data);
+    if (f->stream) {
+        cu.stream_synchronize(f->stream);
+        cu.stream_destroy(f->stream);
+    }
+    if (f->kind == MEM_HOST)
+        free(f->data);
+    else if (f->kind == MEM_CUDA_HOST)
+        cu.free_host(f->data);
+    else
+        cu.free_device(f->data); /* device and managed memory */
     free(f);
     atomic_fetch_add(&freed, 1);
 }
@@ -173,7 +269,164 @@ static ERL_NIF_TERM counters(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     return enif_make_tuple2(env, enif_make_long(env, atomic_load(&produced)), enif_make_long(env, atomic_load(&freed)));
 }
 
+static ERL_NIF_TERM no_cuda(ErlNifEnv *env)
+{
+    return enif_make_atom(env, "no_cuda");
+}
+
+/* A versioned 1-D managed tensor over data (CUDA memory of `kind`). */
+static foreign_tensor *cuda_tensor(void *data, mem_kind kind, int32_t device_type, uint8_t code, uint8_t bits,
+                                   int64_t length)
+{
+    foreign_tensor *f = calloc(1, sizeof *f);
+    f->data = data;
+    f->kind = kind;
+    f->shape[0] = length;
+    f->m.versioned.version.major = 1;
+    f->m.versioned.version.minor = 0;
+    f->m.versioned.manager_ctx = f;
+    f->m.versioned.deleter = delete_versioned;
+    f->m.versioned.dl_tensor = (tb_DLTensor){.data = data,
+                                             .device = {device_type, 0},
+                                             .ndim = 1,
+                                             .dtype = {code, bits, 1},
+                                             .shape = f->shape,
+                                             .strides = NULL,
+                                             .byte_offset = 0};
+    atomic_fetch_add(&produced, 1);
+    return f;
+}
+
+/* cuda_produce(Bytes, cuda | cuda_host | cuda_managed) -> Address | no_cuda:
+ * a versioned 1-D float32 tensor holding a copy of Bytes in device, pinned
+ * host or managed memory (kDLCUDA, kDLCUDAHost, kDLCUDAManaged), the copy
+ * finished before it returns. */
+static ERL_NIF_TERM cuda_produce(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifBinary bin;
+    char kind[16];
+    if (!enif_inspect_binary(env, argv[0], &bin) || bin.size % 4 != 0 || bin.size == 0 ||
+        !enif_get_atom(env, argv[1], kind, sizeof kind, ERL_NIF_LATIN1))
+        return enif_make_badarg(env);
+    if (!cuda_ready())
+        return no_cuda(env);
+    void *p = NULL;
+    mem_kind k;
+    int32_t type;
+    int e;
+    if (strcmp(kind, "cuda_host") == 0) {
+        k = MEM_CUDA_HOST, type = tb_kDLCUDAHost;
+        e = cu.malloc_host(&p, bin.size);
+    } else if (strcmp(kind, "cuda_managed") == 0) {
+        k = MEM_CUDA_MANAGED, type = tb_kDLCUDAManaged;
+        e = cu.malloc_managed(&p, bin.size, CUDA_MEM_ATTACH_GLOBAL);
+    } else {
+        k = MEM_CUDA, type = tb_kDLCUDA;
+        e = cu.malloc_device(&p, bin.size);
+    }
+    if (e != 0)
+        return enif_make_tuple2(env, enif_make_atom(env, "error"), enif_make_int(env, e));
+    cu.memcpy_sync(p, bin.data, bin.size, CUDA_MEMCPY_DEFAULT);
+    cu.device_synchronize();
+    foreign_tensor *f = cuda_tensor(p, k, type, tb_kDLFloat, 32, (int64_t)(bin.size / 4));
+    return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)&f->m);
+}
+
+static void sleep_a_while(void *ms)
+{
+    struct timespec t = {(long)(uintptr_t)ms / 1000, ((long)(uintptr_t)ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* cuda_produce_late(Size, Byte, Ms) -> {Address, Stream} | no_cuda: a
+ * versioned 1-D uint8 kDLCUDA tensor of Size zero bytes, which a stream of
+ * its own (non-blocking: the legacy default stream does not wait for it)
+ * fills with Byte after Ms milliseconds. A consumer that does not wait for
+ * that stream reads zeros. */
+static ERL_NIF_TERM cuda_produce_late(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    unsigned size, byte, ms;
+    if (!enif_get_uint(env, argv[0], &size) || size == 0 || !enif_get_uint(env, argv[1], &byte) || byte > 255 ||
+        !enif_get_uint(env, argv[2], &ms))
+        return enif_make_badarg(env);
+    if (!cuda_ready())
+        return no_cuda(env);
+    void *p = NULL, *stream = NULL;
+    if (cu.malloc_device(&p, size) != 0 || cu.memset_sync(p, 0, size) != 0 ||
+        cu.stream_create(&stream, CUDA_STREAM_NON_BLOCKING) != 0)
+        return enif_make_atom(env, "error");
+    cu.launch_host_func(stream, sleep_a_while, (void *)(uintptr_t)ms);
+    cu.memset_async(p, (int)byte, size, stream);
+    foreign_tensor *f = cuda_tensor(p, MEM_CUDA, tb_kDLCUDA, tb_kDLUInt, 8, size);
+    f->stream = stream;
+    return enif_make_tuple2(env, enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)&f->m),
+                            enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)stream));
+}
+
+/* cuda_stream() -> Stream | no_cuda: a new non-blocking stream. */
+static ERL_NIF_TERM cuda_stream(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    void *stream = NULL;
+    if (!cuda_ready())
+        return no_cuda(env);
+    if (cu.stream_create(&stream, CUDA_STREAM_NON_BLOCKING) != 0)
+        return enif_make_atom(env, "error");
+    return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)stream);
+}
+
+static ERL_NIF_TERM cuda_stream_destroy(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifUInt64 stream;
+    if (!enif_get_uint64(env, argv[0], &stream) || !cuda_ready())
+        return enif_make_badarg(env);
+    cu.stream_synchronize((void *)(uintptr_t)stream);
+    cu.stream_destroy((void *)(uintptr_t)stream);
+    return enif_make_atom(env, "ok");
+}
+
+/* cuda_read(Address, Stream) -> Bytes: a consumer's read of a contiguous
+ * versioned kDLCUDA tensor, queued on its own Stream (as a consumer that
+ * passed Stream to the producer does), then waited for. The tensor stays
+ * the caller's. */
+static ERL_NIF_TERM cuda_read(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_DLManagedTensorVersioned *m = get_managed(env, argv[0]);
+    ErlNifUInt64 stream;
+    if (!m || m->version.major != 1 || m->dl_tensor.device.device_type != tb_kDLCUDA ||
+        !enif_get_uint64(env, argv[1], &stream) || !cuda_ready())
+        return enif_make_badarg(env);
+    const tb_DLTensor *t = &m->dl_tensor;
+    size_t n = (size_t)t->dtype.bits / 8;
+    for (int i = 0; i < t->ndim; i++)
+        n *= (size_t)t->shape[i];
+    ERL_NIF_TERM bytes;
+    unsigned char *out = enif_make_new_binary(env, n, &bytes);
+    void *staging = NULL;
+    if (n > 0) {
+        /* Pinned staging, so the copy is truly queued on the stream. */
+        if (cu.malloc_host(&staging, n) != 0)
+            return enif_make_atom(env, "error");
+        cu.memcpy_async(staging, (const char *)t->data + t->byte_offset, n, CUDA_MEMCPY_DEFAULT,
+                        (void *)(uintptr_t)stream);
+        cu.stream_synchronize((void *)(uintptr_t)stream);
+        memcpy(out, staging, n);
+        cu.free_host(staging);
+    }
+    return bytes;
+}
+
 static ErlNifFunc funcs[] = {
+    {"cuda_produce", 2, cuda_produce, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_produce_late", 3, cuda_produce_late, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_stream", 0, cuda_stream, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_stream_destroy", 1, cuda_stream_destroy, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_read", 2, cuda_read, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"produce", 2, produce, 0},
     {"read", 1, read_tensor, 0},
     {"release", 1, release, 0},

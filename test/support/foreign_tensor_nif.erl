@@ -4,7 +4,8 @@
 %% FOREIGN_TENSOR_NIF names another build (without .so).
 -module(foreign_tensor_nif).
 
--export([produce/2, read/1, release/1, take/2, take_with_version/2, counters/0]).
+-export([produce/2, read/1, release/1, take/2, take_with_version/2, counters/0,
+         cuda_produce/2, cuda_produce_late/3, cuda_stream/0, cuda_stream_destroy/1, cuda_read/2]).
 
 -on_load(init/0).
 
@@ -23,3 +24,8 @@ release(_) -> ?NOT_LOADED.
 take(_, _) -> ?NOT_LOADED.
 take_with_version(_, _) -> ?NOT_LOADED.
 counters() -> ?NOT_LOADED.
+cuda_produce(_, _) -> ?NOT_LOADED.
+cuda_produce_late(_, _, _) -> ?NOT_LOADED.
+cuda_stream() -> ?NOT_LOADED.
+cuda_stream_destroy(_) -> ?NOT_LOADED.
+cuda_read(_, _) -> ?NOT_LOADED.

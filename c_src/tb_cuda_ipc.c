@@ -1,0 +1,131 @@
+#include "tb_cuda_ipc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tb_cuda.h"
+#include "tb_cuda_handle.h"
+#include "tb_storage.h"
+#include "tb_stream.h"
+#include "tb_tensor.h"
+#include "tb_term.h"
+
+/* The storage of a tensor over an opened handle. Its kind is that of a
+ * shared-memory region (ipc), told apart by its CUDA device. */
+typedef struct {
+    tb_storage header; /* TB_MEMORY_IPC */
+    tb_cuda_mapping map;
+    tb_cuda_handle handle; /* what opened it: a re-export hands it on */
+} tb_cuda_ipc;
+
+static void release_mapping(tb_storage *s)
+{
+    tb_cuda_ipc *m = (tb_cuda_ipc *)s;
+    tb_cuda_handle_close(tb_cuda_ops_get(), &m->map);
+    tb_cuda_mappings_add(-1);
+    free(m);
+}
+
+/* The mapping a tensor views, or NULL. */
+static const tb_cuda_ipc *mapping_of(const tb_shim_info *info)
+{
+    const tb_storage *s = tb_storage_of(info);
+    return s && s->kind == TB_MEMORY_IPC && info->device_type == TB_DEVICE_CUDA ? (const tb_cuda_ipc *)s : NULL;
+}
+
+ERL_NIF_TERM tb_nif_cuda_ipc_export(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_tensor_desc d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
+        return exc;
+    if (d.info.device_type != TB_DEVICE_CUDA)
+        return tb_raise_badarg(env, "tensor: a CPU tensor; CUDA IPC shares CUDA tensors (CPU tensors are shared "
+                                    "through shared memory)");
+    const char *e = tb_cuda_ipc_unavailable();
+    if (e)
+        return tb_raise_error(env, "ipc: %s", e);
+    if (d.dense_bytes == 0)
+        return tb_raise_badarg(env, "tensor: it has no elements, so no device memory to share");
+
+    /* An opener reads dtype and shape row-major from the handle's offset. */
+    ERL_NIF_TERM shared = argv[0];
+    if (!d.info.is_contiguous) {
+        tb_shim_tensor *copy;
+        tb_shim_error err;
+        if (!tb_shim_contiguous(d.tensor->handle, &copy, &err))
+            return tb_raise_error(env, "ipc: a contiguous copy for export failed: %s", err.message);
+        if (!tb_tensor_make(env, copy, &shared, &exc))
+            return exc;
+        tb_tensor_describe(copy, &d);
+    }
+    const tb_cuda_ops *ops = tb_cuda_ops_get();
+    /* What this process queued on the memory is done before another reads it. */
+    if ((e = tb_stream_host_wait_torch(ops, d.info.device_index)))
+        return tb_raise_error(env, "ipc: %s", e);
+
+    tb_cuda_handle handle;
+    const tb_cuda_ipc *opened = mapping_of(&d.info);
+    if (opened) {
+        /* Memory this process opened: its exporter's handle, handed on. */
+        handle = opened->handle;
+        handle.offset = (uint64_t)(uintptr_t)d.info.data - opened->map.base;
+    } else if ((e = tb_cuda_handle_export(ops, (uint64_t)(uintptr_t)d.info.data, d.dense_bytes, &handle))) {
+        return tb_raise_error(env, "ipc: %s", e);
+    }
+    unsigned char bytes[TB_CUDA_HANDLE_MAX_BYTES];
+    size_t n = tb_cuda_handle_encode(&handle, bytes);
+    ERL_NIF_TERM bin;
+    memcpy(enif_make_new_binary(env, n, &bin), bytes, n);
+    return enif_make_tuple4(env, bin, enif_make_int(env, d.info.device_index), enif_make_uint64(env, d.dense_bytes),
+                            shared);
+}
+
+ERL_NIF_TERM tb_nif_cuda_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    /* A build or machine that cannot open any handle says so first. */
+    const char *e = tb_cuda_ipc_unavailable();
+    if (e)
+        return tb_raise_error(env, "handle: a CUDA IPC handle (device %T): %s", argv[1], e);
+    ErlNifBinary bin;
+    tb_cuda_handle handle;
+    if (!enif_inspect_binary(env, argv[0], &bin) || !tb_cuda_handle_decode(bin.data, bin.size, &handle))
+        return tb_raise_badarg(env, "handle: expected a CUDA IPC handle (64 bytes, or 72 with an offset), got %T",
+                               argv[0]);
+    int device, count = tb_cuda_device_count();
+    if (!enif_get_int(env, argv[1], &device) || device < 0)
+        return tb_raise_badarg(env, "address: expected the exporter's CUDA device index, got %T", argv[1]);
+    if (device >= count)
+        return tb_raise_badarg(env, "address: CUDA device %d does not exist here (%d found)", device, count);
+    tb_dense d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_get_dense(env, argv[3], argv[2], &d, &exc))
+        return exc;
+
+    /* malloc: the deleter may run on any thread. */
+    tb_cuda_ipc *m = malloc(sizeof *m);
+    if (!m)
+        return tb_raise_error(env, "ipc: out of memory");
+    int caller_fault;
+    if ((e = tb_cuda_handle_open(tb_cuda_ops_get(), &handle, device, d.check.byte_size, &m->map, &caller_fault))) {
+        free(m);
+        if (caller_fault)
+            return tb_raise_badarg(env, "shape: %T of %s: %s", argv[3], tb_dtypes[d.dtype].name, e);
+        return tb_raise_error(env, "ipc: %s", e);
+    }
+    m->handle = handle;
+    tb_storage_init(&m->header, TB_MEMORY_IPC, 0, release_mapping);
+    tb_cuda_mappings_add(1);
+    const tb_layout *l = &d.layout;
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    /* The shim owns the storage from here: the mapping is closed when
+     * libtorch frees it, or at once if the call fails. */
+    if (!tb_shim_from_blob((void *)(uintptr_t)m->map.data, l->ndim, l->shape, l->strides,
+                           tb_dtypes[d.dtype].torch_scalar_type, TB_DEVICE_CUDA, m->map.device, &m->header,
+                           tb_storage_release, &h, &err))
+        return tb_raise_error(env, "ipc: %s", err.message);
+    return tb_tensor_return(env, h);
+}

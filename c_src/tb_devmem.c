@@ -1,0 +1,112 @@
+#include "tb_devmem.h"
+
+#include <stdio.h>
+
+#include "tensor_blob_dlpack.h"
+#include "torch_shim.h"
+
+const char *tb_devmem_kind_name(tb_mem_kind kind)
+{
+    switch (kind) {
+    case TB_MEM_HOST: return "host";
+    case TB_MEM_PINNED_HOST: return "pinned host";
+    case TB_MEM_DEVICE: return "device";
+    case TB_MEM_MANAGED: return "managed";
+    default: return "unknown";
+    }
+}
+
+int tb_devmem_needs_answer(int declared_type, int declared_index, int device_count)
+{
+    /* Asking costs a runtime call: only where a GPU could own the pointer. */
+    if (declared_type == TB_DEVICE_CPU)
+        return device_count > 0;
+    return declared_index >= 0 && declared_index < device_count;
+}
+
+static int no_such_device(int index, int device_count, char *why, size_t why_size)
+{
+    snprintf(why, why_size, "CUDA device %d does not exist (%d found)", index, device_count);
+    return 0;
+}
+
+int tb_devmem_verdict(int declared_type, int declared_index, int device_count, const tb_mem_answer *a, char *why,
+                      size_t why_size)
+{
+    if (declared_type == TB_DEVICE_CUDA && (declared_index < 0 || declared_index >= device_count))
+        return no_such_device(declared_index, device_count, why, why_size);
+    if (!tb_devmem_needs_answer(declared_type, declared_index, device_count))
+        return 1;
+    if (a->kind == TB_MEM_UNKNOWN && a->error && declared_type == TB_DEVICE_CUDA) {
+        /* A freed device pointer, for one: say what the runtime said. */
+        snprintf(why, why_size, "the CUDA runtime does not know it as memory of {:cuda, %d}: %s", declared_index,
+                 a->error);
+        return 0;
+    }
+    if (a->kind == TB_MEM_UNKNOWN || a->kind == TB_MEM_MANAGED)
+        return 1; /* managed memory is valid on the host and on its device */
+    if (declared_type == TB_DEVICE_CPU) {
+        if (a->kind != TB_MEM_DEVICE)
+            return 1;
+        snprintf(why, why_size, "memory of CUDA device %d, declared :cpu", a->device);
+        return 0;
+    }
+    if (a->kind != TB_MEM_DEVICE) {
+        snprintf(why, why_size, "%s memory, declared {:cuda, %d}", tb_devmem_kind_name(a->kind), declared_index);
+        return 0;
+    }
+    if (a->device != declared_index) {
+        snprintf(why, why_size, "memory of CUDA device %d, declared {:cuda, %d}", a->device, declared_index);
+        return 0;
+    }
+    return 1;
+}
+
+void tb_devmem_dlpack_placement(int32_t dl_type, int32_t dl_id, tb_dl_placement *out)
+{
+    int cuda = dl_type == tb_kDLCUDA || dl_type == tb_kDLCUDAManaged;
+    *out = (tb_dl_placement){.type = cuda ? TB_DEVICE_CUDA : TB_DEVICE_CPU,
+                             .index = cuda ? dl_id : 0,
+                             .needs_cuda_torch = cuda};
+}
+
+int tb_devmem_dlpack_needs_answer(int32_t dl_type, int32_t dl_id, int device_count)
+{
+    switch (dl_type) {
+    case tb_kDLCUDA:
+    case tb_kDLCUDAManaged:
+        return tb_devmem_needs_answer(TB_DEVICE_CUDA, dl_id, device_count);
+    default:
+        return tb_devmem_needs_answer(TB_DEVICE_CPU, 0, device_count);
+    }
+}
+
+int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int device_count, const tb_mem_answer *a, char *why,
+                             size_t why_size)
+{
+    switch (dl_type) {
+    case tb_kDLCUDA:
+        return tb_devmem_verdict(TB_DEVICE_CUDA, dl_id, device_count, a, why, why_size);
+    case tb_kDLCUDAHost:
+        /* Host-readable unless the runtime says it is on a device. */
+        if (tb_devmem_needs_answer(TB_DEVICE_CPU, 0, device_count) && a->kind == TB_MEM_DEVICE) {
+            snprintf(why, why_size, "memory of CUDA device %d, labelled kDLCUDAHost (pinned host memory)",
+                     a->device);
+            return 0;
+        }
+        return 1;
+    case tb_kDLCUDAManaged:
+        if (dl_id < 0 || dl_id >= device_count)
+            return no_such_device(dl_id, device_count, why, why_size);
+        if (a->kind == TB_MEM_MANAGED)
+            return 1;
+        if (a->kind == TB_MEM_UNKNOWN)
+            snprintf(why, why_size, "the CUDA runtime does not know it as managed memory: %s",
+                     a->error ? a->error : "no answer");
+        else
+            snprintf(why, why_size, "%s memory, labelled kDLCUDAManaged", tb_devmem_kind_name(a->kind));
+        return 0;
+    default:
+        return tb_devmem_verdict(TB_DEVICE_CPU, 0, device_count, a, why, why_size);
+    }
+}

@@ -1,0 +1,58 @@
+/* Which memory a pointer must be, and whether the CUDA runtime's answer
+ * says it is: the decisions of the pointer checks of from_blob and of
+ * DLPack imports, apart from the runtime that answers (tb_cuda.c asks it).
+ * Pure C; unit-tested in c_test/test_cuda.c.
+ *
+ * DLPack devices and the device libtorch sees:
+ *   kDLCPU          :cpu; refused when the runtime says device memory
+ *   kDLCUDA         {:cuda, device_id}; the runtime must say device memory
+ *                   of that device
+ *   kDLCUDAHost     :cpu (pinned host memory is host memory); refused only
+ *                   when the runtime says device memory
+ *   kDLCUDAManaged  {:cuda, device_id}: the device the producer named, where
+ *                   libtorch runs its kernels; the runtime must say managed
+ *                   memory. (The host may read managed memory too: view its
+ *                   pointer with from_blob and device :cpu.) */
+#ifndef TB_DEVMEM_H
+#define TB_DEVMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tb_cuda_ops.h"
+
+/* The runtime's answer about a pointer: kind TB_MEM_UNKNOWN when it could
+ * not tell, with its message in error when it answered with one. */
+typedef struct {
+    tb_mem_kind kind;
+    int device;
+    const char *error;
+} tb_mem_answer;
+
+/* "host", "pinned host", "device", "managed" or "unknown". */
+const char *tb_devmem_kind_name(tb_mem_kind kind);
+
+/* 1 when the runtime must be asked about memory declared as a device
+ * (TB_DEVICE_CPU or TB_DEVICE_CUDA, index): not for CPU memory on a
+ * machine without GPUs, nor for a CUDA device that does not exist. */
+int tb_devmem_needs_answer(int declared_type, int declared_index, int device_count);
+/* from_blob: 1 when the memory may be viewed as the declared device;
+ * otherwise 0 and why. `a` is ignored when no answer was needed. */
+int tb_devmem_verdict(int declared_type, int declared_index, int device_count, const tb_mem_answer *a, char *why,
+                      size_t why_size);
+
+/* Where libtorch sees the memory of a DLPack device type (one that
+ * tb_dlpack_check accepts). */
+typedef struct {
+    int type, index;     /* TB_DEVICE_CPU or TB_DEVICE_CUDA, and its index */
+    int needs_cuda_torch; /* the view is a CUDA tensor */
+} tb_dl_placement;
+
+void tb_devmem_dlpack_placement(int32_t dl_type, int32_t dl_id, tb_dl_placement *out);
+int tb_devmem_dlpack_needs_answer(int32_t dl_type, int32_t dl_id, int device_count);
+/* 1 when the memory may be imported as its DLPack device says; otherwise
+ * 0 and why. */
+int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int device_count, const tb_mem_answer *a, char *why,
+                             size_t why_size);
+
+#endif

@@ -1,0 +1,642 @@
+/* Unit tests of the CUDA logic that runs without a GPU: the pointer-check
+ * decisions (tb_devmem), the stream contract (tb_stream) and CUDA IPC
+ * handles (tb_cuda_handle). The runtime and libtorch's stream calls are a
+ * stand-in defined here, compiled only into this test program: it keeps
+ * fake allocations, a current device, events and a log of the calls, and
+ * fails the call it is told to. What only a real GPU can show (that the
+ * runtime does what the stand-in does) is for the :cuda ExUnit tests. */
+#include "tb_cuda_handle.h"
+#include "tb_cuda_ops.h"
+#include "tb_devmem.h"
+#include "tb_stream.h"
+#include "tensor_blob_dlpack.h"
+#include "torch_shim.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+/* ---- The stand-in runtime --------------------------------------------- */
+
+typedef struct {
+    uint64_t base, size;
+    tb_mem_kind kind;
+    int device;
+    unsigned char handle[TB_CUDA_IPC_HANDLE_SIZE]; /* what an export of it gives */
+    int opened;                                    /* mapped here from another process */
+} fake_allocation;
+
+static struct {
+    fake_allocation allocations[8];
+    int allocation_count;
+    int device;          /* current */
+    int torch_default;   /* libtorch's current stream is the default one */
+    int events_live;     /* created and not destroyed */
+    int opened, closed;  /* IPC handles */
+    const char *fail;    /* the call that fails next, by name */
+    char log[2048];
+} rt;
+
+static void reset(void)
+{
+    memset(&rt, 0, sizeof rt);
+    rt.torch_default = 1;
+}
+
+static void logged(const char *fmt, unsigned long long a, unsigned long long b)
+{
+    size_t n = strlen(rt.log);
+    snprintf(rt.log + n, sizeof rt.log - n, fmt, a, b);
+    n = strlen(rt.log);
+    snprintf(rt.log + n, sizeof rt.log - n, " ");
+}
+
+static const char *maybe_fail(const char *call)
+{
+    if (rt.fail && strcmp(rt.fail, call) == 0) {
+        rt.fail = NULL;
+        return "injected failure";
+    }
+    return NULL;
+}
+
+static fake_allocation *allocate(uint64_t base, uint64_t size, tb_mem_kind kind, int device)
+{
+    fake_allocation *a = &rt.allocations[rt.allocation_count++];
+    *a = (fake_allocation){.base = base, .size = size, .kind = kind, .device = device};
+    for (int i = 0; i < TB_CUDA_IPC_HANDLE_SIZE; i++)
+        a->handle[i] = (unsigned char)(rt.allocation_count * 16 + i);
+    return a;
+}
+
+static fake_allocation *find(uint64_t ptr)
+{
+    for (int i = 0; i < rt.allocation_count; i++)
+        if (ptr >= rt.allocations[i].base && ptr - rt.allocations[i].base < rt.allocations[i].size)
+            return &rt.allocations[i];
+    return NULL;
+}
+
+static const char *get_device(int *device)
+{
+    *device = rt.device;
+    return maybe_fail("get_device");
+}
+
+static const char *set_device(int device)
+{
+    logged("set_device(%llu)", (unsigned long long)device, 0);
+    const char *e = maybe_fail("set_device");
+    if (!e)
+        rt.device = device;
+    return e;
+}
+
+static const char *pointer_kind(uint64_t ptr, tb_mem_kind *kind, int *device)
+{
+    fake_allocation *a = find(ptr);
+    *kind = a ? a->kind : TB_MEM_HOST;
+    *device = a ? a->device : -1;
+    return maybe_fail("pointer_kind");
+}
+
+static const char *address_range(uint64_t ptr, uint64_t *base, uint64_t *size)
+{
+    const char *e = maybe_fail("address_range");
+    fake_allocation *a = find(ptr);
+    if (e || !a)
+        return e ? e : "not a device pointer";
+    *base = a->base;
+    *size = a->size;
+    return NULL;
+}
+
+static const char *ipc_get_handle(uint64_t base, unsigned char handle[TB_CUDA_IPC_HANDLE_SIZE])
+{
+    logged("ipc_get(%#llx)", base, 0);
+    const char *e = maybe_fail("ipc_get_handle");
+    fake_allocation *a = find(base);
+    if (e || !a || a->base != base)
+        return e ? e : "invalid argument: not an allocation's base";
+    memcpy(handle, a->handle, TB_CUDA_IPC_HANDLE_SIZE);
+    return NULL;
+}
+
+static const char *ipc_open_handle(const unsigned char handle[TB_CUDA_IPC_HANDLE_SIZE], uint64_t *base)
+{
+    logged("ipc_open(on %llu)", (unsigned long long)rt.device, 0);
+    const char *e = maybe_fail("ipc_open_handle");
+    if (e)
+        return e;
+    for (int i = 0; i < rt.allocation_count; i++)
+        if (memcmp(rt.allocations[i].handle, handle, TB_CUDA_IPC_HANDLE_SIZE) == 0) {
+            rt.allocations[i].opened++;
+            rt.opened++;
+            *base = rt.allocations[i].base;
+            return NULL;
+        }
+    return "invalid resource handle";
+}
+
+static const char *ipc_close_handle(uint64_t base)
+{
+    logged("ipc_close(%#llx)", base, 0);
+    fake_allocation *a = find(base);
+    if (!a || a->opened == 0)
+        return "invalid argument";
+    a->opened--;
+    rt.closed++;
+    return NULL;
+}
+
+static int event_tokens[64], next_event;
+
+static const char *event_create(void **event)
+{
+    const char *e = maybe_fail("event_create");
+    if (e)
+        return e;
+    *event = &event_tokens[next_event++ % 64];
+    rt.events_live++;
+    logged("event_create", 0, 0);
+    return NULL;
+}
+
+static const char *event_record(void *event, uintptr_t stream)
+{
+    (void)event;
+    logged("event_record(%#llx)", (unsigned long long)stream, 0);
+    return maybe_fail("event_record");
+}
+
+static const char *event_synchronize(void *event)
+{
+    (void)event;
+    logged("event_synchronize", 0, 0);
+    return maybe_fail("event_synchronize");
+}
+
+static const char *event_destroy(void *event)
+{
+    (void)event;
+    rt.events_live--;
+    logged("event_destroy", 0, 0);
+    return NULL;
+}
+
+static const char *stream_wait_event(uintptr_t stream, void *event)
+{
+    (void)event;
+    logged("stream_wait(%#llx on %llu)", (unsigned long long)stream, (unsigned long long)rt.device);
+    return maybe_fail("stream_wait_event");
+}
+
+static const char *stream_synchronize(uintptr_t stream)
+{
+    logged("stream_synchronize(%#llx on %llu)", (unsigned long long)stream, (unsigned long long)rt.device);
+    return maybe_fail("stream_synchronize");
+}
+
+static int torch_stream_is_default(int device)
+{
+    (void)device;
+    return rt.torch_default;
+}
+
+static const char *torch_record_event(int device, void **event)
+{
+    logged("torch_record(%llu)", (unsigned long long)device, 0);
+    const char *e = maybe_fail("torch_record_event");
+    if (e)
+        return e;
+    *event = &event_tokens[next_event++ % 64];
+    rt.events_live++;
+    return NULL;
+}
+
+static const char *torch_wait_event(int device, void *event)
+{
+    (void)event;
+    logged("torch_wait(%llu)", (unsigned long long)device, 0);
+    return maybe_fail("torch_wait_event");
+}
+
+static void torch_destroy_event(int device, void *event)
+{
+    (void)event;
+    (void)device;
+    rt.events_live--;
+    logged("torch_destroy", 0, 0);
+}
+
+static const tb_cuda_ops fake = {
+    .get_device = get_device,
+    .set_device = set_device,
+    .pointer_kind = pointer_kind,
+    .address_range = address_range,
+    .ipc_get_handle = ipc_get_handle,
+    .ipc_open_handle = ipc_open_handle,
+    .ipc_close_handle = ipc_close_handle,
+    .event_create = event_create,
+    .event_record = event_record,
+    .event_synchronize = event_synchronize,
+    .event_destroy = event_destroy,
+    .stream_wait_event = stream_wait_event,
+    .stream_synchronize = stream_synchronize,
+    .torch_stream_is_default = torch_stream_is_default,
+    .torch_record_event = torch_record_event,
+    .torch_wait_event = torch_wait_event,
+    .torch_destroy_event = torch_destroy_event,
+};
+
+#define CHECK_LOG(expected)                                                              \
+    do {                                                                                 \
+        checks++;                                                                        \
+        if (strcmp(rt.log, expected) != 0) {                                             \
+            failures++;                                                                  \
+            printf("%s:%d: log \"%s\", expected \"%s\"\n", __FILE__, __LINE__, rt.log, expected); \
+        }                                                                                \
+    } while (0)
+
+/* Evaluates text once: it may be a call. */
+#define CHECK_CONTAINS(text, part)                                                          \
+    do {                                                                                    \
+        const char *text_ = (text);                                                         \
+        checks++;                                                                           \
+        if (!text_ || !strstr(text_, (part))) {                                             \
+            failures++;                                                                     \
+            printf("%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,       \
+                   text_ ? text_ : "(null)", (part));                                      \
+        }                                                                                   \
+    } while (0)
+
+/* ---- Pointer checks ----------------------------------------------------- */
+
+static tb_mem_answer answer(tb_mem_kind kind, int device, const char *error)
+{
+    return (tb_mem_answer){kind, device, error};
+}
+
+static void test_pointer_checks(void)
+{
+    char why[200];
+    tb_mem_answer a;
+
+    /* Without GPUs a CPU pointer is not asked about; a CUDA one is refused. */
+    CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CPU, 0, 0), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 0, NULL, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CUDA, 0, 0), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 0, NULL, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "CUDA device 0 does not exist (0 found)");
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, -1, 2, NULL, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "CUDA device -1 does not exist");
+
+    /* With one, both are asked about. */
+    CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CPU, 0, 1), 1);
+    CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CUDA, 0, 1), 1);
+    CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CUDA, 1, 1), 0);
+
+    a = answer(TB_MEM_DEVICE, 0, NULL);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "memory of CUDA device 0, declared :cpu");
+    a = answer(TB_MEM_DEVICE, 1, NULL);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 2, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "memory of CUDA device 1, declared {:cuda, 0}");
+
+    a = answer(TB_MEM_PINNED_HOST, 0, NULL);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "pinned host memory, declared {:cuda, 0}");
+    a = answer(TB_MEM_HOST, -1, NULL);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "host memory, declared {:cuda, 0}");
+
+    /* Managed memory is valid on both sides. */
+    a = answer(TB_MEM_MANAGED, 0, NULL);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 1);
+
+    /* A runtime error (a freed pointer) is told for CUDA memory; a CPU
+     * pointer the runtime cannot place is host memory. */
+    a = answer(TB_MEM_UNKNOWN, -1, "invalid argument");
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "does not know it as memory of {:cuda, 0}: invalid argument");
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
+}
+
+static void test_dlpack_devices(void)
+{
+    char why[200];
+    tb_dl_placement p;
+    tb_mem_answer a;
+
+    tb_devmem_dlpack_placement(tb_kDLCPU, 0, &p);
+    CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && !p.needs_cuda_torch);
+    tb_devmem_dlpack_placement(tb_kDLCUDA, 1, &p);
+    CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.needs_cuda_torch);
+    /* Pinned host memory is a CPU tensor; managed memory a CUDA one. */
+    tb_devmem_dlpack_placement(tb_kDLCUDAHost, 0, &p);
+    CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && !p.needs_cuda_torch);
+    tb_devmem_dlpack_placement(tb_kDLCUDAManaged, 1, &p);
+    CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.needs_cuda_torch);
+
+    /* kDLCUDAHost: host memory of any kind, never device memory. */
+    CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAHost, 0, 0), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, 0, NULL, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAHost, 0, 1), 1);
+    for (tb_mem_kind k = TB_MEM_UNKNOWN; k <= TB_MEM_MANAGED; k++) {
+        a = answer(k, 0, NULL);
+        CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, 1, &a, why, sizeof why), k != TB_MEM_DEVICE);
+    }
+    CHECK_CONTAINS(why, "memory of CUDA device 0, labelled kDLCUDAHost");
+
+    /* kDLCUDAManaged: the runtime must say managed, on an existing device. */
+    a = answer(TB_MEM_MANAGED, 0, NULL);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 1, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "CUDA device 1 does not exist (1 found)");
+    CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAManaged, 0, 0), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 0, NULL, why, sizeof why), 0);
+    a = answer(TB_MEM_DEVICE, 0, NULL);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "device memory, labelled kDLCUDAManaged");
+    a = answer(TB_MEM_HOST, -1, NULL);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "host memory, labelled kDLCUDAManaged");
+    a = answer(TB_MEM_UNKNOWN, -1, "invalid argument");
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "does not know it as managed memory: invalid argument");
+
+    /* kDLCUDA and kDLCPU follow from_blob's checks. */
+    a = answer(TB_MEM_PINNED_HOST, 0, NULL);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "pinned host memory, declared {:cuda, 0}");
+    a = answer(TB_MEM_DEVICE, 0, NULL);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCPU, 0, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "declared :cpu");
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, -3, 1, &a, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "CUDA device -3 does not exist");
+}
+
+/* ---- The stream contract ------------------------------------------------ */
+
+static void test_stream_parse(void)
+{
+    tb_stream s;
+    const char *why = NULL;
+    CHECK(tb_stream_parse(0, 0, &s, &why) && !s.given && s.sync && s.handle == TB_STREAM_LEGACY);
+    CHECK(tb_stream_parse(1, -1, &s, &why) && s.given && !s.sync);
+    CHECK(tb_stream_parse(1, 1, &s, &why) && s.sync && s.handle == TB_STREAM_LEGACY);
+    CHECK(tb_stream_parse(1, 2, &s, &why) && s.sync && s.handle == TB_STREAM_PER_THREAD);
+    CHECK(tb_stream_parse(1, 0x7f0012345600, &s, &why) && s.sync && s.handle == (uintptr_t)0x7f0012345600);
+    CHECK(!tb_stream_parse(1, 0, &s, &why));
+    CHECK_CONTAINS(why, "0 is ambiguous");
+    why = NULL;
+    CHECK(!tb_stream_parse(1, -2, &s, &why));
+    CHECK_CONTAINS(why, "expected -1");
+}
+
+static tb_stream stream_of(int given, int64_t value)
+{
+    tb_stream s;
+    const char *why;
+    CHECK(tb_stream_parse(given, value, &s, &why));
+    return s;
+}
+
+static void test_stream_export(void)
+{
+    tb_stream s;
+
+    /* No stream named, libtorch on its default stream: the same (legacy
+     * default) stream, nothing to order. Likewise -1. */
+    reset();
+    s = stream_of(0, 0);
+    CHECK(tb_stream_export(&fake, 0, &s) == NULL);
+    CHECK_LOG("");
+    s = stream_of(1, -1);
+    CHECK(tb_stream_export(&fake, 0, &s) == NULL);
+    CHECK_LOG("");
+
+    /* libtorch on another stream: the legacy stream of the tensor's device
+     * waits for an event recorded on it; the caller's device comes back. */
+    reset();
+    rt.device = 1;
+    rt.torch_default = 0;
+    s = stream_of(0, 0);
+    CHECK(tb_stream_export(&fake, 0, &s) == NULL);
+    CHECK_LOG("torch_record(0) set_device(0) stream_wait(0x1 on 0) set_device(1) torch_destroy ");
+    CHECK_EQ(rt.events_live, 0);
+    CHECK_EQ(rt.device, 1);
+
+    /* A consumer's own stream always waits. */
+    reset();
+    s = stream_of(1, 0x5000);
+    CHECK(tb_stream_export(&fake, 0, &s) == NULL);
+    CHECK_LOG("torch_record(0) set_device(0) stream_wait(0x5000 on 0) torch_destroy ");
+    s = stream_of(1, 2);
+    rt.log[0] = 0;
+    CHECK(tb_stream_export(&fake, 0, &s) == NULL);
+    CHECK_LOG("torch_record(0) set_device(0) stream_wait(0x2 on 0) torch_destroy ");
+    CHECK_EQ(rt.events_live, 0);
+
+    /* Failures name the call and the runtime's message; the event is
+     * destroyed all the same, and nothing is left half done. */
+    reset();
+    s = stream_of(1, 0x5000);
+    rt.fail = "stream_wait_event";
+    const char *e = tb_stream_export(&fake, 0, &s);
+    CHECK_CONTAINS(e, "cudaStreamWaitEvent on the consumer's stream: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+    rt.fail = "torch_record_event";
+    e = tb_stream_export(&fake, 0, &s);
+    CHECK_CONTAINS(e, "recording an event on libtorch's current stream: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+
+    /* A runtime without the call says so. */
+    tb_cuda_ops partial = fake;
+    partial.stream_wait_event = NULL;
+    e = tb_stream_export(&partial, 0, &s);
+    CHECK_CONTAINS(e, "lacks the call stream_wait_event");
+}
+
+static void test_stream_import(void)
+{
+    tb_stream s;
+
+    reset();
+    s = stream_of(0, 0);
+    CHECK(tb_stream_import(&fake, 0, &s) == NULL);
+    CHECK_LOG("");
+
+    /* The producer's stream: an event recorded on it, on the data's device,
+     * and libtorch's current stream waits for it. */
+    reset();
+    s = stream_of(1, 0x7000);
+    CHECK(tb_stream_import(&fake, 1, &s) == NULL);
+    CHECK_LOG("set_device(1) event_create event_record(0x7000) set_device(0) torch_wait(1) event_destroy ");
+    CHECK_EQ(rt.events_live, 0);
+    CHECK_EQ(rt.device, 0);
+
+    reset();
+    rt.fail = "event_record";
+    CHECK_CONTAINS(tb_stream_import(&fake, 0, &s), "cudaEventRecord on the producer's stream: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+    rt.fail = "torch_wait_event";
+    CHECK_CONTAINS(tb_stream_import(&fake, 0, &s), "making libtorch's current stream wait: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+    rt.fail = "event_create";
+    CHECK_CONTAINS(tb_stream_import(&fake, 0, &s), "cudaEventCreateWithFlags: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+
+    /* Pinned host memory: the host waits for a named stream only. */
+    reset();
+    s = stream_of(0, 0);
+    CHECK(tb_stream_host_wait(&fake, 0, &s) == NULL);
+    s = stream_of(1, -1);
+    CHECK(tb_stream_host_wait(&fake, 0, &s) == NULL);
+    CHECK_LOG("");
+    s = stream_of(1, 0x7000);
+    CHECK(tb_stream_host_wait(&fake, 0, &s) == NULL);
+    CHECK_LOG("set_device(0) stream_synchronize(0x7000 on 0) ");
+
+    /* An IPC export: the host waits for libtorch's current stream. */
+    reset();
+    CHECK(tb_stream_host_wait_torch(&fake, 0) == NULL);
+    CHECK_LOG("torch_record(0) event_synchronize torch_destroy ");
+    CHECK_EQ(rt.events_live, 0);
+    rt.fail = "event_synchronize";
+    CHECK_CONTAINS(tb_stream_host_wait_torch(&fake, 0), "cudaEventSynchronize: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+}
+
+/* ---- CUDA IPC handles ---------------------------------------------------- */
+
+static void test_handle_encoding(void)
+{
+    tb_cuda_handle h, back;
+    unsigned char bytes[TB_CUDA_HANDLE_MAX_BYTES];
+    for (int i = 0; i < TB_CUDA_IPC_HANDLE_SIZE; i++)
+        h.raw[i] = (unsigned char)(i * 3 + 1);
+
+    /* At the allocation's base: the 64 bytes Torchx reads. */
+    h.offset = 0;
+    CHECK_EQ(tb_cuda_handle_encode(&h, bytes), 64);
+    CHECK(memcmp(bytes, h.raw, 64) == 0);
+    CHECK(tb_cuda_handle_decode(bytes, 64, &back));
+    CHECK(memcmp(back.raw, h.raw, 64) == 0);
+    CHECK_EQU(back.offset, 0);
+
+    /* Inside it: 8 more bytes, the offset little-endian. */
+    h.offset = 0x0102030405060708ull;
+    CHECK_EQ(tb_cuda_handle_encode(&h, bytes), 72);
+    CHECK_EQ(bytes[64], 0x08);
+    CHECK_EQ(bytes[71], 0x01);
+    CHECK(tb_cuda_handle_decode(bytes, 72, &back));
+    CHECK_EQU(back.offset, 0x0102030405060708ull);
+    CHECK(memcmp(back.raw, h.raw, 64) == 0);
+
+    /* Any other size is no handle. */
+    static const size_t sizes[] = {0, 1, 32, 63, 65, 71, 73, 128};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        CHECK(!tb_cuda_handle_decode(bytes, sizes[i], &back));
+}
+
+static void test_handle_export_open(void)
+{
+    reset();
+    /* A 2 MiB block of the caching allocator; the tensor is 4 KiB in. */
+    fake_allocation *block = allocate(0x700000000000ull, 2 << 20, TB_MEM_DEVICE, 0);
+    tb_cuda_handle h;
+    CHECK(tb_cuda_handle_export(&fake, block->base + 4096, 1024, &h) == NULL);
+    CHECK_LOG("ipc_get(0x700000000000) ");
+    CHECK_EQU(h.offset, 4096);
+    CHECK(memcmp(h.raw, block->handle, 64) == 0);
+
+    /* Extents the allocation does not hold are refused. */
+    CHECK_CONTAINS(tb_cuda_handle_export(&fake, block->base + 4096, 2 << 20, &h), "does not hold");
+    CHECK_CONTAINS(tb_cuda_handle_export(&fake, 0x1000, 16, &h), "cuMemGetAddressRange: not a device pointer");
+    rt.fail = "ipc_get_handle";
+    CHECK_CONTAINS(tb_cuda_handle_export(&fake, block->base, 16, &h), "cudaIpcGetMemHandle: injected failure");
+
+    /* Opened on the exporter's device index; the caller's device is put
+     * back; the data starts at the offset. */
+    tb_cuda_handle_export(&fake, block->base + 4096, 1024, &h);
+    rt.log[0] = 0;
+    rt.device = 1;
+    tb_cuda_mapping m;
+    int caller_fault;
+    CHECK(tb_cuda_handle_open(&fake, &h, 0, 1024, &m, &caller_fault) == NULL);
+    CHECK_LOG("set_device(0) ipc_open(on 0) set_device(1) ");
+    CHECK_EQU(m.base, block->base);
+    CHECK_EQU(m.data, block->base + 4096);
+    CHECK_EQU(m.size, 2 << 20);
+    CHECK_EQ(m.device, 0);
+    CHECK_EQ(rt.opened, 1);
+    tb_cuda_handle_close(&fake, &m);
+    CHECK_EQ(rt.closed, 1);
+
+    /* The whole rest of the allocation fits; a byte more does not, and
+     * nothing stays open. */
+    CHECK(tb_cuda_handle_open(&fake, &h, 0, (2 << 20) - 4096, &m, &caller_fault) == NULL);
+    tb_cuda_handle_close(&fake, &m);
+    CHECK_CONTAINS(tb_cuda_handle_open(&fake, &h, 0, (2 << 20) - 4096 + 1, &m, &caller_fault), "do not fit");
+    CHECK_EQ(caller_fault, 1);
+    h.offset = UINT64_MAX;
+    CHECK_CONTAINS(tb_cuda_handle_open(&fake, &h, 0, 1, &m, &caller_fault), "do not fit");
+    CHECK_EQ(caller_fault, 1);
+    CHECK_EQ(rt.opened, rt.closed);
+
+    /* A handle the runtime does not know: its message, and a hint. */
+    h.offset = 0;
+    h.raw[0] ^= 0xff;
+    const char *e = tb_cuda_handle_open(&fake, &h, 0, 16, &m, &caller_fault);
+    CHECK_CONTAINS(e, "cudaIpcOpenMemHandle: invalid resource handle");
+    CHECK_CONTAINS(e, "another OS process");
+    CHECK_EQ(caller_fault, 0);
+    CHECK_EQ(rt.device, 1);
+
+    /* A failure after the open closes what it opened. */
+    h.raw[0] ^= 0xff;
+    rt.fail = "address_range";
+    CHECK_CONTAINS(tb_cuda_handle_open(&fake, &h, 0, 16, &m, &caller_fault), "injected failure");
+    CHECK_EQ(rt.opened, rt.closed);
+    rt.fail = "set_device";
+    CHECK_CONTAINS(tb_cuda_handle_open(&fake, &h, 0, 16, &m, &caller_fault), "cudaSetDevice: injected failure");
+    CHECK_EQ(rt.opened, rt.closed);
+
+    /* The device the runtime places the memory on is the tensor's. */
+    fake_allocation *other = allocate(0x710000000000ull, 1 << 20, TB_MEM_DEVICE, 1);
+    CHECK(tb_cuda_handle_export(&fake, other->base, 64, &h) == NULL);
+    CHECK_EQU(h.offset, 0);
+    CHECK(tb_cuda_handle_open(&fake, &h, 0, 64, &m, &caller_fault) == NULL);
+    CHECK_EQ(m.device, 1);
+    tb_cuda_handle_close(&fake, &m);
+    CHECK_EQ(rt.opened, rt.closed);
+
+    /* A runtime without IPC: said, nothing called. */
+    tb_cuda_ops partial = fake;
+    partial.ipc_open_handle = NULL;
+    rt.log[0] = 0;
+    CHECK_CONTAINS(tb_cuda_handle_open(&partial, &h, 0, 64, &m, &caller_fault), "lacks cudaIpcOpenMemHandle");
+    CHECK_LOG("");
+    partial = fake;
+    partial.address_range = NULL;
+    CHECK_CONTAINS(tb_cuda_handle_export(&partial, other->base, 64, &h), "cuMemGetAddressRange");
+}
+
+int main(void)
+{
+    test_pointer_checks();
+    test_dlpack_devices();
+    test_stream_parse();
+    test_stream_export();
+    test_stream_import();
+    test_handle_encoding();
+    test_handle_export_open();
+
+    printf("c_test_cuda: %d checks, %d failures\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}
