@@ -240,7 +240,8 @@ demo: setup
 bench:
 	@scripts/setup.sh --bench
 	$(MAKE) nif
-	MIX_ENV=prod mix run bench/bench.exs
+	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
+	NX_PATH="$$nx_path" MIX_ENV=prod mix run bench/bench.exs
 
 # The whole ExUnit and EUnit suites against an -fsanitize=address,undefined
 # build, on the stock BEAM with the sanitizer runtime preloaded. +Mea min

@@ -150,6 +150,18 @@ defmodule Bench do
   end
 
   # Debian's python3 first: python3-torch installs there, whatever else is on PATH.
+  # TensorBlob.Nx from_nx + to_nx with Nx's BinaryBackend, where Nx is built
+  # in (make bench gives NX_PATH; Nx's version is in the result).
+  def nx_round_trip do
+    if Code.ensure_loaded?(TensorBlob.Nx) do
+      nx = Nx.tensor([1.0], type: {:f, 32}, backend: Nx.BinaryBackend)
+      fun = fn -> TensorBlob.Nx.to_nx(TensorBlob.Nx.from_nx(nx), Nx.BinaryBackend) end
+      Map.put(measure(fun), :nx, to_string(Application.spec(:nx, :vsn)))
+    else
+      %{skipped: "TensorBlob.Nx not compiled (no NX_PATH)"}
+    end
+  end
+
   def python_dlpack do
     python =
       Enum.find(["/usr/bin/python3", System.find_executable("python3")], fn p ->
@@ -216,6 +228,13 @@ defmodule Bench do
         "#{round(tp.ops_per_s_2)}/s, scaling #{fmt(tp.scaling, 2)} (goal >= 1.8)"
     )
 
+    nx = nx_round_trip()
+
+    IO.puts(
+      "TensorBlob.Nx from_nx + to_nx, BinaryBackend, 4 B: " <>
+        if(nx[:skipped], do: "skipped (#{nx.skipped})", else: "#{fmt(nx.median_ns, 0)} ns median (Nx #{nx.nx})")
+    )
+
     py = python_dlpack()
 
     py =
@@ -250,7 +269,8 @@ defmodule Bench do
       flatness: Map.new(flat),
       memory: mem,
       throughput: tp,
-      python_dlpack: py
+      python_dlpack: py,
+      nx_round_trip: nx
     }
 
     File.write!(Path.join(__DIR__, "results.json"), Bench.JSON.encode(results) <> "\n")

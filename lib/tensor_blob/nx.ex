@@ -297,7 +297,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
 
-    defp contiguous?(t), do: TensorBlob.to_blob(t).strides == row_major(Tensor.shape(t))
+    defp contiguous?(t), do: Tensor.strides(t) == row_major(Tensor.shape(t))
 
     defp row_major(shape) do
       shape
