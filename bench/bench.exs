@@ -98,6 +98,9 @@ defmodule Bench do
 
   # 10,000 pinned views of one 1 GiB tensor: RSS growth, then after dropping.
   def memory(t) do
+    # Twice: what the previous rows left (1 GiB tensors, binaries over them)
+    # must be gone before the baseline is read.
+    collect()
     collect()
     before = rss_kib()
     blob = TensorBlob.to_blob(t)
@@ -156,6 +159,7 @@ defmodule Bench do
     if Code.ensure_loaded?(TensorBlob.Nx) do
       nx = Nx.tensor([1.0], type: {:f, 32}, backend: Nx.BinaryBackend)
       fun = fn -> TensorBlob.Nx.to_nx(TensorBlob.Nx.from_nx(nx), Nx.BinaryBackend) end
+      _ = Application.load(:nx)
       Map.put(measure(fun), :nx, to_string(Application.spec(:nx, :vsn)))
     else
       %{skipped: "TensorBlob.Nx not compiled (no NX_PATH)"}
