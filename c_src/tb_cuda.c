@@ -155,23 +155,23 @@ int tb_cuda_check_pointer(uint64_t ptr, const tb_device *declared, char *why, si
     tb_mem_kind kind = tb_cuda_pointer_kind(ptr, &device, &error);
     if (kind == TB_MEM_UNKNOWN && error && declared->type == TB_DEVICE_CUDA) {
         /* A freed device pointer, for one: say what the runtime said. */
-        snprintf(why, why_size, "the CUDA runtime does not know it as memory of {:cuda, %d}: %s", declared->index,
+        snprintf(why, why_size, "the CUDA runtime does not know it as memory of CUDA device %d: %s", declared->index,
                  error);
         return 0;
     }
     if (kind == TB_MEM_UNKNOWN || kind == TB_MEM_MANAGED)
         return 1; /* managed memory is valid on the host and on its device */
     if (declared->type == TB_DEVICE_CPU && kind == TB_MEM_DEVICE) {
-        snprintf(why, why_size, "memory of CUDA device %d, declared :cpu", device);
+        snprintf(why, why_size, "memory of CUDA device %d, declared as CPU memory", device);
         return 0;
     }
     if (declared->type == TB_DEVICE_CUDA && kind != TB_MEM_DEVICE) {
-        snprintf(why, why_size, "%s memory, declared {:cuda, %d}",
+        snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d",
                  kind == TB_MEM_PINNED_HOST ? "pinned host" : "host", declared->index);
         return 0;
     }
     if (declared->type == TB_DEVICE_CUDA && device != declared->index) {
-        snprintf(why, why_size, "memory of CUDA device %d, declared {:cuda, %d}", device, declared->index);
+        snprintf(why, why_size, "memory of CUDA device %d, declared as memory of CUDA device %d", device, declared->index);
         return 0;
     }
     return 1;

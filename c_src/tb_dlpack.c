@@ -408,9 +408,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (cuda && !tb_shim_cuda_built()) {
         release_managed(m, versioned);
         return tb_raise_error(env, "device: a kDLCUDA tensor (device %d): this libtorch was built without CUDA, so "
-                                   "it cannot be imported (TensorBlob.CUDA.info/1 reads its metadata); the "
-                                   "producer's deleter was called",
-                              (int)chk.device_id);
+                                   "it cannot be imported (%C reads its metadata); the producer's deleter was called",
+                              (int)chk.device_id, "tensor_blob:dlpack_info/1", "TensorBlob.CUDA.info/1");
     }
 
     tb_device device = {cuda ? TB_DEVICE_CUDA : TB_DEVICE_CPU, cuda ? chk.device_id : 0};

@@ -36,11 +36,21 @@
 
 -define(PINNABLE(Owner), (Owner =/= none andalso Owner =/= undefined andalso Owner =/= nil)).
 
+%% A NIF call. The NIF raises error({Kind, {format, Format, Args}})
+%% (c_src/tb_raise.h): it never renders a term, for it cannot know who is
+%% calling. Here that becomes error({Kind, Message}), rendered the Erlang
+%% way, with the cause kept in the stacktrace's error_info, from which the
+%% Elixir facade renders the Elixir way. Nothing is done on success.
+-define(NIF(Call),
+        try Call
+        catch error:{Kind__, {format, _, _} = Cause__}:Stack__ -> nif_error(Kind__, Cause__, Stack__)
+        end).
+
 %% A NIF call whose badarg is re-raised as "unknown dtype" (listing the
 %% valid ones) when Dtype is not a dtype: the one dtype table, in C, decides.
 -define(DTYPE_CHECKED(Dtype, Call),
         try Call
-        catch error:{badarg, _} = Reason__:Stack__ -> dtype_error(Dtype, Reason__, Stack__)
+        catch error:{Kind__, {format, _, _} = Cause__}:Stack__ -> dtype_error(Dtype, Kind__, Cause__, Stack__)
         end).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
@@ -67,7 +77,7 @@
 %% @doc The blob describing T's memory; the blob's owner is T.
 -spec to_blob(tensor()) -> blob().
 to_blob(T) when is_reference(T) ->
-    tensor_blob_nif:to_blob(T, T, undefined);
+    ?NIF(tensor_blob_nif:to_blob(T, T, undefined));
 to_blob(T) ->
     not_a_tensor(T).
 
@@ -77,12 +87,12 @@ to_blob(T) ->
 -spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
 to_blob(T, #{owner := Owner, struct := Struct} = Opts) when is_reference(T), map_size(Opts) =:= 2 ->
     %% The Elixir facade's call: no option checks on the hot path.
-    tensor_blob_nif:to_blob(T, Owner, Struct);
+    ?NIF(tensor_blob_nif:to_blob(T, Owner, Struct));
 to_blob(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_blob(T, Opts) when is_map(Opts) ->
     check_options(Opts, [owner, struct]),
-    tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined));
+    ?NIF(tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined)));
 to_blob(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -131,7 +141,7 @@ view(Spec, _NoOwner) when is_map(Spec) ->
            "pass ~ts; to ask for an unpinned view, for which the caller answers, pass ~ts", [{code, "owner => Term", "owner: term"}, {code, "owner => none", "owner: :none"}]);
 view(Spec, _NoOwner) ->
     %% Not a map: the NIF says what a spec is.
-    {tensor_blob_nif:from_blob(Spec, undefined, false), none}.
+    {?NIF(tensor_blob_nif:from_blob(Spec, undefined, false)), none}.
 
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
@@ -158,7 +168,7 @@ from_binary(Binary, Dtype, Shape, Opts) ->
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
 to_binary(T) when is_reference(T) ->
-    tensor_blob_nif:to_binary(T);
+    ?NIF(tensor_blob_nif:to_binary(T));
 to_binary(T) ->
     not_a_tensor(T).
 
@@ -171,7 +181,7 @@ to_binary(T) ->
 to_binary(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_binary(T, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
-    tensor_blob_nif:to_binary_view(T);
+    ?NIF(tensor_blob_nif:to_binary_view(T));
 to_binary(T, Opts) ->
     check_copy_option(Opts),
     to_binary(T).
@@ -193,45 +203,45 @@ zeros(Shape, Dtype) ->
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
 write(T, Binary) when is_reference(T) ->
-    tensor_blob_nif:write(T, Binary);
+    ?NIF(tensor_blob_nif:write(T, Binary));
 write(T, _Binary) ->
     not_a_tensor(T).
 
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
-to_device(T, Device) when is_reference(T) -> tensor_blob_nif:to_device(T, Device);
+to_device(T, Device) when is_reference(T) -> ?NIF(tensor_blob_nif:to_device(T, Device));
 to_device(T, _Device) -> not_a_tensor(T).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
 -spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
 narrow(T, Dim, Start, Length) when is_reference(T) ->
-    tensor_blob_nif:narrow(T, Dim, Start, Length);
+    ?NIF(tensor_blob_nif:narrow(T, Dim, Start, Length));
 narrow(T, _Dim, _Start, _Length) ->
     not_a_tensor(T).
 
 %% @doc A view with dimensions Dim0 and Dim1 swapped; shares memory.
 -spec transpose(tensor(), non_neg_integer(), non_neg_integer()) -> tensor().
 transpose(T, Dim0, Dim1) when is_reference(T) ->
-    tensor_blob_nif:transpose(T, Dim0, Dim1);
+    ?NIF(tensor_blob_nif:transpose(T, Dim0, Dim1));
 transpose(T, _Dim0, _Dim1) ->
     not_a_tensor(T).
 
 -spec shape(tensor()) -> shape().
-shape(T) when is_reference(T) -> tensor_blob_nif:shape(T);
+shape(T) when is_reference(T) -> ?NIF(tensor_blob_nif:shape(T));
 shape(T) -> not_a_tensor(T).
 
 %% @doc Element strides.
 -spec strides(tensor()) -> [non_neg_integer()].
-strides(T) when is_reference(T) -> tensor_blob_nif:strides(T);
+strides(T) when is_reference(T) -> ?NIF(tensor_blob_nif:strides(T));
 strides(T) -> not_a_tensor(T).
 
 -spec dtype(tensor()) -> atom().
-dtype(T) when is_reference(T) -> tensor_blob_nif:dtype(T);
+dtype(T) when is_reference(T) -> ?NIF(tensor_blob_nif:dtype(T));
 dtype(T) -> not_a_tensor(T).
 
 -spec device(tensor()) -> device().
-device(T) when is_reference(T) -> tensor_blob_nif:device(T);
+device(T) when is_reference(T) -> ?NIF(tensor_blob_nif:device(T));
 device(T) -> not_a_tensor(T).
 
 %% @doc What T's memory is, and who keeps it alive: owned (libtorch allocated
@@ -241,7 +251,7 @@ device(T) -> not_a_tensor(T).
 %% bytes), ipc (a mapping of a shared-memory region). Slices and transposes
 %% answer as the tensor they view.
 -spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
-memory(T) when is_reference(T) -> tensor_blob_nif:memory(T);
+memory(T) when is_reference(T) -> ?NIF(tensor_blob_nif:memory(T));
 memory(T) -> not_a_tensor(T).
 
 %% @doc true when T views memory whose owner it keeps alive: a pinned owner,
@@ -275,13 +285,13 @@ cuda_info() -> tensor_blob_nif:cuda_info().
 
 %% @doc Waits until the CUDA device has finished its queued work.
 -spec cuda_synchronize(non_neg_integer()) -> ok.
-cuda_synchronize(Index) -> tensor_blob_nif:cuda_synchronize(Index).
+cuda_synchronize(Index) -> ?NIF(tensor_blob_nif:cuda_synchronize(Index)).
 
 %% @doc The metadata of a capsule's managed tensor (device, ptr, shape,
 %% strides, dtype, read_only), read without consuming it and without touching
 %% the memory: CUDA capsules included, whatever this build can import.
 -spec dlpack_info(capsule()) -> map().
-dlpack_info(Capsule) -> tensor_blob_nif:dlpack_info(Capsule).
+dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 
 %% @doc A tensor of zeros in a new POSIX shared-memory region (created with
 %% owner-only permissions), which ipc_export/1 shares without a copy.
@@ -305,7 +315,7 @@ ipc_reclaim() -> tensor_blob_nif:ipc_reclaim().
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
-    Shared = case tensor_blob_nif:ipc_name(T) of
+    Shared = case ipc_name(T) of
                  nil ->
                      S = ipc_zeros(shape(T), dtype(T)),
                      _ = write(S, to_binary(T)),
@@ -313,14 +323,14 @@ ipc_export(T) ->
                  _ ->
                      T
              end,
-    {Name, Size} = tensor_blob_nif:ipc_name(Shared),
+    {Name, Size} = ipc_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
 
 %% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or
 %% ipc_open/3, contiguous, from its start): what ipc_export/1 shares without
 %% a copy. nil otherwise. Nothing is created or copied.
 -spec ipc_name(tensor()) -> {binary(), non_neg_integer()} | nil.
-ipc_name(T) -> tensor_blob_nif:ipc_name(T).
+ipc_name(T) -> ?NIF(tensor_blob_nif:ipc_name(T)).
 
 %% @doc A tensor over the shared-memory region a handle names (a handle map,
 %% an Nx pointer map with kind ipc, or the name), in this or another OS
@@ -358,7 +368,7 @@ torch_version() -> tensor_blob_nif:torch_version().
 %% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
 -spec to_dlpack(tensor()) -> capsule().
 to_dlpack(T) when ?IS_TENSOR_TERM(T) ->
-    tensor_blob_nif:to_dlpack(T, versioned, false);
+    ?NIF(tensor_blob_nif:to_dlpack(T, versioned, false));
 to_dlpack(T) ->
     not_a_tensor(T).
 
@@ -379,7 +389,7 @@ to_dlpack(T, Opts) when is_map(Opts) ->
     check_options(Opts, [max_version, version, read_only]),
     Version = export_version(maps:get(version, Opts, undefined),
                              negotiate(maps:get(max_version, Opts, undefined))),
-    tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts));
+    ?NIF(tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts)));
 to_dlpack(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -388,7 +398,7 @@ to_dlpack(_T, Opts) ->
 %% An address is read as a DLManagedTensorVersioned.
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) ->
-    tensor_blob_nif:from_dlpack(Source, undefined, false).
+    ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false)).
 
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address (a capsule knows).
@@ -406,7 +416,7 @@ from_dlpack(Source, Opts) when is_map(Opts) ->
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
                   Other -> badarg("version: expected versioned or legacy, got ~0tp", [Other])
               end,
-    tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts));
+    ?NIF(tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts)));
 from_dlpack(_Source, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -415,12 +425,12 @@ from_dlpack(_Source, Opts) ->
 %% does that). A second consume raises.
 -spec consume_dlpack(capsule()) -> non_neg_integer().
 consume_dlpack(Capsule) ->
-    tensor_blob_nif:consume_dlpack(Capsule).
+    ?NIF(tensor_blob_nif:consume_dlpack(Capsule)).
 
 %% @doc Whether a capsule holds a versioned or a legacy managed tensor.
 -spec dlpack_version(capsule()) -> dlpack_version().
 dlpack_version(Capsule) ->
-    tensor_blob_nif:dlpack_version(Capsule).
+    ?NIF(tensor_blob_nif:dlpack_version(Capsule)).
 
 %% What a consumer's max_version allows.
 negotiate(undefined) -> undefined;
@@ -466,11 +476,25 @@ badarg(Format, Args) ->
 %% spelled in each language (rendered with ~ts).
 -spec raise(badarg | tensor_blob, io:format(), [term()]) -> no_return().
 raise(Kind, Format, Args) ->
-    erlang:error({Kind, format(Format, Args)}, none,
-                 [{error_info, #{module => ?MODULE, cause => {format, Format, Args}}}]).
+    erlang:error({Kind, format(Format, Args)}, none, [{error_info, error_info({format, Format, Args})}]).
 
+%% An error the NIF raised, with its format and arguments: rendered, and
+%% re-raised with the NIF's own stacktrace, whose top frame (the NIF call)
+%% now carries the cause as raise/3's errors do.
+-spec nif_error(badarg | tensor_blob, {format, io:format(), [term()]}, erlang:stacktrace()) -> no_return().
+nif_error(Kind, {format, Format, Args} = Cause, [{M, F, A, Location} | Stack]) ->
+    erlang:raise(error, {Kind, format(Format, Args)}, [{M, F, A, [{error_info, error_info(Cause)} | Location]} | Stack]).
+
+error_info(Cause) ->
+    #{module => ?MODULE, cause => Cause}.
+
+%% Terms are printed on one line (~0tp), and io_lib trims them to keep the
+%% whole message near ?MESSAGE_CHARS characters (as `...'), so a huge term
+%% given as an argument never makes a huge message.
+-define(MESSAGE_CHARS, 1024).
 format(Format, Args) ->
-    unicode:characters_to_binary(io_lib:format(Format, [erlang_arg(A) || A <- Args])).
+    unicode:characters_to_binary(io_lib:format(Format, [erlang_arg(A) || A <- Args],
+                                               [{chars_limit, ?MESSAGE_CHARS}])).
 
 erlang_arg({code, Erlang, _Elixir}) -> Erlang;
 erlang_arg(Arg) -> Arg.
@@ -483,10 +507,11 @@ format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
 format_error(_Reason, _Stack) ->
     #{}.
 
-%% @private The format and arguments of an error raised by this module (from
-%% its stacktrace's error_info), or none: what the Elixir facade renders.
+%% @private The format and arguments of an error raised by this module or
+%% by the NIF through it (from the top frame's error_info), or none: what
+%% the Elixir facade renders.
 -spec error_message(term(), erlang:stacktrace()) -> {io:format(), [term()]} | none.
-error_message({Kind, Message}, [{?MODULE, _, _, Info} | _]) when is_atom(Kind), is_binary(Message) ->
+error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_binary(Message), is_list(Info) ->
     case proplists:get_value(error_info, Info) of
         #{module := ?MODULE, cause := {format, Format, Args}} -> {Format, Args};
         _ -> none
@@ -512,17 +537,20 @@ not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.DLPack'} = T) ->
 not_a_tensor(T) ->
     badarg("tensor: expected a tensor, got ~0tP", [T, 8]).
 
-%% After a badarg from a NIF given Dtype (or a spec holding one): when Dtype
-%% is not a dtype at all, raise a message listing the valid ones; otherwise
-%% the NIF's own error stands.
--spec dtype_error(term(), term(), erlang:stacktrace()) -> no_return().
-dtype_error({spec, #{dtype := Dtype}}, Reason, Stack) ->
-    dtype_error(Dtype, Reason, Stack);
-dtype_error({spec, _}, Reason, Stack) ->
-    erlang:raise(error, Reason, Stack);
-dtype_error(Dtype, Reason, Stack) ->
+%% After an error from a NIF given Dtype (or a spec holding one): when it
+%% is a badarg and Dtype is not a dtype at all, raise a message listing the
+%% valid ones; otherwise the NIF's own error stands.
+-spec dtype_error(term(), badarg | tensor_blob, {format, io:format(), [term()]}, erlang:stacktrace()) ->
+          no_return().
+dtype_error({spec, #{dtype := Dtype}}, Kind, Cause, Stack) ->
+    dtype_error(Dtype, Kind, Cause, Stack);
+dtype_error({spec, _}, Kind, Cause, Stack) ->
+    nif_error(Kind, Cause, Stack);
+dtype_error(_Dtype, tensor_blob, Cause, Stack) ->
+    nif_error(tensor_blob, Cause, Stack);
+dtype_error(Dtype, badarg, Cause, Stack) ->
     try tensor_blob_nif:nx_type(Dtype) of
-        _ -> erlang:raise(error, Reason, Stack)
+        _ -> nif_error(badarg, Cause, Stack)
     catch
         error:{badarg, _} ->
             badarg("dtype: unknown dtype ~0tp; expected one of ~0tp (those this libtorch holds), "
