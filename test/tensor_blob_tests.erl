@@ -482,6 +482,66 @@ erlang_messages_test() ->
     assert_names_field(<<"dtype">>, [<<"<<\"float32\">>">>, <<"float32">>, <<"{f,32}">>],
                        badarg_message(fun() -> tensor_blob:zeros({2}, <<"float32">>) end)).
 
+%% Errors raised inside the NIF show terms the Erlang way too (the NIF gives
+%% a format and its terms; this facade renders them with io_lib).
+nif_messages_erlang_test() ->
+    T = tensor_blob:from_binary(f32(lists:seq(1, 6)), float32, {2, 3}),
+    B = tensor_blob:to_blob(T),
+    [?assertEqual({badarg, Message}, catch_error(Call))
+     || {Call, Message} <-
+            [{fun() -> tensor_blob:zeros({2, a}, float32) end,
+              <<"shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>},
+             {fun() -> tensor_blob:from_blob(B#{shape => {2, 1.5}}) end,
+              <<"shape: dimension 1 must be a non-negative 64-bit integer, got 1.5 in {2,1.5}">>},
+             {fun() -> tensor_blob:from_blob(B#{strides => [3, -1]}) end,
+              <<"strides: stride 1 must be a non-negative 64-bit integer, got -1 in [3,-1]">>},
+             {fun() -> tensor_blob:from_blob(B#{ptr => <<"0x10">>}) end,
+              <<"ptr: expected a non-negative integer address, got <<\"0x10\">>">>},
+             {fun() -> tensor_blob:from_blob(B#{device => {cuda, -1}}) end,
+              <<"device: expected cpu or {cuda, Index}, got {cuda,-1}">>},
+             {fun() -> tensor_blob:to_device(T, "cuda") end,
+              <<"device: expected cpu or {cuda, Index}, got \"cuda\"">>},
+             {fun() -> tensor_blob:from_binary([1, 2], uint8, {2}) end,
+              <<"binary: expected a binary, got [1,2]">>},
+             {fun() -> tensor_blob:ipc_open(<<"a/b">>, uint8, {1}) end,
+              <<"handle: <<\"a/b\">> is no shared-memory name (an optional leading slash, then 1 to 253 bytes "
+                "with no slash or NUL)">>},
+             {fun() -> tensor_blob:to_binary(tensor_blob:transpose(T, 0, 1), #{copy => false}) end,
+              <<"tensor: not contiguous (shape {3,2}, strides [1,3]); a binary shows row-major memory only, "
+                "so copy it (#{copy => true})">>}]],
+    %% A missing key: the field leads as text, the spec is an Erlang map.
+    {badarg, Missing} = catch_error(fun() -> tensor_blob:from_blob(maps:remove(ptr, B)) end),
+    assert_names_field(<<"ptr">>, [<<"missing key in blob spec #{">>, <<"dtype => float32">>], Missing).
+
+%% The NIF's error carries its cause in the stacktrace's error_info, as the
+%% facade's own errors do: the shell prints the message, and the Elixir
+%% facade renders the same format and terms its own way.
+nif_error_info_test() ->
+    {error, Reason, Stack} = try tensor_blob:zeros({2, a}, float32)
+                             catch error:R:S -> {error, R, S}
+                             end,
+    ?assertMatch([{tensor_blob_nif, zeros, _, _} | _], Stack),
+    ?assertEqual({<<"~ts: dimension ~b must be a non-negative 64-bit integer, got ~0tp in ~0tp">>,
+                  [<<"shape">>, 1, a, {2, a}]},
+                 tensor_blob:error_message(Reason, Stack)),
+    Shown = unicode:characters_to_binary(erl_error:format_exception(error, Reason, Stack)),
+    assert_mentions(<<"*** shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>, Shown).
+
+%% A huge term is printed with a limit (io_lib's chars_limit): the message
+%% stays short and ends in a well-formed elision, never cut mid-term.
+nif_message_limit_test() ->
+    {badarg, Msg} = catch_error(fun() -> tensor_blob:from_binary(lists:seq(1, 100000), uint8, {2}) end),
+    ?assert(byte_size(Msg) < 1100),
+    ?assertMatch(<<"binary: expected a binary, got [1,2,3,", _/binary>>, Msg),
+    ?assertEqual(<<"|...]">>, binary:part(Msg, byte_size(Msg), -5)).
+
+catch_error(Fun) ->
+    try Fun() of
+        Result -> erlang:error({expected_an_error, Result})
+    catch
+        error:Reason -> Reason
+    end.
+
 %% strides and device may be absent, undefined or nil: row-major, cpu.
 optional_spec_keys_test() ->
     T = matrix34(),
