@@ -271,7 +271,7 @@ stats() -> tensor_blob_nif:stats().
 dtypes() -> tensor_blob_nif:dtypes().
 
 %% @doc The Nx type {Kind, Bits} of a dtype (from the one dtype table), or
-%% nil when Nx has none (bool).
+%% nil when Nx has none (bool, complex32).
 -spec nx_type(dtype()) -> {atom(), pos_integer()} | nil.
 nx_type(Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:nx_type(Dtype)).
 

@@ -163,6 +163,19 @@ defmodule TensorBlob.DLPackTest do
       end
     end
 
+    test "complex32 (libtorch's ComplexHalf, ExTorch's :complex_half) is kDLComplex of 32 bits" do
+      # Two float16 per element: 1+2i, -0.5+0i.
+      bytes = <<1.0::float-16-native, 2.0::float-16-native, -0.5::float-16-native, 0.0::float-16-native>>
+      t = Tensor.from_binary(bytes, :complex_half, {2})
+      assert Tensor.dtype(t) == :complex32
+      {address, f} = exported(t, :versioned)
+      assert {f.code, f.bits, f.lanes} == {5, 32, 1}
+      u = DLPack.import(address)
+      assert Tensor.dtype(u) == :complex32
+      assert Tensor.to_binary(u) == bytes
+      assert inspect(u) =~ "[1.0+2.0i, -0.5+0.0i]"
+    end
+
     test "the export describes the tensor: DLPack 1.3, codes, shape, strides" do
       t = t46()
       {address, f} = exported(t, :versioned)

@@ -111,6 +111,7 @@ esize(float16) -> 2;
 esize(bfloat16) -> 2;
 esize(float32) -> 4;
 esize(float64) -> 8;
+esize(complex32) -> 4;
 esize(complex64) -> 8;
 esize(complex128) -> 16;
 esize(float8_e4m3fn) -> 1;

@@ -196,14 +196,14 @@ defmodule TensorBlobTest do
     test "the linked libtorch's dtypes include the classic ones" do
       supported = TensorBlob.dtypes()
 
-      for d <- ~w(bool uint8 int8 int16 int32 int64 float16 bfloat16 float32 float64 complex64 complex128)a do
+      for d <- ~w(bool uint8 int8 int16 int32 int64 float16 bfloat16 float32 float64 complex32 complex64 complex128)a do
         assert d in supported
       end
     end
 
     test "dtypes the linked libtorch lacks raise TensorBlob.Error, never a substitute" do
       all = ~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32
-               float64 complex64 complex128 float8_e4m3fn float8_e5m2)a
+               float64 complex32 complex64 complex128 float8_e4m3fn float8_e5m2)a
 
       for d <- all -- TensorBlob.dtypes() do
         error = assert_raise TensorBlob.Error, fn -> Tensor.zeros({2}, d) end
@@ -224,7 +224,9 @@ defmodule TensorBlobTest do
         complex_float: :complex64,
         complex_double: :complex128,
         cfloat: :complex64,
-        cdouble: :complex128
+        cdouble: :complex128,
+        complex_half: :complex32,
+        chalf: :complex32
       ]
 
       for {alias_name, canonical} <- pairs do

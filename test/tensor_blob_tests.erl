@@ -13,12 +13,12 @@
 
 %% Every canonical dtype of the design, supported by the linked libtorch or not.
 -define(CANONICAL, [bool, uint8, int8, int16, int32, int64, uint16, uint32, uint64,
-                    float16, bfloat16, float32, float64, complex64, complex128,
+                    float16, bfloat16, float32, float64, complex32, complex64, complex128,
                     float8_e4m3fn, float8_e5m2]).
 
 %% What libtorch 1.13 (the oldest supported) holds: always in dtypes().
 -define(BASE_DTYPES, [bool, uint8, int8, int16, int32, int64, float16, bfloat16,
-                      float32, float64, complex64, complex128]).
+                      float32, float64, complex32, complex64, complex128]).
 
 %% Expr raises error({badarg, Msg}): Msg is a binary that leads with the
 %% name of the offending field ("Field: ..."), and mentions each of Words.
@@ -77,7 +77,11 @@ element_size(D) -> maps:get(element_size, tensor_blob:to_blob(tensor_blob:zeros(
 %% Six distinct values of each dtype, all exactly representable in it; the
 %% kind of a dtype comes from its Nx type (tensor_blob:nx_type/1, the
 %% library's table), so a dtype the table gains is covered here too.
-values(D) -> values_of(tensor_blob:nx_type(D)).
+values(D) -> values_of(kind(D)).
+
+%% The Nx type, or for complex32 (Nx has none) what it is: two float16.
+kind(complex32) -> {c, 32};
+kind(D) -> tensor_blob:nx_type(D).
 
 values_of(nil) -> [1, 0, 0, 1, 1, 0];
 values_of({u, Bits}) -> [0, 1, 42, 128, 200, (1 bsl Bits) - 1];
@@ -89,7 +93,7 @@ values_of(_Float) -> [-2.5, -1.0, 0.0, 0.5, 1.5, 1024.0].
 
 %% Native-endian bytes of a list of values, written independently of the NIF.
 encode(D, Vs) ->
-    Type = tensor_blob:nx_type(D),
+    Type = kind(D),
     << <<(encode1(Type, V))/binary>> || V <- Vs >>.
 
 encode1(nil, V) -> <<V:8>>;
@@ -205,6 +209,7 @@ dtype_aliases_test_() ->
     Aliases = [{float, float32}, {double, float64}, {half, float16}, {long, int64},
                {byte, uint8}, {char, int8}, {short, int16}, {int, int32},
                {complex_float, complex64}, {complex_double, complex128},
+               {complex_half, complex32}, {chalf, complex32},
                {{f, 32}, float32}, {{f, 64}, float64}, {{f, 16}, float16},
                {{bf, 16}, bfloat16}, {{c, 64}, complex64}, {{c, 128}, complex128},
                {{u, 8}, uint8}, {{s, 8}, int8}, {{s, 16}, int16}, {{s, 32}, int32},
