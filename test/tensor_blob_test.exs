@@ -537,9 +537,11 @@ defmodule TensorBlobTest do
         assert_raise ArgumentError, message, call
       end
 
-      # A spec missing a key: the field leads as text, the spec is an Elixir map.
+      # A spec missing a key: the field leads as text, the spec is an Elixir
+      # map (in whatever key order this Elixir inspects maps).
       error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(Map.delete(blob, :ptr)) end
-      assert error.message =~ ~r/^ptr: missing key in blob spec %\{__struct__: TensorBlob.Blob, /
+      assert error.message =~ ~r/^ptr: missing key in blob spec %\{/
+      assert error.message =~ "__struct__: TensorBlob.Blob"
       assert error.message =~ "dtype: :float32"
       refute error.message =~ "=>"
 
