@@ -46,9 +46,9 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
                                tb_make_device(env, d.info.device_type, d.info.device_index));
     if (!d.info.is_contiguous)
         return tb_raise_badarg(env, "tensor: not contiguous (shape %T, strides %T); a binary shows row-major "
-                                    "memory only, so copy it (copy: true)",
+                                    "memory only, so copy it (%C)",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
-                               tb_make_strides(env, d.info.ndim, d.info.strides));
+                               tb_make_strides(env, d.info.ndim, d.info.strides), "#{copy => true}", "copy: true");
     tb_range span;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span)) {
         ERL_NIF_TERM empty;
@@ -64,8 +64,9 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     v->ref = NULL;
     if (tb_storage_freeze(&v->range) != TB_GUARD_OK) {
         enif_release_resource(v);
-        return tb_raise_badarg(env, "tensor: write! is writing its memory right now; a binary view of it "
-                                    "would change under the reader");
+        return tb_raise_badarg(env, "tensor: %C is writing its memory right now; a binary view of it "
+                                    "would change under the reader",
+                               "write/2", "write!");
     }
     v->ref = tb_shim_retain(d.tensor->handle);
     ERL_NIF_TERM bin = enif_make_resource_binary(env, v, d.info.data, span.hi - span.lo);
@@ -101,8 +102,9 @@ static ERL_NIF_TERM from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
         if (argv[3] != tb_atoms.true_)
             return tb_raise_badarg(env, "binary: its bytes start at an address aligned to %u bytes, and %s needs %u "
                                         "(a part of a larger binary, or a small one, may start anywhere); "
-                                        "use copy: true or copy: :if_needed",
-                                   (unsigned)alignment, tb_dtypes[d.dtype].name, (unsigned)l->element_size);
+                                        "use %C",
+                                   (unsigned)alignment, tb_dtypes[d.dtype].name, (unsigned)l->element_size,
+                                   "#{copy => true} or #{copy => if_needed}", "copy: true or copy: :if_needed");
         /* copy: :if_needed: a copy is what the caller asked for here. */
         if (!tb_shim_from_bytes(bin.data, l->ndim, l->shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
             return tb_raise_error(env, "from_binary: %s", err.message);

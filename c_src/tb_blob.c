@@ -51,12 +51,14 @@ ERL_NIF_TERM tb_nif_to_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return map;
 }
 
-/* A required key of the spec map. */
-static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, ERL_NIF_TERM *value, ERL_NIF_TERM *exc)
+/* A required key of the spec map; `name` is the key's, which leads the
+ * message as every field name does (as text, never as an atom term). */
+static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, const char *name, ERL_NIF_TERM *value,
+                   ERL_NIF_TERM *exc)
 {
     if (enif_get_map_value(env, spec, key, value))
         return 1;
-    *exc = tb_raise_badarg(env, "%T: missing key in blob spec %T", key, spec);
+    *exc = tb_raise_badarg(env, "%s: missing key in blob spec %T", name, spec);
     return 0;
 }
 
@@ -76,16 +78,16 @@ static int get_spec(ErlNifEnv *env, ERL_NIF_TERM spec, tb_layout *l, tb_dtype_id
         *exc = tb_raise_badarg(env, "spec: expected a map with ptr, shape and dtype, got %T", spec);
         return 0;
     }
-    if (!get_key(env, spec, tb_atoms.ptr, &value, exc))
+    if (!get_key(env, spec, tb_atoms.ptr, "ptr", &value, exc))
         return 0;
     if (!enif_get_uint64(env, value, &ptr)) {
         *exc = tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", value);
         return 0;
     }
     l->ptr = ptr;
-    if (!get_key(env, spec, tb_atoms.shape, &value, exc) || !tb_get_shape(env, value, "shape", &l->ndim, l->shape, exc))
+    if (!get_key(env, spec, tb_atoms.shape, "shape", &value, exc) || !tb_get_shape(env, value, "shape", &l->ndim, l->shape, exc))
         return 0;
-    if (!get_key(env, spec, tb_atoms.dtype, &value, exc) || !tb_get_dtype(env, value, "dtype", dtype, exc))
+    if (!get_key(env, spec, tb_atoms.dtype, "dtype", &value, exc) || !tb_get_dtype(env, value, "dtype", dtype, exc))
         return 0;
     l->element_size = tb_dtypes[*dtype].element_size;
     if (get_optional_key(env, spec, tb_atoms.strides, &value)) {
@@ -138,8 +140,9 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return tb_raise_badarg(env, "pin: expected a boolean, got %T", argv[2]);
     if (device.type == TB_DEVICE_CUDA && !tb_shim_cuda_built())
         return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so CUDA memory cannot be "
-                                   "viewed (never as CPU memory); TensorBlob.CUDA.info/1 reads its metadata",
-                              tb_make_device(env, device.type, device.index));
+                                   "viewed (never as CPU memory); %C",
+                              tb_make_device(env, device.type, device.index), "the blob's keys hold its metadata",
+                              "TensorBlob.CUDA.info/1 reads its metadata");
 
     /* The storage: a pin of the owner, or nothing for an unpinned view.
      * An owner whose extent is known (our tensor, a binary) also proves

@@ -449,8 +449,8 @@ int tb_cuda_dlpack_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint64
     tb_devmem_dlpack_placement(dl_type, dl_id, &place);
     if (place.needs_cuda_torch && !tb_shim_cuda_built()) {
         *exc = tb_raise_error(env, "device: a %s tensor (device %d): this libtorch was built without CUDA, so it "
-                                   "cannot be imported (TensorBlob.CUDA.info/1 reads its metadata)%s",
-                              name, (int)dl_id, suffix);
+                                   "cannot be imported (%C reads its metadata)%s",
+                              name, (int)dl_id, "tensor_blob:dlpack_info/1", "TensorBlob.CUDA.info/1", suffix);
         return 0;
     }
     if (dl_type == tb_kDLCPU && stream != tb_atoms.undefined) {

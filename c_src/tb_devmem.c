@@ -39,7 +39,7 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
         return 1;
     if (a->kind == TB_MEM_UNKNOWN && a->error && declared_type == TB_DEVICE_CUDA) {
         /* A freed device pointer, for one: say what the runtime said. */
-        snprintf(why, why_size, "the CUDA runtime does not know it as memory of {:cuda, %d}: %s", declared_index,
+        snprintf(why, why_size, "the CUDA runtime does not know it as memory of CUDA device %d: %s", declared_index,
                  a->error);
         return 0;
     }
@@ -48,15 +48,15 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
     if (declared_type == TB_DEVICE_CPU) {
         if (a->kind != TB_MEM_DEVICE)
             return 1;
-        snprintf(why, why_size, "memory of CUDA device %d, declared :cpu", a->device);
+        snprintf(why, why_size, "memory of CUDA device %d, declared as CPU memory", a->device);
         return 0;
     }
     if (a->kind != TB_MEM_DEVICE) {
-        snprintf(why, why_size, "%s memory, declared {:cuda, %d}", tb_devmem_kind_name(a->kind), declared_index);
+        snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d", tb_devmem_kind_name(a->kind), declared_index);
         return 0;
     }
     if (a->device != declared_index) {
-        snprintf(why, why_size, "memory of CUDA device %d, declared {:cuda, %d}", a->device, declared_index);
+        snprintf(why, why_size, "memory of CUDA device %d, declared as memory of CUDA device %d", a->device, declared_index);
         return 0;
     }
     return 1;

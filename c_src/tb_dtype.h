@@ -14,7 +14,8 @@
 /* X(ID, name, DLPack code, bits, element size, c10::ScalarType number,
  *   c10::ScalarType enumerator, Nx kind or NULL, Nx bits)
  * Grouped by the libtorch release that has them: the shim checks each group
- * only against a libtorch that declares it. Nx's {:f, 8} is E5M2. */
+ * only against a libtorch that declares it. Nx's {:f, 8} is E5M2. Nx has no
+ * complex32 (two float16), nor bool. */
 #define TB_DTYPES_TORCH_1_13(X)                                                      \
     X(BOOL, "bool", tb_kDLBool, 8, 1, 11, Bool, NULL, 0)                            \
     X(UINT8, "uint8", tb_kDLUInt, 8, 1, 0, Byte, "u", 8)                            \
@@ -26,6 +27,7 @@
     X(BFLOAT16, "bfloat16", tb_kDLBfloat, 16, 2, 15, BFloat16, "bf", 16)            \
     X(FLOAT32, "float32", tb_kDLFloat, 32, 4, 6, Float, "f", 32)                    \
     X(FLOAT64, "float64", tb_kDLFloat, 64, 8, 7, Double, "f", 64)                   \
+    X(COMPLEX32, "complex32", tb_kDLComplex, 32, 4, 8, ComplexHalf, NULL, 0)        \
     X(COMPLEX64, "complex64", tb_kDLComplex, 64, 8, 9, ComplexFloat, "c", 64)       \
     X(COMPLEX128, "complex128", tb_kDLComplex, 128, 16, 10, ComplexDouble, "c", 128)
 #define TB_DTYPES_TORCH_2_1(X)                                                                     \
@@ -42,7 +44,8 @@
  * names, and Nx's shorthands. */
 #define TB_DTYPE_ALIASES(A)                                                                       \
     A("byte", UINT8) A("char", INT8) A("short", INT16) A("int", INT32) A("long", INT64)         \
-    A("half", FLOAT16) A("float", FLOAT32) A("double", FLOAT64) A("cfloat", COMPLEX64)          \
+    A("half", FLOAT16) A("float", FLOAT32) A("double", FLOAT64)                                   \
+    A("chalf", COMPLEX32) A("complex_half", COMPLEX32) A("cfloat", COMPLEX64)                     \
     A("complex_float", COMPLEX64) A("cdouble", COMPLEX128) A("complex_double", COMPLEX128)      \
     A("u8", UINT8) A("u16", UINT16) A("u32", UINT32) A("u64", UINT64)                             \
     A("s8", INT8) A("s16", INT16) A("s32", INT32) A("s64", INT64)                                 \

@@ -10,7 +10,9 @@
  *   tb_pin                        pins: storages that keep an owner alive
  *   tb_tensor                     the tensor resource, tensor arguments, copies
  *   tb_storage, tb_state          what memory is; what survives an upgrade
- *   tb_term                       atoms, raising, reading and making terms
+ *   tb_term                       atoms, reading and making terms
+ *   tb_raise                      raising: a format and its argument terms,
+ *                                 rendered by the facade of the caller's language
  *   tb_dtype, tb_layout,
  *   tb_dlpack_check, tb_count,
  *   tb_devmem, tb_stream,

@@ -231,16 +231,20 @@ ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return tb_run_copy(env, "to_binary", d.dense_bytes, d.info.device_type != TB_DEVICE_CPU, to_binary, argc, argv);
 }
 
-static const char *guard_refusal(tb_guard_status status)
+/* Why the write guard refused; the message says which call refuses. */
+static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
 {
     switch (status) {
     case TB_GUARD_FROZEN:
-        return "its memory is shared with a binary made by to_binary(copy: false), and binaries are immutable; "
-               "write! refuses it while that binary lives";
+        return tb_raise_badarg(env, "tensor: its memory is shared with a binary made by %C, and binaries are "
+                                    "immutable; %C refuses it while that binary lives",
+                               "to_binary(T, #{copy => false})", "to_binary(copy: false)", "write/2", "write!");
     case TB_GUARD_READ_ONLY:
-        return "its memory is also a binary's bytes or a read-only DLPack import; write! refuses it";
+        return tb_raise_badarg(env, "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
+                                    "%C refuses it",
+                               "write/2", "write!");
     default:
-        return "write! refuses it";
+        return tb_raise_badarg(env, "tensor: %C refuses it", "write/2", "write!");
     }
 }
 
@@ -255,8 +259,8 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (!enif_inspect_binary(env, argv[1], &bin))
         return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[1]);
     if (tb_storage_read_only(&d.info))
-        return tb_raise_badarg(env, "tensor: read-only (%s); write! refuses it",
-                               tb_storage_read_only_reason(&d.info));
+        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it", tb_storage_read_only_reason(&d.info),
+                               "write/2", "write!");
     if (bin.size != d.dense_bytes)
         return tb_raise_badarg(env, "binary: the tensor holds %lu bytes, got a binary of %lu bytes",
                                (unsigned long)d.dense_bytes, (unsigned long)bin.size);
@@ -265,12 +269,12 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         return argv[0]; /* no elements: nothing to write */
     tb_guard_status status = tb_storage_write_begin(&guard);
     if (status != TB_GUARD_OK)
-        return tb_raise_badarg(env, "tensor: %s", guard_refusal(status));
+        return raise_guard_refusal(env, status);
     tb_shim_error err;
     int ok = tb_shim_write_bytes(d.tensor->handle, bin.data, &err);
     tb_storage_write_end(&guard);
     if (!ok)
-        return tb_raise_error(env, "write!: %s", err.message);
+        return tb_raise_error(env, "%C: %s", "write", "write!", err.message);
     return argv[0];
 }
 

@@ -1,6 +1,5 @@
 #include "tb_term.h"
 
-#include <stdarg.h>
 #include <string.h>
 
 #include "torch_shim.h"
@@ -16,6 +15,7 @@ static tb_dtype_key intern_atom(const char *name, void *env)
 void tb_term_load(ErlNifEnv *env)
 {
     tb_atom_table *a = &tb_atoms;
+    tb_raise_load(env);
 #define ATOM(field, name) a->field = enif_make_atom(env, name)
     ATOM(ok, "ok");
     ATOM(true_, "true");
@@ -23,8 +23,6 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(nil, "nil");
     ATOM(undefined, "undefined");
     ATOM(none, "none");
-    ATOM(badarg, "badarg");
-    ATOM(tensor_blob, "tensor_blob");
     ATOM(ptr, "ptr");
     ATOM(shape, "shape");
     ATOM(strides, "strides");
@@ -71,38 +69,6 @@ int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out)
     unsigned long bits;
     return enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_is_atom(env, elems[0]) &&
            enif_get_ulong(env, elems[1], &bits) && tb_dtype_find_nx(&dtype_index, (tb_dtype_key)elems[0], bits, out);
-}
-
-static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, va_list ap)
-{
-    char buf[1024];
-    int n = enif_vsnprintf(buf, sizeof buf, fmt, ap);
-    if (n < 0)
-        n = 0;
-    if ((size_t)n >= sizeof buf)
-        n = sizeof buf - 1;
-    ERL_NIF_TERM message;
-    unsigned char *bytes = enif_make_new_binary(env, (size_t)n, &message);
-    memcpy(bytes, buf, (size_t)n);
-    return enif_raise_exception(env, enif_make_tuple2(env, kind, message));
-}
-
-ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, tb_atoms.badarg, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, tb_atoms.tensor_blob, fmt, ap);
-    va_end(ap);
-    return r;
 }
 
 ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_layout *l, tb_layout_result r, const char *dtype_name,
@@ -211,7 +177,7 @@ int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_devic
         out->index = index;
         return 1;
     }
-    *exc = tb_raise_badarg(env, "%s: expected cpu or {cuda, Index}, got %T", field, term);
+    *exc = tb_raise_badarg(env, "%s: expected %C, got %T", field, "cpu or {cuda, Index}", ":cpu or {:cuda, index}", term);
     return 0;
 }
 

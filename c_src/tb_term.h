@@ -1,6 +1,6 @@
-/* The bottom of the NIF: atoms (made once, at load), error raising, and the
- * helpers that read and make terms (shapes, strides, dtypes, devices).
- * Every concern includes it; it includes no concern.
+/* The bottom of the NIF: atoms (made once, at load), and the helpers that
+ * read and make terms (shapes, strides, dtypes, devices). Every concern
+ * includes it; it includes no concern but tb_raise (how errors are raised).
  *
  * How errors travel: a helper that can fail returns 0 (or NULL) and sets an
  * out-parameter `*exc` to the exception term; the NIF returns that term at
@@ -13,10 +13,10 @@
 
 #include "tb_dtype.h"
 #include "tb_layout.h"
+#include "tb_raise.h"
 
 typedef struct {
     ERL_NIF_TERM ok, true_, false_, nil, undefined, none;
-    ERL_NIF_TERM badarg, tensor_blob;
     /* blob keys */
     ERL_NIF_TERM ptr, shape, strides, dtype, device, element_size, byte_size, owner, struct_, alignment;
     ERL_NIF_TERM ref, read_only;
@@ -35,14 +35,9 @@ typedef struct {
 
 extern tb_atom_table tb_atoms;
 
-/* Makes the atoms and the dtype index; called by load and upgrade. */
+/* Makes the atoms (tb_raise's too) and the dtype index; called by load and
+ * upgrade. */
 void tb_term_load(ErlNifEnv *env);
-
-/* Raise error({badarg, Message}) / error({tensor_blob, Message}). The format
- * is enif_snprintf's: %T prints a term. Return the result from the NIF, or
- * store it in *exc: never test it. */
-ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, const char *fmt, ...);
-ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, const char *fmt, ...);
 
 /* The one message for a refused layout: names the pointer (`ptr_field`),
  * strides or shape by the status, and ends with `suffix` (may be ""). */

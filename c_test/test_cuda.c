@@ -300,18 +300,18 @@ static void test_pointer_checks(void)
     a = answer(TB_MEM_DEVICE, 0, NULL);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 1);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "memory of CUDA device 0, declared :cpu");
+    CHECK_CONTAINS(why, "memory of CUDA device 0, declared as CPU memory");
     a = answer(TB_MEM_DEVICE, 1, NULL);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 2, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "memory of CUDA device 1, declared {:cuda, 0}");
+    CHECK_CONTAINS(why, "memory of CUDA device 1, declared as memory of CUDA device 0");
 
     a = answer(TB_MEM_PINNED_HOST, 0, NULL);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "pinned host memory, declared {:cuda, 0}");
+    CHECK_CONTAINS(why, "pinned host memory, declared as memory of CUDA device 0");
     a = answer(TB_MEM_HOST, -1, NULL);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "host memory, declared {:cuda, 0}");
+    CHECK_CONTAINS(why, "host memory, declared as memory of CUDA device 0");
 
     /* Managed memory is valid on both sides. */
     a = answer(TB_MEM_MANAGED, 0, NULL);
@@ -322,7 +322,7 @@ static void test_pointer_checks(void)
      * pointer the runtime cannot place is host memory. */
     a = answer(TB_MEM_UNKNOWN, -1, "invalid argument");
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "does not know it as memory of {:cuda, 0}: invalid argument");
+    CHECK_CONTAINS(why, "does not know it as memory of CUDA device 0: invalid argument");
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
 }
 
@@ -372,10 +372,10 @@ static void test_dlpack_devices(void)
     /* kDLCUDA and kDLCPU follow from_blob's checks. */
     a = answer(TB_MEM_PINNED_HOST, 0, NULL);
     CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "pinned host memory, declared {:cuda, 0}");
+    CHECK_CONTAINS(why, "pinned host memory, declared as memory of CUDA device 0");
     a = answer(TB_MEM_DEVICE, 0, NULL);
     CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCPU, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "declared :cpu");
+    CHECK_CONTAINS(why, "declared as CPU memory");
     CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, -3, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "CUDA device -3 does not exist");
 }

@@ -417,7 +417,7 @@ static void test_dtypes(void)
         {tb_kDLFloat8_e4m3b11fnuz, 8}, {tb_kDLFloat8_e4m3fnuz, 8}, {tb_kDLFloat8_e5m2fnuz, 8},
         {tb_kDLFloat8_e8m0fnu, 8}, {tb_kDLFloat6_e2m3fn, 6}, {tb_kDLFloat6_e3m2fn, 6},
         {tb_kDLFloat4_e2m1fn, 4}, {tb_kDLInt, 24}, {tb_kDLInt, 128}, {tb_kDLFloat, 8},
-        {tb_kDLBool, 1}, {tb_kDLComplex, 32}, {tb_kDLBfloat, 32}, {tb_kDLFloat8_e4m3fn, 16},
+        {tb_kDLBool, 1}, {tb_kDLComplex, 16}, {tb_kDLBfloat, 32}, {tb_kDLFloat8_e4m3fn, 16},
     };
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         dl_dtype.code = unsupported[i].code;
@@ -576,6 +576,8 @@ static void test_declarations(void)
     CHECK_EQ(tb_dtypes[TB_DT_BOOL].dl_code, tb_kDLBool);
     CHECK_EQ(tb_dtypes[TB_DT_BFLOAT16].dl_code, tb_kDLBfloat);
     CHECK_EQ(tb_dtypes[TB_DT_COMPLEX64].dl_code, tb_kDLComplex);
+    CHECK_EQ(tb_dtypes[TB_DT_COMPLEX32].dl_code, tb_kDLComplex);
+    CHECK_EQ(tb_dtypes[TB_DT_COMPLEX32].dl_bits, 32);
     CHECK_EQ(tb_dtypes[TB_DT_UINT64].dl_code, tb_kDLUInt);
     CHECK_EQ(tb_dtypes[TB_DT_INT8].dl_code, tb_kDLInt);
     CHECK_EQ(tb_dtypes[TB_DT_FLOAT16].dl_code, tb_kDLFloat);

@@ -340,7 +340,7 @@ static void check_nx(const char *kind, unsigned long bits, tb_dtype_id expected)
 
 static void test_dtype_table(void)
 {
-    CHECK_EQ(TB_DT_COUNT, 17);
+    CHECK_EQ(TB_DT_COUNT, 18);
     CHECK_EQ(sizeof tb_dtypes / sizeof tb_dtypes[0], TB_DT_COUNT);
 
     for (int i = 0; i < TB_DT_COUNT; i++) {
@@ -395,6 +395,8 @@ static void test_dtype_names(void)
     check_name("complex_float", TB_DT_COMPLEX64);
     check_name("cdouble", TB_DT_COMPLEX128);
     check_name("complex_double", TB_DT_COMPLEX128);
+    check_name("complex_half", TB_DT_COMPLEX32);
+    check_name("chalf", TB_DT_COMPLEX32);
     /* Nx's shorthands. */
     check_name("f32", TB_DT_FLOAT32);
     check_name("bf16", TB_DT_BFLOAT16);
@@ -450,6 +452,8 @@ static void test_dtype_dlpack(void)
     tb_dtype_id id = TB_DT_COUNT;
     CHECK(tb_dtype_from_dlpack(6, 8, 1, &id));
     CHECK_EQ(id, TB_DT_BOOL);
+    CHECK(tb_dtype_from_dlpack(5, 32, 1, &id));
+    CHECK_EQ(id, TB_DT_COMPLEX32);
 
     /* Vector lanes, unknown codes, and known codes at unknown widths. */
     struct { unsigned code, bits, lanes; } refused[] = {
@@ -458,7 +462,7 @@ static void test_dtype_dlpack(void)
         {7, 8, 1},   /* float8_e3m4 */
         {17, 4, 1},  /* float4_e2m1fn */
         {99, 32, 1},
-        {2, 8, 1}, {0, 128, 1}, {4, 32, 1}, {6, 1, 1}, {5, 32, 1},
+        {2, 8, 1}, {0, 128, 1}, {4, 32, 1}, {6, 1, 1}, {5, 16, 1},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         id = TB_DT_COUNT;

@@ -25,10 +25,10 @@ defmodule TensorBlob do
 
   ## dtypes
 
-  Canonical atoms: #{Enum.map_join(~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 complex64 complex128 float8_e4m3fn float8_e5m2), ", ", &"`:#{&1}`")}.
+  Canonical atoms: #{Enum.map_join(~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 complex32 complex64 complex128 float8_e4m3fn float8_e5m2), ", ", &"`:#{&1}`")}.
   Also accepted on input: ExTorch's names (`:float`, `:double`, `:half`,
-  `:byte`, `:char`, `:short`, `:int`, `:long`, `:complex_float`,
-  `:complex_double`, `:cfloat`, `:cdouble`), Nx types (`{:f, 32}`,
+  `:byte`, `:char`, `:short`, `:int`, `:long`, `:complex_half`, `:chalf`,
+  `:complex_float`, `:complex_double`, `:cfloat`, `:cdouble`), Nx types (`{:f, 32}`,
   `{:bf, 16}`, `{:c, 64}`, `{:u, 8}`, `{:s, 64}`, `{:f, 8}`, ...) and Nx's
   shorthands (`:f32`, `:f64`, `:f16`, `:bf16`, `:c64`, `:c128`, `:u8` to
   `:u64`, `:s8` to `:s64`). An unknown dtype raises `ArgumentError` listing

@@ -39,11 +39,21 @@
 
 -define(PINNABLE(Owner), (Owner =/= none andalso Owner =/= undefined andalso Owner =/= nil)).
 
+%% A NIF call. The NIF raises error({Kind, {format, Format, Args}})
+%% (c_src/tb_raise.h): it never renders a term, for it cannot know who is
+%% calling. Here that becomes error({Kind, Message}), rendered the Erlang
+%% way, with the cause kept in the stacktrace's error_info, from which the
+%% Elixir facade renders the Elixir way. Nothing is done on success.
+-define(NIF(Call),
+        try Call
+        catch error:{Kind__, {format, _, _} = Cause__}:Stack__ -> nif_error(Kind__, Cause__, Stack__)
+        end).
+
 %% A NIF call whose badarg is re-raised as "unknown dtype" (listing the
 %% valid ones) when Dtype is not a dtype: the one dtype table, in C, decides.
 -define(DTYPE_CHECKED(Dtype, Call),
         try Call
-        catch error:{badarg, _} = Reason__:Stack__ -> dtype_error(Dtype, Reason__, Stack__)
+        catch error:{Kind__, {format, _, _} = Cause__}:Stack__ -> dtype_error(Dtype, Kind__, Cause__, Stack__)
         end).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
@@ -70,7 +80,7 @@
 %% @doc The blob describing T's memory; the blob's owner is T.
 -spec to_blob(tensor()) -> blob().
 to_blob(T) when is_reference(T) ->
-    tensor_blob_nif:to_blob(T, T, undefined);
+    ?NIF(tensor_blob_nif:to_blob(T, T, undefined));
 to_blob(T) ->
     not_a_tensor(T).
 
@@ -80,12 +90,12 @@ to_blob(T) ->
 -spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
 to_blob(T, #{owner := Owner, struct := Struct} = Opts) when is_reference(T), map_size(Opts) =:= 2 ->
     %% The Elixir facade's call: no option checks on the hot path.
-    tensor_blob_nif:to_blob(T, Owner, Struct);
+    ?NIF(tensor_blob_nif:to_blob(T, Owner, Struct));
 to_blob(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_blob(T, Opts) when is_map(Opts) ->
     check_options(Opts, [owner, struct]),
-    tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined));
+    ?NIF(tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined)));
 to_blob(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -93,7 +103,7 @@ to_blob(_T, Opts) ->
 %% facade, whose every call gives both.
 -spec to_blob_struct(tensor(), term(), atom()) -> blob().
 to_blob_struct(T, Owner, Struct) when is_reference(T) ->
-    tensor_blob_nif:to_blob(T, Owner, Struct);
+    ?NIF(tensor_blob_nif:to_blob(T, Owner, Struct));
 to_blob_struct(T, _Owner, _Struct) ->
     not_a_tensor(T).
 
@@ -142,7 +152,7 @@ view(Spec, _NoOwner) when is_map(Spec) ->
            "pass ~ts; to ask for an unpinned view, for which the caller answers, pass ~ts", [{code, "owner => Term", "owner: term"}, {code, "owner => none", "owner: :none"}]);
 view(Spec, _NoOwner) ->
     %% Not a map: the NIF says what a spec is.
-    {tensor_blob_nif:from_blob(Spec, undefined, false), none}.
+    {?NIF(tensor_blob_nif:from_blob(Spec, undefined, false)), none}.
 
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
@@ -169,7 +179,7 @@ from_binary(Binary, Dtype, Shape, Opts) ->
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
 to_binary(T) when is_reference(T) ->
-    tensor_blob_nif:to_binary(T);
+    ?NIF(tensor_blob_nif:to_binary(T));
 to_binary(T) ->
     not_a_tensor(T).
 
@@ -182,7 +192,7 @@ to_binary(T) ->
 to_binary(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_binary(T, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
-    tensor_blob_nif:to_binary_view(T);
+    ?NIF(tensor_blob_nif:to_binary_view(T));
 to_binary(T, Opts) ->
     check_copy_option(Opts),
     to_binary(T).
@@ -204,45 +214,45 @@ zeros(Shape, Dtype) ->
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
 write(T, Binary) when is_reference(T) ->
-    tensor_blob_nif:write(T, Binary);
+    ?NIF(tensor_blob_nif:write(T, Binary));
 write(T, _Binary) ->
     not_a_tensor(T).
 
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
-to_device(T, Device) when is_reference(T) -> tensor_blob_nif:to_device(T, Device);
+to_device(T, Device) when is_reference(T) -> ?NIF(tensor_blob_nif:to_device(T, Device));
 to_device(T, _Device) -> not_a_tensor(T).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
 -spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
 narrow(T, Dim, Start, Length) when is_reference(T) ->
-    tensor_blob_nif:narrow(T, Dim, Start, Length);
+    ?NIF(tensor_blob_nif:narrow(T, Dim, Start, Length));
 narrow(T, _Dim, _Start, _Length) ->
     not_a_tensor(T).
 
 %% @doc A view with dimensions Dim0 and Dim1 swapped; shares memory.
 -spec transpose(tensor(), non_neg_integer(), non_neg_integer()) -> tensor().
 transpose(T, Dim0, Dim1) when is_reference(T) ->
-    tensor_blob_nif:transpose(T, Dim0, Dim1);
+    ?NIF(tensor_blob_nif:transpose(T, Dim0, Dim1));
 transpose(T, _Dim0, _Dim1) ->
     not_a_tensor(T).
 
 -spec shape(tensor()) -> shape().
-shape(T) when is_reference(T) -> tensor_blob_nif:shape(T);
+shape(T) when is_reference(T) -> ?NIF(tensor_blob_nif:shape(T));
 shape(T) -> not_a_tensor(T).
 
 %% @doc Element strides.
 -spec strides(tensor()) -> [non_neg_integer()].
-strides(T) when is_reference(T) -> tensor_blob_nif:strides(T);
+strides(T) when is_reference(T) -> ?NIF(tensor_blob_nif:strides(T));
 strides(T) -> not_a_tensor(T).
 
 -spec dtype(tensor()) -> atom().
-dtype(T) when is_reference(T) -> tensor_blob_nif:dtype(T);
+dtype(T) when is_reference(T) -> ?NIF(tensor_blob_nif:dtype(T));
 dtype(T) -> not_a_tensor(T).
 
 -spec device(tensor()) -> device().
-device(T) when is_reference(T) -> tensor_blob_nif:device(T);
+device(T) when is_reference(T) -> ?NIF(tensor_blob_nif:device(T));
 device(T) -> not_a_tensor(T).
 
 %% @doc What T's memory is, and who keeps it alive: owned (libtorch allocated
@@ -254,7 +264,7 @@ device(T) -> not_a_tensor(T).
 %% a CUDA IPC handle). Slices and transposes
 %% answer as the tensor they view.
 -spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
-memory(T) when is_reference(T) -> tensor_blob_nif:memory(T);
+memory(T) when is_reference(T) -> ?NIF(tensor_blob_nif:memory(T));
 memory(T) -> not_a_tensor(T).
 
 %% @doc true when T views memory whose owner it keeps alive: a pinned owner,
@@ -274,7 +284,7 @@ stats() -> tensor_blob_nif:stats().
 dtypes() -> tensor_blob_nif:dtypes().
 
 %% @doc The Nx type {Kind, Bits} of a dtype (from the one dtype table), or
-%% nil when Nx has none (bool).
+%% nil when Nx has none (bool, complex32).
 -spec nx_type(dtype()) -> {atom(), pos_integer()} | nil.
 nx_type(Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:nx_type(Dtype)).
 
@@ -287,18 +297,18 @@ nx_type(Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:nx_type(Dtype)).
 -spec cuda_info() -> #{built := boolean(), runtime := boolean(), devices := non_neg_integer(),
                        libtorch := boolean(), runtime_path := binary() | nil,
                        ipc_mappings := non_neg_integer()}.
-cuda_info() -> tensor_blob_nif:cuda_info().
+cuda_info() -> ?NIF(tensor_blob_nif:cuda_info()).
 
 %% @doc What the CUDA runtime says the memory at Ptr is, without touching
 %% it: cpu (ordinary host memory), cuda_host (pinned host memory), cuda
 %% (device memory), cuda_managed (managed memory), or unknown (no runtime,
 %% driver or GPU, or the runtime cannot place it).
 -spec cuda_memory(non_neg_integer()) -> cpu | cuda_host | cuda | cuda_managed | unknown.
-cuda_memory(Ptr) -> tensor_blob_nif:cuda_memory(Ptr).
+cuda_memory(Ptr) -> ?NIF(tensor_blob_nif:cuda_memory(Ptr)).
 
 %% @doc Waits until the CUDA device has finished its queued work.
 -spec cuda_synchronize(non_neg_integer()) -> ok.
-cuda_synchronize(Index) -> tensor_blob_nif:cuda_synchronize(Index).
+cuda_synchronize(Index) -> ?NIF(tensor_blob_nif:cuda_synchronize(Index)).
 
 %% @doc The metadata of a capsule's managed tensor (device, device_type, ptr,
 %% shape, strides, dtype, read_only), read without consuming it and without
@@ -307,7 +317,7 @@ cuda_synchronize(Index) -> tensor_blob_nif:cuda_synchronize(Index).
 %% cuda_managed for kDLCUDAManaged); device is where libtorch sees it once
 %% imported (cpu for pinned host memory, {cuda, I} for managed memory).
 -spec dlpack_info(capsule()) -> map().
-dlpack_info(Capsule) -> tensor_blob_nif:dlpack_info(Capsule).
+dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 
 %% @doc A tensor of zeros in a new POSIX shared-memory region (created with
 %% owner-only permissions), which ipc_export/1 shares without a copy.
@@ -318,7 +328,7 @@ ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape
 %% halted runs no destructor); returns how many. Names carry the creator's
 %% OS pid. Done at load too; call it in a long-running VM whose peers halt.
 -spec ipc_reclaim() -> non_neg_integer().
-ipc_reclaim() -> tensor_blob_nif:ipc_reclaim().
+ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 
 %% @doc A handle another OS process opens with ipc_open/3. The keys follow
 %% Nx's %Nx.Pointer{kind: ipc}.
@@ -346,17 +356,17 @@ ipc_reclaim() -> tensor_blob_nif:ipc_reclaim().
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
-    case tensor_blob_nif:device(T) of
+    case device(T) of
         cpu -> ipc_export_region(T);
         {cuda, _} -> ipc_export_cuda(T)
     end.
 
 ipc_export_cuda(T) ->
-    {Handle, Device, Size, Shared} = tensor_blob_nif:cuda_ipc_export(T),
+    {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
     #{kind => ipc, handle => Handle, address => Device, data_size => Size, tensor => Shared}.
 
 ipc_export_region(T) ->
-    Shared = case tensor_blob_nif:ipc_name(T) of
+    Shared = case ipc_name(T) of
                  nil ->
                      S = ipc_zeros(shape(T), dtype(T)),
                      _ = write(S, to_binary(T)),
@@ -364,14 +374,14 @@ ipc_export_region(T) ->
                  _ ->
                      T
              end,
-    {Name, Size} = tensor_blob_nif:ipc_name(Shared),
+    {Name, Size} = ipc_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
 
 %% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or
 %% ipc_open/3, contiguous, from its start): what ipc_export/1 shares without
 %% a copy. nil otherwise. Nothing is created or copied.
 -spec ipc_name(tensor()) -> {binary(), non_neg_integer()} | nil.
-ipc_name(T) -> tensor_blob_nif:ipc_name(T).
+ipc_name(T) -> ?NIF(tensor_blob_nif:ipc_name(T)).
 
 %% @doc A tensor over the memory a handle names (a handle map, an Nx pointer
 %% map with kind ipc, or a region's name), in another OS process (a CPU
@@ -415,7 +425,7 @@ torch_version() -> tensor_blob_nif:torch_version().
 %% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
 -spec to_dlpack(tensor()) -> capsule().
 to_dlpack(T) when ?IS_TENSOR_TERM(T) ->
-    tensor_blob_nif:to_dlpack(T, versioned, false, undefined);
+    ?NIF(tensor_blob_nif:to_dlpack(T, versioned, false, undefined));
 to_dlpack(T) ->
     not_a_tensor(T).
 
@@ -447,7 +457,7 @@ to_dlpack(T, Opts) when is_map(Opts) ->
     check_options(Opts, [max_version, version, read_only, stream]),
     Version = export_version(maps:get(version, Opts, undefined),
                              negotiate(maps:get(max_version, Opts, undefined))),
-    tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts), stream_option(Opts));
+    ?NIF(tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 to_dlpack(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -456,7 +466,7 @@ to_dlpack(_T, Opts) ->
 %% An address is read as a DLManagedTensorVersioned.
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) ->
-    tensor_blob_nif:from_dlpack(Source, undefined, false, undefined).
+    ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
 
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address (a capsule knows).
@@ -487,7 +497,7 @@ from_dlpack(Source, Opts) when is_map(Opts) ->
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
                   Other -> badarg("version: expected versioned or legacy, got ~0tp", [Other])
               end,
-    tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts), stream_option(Opts));
+    ?NIF(tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 from_dlpack(_Source, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -496,12 +506,12 @@ from_dlpack(_Source, Opts) ->
 %% does that). A second consume raises.
 -spec consume_dlpack(capsule()) -> non_neg_integer().
 consume_dlpack(Capsule) ->
-    tensor_blob_nif:consume_dlpack(Capsule).
+    ?NIF(tensor_blob_nif:consume_dlpack(Capsule)).
 
 %% @doc Whether a capsule holds a versioned or a legacy managed tensor.
 -spec dlpack_version(capsule()) -> dlpack_version().
 dlpack_version(Capsule) ->
-    tensor_blob_nif:dlpack_version(Capsule).
+    ?NIF(tensor_blob_nif:dlpack_version(Capsule)).
 
 %% What a consumer's max_version allows.
 negotiate(undefined) -> undefined;
@@ -556,11 +566,25 @@ badarg(Format, Args) ->
 %% spelled in each language (rendered with ~ts).
 -spec raise(badarg | tensor_blob, io:format(), [term()]) -> no_return().
 raise(Kind, Format, Args) ->
-    erlang:error({Kind, format(Format, Args)}, none,
-                 [{error_info, #{module => ?MODULE, cause => {format, Format, Args}}}]).
+    erlang:error({Kind, format(Format, Args)}, none, [{error_info, error_info({format, Format, Args})}]).
 
+%% An error the NIF raised, with its format and arguments: rendered, and
+%% re-raised with the NIF's own stacktrace, whose top frame (the NIF call)
+%% now carries the cause as raise/3's errors do.
+-spec nif_error(badarg | tensor_blob, {format, io:format(), [term()]}, erlang:stacktrace()) -> no_return().
+nif_error(Kind, {format, Format, Args} = Cause, [{M, F, A, Location} | Stack]) ->
+    erlang:raise(error, {Kind, format(Format, Args)}, [{M, F, A, [{error_info, error_info(Cause)} | Location]} | Stack]).
+
+error_info(Cause) ->
+    #{module => ?MODULE, cause => Cause}.
+
+%% Terms are printed on one line (~0tp), and io_lib trims them to keep the
+%% whole message near ?MESSAGE_CHARS characters (as `...'), so a huge term
+%% given as an argument never makes a huge message.
+-define(MESSAGE_CHARS, 1024).
 format(Format, Args) ->
-    unicode:characters_to_binary(io_lib:format(Format, [erlang_arg(A) || A <- Args])).
+    unicode:characters_to_binary(io_lib:format(Format, [erlang_arg(A) || A <- Args],
+                                               [{chars_limit, ?MESSAGE_CHARS}])).
 
 erlang_arg({code, Erlang, _Elixir}) -> Erlang;
 erlang_arg(Arg) -> Arg.
@@ -573,10 +597,11 @@ format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
 format_error(_Reason, _Stack) ->
     #{}.
 
-%% @private The format and arguments of an error raised by this module (from
-%% its stacktrace's error_info), or none: what the Elixir facade renders.
+%% @private The format and arguments of an error raised by this module or
+%% by the NIF through it (from the top frame's error_info), or none: what
+%% the Elixir facade renders.
 -spec error_message(term(), erlang:stacktrace()) -> {io:format(), [term()]} | none.
-error_message({Kind, Message}, [{?MODULE, _, _, Info} | _]) when is_atom(Kind), is_binary(Message) ->
+error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_binary(Message), is_list(Info) ->
     case proplists:get_value(error_info, Info) of
         #{module := ?MODULE, cause := {format, Format, Args}} -> {Format, Args};
         _ -> none
@@ -602,17 +627,20 @@ not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.DLPack'} = T) ->
 not_a_tensor(T) ->
     badarg("tensor: expected a tensor, got ~0tP", [T, 8]).
 
-%% After a badarg from a NIF given Dtype (or a spec holding one): when Dtype
-%% is not a dtype at all, raise a message listing the valid ones; otherwise
-%% the NIF's own error stands.
--spec dtype_error(term(), term(), erlang:stacktrace()) -> no_return().
-dtype_error({spec, #{dtype := Dtype}}, Reason, Stack) ->
-    dtype_error(Dtype, Reason, Stack);
-dtype_error({spec, _}, Reason, Stack) ->
-    erlang:raise(error, Reason, Stack);
-dtype_error(Dtype, Reason, Stack) ->
+%% After an error from a NIF given Dtype (or a spec holding one): when it
+%% is a badarg and Dtype is not a dtype at all, raise a message listing the
+%% valid ones; otherwise the NIF's own error stands.
+-spec dtype_error(term(), badarg | tensor_blob, {format, io:format(), [term()]}, erlang:stacktrace()) ->
+          no_return().
+dtype_error({spec, #{dtype := Dtype}}, Kind, Cause, Stack) ->
+    dtype_error(Dtype, Kind, Cause, Stack);
+dtype_error({spec, _}, Kind, Cause, Stack) ->
+    nif_error(Kind, Cause, Stack);
+dtype_error(_Dtype, tensor_blob, Cause, Stack) ->
+    nif_error(tensor_blob, Cause, Stack);
+dtype_error(Dtype, badarg, Cause, Stack) ->
     try tensor_blob_nif:nx_type(Dtype) of
-        _ -> erlang:raise(error, Reason, Stack)
+        _ -> nif_error(badarg, Cause, Stack)
     catch
         error:{badarg, _} ->
             badarg("dtype: unknown dtype ~0tp; expected one of ~0tp (those this libtorch holds), "

@@ -221,8 +221,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     describe "to_nx" do
-      test "every dtype: a BinaryBackend tensor over our memory, zero-copy" do
-        for dtype <- TensorBlob.dtypes() do
+      test "every dtype with an Nx type: a BinaryBackend tensor over our memory, zero-copy" do
+        for dtype <- TensorBlob.dtypes(), dtype == :bool or :tensor_blob.nx_type(dtype) != nil do
           type = TNx.nx_type!(dtype)
           t = Tensor.from_binary(bytes_for(type, 12), dtype, {3, 4})
           nx = TNx.to_nx(t)
@@ -232,6 +232,20 @@ if Code.ensure_loaded?(Nx) do
           # And back: the same address.
           assert ptr(TNx.from_nx(nx)) == ptr(t)
         end
+      end
+
+      test "a dtype Nx has no type for (complex32) is refused, saying so" do
+        no_nx = for dtype <- TensorBlob.dtypes(), dtype != :bool, :tensor_blob.nx_type(dtype) == nil, do: dtype
+        assert :complex32 in no_nx
+
+        message =
+          "dtype: :complex32 has no Nx type (Nx's complex types are {:c, 64} and {:c, 128}); " <>
+            "convert the tensor to :complex64 in libtorch first"
+
+        t = Tensor.zeros({2}, :complex32)
+        assert_raise ArgumentError, message, fn -> TNx.to_nx(t) end
+        assert_raise ArgumentError, message, fn -> TNx.to_nx(t, Nx.BinaryBackend) end
+        assert_raise ArgumentError, message, fn -> TNx.nx_type!(:complex32) end
       end
 
       test "Nx computes on it; our tensor may be dropped; write! waits for the binary" do

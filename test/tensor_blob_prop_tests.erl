@@ -111,6 +111,7 @@ esize(float16) -> 2;
 esize(bfloat16) -> 2;
 esize(float32) -> 4;
 esize(float64) -> 8;
+esize(complex32) -> 4;
 esize(complex64) -> 8;
 esize(complex128) -> 16;
 esize(float8_e4m3fn) -> 1;
@@ -431,7 +432,7 @@ gen_bad_dim() ->
     proper_types:oneof([gen_not_integer(), proper_types:elements([-1, -5, 1 bsl 63, 1 bsl 64, -(1 bsl 63) - 1])]).
 
 gen_unknown_dtype() ->
-    proper_types:oneof([proper_types:elements([float31, 'Float32', f31, int128, complex32, bfloat8, '', 'float32 ',
+    proper_types:oneof([proper_types:elements([float31, 'Float32', f31, int128, complex16, c32, bfloat8, '', 'float32 ',
                                                nil, undefined, float32e, "float32", <<"float32">>, 32, 1.5,
                                                {f, 31}, {f, -32}, {f, 1 bsl 70}, {q, 8}, {u, 8, 1}, {"f", 32},
                                                {f8_e5m2, 8}, {f}, [f, 32]]),

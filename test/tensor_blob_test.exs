@@ -198,14 +198,14 @@ defmodule TensorBlobTest do
     test "the linked libtorch's dtypes include the classic ones" do
       supported = TensorBlob.dtypes()
 
-      for d <- ~w(bool uint8 int8 int16 int32 int64 float16 bfloat16 float32 float64 complex64 complex128)a do
+      for d <- ~w(bool uint8 int8 int16 int32 int64 float16 bfloat16 float32 float64 complex32 complex64 complex128)a do
         assert d in supported
       end
     end
 
     test "dtypes the linked libtorch lacks raise TensorBlob.Error, never a substitute" do
       all = ~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32
-               float64 complex64 complex128 float8_e4m3fn float8_e5m2)a
+               float64 complex32 complex64 complex128 float8_e4m3fn float8_e5m2)a
 
       for d <- all -- TensorBlob.dtypes() do
         error = assert_raise TensorBlob.Error, fn -> Tensor.zeros({2}, d) end
@@ -226,7 +226,9 @@ defmodule TensorBlobTest do
         complex_float: :complex64,
         complex_double: :complex128,
         cfloat: :complex64,
-        cdouble: :complex128
+        cdouble: :complex128,
+        complex_half: :complex32,
+        chalf: :complex32
       ]
 
       for {alias_name, canonical} <- pairs do
@@ -529,6 +531,62 @@ defmodule TensorBlobTest do
 
       error = assert_raise ArgumentError, fn -> Tensor.to_binary(t, copy: :maybe) end
       assert error.message =~ "copy: expected a boolean (or :if_needed, for from_binary), got :maybe"
+
+      error = assert_raise ArgumentError, fn -> Tensor.zeros({2}, "float32") end
+
+      assert error.message ==
+               ~s(dtype: unknown dtype "float32"; expected one of #{inspect(TensorBlob.dtypes())} ) <>
+                 "(those this libtorch holds), an ExTorch name (such as :float or :long) or an Nx type " <>
+                 "(such as {:f, 32} or :f32)"
+    end
+
+    test "messages raised inside the NIF show terms the Elixir way", %{t: t, blob: blob} do
+      for {call, message} <- [
+            {fn -> Tensor.zeros({2, :a}, :float32) end,
+             "shape: dimension 1 must be a non-negative 64-bit integer, got :a in {2, :a}"},
+            {fn -> TensorBlob.from_blob(%{blob | shape: {2, 1.5}}) end,
+             "shape: dimension 1 must be a non-negative 64-bit integer, got 1.5 in {2, 1.5}"},
+            {fn -> TensorBlob.from_blob(%{blob | strides: [3, -1]}) end,
+             "strides: stride 1 must be a non-negative 64-bit integer, got -1 in [3, -1]"},
+            {fn -> TensorBlob.from_blob(%{blob | ptr: "0x10"}) end,
+             ~s(ptr: expected a non-negative integer address, got "0x10")},
+            {fn -> TensorBlob.from_blob(%{blob | device: {:cuda, -1}}) end,
+             "device: expected :cpu or {:cuda, index}, got {:cuda, -1}"},
+            {fn -> Tensor.to_device(t, "cuda") end, ~s(device: expected :cpu or {:cuda, index}, got "cuda")},
+            {fn -> Tensor.from_binary([1, 2], :uint8, {2}) end, "binary: expected a binary, got [1, 2]"},
+            {fn -> TensorBlob.IPC.open("a/b", :uint8, {1}) end,
+             ~s(handle: "a/b" is no shared-memory name (an optional leading slash, then 1 to 253 bytes ) <>
+               "with no slash or NUL)"},
+            {fn -> t |> Tensor.transpose(0, 1) |> Tensor.to_binary(copy: false) end,
+             "tensor: not contiguous (shape {3, 2}, strides [1, 3]); a binary shows row-major memory only, " <>
+               "so copy it (copy: true)"}
+          ] do
+        assert_raise ArgumentError, message, call
+      end
+
+      # A spec missing a key: the field leads as text, the spec is an Elixir
+      # map (in whatever key order this Elixir inspects maps).
+      error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(Map.delete(blob, :ptr)) end
+      assert error.message =~ ~r/^ptr: missing key in blob spec %\{/
+      assert error.message =~ "__struct__: TensorBlob.Blob"
+      assert error.message =~ "dtype: :float32"
+      refute error.message =~ "=>"
+
+      # The Erlang API called directly keeps Erlang's rendering.
+      assert {:badarg, "shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}"} ==
+               catch_error(:tensor_blob.zeros({2, :a}, :float32))
+    end
+
+    test "a huge term in a message is inspected with limits, never cut in the middle", %{blob: blob} do
+      huge = MapSet.new(1..100_000)
+      error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(%{blob | ptr: huge}) end
+      assert error.message =~ ~r/^ptr: expected a non-negative integer address, got MapSet.new\(\[.*, \.\.\.\]\)$/
+      assert byte_size(error.message) < 1100
+
+      structs = List.duplicate(%URI{host: String.duplicate("h", 10_000)}, 1000)
+      error = assert_raise ArgumentError, fn -> Tensor.from_binary(structs, :uint8, {2}) end
+      assert error.message =~ ~r/^binary: expected a binary, got \[%URI\{.*\.\.\.\]$/
+      assert byte_size(error.message) < 1100
     end
 
     test "a struct given where a tensor is expected says what to do with it", %{t: t} do

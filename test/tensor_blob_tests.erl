@@ -13,12 +13,12 @@
 
 %% Every canonical dtype of the design, supported by the linked libtorch or not.
 -define(CANONICAL, [bool, uint8, int8, int16, int32, int64, uint16, uint32, uint64,
-                    float16, bfloat16, float32, float64, complex64, complex128,
+                    float16, bfloat16, float32, float64, complex32, complex64, complex128,
                     float8_e4m3fn, float8_e5m2]).
 
 %% What libtorch 1.13 (the oldest supported) holds: always in dtypes().
 -define(BASE_DTYPES, [bool, uint8, int8, int16, int32, int64, float16, bfloat16,
-                      float32, float64, complex64, complex128]).
+                      float32, float64, complex32, complex64, complex128]).
 
 %% Expr raises error({badarg, Msg}): Msg is a binary that leads with the
 %% name of the offending field ("Field: ..."), and mentions each of Words.
@@ -77,7 +77,11 @@ element_size(D) -> maps:get(element_size, tensor_blob:to_blob(tensor_blob:zeros(
 %% Six distinct values of each dtype, all exactly representable in it; the
 %% kind of a dtype comes from its Nx type (tensor_blob:nx_type/1, the
 %% library's table), so a dtype the table gains is covered here too.
-values(D) -> values_of(tensor_blob:nx_type(D)).
+values(D) -> values_of(kind(D)).
+
+%% The Nx type, or for complex32 (Nx has none) what it is: two float16.
+kind(complex32) -> {c, 32};
+kind(D) -> tensor_blob:nx_type(D).
 
 values_of(nil) -> [1, 0, 0, 1, 1, 0];
 values_of({u, Bits}) -> [0, 1, 42, 128, 200, (1 bsl Bits) - 1];
@@ -89,7 +93,7 @@ values_of(_Float) -> [-2.5, -1.0, 0.0, 0.5, 1.5, 1024.0].
 
 %% Native-endian bytes of a list of values, written independently of the NIF.
 encode(D, Vs) ->
-    Type = tensor_blob:nx_type(D),
+    Type = kind(D),
     << <<(encode1(Type, V))/binary>> || V <- Vs >>.
 
 encode1(nil, V) -> <<V:8>>;
@@ -205,6 +209,7 @@ dtype_aliases_test_() ->
     Aliases = [{float, float32}, {double, float64}, {half, float16}, {long, int64},
                {byte, uint8}, {char, int8}, {short, int16}, {int, int32},
                {complex_float, complex64}, {complex_double, complex128},
+               {complex_half, complex32}, {chalf, complex32},
                {{f, 32}, float32}, {{f, 64}, float64}, {{f, 16}, float16},
                {{bf, 16}, bfloat16}, {{c, 64}, complex64}, {{c, 128}, complex128},
                {{u, 8}, uint8}, {{s, 8}, int8}, {{s, 16}, int16}, {{s, 32}, int32},
@@ -521,6 +526,66 @@ erlang_messages_test() ->
               fun() -> tensor_blob:to_dlpack(Nx) end]],
     assert_names_field(<<"dtype">>, [<<"<<\"float32\">>">>, <<"float32">>, <<"{f,32}">>],
                        badarg_message(fun() -> tensor_blob:zeros({2}, <<"float32">>) end)).
+
+%% Errors raised inside the NIF show terms the Erlang way too (the NIF gives
+%% a format and its terms; this facade renders them with io_lib).
+nif_messages_erlang_test() ->
+    T = tensor_blob:from_binary(f32(lists:seq(1, 6)), float32, {2, 3}),
+    B = tensor_blob:to_blob(T),
+    [?assertEqual({badarg, Message}, catch_error(Call))
+     || {Call, Message} <-
+            [{fun() -> tensor_blob:zeros({2, a}, float32) end,
+              <<"shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>},
+             {fun() -> tensor_blob:from_blob(B#{shape => {2, 1.5}}) end,
+              <<"shape: dimension 1 must be a non-negative 64-bit integer, got 1.5 in {2,1.5}">>},
+             {fun() -> tensor_blob:from_blob(B#{strides => [3, -1]}) end,
+              <<"strides: stride 1 must be a non-negative 64-bit integer, got -1 in [3,-1]">>},
+             {fun() -> tensor_blob:from_blob(B#{ptr => <<"0x10">>}) end,
+              <<"ptr: expected a non-negative integer address, got <<\"0x10\">>">>},
+             {fun() -> tensor_blob:from_blob(B#{device => {cuda, -1}}) end,
+              <<"device: expected cpu or {cuda, Index}, got {cuda,-1}">>},
+             {fun() -> tensor_blob:to_device(T, "cuda") end,
+              <<"device: expected cpu or {cuda, Index}, got \"cuda\"">>},
+             {fun() -> tensor_blob:from_binary([1, 2], uint8, {2}) end,
+              <<"binary: expected a binary, got [1,2]">>},
+             {fun() -> tensor_blob:ipc_open(<<"a/b">>, uint8, {1}) end,
+              <<"handle: <<\"a/b\">> is no shared-memory name (an optional leading slash, then 1 to 253 bytes "
+                "with no slash or NUL)">>},
+             {fun() -> tensor_blob:to_binary(tensor_blob:transpose(T, 0, 1), #{copy => false}) end,
+              <<"tensor: not contiguous (shape {3,2}, strides [1,3]); a binary shows row-major memory only, "
+                "so copy it (#{copy => true})">>}]],
+    %% A missing key: the field leads as text, the spec is an Erlang map.
+    {badarg, Missing} = catch_error(fun() -> tensor_blob:from_blob(maps:remove(ptr, B)) end),
+    assert_names_field(<<"ptr">>, [<<"missing key in blob spec #{">>, <<"dtype => float32">>], Missing).
+
+%% The NIF's error carries its cause in the stacktrace's error_info, as the
+%% facade's own errors do: the shell prints the message, and the Elixir
+%% facade renders the same format and terms its own way.
+nif_error_info_test() ->
+    {error, Reason, Stack} = try tensor_blob:zeros({2, a}, float32)
+                             catch error:R:S -> {error, R, S}
+                             end,
+    ?assertMatch([{tensor_blob_nif, zeros, _, _} | _], Stack),
+    ?assertEqual({<<"~ts: dimension ~b must be a non-negative 64-bit integer, got ~0tp in ~0tp">>,
+                  [<<"shape">>, 1, a, {2, a}]},
+                 tensor_blob:error_message(Reason, Stack)),
+    Shown = unicode:characters_to_binary(erl_error:format_exception(error, Reason, Stack)),
+    assert_mentions(<<"*** shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>, Shown).
+
+%% A huge term is printed with a limit (io_lib's chars_limit): the message
+%% stays short and ends in a well-formed elision, never cut mid-term.
+nif_message_limit_test() ->
+    {badarg, Msg} = catch_error(fun() -> tensor_blob:from_binary(lists:seq(1, 100000), uint8, {2}) end),
+    ?assert(byte_size(Msg) < 1100),
+    ?assertMatch(<<"binary: expected a binary, got [1,2,3,", _/binary>>, Msg),
+    ?assertEqual(<<"|...]">>, binary:part(Msg, byte_size(Msg), -5)).
+
+catch_error(Fun) ->
+    try Fun() of
+        Result -> erlang:error({expected_an_error, Result})
+    catch
+        error:Reason -> Reason
+    end.
 
 %% strides and device may be absent, undefined or nil: row-major, cpu.
 optional_spec_keys_test() ->

@@ -13,7 +13,8 @@ if Code.ensure_loaded?(Nx) do
     `:bfloat16`, `{:c, 64}` and `:complex64`, `{:f, 8}` and `:float8_e5m2`,
     ...). Nx's sub-byte types (`{:u, 2}`, `{:u, 4}`, `{:s, 2}`, `{:s, 4}`)
     have no libtorch counterpart and raise `ArgumentError`. A `:bool`
-    tensor becomes `{:u, 8}` (same bytes). Axis names do not cross: a tensor
+    tensor becomes `{:u, 8}` (same bytes). A `:complex32` tensor (two
+    float16 per element) has no Nx type, and `to_nx/2` refuses it. Axis names do not cross: a tensor
     from `to_nx/2` has no names, and `from_nx/2` drops them.
 
     ## From Nx
@@ -255,9 +256,18 @@ if Code.ensure_loaded?(Nx) do
 
     defp dtype!(type), do: type
 
-    @doc "The Nx type of a dtype; `:bool` gives `{:u, 8}`."
+    @doc """
+    The Nx type of a dtype; `:bool` gives `{:u, 8}`. `:complex32` raises
+    `ArgumentError`: Nx has no complex type of 32 bits.
+    """
     @spec nx_type!(atom()) :: Nx.Type.t()
     def nx_type!(:bool), do: {:u, 8}
+
+    def nx_type!(:complex32) do
+      raise ArgumentError,
+            "dtype: :complex32 has no Nx type (Nx's complex types are {:c, 64} and {:c, 128}); " <>
+              "convert the tensor to :complex64 in libtorch first"
+    end
 
     def nx_type!(dtype) do
       case :tensor_blob.nx_type(dtype) do

@@ -3,10 +3,10 @@ defmodule TensorBlob.Raise do
   # Turns the Erlang API's error({badarg, Msg}) / error({tensor_blob, Msg})
   # into ArgumentError / TensorBlob.Error, keeping the stacktrace.
   #
-  # Errors raised by the Erlang facade carry their format and arguments
-  # (error_info); those are rendered here the Elixir way: terms with
-  # `inspect/2`, code snippets in their Elixir spelling. Errors raised by the
-  # NIF carry only their text, which is kept as it is.
+  # Errors raised by the Erlang facade, and by the NIF through it, carry
+  # their format and arguments (error_info); those are rendered here the
+  # Elixir way: terms with `inspect/2`, code snippets in their Elixir
+  # spelling. An error without them keeps its text.
 
   defmacro translating(do: body) do
     quote do
@@ -55,8 +55,22 @@ defmodule TensorBlob.Raise do
   defp render("", [], acc), do: acc |> Enum.reverse() |> IO.iodata_to_binary()
 
   defp directive("P", [term, depth | args]), do: {inspect(term, limit: depth * 2, printable_limit: 256), args}
-  defp directive(p, [term | args]) when p in ["p", "w"], do: {inspect(term), args}
+  defp directive(p, [term | args]) when p in ["p", "w"], do: {inspect_bounded(term), args}
   defp directive("s", [{:code, _erlang, elixir} | args]), do: {elixir, args}
   defp directive("s", [text | args]), do: {to_string(text), args}
   defp directive("b", [integer | args]), do: {Integer.to_string(integer), args}
+
+  # A term any caller may have passed (a whole struct, a huge binary):
+  # inspected with limits, smaller ones until it fits in about @term_bytes,
+  # so a message is never cut in the middle of a term. Each pass is bounded
+  # by its limit.
+  @term_bytes 1024
+  @limits [{50, 1024}, {20, 256}, {8, 64}, {3, 16}]
+
+  defp inspect_bounded(term) do
+    Enum.reduce_while(@limits, nil, fn {limit, printable_limit}, _ ->
+      text = inspect(term, limit: limit, printable_limit: printable_limit)
+      if byte_size(text) <= @term_bytes, do: {:halt, text}, else: {:cont, text}
+    end)
+  end
 end

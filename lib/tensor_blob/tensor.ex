@@ -268,6 +268,7 @@ defmodule TensorBlob.Tensor do
     # bfloat16 is the high half of a float32.
     defp decoder(:bfloat16), do: fn <<x::16-native>> -> float(<<x::16, 0::16>>, :big) end
 
+    defp decoder(:complex32), do: fn <<re::binary-2, im::binary-2>> -> complex(float(re), float(im)) end
     defp decoder(:complex64), do: fn <<re::binary-4, im::binary-4>> -> complex(float(re), float(im)) end
     defp decoder(:complex128), do: fn <<re::binary-8, im::binary-8>> -> complex(float(re), float(im)) end
     defp decoder(_float8), do: nil
