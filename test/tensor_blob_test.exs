@@ -289,6 +289,8 @@ defmodule TensorBlobTest do
                "#TensorBlob.Tensor<int64 cpu owned [-7]>"
 
       assert inspect(Tensor.zeros({0, 3}, :int32)) == "#TensorBlob.Tensor<int32[0][3] cpu owned []>"
+      # A struct built by hand without its ref is shown, not an Inspect.Error.
+      refute inspect(%{__struct__: Tensor}) =~ "Inspect.Error"
       assert inspect(Tensor.from_binary(<<1, 0>>, :bool, {2})) =~ "[true, false]>"
 
       specials = <<0x7F800000::32-native, 0x7FC00000::32-native, 0xFF800000::32-native>>

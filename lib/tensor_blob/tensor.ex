@@ -173,6 +173,9 @@ defmodule TensorBlob.Tensor do
 
     @preview 8
 
+    # A struct built by hand without :ref is shown as a plain map.
+    def inspect(tensor, opts) when not is_map_key(tensor, :ref), do: Inspect.Any.inspect(tensor, opts)
+
     def inspect(%{ref: ref} = tensor, opts) do
       if is_reference(ref) do
         shape = :tensor_blob.shape(ref)
