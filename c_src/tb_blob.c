@@ -162,7 +162,8 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
          * says what the memory is. Only memory that another storage
          * registered read-only needs a pin of its own to carry the flag. */
         int owner_read_only = tb_storage_read_only(&o);
-        if (r.byte_size > 0 && (!read_only || owner_read_only) && tb_multiple_of_element(l.ptr - base, l.element_size)) {
+        if (r.byte_size > 0 && (!read_only || owner_read_only) &&
+            tb_multiple_of_element(l.ptr - base, l.element_size)) {
             tb_shim_tensor *h;
             tb_shim_error err;
             if (!tb_shim_alias(owner->handle, l.ptr - base, l.ndim, l.shape, l.strides,
@@ -171,7 +172,7 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
             return tb_tensor_return(env, h);
         }
         proven = 1;
-        storage = tb_pin_tensor(owner, read_only || tb_storage_read_only(&o));
+        storage = tb_pin_tensor(owner, read_only || owner_read_only);
     } else if (pin) {
         tb_pin *p = tb_pin_term(argv[1]);
         if (!p)

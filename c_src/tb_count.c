@@ -2,12 +2,19 @@
 
 #include <stdint.h>
 
+/* Nested: a compiler without __has_builtin cannot parse it after &&. */
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_thread_pointer)
+#define TB_HAVE_THREAD_POINTER 1
+#endif
+#endif
+
 /* A thread's stripe, from its thread pointer: one register read, where a
  * thread-local variable in a shared library costs a __tls_get_addr call.
  * Two threads may share a stripe; the sum is exact all the same. */
 static unsigned my_stripe(void)
 {
-#if defined(__has_builtin) && __has_builtin(__builtin_thread_pointer)
+#ifdef TB_HAVE_THREAD_POINTER
     uintptr_t id = (uintptr_t)__builtin_thread_pointer();
 #else
     uintptr_t id = (uintptr_t)__builtin_frame_address(0) >> 16; /* stacks are apart */
