@@ -8,15 +8,13 @@
 #include "tb_term.h"
 #include "torch_shim.h"
 
-ERL_NIF_TERM tb_nif_to_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_blob_fields(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
-    if (!enif_is_atom(env, argv[2]))
-        return tb_raise_badarg(env, "struct: expected a module name (an atom), got %T", argv[2]);
 
     tb_layout l;
     l.ptr = (uint64_t)(uintptr_t)d.info.data;
@@ -27,28 +25,14 @@ ERL_NIF_TERM tb_nif_to_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         l.strides[i] = d.info.strides[i];
     }
     tb_layout_result r = tb_layout_check(&l);
-
-    /* Keys in term order ('__struct__' first when present): the map is
-     * built without sorting, which is most of the cost of to_blob. */
-    ERL_NIF_TERM keys[10] = {tb_atoms.struct_, tb_atoms.alignment, tb_atoms.byte_size, tb_atoms.device, tb_atoms.dtype,
-                            tb_atoms.element_size, tb_atoms.owner, tb_atoms.ptr, tb_atoms.shape, tb_atoms.strides};
-    ERL_NIF_TERM values[10] = {
-        argv[2],
-        enif_make_uint64(env, tb_pointer_alignment(l.ptr)),
-        enif_make_uint64(env, r.byte_size),
-        tb_make_device(env, d.info.device_type, d.info.device_index),
-        tb_atoms.dtypes[d.dtype],
-        enif_make_uint(env, (unsigned)l.element_size),
-        argv[1],
-        enif_make_uint64(env, l.ptr),
-        tb_make_shape(env, d.info.ndim, d.info.sizes),
-        tb_make_strides(env, d.info.ndim, d.info.strides),
-    };
-    int tagged = argv[2] != tb_atoms.undefined;
-    ERL_NIF_TERM map;
-    if (!enif_make_map_from_arrays(env, keys + !tagged, values + !tagged, 9 + tagged, &map))
-        return tb_raise_error(env, "to_blob: could not build the blob map");
-    return map;
+    /* A tuple, not the map: the Erlang facade builds the map with literal
+     * keys, which costs a copy of the values, where a map made here is
+     * sorted and checked key by key. */
+    return enif_make_tuple8(env, enif_make_uint64(env, l.ptr), tb_make_shape(env, d.info.ndim, d.info.sizes),
+                            tb_make_strides(env, d.info.ndim, d.info.strides), tb_atoms.dtypes[d.dtype],
+                            tb_make_device(env, d.info.device_type, d.info.device_index),
+                            enif_make_uint(env, (unsigned)l.element_size), enif_make_uint64(env, r.byte_size),
+                            enif_make_uint64(env, tb_pointer_alignment(l.ptr)));
 }
 
 /* A required key of the spec map; `name` is the key's, which leads the
@@ -62,36 +46,28 @@ static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, const ch
     return 0;
 }
 
-/* An optional key: absent, nil and undefined all mean "use the default". */
-static int get_optional_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, ERL_NIF_TERM *value)
-{
-    return enif_get_map_value(env, spec, key, value) && *value != tb_atoms.nil && *value != tb_atoms.undefined;
-}
+/* The terms of a spec: ptr, shape and dtype are required; strides and
+ * device may be absent (0), nil or undefined. */
+typedef struct {
+    ERL_NIF_TERM ptr, shape, dtype, strides, device;
+} spec_terms;
 
-/* The layout and device a spec map describes; otherwise *exc. */
-static int get_spec(ErlNifEnv *env, ERL_NIF_TERM spec, tb_layout *l, tb_dtype_id *dtype, tb_device *device,
+/* The layout and device a spec's terms describe; otherwise *exc. */
+static int get_spec(ErlNifEnv *env, const spec_terms *t, tb_layout *l, tb_dtype_id *dtype, tb_device *device,
                     tb_layout_result *r, ERL_NIF_TERM *exc)
 {
-    ERL_NIF_TERM value;
     ErlNifUInt64 ptr;
-    if (!enif_is_map(env, spec)) {
-        *exc = tb_raise_badarg(env, "spec: expected a map with ptr, shape and dtype, got %T", spec);
-        return 0;
-    }
-    if (!get_key(env, spec, tb_atoms.ptr, "ptr", &value, exc))
-        return 0;
-    if (!enif_get_uint64(env, value, &ptr)) {
-        *exc = tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", value);
+    if (!enif_get_uint64(env, t->ptr, &ptr)) {
+        *exc = tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", t->ptr);
         return 0;
     }
     l->ptr = ptr;
-    if (!get_key(env, spec, tb_atoms.shape, "shape", &value, exc) || !tb_get_shape(env, value, "shape", &l->ndim, l->shape, exc))
-        return 0;
-    if (!get_key(env, spec, tb_atoms.dtype, "dtype", &value, exc) || !tb_get_dtype(env, value, "dtype", dtype, exc))
+    if (!tb_get_shape(env, t->shape, "shape", &l->ndim, l->shape, exc) ||
+        !tb_get_dtype(env, t->dtype, "dtype", dtype, exc))
         return 0;
     l->element_size = tb_dtypes[*dtype].element_size;
-    if (get_optional_key(env, spec, tb_atoms.strides, &value)) {
-        if (!tb_get_strides(env, value, "strides", l->ndim, l->strides, exc))
+    if (t->strides && t->strides != tb_atoms.nil && t->strides != tb_atoms.undefined) {
+        if (!tb_get_strides(env, t->strides, "strides", l->ndim, l->strides, exc))
             return 0;
     } else if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
         *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T",
@@ -99,13 +75,32 @@ static int get_spec(ErlNifEnv *env, ERL_NIF_TERM spec, tb_layout *l, tb_dtype_id
         return 0;
     }
     *device = (tb_device){TB_DEVICE_CPU, 0};
-    if (get_optional_key(env, spec, tb_atoms.device, &value) && !tb_get_device(env, value, "device", device, exc))
+    if (t->device && t->device != tb_atoms.nil && t->device != tb_atoms.undefined &&
+        !tb_get_device(env, t->device, "device", device, exc))
         return 0;
     *r = tb_layout_check(l);
     if (r->status != TB_LAYOUT_OK) {
         *exc = tb_raise_layout(env, "ptr", l, *r, tb_dtypes[*dtype].name, "");
         return 0;
     }
+    return 1;
+}
+
+/* The terms of a spec map; otherwise *exc. */
+static int get_spec_terms(ErlNifEnv *env, ERL_NIF_TERM spec, spec_terms *t, ERL_NIF_TERM *exc)
+{
+    if (!enif_is_map(env, spec)) {
+        *exc = tb_raise_badarg(env, "spec: expected a map with ptr, shape and dtype, got %T", spec);
+        return 0;
+    }
+    if (!get_key(env, spec, tb_atoms.ptr, "ptr", &t->ptr, exc) ||
+        !get_key(env, spec, tb_atoms.shape, "shape", &t->shape, exc) ||
+        !get_key(env, spec, tb_atoms.dtype, "dtype", &t->dtype, exc))
+        return 0;
+    if (!enif_get_map_value(env, spec, tb_atoms.strides, &t->strides))
+        t->strides = 0;
+    if (!enif_get_map_value(env, spec, tb_atoms.device, &t->device))
+        t->device = 0;
     return 1;
 }
 
@@ -125,19 +120,32 @@ static int inside(const tb_layout *l, const tb_layout_result *r, uint64_t base, 
     return r->byte_size == 0 || tb_extent_inside(l->ptr, r->byte_size, base, size);
 }
 
-ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* 1 when a spec's layout, dtype and device are exactly a tensor's. */
+static int describes(const tb_layout *l, tb_dtype_id dtype, const tb_device *device, const tb_shim_info *t)
 {
-    (void)argc;
+    if (l->ptr != (uint64_t)(uintptr_t)t->data || l->ndim != t->ndim || t->device_type != device->type ||
+        t->device_index != device->index || tb_dtypes[dtype].torch_scalar_type != t->scalar_type)
+        return 0;
+    for (int i = 0; i < l->ndim; i++)
+        if (l->shape[i] != t->sizes[i] || l->strides[i] != t->strides[i])
+            return 0;
+    return 1;
+}
+
+/* A view of the memory the spec's terms describe; owner_term is pinned when
+ * pin_term is true. */
+static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM owner_term, ERL_NIF_TERM pin_term)
+{
     tb_layout l;
     tb_dtype_id dtype;
     tb_device device;
     tb_layout_result r;
     ERL_NIF_TERM exc;
     int pin;
-    if (!get_spec(env, argv[0], &l, &dtype, &device, &r, &exc))
+    if (!get_spec(env, terms, &l, &dtype, &device, &r, &exc))
         return exc;
-    if (!tb_get_boolean(argv[2], &pin))
-        return tb_raise_badarg(env, "pin: expected a boolean, got %T", argv[2]);
+    if (!tb_get_boolean(pin_term, &pin))
+        return tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
     if (device.type == TB_DEVICE_CUDA && !tb_shim_cuda_built())
         return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so CUDA memory cannot be "
                                    "viewed (never as CPU memory); %C",
@@ -150,7 +158,7 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     tb_storage *storage;
     int proven = 0;
     int read_only = tb_storage_overlaps_read_only((uintptr_t)l.ptr, r.byte_size);
-    tb_tensor *owner = pin ? tb_tensor_get(env, argv[1]) : NULL;
+    tb_tensor *owner = pin ? tb_tensor_get(env, owner_term) : NULL;
     if (owner) {
         tb_shim_info o;
         tb_shim_info_of(owner->handle, &o);
@@ -162,6 +170,11 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
          * says what the memory is. Only memory that another storage
          * registered read-only needs a pin of its own to carry the flag. */
         int owner_read_only = tb_storage_read_only(&o);
+        if (r.byte_size > 0 && (!read_only || owner_read_only) && describes(&l, dtype, &device, &o))
+            /* The spec is the owner's own layout (a round trip through
+             * to_blob): the owner is that tensor already. No new tensor,
+             * as numpy.asarray answers an array with itself. */
+            return enif_make_resource(env, owner);
         if (r.byte_size > 0 && (!read_only || owner_read_only) &&
             tb_multiple_of_element(l.ptr - base, l.element_size)) {
             tb_shim_tensor *h;
@@ -174,7 +187,7 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         proven = 1;
         storage = tb_pin_tensor(owner, read_only || owner_read_only);
     } else if (pin) {
-        tb_pin *p = tb_pin_term(argv[1]);
+        tb_pin *p = tb_pin_term(owner_term);
         if (!p)
             return tb_raise_error(env, "from_blob: out of memory pinning the owner");
         /* Check the pinned copy: a small binary is copied, not shared,
@@ -208,4 +221,21 @@ ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                            device.type, device.index, storage, tb_storage_release, &h, &err))
         return tb_raise_error(env, "from_blob: %s", err.message);
     return tb_tensor_return(env, h);
+}
+
+ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    spec_terms terms;
+    ERL_NIF_TERM exc;
+    if (!get_spec_terms(env, argv[0], &terms, &exc))
+        return exc;
+    return view(env, &terms, argv[1], argv[2]);
+}
+
+ERL_NIF_TERM tb_nif_from_blob_fields(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    spec_terms terms = {argv[0], argv[1], argv[2], argv[3], argv[4]};
+    return view(env, &terms, argv[5], argv[6]);
 }

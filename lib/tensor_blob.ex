@@ -78,6 +78,12 @@ defmodule TensorBlob do
     * no owner at all (or `nil`): raises `ArgumentError`, which says how to
       pin.
 
+  A spec that describes one of our tensors exactly (a blob from
+  `to_blob/1`, unchanged) gives that tensor back, as `numpy.asarray` gives
+  an array back: nothing is made and nothing is pinned. Any other layout
+  inside a tensor's storage (another shape, dtype, offset or strides) is a
+  new tensor sharing that storage.
+
   Examples:
 
       iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
@@ -96,7 +102,7 @@ defmodule TensorBlob do
   def from_blob(spec, opts \\ []) do
     case translating(do: :tensor_blob.blob_view(spec, options(opts))) do
       {ref, :none} -> Tensor.wrap(ref)
-      {ref, owner} -> %BlobView{tensor: Tensor.wrap(ref), owner: owner}
+      {ref, owner} -> BlobView.new(Tensor.wrap(ref), owner)
     end
   end
 

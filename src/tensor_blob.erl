@@ -80,7 +80,7 @@
 %% @doc The blob describing T's memory; the blob's owner is T.
 -spec to_blob(tensor()) -> blob().
 to_blob(T) when is_reference(T) ->
-    ?NIF(tensor_blob_nif:to_blob(T, T, undefined));
+    blob(?NIF(tensor_blob_nif:blob_fields(T)), T);
 to_blob(T) ->
     not_a_tensor(T).
 
@@ -88,14 +88,16 @@ to_blob(T) ->
 %% owner, by default T), struct (tag the map as that struct; the Elixir
 %% facade uses it).
 -spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
-to_blob(T, #{owner := Owner, struct := Struct} = Opts) when is_reference(T), map_size(Opts) =:= 2 ->
-    %% The Elixir facade's call: no option checks on the hot path.
-    ?NIF(tensor_blob_nif:to_blob(T, Owner, Struct));
 to_blob(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_blob(T, Opts) when is_map(Opts) ->
     check_options(Opts, [owner, struct]),
-    ?NIF(tensor_blob_nif:to_blob(T, maps:get(owner, Opts, T), maps:get(struct, Opts, undefined)));
+    Owner = maps:get(owner, Opts, T),
+    case maps:get(struct, Opts, undefined) of
+        undefined -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
+        Struct when is_atom(Struct) -> to_blob_struct(T, Owner, Struct);
+        Struct -> badarg("struct: expected a module name (an atom), got ~0tp", [Struct])
+    end;
 to_blob(_T, Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
 
@@ -103,13 +105,22 @@ to_blob(_T, Opts) ->
 %% facade, whose every call gives both.
 -spec to_blob_struct(tensor(), term(), atom()) -> blob().
 to_blob_struct(T, Owner, Struct) when is_reference(T) ->
-    ?NIF(tensor_blob_nif:to_blob(T, Owner, Struct));
+    {Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    #{'__struct__' => Struct, ptr => Ptr, shape => Shape, strides => Strides, dtype => Dtype, device => Device,
+      element_size => ElementSize, byte_size => ByteSize, alignment => Alignment, owner => Owner};
 to_blob_struct(T, _Owner, _Struct) ->
     not_a_tensor(T).
 
+%% The map of a blob's fields. Built here, with literal keys, it costs a
+%% copy of the values; the NIF would have to sort and check its keys.
+blob({Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment}, Owner) ->
+    #{ptr => Ptr, shape => Shape, strides => Strides, dtype => Dtype, device => Device,
+      element_size => ElementSize, byte_size => ByteSize, alignment => Alignment, owner => Owner}.
+
 %% @doc A tensor over the memory Spec describes, pinning its owner: the
 %% spec's owner key (a blob from to_blob/1 names its tensor) is pinned until
-%% the last tensor using this memory is freed.
+%% the last tensor using this memory is freed. A spec that describes one of
+%% our tensors exactly (its blob, unchanged) gives that tensor back.
 %%
 %% A spec with no owner (absent, undefined or nil) raises badarg: give the
 %% term that keeps the memory alive (`#{owner => Term}' in the spec or the
@@ -143,6 +154,12 @@ blob_view(_Spec, Opts) ->
 spec_owner(#{owner := Owner}) -> Owner;
 spec_owner(_) -> undefined.
 
+%% A blob, or a spec with all its keys: matched here, in one pass over the
+%% map, where the NIF would look each key up.
+view(#{ptr := Ptr, shape := Shape, dtype := Dtype, strides := Strides, device := Device} = Spec, Owner)
+  when ?PINNABLE(Owner) ->
+    {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob_fields(Ptr, Shape, Dtype, Strides, Device, Owner, true)),
+     Owner};
 view(Spec, Owner) when ?PINNABLE(Owner) ->
     {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, Owner, true)), Owner};
 view(Spec, none) ->

@@ -6,7 +6,7 @@
 -export([identity/1, nx_type/1, stats/0, torch_version/0, dtypes/0,
          zeros/2, from_binary/3, to_binary/1, from_binary_view/4, to_binary_view/1, write/2, to_device/2, narrow/4, transpose/3,
          shape/1, strides/1, dtype/1, device/1, memory/1,
-         to_blob/3, from_blob/3,
+         blob_fields/1, from_blob/3, from_blob_fields/7,
          to_dlpack/4, from_dlpack/4, consume_dlpack/1, dlpack_version/1,
          ipc_zeros/2, ipc_name/1, ipc_open/3, ipc_reclaim/0, cuda_info/0, cuda_synchronize/1, dlpack_info/1,
          cuda_memory/1, cuda_ipc_export/1, cuda_ipc_open/4]).
@@ -54,8 +54,9 @@ strides(_) -> ?NOT_LOADED.
 dtype(_) -> ?NOT_LOADED.
 device(_) -> ?NOT_LOADED.
 memory(_) -> ?NOT_LOADED.
-to_blob(_, _, _) -> ?NOT_LOADED.
+blob_fields(_) -> ?NOT_LOADED.
 from_blob(_, _, _) -> ?NOT_LOADED.
+from_blob_fields(_, _, _, _, _, _, _) -> ?NOT_LOADED.
 to_dlpack(_, _, _, _) -> ?NOT_LOADED.
 from_dlpack(_, _, _, _) -> ?NOT_LOADED.
 consume_dlpack(_) -> ?NOT_LOADED.

@@ -113,7 +113,9 @@ reload_nif() ->
 %% narrow whose view was dropped, and an unpinned view with T kept by hand.
 make_views(T) ->
     Blob = tensor_blob:to_blob(T),
-    View = tensor_blob:from_blob(Blob),
+    %% Another dtype of the same width: a new tensor over T's storage (the
+    %% blob itself as it is would give T back).
+    View = tensor_blob:from_blob(Blob#{dtype => int32}),
     EnvPinned = tensor_blob:from_blob(maps:remove(owner, Blob), #{owner => {keep, T}}),
     Slice = tensor_blob:narrow(tensor_blob:from_blob(Blob), 0, 1, 2),
     #{source => T, source_memory => tensor_blob:memory(T), view => View, env_pinned => EnvPinned, slice => Slice,

@@ -9,4 +9,10 @@ defmodule TensorBlob.BlobView do
   defstruct [:tensor, :owner]
 
   @type t :: %__MODULE__{tensor: TensorBlob.Tensor.t(), owner: term()}
+
+  @doc false
+  def new(tensor, owner), do: struct_of(__MODULE__, tensor, owner)
+
+  # Built from nothing, as TensorBlob.Tensor.wrap/1 is (see there).
+  defp struct_of(module, tensor, owner), do: %{__struct__: module, tensor: tensor, owner: owner}
 end

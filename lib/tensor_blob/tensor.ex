@@ -23,7 +23,11 @@ defmodule TensorBlob.Tensor do
   @type dtype :: atom() | {atom(), pos_integer()}
 
   @doc false
-  def wrap(ref), do: %__MODULE__{ref: ref}
+  def wrap(ref), do: struct_of(__MODULE__, ref)
+
+  # A map built from nothing, not from the struct's literal: the VM then
+  # shares the literal keys, where `%__MODULE__{ref: ref}` merges a new map.
+  defp struct_of(module, ref), do: %{__struct__: module, ref: ref}
 
   @doc false
   def ref(%__MODULE__{ref: ref}), do: ref
