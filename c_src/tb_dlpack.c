@@ -61,9 +61,10 @@ long tb_dlpack_live(void)
 typedef struct {
     _Atomic(void *) managed; /* NULL once consumed */
     int versioned;
-    /* The capsule's own reference to the memory: a view pinning the
-     * capsule keeps the memory alive whoever consumes it, and whenever. */
-    tb_shim_tensor *ref;
+    /* The exported tensor, kept: a view pinning the capsule keeps the
+     * memory alive whoever consumes it, and whenever; and an import of
+     * the capsule as it is gives this tensor back. */
+    tb_tensor *source;
 } tb_capsule;
 
 static ErlNifResourceType *capsule_type;
@@ -92,8 +93,8 @@ static void capsule_dtor(ErlNifEnv *env, void *obj)
     void *m = atomic_exchange(&c->managed, NULL);
     if (m)
         release_managed(m, c->versioned);
-    if (c->ref)
-        tb_shim_release(c->ref);
+    if (c->source)
+        enif_release_resource(c->source);
 }
 
 int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
@@ -217,7 +218,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     if (!c)
         return tb_raise_error(env, "to_dlpack: out of memory allocating a capsule");
     void *m = tb_dlpack_export(t->handle, versioned, read_only);
-    c->ref = NULL;
+    c->source = NULL;
     if (!m) {
         atomic_init(&c->managed, NULL);
         enif_release_resource(c);
@@ -225,7 +226,8 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     }
     atomic_init(&c->managed, m);
     c->versioned = versioned;
-    c->ref = tb_shim_retain(t->handle);
+    enif_keep_resource(t);
+    c->source = t;
 
     ERL_NIF_TERM term = enif_make_resource(env, c);
     enif_release_resource(c);
@@ -366,20 +368,14 @@ static tb_export *own_export(void *m, int versioned, int read_only)
     return l->deleter == export_deleter_legacy ? l->manager_ctx : NULL;
 }
 
-/* A new tensor over the exported tensor's storage, whose reference count
- * keeps the memory alive: the managed tensor is released at once. */
-static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_export *e, void *m, int versioned)
+/* Our own export, imported as it is: the capsule's tensor is that tensor
+ * (as from_blob of a tensor's own blob gives it back). The managed tensor is
+ * released at once. */
+static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
 {
-    tb_shim_info info;
-    tb_shim_info_of(e->ref, &info);
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    int made = tb_shim_alias(e->ref, (uint64_t)((char *)info.data - (char *)info.storage_data), info.ndim,
-                             info.sizes, info.strides, info.scalar_type, &h, &err);
-    release_managed(m, versioned);
-    if (!made)
-        return tb_raise_error(env, "from_dlpack: %s; the producer's deleter was called", err.message);
-    return tb_tensor_return(env, h);
+    ERL_NIF_TERM term = enif_make_resource(env, c->source);
+    release_managed(m, c->versioned);
+    return term;
 }
 
 ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -413,9 +409,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         if (!m)
             return tb_raise_badarg(env, "capsule: already consumed");
         /* With a stream, the stream contract below runs for ours too. */
-        tb_export *e = argv[3] == tb_atoms.undefined ? own_export(m, versioned, read_only) : NULL;
-        if (e)
-            return import_own_export(env, e, m, versioned);
+        if (argv[3] == tb_atoms.undefined && own_export(m, versioned, read_only))
+            return import_own_export(env, c, m);
         from_capsule = 1;
     } else if (enif_get_uint64(env, argv[0], &address)) {
         /* Only what can be checked without reading: the rest is trusted. */

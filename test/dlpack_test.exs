@@ -318,18 +318,22 @@ defmodule TensorBlob.DLPackTest do
       assert Lifetime.await_stats(before) == before
     end
 
-    test "our own capsule, imported, shares the exported storage and releases the managed tensor at once",
+    test "our own capsule, imported as it is, gives the exported tensor back and releases the managed tensor at once",
          %{before: before} do
       slice =
         Lifetime.in_process(fn ->
           t = t46()
-          u = DLPack.import(DLPack.export(t))
+          assert DLPack.import(DLPack.export(t)) == t
           assert TensorBlob.stats().capsules == before.capsules
-          Tensor.narrow(u, 0, 1, 1)
+          # The capsule alone keeps its tensor: imported after that tensor
+          # was dropped and collected, it still reads the bytes.
+          capsule = Lifetime.in_process(fn -> DLPack.export(t46()) end)
+          Lifetime.churn()
+          Tensor.narrow(DLPack.import(capsule), 0, 1, 1)
         end)
 
       # The exporting tensor, its capsule and the import are gone: the
-      # shared storage keeps the bytes.
+      # slice's storage keeps the bytes.
       Lifetime.churn()
       assert Tensor.to_binary(slice) == binary_part(@f32, 24, 24)
       assert Tensor.memory(slice) == :owned
@@ -386,8 +390,10 @@ defmodule TensorBlob.DLPackTest do
         end)
 
       Lifetime.churn()
-      # The exporters' tensors are gone; their memory lives on in the exports.
-      assert await(&(&1.tensors == before.tensors)) == %{before | capsules: before.capsules + 2}
+      # The unconsumed capsule keeps its tensor (an import of it gives that
+      # tensor back); the consumed export keeps only the memory.
+      assert await(&(&1.tensors == before.tensors + 1)) ==
+               %{before | capsules: before.capsules + 2, tensors: before.tensors + 1}
 
       rows = Lifetime.in_process(fn -> DLPack.import(capsule) end)
       cols = Task.await(Task.async(fn -> DLPack.import(address, version: :legacy) end))

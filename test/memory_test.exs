@@ -138,7 +138,14 @@ defmodule TensorBlob.MemoryTest do
       Lifetime.in_process(fn ->
         t0 = Tensor.from_binary(f32s([1, 2, 3, 4]), :float32, {4})
 
-        t = Enum.reduce(1..30_000, t0, fn _, p -> DLPack.import(DLPack.export(p)) end)
+        # Through the address: each import holds the previous tensor's
+        # export (a capsule imported as it is would give its tensor back).
+        t =
+          Enum.reduce(1..30_000, t0, fn _, p ->
+            p |> DLPack.export() |> DLPack.consume() |> DLPack.import()
+          end)
+
+        assert Tensor.memory(t) == :dlpack
         assert Tensor.to_binary(t) == f32s([1, 2, 3, 4])
         :ok
       end)
@@ -154,10 +161,12 @@ defmodule TensorBlob.MemoryTest do
 
         t =
           Enum.reduce(1..30_000, t0, fn _, p ->
-            %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(p))
+            # A term owner: each view pins one holding the previous view.
+            %BlobView{tensor: v} = TensorBlob.from_blob(TensorBlob.to_blob(p), owner: {:keep, p})
             v
           end)
 
+        assert Tensor.memory(t) == :pinned
         assert Tensor.to_binary(t) == f32s([1, 2, 3, 4])
         :ok
       end)

@@ -45,11 +45,19 @@ defmodule TensorBlobTest do
   end
 
   describe "from_blob/2" do
-    test "a blob gives a view over the same memory, sharing the owner tensor's storage" do
+    test "a tensor's own blob gives the tensor back; nothing is made" do
+      t = t23()
+      before = TensorBlob.stats()
+      assert %BlobView{tensor: ^t, owner: ^t} = TensorBlob.from_blob(TensorBlob.to_blob(t))
+      assert TensorBlob.stats() == before
+    end
+
+    test "another layout inside the owner is a view sharing the owner tensor's storage" do
       t = t23()
       blob = TensorBlob.to_blob(t)
 
-      assert %BlobView{tensor: view, owner: ^t} = TensorBlob.from_blob(blob)
+      assert %BlobView{tensor: view, owner: ^t} = TensorBlob.from_blob(%{blob | shape: {3, 2}, strides: [2, 1]})
+      refute view == t
       # The owner's storage is shared (its reference count is the pin), so
       # the view answers as the owner does.
       assert Tensor.memory(view) == :owned

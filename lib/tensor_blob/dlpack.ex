@@ -169,7 +169,7 @@ defmodule TensorBlob.DLPack do
 
   # No options: a versioned export, with no option map to build and read.
   def export(tensor, []) do
-    translating(do: %__MODULE__{ref: :tensor_blob.to_dlpack(Tensor.ref(tensor)), version: :versioned})
+    translating(do: capsule(__MODULE__, :tensor_blob.to_dlpack(Tensor.ref(tensor)), :versioned))
   end
 
   def export(tensor, opts) do
@@ -179,9 +179,15 @@ defmodule TensorBlob.DLPack do
     end
   end
 
+  # Built from nothing, as TensorBlob.Tensor.wrap/1 is (see there).
+  defp capsule(module, ref, version), do: %{__struct__: module, ref: ref, version: version}
+
   @doc """
   A tensor over the memory of a capsule (which this consumes) or of a managed
   tensor's integer address (see "Raw addresses are trusted").
+
+  A capsule from `export/2` imported with no options gives the exported
+  tensor back: the capsule keeps that tensor, and nothing new is made.
 
   Options:
 
