@@ -55,6 +55,10 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
         enif_make_new_binary(env, 0, &empty);
         return empty;
     }
+    /* A view of a binary's bytes: that binary, or the part of it. */
+    ERL_NIF_TERM part;
+    if (tb_pin_binary_part(env, tb_storage_of(&d.info), &span, &part))
+        return part;
 
     tb_binary_view *v = enif_alloc_resource(view_type, sizeof *v);
     if (!v)

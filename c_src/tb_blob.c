@@ -28,11 +28,17 @@ ERL_NIF_TERM tb_nif_blob_fields(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     /* A tuple, not the map: the Erlang facade builds the map with literal
      * keys, which costs a copy of the values, where a map made here is
      * sorted and checked key by key. */
-    return enif_make_tuple8(env, enif_make_uint64(env, l.ptr), tb_make_shape(env, d.info.ndim, d.info.sizes),
-                            tb_make_strides(env, d.info.ndim, d.info.strides), tb_atoms.dtypes[d.dtype],
-                            tb_make_device(env, d.info.device_type, d.info.device_index),
-                            enif_make_uint(env, (unsigned)l.element_size), enif_make_uint64(env, r.byte_size),
-                            enif_make_uint64(env, tb_pointer_alignment(l.ptr)));
+    ERL_NIF_TERM fields[8] = {
+        enif_make_uint64(env, l.ptr),
+        tb_make_shape(env, d.info.ndim, d.info.sizes),
+        tb_make_strides(env, d.info.ndim, d.info.strides),
+        tb_atoms.dtypes[d.dtype],
+        tb_make_device(env, d.info.device_type, d.info.device_index),
+        enif_make_uint(env, (unsigned)l.element_size),
+        enif_make_uint64(env, r.byte_size),
+        enif_make_uint64(env, tb_pointer_alignment(l.ptr)),
+    };
+    return enif_make_tuple_from_array(env, fields, 8);
 }
 
 /* A required key of the spec map; `name` is the key's, which leads the

@@ -67,13 +67,16 @@ int tb_dtype_from_dlpack(unsigned code, unsigned bits, unsigned lanes, tb_dtype_
     return 0;
 }
 
+/* The dtype of each c10::ScalarType number, plus one (0: none), indexed:
+ * every tensor argument is described through it. */
+#define TB_SCALAR_TYPE_ROW_(id, name, code, bits, size, st, ...) [st] = TB_DT_##id + 1,
+static const signed char dtype_of_scalar_type[] = {TB_DTYPE_LIST(TB_SCALAR_TYPE_ROW_)};
+#undef TB_SCALAR_TYPE_ROW_
+
 int tb_dtype_of_scalar_type(int scalar_type, tb_dtype_id *out)
 {
-    for (int i = 0; i < TB_DT_COUNT; i++) {
-        if (tb_dtypes[i].torch_scalar_type == scalar_type) {
-            *out = (tb_dtype_id)i;
-            return 1;
-        }
-    }
-    return 0;
+    if (scalar_type < 0 || scalar_type >= (int)sizeof dtype_of_scalar_type || !dtype_of_scalar_type[scalar_type])
+        return 0;
+    *out = (tb_dtype_id)(dtype_of_scalar_type[scalar_type] - 1);
+    return 1;
 }

@@ -46,6 +46,29 @@ static ERL_NIF_TERM nif_identity(ErlNifEnv *env, int argc, const ERL_NIF_TERM ar
     return argv[0];
 }
 
+/* The second baseline: a NIF that returns a new resource of one word and
+ * does nothing else. Its allocation, and the collection and destructor
+ * the VM runs for it, are the floor of any call that makes a tensor. */
+static ErlNifResourceType *bare_resource_type;
+
+static void bare_resource_dtor(ErlNifEnv *env, void *obj)
+{
+    (void)env;
+    (void)obj;
+}
+
+static ERL_NIF_TERM nif_bare_resource(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    void *obj = enif_alloc_resource(bare_resource_type, sizeof(void *));
+    if (!obj)
+        return tb_raise_error(env, "out of memory allocating a resource");
+    ERL_NIF_TERM term = enif_make_resource(env, obj);
+    enif_release_resource(obj);
+    return term;
+}
+
 static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -94,6 +117,7 @@ static ERL_NIF_TERM nif_nx_type(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 static ErlNifFunc nif_funcs[] = {
     {"nx_type", 1, nif_nx_type, 0},
     {"identity", 1, nif_identity, 0},
+    {"bare_resource", 0, nif_bare_resource, 0},
     {"stats", 0, nif_stats, 0},
     {"torch_version", 0, nif_torch_version, 0},
     {"dtypes", 0, nif_dtypes, 0},
@@ -152,7 +176,9 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
     *priv = tb_st;
     tb_cuda_load();
     tb_ipc_load();
-    return tb_tensor_open_type(env, flags, tb_bridge_dyncall) && tb_dlpack_open_type(env, flags) &&
+    bare_resource_type =
+        enif_open_resource_type(env, NULL, "tensor_blob_bare_resource", bare_resource_dtor, flags, NULL);
+    return bare_resource_type && tb_tensor_open_type(env, flags, tb_bridge_dyncall) && tb_dlpack_open_type(env, flags) &&
                    tb_binary_open_type(env, flags)
                ? 0
                : 1;

@@ -22,11 +22,11 @@ tb_pin *tb_pin_term(ERL_NIF_TERM owner)
     }
     pin->owner = enif_make_copy(pin->env, owner);
     tb_count_add(&tb_st->pins, 1);
-    ErlNifBinary bin;
-    if (tb_pin_binary(pin, &bin)) {
+    pin->is_binary = enif_inspect_binary(pin->env, pin->owner, &pin->bytes);
+    if (pin->is_binary) {
         tb_storage_init(&pin->header, TB_MEMORY_BINARY, TB_STORAGE_READ_ONLY, release_term);
-        if (bin.size > 0) {
-            tb_range bytes = {.lo = (uintptr_t)bin.data, .hi = (uintptr_t)bin.data + bin.size};
+        if (pin->bytes.size > 0) {
+            tb_range bytes = {.lo = (uintptr_t)pin->bytes.data, .hi = (uintptr_t)pin->bytes.data + pin->bytes.size};
             tb_storage_guard_read_only(&pin->header, &bytes);
         }
     } else {
@@ -37,7 +37,22 @@ tb_pin *tb_pin_term(ERL_NIF_TERM owner)
 
 int tb_pin_binary(const tb_pin *pin, ErlNifBinary *bin)
 {
-    return enif_is_binary(pin->env, pin->owner) && enif_inspect_binary(pin->env, pin->owner, bin);
+    if (pin->is_binary)
+        *bin = pin->bytes;
+    return pin->is_binary;
+}
+
+int tb_pin_binary_part(ErlNifEnv *env, const tb_storage *storage, const tb_range *span, ERL_NIF_TERM *out)
+{
+    /* Only this build's pins: one made by an older build may differ. */
+    if (!storage || storage->free != release_term)
+        return 0;
+    const tb_pin *pin = (const tb_pin *)storage;
+    uintptr_t lo = (uintptr_t)pin->bytes.data;
+    if (!pin->is_binary || span->lo < lo || span->hi > lo + pin->bytes.size)
+        return 0;
+    *out = enif_make_sub_binary(env, enif_make_copy(env, pin->owner), span->lo - lo, span->hi - span->lo);
+    return 1;
 }
 
 tb_storage *tb_pin_tensor(tb_tensor *owner, int read_only)

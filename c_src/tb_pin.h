@@ -16,6 +16,10 @@ typedef struct {
     tb_storage header;
     ErlNifEnv *env;
     ERL_NIF_TERM owner; /* the copy, living in env */
+    /* A binary owner's bytes, read once when pinned: env is only read
+     * after that, by any thread. */
+    int is_binary;
+    ErlNifBinary bytes;
 } tb_pin;
 
 /* Pins a term. A binary is pinned as TB_MEMORY_BINARY: read-only, and its
@@ -23,6 +27,10 @@ typedef struct {
 tb_pin *tb_pin_term(ERL_NIF_TERM owner);
 /* The bytes of a pinned binary; 0 when the owner is no binary. */
 int tb_pin_binary(const tb_pin *pin, ErlNifBinary *bin);
+/* When storage is this build's pin of a binary, the part of that binary
+ * holding [span->lo, span->hi), as a sub-binary term in env: the bytes a
+ * tensor views are the binary's own, so no new binary need be made. */
+int tb_pin_binary_part(ErlNifEnv *env, const tb_storage *storage, const tb_range *span, ERL_NIF_TERM *out);
 
 /* Pins one of our tensors: keeping its resource is enough, and far cheaper
  * than copying a term. read_only marks the view's memory read-only. */

@@ -204,7 +204,9 @@ to_binary(T) ->
 %% no copy, and the binary keeps the memory alive. T must be a contiguous CPU
 %% tensor. While such a binary lives, write/2 refuses to write any tensor
 %% whose memory overlaps it (a binary is immutable). Memory written by other
-%% means (a DLPack consumer, foreign code) shows through the binary.
+%% means (a DLPack consumer, foreign code) shows through the binary. A
+%% tensor viewing a binary's bytes (from_binary/4, copy false) gives that
+%% binary back, or the part of it its elements occupy.
 -spec to_binary(tensor(), #{copy => boolean()}) -> binary().
 to_binary(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);

@@ -111,6 +111,31 @@ defmodule TensorBlob.BinaryViewTest do
       assert Tensor.to_binary(row, copy: false) == binary_part(payload(), 3 * 64, 128)
     end
 
+    test "a view of a binary gives that binary back, or the part of it: nothing new is made" do
+      start = Lifetime.settled_stats()
+      bytes = payload()
+      t = Tensor.from_binary(bytes, :float32, {16, 16}, copy: false)
+      row = Tensor.narrow(t, 0, 3, 2)
+      row_bin = Tensor.to_binary(row, copy: false)
+      assert row_bin == binary_part(bytes, 3 * 64, 128)
+      # A part of the very binary the tensor views, not a binary of its own.
+      assert :binary.referenced_byte_size(row_bin) == byte_size(bytes)
+      assert ptr(Tensor.from_binary(Tensor.to_binary(t, copy: false), :float32, {256}, copy: false)) == ptr(t)
+      assert TensorBlob.stats().binaries == start.binaries
+
+      # Only the part kept: the binary lives on in it.
+      part =
+        Lifetime.in_process(fn ->
+          v = Tensor.from_binary(payload(), :float32, {256}, copy: false)
+          Tensor.to_binary(Tensor.narrow(v, 0, 16, 128), copy: false)
+        end)
+
+      # The tensors are gone (t and row too: not used below).
+      Lifetime.churn()
+      assert Lifetime.settled_stats().tensors == start.tensors
+      assert part == binary_part(payload(), 64, 512)
+    end
+
     test "only the binary kept (a part of it, even): it keeps the memory alive" do
       start = Lifetime.settled_stats()
 

@@ -621,11 +621,14 @@ defmodule TensorBlob.DLPackTest do
       t = DLPack.import(address)
       assert {Tensor.device(t), Tensor.memory(t)} == {:cpu, :dlpack}
       assert Tensor.to_binary(t) == @f32
-      assert Tensor.shape(holder) == {1024}
       # Re-exported as what libtorch sees.
       assert DLPack.info(DLPack.export(t)).device_type == :cpu
       t = nil
       _ = t
+      # t's release, whenever the collector runs it, calls the deleter of the
+      # forged struct, which lives in holder: holder must outlive it.
+      assert await(&(&1.capsules == ctx.before.capsules + 1)).capsules == ctx.before.capsules + 1
+      assert Tensor.shape(holder) == {1024}
 
       # Managed memory is a CUDA tensor of its device: a libtorch without
       # CUDA refuses it; one with CUDA asks the runtime, which says host.

@@ -81,6 +81,10 @@ defmodule TensorBlob.Tensor do
   binary: do not hand out a writable export of memory you have shown as a
   binary.
 
+  A tensor viewing a binary's bytes (`from_binary/4` with `copy: false`)
+  gives that binary back, or the part of it its elements occupy: those
+  bytes are a binary already.
+
       iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {2, 2})
       iex> TensorBlob.Tensor.to_binary(t, copy: false)
       <<1, 2, 3, 4>>
