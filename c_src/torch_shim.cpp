@@ -5,7 +5,7 @@
 #include "tb_dtype.h"
 
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/from_blob.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
@@ -137,18 +137,24 @@ int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t 
                       void *ctx, void (*deleter)(void *),
                       tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
-    // TensorMaker takes ctx at once and calls deleter(ctx) if it throws later.
+    // The storage and the tensor are made here, as at::for_blob would make
+    // them, without its options and checks: the layout, dtype and device
+    // were checked by the caller. The DataPtr owns ctx from its first line,
+    // so whatever throws after it calls deleter(ctx) once.
+    c10::Device device = device_type == TB_DEVICE_CUDA
+        ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index))
+        : c10::Device(c10::DeviceType::CPU);
+    c10::DataPtr data_ptr(data, ctx, deleter, device);
     return guarded(err, [&] {
-        c10::Device device = device_type == TB_DEVICE_CUDA
-            ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index))
-            : c10::Device(c10::DeviceType::CPU);
-        at::Tensor t = at::for_blob(data, c10::IntArrayRef(sizes, ndim))
-                           .context(ctx, deleter)
-                           .strides(c10::IntArrayRef(strides, ndim))
-                           .target_device(device)
-                           .options(at::TensorOptions().dtype(scalar_type(st)).device(device))
-                           .make_tensor();
-        *out = release_handle(std::move(t));
+        c10::IntArrayRef size_ref(sizes, ndim), stride_ref(strides, ndim);
+        caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(scalar_type(st));
+        size_t nbytes = at::detail::computeStorageNbytes(size_ref, stride_ref, dtype.itemsize());
+        auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                             std::move(data_ptr), nullptr, false);
+        c10::DispatchKeySet keys(c10::computeDispatchKey(scalar_type(st), c10::kStrided, device));
+        auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(std::move(storage)), keys, dtype);
+        impl->set_sizes_and_strides(size_ref, stride_ref);
+        *out = reinterpret_cast<tb_shim_tensor *>(impl.release());
     });
 }
 

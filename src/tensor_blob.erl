@@ -28,7 +28,7 @@
 -export([format_error/2, error_message/2]).
 
 %% The Elixir facade's to_blob, with no option map to build and match.
--export([to_blob_struct/3]).
+-export([to_blob_struct/3, blob_fields/1]).
 
 %% An owner term that from_blob pins: none asks for an unpinned view;
 %% undefined and nil (and no owner key) name no owner, which is refused.
@@ -109,6 +109,16 @@ to_blob_struct(T, Owner, Struct) when is_reference(T) ->
     #{'__struct__' => Struct, ptr => Ptr, shape => Shape, strides => Strides, dtype => Dtype, device => Device,
       element_size => ElementSize, byte_size => ByteSize, alignment => Alignment, owner => Owner};
 to_blob_struct(T, _Owner, _Struct) ->
+    not_a_tensor(T).
+
+%% @hidden The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype,
+%% Device, ElementSize, ByteSize, Alignment}. For the Elixir facade, which
+%% reads a tensor's layout in one call.
+-spec blob_fields(tensor()) -> {non_neg_integer(), shape(), [non_neg_integer()], atom(), device(),
+                                pos_integer(), non_neg_integer(), pos_integer()}.
+blob_fields(T) when is_reference(T) ->
+    ?NIF(tensor_blob_nif:blob_fields(T));
+blob_fields(T) ->
     not_a_tensor(T).
 
 %% The map of a blob's fields. Built here, with literal keys, it costs a

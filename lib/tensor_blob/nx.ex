@@ -82,6 +82,8 @@ if Code.ensure_loaded?(Nx) do
     @doc false
     def __mix_recompile__?, do: not Code.ensure_loaded?(Nx)
 
+    import TensorBlob.Raise
+
     alias TensorBlob.{Blob, BlobView, Tensor}
 
     @sub_byte [{:u, 2}, {:u, 4}, {:s, 2}, {:s, 4}]
@@ -134,11 +136,12 @@ if Code.ensure_loaded?(Nx) do
 
     def to_nx(%Tensor{} = t, arg) do
       {backend, unsafe_view} = to_nx_options!(arg)
-      type = nx_type!(Tensor.dtype(t))
-      shape = Tensor.shape(t)
+      # One call for the layout: shape, strides, dtype and device.
+      {_ptr, shape, strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
+      type = cached_nx_type!(dtype)
 
-      if Tensor.device(t) != :cpu do
-        raise ArgumentError, "tensor: on #{inspect(Tensor.device(t))}; to_nx takes CPU tensors"
+      if device != :cpu do
+        raise ArgumentError, "tensor: on #{inspect(device)}; to_nx takes CPU tensors"
       end
 
       # Nx refuses dimensions of size 0 (Nx.iota({0}) raises): no tensor it
@@ -151,7 +154,7 @@ if Code.ensure_loaded?(Nx) do
 
       cond do
         elem(backend, 0) == Nx.BinaryBackend ->
-          bytes = if contiguous?(t), do: Tensor.to_binary(t, copy: false), else: Tensor.to_binary(t)
+          bytes = if strides == row_major(shape), do: Tensor.to_binary(t, copy: false), else: Tensor.to_binary(t)
           %Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}
 
         unsafe_view ->
@@ -270,7 +273,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def nx_type!(dtype) do
-      case :tensor_blob.nx_type(dtype) do
+      case translating(do: :tensor_blob.nx_type(dtype)) do
         nil ->
           raise ArgumentError, "dtype: #{inspect(dtype)} has no Nx type"
 
@@ -281,6 +284,22 @@ if Code.ensure_loaded?(Nx) do
             ArgumentError ->
               raise ArgumentError, "dtype: #{inspect(dtype)} maps to #{inspect(type)}, which this Nx lacks"
           end
+      end
+    end
+
+    # nx_type!/1 of a canonical dtype, worked out once per dtype: to_nx asks
+    # for every tensor, and the answer cannot change while this Nx is loaded.
+    defp cached_nx_type!(dtype) do
+      key = {__MODULE__, :nx_type, dtype}
+
+      case :persistent_term.get(key, nil) do
+        nil ->
+          type = nx_type!(dtype)
+          :persistent_term.put(key, type)
+          type
+
+        type ->
+          type
       end
     end
 
@@ -309,13 +328,14 @@ if Code.ensure_loaded?(Nx) do
 
     defp contiguous?(t), do: Tensor.strides(t) == row_major(Tensor.shape(t))
 
-    defp row_major(shape) do
-      shape
-      |> Tuple.to_list()
-      |> Enum.reverse()
-      |> Enum.map_reduce(1, fn d, acc -> {acc, acc * max(d, 1)} end)
-      |> elem(0)
-      |> Enum.reverse()
+    # The row-major strides of a shape, last dimension first (to_nx asks for
+    # every tensor).
+    defp row_major(shape), do: row_major(shape, tuple_size(shape), 1, [])
+
+    defp row_major(_shape, 0, _step, strides), do: strides
+
+    defp row_major(shape, i, step, strides) do
+      row_major(shape, i - 1, step * max(elem(shape, i - 1), 1), [step | strides])
     end
 
     defp copy_of(nx, dtype), do: Tensor.from_binary(Nx.to_binary(nx), dtype, nx.shape)
