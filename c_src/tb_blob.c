@@ -16,27 +16,20 @@ ERL_NIF_TERM tb_nif_blob_fields(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
 
-    tb_layout l;
-    l.ptr = (uint64_t)(uintptr_t)d.info.data;
-    l.element_size = tb_dtypes[d.dtype].element_size;
-    l.ndim = d.info.ndim;
-    for (int i = 0; i < d.info.ndim && i < TB_MAX_DIMS; i++) {
-        l.shape[i] = d.info.sizes[i];
-        l.strides[i] = d.info.strides[i];
-    }
-    tb_layout_result r = tb_layout_check(&l);
+    uint64_t ptr = (uint64_t)(uintptr_t)d.info.data;
+    unsigned element_size = tb_dtypes[d.dtype].element_size;
     /* A tuple, not the map: the Erlang facade builds the map with literal
      * keys, which costs a copy of the values, where a map made here is
      * sorted and checked key by key. */
     ERL_NIF_TERM fields[8] = {
-        enif_make_uint64(env, l.ptr),
+        enif_make_uint64(env, ptr),
         tb_make_shape(env, d.info.ndim, d.info.sizes),
         tb_make_strides(env, d.info.ndim, d.info.strides),
         tb_atoms.dtypes[d.dtype],
         tb_make_device(env, d.info.device_type, d.info.device_index),
-        enif_make_uint(env, (unsigned)l.element_size),
-        enif_make_uint64(env, r.byte_size),
-        enif_make_uint64(env, tb_pointer_alignment(l.ptr)),
+        enif_make_uint(env, element_size),
+        enif_make_uint64(env, tb_layout_byte_size(d.info.ndim, d.info.sizes, d.info.strides, element_size)),
+        enif_make_uint64(env, tb_pointer_alignment(ptr)),
     };
     return enif_make_tuple_from_array(env, fields, 8);
 }

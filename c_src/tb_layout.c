@@ -12,6 +12,17 @@ int tb_row_major_strides(int ndim, const int64_t *shape, int64_t *strides)
     return 1;
 }
 
+uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *strides, size_t element_size)
+{
+    uint64_t last = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0)
+            return 0;
+        last += (uint64_t)(shape[i] - 1) * (uint64_t)strides[i];
+    }
+    return (last + 1) * element_size;
+}
+
 tb_layout_result tb_layout_check(const tb_layout *l)
 {
     tb_layout_result r = {TB_LAYOUT_OK, -1, 1, 0, 0};

@@ -48,6 +48,10 @@ int tb_row_major_strides(int ndim, const int64_t *shape, int64_t *strides);
  * byte extent. A zero-element layout may have a null pointer. */
 tb_layout_result tb_layout_check(const tb_layout *layout);
 
+/* The byte_size tb_layout_check computes, for a layout it accepted or one
+ * libtorch made: no check, no copy into a tb_layout (to_blob's path). */
+uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *strides, size_t element_size);
+
 /* 1 when [ptr, ptr + size) lies inside [base, base + base_size). */
 int tb_extent_inside(uint64_t ptr, uint64_t size, uint64_t base, uint64_t base_size);
 

@@ -83,6 +83,7 @@ static void test_layout_ok(void)
     tb_layout l = LAYOUT(0x1000, 4, SHAPE(2, 3, 4), NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.dim, -1);
     CHECK_EQ(r.numel, 24);
     CHECK_EQU(r.byte_size, 96);
@@ -91,6 +92,7 @@ static void test_layout_ok(void)
     l = LAYOUT(0x1000, 8, SHAPE(3, 2), SHAPE(1, 3));
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 6);
     CHECK_EQU(r.byte_size, 48);
 
@@ -99,6 +101,7 @@ static void test_layout_ok(void)
     l = LAYOUT(0x2000 + 8, 4, SHAPE(4, 3), SHAPE(10, 1));
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 12);
     CHECK_EQU(r.byte_size, 132);
     CHECK(tb_extent_inside(l.ptr, r.byte_size, 0x2000, 160));
@@ -107,6 +110,7 @@ static void test_layout_ok(void)
     l = LAYOUT(0x2000, 4, SHAPE(2, 10), SHAPE(20, 1));
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 20);
     CHECK_EQU(r.byte_size, 120);
 
@@ -114,6 +118,7 @@ static void test_layout_ok(void)
     l = LAYOUT(0x2000, 4, SHAPE(5, 3), SHAPE(0, 1));
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 15);
     CHECK_EQU(r.byte_size, 12);
 
@@ -121,6 +126,7 @@ static void test_layout_ok(void)
     l = LAYOUT(0x2000, 2, SHAPE(1, 3, 1), SHAPE(999999, 1, INT64_MAX));
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 3);
     CHECK_EQU(r.byte_size, 6);
 
@@ -128,6 +134,7 @@ static void test_layout_ok(void)
     l = LAYOUT(0, 4, SHAPE(3, 0, 5), NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 0);
     CHECK_EQU(r.byte_size, 0);
     CHECK_EQU(r.reach, 60); /* row-major strides {5, 5, 1}: 2*5 + 4*1 + 1 elements */
@@ -142,6 +149,7 @@ static void test_layout_ok(void)
     l = LAYOUT(0x1000, 4, SHAPE(2, 0), SHAPE(3, 1));
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQU(r.byte_size, 0);
     CHECK_EQU(r.reach, 16);
     /* ptr + extent wrapping is the pointer's fault. */
@@ -153,6 +161,7 @@ static void test_layout_ok(void)
     l = make_layout(0x1000, 8, 0, NULL, NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 1);
     CHECK_EQU(r.byte_size, 8);
 
@@ -166,6 +175,7 @@ static void test_layout_ok(void)
     l.shape[TB_MAX_DIMS - 1] = 2;
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, 2);
     CHECK_EQU(r.byte_size, 8);
 
@@ -173,6 +183,7 @@ static void test_layout_ok(void)
     l = LAYOUT(1, 1, SHAPE(INT64_MAX), NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQ(r.numel, INT64_MAX);
     CHECK_EQU(r.byte_size, (uint64_t)INT64_MAX);
 
@@ -180,6 +191,7 @@ static void test_layout_ok(void)
     l = LAYOUT(UINT64_MAX - 15, 4, SHAPE(3), NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQU(r.byte_size, 12);
 }
 
@@ -274,10 +286,12 @@ static void test_layout_errors(void)
     l = LAYOUT(2, 2, SHAPE(3), NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     /* One-byte elements are aligned anywhere. */
     l = LAYOUT(3, 1, SHAPE(3), NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(tb_layout_byte_size(l.ndim, l.shape, l.strides, l.element_size), r.byte_size);
     CHECK_EQU(r.byte_size, 3);
 }
 
