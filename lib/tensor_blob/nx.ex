@@ -305,6 +305,9 @@ if Code.ensure_loaded?(Nx) do
 
     ## Helpers
 
+    # The defaults: {copy, device, ipc}.
+    defp options!([]), do: {:auto, nil, false}
+
     defp options!(opts) do
       Enum.each(opts, fn
         {:copy, c} when c in [:auto, :never, :always] ->
