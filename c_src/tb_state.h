@@ -12,7 +12,7 @@
 
 #include "tb_count.h"
 
-#define TB_ABI 1u
+#define TB_ABI 2u /* 2: a DLPack capsule keeps its tensor resource, no longer a handle */
 #define TB_MAX_BUILDS 16
 
 /* A byte range registered while in use (see tb_storage.h). The memory is
