@@ -233,12 +233,13 @@ defmodule Bench do
         "#{System.schedulers_online()} schedulers, #{cpu_model()}\n"
     )
 
-    # Memory first, while nothing else of this size is waiting to be freed
-    # (a leftover tensor freed during the measurement would read as growth
-    # below zero).
-    big = nil
-    _ = big
+    # Start collected: nothing left over is freed during a measurement.
     collect()
+
+    # The small measurements first, before the gigabyte tensors below: the
+    # kernel reclaiming their pages disturbs whatever runs right after.
+    nx = nx_round_trip()
+    py = python_dlpack()
 
     rows =
       for {label, bytes} <- @sizes do
@@ -281,8 +282,6 @@ defmodule Bench do
         "#{round(tp.ops_per_s_2)}/s, scaling #{fmt(tp.scaling, 2)} (goal >= 1.8)"
     )
 
-    nx = nx_round_trip()
-
     IO.puts(
       "TensorBlob.Nx from_nx + to_nx, BinaryBackend, 4 B: " <>
         if(nx[:skipped],
@@ -290,8 +289,6 @@ defmodule Bench do
           else: "#{fmt(nx.median_ns, 0)} ns median, the best of 5 measurements (Nx #{nx.nx})"
         )
     )
-
-    py = python_dlpack()
 
     py =
       if py[:skipped] do
