@@ -46,10 +46,16 @@ static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, const ch
 }
 
 /* The terms of a spec: ptr, shape and dtype are required; strides and
- * device may be absent (0), nil or undefined. */
+ * device may be absent (read as undefined), nil or undefined. */
 typedef struct {
     ERL_NIF_TERM ptr, shape, dtype, strides, device;
 } spec_terms;
+
+/* An optional key's value: nil and undefined mean "use the default". */
+static int given(ERL_NIF_TERM value)
+{
+    return value != tb_atoms.nil && value != tb_atoms.undefined;
+}
 
 /* The layout and device a spec's terms describe; otherwise *exc. */
 static int get_spec(ErlNifEnv *env, const spec_terms *t, tb_layout *l, tb_dtype_id *dtype, tb_device *device,
@@ -65,7 +71,7 @@ static int get_spec(ErlNifEnv *env, const spec_terms *t, tb_layout *l, tb_dtype_
         !tb_get_dtype(env, t->dtype, "dtype", dtype, exc))
         return 0;
     l->element_size = tb_dtypes[*dtype].element_size;
-    if (t->strides && t->strides != tb_atoms.nil && t->strides != tb_atoms.undefined) {
+    if (given(t->strides)) {
         if (!tb_get_strides(env, t->strides, "strides", l->ndim, l->strides, exc))
             return 0;
     } else if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
@@ -74,8 +80,7 @@ static int get_spec(ErlNifEnv *env, const spec_terms *t, tb_layout *l, tb_dtype_
         return 0;
     }
     *device = (tb_device){TB_DEVICE_CPU, 0};
-    if (t->device && t->device != tb_atoms.nil && t->device != tb_atoms.undefined &&
-        !tb_get_device(env, t->device, "device", device, exc))
+    if (given(t->device) && !tb_get_device(env, t->device, "device", device, exc))
         return 0;
     *r = tb_layout_check(l);
     if (r->status != TB_LAYOUT_OK) {
@@ -97,9 +102,9 @@ static int get_spec_terms(ErlNifEnv *env, ERL_NIF_TERM spec, spec_terms *t, ERL_
         !get_key(env, spec, tb_atoms.dtype, "dtype", &t->dtype, exc))
         return 0;
     if (!enif_get_map_value(env, spec, tb_atoms.strides, &t->strides))
-        t->strides = 0;
+        t->strides = tb_atoms.undefined;
     if (!enif_get_map_value(env, spec, tb_atoms.device, &t->device))
-        t->device = 0;
+        t->device = tb_atoms.undefined;
     return 1;
 }
 
@@ -169,13 +174,13 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
          * says what the memory is. Only memory that another storage
          * registered read-only needs a pin of its own to carry the flag. */
         int owner_read_only = tb_storage_read_only(&o);
-        if (r.byte_size > 0 && (!read_only || owner_read_only) && describes(&l, dtype, &device, &o))
+        int shares = r.byte_size > 0 && (!read_only || owner_read_only);
+        if (shares && describes(&l, dtype, &device, &o))
             /* The spec is the owner's own layout (a round trip through
              * to_blob): the owner is that tensor already. No new tensor,
              * as numpy.asarray answers an array with itself. */
             return enif_make_resource(env, owner);
-        if (r.byte_size > 0 && (!read_only || owner_read_only) &&
-            tb_multiple_of_element(l.ptr - base, l.element_size)) {
+        if (shares && tb_multiple_of_element(l.ptr - base, l.element_size)) {
             tb_shim_tensor *h;
             tb_shim_error err;
             if (!tb_shim_alias(owner->handle, l.ptr - base, l.ndim, l.shape, l.strides,

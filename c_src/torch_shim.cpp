@@ -105,6 +105,22 @@ const c10::impl::DeviceGuardImplInterface &require_cuda_guard()
     return *guard;
 }
 
+// A plain dense tensor over a storage: the layout starts byte_offset bytes
+// in (a multiple of the element size). Its dispatch keys are those of its
+// dtype on the storage's device, never a base tensor's, which may carry a
+// conjugate or negative bit.
+tb_shim_tensor *dense_tensor(c10::Storage storage, uint64_t byte_offset, int ndim, const int64_t *sizes,
+                             const int64_t *strides, int st)
+{
+    caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(scalar_type(st));
+    c10::DispatchKeySet keys(c10::computeDispatchKey(scalar_type(st), c10::kStrided, storage.device()));
+    auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys, dtype);
+    impl->set_sizes_and_strides(c10::IntArrayRef(sizes, ndim), c10::IntArrayRef(strides, ndim));
+    if (byte_offset)
+        impl->set_storage_offset(static_cast<int64_t>(byte_offset / dtype.itemsize()));
+    return reinterpret_cast<tb_shim_tensor *>(impl.release());
+}
+
 } // namespace
 
 extern "C" {
@@ -141,20 +157,14 @@ int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t 
     // them, without its options and checks: the layout, dtype and device
     // were checked by the caller. The DataPtr owns ctx from its first line,
     // so whatever throws after it calls deleter(ctx) once.
-    c10::Device device = device_type == TB_DEVICE_CUDA
-        ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index))
-        : c10::Device(c10::DeviceType::CPU);
+    c10::Device device = device_type == TB_DEVICE_CUDA ? cuda_device(device_index) : c10::Device(c10::DeviceType::CPU);
     c10::DataPtr data_ptr(data, ctx, deleter, device);
     return guarded(err, [&] {
-        c10::IntArrayRef size_ref(sizes, ndim), stride_ref(strides, ndim);
-        caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(scalar_type(st));
-        size_t nbytes = at::detail::computeStorageNbytes(size_ref, stride_ref, dtype.itemsize());
-        auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
-                                                             std::move(data_ptr), nullptr, false);
-        c10::DispatchKeySet keys(c10::computeDispatchKey(scalar_type(st), c10::kStrided, device));
-        auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(std::move(storage)), keys, dtype);
-        impl->set_sizes_and_strides(size_ref, stride_ref);
-        *out = reinterpret_cast<tb_shim_tensor *>(impl.release());
+        size_t nbytes = at::detail::computeStorageNbytes(c10::IntArrayRef(sizes, ndim), c10::IntArrayRef(strides, ndim),
+                                                         c10::elementSize(scalar_type(st)));
+        c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                                   std::move(data_ptr), nullptr, false));
+        *out = dense_tensor(std::move(storage), 0, ndim, sizes, strides, st);
     });
 }
 
@@ -162,15 +172,7 @@ int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, co
                   const int64_t *strides, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
     return guarded(err, [&] {
-        const c10::TensorImpl *b = impl_of(base);
-        caffe2::TypeMeta dtype = c10::scalarTypeToTypeMeta(scalar_type(st));
-        // The dispatch keys of a plain dense tensor on the storage's device:
-        // never the base's, which may carry a conjugate or negative bit.
-        c10::DispatchKeySet keys(c10::computeDispatchKey(scalar_type(st), c10::kStrided, b->device()));
-        auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(b->storage()), keys, dtype);
-        impl->set_sizes_and_strides(c10::IntArrayRef(sizes, ndim), c10::IntArrayRef(strides, ndim));
-        impl->set_storage_offset(static_cast<int64_t>(byte_offset / dtype.itemsize()));
-        *out = reinterpret_cast<tb_shim_tensor *>(impl.release());
+        *out = dense_tensor(impl_of(base)->storage(), byte_offset, ndim, sizes, strides, st);
     });
 }
 

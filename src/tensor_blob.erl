@@ -105,6 +105,8 @@ to_blob(_T, Opts) ->
 %% facade, whose every call gives both.
 -spec to_blob_struct(tensor(), term(), atom()) -> blob().
 to_blob_struct(T, Owner, Struct) when is_reference(T) ->
+    %% blob/2's map with '__struct__' in the literal: added afterwards, the
+    %% key would merge a new map, the cost the literal avoids.
     {Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment} = ?NIF(tensor_blob_nif:blob_fields(T)),
     #{'__struct__' => Struct, ptr => Ptr, shape => Shape, strides => Strides, dtype => Dtype, device => Device,
       element_size => ElementSize, byte_size => ByteSize, alignment => Alignment, owner => Owner};
