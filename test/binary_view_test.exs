@@ -130,9 +130,10 @@ defmodule TensorBlob.BinaryViewTest do
           Tensor.to_binary(Tensor.narrow(v, 0, 16, 128), copy: false)
         end)
 
-      # The tensors are gone (t and row too: not used below).
+      # The tensors are gone (t and row too: not used below). At most as
+      # many as at the start: a leftover of an earlier test may go too.
       Lifetime.churn()
-      assert Lifetime.settled_stats().tensors == start.tensors
+      assert Lifetime.settled_stats().tensors <= start.tensors
       assert part == binary_part(payload(), 64, 512)
     end
 
