@@ -27,21 +27,6 @@ defmodule TensorBlob.MemoryTest do
     {out, status}
   end
 
-  # The child VM of the dirty-copy test has died from a signal, rarely (once
-  # in tens of runs, under AddressSanitizer a jump to a heap address on a
-  # BEAM thread, no frame of ours on the stack); not yet explained. One such
-  # death is shown as a warning and the child runs again; two fail the test.
-  defp child_vm_once_more(code, flags) do
-    case in_os_process(code, flags) do
-      {_out, 0} = ok ->
-        ok
-
-      {out, status} ->
-        IO.warn("child VM exited with status #{status}; running it once more. Its output:\n#{out}")
-        in_os_process(code, flags)
-    end
-  end
-
   describe "memory/1 says what the memory is, for every kind" do
     test "owned, pinned (term owners), unpinned; a view of one of our tensors answers as that tensor" do
       t = Tensor.zeros({8}, :float32)
@@ -123,22 +108,32 @@ defmodule TensorBlob.MemoryTest do
     test "a process on the only normal scheduler keeps running during a 256 MiB misaligned copy" do
       # +S 1: one normal scheduler. A copy on it would stop every other
       # process for its whole length; on a dirty scheduler it does not.
+      #
+      # The copy runs in a process of its own that reports and exits. On
+      # OTP 25.2 (erts 13.1.5, Debian 12) a process that goes on running
+      # Erlang code after a long dirty NIF, while another process ran on the
+      # normal scheduler meanwhile, sometimes dies from a jump to a heap
+      # address: an emulator bug, reproduced with crypto:hash/2 alone and
+      # never on OTP 27 (see the README's "Known problems").
       code = """
       Big = binary:copy(<<7>>, 256 * 1024 * 1024 + 1),
       Part = binary:part(Big, 1, 256 * 1024 * 1024),
       Self = self(),
       Ticker = spawn(fun Loop() -> Self ! {tick, erlang:monotonic_time(millisecond)}, receive stop -> ok after 1 -> Loop() end end),
       T0 = erlang:monotonic_time(millisecond),
-      T = tensor_blob:from_binary(Part, float32, {64 * 1024 * 1024}, \#{copy => if_needed}),
-      T1 = erlang:monotonic_time(millisecond),
+      {_, Copier} = spawn_monitor(fun() ->
+          T = tensor_blob:from_binary(Part, float32, {64 * 1024 * 1024}, \#{copy => if_needed}),
+          Self ! {copied, erlang:monotonic_time(millisecond), tensor_blob:memory(T)}
+        end),
+      {T1, owned} = receive {copied, At1, Memory} -> {At1, Memory} end,
+      receive {'DOWN', Copier, process, _, normal} -> ok end,
       Ticker ! stop,
-      owned = tensor_blob:memory(T),
       Ticks = fun Collect(Acc) -> receive {tick, At} -> Collect([At | Acc]) after 100 -> Acc end end,
       During = [At || At <- Ticks([]), At > T0 + 5, At < T1 - 5],
       io:format("copy_ms=~p ticks_during=~p~n", [T1 - T0, length(During)])
       """
 
-      {out, 0} = child_vm_once_more(code, ["+S", "1:1", "+SDcpu", "2:2"])
+      {out, 0} = in_os_process(code, ["+S", "1:1", "+SDcpu", "2:2"])
       [_, ms, ticks] = Regex.run(~r/copy_ms=(\d+) ticks_during=(\d+)/, out)
       {ms, ticks} = {String.to_integer(ms), String.to_integer(ticks)}
       # Only meaningful when the copy took long enough to tick through.
