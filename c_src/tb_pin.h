@@ -12,9 +12,10 @@
 /* A pin of any term: a copy in a process-independent env. Copying keeps
  * the resources and off-heap binaries inside the term alive without
  * copying their bytes. */
-typedef struct {
+typedef struct tb_pin {
     tb_storage header;
     ErlNifEnv *env;
+    struct tb_pin *next_free; /* in its thread's pool, once released */
     ERL_NIF_TERM owner; /* the copy, living in env */
     /* A binary owner's bytes, read once when pinned: env is only read
      * after that, by any thread. */
