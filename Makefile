@@ -107,12 +107,17 @@ CUDA_TEST_SOURCES := c_test/test_cuda.c c_src/tb_devmem.c c_src/tb_stream.c c_sr
 $(BUILD)/c_test_cuda: $(CUDA_TEST_SOURCES) c_test/check.h c_src/tb_cuda_ops.h c_src/tb_devmem.h c_src/tb_stream.h c_src/tb_cuda_handle.h c_src/torch_shim.h priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include $(CUDA_TEST_SOURCES) -o $@
 
+# The read-only interval set against a brute-force model.
+$(BUILD)/c_test_intervals: c_test/test_intervals.c c_test/check.h c_src/tb_intervals.c c_src/tb_intervals.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_intervals.c c_src/tb_intervals.c -o $@
+
 TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/include,/usr/include)
 $(BUILD)/c_test_dlpack_abi: c_test/test_dlpack_abi.c priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -I$(TORCH_INCLUDE) c_test/test_dlpack_abi.c -o $@
 
-c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi $(BUILD)/c_test_cuda
+c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals
 	$(BUILD)/c_test
+	$(BUILD)/c_test_intervals
 	$(BUILD)/c_test_dlpack
 	$(BUILD)/c_test_cuda
 	$(BUILD)/c_test_dlpack_abi
@@ -128,9 +133,10 @@ shim-test: $(BUILD)/shim_test
 	$(BUILD)/shim_test
 
 # memcheck over the pure-C tests and the shim's tests.
-valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/shim_test
+valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(BUILD)/shim_test
 	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/c_test
 	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/c_test_cuda
+	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite $(BUILD)/c_test_intervals
 	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
 		--suppressions=c_test/valgrind.supp $(BUILD)/shim_test
 
@@ -257,8 +263,9 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 
 asan-test: setup nif foreign-nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
-		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/shim_test
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test
+	$(ASAN_BUILD)/c_test_intervals
 	$(ASAN_BUILD)/c_test_cuda
 	ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/shim_test
 	MIX_ENV=test mix compile

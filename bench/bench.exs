@@ -276,6 +276,14 @@ defmodule Bench do
     )
 
     tp = throughput(big)
+    crowd = with_binary_views(100_000)
+    collect()
+
+    IO.puts(
+      "With 100,000 binary views alive (from_binary copy: false): from_blob, own blob " <>
+        "#{fmt(crowd.from_blob_ns, 0)} ns, write! #{fmt(crowd.write_ns, 0)} ns " <>
+        "(with none: #{fmt(crowd.from_blob_alone_ns, 0)} and #{fmt(crowd.write_alone_ns, 0)} ns)"
+    )
 
     IO.puts(
       "Throughput (from_blob, new view): 1 scheduler #{round(tp.ops_per_s_1)}/s, 2 schedulers " <>
@@ -328,6 +336,7 @@ defmodule Bench do
       flatness: Map.new(flat),
       memory: mem,
       throughput: tp,
+      with_binary_views: crowd,
       python_dlpack: py,
       nx_round_trip: nx
     }
@@ -359,6 +368,28 @@ defmodule Bench do
     for {name, _} <- small, name != "copy: to_binary + from_binary" do
       {name, rows |> Enum.map(fn {_, _, ms} -> elem(List.keyfind(ms, name, 0), 1).median_ns end) |> Enum.min()}
     end
+  end
+
+  # Every from_blob and write! asks whether the memory overlaps a binary's
+  # bytes: with many binaries viewed, that question must stay cheap.
+  defp with_binary_views(n) do
+    t = Tensor.zeros({1}, :float32)
+    blob = TensorBlob.to_blob(t)
+    from_blob = fn -> TensorBlob.from_blob(blob) end
+    write = fn -> Tensor.write!(t, <<1.0::float-32-native>>) end
+    alone = {measure(from_blob), measure(write)}
+    payload = :binary.copy(<<0>>, 4096)
+    views = for _ <- 1..n, do: Tensor.from_binary(payload, :float32, {1024}, copy: false)
+    crowded = {measure(from_blob), measure(write)}
+    _ = length(views)
+
+    %{
+      binary_views: n,
+      from_blob_alone_ns: elem(alone, 0).median_ns,
+      write_alone_ns: elem(alone, 1).median_ns,
+      from_blob_ns: elem(crowded, 0).median_ns,
+      write_ns: elem(crowded, 1).median_ns
+    }
   end
 
   defp flatness(rows) do

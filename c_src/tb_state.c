@@ -29,7 +29,6 @@ int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why)
             return 0;
         }
         list_init(&s->frozen);
-        list_init(&s->read_only);
         list_init(&s->writing);
     }
     int known = 0;

@@ -11,30 +11,19 @@
 #include <stdint.h>
 
 #include "tb_count.h"
+#include "tb_intervals.h"
 
-#define TB_ABI 2u /* 2: a DLPack capsule keeps its tensor resource, no longer a handle */
+#define TB_ABI 3u /* 3: read-only memory is an interval set; 2: a DLPack capsule keeps its tensor resource */
 #define TB_MAX_BUILDS 16
-
-/* A byte range registered while in use (see tb_storage.h). The memory is
- * named twice: its virtual addresses, and, for a shared-memory region, the
- * region's file and the offsets in it, so a second mapping of the same
- * region is recognised as the same memory. */
-typedef struct tb_range {
-    struct tb_range *prev, *next;
-    uintptr_t lo, hi;    /* [lo, hi) in this process's address space */
-    uint64_t file_dev;   /* 0, or the region's st_dev and st_ino */
-    uint64_t file_ino;
-    uint64_t file_lo, file_hi; /* [file_lo, file_hi) in the region */
-} tb_range;
 
 typedef struct {
     uint32_t abi;
-    ErlNifMutex *lock;    /* guards the lists and binary_views */
+    ErlNifMutex *lock;    /* guards the lists, the set and binary_views */
     tb_range frozen;      /* memory a binary shows: list head */
-    tb_range read_only;   /* memory never written through us: list head */
+    tb_range *read_only;  /* memory never written through us: an interval set */
     tb_range writing;     /* write! calls in progress: list head */
     long binary_views;
-    long read_only_ranges; /* entries of read_only: read without the lock */
+    long read_only_ranges; /* ranges in read_only: read without the lock */
     tb_count tensors, pins, capsules;
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */

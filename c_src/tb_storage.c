@@ -43,8 +43,9 @@ static int list_overlaps(const tb_range *head, const tb_range *r)
 void tb_storage_guard_read_only(tb_storage *s, const tb_range *span)
 {
     s->guard = *span;
+    s->flags |= TB_STORAGE_GUARDED;
     enif_mutex_lock(tb_st->lock);
-    list_push(&tb_st->read_only, &s->guard);
+    tb_intervals_insert(&tb_st->read_only, &s->guard);
     __atomic_add_fetch(&tb_st->read_only_ranges, 1, __ATOMIC_RELEASE);
     enif_mutex_unlock(tb_st->lock);
 }
@@ -56,7 +57,7 @@ int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
         return 0;
     tb_range r = {.lo = ptr, .hi = ptr + bytes};
     enif_mutex_lock(tb_st->lock);
-    int overlaps = list_overlaps(&tb_st->read_only, &r);
+    int overlaps = tb_intervals_overlap(tb_st->read_only, r.lo, r.hi);
     enif_mutex_unlock(tb_st->lock);
     return overlaps;
 }
@@ -67,7 +68,7 @@ tb_guard_status tb_storage_write_begin(tb_range *guard)
     enif_mutex_lock(tb_st->lock);
     if (list_overlaps(&tb_st->frozen, guard))
         status = TB_GUARD_FROZEN;
-    else if (list_overlaps(&tb_st->read_only, guard))
+    else if (tb_intervals_overlap(tb_st->read_only, guard->lo, guard->hi))
         status = TB_GUARD_READ_ONLY;
     else
         list_push(&tb_st->writing, guard);
@@ -131,9 +132,9 @@ static _Thread_local release_state this_thread;
 
 static void release_one(tb_storage *s)
 {
-    if (s->guard.next) {
+    if (s->flags & TB_STORAGE_GUARDED) {
         enif_mutex_lock(tb_st->lock);
-        list_remove(&s->guard);
+        tb_intervals_remove(&tb_st->read_only, &s->guard);
         __atomic_sub_fetch(&tb_st->read_only_ranges, 1, __ATOMIC_RELEASE);
         enif_mutex_unlock(tb_st->lock);
     }

@@ -30,7 +30,7 @@ typedef enum {
     TB_MEMORY_IPC        /* a mapping of a shared-memory region (CPU), or of a CUDA IPC handle (CUDA) */
 } tb_memory_kind;
 
-enum { TB_STORAGE_READ_ONLY = 1 };
+enum { TB_STORAGE_READ_ONLY = 1, TB_STORAGE_GUARDED = 2 /* guard is in the read-only set */ };
 
 typedef struct tb_storage {
     uint32_t abi; /* TB_ABI */
@@ -38,7 +38,7 @@ typedef struct tb_storage {
     uint8_t flags;
     /* Frees what the kind holds, and the header's container if allocated. */
     void (*free)(struct tb_storage *self);
-    tb_range guard;              /* registered when read-only memory is */
+    tb_range guard;              /* in the read-only set when TB_STORAGE_GUARDED */
     uint64_t file_dev, file_ino, file_offset; /* a region's file, or 0 */
 } tb_storage;
 
