@@ -275,9 +275,13 @@ asan-test: setup nif foreign-nif
 clean:
 	rm -rf $(BUILD) $(NIF) doc/chunks _build
 
-# What Mix's clean removes: the library's build products, not _build.
+# What Mix's clean removes: the library's build products, not _build, and
+# not what else lives under build/ (the Debian 13 root, Nx builds, the
+# consumer projects): a consumer's `mix deps.compile --force tensor_blob`
+# runs this in our checkout.
 clean-nif:
-	rm -rf $(BUILD) $(NIF) doc/chunks
+	rm -f $(BUILD)/*.o $(BUILD)/*.d $(BUILD)/config-* $(NIF)
+	rm -rf doc/chunks
 
 # ---------------------------------------------------------------------------
 # Reliability: fuzzing (libFuzzer, clang-14) and stress (issue 6).

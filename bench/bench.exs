@@ -133,7 +133,7 @@ defmodule Bench do
     views = for _ <- 1..10_000, do: TensorBlob.from_blob(blob).tensor
     held = rss_kib()
     pins = TensorBlob.stats().pins
-    length(views)
+    _ = length(views)
     views = nil
     _ = views
     collect()
