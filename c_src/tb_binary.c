@@ -13,6 +13,7 @@
  * lives as long as the binary. */
 typedef struct {
     tb_range range; /* frozen while the binary lives */
+    int frozen;     /* range is registered */
     tb_shim_tensor *ref;
 } tb_binary_view;
 
@@ -22,7 +23,7 @@ static void view_dtor(ErlNifEnv *env, void *obj)
 {
     (void)env;
     tb_binary_view *v = obj;
-    if (v->range.next)
+    if (v->frozen)
         tb_storage_unfreeze(&v->range);
     if (v->ref)
         tb_shim_release(v->ref);
@@ -64,7 +65,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     if (!v)
         return tb_raise_error(env, "to_binary: out of memory allocating a binary view");
     v->range = span;
-    v->range.prev = v->range.next = NULL;
+    v->frozen = 0;
     v->ref = NULL;
     if (tb_storage_freeze(&v->range) != TB_GUARD_OK) {
         enif_release_resource(v);
@@ -72,6 +73,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
                                     "would change under the reader",
                                "write/2", "write!");
     }
+    v->frozen = 1;
     v->ref = tb_shim_retain(d.tensor->handle);
     ERL_NIF_TERM bin = enif_make_resource_binary(env, v, d.info.data, span.hi - span.lo);
     enif_release_resource(v);

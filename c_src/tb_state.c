@@ -28,7 +28,7 @@ int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why)
             *why = "cannot create a mutex";
             return 0;
         }
-        list_init(&s->frozen);
+        list_init(&s->frozen_files);
         list_init(&s->writing);
     }
     int known = 0;

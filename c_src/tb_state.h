@@ -13,13 +13,14 @@
 #include "tb_count.h"
 #include "tb_intervals.h"
 
-#define TB_ABI 3u /* 3: read-only memory is an interval set; 2: a DLPack capsule keeps its tensor resource */
+#define TB_ABI 3u /* 3: read-only and frozen memory are interval sets; 2: a DLPack capsule keeps its tensor resource */
 #define TB_MAX_BUILDS 16
 
 typedef struct {
     uint32_t abi;
     ErlNifMutex *lock;    /* guards the lists, the set and binary_views */
-    tb_range frozen;      /* memory a binary shows: list head */
+    tb_range *frozen;     /* memory a binary shows: an interval set */
+    tb_range frozen_files; /* those in a shared-memory region, by file: list head */
     tb_range *read_only;  /* memory never written through us: an interval set */
     tb_range writing;     /* write! calls in progress: list head */
     long binary_views;

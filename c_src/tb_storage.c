@@ -62,11 +62,18 @@ int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
     return overlaps;
 }
 
+/* Frozen memory is found by address in the set, and a second mapping of a
+ * frozen shared-memory region by file in the (short) list of those. */
+static int frozen_overlaps(const tb_range *r)
+{
+    return tb_intervals_overlap(tb_st->frozen, r->lo, r->hi) || (r->file_ino && list_overlaps(&tb_st->frozen_files, r));
+}
+
 tb_guard_status tb_storage_write_begin(tb_range *guard)
 {
     tb_guard_status status = TB_GUARD_OK;
     enif_mutex_lock(tb_st->lock);
-    if (list_overlaps(&tb_st->frozen, guard))
+    if (frozen_overlaps(guard))
         status = TB_GUARD_FROZEN;
     else if (tb_intervals_overlap(tb_st->read_only, guard->lo, guard->hi))
         status = TB_GUARD_READ_ONLY;
@@ -90,7 +97,9 @@ tb_guard_status tb_storage_freeze(tb_range *guard)
     if (list_overlaps(&tb_st->writing, guard)) {
         status = TB_GUARD_WRITING;
     } else {
-        list_push(&tb_st->frozen, guard);
+        tb_intervals_insert(&tb_st->frozen, guard);
+        if (guard->file_ino)
+            list_push(&tb_st->frozen_files, guard);
         tb_st->binary_views++;
     }
     enif_mutex_unlock(tb_st->lock);
@@ -100,7 +109,9 @@ tb_guard_status tb_storage_freeze(tb_range *guard)
 void tb_storage_unfreeze(tb_range *guard)
 {
     enif_mutex_lock(tb_st->lock);
-    list_remove(guard);
+    tb_intervals_remove(&tb_st->frozen, guard);
+    if (guard->file_ino)
+        list_remove(guard);
     tb_st->binary_views--;
     enif_mutex_unlock(tb_st->lock);
 }
