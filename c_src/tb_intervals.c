@@ -57,6 +57,10 @@ static tb_range *insert(tb_range *root, tb_range *r)
         r->max_hi = r->hi;
         return r;
     }
+    /* A new range can only raise the maxima on its path: no need to read
+     * the other children (each a cache miss) unless a rotation happens. */
+    if (r->hi > root->max_hi)
+        root->max_hi = r->hi;
     if (before(r, root)) {
         root->left = insert(root->left, r);
         if (priority(root->left) > priority(root))
@@ -66,7 +70,6 @@ static tb_range *insert(tb_range *root, tb_range *r)
         if (priority(root->right) > priority(root))
             return rotate_left(root);
     }
-    update(root);
     return root;
 }
 
@@ -100,7 +103,9 @@ static tb_range *remove_node(tb_range *root, tb_range *r)
         root->left = remove_node(root->left, r);
     else
         root->right = remove_node(root->right, r);
-    update(root);
+    /* Only a maximum that may have been r's needs computing again. */
+    if (root->max_hi <= r->hi)
+        update(root);
     return root;
 }
 
