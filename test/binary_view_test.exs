@@ -201,6 +201,57 @@ defmodule TensorBlob.BinaryViewTest do
     end
   end
 
+  describe "thousands of binaries at once" do
+    # The guards of read-only memory (binaries viewed) and of frozen memory
+    # (binaries showing tensors) are interval sets: each answers for its own
+    # memory after any order of drops, and a dropped guard is gone (under
+    # AddressSanitizer, a stale one would be read after its free).
+    test "views and shown binaries dropped in any order: the live ones still guard their memory" do
+      n = 2000
+      :rand.seed(:exsss, {7, 11, 13})
+      kept = MapSet.new(Enum.take_random(1..n, div(n, 2)))
+      start = Lifetime.settled_stats()
+
+      {views, shown} =
+        Lifetime.in_process(fn ->
+          views =
+            for i <- 1..n do
+              bytes = :binary.copy(<<i::float-32-native>>, 64)
+              {i, Tensor.from_binary(bytes, :float32, {64}, copy: false)}
+            end
+
+          tensors = for i <- 1..n, do: {i, Tensor.from_binary(f32s([i, i, i, i]), :float32, {4})}
+          shown = for {i, t} <- tensors, do: {i, t, Tensor.to_binary(t, copy: false)}
+          keep = fn list -> Enum.filter(list, &MapSet.member?(kept, elem(&1, 0))) end
+          # The dropped half's tensors stay alive; only their binaries go.
+          {keep.(views), Enum.map(shown, fn {i, t, b} -> {i, t, if(MapSet.member?(kept, i), do: b)} end)}
+        end)
+
+      Lifetime.collect()
+
+      for {i, v} <- views do
+        # An unpinned view of a live view's bytes finds them read-only.
+        unpinned = TensorBlob.from_blob(Map.delete(TensorBlob.to_blob(v), :owner), owner: :none)
+        assert_badarg(fn -> Tensor.write!(unpinned, payload(64)) end, "read-only")
+        assert Tensor.to_binary(v) == :binary.copy(<<i::float-32-native>>, 64)
+      end
+
+      for {i, t, bin} <- shown do
+        if bin do
+          assert_badarg(fn -> Tensor.write!(t, f32s([0, 0, 0, 0])) end, "immutable")
+          assert bin == f32s([i, i, i, i])
+        else
+          Tensor.write!(t, f32s([0, 0, 0, 0]))
+          assert Tensor.to_binary(t) == f32s([0, 0, 0, 0])
+        end
+      end
+
+      {views, shown} = {nil, nil}
+      _ = {views, shown}
+      assert Lifetime.await_stats(start) == start
+    end
+  end
+
   describe "blob alignment" do
     test "reports the largest power of two dividing the pointer" do
       t = Tensor.zeros({4, 4}, :float32)
