@@ -107,7 +107,8 @@ CUDA_TEST_SOURCES := c_test/test_cuda.c c_src/tb_devmem.c c_src/tb_stream.c c_sr
 $(BUILD)/c_test_cuda: $(CUDA_TEST_SOURCES) c_test/check.h c_src/tb_cuda_ops.h c_src/tb_devmem.h c_src/tb_stream.h c_src/tb_cuda_handle.h c_src/torch_shim.h priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ipriv/include $(CUDA_TEST_SOURCES) -o $@
 
-# The read-only interval set against a brute-force model.
+# The interval set of the read-only and frozen registries, against a
+# brute-force model.
 $(BUILD)/c_test_intervals: c_test/test_intervals.c c_test/check.h c_src/tb_intervals.c c_src/tb_intervals.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_intervals.c c_src/tb_intervals.c -o $@
 

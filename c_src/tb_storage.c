@@ -55,9 +55,8 @@ int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
     /* The common case, no binary pinned anywhere, takes no lock. */
     if (bytes == 0 || __atomic_load_n(&tb_st->read_only_ranges, __ATOMIC_ACQUIRE) == 0)
         return 0;
-    tb_range r = {.lo = ptr, .hi = ptr + bytes};
     enif_mutex_lock(tb_st->lock);
-    int overlaps = tb_intervals_overlap(tb_st->read_only, r.lo, r.hi);
+    int overlaps = tb_intervals_overlap(tb_st->read_only, ptr, ptr + bytes);
     enif_mutex_unlock(tb_st->lock);
     return overlaps;
 }

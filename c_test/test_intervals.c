@@ -1,6 +1,7 @@
-/* The read-only interval set against a brute-force model: random ranges
- * inserted and removed in random order, every query compared with a scan,
- * and the depth of the treap kept logarithmic. */
+/* The interval set (the read-only and frozen registries) against a
+ * brute-force model: random ranges inserted and removed in random order,
+ * every query compared with a scan, and the depth of the treap kept
+ * logarithmic. */
 #include <stdlib.h>
 
 #include "check.h"
