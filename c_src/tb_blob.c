@@ -108,6 +108,14 @@ static int get_spec_terms(ErlNifEnv *env, ERL_NIF_TERM spec, spec_terms *t, ERL_
     return 1;
 }
 
+/* The owner proves where its memory is; a spec that declares another
+ * device is refused by name, not as an extent outside it. */
+static ERL_NIF_TERM owner_elsewhere(ErlNifEnv *env, const tb_device *declared, int type, int index)
+{
+    return tb_raise_badarg(env, "device: the blob declares %T, but the owner's memory is on %T",
+                           tb_make_device(env, declared->type, declared->index), tb_make_device(env, type, index));
+}
+
 static ERL_NIF_TERM outside_owner(ErlNifEnv *env, const tb_layout *l, uint64_t bytes, uint64_t base, uint64_t size)
 {
     return tb_raise_badarg(env, "ptr: [%lu, %lu + %lu) lies outside the owner's memory [%lu, %lu + %lu)",
@@ -167,7 +175,9 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
         tb_shim_info o;
         tb_shim_info_of(owner->handle, &o);
         uint64_t base = (uint64_t)(uintptr_t)o.storage_data, size = o.storage_bytes;
-        if (o.device_type != device.type || o.device_index != device.index || !inside(&l, &r, base, size))
+        if (o.device_type != device.type || o.device_index != device.index)
+            return owner_elsewhere(env, &device, o.device_type, o.device_index);
+        if (!inside(&l, &r, base, size))
             return outside_owner(env, &l, r.byte_size, base, size);
         /* Inside the owner's storage at a whole element: the view shares
          * that storage, whose reference count is the pin, and whose header
@@ -199,7 +209,11 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
         ErlNifBinary bin;
         if (tb_pin_binary(p, &bin)) {
             uint64_t base = (uint64_t)(uintptr_t)bin.data;
-            if (device.type != TB_DEVICE_CPU || !inside(&l, &r, base, bin.size)) {
+            if (device.type != TB_DEVICE_CPU) {
+                tb_storage_release(&p->header);
+                return owner_elsewhere(env, &device, TB_DEVICE_CPU, 0);
+            }
+            if (!inside(&l, &r, base, bin.size)) {
                 tb_storage_release(&p->header);
                 return outside_owner(env, &l, r.byte_size, base, bin.size);
             }

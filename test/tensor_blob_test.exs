@@ -503,7 +503,19 @@ defmodule TensorBlobTest do
       # Without CUDA in libtorch it cannot be viewed at all; with it, the
       # owner (a CPU tensor) proves the memory is the host's.
       if TensorBlob.CUDA.runtime().libtorch do
-        assert_badarg(fn -> TensorBlob.from_blob(%{blob | device: {:cuda, 0}}) end, "outside the owner")
+        assert_badarg(
+          fn -> TensorBlob.from_blob(%{blob | device: {:cuda, 0}}) end,
+          "device: the blob declares {:cuda, 0}, but the owner's memory is on :cpu"
+        )
+
+        # A binary is host memory too: its device is checked before its extent.
+        bytes = :binary.copy(<<0>>, 4096)
+        spec = %{ptr: blob.ptr, shape: blob.shape, dtype: blob.dtype, device: {:cuda, 0}}
+
+        assert_badarg(
+          fn -> TensorBlob.from_blob(spec, owner: bytes) end,
+          "device: the blob declares {:cuda, 0}, but the owner's memory is on :cpu"
+        )
       else
         error = assert_raise TensorBlob.Error, fn -> TensorBlob.from_blob(%{blob | device: {:cuda, 0}}) end
         assert error.message =~ "CUDA"
