@@ -183,6 +183,168 @@ defmodule Bench do
     end
   end
 
+  # CPU exchange that could ask the CUDA runtime where memory lives: a view
+  # whose owner proves it (no question) and an unpinned one (the runtime is
+  # asked wherever a device answers). Run here, and in a child VM with the
+  # GPU hidden, they show what a GPU machine adds to CPU from_blob.
+  def cpu_views do
+    t = tensor_of(4)
+    blob = TensorBlob.to_blob(t)
+    bare = blob |> Map.delete(:__struct__) |> Map.put(:owner, :none)
+
+    %{
+      devices: TensorBlob.CUDA.device_count(),
+      new_view_ns: measure(fn -> TensorBlob.from_blob(%{blob | dtype: :int32}) end).median_ns,
+      unpinned_ns: measure(fn -> TensorBlob.from_blob(bare) end).median_ns
+    }
+  end
+
+  # The same measurement in child VMs, with the GPU visible and hidden
+  # (CUDA_VISIBLE_DEVICES=), alternating, three of each; the best of each.
+  defp cpu_views_visible_and_hidden do
+    runs = for _ <- 1..3, hidden <- [false, true], do: {hidden, cpu_views_in_child(hidden)}
+
+    for hidden <- [false, true], into: %{} do
+      mine = for {^hidden, m} <- runs, do: m
+      key = if hidden, do: :gpu_hidden, else: :gpu_visible
+
+      case Enum.reject(mine, &Map.has_key?(&1, :skipped)) do
+        [] ->
+          {key, hd(mine)}
+
+        ok ->
+          {key,
+           %{
+             devices: hd(ok).devices,
+             new_view_ns: ok |> Enum.map(& &1.new_view_ns) |> Enum.min(),
+             unpinned_ns: ok |> Enum.map(& &1.unpinned_ns) |> Enum.min()
+           }}
+      end
+    end
+  end
+
+  defp cpu_views_in_child(hidden) do
+    mix = System.find_executable("mix")
+    root = Path.expand("..", __DIR__)
+    env = if hidden, do: [{"CUDA_VISIBLE_DEVICES", ""}], else: []
+
+    case System.cmd(mix, ["run", "bench/bench.exs", "--cpu-views"], cd: root, env: env, stderr_to_stdout: true) do
+      {out, 0} ->
+        case Regex.run(~r/cpu_views (\d+) ([\d.]+) ([\d.]+)/, out) do
+          [_, devices, view, bare] ->
+            %{
+              devices: String.to_integer(devices),
+              new_view_ns: String.to_float(view),
+              unpinned_ns: String.to_float(bare)
+            }
+
+          _ ->
+            %{skipped: "the child VM printed no measurement"}
+        end
+
+      {out, status} ->
+        %{skipped: "the child VM exited #{status}: #{String.slice(out, -300, 300)}"}
+    end
+  end
+
+  # Exchange of CUDA tensors (device 0), and the copies across the bus.
+  def cuda do
+    g = Tensor.to_device(tensor_of(4), {:cuda, 0})
+    blob = TensorBlob.to_blob(g)
+    bare = blob |> Map.delete(:__struct__) |> Map.put(:owner, :none)
+    small_host = Tensor.to_binary(tensor_of(4))
+
+    exchange =
+      for {name, fun} <- [
+            {"to_blob", fn -> TensorBlob.to_blob(g) end},
+            {"from_blob, own blob", fn -> TensorBlob.from_blob(blob) end},
+            {"from_blob, new view", fn -> TensorBlob.from_blob(%{blob | dtype: :int32}) end},
+            {"from_blob unpinned (asks the runtime)", fn -> TensorBlob.from_blob(bare) end},
+            {"DLPack export + import", fn -> TensorBlob.DLPack.import(TensorBlob.DLPack.export(g)) end},
+            {"IPC.export (cudaIpcGetMemHandle)", fn -> TensorBlob.IPC.export(g) end},
+            {"to_binary, 4 B (device to host)", fn -> Tensor.to_binary(g) end},
+            {"write!, 4 B (host to device)", fn -> Tensor.write!(g, small_host) end}
+          ],
+          do: {name, measure(fun, batch: 100, batches: 100)}
+
+    bytes = 256 * 1024 * 1024
+    host = tensor_of(bytes)
+    payload = Tensor.to_binary(host)
+    dev = Tensor.to_device(host, {:cuda, 0})
+    once = [batch: 1, batches: 5]
+
+    copies =
+      for {name, fun} <- [
+            {"to_device, host to device", fn -> Tensor.to_device(host, {:cuda, 0}) end},
+            {"to_device, device to host", fn -> Tensor.to_device(dev, :cpu) end},
+            {"to_binary (device to host)", fn -> Tensor.to_binary(dev) end},
+            {"write! (host to device)", fn -> Tensor.write!(dev, payload) end}
+          ] do
+        m = measure(fun, once)
+        {name, Map.put(m, :gb_per_s, bytes / m.median_ns)}
+      end
+
+    %{
+      runtime: TensorBlob.CUDA.runtime()[:runtime_path],
+      exchange: Map.new(exchange),
+      exchange_order: Enum.map(exchange, &elem(&1, 0)),
+      copies_256_mib: Map.new(copies),
+      copies_order: Enum.map(copies, &elem(&1, 0)),
+      cpu_views: cpu_views_visible_and_hidden()
+    }
+  end
+
+  defp print_cuda(%{skipped: why}), do: IO.puts("CUDA: skipped (#{why})")
+
+  defp print_cuda(c) do
+    IO.puts("\nCUDA, device 0 (runtime #{c.runtime}); median ns / p99 ns:")
+
+    for name <- c.exchange_order do
+      m = c.exchange[name]
+      IO.puts("  #{String.pad_trailing(name, 40)} #{fmt(m.median_ns, 0)} / #{fmt(m.p99_ns, 0)}")
+    end
+
+    case c.python_cuda_ns do
+      nil ->
+        :ok
+
+      ns ->
+        dl = c.exchange["DLPack export + import"].median_ns
+
+        IO.puts(
+          "  PyTorch's torch.utils.dlpack round trip of a CUDA tensor: #{fmt(ns, 0)} ns; " <>
+            "DLPack export + import here is #{fmt(ns / dl, 2)}x faster"
+        )
+    end
+
+    IO.puts("  256 MiB copies (median of 5):")
+
+    for name <- c.copies_order do
+      m = c.copies_256_mib[name]
+      IO.puts("    #{String.pad_trailing(name, 38)} #{fmt(m.median_ns / 1.0e6, 1)} ms, #{fmt(m.gb_per_s, 1)} GB/s")
+    end
+
+    %{gpu_visible: here, gpu_hidden: hidden} = c.cpu_views
+
+    IO.puts(
+      "  CPU from_blob, 4 B, GPU visible / hidden (CUDA_VISIBLE_DEVICES=), best of 3 child VMs each: new view " <>
+        "#{cell(here, :new_view_ns)} / #{cell(hidden, :new_view_ns)} ns (the owner proves the device: " <>
+        "no question), unpinned #{cell(here, :unpinned_ns)} / #{cell(hidden, :unpinned_ns)} ns " <>
+        "(cudaPointerGetAttributes where a device answers)"
+    )
+  end
+
+  defp cell(%{skipped: why}, _), do: "skipped: #{why}"
+  defp cell(m, key), do: fmt(Map.fetch!(m, key), 0)
+
+  def cuda_or_skip do
+    cond do
+      not TensorBlob.CUDA.runtime().libtorch -> %{skipped: "this libtorch was built without CUDA"}
+      TensorBlob.CUDA.device_count() == 0 -> %{skipped: "no CUDA device answers here"}
+      true -> cuda()
+    end
+  end
+
   # Debian's python3 first: python3-torch installs there, whatever else is on PATH.
   # TensorBlob.Nx from_nx + to_nx with Nx's BinaryBackend, where Nx is built
   # in (make bench gives NX_PATH; Nx's version is in the result).
@@ -206,22 +368,27 @@ defmodule Bench do
         p != nil and match?({_, 0}, System.cmd(p, ["-c", "import torch"], stderr_to_stdout: true))
       end)
 
+    # The same round trip of a CUDA tensor where PyTorch sees a GPU.
     script = """
     import time, torch, torch.utils.dlpack as d
-    t = torch.zeros(1)
-    for _ in range(20000): d.from_dlpack(d.to_dlpack(t))
-    s = []
-    for _ in range(200):
-        t0 = time.perf_counter_ns()
-        for _ in range(1000): d.from_dlpack(d.to_dlpack(t))
-        s.append((time.perf_counter_ns() - t0) / 1000)
-    s.sort(); print(s[100], s[198], torch.__version__)
+    def median_p99(t):
+        for _ in range(20000): d.from_dlpack(d.to_dlpack(t))
+        s = []
+        for _ in range(200):
+            t0 = time.perf_counter_ns()
+            for _ in range(1000): d.from_dlpack(d.to_dlpack(t))
+            s.append((time.perf_counter_ns() - t0) / 1000)
+        s.sort(); return s[100], s[198]
+    m, p = median_p99(torch.zeros(1))
+    c = median_p99(torch.zeros(1, device="cuda"))[0] if torch.cuda.is_available() else "none"
+    print(m, p, torch.__version__, c)
     """
 
     with true <- python != nil,
          {out, 0} <- System.cmd(python, ["-c", script], stderr_to_stdout: true),
-         [median, p99, version] <- String.split(out) do
+         [median, p99, version, cuda] <- String.split(out) do
       %{median_ns: String.to_float(median), p99_ns: String.to_float(p99), torch: version, python: python}
+      |> Map.merge(if cuda == "none", do: %{}, else: %{cuda_median_ns: String.to_float(cuda)})
     else
       _ -> %{skipped: "no python3 with torch (Debian's python3-torch) on this machine"}
     end
@@ -323,6 +490,9 @@ defmodule Bench do
         })
       end
 
+    cuda = cuda_or_skip() |> Map.put(:python_cuda_ns, py[:cuda_median_ns])
+    print_cuda(cuda)
+
     results = %{
       machine: %{
         cpu: cpu_model(),
@@ -340,7 +510,8 @@ defmodule Bench do
       throughput: tp,
       with_binary_views: crowd,
       python_dlpack: py,
-      nx_round_trip: nx
+      nx_round_trip: nx,
+      cuda: cuda
     }
 
     File.write!(Path.join(__DIR__, "results.json"), Bench.JSON.encode(results) <> "\n")
@@ -440,4 +611,12 @@ defmodule Bench.JSON do
   def encode(a) when is_atom(a), do: encode(Atom.to_string(a))
 end
 
-Bench.run()
+case System.argv() do
+  # The child VMs of Bench.cpu_views_visible_and_hidden/0.
+  ["--cpu-views"] ->
+    m = Bench.cpu_views()
+    IO.puts("cpu_views #{m.devices} #{m.new_view_ns / 1} #{m.unpinned_ns / 1}")
+
+  _ ->
+    Bench.run()
+end
