@@ -200,7 +200,7 @@ defmodule Bench do
   end
 
   # The same measurement in child VMs, with the GPU visible and hidden
-  # (CUDA_VISIBLE_DEVICES=), alternating, three of each; the best of each.
+  # (CUDA_VISIBLE_DEVICES=-1), alternating, three of each; the best of each.
   defp cpu_views_visible_and_hidden do
     runs = for _ <- 1..3, hidden <- [false, true], do: {hidden, cpu_views_in_child(hidden)}
 
@@ -226,7 +226,8 @@ defmodule Bench do
   defp cpu_views_in_child(hidden) do
     mix = System.find_executable("mix")
     root = Path.expand("..", __DIR__)
-    env = if hidden, do: [{"CUDA_VISIBLE_DEVICES", ""}], else: []
+    # -1 names no device; an empty value would unset the variable (open_port).
+    env = if hidden, do: [{"CUDA_VISIBLE_DEVICES", "-1"}], else: []
 
     case System.cmd(mix, ["run", "bench/bench.exs", "--cpu-views"], cd: root, env: env, stderr_to_stdout: true) do
       {out, 0} ->
@@ -327,7 +328,8 @@ defmodule Bench do
     %{gpu_visible: here, gpu_hidden: hidden} = c.cpu_views
 
     IO.puts(
-      "  CPU from_blob, 4 B, GPU visible / hidden (CUDA_VISIBLE_DEVICES=), best of 3 child VMs each: new view " <>
+      "  CPU from_blob, 4 B, GPU visible / hidden (CUDA_VISIBLE_DEVICES=-1: #{cell(hidden, :devices)} devices), " <>
+        "best of 3 child VMs each: new view " <>
         "#{cell(here, :new_view_ns)} / #{cell(hidden, :new_view_ns)} ns (the owner proves the device: " <>
         "no question), unpinned #{cell(here, :unpinned_ns)} / #{cell(hidden, :unpinned_ns)} ns " <>
         "(cudaPointerGetAttributes where a device answers)"

@@ -121,6 +121,24 @@ tb_shim_tensor *dense_tensor(c10::Storage storage, uint64_t byte_offset, int ndi
     return reinterpret_cast<tb_shim_tensor *>(impl.release());
 }
 
+// n bytes of host memory as a flat uint8 tensor that does not own them
+// (the caller's buffer outlives it: it lives only during one copy).
+at::Tensor host_bytes(void *data, size_t n)
+{
+    c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), n, c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), nullptr,
+        false));
+    int64_t size = static_cast<int64_t>(n), stride = 1;
+    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(
+        reinterpret_cast<c10::TensorImpl *>(dense_tensor(std::move(storage), 0, 1, &size, &stride, static_cast<int>(c10::ScalarType::Byte)))));
+}
+
+// A dense tensor's memory as a flat uint8 view of it.
+at::Tensor bytes_of(const at::Tensor &dense)
+{
+    return dense.reshape({-1}).view(at::kByte);
+}
+
 } // namespace
 
 extern "C" {
@@ -204,9 +222,15 @@ int tb_shim_to_bytes(tb_shim_tensor *handle, void *dst, tb_shim_error *err) noex
             return;
         // memcpy, not a tensor over dst: a binary is only 8-byte aligned, and
         // libtorch's vectorised copy assumes element alignment (complex128).
-        // Device memory is copied to the host first (it waits for the copy).
-        at::Tensor c = t.device().is_cpu() ? t.contiguous() : t.to(at::kCPU).contiguous();
-        std::memcpy(dst, c.data_ptr(), c.nbytes());
+        if (t.device().is_cpu()) {
+            at::Tensor c = t.contiguous();
+            std::memcpy(dst, c.data_ptr(), c.nbytes());
+            return;
+        }
+        // Device memory crosses the bus once, straight into dst: as bytes,
+        // which have no alignment to keep (copy_ waits for the copy).
+        at::Tensor c = t.resolve_conj().resolve_neg().contiguous();
+        host_bytes(dst, c.nbytes()).copy_(bytes_of(c));
     });
 }
 
@@ -220,10 +244,23 @@ int tb_shim_write_bytes(tb_shim_tensor *handle, const void *src, tb_shim_error *
             std::memcpy(t.data_ptr(), src, t.nbytes());
             return;
         }
-        // Staged through an aligned host tensor, for the same reason as
-        // to_bytes; copy_ then moves it to the device where there is one.
-        at::Tensor staged = at::empty(t.sizes(), t.options().device(at::kCPU));
-        std::memcpy(staged.data_ptr(), src, staged.nbytes());
+        if (t.device().is_cpu()) {
+            // Staged through an aligned host tensor, for the same reason as
+            // to_bytes.
+            at::Tensor staged = at::empty(t.sizes(), t.options());
+            std::memcpy(staged.data_ptr(), src, staged.nbytes());
+            t.copy_(staged);
+            return;
+        }
+        // Device memory: src crosses the bus once, as bytes, into t itself
+        // where it is dense, else into a dense tensor on t's device.
+        at::Tensor from = host_bytes(const_cast<void *>(src), t.nbytes());
+        if (t.is_contiguous() && !t.is_conj() && !t.is_neg()) {
+            bytes_of(t).copy_(from);
+            return;
+        }
+        at::Tensor staged = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+        bytes_of(staged).copy_(from);
         t.copy_(staged);
     });
 }

@@ -270,6 +270,39 @@ defmodule TensorBlob.IPCTest do
     end
 
     @tag :cuda
+    test "with a GPU: every dtype's bytes cross the bus both ways, dense or strided" do
+      for dtype <- TensorBlob.dtypes() do
+        size = TensorBlob.to_blob(Tensor.zeros({1}, dtype)).element_size
+        # Bytes 0 and 1 only: a valid bool, and bits every copy keeps.
+        bytes = for i <- 1..(size * 24), into: <<>>, do: <<rem(i * 7, 3) |> min(1)>>
+        t = Tensor.from_binary(bytes, dtype, {4, 6})
+        g = Tensor.to_device(t, {:cuda, 0})
+        assert Tensor.to_binary(g) == bytes, "#{dtype}: to_binary of a CUDA tensor"
+
+        # A transposed view is made dense on its device first; a dtype
+        # libtorch cannot copy there is a clear error, never wrong bytes.
+        try do
+          assert Tensor.to_binary(Tensor.transpose(g, 0, 1)) == Tensor.to_binary(Tensor.transpose(t, 0, 1)),
+                 "#{dtype}: to_binary of a transposed CUDA tensor"
+        rescue
+          e in TensorBlob.Error -> assert e.message =~ ~r/not implemented|not supported/i, "#{dtype}: #{e.message}"
+        end
+
+        flipped = for <<b <- bytes>>, into: <<>>, do: <<1 - b>>
+        Tensor.write!(g, flipped)
+        assert Tensor.to_binary(Tensor.to_device(g, :cpu)) == flipped, "#{dtype}: write! into a CUDA tensor"
+
+        try do
+          gt = Tensor.transpose(g, 0, 1)
+          Tensor.write!(gt, bytes)
+          assert Tensor.to_binary(Tensor.to_device(gt, :cpu)) == bytes, "#{dtype}: write! into a transposed view"
+        rescue
+          e in TensorBlob.Error -> assert e.message =~ ~r/not implemented|not supported/i, "#{dtype}: #{e.message}"
+        end
+      end
+    end
+
+    @tag :cuda
     test "with a GPU: devices answer and synchronize returns" do
       assert CUDA.available?()
       assert CUDA.device_count() > 0
