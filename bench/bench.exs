@@ -325,6 +325,19 @@ defmodule Bench do
       IO.puts("    #{String.pad_trailing(name, 38)} #{fmt(m.median_ns / 1.0e6, 1)} ms, #{fmt(m.gb_per_s, 1)} GB/s")
     end
 
+    case c.python_256_mib do
+      %{to_host_ns: d2h, from_host_ns: h2d} when is_integer(d2h) ->
+        bytes = 256 * 1024 * 1024
+
+        IO.puts(
+          "    PyTorch's x.cpu() #{fmt(d2h / 1.0e6, 1)} ms (#{fmt(bytes / d2h, 1)} GB/s), " <>
+            "x.copy_(host) #{fmt(h2d / 1.0e6, 1)} ms (#{fmt(bytes / h2d, 1)} GB/s)"
+        )
+
+      _ ->
+        :ok
+    end
+
     %{gpu_visible: here, gpu_hidden: hidden} = c.cpu_views
 
     IO.puts(
@@ -382,15 +395,32 @@ defmodule Bench do
             s.append((time.perf_counter_ns() - t0) / 1000)
         s.sort(); return s[100], s[198]
     m, p = median_p99(torch.zeros(1))
-    c = median_p99(torch.zeros(1, device="cuda"))[0] if torch.cuda.is_available() else "none"
-    print(m, p, torch.__version__, c)
+    c, d2h, h2d = "none", "none", "none"
+    if torch.cuda.is_available():
+        c = median_p99(torch.zeros(1, device="cuda"))[0]
+        def median5(f):
+            f(); s = []
+            for _ in range(5):
+                torch.cuda.synchronize(); t0 = time.perf_counter_ns(); f(); s.append(time.perf_counter_ns() - t0)
+            return sorted(s)[2]
+        x = torch.zeros(64 * 1024 * 1024, device="cuda"); h = torch.zeros(64 * 1024 * 1024)
+        d2h = median5(lambda: x.cpu()); h2d = median5(lambda: x.copy_(h))
+    print(m, p, torch.__version__, c, d2h, h2d)
     """
 
     with true <- python != nil,
          {out, 0} <- System.cmd(python, ["-c", script], stderr_to_stdout: true),
-         [median, p99, version, cuda] <- String.split(out) do
+         [median, p99, version, cuda, d2h, h2d] <- String.split(out) do
       %{median_ns: String.to_float(median), p99_ns: String.to_float(p99), torch: version, python: python}
-      |> Map.merge(if cuda == "none", do: %{}, else: %{cuda_median_ns: String.to_float(cuda)})
+      |> Map.merge(
+        if cuda == "none",
+          do: %{},
+          else: %{
+            cuda_median_ns: String.to_float(cuda),
+            cuda_256_mib_to_host_ns: String.to_integer(d2h),
+            cuda_256_mib_from_host_ns: String.to_integer(h2d)
+          }
+      )
     else
       _ -> %{skipped: "no python3 with torch (Debian's python3-torch) on this machine"}
     end
@@ -492,7 +522,13 @@ defmodule Bench do
         })
       end
 
-    cuda = cuda_or_skip() |> Map.put(:python_cuda_ns, py[:cuda_median_ns])
+    cuda =
+      cuda_or_skip()
+      |> Map.merge(%{
+        python_cuda_ns: py[:cuda_median_ns],
+        python_256_mib: %{to_host_ns: py[:cuda_256_mib_to_host_ns], from_host_ns: py[:cuda_256_mib_from_host_ns]}
+      })
+
     print_cuda(cuda)
 
     results = %{
