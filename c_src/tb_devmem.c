@@ -51,6 +51,15 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
         snprintf(why, why_size, "memory of CUDA device %d, declared as CPU memory", a->device);
         return 0;
     }
+    if (a->kind == TB_MEM_HOST) {
+        /* The runtime answers "unregistered" for plain host memory and for
+         * device memory already freed alike: name both. */
+        snprintf(why, why_size,
+                 "memory no CUDA device owns (host memory, or device memory already freed), declared as memory of "
+                 "CUDA device %d",
+                 declared_index);
+        return 0;
+    }
     if (a->kind != TB_MEM_DEVICE) {
         snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d", tb_devmem_kind_name(a->kind), declared_index);
         return 0;

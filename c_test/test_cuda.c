@@ -311,7 +311,8 @@ static void test_pointer_checks(void)
     CHECK_CONTAINS(why, "pinned host memory, declared as memory of CUDA device 0");
     a = answer(TB_MEM_HOST, -1, NULL);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "host memory, declared as memory of CUDA device 0");
+    CHECK_CONTAINS(why, "memory no CUDA device owns (host memory, or device memory already freed), declared as "
+                        "memory of CUDA device 0");
 
     /* Managed memory is valid on both sides. */
     a = answer(TB_MEM_MANAGED, 0, NULL);

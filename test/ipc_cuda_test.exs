@@ -303,6 +303,29 @@ defmodule TensorBlob.IPCTest do
     end
 
     @tag :cuda
+    test "with a GPU: a freed device pointer and a wrong device index are refused, saying why" do
+      {_, freed} = :foreign_tensor_nif.counters()
+      data = f32s(Enum.to_list(1..8))
+      t = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda))
+      spec = %{ptr: TensorBlob.to_blob(t).ptr, shape: {8}, dtype: :float32, device: {:cuda, 0}}
+      # Live device memory: an unpinned view reads it; device 1 is refused.
+      assert Tensor.to_binary(TensorBlob.from_blob(spec, owner: :none)) == data
+      count = CUDA.device_count()
+
+      error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(%{spec | device: {:cuda, count}}, owner: :none) end
+      assert error.message =~ "CUDA device #{count} does not exist (#{count} found)"
+
+      # The producer's deleter frees it (cudaFree); then the runtime no
+      # longer knows the pointer, and the message says what it answered.
+      t = nil
+      _ = t
+      assert counters_reach(freed + 1)
+      error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(spec, owner: :none) end
+      assert error.message =~ ~r/no CUDA device owns|the CUDA runtime does not know it/
+      refute error.message =~ ~r/^ptr: host memory/
+    end
+
+    @tag :cuda
     test "with a GPU: devices answer and synchronize returns" do
       assert CUDA.available?()
       assert CUDA.device_count() > 0
