@@ -129,8 +129,8 @@ at::Tensor host_bytes(void *data, size_t n)
         c10::StorageImpl::use_byte_size_t(), n, c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), nullptr,
         false));
     int64_t size = static_cast<int64_t>(n), stride = 1;
-    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(
-        reinterpret_cast<c10::TensorImpl *>(dense_tensor(std::move(storage), 0, 1, &size, &stride, static_cast<int>(c10::ScalarType::Byte)))));
+    tb_shim_tensor *h = dense_tensor(std::move(storage), 0, 1, &size, &stride, static_cast<int>(c10::ScalarType::Byte));
+    return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(reinterpret_cast<c10::TensorImpl *>(h)));
 }
 
 // A dense tensor's memory as a flat uint8 view of it.
