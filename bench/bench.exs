@@ -53,6 +53,9 @@ defmodule Bench do
 
   def tensor_of(bytes), do: Tensor.zeros({div(bytes, 4)}, :float32)
 
+  # A blob as a plain map with owner: :none, for an unpinned view.
+  defp unpinned(blob), do: blob |> Map.delete(:__struct__) |> Map.put(:owner, :none)
+
   # "own blob": a tensor's blob as it is, which from_blob answers with the
   # tensor itself. "new view": the same memory as another dtype of the same
   # width, which makes a tensor sharing the owner's storage (what PyTorch's
@@ -60,7 +63,7 @@ defmodule Bench do
   def operations(t) do
     blob = TensorBlob.to_blob(t)
     as_int32 = %{blob | dtype: :int32}
-    bare = blob |> Map.delete(:__struct__) |> Map.put(:owner, :none)
+    bare = unpinned(blob)
     bin = Tensor.to_binary(t, copy: false)
     shape = Tensor.shape(t)
 
@@ -190,7 +193,7 @@ defmodule Bench do
   def cpu_views do
     t = tensor_of(4)
     blob = TensorBlob.to_blob(t)
-    bare = blob |> Map.delete(:__struct__) |> Map.put(:owner, :none)
+    bare = unpinned(blob)
 
     %{
       devices: TensorBlob.CUDA.device_count(),
@@ -252,7 +255,7 @@ defmodule Bench do
   def cuda do
     g = Tensor.to_device(tensor_of(4), {:cuda, 0})
     blob = TensorBlob.to_blob(g)
-    bare = blob |> Map.delete(:__struct__) |> Map.put(:owner, :none)
+    bare = unpinned(blob)
     small_host = Tensor.to_binary(tensor_of(4))
 
     exchange =

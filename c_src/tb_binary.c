@@ -12,9 +12,8 @@
  * resource behind the binary holds a libtorch reference, so the memory
  * lives as long as the binary. */
 typedef struct {
-    tb_range range; /* frozen while the binary lives */
-    int frozen;     /* range is registered */
-    tb_shim_tensor *ref;
+    tb_range range;      /* frozen while the binary lives */
+    tb_shim_tensor *ref; /* taken once range is frozen: set means both */
 } tb_binary_view;
 
 static ErlNifResourceType *view_type;
@@ -23,10 +22,10 @@ static void view_dtor(ErlNifEnv *env, void *obj)
 {
     (void)env;
     tb_binary_view *v = obj;
-    if (v->frozen)
+    if (v->ref) {
         tb_storage_unfreeze(&v->range);
-    if (v->ref)
         tb_shim_release(v->ref);
+    }
 }
 
 int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
@@ -65,7 +64,6 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     if (!v)
         return tb_raise_error(env, "to_binary: out of memory allocating a binary view");
     v->range = span;
-    v->frozen = 0;
     v->ref = NULL;
     if (tb_storage_freeze(&v->range) != TB_GUARD_OK) {
         enif_release_resource(v);
@@ -73,7 +71,6 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
                                     "would change under the reader",
                                "write/2", "write!");
     }
-    v->frozen = 1;
     v->ref = tb_shim_retain(d.tensor->handle);
     ERL_NIF_TERM bin = enif_make_resource_binary(env, v, d.info.data, span.hi - span.lo);
     enif_release_resource(v);

@@ -139,6 +139,27 @@ at::Tensor bytes_of(const at::Tensor &dense)
     return dense.reshape({-1}).view(at::kByte);
 }
 
+// A dense tensor's bytes to or from host memory of any alignment (a
+// binary is only 8-byte aligned): memcpy on the host, where libtorch's
+// vectorised copy would assume element alignment (complex128); from a
+// device, one copy across the bus as bytes, which have no alignment to
+// keep (copy_ waits for it).
+void copy_out(const at::Tensor &dense, void *dst)
+{
+    if (dense.device().is_cpu())
+        std::memcpy(dst, dense.data_ptr(), dense.nbytes());
+    else
+        host_bytes(dst, dense.nbytes()).copy_(bytes_of(dense));
+}
+
+void copy_in(const at::Tensor &dense, const void *src)
+{
+    if (dense.device().is_cpu())
+        std::memcpy(dense.data_ptr(), src, dense.nbytes());
+    else
+        bytes_of(dense).copy_(host_bytes(const_cast<void *>(src), dense.nbytes()));
+}
+
 } // namespace
 
 extern "C" {
@@ -218,19 +239,8 @@ int tb_shim_to_bytes(tb_shim_tensor *handle, void *dst, tb_shim_error *err) noex
 {
     return guarded(err, [&] {
         at::Tensor t = borrow(handle);
-        if (t.numel() == 0)
-            return;
-        // memcpy, not a tensor over dst: a binary is only 8-byte aligned, and
-        // libtorch's vectorised copy assumes element alignment (complex128).
-        if (t.device().is_cpu()) {
-            at::Tensor c = t.contiguous();
-            std::memcpy(dst, c.data_ptr(), c.nbytes());
-            return;
-        }
-        // Device memory crosses the bus once, straight into dst: as bytes,
-        // which have no alignment to keep (copy_ waits for the copy).
-        at::Tensor c = t.resolve_conj().resolve_neg().contiguous();
-        host_bytes(dst, c.nbytes()).copy_(bytes_of(c));
+        if (t.numel() > 0)
+            copy_out(t.contiguous(), dst);
     });
 }
 
@@ -240,28 +250,12 @@ int tb_shim_write_bytes(tb_shim_tensor *handle, const void *src, tb_shim_error *
         at::Tensor t = borrow(handle);
         if (t.numel() == 0)
             return;
-        if (t.device().is_cpu() && t.is_contiguous()) {
-            std::memcpy(t.data_ptr(), src, t.nbytes());
-            return;
-        }
-        if (t.device().is_cpu()) {
-            // Staged through an aligned host tensor, for the same reason as
-            // to_bytes.
-            at::Tensor staged = at::empty(t.sizes(), t.options());
-            std::memcpy(staged.data_ptr(), src, staged.nbytes());
-            t.copy_(staged);
-            return;
-        }
-        // Device memory: src crosses the bus once, as bytes, into t itself
-        // where it is dense, else into a dense tensor on t's device.
-        at::Tensor from = host_bytes(const_cast<void *>(src), t.nbytes());
-        if (t.is_contiguous() && !t.is_conj() && !t.is_neg()) {
-            bytes_of(t).copy_(from);
-            return;
-        }
-        at::Tensor staged = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
-        bytes_of(staged).copy_(from);
-        t.copy_(staged);
+        // Into t itself where it is dense, else into a dense tensor on its
+        // device that t then copies from.
+        at::Tensor dense = t.is_contiguous() ? t : at::empty(t.sizes(), t.options());
+        copy_in(dense, src);
+        if (!dense.is_same(t))
+            t.copy_(dense);
     });
 }
 
