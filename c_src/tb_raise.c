@@ -4,25 +4,25 @@
 #include <stdio.h>
 #include <string.h>
 
-/* More than any message has; a format that named more would be cut there. */
-enum { TB_RAISE_MAX_ARGS = 16, TB_RAISE_MAX_FORMAT = 1024 };
+/* More than any message has: a format that names more terms is cut there,
+ * and a longer run of text becomes several text segments. */
+enum { TB_RAISE_MAX_SEGMENTS = 32, TB_RAISE_TEXT_CHUNK = 512 };
 
-static ERL_NIF_TERM atom_badarg, atom_tensor_blob, atom_format, atom_code;
+static ERL_NIF_TERM atom_badarg, atom_tensor_blob, atom_message, atom_term, atom_code;
 
 void tb_raise_load(ErlNifEnv *env)
 {
     atom_badarg = enif_make_atom(env, "badarg");
     atom_tensor_blob = enif_make_atom(env, "tensor_blob");
-    atom_format = enif_make_atom(env, "format");
+    atom_message = enif_make_atom(env, "message");
+    atom_term = enif_make_atom(env, "term");
     atom_code = enif_make_atom(env, "code");
 }
 
-/* A C string as a binary shown with ~ts. Our texts are ASCII; a byte past
- * ASCII (from a libtorch message, say) becomes '?', as io_lib refuses a ~ts
- * argument that is not UTF-8. */
-static ERL_NIF_TERM text(ErlNifEnv *env, const char *s)
+/* A C string as a binary. Our texts are ASCII; a byte past ASCII (from a
+ * libtorch message, say) becomes '?', so that every text is valid UTF-8. */
+static ERL_NIF_TERM text(ErlNifEnv *env, const char *s, size_t n)
 {
-    size_t n = strlen(s);
     ERL_NIF_TERM bin;
     unsigned char *bytes = enif_make_new_binary(env, n, &bin);
     for (size_t i = 0; i < n; i++)
@@ -30,24 +30,57 @@ static ERL_NIF_TERM text(ErlNifEnv *env, const char *s)
     return bin;
 }
 
-/* Translates the printf-like format (tb_raise.h) into an io_lib format and
- * the list of its arguments, and raises {Kind, {format, Format, Args}}. */
+/* The segments of a message being built: text gathers in a buffer until a
+ * term, a code or the end closes it. */
+typedef struct {
+    ErlNifEnv *env;
+    ERL_NIF_TERM segments[TB_RAISE_MAX_SEGMENTS];
+    unsigned count;
+    char buffer[TB_RAISE_TEXT_CHUNK];
+    size_t used;
+} message;
+
+static int full(const message *m)
+{
+    return m->count >= TB_RAISE_MAX_SEGMENTS;
+}
+
+static void flush_text(message *m)
+{
+    if (m->used > 0 && !full(m))
+        m->segments[m->count++] = text(m->env, m->buffer, m->used);
+    m->used = 0;
+}
+
+static void add_text(message *m, const char *s, size_t n)
+{
+    while (n > 0) {
+        if (m->used == sizeof m->buffer)
+            flush_text(m);
+        size_t room = sizeof m->buffer - m->used;
+        size_t k = n < room ? n : room;
+        memcpy(m->buffer + m->used, s, k);
+        m->used += k;
+        s += k;
+        n -= k;
+    }
+}
+
+static void add_segment(message *m, ERL_NIF_TERM segment)
+{
+    flush_text(m);
+    if (!full(m))
+        m->segments[m->count++] = segment;
+}
+
+/* Reads the printf-like format (tb_raise.h) into segments, and raises
+ * {Kind, {message, Segments}}. */
 static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, va_list ap)
 {
-    char out[TB_RAISE_MAX_FORMAT];
-    size_t o = 0;
-    ERL_NIF_TERM args[TB_RAISE_MAX_ARGS];
-    unsigned nargs = 0;
-    /* Each step writes at most 4 bytes (~0tp); stop before the buffer or
-     * the arguments run out, so the format and its arguments always agree. */
-    for (const char *p = fmt; *p && o + 4 < sizeof out && nargs < TB_RAISE_MAX_ARGS; p++) {
-        if (*p == '~') {
-            out[o++] = '~';
-            out[o++] = '~';
-            continue;
-        }
+    message m = {.env = env, .count = 0, .used = 0};
+    for (const char *p = fmt; *p && !full(&m); p++) {
         if (*p != '%') {
-            out[o++] = *p;
+            add_text(&m, p, 1);
             continue;
         }
         const char *spec = p++;
@@ -60,62 +93,57 @@ static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, 
             longs++;
             p++;
         }
-        const char *directive = "~b";
+        char number[32];
+        int n = -1;
         switch (*p) {
         case '%':
-            out[o++] = '%';
-            continue;
+            add_text(&m, "%", 1);
+            break;
         case 'd':
         case 'i':
-            args[nargs++] = longs == 0   ? enif_make_int(env, va_arg(ap, int))
-                            : longs == 1 ? enif_make_long(env, va_arg(ap, long))
-                                         : enif_make_int64(env, (ErlNifSInt64)va_arg(ap, long long));
+            n = longs == 0   ? snprintf(number, sizeof number, "%d", va_arg(ap, int))
+                : longs == 1 ? snprintf(number, sizeof number, "%ld", va_arg(ap, long))
+                             : snprintf(number, sizeof number, "%lld", va_arg(ap, long long));
             break;
         case 'u':
-            args[nargs++] = longs == 0   ? enif_make_uint(env, va_arg(ap, unsigned))
-                            : longs == 1 ? enif_make_ulong(env, va_arg(ap, unsigned long))
-                                         : enif_make_uint64(env, (ErlNifUInt64)va_arg(ap, unsigned long long));
+            n = longs == 0   ? snprintf(number, sizeof number, "%u", va_arg(ap, unsigned))
+                : longs == 1 ? snprintf(number, sizeof number, "%lu", va_arg(ap, unsigned long))
+                             : snprintf(number, sizeof number, "%llu", va_arg(ap, unsigned long long));
             break;
         case 'x': {
             unsigned long long value = longs == 0   ? va_arg(ap, unsigned)
                                        : longs == 1 ? va_arg(ap, unsigned long)
                                                     : va_arg(ap, unsigned long long);
-            char hex[32];
-            snprintf(hex, sizeof hex, alternate ? "%#llx" : "%llx", value);
-            args[nargs++] = text(env, hex);
-            directive = "~ts";
+            n = snprintf(number, sizeof number, alternate ? "%#llx" : "%llx", value);
             break;
         }
-        case 's':
-            args[nargs++] = text(env, va_arg(ap, const char *));
-            directive = "~ts";
+        case 's': {
+            const char *s = va_arg(ap, const char *);
+            add_text(&m, s, strlen(s));
             break;
+        }
         case 'T':
-            args[nargs++] = va_arg(ap, ERL_NIF_TERM);
-            /* One line, whatever the width; the facades cap its length. */
-            directive = "~0tp";
+            add_segment(&m, enif_make_tuple2(env, atom_term, va_arg(ap, ERL_NIF_TERM)));
             break;
         case 'C': {
             const char *erlang = va_arg(ap, const char *);
             const char *elixir = va_arg(ap, const char *);
-            args[nargs++] = enif_make_tuple3(env, atom_code, text(env, erlang), text(env, elixir));
-            directive = "~ts";
+            add_segment(&m, enif_make_tuple3(env, atom_code, text(env, erlang, strlen(erlang)),
+                                             text(env, elixir, strlen(elixir))));
             break;
         }
         default:
             /* Not a conversion of ours: the percent sign is kept as written,
              * and what follows it is read again as plain text. */
-            out[o++] = '%';
+            add_text(&m, "%", 1);
             p = spec;
-            continue;
+            break;
         }
-        size_t n = strlen(directive);
-        memcpy(out + o, directive, n);
-        o += n;
+        if (n > 0)
+            add_text(&m, number, (size_t)n < sizeof number ? (size_t)n : sizeof number - 1);
     }
-    ERL_NIF_TERM format;
-    memcpy(enif_make_new_binary(env, o, &format), out, o);
-    ERL_NIF_TERM cause = enif_make_tuple3(env, atom_format, format, enif_make_list_from_array(env, args, nargs));
+    flush_text(&m);
+    ERL_NIF_TERM cause = enif_make_tuple2(env, atom_message, enif_make_list_from_array(env, m.segments, m.count));
     return enif_raise_exception(env, enif_make_tuple2(env, kind, cause));
 }
 

@@ -39,21 +39,22 @@
 
 -define(PINNABLE(Owner), (Owner =/= none andalso Owner =/= undefined andalso Owner =/= nil)).
 
-%% A NIF call. The NIF raises error({Kind, {format, Format, Args}})
+%% A NIF call. The NIF raises error({Kind, {message, Segments}})
 %% (c_src/tb_raise.h): it never renders a term, for it cannot know who is
 %% calling. Here that becomes error({Kind, Message}), rendered the Erlang
-%% way, with the cause kept in the stacktrace's error_info, from which the
-%% Elixir facade renders the Elixir way. Nothing is done on success.
+%% way, with the segments kept in the stacktrace's error_info, from which
+%% the Elixir facade renders the Elixir way (see Errors below). Nothing is
+%% done on success.
 -define(NIF(Call),
         try Call
-        catch error:{Kind__, {format, _, _} = Cause__}:Stack__ -> nif_error(Kind__, Cause__, Stack__)
+        catch error:{Kind__, {message, _} = Cause__}:Stack__ -> nif_error(Kind__, Cause__, Stack__)
         end).
 
 %% A NIF call whose badarg is re-raised as "unknown dtype" (listing the
 %% valid ones) when Dtype is not a dtype: the one dtype table, in C, decides.
 -define(DTYPE_CHECKED(Dtype, Call),
         try Call
-        catch error:{Kind__, {format, _, _} = Cause__}:Stack__ -> dtype_error(Dtype, Kind__, Cause__, Stack__)
+        catch error:{Kind__, {message, _} = Cause__}:Stack__ -> dtype_error(Dtype, Kind__, Cause__, Stack__)
         end).
 
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
@@ -96,10 +97,10 @@ to_blob(T, Opts) when is_map(Opts) ->
     case maps:get(struct, Opts, undefined) of
         undefined -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
         Struct when is_atom(Struct) -> to_blob_struct(T, Owner, Struct);
-        Struct -> badarg("struct: expected a module name (an atom), got ~0tp", [Struct])
+        Struct -> badarg(["struct: expected a module name (an atom), got ", {term, Struct}])
     end;
 to_blob(_T, Opts) ->
-    badarg("options: expected a map, got ~0tp", [Opts]).
+    badarg(["options: expected a map, got ", {term, Opts}]).
 
 %% @hidden to_blob(T, #{owner => Owner, struct => Struct}) for the Elixir
 %% facade, whose every call gives both.
@@ -161,7 +162,7 @@ blob_view(Spec, Opts) when is_map(Opts) ->
     check_options(Opts, [owner]),
     view(Spec, spec_owner(Spec));
 blob_view(_Spec, Opts) ->
-    badarg("options: expected a map, got ~0tp", [Opts]).
+    badarg(["options: expected a map, got ", {term, Opts}]).
 
 spec_owner(#{owner := Owner}) -> Owner;
 spec_owner(_) -> undefined.
@@ -177,8 +178,10 @@ view(Spec, Owner) when ?PINNABLE(Owner) ->
 view(Spec, none) ->
     {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, undefined, false)), none};
 view(Spec, _NoOwner) when is_map(Spec) ->
-    badarg("owner: the spec names no owner. To pin the term that keeps the memory alive, "
-           "pass ~ts; to ask for an unpinned view, for which the caller answers, pass ~ts", [{code, "owner => Term", "owner: term"}, {code, "owner => none", "owner: :none"}]);
+    badarg(["owner: the spec names no owner. To pin the term that keeps the memory alive, pass ",
+            {code, "owner => Term", "owner: term"},
+            "; to ask for an unpinned view, for which the caller answers, pass ",
+            {code, "owner => none", "owner: :none"}]);
 view(Spec, _NoOwner) ->
     %% Not a map: the NIF says what a spec is.
     {?NIF(tensor_blob_nif:from_blob(Spec, undefined, false)), none}.
@@ -232,10 +235,10 @@ check_copy_option(Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     case maps:get(copy, Opts, true) of
         true -> ok;
-        Other -> badarg("copy: expected a boolean (or ~0tp, for from_binary), got ~0tp", [if_needed, Other])
+        Other -> badarg(["copy: expected a boolean (or ", {term, if_needed}, ", for from_binary), got ", {term, Other}])
     end;
 check_copy_option(Opts) ->
-    badarg("options: expected a map, got ~0tp", [Opts]).
+    badarg(["options: expected a map, got ", {term, Opts}]).
 
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) ->
@@ -432,7 +435,7 @@ ipc_open(#{kind := ipc, address := Device} = Handle, Dtype, Shape) when is_integ
 ipc_open(#{kind := ipc, handle := Name}, Dtype, Shape) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape));
 ipc_open(#{} = Handle, _Dtype, _Shape) ->
-    badarg("handle: expected an IPC handle (kind ipc, handle), got ~0tp", [Handle]);
+    badarg(["handle: expected an IPC handle (kind ipc, handle), got ", {term, Handle}]);
 ipc_open(Name, Dtype, Shape) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape)).
 
@@ -490,7 +493,7 @@ to_dlpack(T, Opts) when is_map(Opts) ->
                              negotiate(maps:get(max_version, Opts, undefined))),
     ?NIF(tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 to_dlpack(_T, Opts) ->
-    badarg("options: expected a map, got ~0tp", [Opts]).
+    badarg(["options: expected a map, got ", {term, Opts}]).
 
 %% @doc A tensor over the memory of a DLPack capsule or managed tensor
 %% address. A capsule is consumed, whether the import succeeds or not.
@@ -526,11 +529,11 @@ from_dlpack(Source, Opts) when is_map(Opts) ->
     check_options(Opts, [version, read_only, stream]),
     Version = case maps:get(version, Opts, undefined) of
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
-                  Other -> badarg("version: expected versioned or legacy, got ~0tp", [Other])
+                  Other -> badarg(["version: expected versioned or legacy, got ", {term, Other}])
               end,
     ?NIF(tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 from_dlpack(_Source, Opts) ->
-    badarg("options: expected a map, got ~0tp", [Opts]).
+    badarg(["options: expected a map, got ", {term, Opts}]).
 
 %% @doc Disarms a capsule and returns the address of its managed tensor;
 %% the caller now owes its deleter one call (from_dlpack/2 of the address
@@ -551,74 +554,221 @@ negotiate(legacy) -> legacy;
 negotiate({0, Minor}) when is_integer(Minor), Minor >= 0 -> legacy;
 negotiate({1, Minor}) when is_integer(Minor), Minor >= 0 -> versioned;
 negotiate({Major, Minor} = V) when is_integer(Major), Major > 1, is_integer(Minor), Minor >= 0 ->
-    raise(tensor_blob, "max_version: ~0tp: this library exports DLPack 1.3 and legacy tensors only; "
-                       "a consumer of major version ~b cannot be given either", [V, Major]);
+    raise(tensor_blob, ["max_version: ", {term, V}, ": this library exports DLPack 1.3 and legacy tensors only; "
+                        "a consumer of major version ", integer_to_binary(Major), " cannot be given either"]);
 negotiate(Other) ->
-    badarg("max_version: expected {Major, Minor} (non-negative integers) or legacy, got ~0tp", [Other]).
+    badarg(["max_version: expected {Major, Minor} (non-negative integers) or legacy, got ", {term, Other}]).
 
 export_version(undefined, undefined) -> versioned;
 export_version(undefined, Negotiated) -> Negotiated;
 export_version(V, undefined) when V =:= versioned; V =:= legacy -> V;
 export_version(V, V) -> V;
 export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
-    badarg("version: ~0tp contradicts max_version, which allows ~0tp only", [V, Negotiated]);
+    badarg(["version: ", {term, V}, " contradicts max_version, which allows ", {term, Negotiated}, " only"]);
 export_version(V, _) ->
-    badarg("version: expected versioned or legacy, got ~0tp", [V]).
+    badarg(["version: expected versioned or legacy, got ", {term, V}]).
 
 %% A stream: an integer, checked in C (its meaning depends on the device).
 stream_option(Opts) ->
     case maps:get(stream, Opts, undefined) of
         S when is_integer(S) -> S;
         S when S =:= undefined; S =:= nil -> undefined;
-        Other -> badarg("stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
-                        "-1 for no synchronization), got ~0tp", [Other])
+        Other -> badarg(["stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
+                         "-1 for no synchronization), got ", {term, Other}])
     end.
 
 boolean_option(Key, Opts) ->
     case maps:get(Key, Opts, false) of
         B when is_boolean(B) -> B;
-        Other -> badarg("~ts: expected a boolean, got ~0tp", [atom_to_binary(Key), Other])
+        Other -> badarg([atom_to_binary(Key), ": expected a boolean, got ", {term, Other}])
     end.
 
 check_options(Opts, Known) ->
     case maps:keys(maps:without(Known, Opts)) of
         [] -> ok;
-        Unknown -> badarg("options: unknown option(s) ~0tp; known: ~0tp", [Unknown, Known])
+        Unknown -> badarg(["options: unknown option(s) ", {term, Unknown}, "; known: ", {term, Known}])
     end.
 
--spec badarg(io:format(), [term()]) -> no_return().
-badarg(Format, Args) ->
-    raise(badarg, Format, Args).
+%%--------------------------------------------------------------------
+%% Errors
+%%
+%% A message is built once, as segments (c_src/tb_raise.h): text (a string
+%% or a binary), {term, Term} (printed as the caller's language prints
+%% terms) and {code, Erlang, Elixir} (code, spelled in each language). Each
+%% facade renders the segments its own way: this module the Erlang way into
+%% error({Kind, Message}), keeping the segments in the stacktrace's
+%% error_info, from which the Elixir facade renders them the Elixir way.
+%%
+%% A term is cut down first (prune/1) to a bounded tree that both renderers
+%% print in full, so that any term, however large or deep, is rendered in
+%% bounded time: at most ?TERM_ITEMS elements of a list, tuple or map, at
+%% most ?TERM_DEPTH levels, at most ?TERM_NODES terms in all. A pruned term
+%% is one of:
+%%   {whole, Term}              Term, all of it
+%%   elided                     a term not shown (...)
+%%   {list, [Node], Tail}       Tail: [] (the end), more (elements not
+%%                              shown) or {tail, Node} (an improper tail)
+%%   {tuple, [Node], More}      More: true when elements are not shown
+%%   {map, [{Node, Node}], More}
+%%--------------------------------------------------------------------
 
-%% Raises error({Kind, Message}), Message rendered the Erlang way. The
-%% format and its arguments travel along as the error's cause (error_info),
-%% from which the Elixir facade renders the same message the Elixir way.
-%% Arguments may be {code, ErlangText, ElixirText}: a snippet of code,
-%% spelled in each language (rendered with ~ts).
--spec raise(badarg | tensor_blob, io:format(), [term()]) -> no_return().
-raise(Kind, Format, Args) ->
-    erlang:error({Kind, format(Format, Args)}, none, [{error_info, error_info({format, Format, Args})}]).
+-type segment() :: unicode:chardata() | {term, term()} | {code, unicode:chardata(), unicode:chardata()}.
+-type pruned() :: {whole, term()} | elided | {list, [pruned()], [] | more | {tail, pruned()}}
+                | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}.
+-type cause() :: {message, [binary() | {term, pruned()} | {code, binary(), binary()}]}.
 
-%% An error the NIF raised, with its format and arguments: rendered, and
-%% re-raised with the NIF's own stacktrace, whose top frame (the NIF call)
-%% now carries the cause as raise/3's errors do.
--spec nif_error(badarg | tensor_blob, {format, io:format(), [term()]}, erlang:stacktrace()) -> no_return().
-nif_error(Kind, {format, Format, Args} = Cause, [{M, F, A, Location} | Stack]) ->
-    erlang:raise(error, {Kind, format(Format, Args)}, [{M, F, A, [{error_info, error_info(Cause)} | Location]} | Stack]).
+-define(TERM_ITEMS, 50).
+-define(TERM_DEPTH, 20).
+-define(TERM_NODES, 400).
+%% The Erlang rendering of the terms of one message stays near this many
+%% characters: io_lib trims what is left (as `...').
+-define(MESSAGE_CHARS, 1024).
+
+-spec badarg([segment()]) -> no_return().
+badarg(Message) ->
+    raise(badarg, Message).
+
+%% Raises error({Kind, Message}), Message rendered the Erlang way, with the
+%% segments as the error's cause (error_info).
+-spec raise(badarg | tensor_blob, [segment()]) -> no_return().
+raise(Kind, Message) ->
+    Cause = cause(Message),
+    erlang:error({Kind, erlang_message(Cause)}, none, [{error_info, error_info(Cause)}]).
+
+%% An error the NIF raised, with its segments: rendered, and re-raised with
+%% the NIF's own stacktrace, whose top frame (the NIF call) now carries the
+%% cause as raise/2's errors do, and the arity in place of the arguments:
+%% an argument may be any term, and a huge or deep one in a stacktrace
+%% costs whoever formats or normalizes it (Elixir's rescue does).
+-spec nif_error(badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) -> no_return().
+nif_error(Kind, {message, Message}, [{M, F, Args, Location} | Stack]) ->
+    Cause = cause(Message),
+    Arity = if is_list(Args) -> length(Args); true -> Args end,
+    erlang:raise(error, {Kind, erlang_message(Cause)},
+                 [{M, F, Arity, [{error_info, error_info(Cause)} | Location]} | Stack]).
 
 error_info(Cause) ->
     #{module => ?MODULE, cause => Cause}.
 
-%% Terms are printed on one line (~0tp), and io_lib trims them to keep the
-%% whole message near ?MESSAGE_CHARS characters (as `...'), so a huge term
-%% given as an argument never makes a huge message.
--define(MESSAGE_CHARS, 1024).
-format(Format, Args) ->
-    unicode:characters_to_binary(io_lib:format(Format, [erlang_arg(A) || A <- Args],
-                                               [{chars_limit, ?MESSAGE_CHARS}])).
+-spec cause([segment()]) -> cause().
+cause(Message) ->
+    {message, [segment(S) || S <- Message]}.
 
-erlang_arg({code, Erlang, _Elixir}) -> Erlang;
-erlang_arg(Arg) -> Arg.
+segment({term, Term}) -> {term, prune(Term)};
+segment({code, Erlang, Elixir}) -> {code, unicode:characters_to_binary(Erlang), unicode:characters_to_binary(Elixir)};
+segment(Text) -> unicode:characters_to_binary(Text).
+
+%% Term cut down to a tree of bounded size (see Errors above); the work is
+%% bounded by that size, whatever Term is.
+-spec prune(term()) -> pruned().
+prune(Term) ->
+    element(1, prune(Term, ?TERM_DEPTH, ?TERM_NODES)).
+
+%% {Pruned, NodesLeft}
+prune(Term, Depth, Nodes) ->
+    case is_container(Term) of
+        false -> {{whole, Term}, Nodes - 1};
+        true when Depth =< 0; Nodes =< 0 -> {elided, Nodes};
+        true -> prune_container(Term, Depth - 1, Nodes - 1)
+    end.
+
+is_container(T) ->
+    (is_list(T) andalso T =/= []) orelse (is_tuple(T) andalso tuple_size(T) > 0)
+        orelse (is_map(T) andalso map_size(T) > 0).
+
+prune_container(List, Depth, Nodes) when is_list(List) ->
+    prune_list(List, List, 0, Depth, Nodes, []);
+prune_container(Tuple, Depth, Nodes) when is_tuple(Tuple) ->
+    Shown = min(tuple_size(Tuple), ?TERM_ITEMS),
+    {Items, Left} = prune_items([element(I, Tuple) || I <- lists:seq(1, Shown)], Depth, Nodes),
+    More = length(Items) < tuple_size(Tuple),
+    {whole_or({tuple, Items, More}, Tuple, not More andalso all_whole(Items)), Left};
+prune_container(Map, Depth, Nodes) ->
+    {Pairs, Left} = prune_pairs(maps:next(maps:iterator(Map)), 0, Depth, Nodes, []),
+    More = length(Pairs) < map_size(Map),
+    {whole_or({map, Pairs, More}, Map, not More andalso all_whole([N || {K, V} <- Pairs, N <- [K, V]])), Left}.
+
+prune_list(Whole, [H | T], Count, Depth, Nodes, Acc) when Count < ?TERM_ITEMS, Nodes > 0 ->
+    {Node, Left} = prune(H, Depth, Nodes),
+    prune_list(Whole, T, Count + 1, Depth, Left, [Node | Acc]);
+prune_list(_Whole, [_ | _], _Count, _Depth, Nodes, Acc) ->
+    {{list, lists:reverse(Acc), more}, Nodes};
+prune_list(Whole, Tail, _Count, Depth, Nodes, Acc) ->
+    {TailNode, Left} = case Tail of
+                           [] -> {[], Nodes};
+                           _ -> {Node, L} = prune(Tail, Depth, Nodes), {{tail, Node}, L}
+                       end,
+    Items = lists:reverse(Acc),
+    Complete = all_whole(Items) andalso (TailNode =:= [] orelse all_whole([element(2, TailNode)])),
+    {whole_or({list, Items, TailNode}, Whole, Complete), Left}.
+
+prune_items(Terms, Depth, Nodes) ->
+    prune_items(Terms, Depth, Nodes, []).
+
+prune_items([H | T], Depth, Nodes, Acc) when Nodes > 0 ->
+    {Node, Left} = prune(H, Depth, Nodes),
+    prune_items(T, Depth, Left, [Node | Acc]);
+prune_items(_, _Depth, Nodes, Acc) ->
+    {lists:reverse(Acc), Nodes}.
+
+prune_pairs({K, V, Next}, Count, Depth, Nodes, Acc) when Count < ?TERM_ITEMS, Nodes > 0 ->
+    {KeyNode, Left1} = prune(K, Depth, Nodes),
+    {ValueNode, Left2} = prune(V, Depth, Left1),
+    prune_pairs(maps:next(Next), Count + 1, Depth, Left2, [{KeyNode, ValueNode} | Acc]);
+prune_pairs(_, _Count, _Depth, Nodes, Acc) ->
+    {lists:reverse(Acc), Nodes}.
+
+all_whole(Nodes) ->
+    lists:all(fun({whole, _}) -> true; (_) -> false end, Nodes).
+
+whole_or(_Cut, Term, true) -> {whole, Term};
+whole_or(Cut, _Term, false) -> Cut.
+
+%% The message the Erlang way: terms printed as io_lib prints them, on one
+%% line, within ?MESSAGE_CHARS characters in all.
+-spec erlang_message(cause()) -> binary().
+erlang_message({message, Segments}) ->
+    {Text, _} = lists:mapfoldl(fun erlang_segment/2, ?MESSAGE_CHARS, Segments),
+    unicode:characters_to_binary(Text).
+
+erlang_segment({term, Node}, Chars) -> erlang_term(Node, Chars);
+erlang_segment({code, Erlang, _Elixir}, Chars) -> {Erlang, Chars};
+erlang_segment(Text, Chars) -> {Text, Chars}.
+
+%% {Text, CharsLeft}
+erlang_term(elided, Chars) ->
+    {"...", Chars - 3};
+erlang_term(_Node, Chars) when Chars =< 0 ->
+    {"...", Chars};
+erlang_term({whole, Term}, Chars) ->
+    Text = unicode:characters_to_binary(io_lib:format("~0tp", [Term], [{chars_limit, Chars}])),
+    {Text, Chars - string:length(Text)};
+erlang_term({list, Items, Tail}, Chars) ->
+    {Shown, Left} = erlang_items(Items, Chars - 2),
+    {TailText, Left2} = case Tail of
+                            [] -> {"", Left};
+                            more -> {"|...", Left - 4};
+                            {tail, Node} -> {T, L} = erlang_term(Node, Left - 1), {["|", T], L}
+                        end,
+    {["[", Shown, TailText, "]"], Left2};
+erlang_term({tuple, Items, More}, Chars) ->
+    {Shown, Left} = erlang_items(Items, Chars - 2),
+    {["{", Shown, more_text(Items, More), "}"], Left - 4};
+erlang_term({map, Pairs, More}, Chars) ->
+    {Shown, Left} = lists:mapfoldl(fun({K, V}, C) ->
+                                           {KeyText, C1} = erlang_term(K, C),
+                                           {ValueText, C2} = erlang_term(V, C1 - 4),
+                                           {[KeyText, " => ", ValueText], C2}
+                                   end, Chars - 3, Pairs),
+    {["#{", lists:join(",", Shown), more_text(Pairs, More), "}"], Left - 4}.
+
+erlang_items(Items, Chars) ->
+    {Shown, Left} = lists:mapfoldl(fun(N, C) -> {T, L} = erlang_term(N, C), {T, L - 1} end, Chars, Items),
+    {lists:join(",", Shown), Left}.
+
+more_text(_Items, false) -> "";
+more_text([], true) -> "...";
+more_text(_Items, true) -> ",...".
 
 %% @private The error_info callback of erl_error (the Erlang shell): the
 %% message, as the general explanation.
@@ -628,13 +778,13 @@ format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
 format_error(_Reason, _Stack) ->
     #{}.
 
-%% @private The format and arguments of an error raised by this module or
-%% by the NIF through it (from the top frame's error_info), or none: what
-%% the Elixir facade renders.
--spec error_message(term(), erlang:stacktrace()) -> {io:format(), [term()]} | none.
+%% @private The segments of an error raised by this module or by the NIF
+%% through it (from the top frame's error_info), its terms pruned, or none:
+%% what the Elixir facade renders.
+-spec error_message(term(), erlang:stacktrace()) -> [binary() | {term, pruned()} | {code, binary(), binary()}] | none.
 error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_binary(Message), is_list(Info) ->
     case proplists:get_value(error_info, Info) of
-        #{module := ?MODULE, cause := {format, Format, Args}} -> {Format, Args};
+        #{module := ?MODULE, cause := {message, Segments}} -> Segments;
         _ -> none
     end;
 error_message(_Reason, _Stack) ->
@@ -643,25 +793,25 @@ error_message(_Reason, _Stack) ->
 %% A term given where a tensor is expected: say what it is and what to do.
 -spec not_a_tensor(term()) -> no_return().
 not_a_tensor(#{'__struct__' := 'Elixir.Nx.Tensor'} = T) ->
-    badarg("tensor: expected a tensor, got an Nx tensor: convert it with ~ts first "
-           "(a view where the backend allows, else a copy). Got: ~0tP",
-           [{code, "'Elixir.TensorBlob.Nx':from_nx/2", "TensorBlob.Nx.from_nx/2"}, T, 8]);
+    badarg(["tensor: expected a tensor, got an Nx tensor: convert it with ",
+            {code, "'Elixir.TensorBlob.Nx':from_nx/2", "TensorBlob.Nx.from_nx/2"},
+            " first (a view where the backend allows, else a copy). Got: ", {term, T}]);
 not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.BlobView'} = T) ->
-    badarg("tensor: expected a tensor, got a blob view: its tensor is ~ts. Got: ~0tP",
-           [{code, "maps:get(tensor, View)", "view.tensor"}, T, 8]);
+    badarg(["tensor: expected a tensor, got a blob view: its tensor is ",
+            {code, "maps:get(tensor, View)", "view.tensor"}, ". Got: ", {term, T}]);
 not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.Blob'} = T) ->
-    badarg("tensor: expected a tensor, got a blob: view its memory with ~ts. Got: ~0tP",
-           [{code, "tensor_blob:from_blob/1", "TensorBlob.from_blob/2"}, T, 8]);
+    badarg(["tensor: expected a tensor, got a blob: view its memory with ",
+            {code, "tensor_blob:from_blob/1", "TensorBlob.from_blob/2"}, ". Got: ", {term, T}]);
 not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.DLPack'} = T) ->
-    badarg("tensor: expected a tensor, got a DLPack capsule: import it with ~ts. Got: ~0tP",
-           [{code, "tensor_blob:from_dlpack/1", "TensorBlob.DLPack.import/2"}, T, 8]);
+    badarg(["tensor: expected a tensor, got a DLPack capsule: import it with ",
+            {code, "tensor_blob:from_dlpack/1", "TensorBlob.DLPack.import/2"}, ". Got: ", {term, T}]);
 not_a_tensor(T) ->
-    badarg("tensor: expected a tensor, got ~0tP", [T, 8]).
+    badarg(["tensor: expected a tensor, got ", {term, T}]).
 
 %% After an error from a NIF given Dtype (or a spec holding one): when it
 %% is a badarg and Dtype is not a dtype at all, raise a message listing the
 %% valid ones; otherwise the NIF's own error stands.
--spec dtype_error(term(), badarg | tensor_blob, {format, io:format(), [term()]}, erlang:stacktrace()) ->
+-spec dtype_error(term(), badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) ->
           no_return().
 dtype_error({spec, #{dtype := Dtype}}, Kind, Cause, Stack) ->
     dtype_error(Dtype, Kind, Cause, Stack);
@@ -674,7 +824,7 @@ dtype_error(Dtype, badarg, Cause, Stack) ->
         _ -> nif_error(badarg, Cause, Stack)
     catch
         error:{badarg, _} ->
-            badarg("dtype: unknown dtype ~0tp; expected one of ~0tp (those this libtorch holds), "
-                   "an ExTorch name (such as ~0tp or ~0tp) or an Nx type (such as ~0tp or ~0tp)",
-                   [Dtype, tensor_blob_nif:dtypes(), float, long, {f, 32}, f32])
+            badarg(["dtype: unknown dtype ", {term, Dtype}, "; expected one of ", {term, tensor_blob_nif:dtypes()},
+                    " (those this libtorch holds), an ExTorch name (such as ", {term, float}, " or ", {term, long},
+                    ") or an Nx type (such as ", {term, {f, 32}}, " or ", {term, f32}, ")"])
     end.

@@ -4,9 +4,11 @@ defmodule TensorBlob.Raise do
   # into ArgumentError / TensorBlob.Error, keeping the stacktrace.
   #
   # Errors raised by the Erlang facade, and by the NIF through it, carry
-  # their format and arguments (error_info); those are rendered here the
-  # Elixir way: terms with `inspect/2`, code snippets in their Elixir
-  # spelling. An error without them keeps its text.
+  # their message as segments (error_info; see "Errors" in
+  # src/tensor_blob.erl): text, code and terms, the terms already cut down to
+  # a bounded tree. Those are rendered here the Elixir way: terms with
+  # `inspect/2`, code in its Elixir spelling. An error without them keeps its
+  # text.
 
   defmacro translating(do: body) do
     quote do
@@ -25,8 +27,8 @@ defmodule TensorBlob.Raise do
   def reraise_translated({kind, message} = reason, stacktrace) do
     message =
       case :tensor_blob.error_message(reason, stacktrace) do
-        {format, args} -> render(format, args)
         :none -> message
+        segments -> render(segments)
       end
 
     exception = if kind == :badarg, do: ArgumentError, else: TensorBlob.Error
@@ -34,43 +36,76 @@ defmodule TensorBlob.Raise do
   end
 
   @doc false
-  # An io_lib format string with its arguments, rendered the Elixir way.
-  # The facade's formats use ~p ~P ~w ~s ~b and ~~ (with t and a field width
-  # of 0 at most).
-  @spec render(:io.format(), [term()]) :: String.t()
-  def render(format, args) do
-    format |> IO.chardata_to_string() |> render(args, [])
+  # A message's segments, rendered the Elixir way.
+  @spec render([binary() | {:term, term()} | {:code, binary(), binary()}]) :: String.t()
+  def render(segments) do
+    Enum.map_join(segments, fn
+      {:term, pruned} -> inspect_bounded(pruned)
+      {:code, _erlang, elixir} -> elixir
+      text -> text
+    end)
   end
 
-  defp render("~~" <> rest, args, acc), do: render(rest, args, ["~" | acc])
-
-  defp render("~" <> rest, args, acc) do
-    [directive] = Regex.run(~r/^[0-9]*t?[pPwsb]/, rest)
-    rest = binary_part(rest, byte_size(directive), byte_size(rest) - byte_size(directive))
-    {text, args} = directive(String.last(directive), args)
-    render(rest, args, [text | acc])
-  end
-
-  defp render(<<char::utf8, rest::binary>>, args, acc), do: render(rest, args, [<<char::utf8>> | acc])
-  defp render("", [], acc), do: acc |> Enum.reverse() |> IO.iodata_to_binary()
-
-  defp directive("P", [term, depth | args]), do: {inspect(term, limit: depth * 2, printable_limit: 256), args}
-  defp directive(p, [term | args]) when p in ["p", "w"], do: {inspect_bounded(term), args}
-  defp directive("s", [{:code, _erlang, elixir} | args]), do: {elixir, args}
-  defp directive("s", [text | args]), do: {to_string(text), args}
-  defp directive("b", [integer | args]), do: {Integer.to_string(integer), args}
-
-  # A term any caller may have passed (a whole struct, a huge binary):
-  # inspected with limits, smaller ones until it fits in about @term_bytes,
-  # so a message is never cut in the middle of a term. Each pass is bounded
-  # by its limit.
+  # A term any caller may have passed (a whole struct, a huge binary),
+  # already cut down to a bounded tree: inspected with limits, smaller ones
+  # until it fits in about @term_bytes, so a message is never cut in the
+  # middle of a term.
   @term_bytes 1024
   @limits [{50, 1024}, {20, 256}, {8, 64}, {3, 16}]
 
-  defp inspect_bounded(term) do
+  defp inspect_bounded(pruned) do
     Enum.reduce_while(@limits, nil, fn {limit, printable_limit}, _ ->
-      text = inspect(term, limit: limit, printable_limit: printable_limit)
+      text = IO.iodata_to_binary(term(pruned, limit: limit, printable_limit: printable_limit))
       if byte_size(text) <= @term_bytes, do: {:halt, text}, else: {:cont, text}
     end)
   end
+
+  # A pruned term (:tensor_blob's pruned()): whole terms as inspect/2 shows
+  # them, the rest as inspect/2 shows a term it cut short.
+  defp term(:elided, _opts), do: "..."
+  defp term({:whole, term}, opts), do: inspect(term, opts)
+
+  defp term({:list, items, tail}, opts) do
+    {shown, more?} = shown(items, tail == :more, opts)
+
+    case tail do
+      {:tail, node} -> ["[", join(shown, opts), " | ", term(node, opts), "]"]
+      _ -> ["[", join(shown, opts), more(shown, more?), "]"]
+    end
+  end
+
+  defp term({:tuple, items, more?}, opts) do
+    {shown, more?} = shown(items, more?, opts)
+    ["{", join(shown, opts), more(shown, more?), "}"]
+  end
+
+  defp term({:map, pairs, more?}, opts) do
+    {name, pairs} =
+      case List.keytake(pairs, {:whole, :__struct__}, 0) do
+        {{_, {:whole, module}}, fields} when is_atom(module) -> {inspect(module), fields}
+        _ -> {"", pairs}
+      end
+
+    {shown, more?} = shown(pairs, more?, opts)
+    keywords? = Enum.all?(shown, &match?({{:whole, key}, _} when is_atom(key), &1))
+
+    fields =
+      Enum.map(shown, fn
+        {{:whole, key}, value} when keywords? -> [Macro.inspect_atom(:key, key), " ", term(value, opts)]
+        {key, value} -> [term(key, opts), " => ", term(value, opts)]
+      end)
+
+    ["%", name, "{", Enum.intersperse(fields, ", "), more(shown, more?), "}"]
+  end
+
+  defp shown(items, more?, opts) do
+    {shown, rest} = Enum.split(items, opts[:limit])
+    {shown, more? or rest != []}
+  end
+
+  defp join(nodes, opts), do: nodes |> Enum.map(&term(&1, opts)) |> Enum.intersperse(", ")
+
+  defp more(_shown, false), do: ""
+  defp more([], true), do: "..."
+  defp more(_shown, true), do: ", ..."
 end
