@@ -680,7 +680,7 @@ prune_container(List, Depth, Nodes) when is_list(List) ->
     prune_list(List, List, 0, Depth, Nodes, []);
 prune_container(Tuple, Depth, Nodes) when is_tuple(Tuple) ->
     Shown = min(tuple_size(Tuple), ?TERM_ITEMS),
-    {Items, Left} = prune_items([element(I, Tuple) || I <- lists:seq(1, Shown)], Depth, Nodes),
+    {Items, Left} = prune_items([element(I, Tuple) || I <- lists:seq(1, Shown)], Depth, Nodes, []),
     More = length(Items) < tuple_size(Tuple),
     {whole_or({tuple, Items, More}, Tuple, not More andalso all_whole(Items)), Left};
 prune_container(Map, Depth, Nodes) ->
@@ -688,9 +688,12 @@ prune_container(Map, Depth, Nodes) ->
     More = length(Pairs) < map_size(Map),
     {whole_or({map, Pairs, More}, Map, not More andalso all_whole([N || {K, V} <- Pairs, N <- [K, V]])), Left}.
 
+%% An element not shown ends the elements shown: the rest is one elision.
 prune_list(Whole, [H | T], Count, Depth, Nodes, Acc) when Count < ?TERM_ITEMS, Nodes > 0 ->
-    {Node, Left} = prune(H, Depth, Nodes),
-    prune_list(Whole, T, Count + 1, Depth, Left, [Node | Acc]);
+    case prune(H, Depth, Nodes) of
+        {elided, Left} -> {{list, lists:reverse(Acc), more}, Left};
+        {Node, Left} -> prune_list(Whole, T, Count + 1, Depth, Left, [Node | Acc])
+    end;
 prune_list(_Whole, [_ | _], _Count, _Depth, Nodes, Acc) ->
     {{list, lists:reverse(Acc), more}, Nodes};
 prune_list(Whole, Tail, _Count, Depth, Nodes, Acc) ->
@@ -702,19 +705,26 @@ prune_list(Whole, Tail, _Count, Depth, Nodes, Acc) ->
     Complete = all_whole(Items) andalso (TailNode =:= [] orelse all_whole([element(2, TailNode)])),
     {whole_or({list, Items, TailNode}, Whole, Complete), Left}.
 
-prune_items(Terms, Depth, Nodes) ->
-    prune_items(Terms, Depth, Nodes, []).
-
 prune_items([H | T], Depth, Nodes, Acc) when Nodes > 0 ->
-    {Node, Left} = prune(H, Depth, Nodes),
-    prune_items(T, Depth, Left, [Node | Acc]);
+    case prune(H, Depth, Nodes) of
+        {elided, Left} -> {lists:reverse(Acc), Left};
+        {Node, Left} -> prune_items(T, Depth, Left, [Node | Acc])
+    end;
 prune_items(_, _Depth, Nodes, Acc) ->
     {lists:reverse(Acc), Nodes}.
 
+%% A value not shown is shown as an elision after its key; a key not shown
+%% ends the pairs shown.
 prune_pairs({K, V, Next}, Count, Depth, Nodes, Acc) when Count < ?TERM_ITEMS, Nodes > 0 ->
-    {KeyNode, Left1} = prune(K, Depth, Nodes),
-    {ValueNode, Left2} = prune(V, Depth, Left1),
-    prune_pairs(maps:next(Next), Count + 1, Depth, Left2, [{KeyNode, ValueNode} | Acc]);
+    case prune(K, Depth, Nodes) of
+        {elided, Left} ->
+            {lists:reverse(Acc), Left};
+        {KeyNode, Left1} ->
+            case prune(V, Depth, Left1) of
+                {elided, Left2} -> {lists:reverse(Acc, [{KeyNode, elided}]), Left2};
+                {ValueNode, Left2} -> prune_pairs(maps:next(Next), Count + 1, Depth, Left2, [{KeyNode, ValueNode} | Acc])
+            end
+    end;
 prune_pairs(_, _Count, _Depth, Nodes, Acc) ->
     {lists:reverse(Acc), Nodes}.
 
@@ -747,6 +757,7 @@ erlang_term({list, Items, Tail}, Chars) ->
     {Shown, Left} = erlang_items(Items, Chars - 2),
     {TailText, Left2} = case Tail of
                             [] -> {"", Left};
+                            more when Items =:= [] -> {"...", Left - 3};
                             more -> {"|...", Left - 4};
                             {tail, Node} -> {T, L} = erlang_term(Node, Left - 1), {["|", T], L}
                         end,
