@@ -84,6 +84,13 @@ tb_layout_result tb_layout_check(const tb_layout *l)
         r.status = TB_LAYOUT_EXTENT_OVERFLOW;
         return r;
     }
+    /* Strides of 0 let a huge count of elements live in a few bytes, but
+     * every copy of them, and libtorch's own byte count, needs this. */
+    int64_t dense_bytes;
+    if (__builtin_mul_overflow(numel, (int64_t)l->element_size, &dense_bytes)) {
+        r.status = TB_LAYOUT_BYTES_OVERFLOW;
+        return r;
+    }
     r.reach = (uint64_t)bytes;
     r.byte_size = numel > 0 ? (uint64_t)bytes : 0;
     uint64_t end;
@@ -128,6 +135,7 @@ const char *tb_layout_status_text(tb_layout_status status)
     case TB_LAYOUT_NULL_POINTER: return "a null pointer cannot hold elements";
     case TB_LAYOUT_MISALIGNED: return "the pointer is not aligned to the element size";
     case TB_LAYOUT_PTR_OVERFLOW: return "the memory would wrap past the end of the address space";
+    case TB_LAYOUT_BYTES_OVERFLOW: return "the byte size of the elements (their number times the element size) overflows 64 bits";
     }
     return "invalid layout";
 }

@@ -25,9 +25,12 @@ typedef enum {
     TB_LAYOUT_EXTENT_OVERFLOW,
     TB_LAYOUT_NULL_POINTER,
     TB_LAYOUT_MISALIGNED,
-    TB_LAYOUT_PTR_OVERFLOW /* ptr + the extent wraps past the address space */
+    TB_LAYOUT_PTR_OVERFLOW, /* ptr + the extent wraps past the address space */
+    /* numel * element_size overflows int64: no tensor of it can say its
+     * size (libtorch's nbytes, a binary of its elements) */
+    TB_LAYOUT_BYTES_OVERFLOW
 } tb_layout_status;
-#define TB_LAYOUT_LAST_STATUS TB_LAYOUT_PTR_OVERFLOW
+#define TB_LAYOUT_LAST_STATUS TB_LAYOUT_BYTES_OVERFLOW
 
 typedef struct {
     tb_layout_status status;

@@ -84,10 +84,19 @@ int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d)
     tb_shim_info_of(handle, &d->info);
     if (!tb_dtype_of_scalar_type(d->info.scalar_type, &d->dtype))
         return 0;
+    /* A dimension of 0 makes 0 bytes, whatever the others hold. The count
+     * cannot overflow (tb_layout_check refuses such a layout, and libtorch
+     * makes none); were it to, it saturates, so that a copy of it fails as
+     * too large: it is not a dtype fault, and is never reported as one. */
     uint64_t n = tb_dtypes[d->dtype].element_size;
     for (int i = 0; i < d->info.ndim; i++)
+        if (d->info.sizes[i] == 0) {
+            n = 0;
+            break;
+        }
+    for (int i = 0; i < d->info.ndim && n > 0; i++)
         if (__builtin_mul_overflow(n, (uint64_t)d->info.sizes[i], &n))
-            return 0; /* never for a tensor libtorch made */
+            n = UINT64_MAX;
     d->dense_bytes = n;
     return 1;
 }

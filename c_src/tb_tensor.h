@@ -40,7 +40,7 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle);
 /* The tensor behind a resource term or a %TensorBlob.Tensor{}, or NULL. */
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 
-/* Describes a handle; 0 when libtorch holds a scalar type the dtype
+/* Describes a handle; 0 only when libtorch holds a scalar type the dtype
  * table lacks (never silently another one). */
 int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d);
 

@@ -257,6 +257,41 @@ static void test_layout_errors(void)
     l = LAYOUT(0x1000, 2, SHAPE(INT64_MAX), NULL);
     r = tb_layout_check(&l);
     CHECK_EQ(r.status, TB_LAYOUT_EXTENT_OVERFLOW);
+    /* Strides of 0: the extent is one element, but the elements' byte size
+     * (numel * element size) overflows: 2^62 float32, 2^61 float64, 2^60
+     * complex128, 64 dimensions of 2 with stride 0 (2^64 elements already
+     * overflow the count). A zero dimension makes it 0 bytes, whatever the
+     * others: {2^62, 0} of float32 is fine. */
+    l = LAYOUT(0x1000, 4, SHAPE(INT64_C(1) << 62), SHAPE(0));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_BYTES_OVERFLOW);
+    l = LAYOUT(0x1000, 8, SHAPE(INT64_C(1) << 61), SHAPE(0));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_BYTES_OVERFLOW);
+    l = LAYOUT(0x1000, 16, SHAPE(INT64_C(1) << 60), SHAPE(0));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_BYTES_OVERFLOW);
+    l = LAYOUT(0x1000, 4, SHAPE(INT64_C(1) << 60), SHAPE(0));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQU(r.byte_size, 4);
+    int64_t twos[62], zeros[62];
+    for (int i = 0; i < 62; i++) {
+        twos[i] = 2;
+        zeros[i] = 0;
+    }
+    l = make_layout(0x1000, 1, 62, twos, zeros);
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_OK); /* 2^62 elements of 1 byte: fits */
+    l.element_size = 2;
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_BYTES_OVERFLOW);
+    l = LAYOUT(0x1000, 4, SHAPE(INT64_C(1) << 62, 0), SHAPE(0, 1));
+    r = tb_layout_check(&l);
+    CHECK_EQ(r.status, TB_LAYOUT_OK);
+    CHECK_EQ(r.numel, 0);
+    CHECK_EQU(r.byte_size, 0);
+
     /* ptr + extent wraps past UINT64_MAX: 20 bytes from 16 below the top. */
     l = LAYOUT(UINT64_MAX - 15, 4, SHAPE(5), NULL);
     r = tb_layout_check(&l);

@@ -1,5 +1,6 @@
 defmodule TensorBlobTest do
   use ExUnit.Case, async: false
+  import Bitwise
 
   alias TensorBlob.{Blob, BlobView, Tensor}
   alias TensorBlob.Test.Lifetime
@@ -600,15 +601,113 @@ defmodule TensorBlobTest do
     end
 
     test "a huge term in a message is inspected with limits, never cut in the middle", %{blob: blob} do
+      # A struct too large to show whole is shown by its fields (its own
+      # Inspect would walk all of it).
       huge = MapSet.new(1..100_000)
       error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(%{blob | ptr: huge}) end
-      assert error.message =~ ~r/^ptr: expected a non-negative integer address, got MapSet.new\(\[.*, \.\.\.\]\)$/
+      assert error.message =~ ~r/^ptr: expected a non-negative integer address, got %MapSet\{map: %\{.*, \.\.\.\}/
       assert byte_size(error.message) < 1100
+
+      small = MapSet.new(1..3)
+      error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(%{blob | ptr: small}) end
+      assert error.message == "ptr: expected a non-negative integer address, got MapSet.new([1, 2, 3])"
 
       structs = List.duplicate(%URI{host: String.duplicate("h", 10_000)}, 1000)
       error = assert_raise ArgumentError, fn -> Tensor.from_binary(structs, :uint8, {2}) end
       assert error.message =~ ~r/^binary: expected a binary, got \[%URI\{.*\.\.\.\]$/
       assert byte_size(error.message) < 1100
+    end
+
+    test "a layout whose elements' byte size overflows is refused, naming the shape", %{t: t, blob: blob} do
+      # Strides of 0 hold any count of elements in a few bytes; numel times
+      # the element size must still fit, or no accessor could use the view
+      # (each raised "libtorch scalar type 6 has no dtype here").
+      for {shape, dtype} <- [
+            {{1 <<< 62}, :float32},
+            {{1 <<< 61}, :float64},
+            {{1 <<< 60}, :complex128},
+            {Tuple.duplicate(2, 62), :float32}
+          ] do
+        spec = %{ptr: blob.ptr, shape: shape, strides: List.duplicate(0, tuple_size(shape)), dtype: dtype}
+
+        assert_raise ArgumentError,
+                     "shape: the byte size of the elements (their number times the element size) overflows " <>
+                       "64 bits in #{inspect(shape, limit: 50)}",
+                     fn -> TensorBlob.from_blob(spec, owner: t) end
+      end
+
+      # No elements: 0 bytes, whatever the other dimensions; every accessor works.
+      for {shape, strides} <- [{{1 <<< 62, 0}, [0, 1]}, {{0, 1 <<< 62}, [0, 0]}] do
+        %{tensor: v} = TensorBlob.from_blob(%{ptr: blob.ptr, shape: shape, strides: strides, dtype: :float32}, owner: t)
+
+        assert Tensor.shape(v) == shape
+        assert Tensor.strides(v) == strides
+        assert Tensor.dtype(v) == :float32
+        assert Tensor.device(v) == :cpu
+        assert Tensor.memory(v) == :pinned
+        assert Tensor.to_binary(v) == ""
+        assert Tensor.to_binary(v, copy: false) == ""
+        assert Tensor.write!(v, "") == v
+        assert TensorBlob.to_blob(v).byte_size == 0
+        assert Tensor.shape(Tensor.transpose(v, 0, 1)) == {elem(shape, 1), elem(shape, 0)}
+        assert Tensor.shape(Tensor.narrow(v, 0, 0, 0)) == {0, elem(shape, 1)}
+        assert Tensor.shape(TensorBlob.DLPack.import(TensorBlob.DLPack.export(v))) == shape
+        assert inspect(v) =~ "float32"
+      end
+    end
+
+    # Printed whole, each took seconds (a million-deep list: 43 s) or forever
+    # (a tree of shared subterms, 40 wide and 40 deep: small in memory, 40^40
+    # terms in full). A hang fails here by the test's timeout.
+    @tag timeout: 300_000
+    test "a term of any depth or width is printed cut down, in bounded time" do
+      nest = fn n, wrap, term -> Enum.reduce(1..n, term, fn _, acc -> wrap.(acc) end) end
+      deep = nest.(1_000_000, &[&1], [])
+
+      terms = [
+        deep,
+        nest.(100_000, &{&1}, {}),
+        nest.(100_000, &%{k: &1}, %{}),
+        nest.(40, &List.duplicate(&1, 40), 0)
+      ]
+
+      for term <- terms,
+          call <- [
+            fn -> TensorBlob.from_blob(term, owner: :none) end,
+            fn -> Tensor.zeros(term, :float32) end,
+            fn -> Tensor.zeros({1}, term) end,
+            fn -> TensorBlob.IPC.open(term, :uint8, {1}) end,
+            fn -> Tensor.shape(term) end
+          ] do
+        error = assert_raise ArgumentError, call
+        assert byte_size(error.message) < 1500
+        assert error.message =~ "..."
+        refute error.message =~ "=>"
+      end
+
+      # Cut at a depth of 20, so that the shape of the term stays readable;
+      # the Erlang API renders the same cut the Erlang way.
+      cut = String.duplicate("[", 20) <> "..." <> String.duplicate("]", 20)
+
+      assert_raise ArgumentError, "shape: expected a tuple of non-negative integers, got " <> cut, fn ->
+        Tensor.zeros(deep, :float32)
+      end
+
+      assert_raise ArgumentError, "spec: expected a map with ptr, shape and dtype, got " <> cut, fn ->
+        TensorBlob.from_blob(deep)
+      end
+
+      assert {:badarg, "shape: expected a tuple of non-negative integers, got " <> ^cut} =
+               catch_error(:tensor_blob.zeros(deep, :float32))
+
+      assert {:badarg,
+              "tensor: expected a tensor, got #{String.duplicate("\#{k => ", 20)}...#{String.duplicate("}", 20)}"} ==
+               catch_error(:tensor_blob.to_blob(nest.(100, &%{k: &1}, %{})))
+
+      error = assert_raise ArgumentError, fn -> Tensor.shape(nest.(100, &%{k: &1}, %{})) end
+
+      assert error.message ==
+               "tensor: expected a tensor, got #{String.duplicate("%{k: ", 20)}...#{String.duplicate("}", 20)}"
     end
 
     test "a struct given where a tensor is expected says what to do with it", %{t: t} do
