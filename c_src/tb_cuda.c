@@ -441,6 +441,19 @@ int tb_cuda_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_N
     return 1;
 }
 
+int tb_cuda_dlpack_import_stream_check(ErlNifEnv *env, int32_t dl_type, ERL_NIF_TERM stream, const char *suffix,
+                                       ERL_NIF_TERM *exc)
+{
+    if (dl_type == tb_kDLCPU && stream != tb_atoms.undefined) {
+        *exc = tb_raise_badarg(env, "stream: a kDLCPU tensor has no stream (the array API takes none for CPU "
+                                    "memory), got %T%s",
+                               stream, suffix);
+        return 0;
+    }
+    tb_stream s;
+    return get_stream(env, stream, suffix, &s, exc);
+}
+
 int tb_cuda_dlpack_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint64_t ptr, uint64_t bytes,
                           ERL_NIF_TERM stream, const char *suffix, tb_device *device, ERL_NIF_TERM *exc)
 {
@@ -453,15 +466,10 @@ int tb_cuda_dlpack_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint64
                               name, (int)dl_id, "tensor_blob:dlpack_info/1", "TensorBlob.CUDA.info/1", suffix);
         return 0;
     }
-    if (dl_type == tb_kDLCPU && stream != tb_atoms.undefined) {
-        *exc = tb_raise_badarg(env, "stream: a kDLCPU tensor has no stream (the array API takes none for CPU "
-                                    "memory), got %T%s",
-                               stream, suffix);
+    if (!tb_cuda_dlpack_import_stream_check(env, dl_type, stream, suffix, exc))
         return 0;
-    }
     tb_stream s;
-    if (!get_stream(env, stream, suffix, &s, exc))
-        return 0;
+    get_stream(env, stream, suffix, &s, exc); /* checked just above */
 
     int count = tb_cuda_device_count();
     char why[200];

@@ -60,6 +60,12 @@ int tb_cuda_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_N
 int tb_cuda_dlpack_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint64_t ptr, uint64_t bytes,
                           ERL_NIF_TERM stream, const char *suffix, tb_device *device, ERL_NIF_TERM *exc);
 
+/* The part of that import's checks that reads only the stream option and
+ * the device type: run before a capsule is taken, so that a refused option
+ * leaves it armed. */
+int tb_cuda_dlpack_import_stream_check(ErlNifEnv *env, int32_t dl_type, ERL_NIF_TERM stream, const char *suffix,
+                                       ERL_NIF_TERM *exc);
+
 /* The device libtorch sees a DLPack device as (cpu or {cuda, I}); sets
  * *device_type to the DLPack type's name (cpu, cuda, cuda_host,
  * cuda_managed). */

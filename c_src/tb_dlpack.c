@@ -400,6 +400,25 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != versioned)
             return tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
                                    versioned ? "versioned" : "legacy", version);
+        /* The options are checked first, against what the capsule holds
+         * (read as dlpack_info reads it): a refused option leaves it armed. */
+        if (argv[3] != tb_atoms.undefined) {
+            tb_dlpack_checked peek;
+            enif_mutex_lock(capsule_lock);
+            void *held = atomic_load(&c->managed);
+            if (held) {
+                if (versioned)
+                    tb_dlpack_check_versioned(held, &peek);
+                else
+                    tb_dlpack_check_legacy(held, &peek);
+            }
+            enif_mutex_unlock(capsule_lock);
+            ERL_NIF_TERM exc;
+            if (held && peek.status == TB_DLC_OK &&
+                !tb_cuda_dlpack_import_stream_check(env, peek.device_type, argv[3], "; the capsule is still armed",
+                                                    &exc))
+                return exc;
+        }
         /* Taken whatever happens next: a refused capsule is released, not
          * put back, so no second consumer can race a failed one. Under the
          * lock: dlpack_info may be reading it, and it may be freed below. */

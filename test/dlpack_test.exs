@@ -348,11 +348,20 @@ defmodule TensorBlob.DLPackTest do
       assert_badarg(fn -> DLPack.export(t, stream: -1) end, "stream: a CPU tensor has no stream")
       assert_badarg(fn -> DLPack.export(t, stream: :default) end, "stream: expected an integer")
       assert t |> DLPack.export(stream: nil) |> DLPack.import() |> Tensor.to_binary() == @f32
-      # The import of a capsule with a stream: refused, and the capsule is
-      # consumed and released (its deleter runs once).
-      capsule = DLPack.export(t)
-      assert_badarg(fn -> DLPack.import(capsule, stream: 7) end, "stream: a kDLCPU tensor has no stream")
-      assert_badarg(fn -> DLPack.import(capsule) end, "already consumed")
+      # The import of a CPU capsule with a stream: refused before the capsule
+      # is taken, so it stays armed and imports afterwards.
+      for stream <- [0, 1, 2, -1, 7] do
+        capsule = DLPack.export(t)
+
+        error = assert_raise ArgumentError, fn -> DLPack.import(capsule, stream: stream) end
+
+        assert error.message ==
+                 "stream: a kDLCPU tensor has no stream (the array API takes none for CPU memory), " <>
+                   "got #{stream}; the capsule is still armed"
+
+        assert Tensor.to_binary(DLPack.import(capsule)) == @f32
+      end
+
       # A stream that is no integer is refused before the capsule is taken.
       capsule = DLPack.export(t)
       assert_badarg(fn -> DLPack.import(capsule, stream: "s") end, "stream: expected an integer")
