@@ -616,6 +616,27 @@ huge_terms() ->
                                             lists:duplicate(Levels, $[), "...", lists:duplicate(Levels, $])])},
                  catch_error(fun() -> tensor_blob:zeros(Deep, float32) end)).
 
+%% Strides of 0 hold any count of elements in a few bytes; a layout whose
+%% elements' byte size overflows is refused, naming the shape (no accessor
+%% could use it), and one with no elements works whatever its other
+%% dimensions.
+huge_layout_test() ->
+    T = tensor_blob:zeros({4}, float32),
+    #{ptr := Ptr} = tensor_blob:to_blob(T),
+    [?assertEqual({badarg, iolist_to_binary(["shape: the byte size of the elements (their number times the element "
+                                              "size) overflows 64 bits in ", io_lib:format("~0tp", [Shape])])},
+                  catch_error(fun() -> tensor_blob:from_blob(#{ptr => Ptr, shape => Shape, dtype => Dtype,
+                                                                strides => lists:duplicate(tuple_size(Shape), 0)},
+                                                              #{owner => T}) end))
+     || {Shape, Dtype} <- [{{1 bsl 62}, float32}, {{1 bsl 61}, float64}, {{1 bsl 60}, complex128}]],
+    V = tensor_blob:from_blob(#{ptr => Ptr, shape => {1 bsl 62, 0}, strides => [0, 1], dtype => float32},
+                              #{owner => T}),
+    ?assertEqual({1 bsl 62, 0}, tensor_blob:shape(V)),
+    ?assertEqual(float32, tensor_blob:dtype(V)),
+    ?assertEqual(<<>>, tensor_blob:to_binary(V)),
+    ?assertEqual(0, maps:get(byte_size, tensor_blob:to_blob(V))),
+    ?assertEqual({0, 1 bsl 62}, tensor_blob:shape(tensor_blob:transpose(V, 0, 1))).
+
 nest(0, _Wrap, Term) -> Term;
 nest(N, Wrap, Term) -> nest(N - 1, Wrap, Wrap(Term)).
 
