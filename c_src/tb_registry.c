@@ -35,9 +35,10 @@ int tb_registry_init(tb_registry *reg)
     for (int l = 0; l < TB_REG_LEVELS; l++) {
         for (int i = 0; i < TB_REG_SHARDS; i++) {
             tb_reg_shard *s = &reg->shards[l][i];
-            for (int k = 0; k < TB_REG_KINDS; k++)
+            for (int k = 0; k < TB_REG_KINDS; k++) {
                 s->sets[k] = NULL;
-            s->count = 0;
+                s->count[k] = 0;
+            }
             if (pthread_mutex_init(&s->lock, NULL) != 0)
                 return 0;
         }
@@ -56,7 +57,7 @@ void tb_registry_add(tb_registry *reg, tb_reg_kind kind, tb_range *r)
     tb_reg_shard *s = home_of(reg, r);
     pthread_mutex_lock(&s->lock);
     tb_intervals_insert(&s->sets[kind], r);
-    __atomic_add_fetch(&s->count, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&s->lock);
     if (r->file_ino) {
         pthread_mutex_lock(&reg->files_lock);
@@ -83,7 +84,7 @@ void tb_registry_remove(tb_registry *reg, tb_reg_kind kind, tb_range *r)
     tb_reg_shard *s = home_of(reg, r);
     pthread_mutex_lock(&s->lock);
     tb_intervals_remove(&s->sets[kind], r);
-    __atomic_sub_fetch(&s->count, 1, __ATOMIC_SEQ_CST);
+    __atomic_sub_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -104,7 +105,10 @@ static int find(tb_registry *reg, unsigned kinds, uintptr_t lo, uintptr_t hi, tb
         unsigned n = every_shard ? TB_REG_SHARDS : (unsigned)chunks;
         for (unsigned i = 0; i < n; i++) {
             tb_reg_shard *s = &reg->shards[l][last_level || every_shard ? i : shard_of_chunk(first + i)];
-            if (__atomic_load_n(&s->count, __ATOMIC_SEQ_CST) == 0)
+            int any = 0;
+            for (int k = 0; k < TB_REG_KINDS; k++)
+                any |= (kinds & TB_REG_BIT(k)) && __atomic_load_n(&s->count[k], __ATOMIC_SEQ_CST) != 0;
+            if (!any)
                 continue;
             int kind = -1;
             pthread_mutex_lock(&s->lock);

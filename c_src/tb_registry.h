@@ -12,8 +12,8 @@
  * 1 GiB, everything) holds its size, in the shard of the chunk where it
  * starts; so it reaches at most into the next chunk, and a query visits
  * the shards of the chunks it covers and of the one before, at each level,
- * at most TB_REG_SHARDS per level, whatever its size. An empty shard is
- * skipped by one atomic load, without its lock.
+ * at most TB_REG_SHARDS per level, whatever its size. A shard with no range
+ * of the kinds asked is skipped by atomic loads, without its lock.
  *
  * Ranges that name a region's file also sit in one list, by file: only
  * region memory is ever compared by file, and regions are few. */
@@ -33,7 +33,7 @@ typedef enum { TB_REG_FROZEN, TB_REG_READ_ONLY, TB_REG_WRITING, TB_REG_MAPPED, T
 typedef struct {
     _Alignas(64) pthread_mutex_t lock;
     tb_range *sets[TB_REG_KINDS];
-    long count; /* ranges in the shard: read without the lock */
+    long count[TB_REG_KINDS]; /* ranges of each kind here: read without the lock */
 } tb_reg_shard;
 
 typedef struct {
