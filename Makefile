@@ -45,7 +45,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test docs-test demo bench asan-test clean dialyzer lint
 
 all: nif chunks
 nif: $(NIF)
@@ -225,6 +225,16 @@ lint: dialyzer
 consumer-test: nif
 	scripts/consumer_test.sh
 
+# Every code block of README.md and guides/*.md, run and checked against the
+# output it shows (scripts/docs_test.exs; the convention is in
+# ARCHITECTURE.md): one VM per file.
+DOCS := README.md $(sort $(wildcard guides/*.md))
+docs-test: nif
+	MIX_ENV=test mix compile
+	@status=0; for f in $(DOCS); do \
+	    MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
+	done; exit $$status
+
 # Source checks: no include circle in c_src, and no test of a term that
 # enif_raise_exception returned.
 check-c:
@@ -237,6 +247,7 @@ suites: nif
 	$(MAKE) shim-test
 	$(MAKE) mix-test
 	$(MAKE) eunit
+	$(MAKE) docs-test
 	$(MAKE) consumer-test
 
 test: setup
