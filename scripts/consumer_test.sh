@@ -22,6 +22,18 @@ mkdir -p examples/rebar3_consumer/_checkouts
 ln -sfn ../../.. "$checkout"
 (cd examples/rebar3_consumer && rebar3 eunit)
 
+echo "==> consumer-test: both projects copied outside the repository"
+# Nothing they pass may depend on sitting inside the repository: copies in
+# a temporary directory name it by its absolute path.
+outside="$(mktemp -d)"
+trap 'rm -rf "$outside"' EXIT
+cp -r examples/mix_consumer examples/rebar3_consumer "$outside/"
+rm -rf "$outside"/*/_build "$outside"/*/deps "$outside"/*/_checkouts
+(cd "$outside/mix_consumer" && TENSOR_BLOB_PATH="$root" MIX_ENV=test mix test)
+mkdir -p "$outside/rebar3_consumer/_checkouts"
+ln -s "$root" "$outside/rebar3_consumer/_checkouts/tensor_blob"
+(cd "$outside/rebar3_consumer" && rebar3 eunit)
+
 echo "==> consumer-test: build integration"
 # A changed build configuration (here a libtorch tree that is not there)
 # must rebuild the library, not keep the old link.
