@@ -44,6 +44,15 @@ if ! grep -q 'torch_shim.cpp' <<<"$plan"; then
     echo "consumer-test: make nif with another LIBTORCH_DIR would not rebuild the NIF" >&2
     exit 1
 fi
+# A LIBTORCH_DIR that holds no libtorch is named as such.
+scratch="$(mktemp -d)"
+if out="$(make --no-print-directory BUILD="$scratch" LIBTORCH_DIR=/nonexistent/libtorch "$scratch/torch_shim.o" 2>&1)" ||
+    ! grep -q 'no libtorch at LIBTORCH_DIR=/nonexistent/libtorch' <<<"$out"; then
+    printf '%s\n' "$out" >&2
+    echo "consumer-test: a LIBTORCH_DIR without libtorch is not named as such" >&2
+    exit 1
+fi
+rm -rf "$scratch"
 # mix clean runs the Mix compiler's clean/0: the NIF and its objects go,
 # and the next compile builds them again.
 MIX_ENV=test mix clean
