@@ -17,7 +17,7 @@
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3, to_device/2,
-         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
+         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0,
@@ -302,6 +302,17 @@ memory(T) -> not_a_tensor(T).
 %% a DLPack producer, or a binary.
 -spec pinned(tensor()) -> boolean().
 pinned(T) -> lists:member(memory(T), [pinned, dlpack, binary]).
+
+%% @doc What T is, for the shell, where a tensor prints as a bare reference:
+%% its dtype, shape, device and memory kind (see memory/1). For example
+%% `tensor_blob:describe(tensor_blob:zeros({2, 3}, float32))' gives
+%% `#{device => cpu, dtype => float32, memory => owned, shape => {2,3}}'.
+-spec describe(tensor()) -> #{dtype := atom(), shape := shape(), device := device(),
+                              memory := owned | pinned | unpinned | dlpack | binary | ipc}.
+describe(T) when is_reference(T) ->
+    #{dtype => dtype(T), shape => shape(T), device => device(T), memory => memory(T)};
+describe(T) ->
+    not_a_tensor(T).
 
 %% @doc Live tensors, live pins, live DLPack exports (capsules: exported
 %% managed tensors whose deleter has not run yet, consumed or not) and live
