@@ -173,8 +173,8 @@ nocuda-test: setup foreign-nif
 
 # The :nx tests against an Nx build: NX_PATH lists directories holding its
 # ebin folders (Nx, complex, telemetry), colon-separated. Unset, Nx is built
-# from ../shared/third_party (scripts/build_nx.sh: Nx 0.9.2 on Elixir < 1.17,
-# Nx and Torchx main on newer) under build/, once.
+# from the source archives in NX_SOURCES (scripts/build_nx.sh: Nx 0.9.2 on
+# Elixir < 1.17, Nx and Torchx main on newer) under build/, once.
 nx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \

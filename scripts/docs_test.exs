@@ -9,6 +9,8 @@
 #                    the blocks of a file share their variables
 #   ```elixir cuda   (or erlang cuda) run where TensorBlob.CUDA.available?()
 #                    says true, parsed only elsewhere
+#   ```elixir nocuda (or erlang nocuda) run where the linked libtorch has
+#                    no CUDA (the errors it gives), parsed only elsewhere
 #   ```elixir nx     (or torchx) run where Nx (Torchx) is loaded, parsed
 #                    only elsewhere
 #   ```elixir norun  (or erlang norun) parsed only: a snippet that is not a
@@ -83,12 +85,14 @@ defmodule DocsTest do
   defp run_file(file, blocks) do
     env = Code.env_for_eval(file: file)
     gpu? = TensorBlob.CUDA.available?()
+    cuda_torch? = TensorBlob.CUDA.runtime().libtorch
     loaded? = fn mod -> Code.ensure_loaded?(mod) end
 
     decide = fn tags ->
       cond do
         "norun" in tags -> :parse
         "cuda" in tags and not gpu? -> :parse
+        "nocuda" in tags and cuda_torch? -> :parse
         "nx" in tags and not loaded?.(Nx) -> :parse
         "torchx" in tags and not loaded?.(Torchx) -> :parse
         true -> :run
