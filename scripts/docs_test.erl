@@ -33,9 +33,19 @@ chunk(Line, {L, Code, Expect}, Bindings) ->
         {error, Why} ->
             {{fail, L, Why}, Bindings};
         {ok, Exprs} ->
-            Result = try erl_eval:exprs(Exprs, Bindings) of
-                         {value, V, B} -> {value, V, B}
-                     catch Class:Reason:Stack -> {raised, Class, Reason, Stack}
+            %% Before a raise expectation, the expressions before the last
+            %% run as usual; the last one must raise.
+            {Init, Last} = case Expect of
+                               {raise, _} -> lists:split(length(Exprs) - 1, Exprs);
+                               _ -> {[], Exprs}
+                           end,
+            Result = try erl_eval:exprs(Init ++ [{atom, 1, ok}], Bindings) of
+                         {value, _, B0} ->
+                             try erl_eval:exprs(Last, B0) of
+                                 {value, V, B} -> {value, V, B}
+                             catch Class:Reason:Stack -> {raised, Class, Reason, Stack, B0}
+                             end
+                     catch Class:Reason:Stack -> {raised, Class, Reason, Stack, Bindings}
                      end,
             case check(Result, Expect, Bindings) of
                 {ok, B1} -> {{ran, Line}, B1};
@@ -52,7 +62,7 @@ check({value, V, B}, {value, Pattern}, _) ->
     end;
 check({value, V, _}, {raise, Text}, _) ->
     {fail, fmt("should raise ~ts, but gives ~tp", [Text, V])};
-check({raised, Class, Reason, _}, {raise, Text}, B) ->
+check({raised, Class, Reason, _, B}, {raise, Text}, _) ->
     {ClassText, Pattern} = split_class(Text),
     case atom_to_list(Class) of
         ClassText ->
@@ -64,7 +74,7 @@ check({raised, Class, Reason, _}, {raise, Text}, B) ->
         _ ->
             {fail, fmt("raises ~ts: ~tp, the block says ~ts", [Class, Reason, Text])}
     end;
-check({raised, Class, Reason, Stack}, _, _) ->
+check({raised, Class, Reason, Stack, _}, _, _) ->
     {fail, fmt("raises ~ts: ~tp~n~tp", [Class, Reason, Stack])}.
 
 split_class(Text) ->

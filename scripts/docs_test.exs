@@ -24,11 +24,12 @@
 #   # => pattern                   (binding its variables, as = does); a
 #                                  pattern starting with # is inspect output,
 #                                  compared as text
-#   # ** (ArgumentError) text      the code above raises that exception with a
-#                                  message starting with text
+#   # ** (ArgumentError) text      the last expression above raises that
+#                                  exception, its message starting with text
+#                                  (the expressions before it run as usual)
 #   Expr  % => Pattern             Erlang: the value matches Pattern
-#   % ** error: Pattern            the code above raises error (or throw,
-#                                  exit) with a reason matching Pattern
+#   % ** error: Pattern            the last expression above raises error (or
+#                                  throw, exit) with a reason matching Pattern
 #
 # The code "above" is everything since the previous such comment. A comment
 # line that follows one of these and is indented by two or more spaces after
@@ -181,16 +182,40 @@ defmodule DocsTest do
     end)
   end
 
+  # Before a raise expectation, the expressions before the last run as
+  # usual (their bindings kept); the last one must raise.
   defp eval_chunk(start, code, expect, binding, env) do
     result =
       try do
         quoted = Code.string_to_quoted!(code, file: env.file, line: start)
-        {:ok, Code.eval_quoted_with_env(quoted, binding, env)}
+
+        case {expect, quoted} do
+          {{:raise, _}, {:__block__, meta, [_, _ | _] = exprs}} ->
+            {init, [last]} = Enum.split(exprs, -1)
+            {_, binding, env} = Code.eval_quoted_with_env({:__block__, meta, init}, binding, env)
+            {:ready, last, binding, env}
+
+          _ ->
+            {:ready, quoted, binding, env}
+        end
       rescue
         e -> {:raised, e, __STACKTRACE__}
       end
 
-    check_elixir(result, expect, binding, env)
+    case result do
+      {:ready, quoted, binding, env} ->
+        result =
+          try do
+            {:ok, Code.eval_quoted_with_env(quoted, binding, env)}
+          rescue
+            e -> {:raised, e, __STACKTRACE__}
+          end
+
+        check_elixir(result, expect, binding, env)
+
+      raised ->
+        check_elixir(raised, nil, binding, env)
+    end
   end
 
   defp check_elixir({:ok, {_value, binding, env}}, nil, _, _), do: {:ok, binding, env}
