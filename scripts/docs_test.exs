@@ -100,7 +100,7 @@ defmodule DocsTest do
       end
     end
 
-    {elixir_results, _} =
+    {elixir_results, state} =
       Enum.map_reduce(blocks, {[], env}, fn
         {line, "elixir", tags, body}, {binding, env} ->
           case decide.(tags) do
@@ -118,6 +118,9 @@ defmodule DocsTest do
           {{:text}, state}
       end)
 
+    # The Elixir blocks' variables stay alive while the Erlang blocks run:
+    # an Erlang block may be another OS process using what they made.
+    Process.put(:docs_test_binding, state)
     erlang = for {:erlang, line, how, body} <- elixir_results, do: {line, how, body}
     erlang_results = if erlang == [], do: [], else: run_erlang(erlang)
 

@@ -337,7 +337,7 @@ defmodule TensorBlob.IPCTest do
     end
   end
 
-  # Needs a GPU; run by .gpu/device.sh (mix test --include cuda).
+  # Needs a GPU: mix test --include cuda.
   describe "CUDA IPC and streams, with a GPU" do
     defp counters_reach(freed, tries \\ 200) do
       Lifetime.collect()
