@@ -178,7 +178,8 @@ nocuda-test: setup foreign-nif
 nx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \
-	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
 # Scratch Mix projects that depend on tensor_blob and Nx (path dependencies,
 # no Hex), in build/nx_consumers: TensorBlob.Nx is there exactly when the
@@ -193,7 +194,8 @@ nx-consumer-test: nif
 torchx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh main)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only torchx"; \
-	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
 # Every suite of `make test`, then the :nx and :torchx tests, on Debian 13's
 # stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root cached in
