@@ -88,6 +88,9 @@ defmodule DocsTest do
     gpu? = TensorBlob.CUDA.available?()
     cuda_torch? = TensorBlob.CUDA.runtime().libtorch
     loaded? = fn mod -> Code.ensure_loaded?(mod) end
+    # Nx from NX_PATH is on the code path, not a dependency: start it as a
+    # project depending on it would.
+    if loaded?.(Nx), do: {:ok, _} = Application.ensure_all_started(:nx)
 
     decide = fn tags ->
       cond do
