@@ -95,6 +95,22 @@ static void *capsule_take(tb_capsule *c)
     return m;
 }
 
+/* Checks the metadata of the managed tensor a capsule holds, without
+ * taking it; NULL (and chk unset) when it was consumed. */
+static void *capsule_read(tb_capsule *c, tb_dlpack_checked *chk)
+{
+    capsule_hold(c);
+    void *m = atomic_load(&c->managed);
+    if (m) {
+        if (c->versioned)
+            tb_dlpack_check_versioned(m, chk);
+        else
+            tb_dlpack_check_legacy(m, chk);
+    }
+    capsule_let_go(c);
+    return m;
+}
+
 /* Calls a managed tensor's deleter, if it has one. */
 static void release_managed(void *managed, int versioned)
 {
@@ -274,15 +290,7 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (!c)
         return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
     tb_dlpack_checked chk;
-    capsule_hold(c);
-    void *m = atomic_load(&c->managed);
-    if (m) {
-        if (c->versioned)
-            tb_dlpack_check_versioned(m, &chk);
-        else
-            tb_dlpack_check_legacy(m, &chk);
-    }
-    capsule_let_go(c);
+    void *m = capsule_read(c, &chk);
     if (!m)
         return tb_raise_badarg(env, "capsule: already consumed");
     if (chk.status != TB_DLC_OK)
@@ -420,17 +428,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
          * (read as dlpack_info reads it): a refused option leaves it armed. */
         if (argv[3] != tb_atoms.undefined) {
             tb_dlpack_checked peek;
-            enif_mutex_lock(capsule_lock);
-            void *held = atomic_load(&c->managed);
-            if (held) {
-                if (versioned)
-                    tb_dlpack_check_versioned(held, &peek);
-                else
-                    tb_dlpack_check_legacy(held, &peek);
-            }
-            enif_mutex_unlock(capsule_lock);
             ERL_NIF_TERM exc;
-            if (held && peek.status == TB_DLC_OK &&
+            if (capsule_read(c, &peek) && peek.status == TB_DLC_OK &&
                 !tb_cuda_dlpack_import_stream_check(env, peek.device_type, argv[3], "; the capsule is still armed",
                                                     &exc))
                 return exc;

@@ -7,6 +7,9 @@ t = Tensor.zeros({2, 3}, :float32)
 b = TensorBlob.to_blob(t)
 consumed = DLPack.export(t)
 _ = DLPack.consume(consumed)
+nest = fn n, wrap, term -> Enum.reduce(1..n, term, fn _, acc -> wrap.(acc) end) end
+deep = nest.(1_000_000, &[&1], [])
+wide = nest.(40, &List.duplicate(&1, 40), 0)
 
 cases = [
   {"spec not a map", fn -> TensorBlob.from_blob(:nope) end},
@@ -79,7 +82,28 @@ cases = [
   {"shape holding an atom", fn -> Tensor.zeros({2, :a}, :float32) end},
   {"to_binary(copy: false) of a non-contiguous tensor",
    fn -> t |> Tensor.transpose(0, 1) |> Tensor.to_binary(copy: false) end},
-  {"a huge term, printed with limits", fn -> TensorBlob.from_blob(%{b | ptr: Enum.to_list(1..100_000)}) end}
+  {"a huge term, printed with limits", fn -> TensorBlob.from_blob(%{b | ptr: Enum.to_list(1..100_000)}) end},
+  {"a million-deep list as a spec, printed cut down", fn -> TensorBlob.from_blob(deep) end},
+  {"a million-deep list as a shape", fn -> Tensor.zeros(deep, :float32) end},
+  {"a million-deep list as an IPC handle", fn -> TensorBlob.IPC.open(deep, :uint8, {1}) end},
+  {"a million-deep list, Erlang API", fn -> :tensor_blob.zeros(deep, :float32) end},
+  {"a tree of shared subterms 40 wide and 40 deep as a dtype", fn -> Tensor.zeros({1}, wide) end},
+  {"2^62 float32 elements with stride 0 (bytes past 64 bits)",
+   fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {2 ** 62}, strides: [0], dtype: :float32}, owner: t) end},
+  {"2^61 float64 elements with stride 0",
+   fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {2 ** 61}, strides: [0], dtype: :float64}, owner: t) end},
+  {"2^60 complex128 elements with stride 0",
+   fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {2 ** 60}, strides: [0], dtype: :complex128}, owner: t) end},
+  {"62 dimensions of 2 with stride 0, float32",
+   fn ->
+     TensorBlob.from_blob(%{ptr: b.ptr, shape: Tuple.duplicate(2, 62), strides: List.duplicate(0, 62), dtype: :float32},
+       owner: t
+     )
+   end},
+  {"DLPack: a CPU capsule imported with stream 0 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 0) end},
+  {"DLPack: a CPU capsule imported with stream 1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 1) end},
+  {"DLPack: a CPU capsule imported with stream 2 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 2) end},
+  {"DLPack: a CPU capsule imported with stream -1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: -1) end}
 ]
 
 IO.puts("# Bad inputs and the errors they get\n")
