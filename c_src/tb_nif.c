@@ -12,8 +12,8 @@
  *   tb_storage, tb_state          what memory is; what survives an upgrade
  *   tb_term, tb_rtype             atoms, reading and making terms; resource
  *                                 types striped over threads
- *   tb_raise                      raising: a format and its argument terms,
- *                                 rendered by the facade of the caller's language
+ *   tb_raise                      raising: a message as segments (text, terms,
+ *                                 code), rendered by the facade of the caller's language
  *   tb_dtype, tb_layout, tb_registry,
  *   tb_intervals, tb_dlpack_check, tb_count,
  *   tb_devmem, tb_stream,
