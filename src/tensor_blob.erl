@@ -770,32 +770,41 @@ erlang_term({whole, Term}, Chars) ->
     Text = unicode:characters_to_binary(io_lib:format("~0tp", [Term], [{chars_limit, Chars}])),
     {Text, Chars - string:length(Text)};
 erlang_term({list, Items, Tail}, Chars) ->
-    {Shown, Left} = erlang_items(Items, Chars - 2),
+    {Shown, Left, Cut} = erlang_items(Items, Chars - 2),
     {TailText, Left2} = case Tail of
+                            _ when Cut; Tail =:= more -> {more_text(Shown, true, "|"), Left - 4};
                             [] -> {"", Left};
-                            more when Items =:= [] -> {"...", Left - 3};
-                            more -> {"|...", Left - 4};
                             {tail, Node} -> {T, L} = erlang_term(Node, Left - 1), {["|", T], L}
                         end,
-    {["[", Shown, TailText, "]"], Left2};
+    {["[", lists:join(",", Shown), TailText, "]"], Left2};
 erlang_term({tuple, Items, More}, Chars) ->
-    {Shown, Left} = erlang_items(Items, Chars - 2),
-    {["{", Shown, more_text(Items, More), "}"], Left - 4};
+    {Shown, Left, Cut} = erlang_items(Items, Chars - 2),
+    {["{", lists:join(",", Shown), more_text(Shown, More orelse Cut, ","), "}"], Left - 4};
 erlang_term({map, Pairs, More}, Chars) ->
-    {Shown, Left} = lists:mapfoldl(fun({K, V}, C) ->
-                                           {KeyText, C1} = erlang_term(K, C),
-                                           {ValueText, C2} = erlang_term(V, C1 - 4),
-                                           {[KeyText, " => ", ValueText], C2}
-                                   end, Chars - 3, Pairs),
-    {["#{", lists:join(",", Shown), more_text(Pairs, More), "}"], Left - 4}.
+    {Shown, Left, Cut} = erlang_items(Pairs, Chars - 3),
+    {["#{", lists:join(",", Shown), more_text(Shown, More orelse Cut, ","), "}"], Left - 4};
+erlang_term({Key, Value}, Chars) ->
+    %% A map's pair.
+    {KeyText, Left} = erlang_term(Key, Chars),
+    {ValueText, Left2} = erlang_term(Value, Left - 4),
+    {[KeyText, " => ", ValueText], Left2}.
 
+%% {Texts, CharsLeft, Cut}: the items that fit in Chars; Cut when some did
+%% not.
 erlang_items(Items, Chars) ->
-    {Shown, Left} = lists:mapfoldl(fun(N, C) -> {T, L} = erlang_term(N, C), {T, L - 1} end, Chars, Items),
-    {lists:join(",", Shown), Left}.
+    erlang_items(Items, Chars, []).
 
-more_text(_Items, false) -> "";
-more_text([], true) -> "...";
-more_text(_Items, true) -> ",...".
+erlang_items([], Chars, Acc) ->
+    {lists:reverse(Acc), Chars, false};
+erlang_items(_Items, Chars, Acc) when Chars =< 0 ->
+    {lists:reverse(Acc), Chars, true};
+erlang_items([Item | Rest], Chars, Acc) ->
+    {Text, Left} = erlang_term(Item, Chars),
+    erlang_items(Rest, Left - 1, [Text | Acc]).
+
+more_text(_Shown, false, _Separator) -> "";
+more_text([], true, _Separator) -> "...";
+more_text(_Shown, true, Separator) -> [Separator, "..."].
 
 %% @private The error_info callback of erl_error (the Erlang shell): the
 %% message, as the general explanation.
