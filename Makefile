@@ -45,7 +45,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: load-test-builds check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
 all: nif chunks
 nif: $(NIF)
@@ -143,6 +143,26 @@ valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(
 	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
 		--suppressions=c_test/valgrind.supp $(BUILD)/shim_test
 
+# Two more builds for the load tests (test/tensor_blob_load_tests.erl):
+# one of another TB_ABI, and one that fails the load step named by the
+# environment variable TB_LOAD_FAULT (c_src/tb_load.h).
+LOAD_TEST := $(BUILD)/load_test
+LOAD_TEST_CFLAGS = $(CFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE)
+$(LOAD_TEST)/abi/%.o: c_src/%.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(LOAD_TEST_CFLAGS) $(DEPFLAGS) -DTB_ABI=0x7e57u -c $< -o $@
+$(LOAD_TEST)/faults/%.o: c_src/%.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(LOAD_TEST_CFLAGS) $(DEPFLAGS) -DTB_LOAD_FAULTS -c $< -o $@
+FAULT_OBJECTS := $(LOAD_TEST)/faults/tb_nif.o $(LOAD_TEST)/faults/tb_state.o
+$(LOAD_TEST)/abi/tensor_blob_nif.so: $(C_OBJECTS:$(BUILD)/%=$(LOAD_TEST)/abi/%) $(SHIM_OBJECT)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
+$(LOAD_TEST)/faults/tensor_blob_nif.so: $(FAULT_OBJECTS) $(filter-out $(FAULT_OBJECTS:$(LOAD_TEST)/faults/%=$(BUILD)/%),$(C_OBJECTS)) $(SHIM_OBJECT)
+	$(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
+-include $(wildcard $(LOAD_TEST)/*/*.d)
+
+load-test-builds: $(LOAD_TEST)/abi/tensor_blob_nif.so $(LOAD_TEST)/faults/tensor_blob_nif.so
+
 # An independent NIF library that reaches us only through
 # priv/include/tensor_blob.h (and DLPack): the bridge tests load it.
 FOREIGN_NIF := build/foreign_tensor_nif.so
@@ -155,7 +175,7 @@ foreign-nif: $(FOREIGN_NIF)
 mix-test: nif foreign-nif
 	MIX_ENV=test mix test
 
-eunit: nif foreign-nif
+eunit: nif foreign-nif load-test-builds
 	rebar3 eunit
 
 # The build without CUDA code (TB_CUDA=0), under the whole ExUnit suite:
@@ -264,7 +284,7 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	ERL_FLAGS="+Mea min" TENSOR_BLOB_NIF=$(CURDIR)/$(ASAN_BUILD)/tensor_blob_nif
 
-asan-test: setup nif foreign-nif
+asan-test: setup nif foreign-nif load-test-builds
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
 		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test

@@ -7,26 +7,21 @@ static void list_init(tb_range *head)
     head->prev = head->next = head;
 }
 
-int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why)
+tb_load_failure tb_state_load(void *old, void (*storage_deleter)(void *))
 {
     tb_state *s = old;
-    if (s && s->abi != TB_ABI) {
-        *why = "the loaded build of tensor_blob has another ABI; restart the VM to load this one";
-        return 0;
-    }
+    if (s && s->abi != TB_ABI)
+        return TB_LOAD_ABI;
     if (!s) {
         /* Never freed: every later build takes it over. */
-        s = enif_alloc(sizeof *s);
-        if (!s) {
-            *why = "out of memory";
-            return 0;
-        }
+        s = tb_load_fault(TB_LOAD_NO_MEMORY) ? NULL : enif_alloc(sizeof *s);
+        if (!s)
+            return TB_LOAD_NO_MEMORY;
         *s = (tb_state){.abi = TB_ABI};
-        s->lock = enif_mutex_create("tensor_blob_memory");
+        s->lock = tb_load_fault(TB_LOAD_NO_MUTEX) ? NULL : enif_mutex_create("tensor_blob_memory");
         if (!s->lock) {
             enif_free(s);
-            *why = "cannot create a mutex";
-            return 0;
+            return TB_LOAD_NO_MUTEX;
         }
         list_init(&s->frozen_files);
         list_init(&s->writing);
@@ -35,14 +30,12 @@ int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why)
     for (size_t i = 0; i < s->build_count; i++)
         known |= s->storage_deleters[i] == storage_deleter;
     if (!known) {
-        if (s->build_count == TB_MAX_BUILDS) {
-            *why = "too many builds of tensor_blob loaded in this VM";
-            return 0;
-        }
+        if (s->build_count == TB_MAX_BUILDS)
+            return TB_LOAD_TOO_MANY_BUILDS;
         s->storage_deleters[s->build_count] = storage_deleter;
         /* Readers on other threads see the entry before the count. */
         __atomic_store_n(&s->build_count, s->build_count + 1, __ATOMIC_RELEASE);
     }
     tb_st = s;
-    return 1;
+    return TB_LOAD_OK;
 }

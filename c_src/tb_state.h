@@ -12,8 +12,11 @@
 
 #include "tb_count.h"
 #include "tb_intervals.h"
+#include "tb_load.h"
 
+#ifndef TB_ABI /* the load tests build one with another */
 #define TB_ABI 3u /* 3: read-only and frozen memory are interval sets; 2: a DLPack capsule keeps its tensor resource */
+#endif
 #define TB_MAX_BUILDS 16
 
 typedef struct {
@@ -33,7 +36,7 @@ typedef struct {
 extern tb_state *tb_st;
 
 /* load: a new state (old == NULL) or the old build's; registers this
- * build's storage deleter. 0 with *why set when it cannot. */
-int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why);
+ * build's storage deleter. TB_LOAD_OK, or why it cannot. */
+tb_load_failure tb_state_load(void *old, void (*storage_deleter)(void *));
 
 #endif
