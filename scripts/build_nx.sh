@@ -20,7 +20,6 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 third_party="${THIRD_PARTY:-$repo/../shared/third_party}"
-[ -d "$third_party" ] || third_party=/work/shared/third_party
 [ -d "$third_party" ] || { echo "build_nx: no third_party folder (set THIRD_PARTY)" >&2; exit 1; }
 
 elixir_version="$(elixir -e 'IO.write(System.version())')"

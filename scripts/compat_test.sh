@@ -25,7 +25,6 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 compat_dir="${COMPAT_DIR:-$repo/build/compat}"
 mirror="${COMPAT_MIRROR:-http://deb.debian.org/debian}"
 third_party="${THIRD_PARTY:-$repo/../shared/third_party}"
-[ -d "$third_party" ] || third_party=/work/shared/third_party
 root="$compat_dir/trixie"
 mode="${1:-all}"
 
