@@ -115,6 +115,38 @@ static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
     return enif_get_resource(env, term, capsule_type, (void **)&c) ? c : NULL;
 }
 
+/* The capsule a term is, or NULL with *exc set. */
+static tb_capsule *capsule_arg(ErlNifEnv *env, ERL_NIF_TERM term, ERL_NIF_TERM *exc)
+{
+    tb_capsule *c = get_capsule(env, term);
+    if (!c)
+        *exc = tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", term);
+    return c;
+}
+
+static void check_managed(void *m, int versioned, tb_dlpack_checked *chk)
+{
+    if (versioned)
+        tb_dlpack_check_versioned(m, chk);
+    else
+        tb_dlpack_check_legacy(m, chk);
+}
+
+/* A capsule's managed tensor, or NULL with *exc set once it was consumed.
+ * Under the lock: dlpack_info may be reading it while an import frees it.
+ * take: taken out, so that no second consumer gets it. chk: checked too. */
+static void *capsule_managed(ErlNifEnv *env, tb_capsule *c, int take, tb_dlpack_checked *chk, ERL_NIF_TERM *exc)
+{
+    enif_mutex_lock(capsule_lock);
+    void *m = take ? atomic_exchange(&c->managed, NULL) : atomic_load(&c->managed);
+    if (m && chk)
+        check_managed(m, c->versioned, chk);
+    enif_mutex_unlock(capsule_lock);
+    if (!m)
+        *exc = tb_raise_badarg(env, "capsule: already consumed");
+    return m;
+}
+
 /* ---- Import: the storage ------------------------------------------------ */
 
 /* The storage of an imported tensor: it calls the producer's deleter, once,
@@ -237,14 +269,11 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_capsule *c = get_capsule(env, argv[0]);
-    if (!c)
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
-    enif_mutex_lock(capsule_lock);
-    void *m = atomic_exchange(&c->managed, NULL);
-    enif_mutex_unlock(capsule_lock);
+    ERL_NIF_TERM exc;
+    tb_capsule *c = capsule_arg(env, argv[0], &exc);
+    void *m = c ? capsule_managed(env, c, 1, NULL, &exc) : NULL;
     if (!m)
-        return tb_raise_badarg(env, "capsule: already consumed");
+        return exc;
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
 }
 
@@ -254,21 +283,11 @@ ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_capsule *c = get_capsule(env, argv[0]);
-    if (!c)
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+    ERL_NIF_TERM exc;
     tb_dlpack_checked chk;
-    enif_mutex_lock(capsule_lock);
-    void *m = atomic_load(&c->managed);
-    if (m) {
-        if (c->versioned)
-            tb_dlpack_check_versioned(m, &chk);
-        else
-            tb_dlpack_check_legacy(m, &chk);
-    }
-    enif_mutex_unlock(capsule_lock);
-    if (!m)
-        return tb_raise_badarg(env, "capsule: already consumed");
+    tb_capsule *c = capsule_arg(env, argv[0], &exc);
+    if (!c || !capsule_managed(env, c, 0, &chk, &exc))
+        return exc;
     if (chk.status != TB_DLC_OK)
         return tb_raise_badarg(env, "capsule: %s", tb_dlpack_status_text(chk.status));
     ERL_NIF_TERM device_type;
@@ -290,9 +309,10 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_capsule *c = get_capsule(env, argv[0]);
+    ERL_NIF_TERM exc;
+    tb_capsule *c = capsule_arg(env, argv[0], &exc);
     if (!c)
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+        return exc;
     return c->versioned ? tb_atoms.versioned : tb_atoms.legacy;
 }
 
@@ -401,13 +421,10 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
             return tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
                                    versioned ? "versioned" : "legacy", version);
         /* Taken whatever happens next: a refused capsule is released, not
-         * put back, so no second consumer can race a failed one. Under the
-         * lock: dlpack_info may be reading it, and it may be freed below. */
-        enif_mutex_lock(capsule_lock);
-        m = atomic_exchange(&c->managed, NULL);
-        enif_mutex_unlock(capsule_lock);
-        if (!m)
-            return tb_raise_badarg(env, "capsule: already consumed");
+         * put back, so no second consumer can race a failed one. */
+        ERL_NIF_TERM exc;
+        if (!(m = capsule_managed(env, c, 1, NULL, &exc)))
+            return exc;
         /* With a stream, the stream contract below runs for ours too. */
         if (argv[3] == tb_atoms.undefined && own_export(m, versioned, read_only))
             return import_own_export(env, c, m);
@@ -428,10 +445,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     }
 
     tb_dlpack_checked chk;
-    if (versioned)
-        tb_dlpack_check_versioned(m, &chk);
-    else
-        tb_dlpack_check_legacy(m, &chk);
+    check_managed(m, versioned, &chk);
     /* Our own capsules are always trusted: they hold our exports. */
     int owned = chk.owned || from_capsule;
     if (chk.status != TB_DLC_OK)

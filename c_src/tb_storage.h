@@ -21,6 +21,11 @@
 #include "tb_state.h"
 #include "torch_shim.h"
 
+/* The kind is read from headers that older builds wrote (a hot upgrade
+ * keeps their tensors): bump TB_ABI (tb_state.h) when an existing kind's
+ * value or meaning changes (renumbered, removed, split, reused) or the
+ * header's layout does. A kind appended at the end needs no bump: no
+ * older header carries it. */
 typedef enum {
     TB_MEMORY_OWNED = 0, /* libtorch allocated it */
     TB_MEMORY_PINNED,    /* a view that keeps an owner term or tensor alive */

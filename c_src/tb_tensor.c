@@ -21,8 +21,9 @@ static void tensor_dtor(ErlNifEnv *env, void *obj)
 /* A view pinning this tensor is gone: drop its reference. */
 static void release_as_owner(tb_storage *s)
 {
-    tb_tensor *t = (tb_tensor *)((char *)(s - (s->flags & TB_STORAGE_READ_ONLY ? 1 : 0)) -
-                                 offsetof(tb_tensor, as_owner));
+    tb_tensor *t = s->flags & TB_STORAGE_READ_ONLY
+                       ? (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.read_only))
+                       : (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.writable));
     enif_release_resource(t);
     tb_count_add(&tb_st->pins, -1);
 }
@@ -45,8 +46,8 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
         return 0;
     }
     t->handle = handle;
-    tb_storage_init(&t->as_owner[0], TB_MEMORY_PINNED, 0, release_as_owner);
-    tb_storage_init(&t->as_owner[1], TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY, release_as_owner);
+    tb_storage_init(&t->as_owner.writable, TB_MEMORY_PINNED, 0, release_as_owner);
+    tb_storage_init(&t->as_owner.read_only, TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY, release_as_owner);
     tb_count_add(&tb_st->tensors, 1);
     *out = enif_make_resource(env, t);
     enif_release_resource(t);

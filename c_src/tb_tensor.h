@@ -16,9 +16,11 @@
 typedef struct {
     tb_shim_tensor *handle;
     /* The storage headers of the views that pin this tensor (from_blob
-     * with this tensor as owner): [0] writable, [1] read-only. Shared by
-     * all such views; each view holds a reference to this resource. */
-    tb_storage as_owner[2];
+     * with this tensor as owner). Shared by all such views; each view
+     * holds a reference to this resource. */
+    struct {
+        tb_storage writable, read_only;
+    } as_owner;
 } tb_tensor;
 
 /* A tensor argument and what it is. */
