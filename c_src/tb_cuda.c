@@ -125,7 +125,7 @@ static const char *op_set_device(int device)
     return rt_error(rt.set_device(device));
 }
 
-static const char *op_pointer_kind(uint64_t ptr, tb_mem_kind *kind, int *device)
+static const char *op_pointer_type(uint64_t ptr, tb_mem_type *type, int *device)
 {
     struct cudaPointerAttributes a;
     const char *e = rt_error(rt.pointer_get_attributes(&a, (const void *)(uintptr_t)ptr));
@@ -133,10 +133,10 @@ static const char *op_pointer_kind(uint64_t ptr, tb_mem_kind *kind, int *device)
         return e;
     *device = a.device;
     switch (a.type) {
-    case cudaMemoryTypeHost: *kind = TB_MEM_PINNED_HOST; break;
-    case cudaMemoryTypeDevice: *kind = TB_MEM_DEVICE; break;
-    case cudaMemoryTypeManaged: *kind = TB_MEM_MANAGED; break;
-    default: *kind = TB_MEM_HOST; break;
+    case cudaMemoryTypeHost: *type = TB_MEM_PAGE_LOCKED_HOST; break;
+    case cudaMemoryTypeDevice: *type = TB_MEM_DEVICE; break;
+    case cudaMemoryTypeManaged: *type = TB_MEM_MANAGED; break;
+    default: *type = TB_MEM_HOST; break;
     }
     return NULL;
 }
@@ -238,7 +238,7 @@ static void fill_runtime_ops(void)
 #define OP(field, fn, needed) ops.field = (needed) ? fn : NULL
     OP(get_device, op_get_device, rt.get_device);
     OP(set_device, op_set_device, 1);
-    OP(pointer_kind, op_pointer_kind, 1);
+    OP(pointer_type, op_pointer_type, 1);
     OP(address_range, op_address_range, rt.mem_get_address_range);
     OP(ipc_get_handle, op_ipc_get_handle, rt.ipc_get_mem_handle);
     OP(ipc_open_handle, op_ipc_open_handle, rt.ipc_open_mem_handle);
@@ -319,12 +319,12 @@ int tb_cuda_device_count(void)
     return n;
 }
 
-tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device, const char **error)
+tb_mem_type tb_cuda_pointer_type(uint64_t ptr, int *device, const char **error)
 {
-    tb_mem_kind kind = TB_MEM_UNKNOWN;
+    tb_mem_type type = TB_MEM_UNKNOWN;
     *device = -1;
-    *error = rt.loaded ? op_pointer_kind(ptr, &kind, device) : NULL;
-    return *error ? TB_MEM_UNKNOWN : kind;
+    *error = rt.loaded ? op_pointer_type(ptr, &type, device) : NULL;
+    return *error ? TB_MEM_UNKNOWN : type;
 }
 
 const char *tb_cuda_ipc_unavailable(void)
@@ -357,7 +357,7 @@ int tb_cuda_device_count(void)
     return 0;
 }
 
-tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device, const char **error)
+tb_mem_type tb_cuda_pointer_type(uint64_t ptr, int *device, const char **error)
 {
     (void)ptr;
     *device = -1;
@@ -376,7 +376,7 @@ const char *tb_cuda_ipc_unavailable(void)
 static tb_mem_answer ask(uint64_t ptr)
 {
     tb_mem_answer a;
-    a.kind = tb_cuda_pointer_kind(ptr, &a.device, &a.error);
+    a.type = tb_cuda_pointer_type(ptr, &a.device, &a.error);
     return a;
 }
 
@@ -557,9 +557,9 @@ ERL_NIF_TERM tb_nif_cuda_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (tb_cuda_device_count() == 0)
         return tb_atoms.unknown; /* no runtime, driver or GPU to tell */
     tb_mem_answer a = ask(ptr);
-    switch (a.kind) {
+    switch (a.type) {
     case TB_MEM_HOST: return tb_atoms.cpu;
-    case TB_MEM_PINNED_HOST: return tb_atoms.cuda_host;
+    case TB_MEM_PAGE_LOCKED_HOST: return tb_atoms.cuda_host;
     case TB_MEM_DEVICE: return tb_atoms.cuda;
     case TB_MEM_MANAGED: return tb_atoms.cuda_managed;
     default: return tb_atoms.unknown;

@@ -34,7 +34,7 @@ const tb_cuda_ops *tb_cuda_ops_get(void);
 
 /* What the runtime knows of ptr (TB_MEM_UNKNOWN when it cannot tell; then
  * *error is the runtime's message when it answered with an error). */
-tb_mem_kind tb_cuda_pointer_kind(uint64_t ptr, int *device, const char **error);
+tb_mem_type tb_cuda_pointer_type(uint64_t ptr, int *device, const char **error);
 
 /* 0 and a message when ptr is not memory of the declared device. */
 int tb_cuda_check_pointer(uint64_t ptr, const tb_device *declared, char *why, size_t why_size);

@@ -15,7 +15,7 @@
 #include "tb_load.h"
 
 #ifndef TB_ABI /* the load tests build one with another */
-#define TB_ABI 3u /* 3: read-only and frozen memory are interval sets; 2: a DLPack capsule keeps its tensor resource */
+#define TB_ABI 4u /* 4: shared-memory regions and CUDA IPC mappings are two storage kinds; 3: read-only and frozen memory are interval sets; 2: a DLPack capsule keeps its tensor resource */
 #endif
 #define TB_MAX_BUILDS 16
 

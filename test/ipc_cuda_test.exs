@@ -457,7 +457,7 @@ defmodule TensorBlob.IPCTest do
     end
 
     @tag :cuda
-    test "pinned host memory imports as a CPU tensor, managed memory as a CUDA one" do
+    test "page-locked host memory imports as a CPU tensor, managed memory as a CUDA one" do
       {_, freed} = :foreign_tensor_nif.counters()
       data = f32s(Enum.to_list(1..8))
 
