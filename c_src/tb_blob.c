@@ -1,6 +1,6 @@
 #include "tb_blob.h"
 
-#include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
 #include "tb_layout.h"
 #include "tb_pin.h"
 #include "tb_storage.h"

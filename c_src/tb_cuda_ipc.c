@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
 #include "tb_cuda_handle.h"
 #include "tb_storage.h"
 #include "tb_stream.h"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "tensor_blob_dlpack.h"
-#include "torch_shim.h"
+#include "tb_device.h"
 
 const char *tb_devmem_type_name(tb_mem_type type)
 {

@@ -5,7 +5,8 @@
 #include <stdlib.h>
 
 #include "tb_count.h"
-#include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
+#include "tb_dlpack_device.h"
 #include "tb_dlpack_check.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
@@ -242,7 +243,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     }
     /* The stream contract (tb_stream.h); CPU tensors without a stream skip it. */
     if ((d.info.device_type != TB_DEVICE_CPU || argv[3] != tb_atoms.undefined) &&
-        !tb_cuda_dlpack_export_stream(env, &d.info, argv[3], &exc))
+        !tb_dlpack_export_stream(env, &d.info, argv[3], &exc))
         return exc;
     tb_tensor *t = d.tensor;
 
@@ -291,7 +292,7 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (chk.status != TB_DLC_OK)
         return tb_raise_badarg(env, "capsule: %s", tb_dlpack_status_text(chk.status));
     ERL_NIF_TERM device_type;
-    ERL_NIF_TERM device = tb_cuda_dlpack_device(env, chk.device_type, chk.device_id, &device_type);
+    ERL_NIF_TERM device = tb_dlpack_device_term(env, chk.device_type, chk.device_id, &device_type);
     ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.device_type, tb_atoms.dtype, tb_atoms.ptr, tb_atoms.read_only,
                            tb_atoms.shape, tb_atoms.strides};
     ERL_NIF_TERM values[] = {device,
@@ -463,7 +464,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     tb_device device = {TB_DEVICE_CPU, 0};
     ERL_NIF_TERM exc;
     if ((chk.device_type != tb_kDLCPU || argv[3] != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
-        !tb_cuda_dlpack_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, argv[3],
+        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, argv[3],
                                "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);
         return exc;

@@ -1,24 +1,31 @@
-/* The top of the NIF: load and upgrade, and the function table.
+/* The top of the NIF: load and upgrade, the function table, and the NIFs
+ * about the library itself (stats, dtypes, versions, load failures, the
+ * benchmarks' baselines).
  *
- * Layers, each including only those below it (scripts/check_c.sh checks
- * that no include forms a circle):
+ * Layers, top to bottom. A unit (a .c and its .h) includes only units of
+ * the layers below its own, never one beside it: scripts/check_c.sh reads
+ * this list and checks every include against it.
  *
- *   tb_nif.c                      load/upgrade, the function table
+ *   tb_nif                        load/upgrade, the function table
+ *   tb_bridge                     the door for other NIF libraries
  *   tb_blob, tb_binary, tb_dlpack,
- *   tb_ipc, tb_cuda_ipc, tb_cuda,
- *   tb_bridge                     one concern each: its NIFs
- *   tb_pin                        pins: storages that keep an owner alive
+ *   tb_ipc, tb_cuda_ipc, tb_cuda  one concern each: its NIFs
+ *   tb_pin, tb_dlpack_device      pins: storages that keep an owner alive;
+ *                                 DLPack devices and streams, as terms
  *   tb_tensor                     the tensor resource, tensor arguments, copies
- *   tb_storage, tb_state          what memory is; what survives an upgrade
- *   tb_term                       atoms, reading and making terms
+ *   tb_storage                    what memory is
+ *   tb_term, tb_state             atoms, reading and making terms; what
+ *                                 survives an upgrade
  *   tb_raise                      raising: a format and its argument terms,
  *                                 rendered by the facade of the caller's language
- *   tb_dtype, tb_layout,
- *   tb_dlpack_check, tb_count,
- *   tb_devmem, tb_stream,
- *   tb_cuda_handle                pure C: no BEAM, no libtorch (the last
- *                                 two over tb_cuda_ops.h's table of calls)
+ *   tb_cuda_runtime               the CUDA runtime, opened at load (no BEAM)
  *   torch_shim                    the only C++: the door to libtorch
+ *   tb_dlpack_check, tb_devmem,
+ *   tb_stream, tb_cuda_handle     pure C decisions: no BEAM, no libtorch
+ *                                 (the last three over tb_cuda_ops.h)
+ *   tb_dtype, tb_device, tb_layout,
+ *   tb_count, tb_intervals,
+ *   tb_load, tb_cuda_ops          pure C tables and types
  */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
 #include <dlfcn.h>
@@ -29,6 +36,7 @@
 #include "tb_blob.h"
 #include "tb_bridge.h"
 #include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
 #include "tb_cuda_ipc.h"
 #include "tb_dlpack.h"
 #include "tb_ipc.h"

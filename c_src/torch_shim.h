@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tb_device.h"
+
 #ifdef __cplusplus
 #define TB_NOEXCEPT noexcept
 extern "C" {
@@ -20,7 +22,6 @@ typedef struct {
     char message[256];
 } tb_shim_error;
 
-enum { TB_DEVICE_CPU = 0, TB_DEVICE_CUDA = 1 };
 
 typedef struct {
     int ndim;
