@@ -1,6 +1,6 @@
 /* The device types: one line each, as tb_dtype.h is for dtypes. Pure C.
  *
- *   X(id, atom, libtorch c10::DeviceType value, DLPack DLDeviceType value)
+ *   X(id, atom, c10::DeviceType name, its value, DLPack DLDeviceType value)
  *
  * The atom names the device in terms (cpu, {cuda, Index}: a device type
  * other than cpu takes an index). Adding a device type: a line here, the
@@ -9,12 +9,12 @@
 #ifndef TB_DEVICE_H
 #define TB_DEVICE_H
 
-#define TB_DEVICE_TYPES(X)                 \
-    X(TB_DEVICE_CPU, cpu, 0, 1 /* kDLCPU */) \
-    X(TB_DEVICE_CUDA, cuda, 1, 2 /* kDLCUDA */)
+#define TB_DEVICE_TYPES(X)                      \
+    X(TB_DEVICE_CPU, cpu, CPU, 0, 1 /* kDLCPU */) \
+    X(TB_DEVICE_CUDA, cuda, CUDA, 1, 2 /* kDLCUDA */)
 
 typedef enum {
-#define TB_DEVICE_ENUM(id, atom, torch, dlpack) id,
+#define TB_DEVICE_ENUM(id, atom, c10, torch, dlpack) id,
     TB_DEVICE_TYPES(TB_DEVICE_ENUM)
 #undef TB_DEVICE_ENUM
         TB_DEVICE_COUNT
@@ -25,11 +25,11 @@ typedef struct {
     int index;
 } tb_device;
 
-/* The device type of a libtorch or DLPack device type value: 0 when it is
- * none of ours. */
+/* Our device type of a libtorch device type value: 0 when it is none of
+ * ours. */
 static inline int tb_device_of_torch(int torch_type, int *out)
 {
-#define TB_DEVICE_FROM_TORCH(id, atom, torch, dlpack) \
+#define TB_DEVICE_FROM_TORCH(id, atom, c10, torch, dlpack) \
     if (torch_type == (torch)) {                       \
         *out = id;                                     \
         return 1;                                      \
@@ -39,11 +39,23 @@ static inline int tb_device_of_torch(int torch_type, int *out)
     return 0;
 }
 
+/* The DLPack device type of ours (-1 when it is none). */
+static inline int tb_device_dlpack_type(int type)
+{
+    switch (type) {
+#define TB_DEVICE_TO_DLPACK(id, atom, c10, torch, dlpack) \
+    case id: return dlpack;
+        TB_DEVICE_TYPES(TB_DEVICE_TO_DLPACK)
+#undef TB_DEVICE_TO_DLPACK
+    }
+    return -1;
+}
+
 /* The libtorch device type value of ours (-1 when it is none). */
 static inline int tb_device_torch_type(int type)
 {
     switch (type) {
-#define TB_DEVICE_TO_TORCH(id, atom, torch, dlpack) \
+#define TB_DEVICE_TO_TORCH(id, atom, c10, torch, dlpack) \
     case id: return torch;
         TB_DEVICE_TYPES(TB_DEVICE_TO_TORCH)
 #undef TB_DEVICE_TO_TORCH

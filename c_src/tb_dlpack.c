@@ -188,8 +188,8 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     }
     /* The spec asks for NULL data when there are no elements. */
     dl.data = no_elements ? NULL : info.data;
-    dl.device.device_type = info.device_type == TB_DEVICE_CUDA ? tb_kDLCUDA : tb_kDLCPU;
-    dl.device.device_id = info.device_type == TB_DEVICE_CUDA ? info.device_index : 0;
+    dl.device.device_type = tb_device_dlpack_type(info.device_type);
+    dl.device.device_id = info.device_type == TB_DEVICE_CPU ? 0 : info.device_index;
     dl.ndim = info.ndim;
     dl.dtype.code = tb_dtypes[id].dl_code;
     dl.dtype.bits = tb_dtypes[id].dl_bits;

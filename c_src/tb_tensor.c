@@ -83,7 +83,7 @@ long tb_tensor_live(void)
 int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d)
 {
     tb_shim_info_of(handle, &d->info);
-    if (!tb_dtype_of_scalar_type(d->info.scalar_type, &d->dtype))
+    if (d->info.device_type < 0 || !tb_dtype_of_scalar_type(d->info.scalar_type, &d->dtype))
         return 0;
     uint64_t n = tb_dtypes[d->dtype].element_size;
     for (int i = 0; i < d->info.ndim; i++)
@@ -101,7 +101,11 @@ int tb_tensor_arg(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_tenso
         return 0;
     }
     if (!tb_tensor_describe(d->tensor->handle, d)) {
-        *exc = tb_raise_error(env, "%s: libtorch scalar type %d has no dtype here", field, d->info.scalar_type);
+        if (d->info.device_type < 0)
+            *exc = tb_raise_error(env, "%s: on libtorch device type %d, which tensor_blob does not know", field,
+                                  d->info.torch_device_type);
+        else
+            *exc = tb_raise_error(env, "%s: libtorch scalar type %d has no dtype here", field, d->info.scalar_type);
         return 0;
     }
     return 1;

@@ -43,7 +43,8 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle);
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 
 /* Describes a handle; 0 when libtorch holds a scalar type the dtype
- * table lacks (never silently another one). */
+ * table lacks, or is on a device type the device table lacks (never
+ * silently another one). */
 int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d);
 
 /* Reads argument `term` as a tensor and describes it; otherwise 0 with

@@ -32,6 +32,7 @@ typedef struct {
     ERL_NIF_TERM versioned, legacy;
     ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
+    ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */
 } tb_atom_table;
 
 extern tb_atom_table tb_atoms;

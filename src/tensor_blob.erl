@@ -331,7 +331,7 @@ nx_type(Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:nx_type(Dtype)).
 cuda_info() -> ?NIF(tensor_blob_nif:cuda_info()).
 
 %% @doc What the CUDA runtime says the memory at Ptr is, without touching
-%% it: cpu (ordinary host memory), cuda_host (pinned host memory), cuda
+%% it: cpu (ordinary host memory), cuda_host (page-locked host memory), cuda
 %% (device memory), cuda_managed (managed memory), or unknown (no runtime,
 %% driver or GPU, or the runtime cannot place it).
 -spec cuda_memory(non_neg_integer()) -> cpu | cuda_host | cuda | cuda_managed | unknown.
@@ -346,7 +346,7 @@ cuda_synchronize(Index) -> ?NIF(tensor_blob_nif:cuda_synchronize(Index)).
 %% touching the memory: CUDA capsules included, whatever this build can
 %% import. device_type is DLPack's (cpu, cuda, cuda_host for kDLCUDAHost,
 %% cuda_managed for kDLCUDAManaged); device is where libtorch sees it once
-%% imported (cpu for pinned host memory, {cuda, I} for managed memory).
+%% imported (cpu for page-locked host memory, {cuda, I} for managed memory).
 -spec dlpack_info(capsule()) -> map().
 dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 
