@@ -68,13 +68,18 @@ int tb_tensor_get_dense(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dt
 int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_dense *out,
                               ERL_NIF_TERM *exc);
 
-/* Every NIF that copies data goes through here: it runs `fun` at once, or
- * on a dirty CPU scheduler when it copies more than TB_DIRTY_BYTES, or on
- * a dirty I/O scheduler whatever the size when a device is involved (the
- * copy waits for the GPU). */
+/* Every NIF that copies data runs where its copy belongs: on a dirty CPU
+ * scheduler when it copies more than TB_DIRTY_BYTES, on a dirty I/O
+ * scheduler whatever the size when a device is involved (the copy waits
+ * for the GPU), else at once. The NIF calls this once its arguments are
+ * read: 1 with *out set when it rescheduled itself (`self`, with the same
+ * arguments) to run there, 0 to go on where it is. */
 #define TB_DIRTY_BYTES (256 * 1024)
-ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device,
-                         ERL_NIF_TERM (*fun)(ErlNifEnv *, int, const ERL_NIF_TERM[]), int argc,
+typedef ERL_NIF_TERM tb_nif_fun(ErlNifEnv *, int, const ERL_NIF_TERM[]);
+int tb_reschedule_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *self, int argc,
+                       const ERL_NIF_TERM argv[], ERL_NIF_TERM *out);
+/* The same for a NIF that reads its arguments in `fun`: runs it there. */
+ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *fun, int argc,
                          const ERL_NIF_TERM argv[]);
 
 long tb_tensor_live(void);
