@@ -399,6 +399,55 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
     return term;
 }
 
+/* The managed tensor an import takes: out of our capsule (*from_capsule),
+ * or at an address whose producer answers for it. 1, or 0 with *answer set:
+ * the error, or the tensor already (our own export, back as it was). */
+static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only, void **m, int *versioned,
+                        int *from_capsule, ERL_NIF_TERM *answer)
+{
+    ERL_NIF_TERM version = argv[1];
+    tb_capsule *c = get_capsule(env, argv[0]);
+    ErlNifUInt64 address;
+    if (c) {
+        *versioned = c->versioned;
+        if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != *versioned) {
+            *answer = tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
+                                      *versioned ? "versioned" : "legacy", version);
+            return 0;
+        }
+        /* Taken whatever happens next: a refused capsule is released, not
+         * put back, so no second consumer can race a failed one. */
+        if (!(*m = capsule_managed(env, c, 1, NULL, answer)))
+            return 0;
+        /* With a stream, the stream contract runs for ours too. */
+        if (argv[3] == tb_atoms.undefined && own_export(*m, *versioned, read_only)) {
+            *answer = import_own_export(env, c, *m);
+            return 0;
+        }
+        *from_capsule = 1;
+        return 1;
+    }
+    if (enif_get_uint64(env, argv[0], &address)) {
+        /* Only what can be checked without reading: the rest is trusted. */
+        if (address == 0) {
+            *answer = tb_raise_badarg(env, "address: NULL is not a DLPack managed tensor");
+            return 0;
+        }
+        if (address % _Alignof(tb_DLManagedTensorVersioned) != 0) {
+            *answer = tb_raise_badarg(env, "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
+                                      (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
+            return 0;
+        }
+        *m = (void *)(uintptr_t)address;
+        *versioned = version != tb_atoms.legacy;
+        *from_capsule = 0;
+        return 1;
+    }
+    *answer = tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T",
+                              argv[0]);
+    return 0;
+}
+
 ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     ERL_NIF_TERM version = argv[1];
@@ -414,36 +463,9 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 
     void *m;
     int versioned, from_capsule;
-    tb_capsule *c = get_capsule(env, argv[0]);
-    ErlNifUInt64 address;
-    if (c) {
-        versioned = c->versioned;
-        if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != versioned)
-            return tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
-                                   versioned ? "versioned" : "legacy", version);
-        /* Taken whatever happens next: a refused capsule is released, not
-         * put back, so no second consumer can race a failed one. */
-        ERL_NIF_TERM exc;
-        if (!(m = capsule_managed(env, c, 1, NULL, &exc)))
-            return exc;
-        /* With a stream, the stream contract below runs for ours too. */
-        if (argv[3] == tb_atoms.undefined && own_export(m, versioned, read_only))
-            return import_own_export(env, c, m);
-        from_capsule = 1;
-    } else if (enif_get_uint64(env, argv[0], &address)) {
-        /* Only what can be checked without reading: the rest is trusted. */
-        if (address == 0)
-            return tb_raise_badarg(env, "address: NULL is not a DLPack managed tensor");
-        if (address % _Alignof(tb_DLManagedTensorVersioned) != 0)
-            return tb_raise_badarg(env, "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
-                                   (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
-        m = (void *)(uintptr_t)address;
-        versioned = version != tb_atoms.legacy;
-        from_capsule = 0;
-    } else {
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T",
-                               argv[0]);
-    }
+    ERL_NIF_TERM answer;
+    if (!take_managed(env, argv, read_only, &m, &versioned, &from_capsule, &answer))
+        return answer;
 
     tb_dlpack_checked chk;
     check_managed(m, versioned, &chk);
