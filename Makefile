@@ -103,5 +103,6 @@ clean-nif:
 	rm -f $(BUILD)/*.o $(BUILD)/*.d $(BUILD)/config-* $(NIF)
 	rm -rf doc/chunks
 
-# The tests, the checks and the tools.
-include mk/c_tests.mk mk/suites.mk mk/nx.mk mk/fuzz.mk
+# The tests, the checks and the tools (absent from a package, which only
+# builds).
+-include mk/c_tests.mk mk/suites.mk mk/nx.mk mk/fuzz.mk

@@ -291,7 +291,6 @@ ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return tb_tensor_return(env, h);
 }
 
-
 /* ---- Views ------------------------------------------------------------- */
 
 ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
