@@ -10,7 +10,7 @@
 %%                    TB_LOAD_FAULT (both test builds: make load-test-builds).
 -module(tensor_blob_load_tests).
 
--export([first_load/0, reload_each/1, log/2]).
+-export([first_load/0, reload_each/1, reload_copies/3, log/2]).
 
 -include_lib("eunit/include/eunit.hrl").
 
@@ -43,16 +43,12 @@ abi() ->
 
 too_many_builds() ->
     {too_many_builds, Code, _} = Failure = failure(too_many_builds),
-    Dir = filename:join(?LOAD_TEST, "copies"),
+    Dir = filename:absname(filename:join(?LOAD_TEST, "copies")),
     ok = filelib:ensure_dir(filename:join(Dir, "x")),
     %% Each copy is another build to the dynamic loader: another storage
-    %% deleter to register.
-    Copies = [begin
-                  Copy = filename:join(Dir, "build_" ++ integer_to_list(I)),
-                  {ok, _} = file:copy(library() ++ ".so", Copy ++ ".so"),
-                  filename:absname(Copy)
-              end || I <- lists:seq(1, 64)],
-    {Results, Codes, Output} = child(library(), [], {reload_each, Copies}),
+    %% deleter to register. The child makes them as it goes.
+    {Results, Codes, Output} = child(library(), [], {reload_copies, filename:absname(library()), Dir, 64}),
+    ok = file:del_dir_r(Dir),
     {Loaded, [Last]} = lists:split(length(Results) - 1, Results),
     ?assertNotEqual([], Loaded),
     ?assertEqual([{module, ?M}], lists:usort(Loaded)),
@@ -87,7 +83,9 @@ child(Library, Env, Step) ->
     Dirs = lists:usort([filename:dirname(code:which(M)) || M <- [?M, ?MODULE]]),
     Code = case Step of
                first_load -> "tensor_blob_load_tests:first_load().";
-               {reload_each, Paths} -> lists:flatten(io_lib:format("tensor_blob_load_tests:reload_each(~w).", [Paths]))
+               {reload_each, Paths} -> lists:flatten(io_lib:format("tensor_blob_load_tests:reload_each(~w).", [Paths]));
+               {reload_copies, Source, Dir, N} ->
+                   lists:flatten(io_lib:format("tensor_blob_load_tests:reload_copies(~w, ~w, ~w).", [Source, Dir, N]))
            end,
     Port = open_port({spawn_executable, Erl},
                      [{args, ["-noshell", "-pa" | Dirs] ++ ["-eval", Code]},
@@ -115,6 +113,24 @@ reload_each(Paths) ->
     {module, ?M} = code:ensure_loaded(?M),
     Results = reload_each(Paths, []),
     report(Results, Results).
+
+%% In the child: the same over up to N copies of the build Source, each
+%% made in Dir just before it is loaded.
+reload_copies(Source, Dir, N) ->
+    capture_reports(),
+    {module, ?M} = code:ensure_loaded(?M),
+    Results = reload_copies(Source, Dir, 1, N, []),
+    report(Results, Results).
+
+reload_copies(_, _, I, N, Acc) when I > N ->
+    lists:reverse(Acc);
+reload_copies(Source, Dir, I, N, Acc) ->
+    Copy = filename:join(Dir, "build_" ++ integer_to_list(I)),
+    {ok, _} = file:copy(Source ++ ".so", Copy ++ ".so"),
+    case reload_each([Copy], []) of
+        [{module, ?M} = R] -> reload_copies(Source, Dir, I + 1, N, [R | Acc]);
+        [Error] -> lists:reverse([Error | Acc])
+    end.
 
 reload_each([], Acc) ->
     lists:reverse(Acc);
