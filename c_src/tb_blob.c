@@ -200,11 +200,12 @@ static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_spe
 }
 
 /* The storage of a view pinning any other term: 1 (*proven when the
- * owner is a binary whose extent covers the view), or 0 with *answer set
- * to the error. */
+ * owner is a binary whose extent covers the view; read-only over a binary
+ * nested in it), or 0 with *answer set to the error. */
 static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const view_spec *v, tb_storage **storage,
                               int *proven, ERL_NIF_TERM *answer)
 {
+    int read_only = v->read_only;
     tb_pin *p = tb_pin_term(owner_term);
     if (!p) {
         *answer = tb_raise_error(env, "from_blob: out of memory pinning the owner");
@@ -226,8 +227,15 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
             return 0;
         }
         *proven = 1;
+    } else if (v->r.byte_size > 0 && v->device.type == TB_DEVICE_CPU &&
+               tb_pin_holds_binary_over(p, (uintptr_t)v->l.ptr, (uintptr_t)v->l.ptr + v->r.byte_size)) {
+        /* A binary nested in the owner: its bytes are immutable, and
+         * guarded against every other tensor while this view lives. */
+        tb_range span = {.lo = (uintptr_t)v->l.ptr, .hi = (uintptr_t)v->l.ptr + v->r.byte_size};
+        tb_storage_guard_read_only(&p->header, &span);
+        read_only = 1;
     }
-    if (v->read_only)
+    if (read_only)
         p->header.flags |= TB_STORAGE_READ_ONLY;
     *storage = &p->header;
     return 1;

@@ -8,6 +8,7 @@
 #include "tb_cuda_runtime.h"
 #include "tb_dlpack_device.h"
 #include "tb_dlpack_check.h"
+#include "tb_rtype.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -61,6 +62,10 @@ long tb_dlpack_live(void)
  * atomically, so of two racing consumers exactly one gets it. */
 typedef struct {
     _Atomic(void *) managed; /* NULL once consumed */
+    /* Held by consume and by dlpack_info, so metadata is never read from
+     * a managed tensor that a consumer has just taken, and may have freed.
+     * One per capsule: capsules of different tensors never contend. */
+    atomic_flag busy;
     int versioned;
     /* The exported tensor, kept: a view pinning the capsule keeps the
      * memory alive whoever consumes it, and whenever; and an import of
@@ -68,10 +73,19 @@ typedef struct {
     tb_tensor *source;
 } tb_capsule;
 
-static ErlNifResourceType *capsule_type;
-/* Held by consume and by dlpack_info, so metadata is never read from a
- * managed tensor that a consumer has just taken, and may have freed. */
-static ErlNifMutex *capsule_lock;
+static tb_rtype capsule_type;
+
+/* Held for a few instructions: an exchange, or reading metadata. */
+static void capsule_hold(tb_capsule *c)
+{
+    while (atomic_flag_test_and_set_explicit(&c->busy, memory_order_acquire))
+        ;
+}
+
+static void capsule_let_go(tb_capsule *c)
+{
+    atomic_flag_clear_explicit(&c->busy, memory_order_release);
+}
 
 /* Calls a managed tensor's deleter, if it has one. */
 static void release_managed(void *managed, int versioned)
@@ -100,20 +114,14 @@ static void capsule_dtor(ErlNifEnv *env, void *obj)
 
 int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
-    ErlNifResourceType *type =
-        enif_open_resource_type(env, NULL, "tensor_blob_dlpack_capsule", capsule_dtor, flags, NULL);
-    if (!type)
-        return 0;
-    capsule_type = type;
-    if (!capsule_lock)
-        capsule_lock = enif_mutex_create("tensor_blob_capsules");
-    return capsule_lock != NULL;
+    ErlNifResourceTypeInit init = {.dtor = capsule_dtor, .members = 1};
+    return tb_rtype_open(env, "tensor_blob_dlpack_capsule", &init, flags, &capsule_type);
 }
 
 static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     tb_capsule *c;
-    return enif_get_resource(env, term, capsule_type, (void **)&c) ? c : NULL;
+    return tb_rtype_get(env, term, &capsule_type, (void **)&c) ? c : NULL;
 }
 
 /* The capsule a term is, or NULL with *exc set. */
@@ -134,15 +142,15 @@ static void check_managed(void *m, int versioned, tb_dlpack_checked *chk)
 }
 
 /* A capsule's managed tensor, or NULL with *exc set once it was consumed.
- * Under the lock: dlpack_info may be reading it while an import frees it.
+ * Held: dlpack_info may be reading it while an import frees it.
  * take: taken out, so that no second consumer gets it. chk: checked too. */
 static void *capsule_managed(ErlNifEnv *env, tb_capsule *c, int take, tb_dlpack_checked *chk, ERL_NIF_TERM *exc)
 {
-    enif_mutex_lock(capsule_lock);
+    capsule_hold(c);
     void *m = take ? atomic_exchange(&c->managed, NULL) : atomic_load(&c->managed);
     if (m && chk)
         check_managed(m, c->versioned, chk);
-    enif_mutex_unlock(capsule_lock);
+    capsule_let_go(c);
     if (!m)
         *exc = tb_raise_badarg(env, "capsule: already consumed");
     return m;
@@ -247,7 +255,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return exc;
     tb_tensor *t = d.tensor;
 
-    tb_capsule *c = enif_alloc_resource(capsule_type, sizeof *c);
+    tb_capsule *c = tb_rtype_alloc(&capsule_type, sizeof *c);
     if (!c)
         return tb_raise_error(env, "to_dlpack: out of memory allocating a capsule");
     void *m = tb_dlpack_export(t->handle, versioned, read_only);
@@ -258,6 +266,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return tb_raise_error(env, "to_dlpack: out of memory");
     }
     atomic_init(&c->managed, m);
+    atomic_flag_clear(&c->busy);
     c->versioned = versioned;
     enif_keep_resource(t);
     c->source = t;

@@ -14,15 +14,18 @@
  *                                 DLPack devices and streams, as terms
  *   tb_tensor                     the tensor resource, tensor arguments, copies
  *   tb_storage                    what memory is
- *   tb_term, tb_state             atoms, reading and making terms; what
- *                                 survives an upgrade
+ *   tb_term, tb_state, tb_rtype   atoms, reading and making terms; what
+ *                                 survives an upgrade; resource types
+ *                                 striped over threads
  *   tb_raise                      raising: a format and its argument terms,
  *                                 rendered by the facade of the caller's language
  *   tb_cuda_runtime               the CUDA runtime, opened at load (no BEAM)
  *   torch_shim                    the only C++: the door to libtorch
  *   tb_dlpack_check, tb_devmem,
- *   tb_stream, tb_cuda_handle     pure C decisions: no BEAM, no libtorch
- *                                 (the last three over tb_cuda_ops.h)
+ *   tb_stream, tb_cuda_handle,
+ *   tb_registry                   pure C decisions: no BEAM, no libtorch
+ *                                 (tb_devmem, tb_stream, tb_cuda_handle over
+ *                                 tb_cuda_ops.h; tb_registry: guarded memory)
  *   tb_dtype, tb_device, tb_layout,
  *   tb_count, tb_intervals,
  *   tb_load, tb_cuda_ops          pure C tables and types

@@ -18,12 +18,15 @@ $(BUILD)/test/src/%.o: c_src/%.c $(CONFIG_STAMP)
 $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_intervals c_test_dlpack c_test_cuda c_test_dlpack_abi
+C_TESTS := c_test c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # The interval set of the read-only and frozen registries, against a
 # brute-force model.
 c_test_intervals_SOURCES := test_intervals src/tb_intervals
+# The registry of guarded memory and the counters, against a model and
+# raced from threads (make tsan-test runs it under ThreadSanitizer).
+c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count
 # The DLPack import checks.
 c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dtype
 # The CUDA logic that runs without a GPU (pointer-check decisions, the stream
@@ -33,7 +36,14 @@ c_test_dlpack_abi_SOURCES := test_dlpack_abi
 
 .SECONDEXPANSION:
 $(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o,$$($$*_SOURCES)))
-	$(CC) $(SANITIZE) $^ -o $@
+	$(CC) $(SANITIZE) $^ -o $@ -lpthread
+
+TSAN_CC ?= clang-14
+tsan-test: | $(BUILD)
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ic_src \
+		$(patsubst %,c_test/%.c,$(filter-out src/%,$(c_test_registry_SOURCES))) \
+		$(patsubst src/%,c_src/%.c,$(filter src/%,$(c_test_registry_SOURCES))) -o $(BUILD)/c_test_registry_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_registry_tsan
 
 c-test: $(C_TESTS:%=$(BUILD)/%)
 	@set -e; for t in $(C_TESTS); do echo "$(BUILD)/$$t"; $(BUILD)/$$t; done
@@ -75,4 +85,4 @@ $(LOAD_TEST)/faults/tensor_blob_nif.so: $(FAULT_OBJECTS) $(filter-out $(FAULT_OB
 
 load-test-builds: $(LOAD_TEST)/abi/tensor_blob_nif.so $(LOAD_TEST)/faults/tensor_blob_nif.so
 
-.PHONY: c-test shim-test valgrind-test load-test-builds
+.PHONY: c-test shim-test valgrind-test tsan-test load-test-builds

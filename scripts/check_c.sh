@@ -33,7 +33,8 @@ head = open(os.path.join(src, "tb_nif.c")).read().split("*/", 1)[0]
 lines = head.split("Layers", 1)[1].splitlines()[1:]
 layer, continued = 0, False
 for line in lines:
-    m = re.match(r"\s*\*\s+((?:(?:tb_\w+|torch_shim),\s*)*(?:tb_\w+|torch_shim)?,?)", line)
+    # Names stand three spaces after the "*"; descriptions further right.
+    m = re.match(r"\s*\* {3}(?! )((?:(?:tb_\w+|torch_shim),\s*)*(?:tb_\w+|torch_shim)?,?)", line)
     names = re.findall(r"tb_\w+|torch_shim", m.group(1)) if m else []
     if not names:
         continue
