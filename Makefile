@@ -64,7 +64,13 @@ $(CONFIG_STAMP): | $(BUILD)
 $(BUILD)/%.o: c_src/%.c $(CONFIG_STAMP) | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
+# A LIBTORCH_DIR that holds no libtorch is said so, not left to the
+# compiler's missing header.
+CHECK_LIBTORCH := test -z "$(filter-out /usr /usr/,$(LIBTORCH_DIR))" || test -d "$(LIBTORCH_DIR)/include/torch" || \
+	{ echo "no libtorch at LIBTORCH_DIR=$(LIBTORCH_DIR): expected its headers in $(LIBTORCH_DIR)/include/torch and its libraries in $(LIBTORCH_DIR)/lib (a libtorch tree, or the torch folder of a PyTorch install)" >&2; exit 1; }
+
 $(SHIM_OBJECT): c_src/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
+	@$(CHECK_LIBTORCH)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)

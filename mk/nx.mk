@@ -2,12 +2,14 @@
 
 # The :nx tests against an Nx build: NX_PATH lists directories holding its
 # ebin folders (Nx, complex, telemetry), colon-separated. Unset, Nx is built
-# under $(BUILD) once from the archives in THIRD_PARTY (scripts/build_nx.sh:
-# Nx 0.9.2 on Elixir < 1.17, Nx and Torchx main on newer).
+# under $(BUILD) once from the source archives in NX_SOURCES
+# (scripts/build_nx.sh: Nx 0.9.2 on Elixir < 1.17, Nx and Torchx main on
+# newer). The Nx guide's code blocks run too.
 nx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \
-	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
 # Scratch Mix projects that depend on tensor_blob and Nx (path dependencies,
 # no Hex): TensorBlob.Nx is there exactly when the consumer has Nx, after a
@@ -22,7 +24,8 @@ nx-consumer-test: nif
 torchx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh main)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only torchx"; \
-	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
 # Every suite of `make test`, then the :nx and :torchx tests, on Debian 13's
 # stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root cached

@@ -59,6 +59,16 @@ lint: dialyzer
 consumer-test: nif
 	scripts/consumer_test.sh
 
+# Every code block of README.md and guides/*.md, run and checked against the
+# output it shows (scripts/docs_test.exs; the convention is in
+# ARCHITECTURE.md): one VM per file.
+DOCS := README.md $(sort $(wildcard guides/*.md))
+docs-test: nif
+	MIX_ENV=test mix compile
+	@status=0; for f in $(DOCS); do \
+	    MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
+	done; exit $$status
+
 # Source checks: the include layers of c_src, and no test of a term that
 # enif_raise_exception returned.
 check-c:
@@ -71,6 +81,7 @@ suites: nif
 	$(MAKE) shim-test
 	$(MAKE) mix-test
 	$(MAKE) eunit
+	$(MAKE) docs-test
 	$(MAKE) consumer-test
 
 test: setup
@@ -111,4 +122,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint consumer-test check-c suites test demo bench asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint consumer-test docs-test check-c suites test demo bench asan-test
