@@ -12,6 +12,9 @@ LIBTORCH_DIR ?=
 BUILD ?= build
 PRIV := priv
 NIF ?= $(PRIV)/tensor_blob_nif.so
+# The process that removes a VM's shared-memory names once it is gone: it
+# lives beside the library, which starts it.
+REAPER = $(dir $(NIF))tensor_blob_reaper
 
 ERTS_INCLUDE := $(shell erl -noshell -eval 'io:format("~ts/erts-~ts/include", [code:root_dir(), erlang:system_info(version)])' -s init stop 2>/dev/null)
 
@@ -48,7 +51,7 @@ DEPFLAGS = -MMD -MP
 .PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
 all: nif chunks
-nif: $(NIF)
+nif: $(NIF) $(REAPER)
 
 # The build configuration, recorded beside the objects: a stamp named by its
 # hash, so that changing LIBTORCH_DIR, CUDA, the compilers or the flags
@@ -70,6 +73,10 @@ $(SHIM_OBJECT): c_src/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
 	$(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
+
+$(REAPER): c_src/tensor_blob_reaper.c c_src/tb_shm_names.c c_src/tb_shm_names.h $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -std=c11 -Wall -Wextra c_src/tensor_blob_reaper.c c_src/tb_shm_names.c -o $@
 
 $(BUILD) $(PRIV):
 	mkdir -p $@
@@ -126,10 +133,11 @@ c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi $(BUIL
 	$(BUILD)/c_test_dlpack_abi
 
 # The shim through its C API, with libtorch but without the BEAM.
-$(BUILD)/shim_test: c_test/test_shim.c c_test/check.h $(SHIM_OBJECT) c_src/tb_dtype.c c_src/tb_dtype.h c_src/torch_shim.h | $(BUILD)
+$(BUILD)/shim_test: c_test/test_shim.c c_test/check.h $(SHIM_OBJECT) c_src/tb_dtype.c c_src/tb_dtype.h c_src/tb_fault.c c_src/tb_fault.h c_src/torch_shim.h | $(BUILD)
 	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -c c_test/test_shim.c -o $(BUILD)/test_shim.o
 	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -c c_src/tb_dtype.c -o $(BUILD)/test_dtype.o
-	$(CXX) $(SANITIZE) $(BUILD)/test_shim.o $(BUILD)/test_dtype.o $(SHIM_OBJECT) -o $@ \
+	$(CC) $(OPT) -g $(SANITIZE) -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -c c_src/tb_fault.c -o $(BUILD)/test_fault.o
+	$(CXX) $(SANITIZE) $(BUILD)/test_shim.o $(BUILD)/test_dtype.o $(BUILD)/test_fault.o $(SHIM_OBJECT) -o $@ \
 		$(TORCH_LDFLAGS) $(TORCH_LIBS)
 
 shim-test: $(BUILD)/shim_test
@@ -266,7 +274,7 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 
 asan-test: setup nif foreign-nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
-		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals $(ASAN_BUILD)/shim_test
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/tensor_blob_reaper $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test
 	$(ASAN_BUILD)/c_test_intervals
 	$(ASAN_BUILD)/c_test_cuda
@@ -276,14 +284,14 @@ asan-test: setup nif foreign-nif
 	$(ASAN_ENV) rebar3 eunit
 
 clean:
-	rm -rf $(BUILD) $(NIF) doc/chunks _build
+	rm -rf $(BUILD) $(NIF) $(REAPER) doc/chunks _build
 
 # What Mix's clean removes: the library's build products, not _build, and
 # not what else lives under build/ (the Debian 13 root, Nx builds, the
 # consumer projects): a consumer's `mix deps.compile --force tensor_blob`
 # runs this in our checkout.
 clean-nif:
-	rm -f $(BUILD)/*.o $(BUILD)/*.d $(BUILD)/config-* $(NIF)
+	rm -f $(BUILD)/*.o $(BUILD)/*.d $(BUILD)/config-* $(NIF) $(REAPER)
 	rm -rf doc/chunks
 
 # ---------------------------------------------------------------------------

@@ -34,6 +34,15 @@ int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
     return view_type != NULL;
 }
 
+/* Memory in a shared-memory region: a file another program can shrink,
+ * after which a read of its pages raises SIGBUS. The library's own copies
+ * of it are guarded (tb_fault.h); a binary's readers are not. */
+static int in_region(const tb_shim_info *info)
+{
+    const tb_storage *s = tb_storage_of(info);
+    return info->device_type == TB_DEVICE_CPU && s && (s->kind == TB_MEMORY_IPC || s->file_ino);
+}
+
 ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -41,6 +50,11 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
+    int unguarded = argv[1] == tb_atoms.true_;
+    /* if_needed: false where no view can be made, and the caller copies. */
+    int if_needed = argv[2] == tb_atoms.true_;
+    if (if_needed && (d.info.device_type != TB_DEVICE_CPU || !d.info.is_contiguous || (!unguarded && in_region(&d.info))))
+        return tb_atoms.false_;
     if (d.info.device_type != TB_DEVICE_CPU)
         return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
                                tb_make_device(env, d.info.device_type, d.info.device_index));
@@ -49,6 +63,12 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
                                     "memory only, so copy it (%C)",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
                                tb_make_strides(env, d.info.ndim, d.info.strides), "#{copy => true}", "copy: true");
+    if (!unguarded && in_region(&d.info))
+        return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
+                                    "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
+                                    "it (%C), or accept that risk with %C",
+                               "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
+                               "copy: false, unsafe_shared_memory: true");
     tb_range span;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span)) {
         ERL_NIF_TERM empty;

@@ -125,7 +125,7 @@ static ErlNifFunc nif_funcs[] = {
     {"from_binary", 3, tb_nif_from_binary, 0},
     {"to_binary", 1, tb_nif_to_binary, 0},
     {"from_binary_view", 4, tb_nif_from_binary_view, 0},
-    {"to_binary_view", 1, tb_nif_to_binary_view, 0},
+    {"to_binary_view", 3, tb_nif_to_binary_view, 0},
     {"write", 2, tb_nif_write, 0},
     {"to_device", 2, tb_nif_to_device, 0},
     {"narrow", 4, tb_nif_narrow, 0},
