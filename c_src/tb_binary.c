@@ -36,11 +36,24 @@ int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 
 /* Memory in a shared-memory region: a file another program can shrink,
  * after which a read of its pages raises SIGBUS. The library's own copies
- * of it are guarded (tb_fault.h); a binary's readers are not. */
+ * of it are guarded (tb_fault.h); a binary's readers are not. Decided by
+ * the storage (slices share it), through views that pin a tensor. */
 static int in_region(const tb_shim_info *info)
 {
-    const tb_storage *s = tb_storage_of(info);
-    return info->device_type == TB_DEVICE_CPU && s && (s->kind == TB_MEMORY_IPC || s->file_ino);
+    if (info->device_type != TB_DEVICE_CPU)
+        return 0;
+    tb_shim_info at = *info;
+    for (;;) {
+        const tb_storage *s = tb_storage_of(&at);
+        if (!s)
+            return 0;
+        if (s->kind == TB_MEMORY_IPC || s->file_ino)
+            return 1;
+        const tb_tensor *owner = tb_tensor_pinned_by(s);
+        if (!owner || !owner->handle)
+            return 0;
+        tb_shim_info_of(owner->handle, &at);
+    }
 }
 
 ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])

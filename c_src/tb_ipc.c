@@ -105,8 +105,11 @@ static int reclaim_stale(void)
     int dir_fd = open(TB_SHM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0)
         return 0;
-    DIR *dir = fdopendir(dup(dir_fd));
+    int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
+    DIR *dir = listing >= 0 ? fdopendir(listing) : NULL;
     if (!dir) {
+        if (listing >= 0)
+            close(listing);
         close(dir_fd);
         return 0;
     }

@@ -25,7 +25,7 @@ int tb_shm_unlink_token(int dir_fd, const char *token, size_t length)
 {
     char lock[NAME_MAX + 1];
     snprintf(lock, sizeof lock, TB_NAME_PREFIX "%.*s" TB_LOCK_SUFFIX, (int)length, token);
-    int listing = dup(dir_fd);
+    int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
     DIR *dir = listing >= 0 ? fdopendir(listing) : NULL;
     if (!dir) {
         if (listing >= 0)

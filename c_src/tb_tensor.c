@@ -27,6 +27,14 @@ static void release_as_owner(tb_storage *s)
     tb_count_add(&tb_st->pins, -1);
 }
 
+const tb_tensor *tb_tensor_pinned_by(const tb_storage *s)
+{
+    if (!s || s->free != release_as_owner)
+        return NULL;
+    return (const tb_tensor *)((const char *)(s - (s->flags & TB_STORAGE_READ_ONLY ? 1 : 0)) -
+                               offsetof(tb_tensor, as_owner));
+}
+
 int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags, ErlNifResourceDynCall *dyncall)
 {
     /* dyncall is the door of priv/include/tensor_blob.h: other NIF

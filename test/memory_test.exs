@@ -237,21 +237,6 @@ defmodule TensorBlob.MemoryTest do
       assert maps_after - maps_before < 50
     end
 
-    test "a name left by a creator that halted is reclaimed" do
-      {out, 0} =
-        in_os_process("""
-        T = tensor_blob:ipc_zeros({1024}, uint8),
-        \#{handle := Name} = tensor_blob:ipc_export(T),
-        io:format("name=~s~n", [Name]),
-        erlang:halt(0)
-        """)
-
-      [_, name] = Regex.run(~r/name=(\S+)/, out)
-      assert File.exists?("/dev/shm" <> name)
-      assert IPC.reclaim() >= 1
-      refute File.exists?("/dev/shm" <> name)
-    end
-
     test "a region that does not fit in /dev/shm is refused, not a SIGBUS later" do
       ebin = Path.dirname(:code.which(:tensor_blob))
 
