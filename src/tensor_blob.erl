@@ -253,7 +253,7 @@ check_copy_option(Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     case maps:get(copy, Opts, true) of
         true -> ok;
-        Other -> badarg("copy: expected a boolean (or ~0tp, for from_binary), got ~0tp", [if_needed, Other])
+        Other -> badarg("copy: expected a boolean or ~0tp, got ~0tp", [if_needed, Other])
     end;
 check_copy_option(Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
@@ -376,9 +376,11 @@ dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 -spec ipc_zeros(shape(), dtype()) -> tensor().
 ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape, Dtype)).
 
-%% @doc Removes the shared-memory names of creators that are gone (a VM that
-%% halted runs no destructor); returns how many. Names carry the creator's
-%% OS pid. Done at load too; call it in a long-running VM whose peers halt.
+%% @doc Removes the shared-memory names of creators that are gone; returns
+%% how many. A creator is judged alive by a lock it holds on a file in the
+%% same /dev/shm, never by its pid. A reaper process removes a dead VM's
+%% names within moments; this covers what it could not (a VM that was its
+%% PID namespace's init takes its reaper with it). Done at load too.
 -spec ipc_reclaim() -> non_neg_integer().
 ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 
