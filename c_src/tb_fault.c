@@ -118,6 +118,36 @@ static int coalesce(int ndim, const int64_t *sizes, const int64_t *strides, size
     return out;
 }
 
+/* One strided row, element by element: each common size its own loop,
+ * so the copy of an element is a move, not a call. */
+#define TB_COPY_ROW(size)                                                   \
+    for (int64_t i = 0; i < n; i++, p += step, dense += (size)) {           \
+        if (to_dense)                                                       \
+            memcpy(dense, p, (size));                                       \
+        else                                                                \
+            memcpy(p, dense, (size));                                       \
+    }
+
+static void copy_elements(char *p, int64_t step, int64_t n, size_t element_size, char *dense, int to_dense)
+{
+    switch (element_size) {
+    case 1:
+        TB_COPY_ROW(1)
+        break;
+    case 2:
+        TB_COPY_ROW(2)
+        break;
+    case 4:
+        TB_COPY_ROW(4)
+        break;
+    case 8:
+        TB_COPY_ROW(8)
+        break;
+    default:
+        TB_COPY_ROW(element_size)
+    }
+}
+
 static void copy_strided(char *base, int ndim, const int64_t *n, const int64_t *step, size_t element_size,
                          char *dense, int to_dense)
 {
@@ -134,13 +164,8 @@ static void copy_strided(char *base, int ndim, const int64_t *n, const int64_t *
                 memcpy(base, dense, run_bytes);
             dense += run_bytes;
         } else {
-            char *p = base;
-            for (int64_t i = 0; i < inner; i++, p += step[ndim - 1], dense += element_size) {
-                if (to_dense)
-                    memcpy(dense, p, element_size);
-                else
-                    memcpy(p, dense, element_size);
-            }
+            copy_elements(base, step[ndim - 1], inner, element_size, dense, to_dense);
+            dense += (size_t)inner * element_size;
         }
         /* The next position of the outer dimensions, odometer style. */
         int d = ndim - 2;

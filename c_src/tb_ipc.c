@@ -357,8 +357,12 @@ static ERL_NIF_TERM ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     /* Reserve the pages, as for a region made here: one only sized with
      * ftruncate (as Python's shared_memory makes them) on a full tmpfs
      * maps fine and faults at the first write. KEEP_SIZE: the creator's
-     * file keeps its size whatever happens to it meanwhile. */
-    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, st.st_size) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+     * file keeps its size whatever happens to it meanwhile. A region
+     * whose pages are all there (st_blocks) needs nothing: open stays
+     * O(1) for the regions tensor_blob and most programs make. */
+    int sparse = (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size;
+    if (sparse && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, st.st_size) != 0 && errno != EOPNOTSUPP &&
+        errno != ENOSYS) {
         int e = errno;
         close(fd);
         struct statvfs vfs;

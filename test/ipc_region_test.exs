@@ -84,6 +84,23 @@ defmodule TensorBlob.IPCRegionTest do
     end
   end
 
+  describe "copies on the calling thread" do
+    test "strided reads and writes of region memory, for every dtype, match the row-major model" do
+      for dtype <- TensorBlob.dtypes() do
+        t = IPC.zeros({3, 5}, dtype)
+        size = TensorBlob.to_blob(t).element_size
+        bytes = :crypto.strong_rand_bytes(15 * size)
+        elements = for i <- 0..14, do: binary_part(bytes, i * size, size)
+        # Written through the transpose ({5, 3}): element (i, j) lands at (j, i).
+        Tensor.write!(Tensor.transpose(t, 0, 1), bytes)
+        assert Tensor.to_binary(Tensor.transpose(t, 0, 1)) == bytes, inspect(dtype)
+        expected = for j <- 0..2, i <- 0..4, into: <<>>, do: Enum.at(elements, i * 3 + j)
+        assert Tensor.to_binary(t) == expected, inspect(dtype)
+        assert Tensor.to_binary(Tensor.to_device(Tensor.transpose(t, 0, 1), :cpu)) == bytes, inspect(dtype)
+      end
+    end
+  end
+
   describe "zero-copy binaries of region memory" do
     test "are refused by default, with the opt-in named; copy: :if_needed copies" do
       t = IPC.zeros({64}, :uint8)
