@@ -27,8 +27,9 @@
 #include "tb_term.h"
 
 /* A mapped region: the storage of the tensors over it. The process that
- * created the name removes it when its own mapping is freed: openers that
- * mapped it before keep their mapping (POSIX), later opens fail cleanly. */
+ * created the name removes it when its own mapping is freed (or its reaper
+ * does, when the VM dies first): openers that mapped it before keep their
+ * mapping (POSIX), later opens fail cleanly. */
 typedef struct {
     tb_storage header; /* TB_MEMORY_IPC; the region's file identifies it */
     void *addr;
@@ -37,7 +38,6 @@ typedef struct {
     int created;
     char name[NAME_MAX + 2]; /* "/" and the name */
 } tb_region;
-
 
 static void release_region(tb_storage *s)
 {
