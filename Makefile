@@ -48,7 +48,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: tsan-test check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
 all: nif chunks
 nif: $(NIF) $(REAPER)
@@ -121,13 +121,25 @@ $(BUILD)/c_test_cuda: $(CUDA_TEST_SOURCES) c_test/check.h c_src/tb_cuda_ops.h c_
 $(BUILD)/c_test_intervals: c_test/test_intervals.c c_test/check.h c_src/tb_intervals.c c_src/tb_intervals.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_intervals.c c_src/tb_intervals.c -o $@
 
+# The registry of guarded memory and the counters, against a model and
+# raced from threads (make tsan-test runs it under ThreadSanitizer).
+REGISTRY_TEST_SOURCES := c_test/test_registry.c c_src/tb_registry.c c_src/tb_intervals.c c_src/tb_count.c
+$(BUILD)/c_test_registry: $(REGISTRY_TEST_SOURCES) c_test/check.h c_src/tb_registry.h c_src/tb_intervals.h c_src/tb_count.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src $(REGISTRY_TEST_SOURCES) -o $@ -lpthread
+
+TSAN_CC ?= clang-14
+tsan-test: | $(BUILD)
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ic_src $(REGISTRY_TEST_SOURCES) -o $(BUILD)/c_test_registry_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_registry_tsan
+
 TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/include,/usr/include)
 $(BUILD)/c_test_dlpack_abi: c_test/test_dlpack_abi.c priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -I$(TORCH_INCLUDE) c_test/test_dlpack_abi.c -o $@
 
-c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals
+c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(BUILD)/c_test_registry
 	$(BUILD)/c_test
 	$(BUILD)/c_test_intervals
+	$(BUILD)/c_test_registry
 	$(BUILD)/c_test_dlpack
 	$(BUILD)/c_test_cuda
 	$(BUILD)/c_test_dlpack_abi
@@ -274,9 +286,11 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 
 asan-test: setup nif foreign-nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
-		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/tensor_blob_reaper $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals $(ASAN_BUILD)/shim_test
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/tensor_blob_reaper $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda \
+		$(ASAN_BUILD)/c_test_intervals $(ASAN_BUILD)/c_test_registry $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test
 	$(ASAN_BUILD)/c_test_intervals
+	$(ASAN_BUILD)/c_test_registry
 	$(ASAN_BUILD)/c_test_cuda
 	ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/shim_test
 	MIX_ENV=test mix compile

@@ -1,6 +1,7 @@
 #include "tb_binary.h"
 
 #include "tb_pin.h"
+#include "tb_rtype.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -16,7 +17,7 @@ typedef struct {
     tb_shim_tensor *ref; /* taken once range is frozen: set means both */
 } tb_binary_view;
 
-static ErlNifResourceType *view_type;
+static tb_rtype view_type;
 
 static void view_dtor(ErlNifEnv *env, void *obj)
 {
@@ -30,30 +31,8 @@ static void view_dtor(ErlNifEnv *env, void *obj)
 
 int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
-    view_type = enif_open_resource_type(env, NULL, "tensor_blob_binary_view", view_dtor, flags, NULL);
-    return view_type != NULL;
-}
-
-/* Memory in a shared-memory region: a file another program can shrink,
- * after which a read of its pages raises SIGBUS. The library's own copies
- * of it are guarded (tb_fault.h); a binary's readers are not. Decided by
- * the storage (slices share it), through views that pin a tensor. */
-static int in_region(const tb_shim_info *info)
-{
-    if (info->device_type != TB_DEVICE_CPU)
-        return 0;
-    tb_shim_info at = *info;
-    for (;;) {
-        const tb_storage *s = tb_storage_of(&at);
-        if (!s)
-            return 0;
-        if (s->kind == TB_MEMORY_IPC || s->file_ino)
-            return 1;
-        const tb_tensor *owner = tb_tensor_pinned_by(s);
-        if (!owner || !owner->handle)
-            return 0;
-        tb_shim_info_of(owner->handle, &at);
-    }
+    ErlNifResourceTypeInit init = {.dtor = view_dtor, .members = 1};
+    return tb_rtype_open(env, "tensor_blob_binary_view", &init, flags, &view_type);
 }
 
 ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -66,7 +45,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     int unguarded = argv[1] == tb_atoms.true_;
     /* if_needed: false where no view can be made, and the caller copies. */
     int if_needed = argv[2] == tb_atoms.true_;
-    if (if_needed && (d.info.device_type != TB_DEVICE_CPU || !d.info.is_contiguous || (!unguarded && in_region(&d.info))))
+    if (if_needed && (d.info.device_type != TB_DEVICE_CPU || !d.info.is_contiguous))
         return tb_atoms.false_;
     if (d.info.device_type != TB_DEVICE_CPU)
         return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
@@ -76,24 +55,32 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
                                     "memory only, so copy it (%C)",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
                                tb_make_strides(env, d.info.ndim, d.info.strides), "#{copy => true}", "copy: true");
-    if (!unguarded && in_region(&d.info))
-        return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
-                                    "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
-                                    "it (%C), or accept that risk with %C",
-                               "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
-                               "copy: false, unsafe_shared_memory: true");
     tb_range span;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span)) {
         ERL_NIF_TERM empty;
         enif_make_new_binary(env, 0, &empty);
         return empty;
     }
+    /* Memory in a shared-memory region, however this tensor came to it (a
+     * slice, an import, a view of a term that holds it; the span names
+     * the region's file): another program can shrink the file, and a read
+     * of its pages then raises SIGBUS. The library's own copies of it are
+     * guarded (tb_fault.h); a binary's readers cannot be. */
+    if (span.file_ino && !unguarded) {
+        if (if_needed)
+            return tb_atoms.false_;
+        return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
+                                    "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
+                                    "it (%C), or accept that risk with %C",
+                               "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
+                               "copy: false, unsafe_shared_memory: true");
+    }
     /* A view of a binary's bytes: that binary, or the part of it. */
     ERL_NIF_TERM part;
     if (tb_pin_binary_part(env, tb_storage_of(&d.info), &span, &part))
         return part;
 
-    tb_binary_view *v = enif_alloc_resource(view_type, sizeof *v);
+    tb_binary_view *v = tb_rtype_alloc(&view_type, sizeof *v);
     if (!v)
         return tb_raise_error(env, "to_binary: out of memory allocating a binary view");
     v->range = span;

@@ -3,8 +3,9 @@
 #include <string.h>
 
 #include "tb_count.h"
+#include "tb_rtype.h"
 
-static ErlNifResourceType *tensor_type;
+static tb_rtype tensor_type;
 
 static void tensor_dtor(ErlNifEnv *env, void *obj)
 {
@@ -27,26 +28,17 @@ static void release_as_owner(tb_storage *s)
     tb_count_add(&tb_st->pins, -1);
 }
 
-const tb_tensor *tb_tensor_pinned_by(const tb_storage *s)
-{
-    if (!s || s->free != release_as_owner)
-        return NULL;
-    return (const tb_tensor *)((const char *)(s - (s->flags & TB_STORAGE_READ_ONLY ? 1 : 0)) -
-                               offsetof(tb_tensor, as_owner));
-}
-
 int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags, ErlNifResourceDynCall *dyncall)
 {
     /* dyncall is the door of priv/include/tensor_blob.h: other NIF
      * libraries reach it with enif_dynamic_resource_call. */
     ErlNifResourceTypeInit init = {.dtor = tensor_dtor, .members = 4, .dyncall = dyncall};
-    tensor_type = enif_init_resource_type(env, "tensor_blob_tensor", &init, flags, NULL);
-    return tensor_type != NULL;
+    return tb_rtype_open(env, "tensor_blob_tensor", &init, flags, &tensor_type);
 }
 
 int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ERL_NIF_TERM *exc)
 {
-    tb_tensor *t = enif_alloc_resource(tensor_type, sizeof *t);
+    tb_tensor *t = tb_rtype_alloc(&tensor_type, sizeof *t);
     if (!t) {
         tb_shim_release(handle);
         *exc = tb_raise_error(env, "out of memory allocating a tensor resource");
@@ -72,12 +64,12 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle)
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     tb_tensor *t;
-    if (enif_get_resource(env, term, tensor_type, (void **)&t))
+    if (tb_rtype_get(env, term, &tensor_type, (void **)&t))
         return t;
     ERL_NIF_TERM name, ref;
     if (enif_is_map(env, term) && enif_get_map_value(env, term, tb_atoms.struct_, &name) &&
         name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
-        enif_get_resource(env, ref, tensor_type, (void **)&t))
+        tb_rtype_get(env, ref, &tensor_type, (void **)&t))
         return t;
     return NULL;
 }

@@ -29,10 +29,6 @@ typedef struct {
     uint64_t dense_bytes; /* row-major byte count of the elements */
 } tb_tensor_desc;
 
-/* The tensor a view's storage pins (from_blob with a tensor as owner), or
- * NULL when the storage is no such pin (of this build). */
-const tb_tensor *tb_tensor_pinned_by(const tb_storage *s);
-
 int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags, ErlNifResourceDynCall *dyncall);
 
 /* Wraps a handle in a new resource term, taking the handle's reference.

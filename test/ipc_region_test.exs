@@ -107,8 +107,10 @@ defmodule TensorBlob.IPCRegionTest do
       Tensor.write!(t, :binary.copy(<<5>>, 64))
       o = IPC.open(IPC.export(t).handle, :uint8, {64})
       %{tensor: pinned} = TensorBlob.from_blob(TensorBlob.to_blob(o), owner: o)
+      %{tensor: in_term} = TensorBlob.from_blob(Map.delete(TensorBlob.to_blob(o), :owner), owner: {o})
+      imported = TensorBlob.DLPack.import(TensorBlob.DLPack.consume(TensorBlob.DLPack.export(o)))
 
-      for tensor <- [t, o, Tensor.narrow(o, 0, 8, 8), pinned] do
+      for tensor <- [t, o, Tensor.narrow(o, 0, 8, 8), pinned, in_term, imported] do
         e = assert_raise ArgumentError, fn -> Tensor.to_binary(tensor, copy: false) end
         assert e.message =~ "shared-memory region"
         assert e.message =~ "unsafe_shared_memory: true"
