@@ -110,6 +110,7 @@ defmodule TensorBlob.GuardedMemoryTest do
       Lifetime.in_process(fn ->
         byte_size(Tensor.to_binary(through_dlpack(t1), copy: false, unsafe_shared_memory: true))
       end)
+
       Lifetime.collect()
       Tensor.write!(t2, :binary.copy(<<3>>, 64))
       assert Tensor.to_binary(t1) == :binary.copy(<<3>>, 64)
