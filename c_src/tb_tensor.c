@@ -314,6 +314,11 @@ ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_get_device(env, argv[1], "device", &device, &exc))
         return exc;
     int on_device = d.info.device_type != TB_DEVICE_CPU || device.type != TB_DEVICE_CPU;
+    /* Said here, as from_blob says it: libtorch's own text is long and cut. */
+    if (on_device && !tb_shim_cuda_built())
+        return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so to_device cannot copy to or "
+                                   "from a GPU; link a libtorch with CUDA (LIBTORCH_DIR)",
+                              argv[1]);
     return tb_run_copy(env, "to_device", d.dense_bytes, on_device, to_device, argc, argv);
 }
 
