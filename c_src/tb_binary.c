@@ -42,6 +42,11 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
+    int unguarded = argv[1] == tb_atoms.true_;
+    /* if_needed: false where no view can be made, and the caller copies. */
+    int if_needed = argv[2] == tb_atoms.true_;
+    if (if_needed && (d.info.device_type != TB_DEVICE_CPU || !d.info.is_contiguous))
+        return tb_atoms.false_;
     if (d.info.device_type != TB_DEVICE_CPU)
         return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
                                tb_make_device(env, d.info.device_type, d.info.device_index));
@@ -55,6 +60,20 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
         ERL_NIF_TERM empty;
         enif_make_new_binary(env, 0, &empty);
         return empty;
+    }
+    /* Memory in a shared-memory region, however this tensor came to it (a
+     * slice, an import, a view of a term that holds it; the span names
+     * the region's file): another program can shrink the file, and a read
+     * of its pages then raises SIGBUS. The library's own copies of it are
+     * guarded (tb_fault.h); a binary's readers cannot be. */
+    if (span.file_ino && !unguarded) {
+        if (if_needed)
+            return tb_atoms.false_;
+        return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
+                                    "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
+                                    "it (%C), or accept that risk with %C",
+                               "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
+                               "copy: false, unsafe_shared_memory: true");
     }
     /* A view of a binary's bytes: that binary, or the part of it. */
     ERL_NIF_TERM part;
@@ -80,13 +99,17 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 
 /* ---- Tensor views of binaries ------------------------------------------ */
 
-static ERL_NIF_TERM from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     ErlNifBinary bin;
     tb_dense d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_binary_args(env, argv, &bin, &d, &exc))
+        return exc;
+    /* A copy happens only for misaligned bytes, and only when allowed. */
+    uint64_t copied =
+        argv[3] == tb_atoms.true_ && tb_pointer_alignment((uint64_t)(uintptr_t)bin.data) < 16 ? bin.size : 0;
+    if (tb_reschedule_copy(env, "from_binary", copied, 0, tb_nif_from_binary_view, argc, argv, &exc))
         return exc;
     const tb_layout *l = &d.layout;
 
@@ -118,15 +141,4 @@ static ERL_NIF_TERM from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
                            TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &h, &err))
         return tb_raise_error(env, "from_binary: %s", err.message);
     return tb_tensor_return(env, h);
-}
-
-ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    /* A copy happens only for misaligned bytes, and only when allowed. */
-    ErlNifBinary bin;
-    uint64_t copied = argv[3] == tb_atoms.true_ && enif_inspect_binary(env, argv[0], &bin) &&
-                              tb_pointer_alignment((uint64_t)(uintptr_t)bin.data) < 16
-                          ? bin.size
-                          : 0;
-    return tb_run_copy(env, "from_binary", copied, 0, from_binary_view, argc, argv);
 }

@@ -286,6 +286,15 @@ defmodule TensorBlobTest do
       assert Tensor.to_binary(t) == f32s([0, 0, 7, 0, 0, 8])
     end
 
+    test "inspect shows any device type as the device table names it: type, or type:index" do
+      # Both Inspect implementations (Tensor, DLPack) format devices here;
+      # a device type added to the table needs no clause of its own.
+      assert Tensor.format_device(:cpu) == "cpu"
+      assert Tensor.format_device({:cuda, 1}) == "cuda:1"
+      assert Tensor.format_device({:rocm, 0}) == "rocm:0"
+      assert_raise ArgumentError, ~r/device/, fn -> Tensor.format_device("cuda") end
+    end
+
     test "inspect shows dtype, shape, device, memory and the first elements" do
       assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
       t = t23()
@@ -553,7 +562,7 @@ defmodule TensorBlobTest do
       assert error.message =~ "[:pin]"
 
       error = assert_raise ArgumentError, fn -> Tensor.to_binary(t, copy: :maybe) end
-      assert error.message =~ "copy: expected a boolean (or :if_needed, for from_binary), got :maybe"
+      assert error.message =~ "copy: expected a boolean or :if_needed, got :maybe"
 
       error = assert_raise ArgumentError, fn -> Tensor.zeros({2}, "float32") end
 
