@@ -45,7 +45,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test python-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
 
 all: nif chunks
 nif: $(NIF)
@@ -230,6 +230,16 @@ consumer-test: nif
 check-c:
 	scripts/check_c.sh
 
+# Sharing with Python processes (test/python/sharing_test.py): PyTorch's
+# file_system strategy where torch imports, multiprocessing.shared_memory
+# wherever python3 runs. PYTHON: the interpreter; unset, the first of
+# python3 and /usr/bin/python3 that imports torch, else python3. Skipped,
+# with a note, where there is no python3.
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; command -v python3)
+python-test: nif
+	@if [ -z "$(PYTHON)" ]; then echo "python-test: no python3, skipped"; exit 0; fi; \
+	MIX_ENV=test mix compile && $(PYTHON) test/python/sharing_test.py
+
 # The suites of `make test`, without the setup (compat-test runs them too).
 suites: nif
 	$(MAKE) check-c
@@ -238,6 +248,7 @@ suites: nif
 	$(MAKE) mix-test
 	$(MAKE) eunit
 	$(MAKE) consumer-test
+	$(MAKE) python-test
 
 test: setup
 	$(MAKE) suites

@@ -370,7 +370,8 @@ static ERL_NIF_TERM memory_atom(const tb_shim_info *info)
     case TB_MEMORY_UNPINNED: return tb_atoms.unpinned;
     case TB_MEMORY_DLPACK: return tb_atoms.dlpack;
     case TB_MEMORY_BINARY: return tb_atoms.binary;
-    case TB_MEMORY_IPC: return tb_atoms.ipc;
+    case TB_MEMORY_IPC:
+    case TB_MEMORY_TORCH_SHM: return tb_atoms.ipc;
     default: return tb_atoms.owned;
     }
 }

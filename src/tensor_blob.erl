@@ -22,7 +22,8 @@
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0,
          cuda_info/0, cuda_synchronize/1, cuda_memory/1, dlpack_info/1,
-         ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0]).
+         ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
+         ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
 -export([format_error/2, error_message/2]).
@@ -430,11 +431,61 @@ ipc_name(T) -> ?NIF(tensor_blob_nif:ipc_name(T)).
 ipc_open(#{kind := ipc, address := Device} = Handle, Dtype, Shape) when is_integer(Device) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:cuda_ipc_open(maps:get(handle, Handle, undefined), Device, Dtype, Shape));
 ipc_open(#{kind := ipc, handle := Name}, Dtype, Shape) ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape));
+    ipc_open(Name, Dtype, Shape);
 ipc_open(#{} = Handle, _Dtype, _Shape) ->
     badarg("handle: expected an IPC handle (kind ipc, handle), got ~0tp", [Handle]);
+ipc_open(<<"/torch_", _/binary>> = Name, Dtype, Shape) ->
+    ipc_torch_open(Name, Dtype, Shape);
+ipc_open(<<"torch_", _/binary>> = Name, Dtype, Shape) ->
+    ipc_torch_open(Name, Dtype, Shape);
 ipc_open(Name, Dtype, Shape) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape)).
+
+%% @doc A tensor of zeros in a new region of PyTorch's CPU sharing format
+%% (the file_system strategy: a 64-byte header holding a reference count,
+%% then the data), named "/torch_tensor_blob.PID.N.SALT" and created
+%% with owner-only permissions. This tensor holds one reference.
+-spec ipc_torch_zeros(shape(), dtype()) -> tensor().
+ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_zeros(Shape, Dtype)).
+
+%% @doc A handle a PyTorch process opens with
+%% torch.UntypedStorage._new_shared_filename_cpu(b"", Handle, DataSize) (what
+%% torch.multiprocessing's rebuild_storage_filename calls), and another VM
+%% with ipc_open/3. A tensor made by ipc_torch_zeros/2 or by ipc_open/3 of a
+%% PyTorch region (whole, contiguous) is shared as it is; any other CPU
+%% tensor is copied once into a new region. The handle's tensor holds one
+%% reference in the region's header until it is freed; each opener holds its
+%% own, and whoever drops the last one removes the name, in any order.
+-spec ipc_torch_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined,
+                                      data_size := non_neg_integer(), tensor := tensor()}.
+ipc_torch_export(T) when not is_reference(T) ->
+    not_a_tensor(T);
+ipc_torch_export(T) ->
+    Shared = case torch_shm_name(T) of
+                 nil ->
+                     S = ipc_torch_zeros(shape(T), dtype(T)),
+                     _ = write(S, to_binary(T)),
+                     S;
+                 _ ->
+                     T
+             end,
+    {Name, Size} = torch_shm_name(Shared),
+    #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+
+torch_shm_name(T) -> ?NIF(tensor_blob_nif:torch_shm_name(T)).
+
+%% @doc A tensor over the data of a region in PyTorch's CPU sharing format,
+%% as PyTorch's own openers map it: the data after the 64-byte header, and
+%% one reference taken in the header until the last tensor over the mapping
+%% (slices included) is freed; the holder that drops the count to zero
+%% removes the name, as PyTorch does. PyTorch's regions are named
+%% "/torch_PID_N_K" (the second element of what
+%% storage._share_filename_cpu_() returns); ipc_open/3 opens every name that
+%% starts with torch_ this way. A region whose count is already zero (its
+%% last user is removing it) is refused.
+-spec ipc_torch_open(binary(), dtype(), shape()) -> tensor().
+ipc_torch_open(Name, Dtype, Shape) ->
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_open(Name, Dtype, Shape)).
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
