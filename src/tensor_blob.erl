@@ -467,7 +467,7 @@ ipc_torch_export(T) ->
     Shared = case torch_shm_name(T) of
                  nil ->
                      S = ipc_torch_zeros(shape(T), dtype(T)),
-                     _ = write(S, to_binary(T)),
+                     _ = write(S, node_binary(T)),
                      S;
                  _ ->
                      T
@@ -541,6 +541,7 @@ default_via(T, Node) ->
         false -> binary
     end.
 
+%% T's bytes: a view when T is a contiguous CPU tensor, else a copy.
 node_binary(T) ->
     try
         to_binary(T, #{copy => false})
@@ -550,8 +551,11 @@ node_binary(T) ->
 
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was
 %% sent to: a mapping of the same region (it holds its own reference), or
-%% a read-only view of the binary the distribution delivered (no copy). With
-%% #{copy => true} the binary is copied into a new writable tensor.
+%% a read-only view of the binary the distribution delivered. That binary
+%% lies inside the buffer the message arrived in, at whatever address the
+%% encoding put it: when it is not aligned for the dtype, it is copied once
+%% into a new tensor (memory/1 says owned). With #{copy => true} it is
+%% always copied, into a writable tensor.
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
@@ -561,7 +565,7 @@ node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype 
 node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
     case Opts of
         #{copy := true} -> from_binary(Bin, Dtype, Shape);
-        _ -> from_binary(Bin, Dtype, Shape, #{copy => false})
+        _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
     end;
 node_unpack(Other, _Opts) ->
     badarg("packed: expected what node_pack/2 made, got ~0tP", [Other, 8]).

@@ -14,7 +14,7 @@ defmodule TensorBlob.Nodes do
   region otherwise. To a node elsewhere, the bytes travel as one binary: a
   view of the tensor's memory when it is a contiguous CPU tensor, which the
   distribution sends as it sends any binary, and which the receiver views
-  without a copy.
+  without a copy when it arrives aligned for the dtype (else one copy).
 
   Lifetime: the packed term holds the sender's tensor. Keep it until the
   receiver has unpacked it; after that each node holds its own reference
@@ -41,8 +41,11 @@ defmodule TensorBlob.Nodes do
 
   @doc """
   The tensor a packed term carries, on the node it was sent to: a mapping
-  of the same region, or a read-only view of the received binary.
-  `copy: true` copies a binary into a new writable tensor instead.
+  of the same region, or a read-only view of the received binary. The
+  binary lies inside the buffer the message arrived in, wherever the
+  encoding put it: when its address is not aligned for the dtype, it is
+  copied once into a new tensor (`Tensor.memory/1` says `:owned`).
+  `copy: true` always copies it, into a writable tensor.
   """
   @spec unpack(packed(), copy: boolean()) :: Tensor.t()
   def unpack(packed, opts \\ []) do
