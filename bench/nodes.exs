@@ -94,11 +94,9 @@ defmodule NodesBench do
     peer_owned = :erpc.call(peer, remote, :holder, [:owned, n])
 
     rows = [
-      {"TensorBlob.Nodes, region (made with IPC.torch_zeros)", there.(:region, region),
-       back.(:region, peer_region)},
+      {"TensorBlob.Nodes, region (made with IPC.torch_zeros)", there.(:region, region), back.(:region, peer_region)},
       {"TensorBlob.Nodes, region (copied into one)", there.(:region, owned), back.(:region, peer_owned)},
-      {"TensorBlob.Nodes, one binary (a view of the tensor)", there.(:binary, owned),
-       back.(:binary, peer_owned)},
+      {"TensorBlob.Nodes, one binary (a view of the tensor)", there.(:binary, owned), back.(:binary, peer_owned)},
       {"Nx-like term over distribution", fn -> :erpc.call(peer, remote, :receive_term, [nx_like]) end,
        fn -> :erpc.call(peer, remote, :term, [peer_owned, :nx_like]) end},
       {":erlang.term_to_binary + binary_to_term",

@@ -568,7 +568,8 @@ node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype :
         _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
     end;
 node_unpack(Other, _Opts) ->
-    badarg("packed: expected what node_pack/2 made, got ~0tP", [Other, 8]).
+    badarg("packed: expected what ~ts made, got ~0tP",
+           [{code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, Other, 8]).
 
 %% @doc What makes two nodes share shared memory: this host's boot id and
 %% the identity of its /dev/shm (containers on one host have their own).
