@@ -523,10 +523,11 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     Base = #{'__tensor_blob_node__' => 1, dtype => dtype(T), shape => shape(T)},
     case Via of
         region ->
-            same_host(Node) orelse
-                badarg("options: via region needs a node on this host; ~0tp is not", [Node]),
-            device(T) =:= cpu orelse
-                badarg("tensor: via region shares CPU memory; this tensor is on ~0tp", [device(T)]),
+            case {same_host(Node), device(T)} of
+                {false, _} -> badarg("options: via region needs a node on this host; ~0tp is not", [Node]);
+                {true, cpu} -> ok;
+                {true, Device} -> badarg("tensor: via region shares CPU memory; this tensor is on ~0tp", [Device])
+            end,
             #{handle := Name, tensor := Shared} = ipc_torch_export(T),
             Base#{via => region, handle => Name, tensor => Shared};
         binary ->
@@ -768,6 +769,7 @@ nif_error(badarg, {format, _, Args} = Cause, Stack) ->
 nif_error(Kind, Cause, Stack) ->
     nif_raise(Kind, Cause, Stack).
 
+-spec nif_raise(badarg | tensor_blob, {format, io:format(), [term()]}, erlang:stacktrace()) -> no_return().
 nif_raise(Kind, {format, Format, Args} = Cause, [{M, F, A, Location} | Stack]) ->
     erlang:raise(error, {Kind, format(Format, Args)}, [{M, F, A, [{error_info, error_info(Cause)} | Location]} | Stack]).
 
