@@ -223,19 +223,17 @@ def beam_region_to_python(peer, python_drops_first):
 
 
 def tracker_caveat(peer):
-    """What the guide warns about: on Python < 3.13 a process that attaches
-    with the defaults unlinks the region when it exits; attach() does not."""
+    """What the guide warns about: a process that attaches with the defaults
+    (track=True on 3.13 too) unlinks the region when it exits; attach()
+    does not."""
     name, _ = peer.call("export 1.0 2.0")
     default = "from multiprocessing import shared_memory as s; s.SharedMemory(name=%r).close()" % name.lstrip("/")
     subprocess.run([sys.executable, "-W", "ignore", "-c", default], check=True, stderr=subprocess.DEVNULL)
     # The child's tracker process unlinks after the child has exited.
     deadline = time.monotonic() + 10
-    while exists(name) and not TRACK_PARAM and time.monotonic() < deadline:
+    while exists(name) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if TRACK_PARAM:
-        check(exists(name), "Python 3.13 leaves the region of a process that only attached")
-    else:
-        check(not exists(name), "Python < 3.13 unlinks an attached region at exit")
+    check(not exists(name), "the resource tracker unlinks an attached region at exit")
     check(peer.floats(f"read {name}") == [1.0, 2.0], "the BEAM's mapping outlives the name")
     peer.call(f"drop {name}")
 
