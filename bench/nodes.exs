@@ -106,6 +106,8 @@ defmodule NodesBench do
 
     rows =
       if Code.ensure_loaded?(Nx) do
+        {:ok, _} = Application.ensure_all_started(:nx)
+        {:ok, _} = :erpc.call(peer, Application, :ensure_all_started, [:nx])
         nx = Nx.from_binary(payload, {:f, 32})
 
         rows ++
