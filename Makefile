@@ -45,7 +45,7 @@ SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
 
-.PHONY: check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test python-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test demo bench asan-test clean dialyzer lint
+.PHONY: tsan-test check-c all nif chunks install-docs clean-nif foreign-nif nx-test nx-consumer-test torchx-test compat-test suites nocuda-test python-test setup test c-test shim-test valgrind-test mix-test eunit consumer-test docs-test demo bench asan-test clean dialyzer lint
 
 all: nif chunks
 nif: $(NIF)
@@ -63,7 +63,13 @@ $(CONFIG_STAMP): | $(BUILD)
 $(BUILD)/%.o: c_src/%.c $(CONFIG_STAMP) | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
+# A LIBTORCH_DIR that holds no libtorch is said so, not left to the
+# compiler's missing header.
+CHECK_LIBTORCH := test -z "$(filter-out /usr /usr/,$(LIBTORCH_DIR))" || test -d "$(LIBTORCH_DIR)/include/torch" || \
+	{ echo "no libtorch at LIBTORCH_DIR=$(LIBTORCH_DIR): expected its headers in $(LIBTORCH_DIR)/include/torch and its libraries in $(LIBTORCH_DIR)/lib (a libtorch tree, or the torch folder of a PyTorch install)" >&2; exit 1; }
+
 $(SHIM_OBJECT): c_src/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
+	@$(CHECK_LIBTORCH)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
@@ -114,13 +120,25 @@ $(BUILD)/c_test_cuda: $(CUDA_TEST_SOURCES) c_test/check.h c_src/tb_cuda_ops.h c_
 $(BUILD)/c_test_intervals: c_test/test_intervals.c c_test/check.h c_src/tb_intervals.c c_src/tb_intervals.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src c_test/test_intervals.c c_src/tb_intervals.c -o $@
 
+# The registry of guarded memory and the counters, against a model and
+# raced from threads (make tsan-test runs it under ThreadSanitizer).
+REGISTRY_TEST_SOURCES := c_test/test_registry.c c_src/tb_registry.c c_src/tb_intervals.c c_src/tb_count.c
+$(BUILD)/c_test_registry: $(REGISTRY_TEST_SOURCES) c_test/check.h c_src/tb_registry.h c_src/tb_intervals.h c_src/tb_count.h | $(BUILD)
+	$(CC) -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src $(REGISTRY_TEST_SOURCES) -o $@ -lpthread
+
+TSAN_CC ?= clang-14
+tsan-test: | $(BUILD)
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ic_src $(REGISTRY_TEST_SOURCES) -o $(BUILD)/c_test_registry_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_registry_tsan
+
 TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/include,/usr/include)
 $(BUILD)/c_test_dlpack_abi: c_test/test_dlpack_abi.c priv/include/tensor_blob_dlpack.h | $(BUILD)
 	$(CC) -O1 -g -std=c11 -Wall -Wextra -Ic_src -Ipriv/include -I$(TORCH_INCLUDE) c_test/test_dlpack_abi.c -o $@
 
-c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals
+c-test: $(BUILD)/c_test $(BUILD)/c_test_dlpack $(BUILD)/c_test_dlpack_abi $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(BUILD)/c_test_registry
 	$(BUILD)/c_test
 	$(BUILD)/c_test_intervals
+	$(BUILD)/c_test_registry
 	$(BUILD)/c_test_dlpack
 	$(BUILD)/c_test_cuda
 	$(BUILD)/c_test_dlpack_abi
@@ -167,12 +185,13 @@ nocuda-test: setup foreign-nif
 
 # The :nx tests against an Nx build: NX_PATH lists directories holding its
 # ebin folders (Nx, complex, telemetry), colon-separated. Unset, Nx is built
-# from ../shared/third_party (scripts/build_nx.sh: Nx 0.9.2 on Elixir < 1.17,
-# Nx and Torchx main on newer) under build/, once.
+# from the source archives in NX_SOURCES (scripts/build_nx.sh: Nx 0.9.2 on
+# Elixir < 1.17, Nx and Torchx main on newer) under build/, once.
 nx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \
-	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
 # Scratch Mix projects that depend on tensor_blob and Nx (path dependencies,
 # no Hex), in build/nx_consumers: TensorBlob.Nx is there exactly when the
@@ -187,7 +206,8 @@ nx-consumer-test: nif
 torchx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh main)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only torchx"; \
-	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
 # Every suite of `make test`, then the :nx and :torchx tests, on Debian 13's
 # stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root cached in
@@ -225,6 +245,16 @@ lint: dialyzer
 consumer-test: nif
 	scripts/consumer_test.sh
 
+# Every code block of README.md and guides/*.md, run and checked against the
+# output it shows (scripts/docs_test.exs; the convention is in
+# ARCHITECTURE.md): one VM per file.
+DOCS := README.md $(sort $(wildcard guides/*.md))
+docs-test: nif
+	MIX_ENV=test mix compile
+	@status=0; for f in $(DOCS); do \
+	    MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
+	done; exit $$status
+
 # Source checks: no include circle in c_src, and no test of a term that
 # enif_raise_exception returned.
 check-c:
@@ -247,6 +277,7 @@ suites: nif
 	$(MAKE) shim-test
 	$(MAKE) mix-test
 	$(MAKE) eunit
+	$(MAKE) docs-test
 	$(MAKE) consumer-test
 	$(MAKE) python-test
 
@@ -277,9 +308,11 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 
 asan-test: setup nif foreign-nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
-		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals $(ASAN_BUILD)/shim_test
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals \
+		$(ASAN_BUILD)/c_test_registry $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test
 	$(ASAN_BUILD)/c_test_intervals
+	$(ASAN_BUILD)/c_test_registry
 	$(ASAN_BUILD)/c_test_cuda
 	ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/shim_test
 	MIX_ENV=test mix compile

@@ -69,7 +69,8 @@ defmodule TensorBlob.MixProject do
       description: "Zero-copy tensor exchange for the BEAM",
       package: [
         licenses: ["Apache-2.0"],
-        files: ~w(c_src lib src priv/.keep priv/include Makefile mix.exs rebar.config README.md)
+        files:
+          ~w(c_src lib src priv/.keep priv/include guides Makefile mix.exs rebar.config README.md CHANGELOG.md LICENSE)
       ]
     ]
   end

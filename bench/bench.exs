@@ -1,7 +1,9 @@
 # make bench: the cost of exchange, next to a bare NIF call and to copying.
 # Prints one table and writes the same figures to bench/results.json.
+Code.require_file("scaling.exs", __DIR__)
+
 defmodule Bench do
-  alias TensorBlob.{BlobView, Tensor}
+  alias TensorBlob.Tensor
 
   @sizes [
     {"4 B", 4},
@@ -154,36 +156,6 @@ defmodule Bench do
       pins_held: pins,
       pins_after: TensorBlob.stats().pins
     }
-  end
-
-  # New views per second with one and with two busy schedulers.
-  def throughput(t, ms \\ 1000) do
-    blob = %{TensorBlob.to_blob(t) | dtype: :int32}
-
-    run = fn workers ->
-      parent = self()
-      deadline = :erlang.monotonic_time(:millisecond) + ms
-
-      for _ <- 1..workers do
-        spawn_link(fn -> send(parent, {:count, spin(blob, deadline, 0)}) end)
-      end
-
-      total = for(_ <- 1..workers, do: receive(do: ({:count, n} -> n))) |> Enum.sum()
-      total * 1000 / ms
-    end
-
-    one = run.(1)
-    two = run.(2)
-    %{schedulers: System.schedulers_online(), ops_per_s_1: one, ops_per_s_2: two, scaling: two / one}
-  end
-
-  defp spin(blob, deadline, n) do
-    if rem(n, 256) == 0 and :erlang.monotonic_time(:millisecond) >= deadline do
-      n
-    else
-      %BlobView{} = TensorBlob.from_blob(blob)
-      spin(blob, deadline, n + 1)
-    end
   end
 
   # CPU exchange that could ask the CUDA runtime where memory lives: a view
@@ -477,7 +449,8 @@ defmodule Bench do
         "pins #{mem.pins_held} -> #{mem.pins_after}"
     )
 
-    tp = throughput(big)
+    scaling = Bench.Scaling.operations_table()
+    mixed = Bench.Scaling.mixed_table()
     crowd = with_binary_views(100_000)
     collect()
 
@@ -489,10 +462,7 @@ defmodule Bench do
         "#{fmt(crowd.write_with_tensor_binaries_ns, 0)} ns"
     )
 
-    IO.puts(
-      "Throughput (from_blob, new view): 1 scheduler #{round(tp.ops_per_s_1)}/s, 2 schedulers " <>
-        "#{round(tp.ops_per_s_2)}/s, scaling #{fmt(tp.scaling, 2)} (goal >= 1.8)"
-    )
+    Bench.Scaling.print(scaling, mixed)
 
     IO.puts(
       "TensorBlob.Nx from_nx + to_nx, BinaryBackend, 4 B: " <>
@@ -548,7 +518,7 @@ defmodule Bench do
       best_median_ns: Map.new(best),
       flatness: Map.new(flat),
       memory: mem,
-      throughput: tp,
+      scaling: Bench.Scaling.to_json(scaling, mixed),
       with_binary_views: crowd,
       python_dlpack: py,
       nx_round_trip: nx,

@@ -1,6 +1,7 @@
 #include "tb_binary.h"
 
 #include "tb_pin.h"
+#include "tb_rtype.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -16,7 +17,7 @@ typedef struct {
     tb_shim_tensor *ref; /* taken once range is frozen: set means both */
 } tb_binary_view;
 
-static ErlNifResourceType *view_type;
+static tb_rtype view_type;
 
 static void view_dtor(ErlNifEnv *env, void *obj)
 {
@@ -30,8 +31,8 @@ static void view_dtor(ErlNifEnv *env, void *obj)
 
 int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
-    view_type = enif_open_resource_type(env, NULL, "tensor_blob_binary_view", view_dtor, flags, NULL);
-    return view_type != NULL;
+    ErlNifResourceTypeInit init = {.dtor = view_dtor, .members = 1};
+    return tb_rtype_open(env, "tensor_blob_binary_view", &init, flags, &view_type);
 }
 
 ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -60,7 +61,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     if (tb_pin_binary_part(env, tb_storage_of(&d.info), &span, &part))
         return part;
 
-    tb_binary_view *v = enif_alloc_resource(view_type, sizeof *v);
+    tb_binary_view *v = tb_rtype_alloc(&view_type, sizeof *v);
     if (!v)
         return tb_raise_error(env, "to_binary: out of memory allocating a binary view");
     v->range = span;

@@ -218,6 +218,13 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
                 return outside_owner(env, &l, r.byte_size, base, bin.size);
             }
             proven = 1;
+        } else if (r.byte_size > 0 && device.type == TB_DEVICE_CPU &&
+                   tb_pin_holds_binary_over(p, (uintptr_t)l.ptr, (uintptr_t)l.ptr + r.byte_size)) {
+            /* A binary nested in the owner: its bytes are immutable, and
+             * guarded against every other tensor while this view lives. */
+            tb_range span = {.lo = (uintptr_t)l.ptr, .hi = (uintptr_t)l.ptr + r.byte_size};
+            tb_storage_guard_read_only(&p->header, &span);
+            read_only = 1;
         }
         if (read_only)
             p->header.flags |= TB_STORAGE_READ_ONLY;

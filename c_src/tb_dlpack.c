@@ -7,6 +7,7 @@
 #include "tb_count.h"
 #include "tb_cuda.h"
 #include "tb_dlpack_check.h"
+#include "tb_rtype.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -60,6 +61,10 @@ long tb_dlpack_live(void)
  * atomically, so of two racing consumers exactly one gets it. */
 typedef struct {
     _Atomic(void *) managed; /* NULL once consumed */
+    /* Held by consume and by dlpack_info, so metadata is never read from
+     * a managed tensor that a consumer has just taken, and may have freed.
+     * One per capsule: capsules of different tensors never contend. */
+    atomic_flag busy;
     int versioned;
     /* The exported tensor, kept: a view pinning the capsule keeps the
      * memory alive whoever consumes it, and whenever; and an import of
@@ -67,10 +72,28 @@ typedef struct {
     tb_tensor *source;
 } tb_capsule;
 
-static ErlNifResourceType *capsule_type;
-/* Held by consume and by dlpack_info, so metadata is never read from a
- * managed tensor that a consumer has just taken, and may have freed. */
-static ErlNifMutex *capsule_lock;
+static tb_rtype capsule_type;
+
+/* Held for a few instructions: an exchange, or reading metadata. */
+static void capsule_hold(tb_capsule *c)
+{
+    while (atomic_flag_test_and_set_explicit(&c->busy, memory_order_acquire))
+        ;
+}
+
+static void capsule_let_go(tb_capsule *c)
+{
+    atomic_flag_clear_explicit(&c->busy, memory_order_release);
+}
+
+/* Takes the managed tensor: NULL when another consumer took it first. */
+static void *capsule_take(tb_capsule *c)
+{
+    capsule_hold(c);
+    void *m = atomic_exchange(&c->managed, NULL);
+    capsule_let_go(c);
+    return m;
+}
 
 /* Calls a managed tensor's deleter, if it has one. */
 static void release_managed(void *managed, int versioned)
@@ -99,20 +122,14 @@ static void capsule_dtor(ErlNifEnv *env, void *obj)
 
 int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
-    ErlNifResourceType *type =
-        enif_open_resource_type(env, NULL, "tensor_blob_dlpack_capsule", capsule_dtor, flags, NULL);
-    if (!type)
-        return 0;
-    capsule_type = type;
-    if (!capsule_lock)
-        capsule_lock = enif_mutex_create("tensor_blob_capsules");
-    return capsule_lock != NULL;
+    ErlNifResourceTypeInit init = {.dtor = capsule_dtor, .members = 1};
+    return tb_rtype_open(env, "tensor_blob_dlpack_capsule", &init, flags, &capsule_type);
 }
 
 static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     tb_capsule *c;
-    return enif_get_resource(env, term, capsule_type, (void **)&c) ? c : NULL;
+    return tb_rtype_get(env, term, &capsule_type, (void **)&c) ? c : NULL;
 }
 
 /* ---- Import: the storage ------------------------------------------------ */
@@ -214,7 +231,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return exc;
     tb_tensor *t = d.tensor;
 
-    tb_capsule *c = enif_alloc_resource(capsule_type, sizeof *c);
+    tb_capsule *c = tb_rtype_alloc(&capsule_type, sizeof *c);
     if (!c)
         return tb_raise_error(env, "to_dlpack: out of memory allocating a capsule");
     void *m = tb_dlpack_export(t->handle, versioned, read_only);
@@ -225,6 +242,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return tb_raise_error(env, "to_dlpack: out of memory");
     }
     atomic_init(&c->managed, m);
+    atomic_flag_clear(&c->busy);
     c->versioned = versioned;
     enif_keep_resource(t);
     c->source = t;
@@ -240,9 +258,7 @@ ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     tb_capsule *c = get_capsule(env, argv[0]);
     if (!c)
         return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
-    enif_mutex_lock(capsule_lock);
-    void *m = atomic_exchange(&c->managed, NULL);
-    enif_mutex_unlock(capsule_lock);
+    void *m = capsule_take(c);
     if (!m)
         return tb_raise_badarg(env, "capsule: already consumed");
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
@@ -258,7 +274,7 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (!c)
         return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
     tb_dlpack_checked chk;
-    enif_mutex_lock(capsule_lock);
+    capsule_hold(c);
     void *m = atomic_load(&c->managed);
     if (m) {
         if (c->versioned)
@@ -266,7 +282,7 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         else
             tb_dlpack_check_legacy(m, &chk);
     }
-    enif_mutex_unlock(capsule_lock);
+    capsule_let_go(c);
     if (!m)
         return tb_raise_badarg(env, "capsule: already consumed");
     if (chk.status != TB_DLC_OK)
@@ -401,11 +417,9 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
             return tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
                                    versioned ? "versioned" : "legacy", version);
         /* Taken whatever happens next: a refused capsule is released, not
-         * put back, so no second consumer can race a failed one. Under the
-         * lock: dlpack_info may be reading it, and it may be freed below. */
-        enif_mutex_lock(capsule_lock);
-        m = atomic_exchange(&c->managed, NULL);
-        enif_mutex_unlock(capsule_lock);
+         * put back, so no second consumer can race a failed one. Held:
+         * dlpack_info may be reading it, and it may be freed below. */
+        m = capsule_take(c);
         if (!m)
             return tb_raise_badarg(env, "capsule: already consumed");
         /* With a stream, the stream contract below runs for ours too. */

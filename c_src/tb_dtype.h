@@ -1,10 +1,12 @@
 /* The dtype table: the one source of truth for element types.
  * Pure C: no BEAM, no libtorch, so it is unit-tested and fuzzed on its own.
  *
- * Adding a dtype touches one line of TB_DTYPE_LIST below (or of the list of
- * the libtorch release that brought it); the enum, the table, the shim's
+ * In C, a dtype is one line of the list of the libtorch release that
+ * brought it (TB_DTYPE_LIST below): the enum, the table, the shim's
  * compile-time checks of the scalar-type numbers and its "does the linked
- * libtorch have it" answer are all derived from these lists. */
+ * libtorch have it" answer are all derived from these lists. The Elixir
+ * docs, Inspect's preview and the tests' lists change too: ARCHITECTURE.md,
+ * "Adding a dtype". */
 #ifndef TB_DTYPE_H
 #define TB_DTYPE_H
 

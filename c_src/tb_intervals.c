@@ -119,15 +119,20 @@ void tb_intervals_remove(tb_range **root, tb_range *r)
     *root = remove_node(*root, r);
 }
 
-int tb_intervals_overlap(const tb_range *n, uintptr_t lo, uintptr_t hi)
+const tb_range *tb_intervals_find(const tb_range *n, uintptr_t lo, uintptr_t hi)
 {
     /* If the left subtree reaches past lo but none of it overlaps, the
      * range that reaches furthest starts at or after hi, and so does all
      * of the right subtree: one path down suffices. */
     while (n) {
         if (n->lo < hi && lo < n->hi)
-            return 1;
+            return n;
         n = n->left && n->left->max_hi > lo ? n->left : n->right;
     }
-    return 0;
+    return NULL;
+}
+
+int tb_intervals_overlap(const tb_range *root, uintptr_t lo, uintptr_t hi)
+{
+    return tb_intervals_find(root, lo, hi) != NULL;
 }

@@ -1,7 +1,7 @@
 /* Byte ranges registered while in use, and a set of them that answers "does
  * anything overlap this range?" in O(log n): a treap keyed by start address
  * whose nodes carry the largest end below them (an interval tree). Pure C,
- * no locking: the caller holds the registry's lock. */
+ * no locking: the caller holds its shard's lock (tb_registry.h). */
 #ifndef TB_INTERVALS_H
 #define TB_INTERVALS_H
 
@@ -28,5 +28,7 @@ void tb_intervals_insert(tb_range **root, tb_range *r);
 void tb_intervals_remove(tb_range **root, tb_range *r);
 /* 1 when some range of the set overlaps [lo, hi). */
 int tb_intervals_overlap(const tb_range *root, uintptr_t lo, uintptr_t hi);
+/* A range of the set that overlaps [lo, hi), or NULL. */
+const tb_range *tb_intervals_find(const tb_range *root, uintptr_t lo, uintptr_t hi);
 
 #endif

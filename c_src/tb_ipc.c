@@ -28,6 +28,7 @@ typedef struct {
     size_t length;    /* what is mapped: at least one byte */
     size_t byte_size; /* what the tensor covers, from the start */
     int created;
+    tb_range mapping; /* registered while mapped (tb_storage_mapped) */
     char name[NAME_MAX + 2]; /* "/" and the name */
 } tb_region;
 
@@ -39,6 +40,7 @@ static void release_region(tb_storage *s)
     tb_region *r = (tb_region *)s;
     if (r->created)
         shm_unlink(r->name);
+    tb_storage_unmapped(&r->mapping);
     munmap(r->addr, r->length);
     free(r);
 }
@@ -67,6 +69,13 @@ static tb_region *map_region(int fd, const char *name, size_t length, size_t byt
     r->header.file_dev = (uint64_t)st.st_dev;
     r->header.file_ino = (uint64_t)st.st_ino;
     r->header.file_offset = 0;
+    r->mapping = (tb_range){.lo = (uintptr_t)r->addr,
+                            .hi = (uintptr_t)r->addr + r->length,
+                            .file_dev = r->header.file_dev,
+                            .file_ino = r->header.file_ino,
+                            .file_lo = 0,
+                            .file_hi = r->length};
+    tb_storage_mapped(&r->mapping);
     return r;
 }
 

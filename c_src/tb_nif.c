@@ -11,11 +11,12 @@
  *   tb_pin                        pins: storages that keep an owner alive
  *   tb_tensor                     the tensor resource, tensor arguments, copies
  *   tb_storage, tb_state          what memory is; what survives an upgrade
- *   tb_term                       atoms, reading and making terms
+ *   tb_term, tb_rtype             atoms, reading and making terms; resource
+ *                                 types striped over threads
  *   tb_raise                      raising: a format and its argument terms,
  *                                 rendered by the facade of the caller's language
- *   tb_dtype, tb_layout,
- *   tb_dlpack_check, tb_count,
+ *   tb_dtype, tb_layout, tb_registry,
+ *   tb_intervals, tb_dlpack_check, tb_count,
  *   tb_devmem, tb_stream,
  *   tb_cuda_handle                pure C: no BEAM, no libtorch (the last
  *                                 two over tb_cuda_ops.h's table of calls)

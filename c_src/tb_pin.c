@@ -1,5 +1,7 @@
 #include "tb_pin.h"
 
+#include <stdlib.h>
+
 #include "tb_count.h"
 
 /* Pins released on a BEAM thread, with their envs cleared, kept for the
@@ -117,4 +119,66 @@ tb_storage *tb_pin_none(int read_only)
 long tb_pin_live(void)
 {
     return tb_count_read(&tb_st->pins);
+}
+
+/* A growable stack of terms still to visit: a walk in a loop, as deep as
+ * the term is without using the C stack. */
+typedef struct {
+    ERL_NIF_TERM *items;
+    size_t count, capacity;
+} term_stack;
+
+static int push(term_stack *st, ERL_NIF_TERM t)
+{
+    if (st->count == st->capacity) {
+        size_t capacity = st->capacity ? st->capacity * 2 : 64;
+        ERL_NIF_TERM *items = realloc(st->items, capacity * sizeof *items);
+        if (!items)
+            return 0;
+        st->items = items;
+        st->capacity = capacity;
+    }
+    st->items[st->count++] = t;
+    return 1;
+}
+
+static int overlaps(const ErlNifBinary *b, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t start = (uintptr_t)b->data;
+    return b->size > 0 && start < hi && lo < start + b->size;
+}
+
+int tb_pin_holds_binary_over(tb_pin *pin, uintptr_t lo, uintptr_t hi)
+{
+    ErlNifEnv *env = pin->env;
+    term_stack st = {0};
+    int found = 0, ok = push(&st, pin->owner);
+    while (ok && !found && st.count > 0) {
+        ERL_NIF_TERM t = st.items[--st.count], head, tail, key, value;
+        ErlNifBinary bin;
+        const ERL_NIF_TERM *elements;
+        int arity;
+        if (enif_inspect_binary(env, t, &bin)) {
+            found = overlaps(&bin, lo, hi);
+        } else if (enif_get_tuple(env, t, &arity, &elements)) {
+            for (int i = 0; i < arity && ok; i++)
+                ok = push(&st, elements[i]);
+        } else if (enif_get_list_cell(env, t, &head, &tail)) {
+            ok = push(&st, tail) && push(&st, head);
+        } else if (enif_is_map(env, t)) {
+            ErlNifMapIterator it;
+            if (!enif_map_iterator_create(env, t, &it, ERL_NIF_MAP_ITERATOR_FIRST)) {
+                ok = 0;
+                break;
+            }
+            while (ok && enif_map_iterator_get_pair(env, &it, &key, &value)) {
+                ok = push(&st, key) && push(&st, value);
+                enif_map_iterator_next(env, &it);
+            }
+            enif_map_iterator_destroy(env, &it);
+        }
+    }
+    free(st.items);
+    /* Out of memory: answer as if it were held, the safe side. */
+    return found || !ok;
 }

@@ -33,6 +33,11 @@ int tb_pin_binary(const tb_pin *pin, ErlNifBinary *bin);
  * tensor views are the binary's own, so no new binary need be made. */
 int tb_pin_binary_part(ErlNifEnv *env, const tb_storage *storage, const tb_range *span, ERL_NIF_TERM *out);
 
+/* 1 when a binary inside a pinned term (a tuple, list or map holding it, at
+ * any depth) has bytes in [lo, hi): a view of them is read-only, as a view
+ * pinning the binary itself is. */
+int tb_pin_holds_binary_over(tb_pin *pin, uintptr_t lo, uintptr_t hi);
+
 /* Pins one of our tensors: keeping its resource is enough, and far cheaper
  * than copying a term. read_only marks the view's memory read-only. */
 tb_storage *tb_pin_tensor(tb_tensor *owner, int read_only);

@@ -1,9 +1,13 @@
 /* What survives a hot upgrade: the live counters, the registry of guarded
  * memory, and the storage deleters of every build of the library loaded in
- * this VM. load makes it; upgrade hands it to the new build (priv_data), so
- * a tensor made by the old build is counted, guarded and recognised by the
- * new one. A build upgrades only from a build with the same TB_ABI: the
- * layouts of this struct, of the resources and of tb_storage are the ABI. */
+ * this VM. The first build loaded makes it; every later one takes it over,
+ * however it was loaded (an upgrade hands it over as priv_data; a build
+ * loaded after the module was deleted and purged finds it through the
+ * exported anchor of an earlier build, still mapped), so a tensor made by
+ * any build is counted, guarded and recognised by the others. A build
+ * takes it over only with the same TB_ABI: the layouts of this struct, of
+ * the resources and of tb_storage are the ABI; a change to any of them, or
+ * to what a storage kind means, bumps it. */
 #ifndef TB_STATE_H
 #define TB_STATE_H
 
@@ -11,29 +15,28 @@
 #include <stdint.h>
 
 #include "tb_count.h"
-#include "tb_intervals.h"
+#include "tb_registry.h"
 
-#define TB_ABI 3u /* 3: read-only and frozen memory are interval sets; 2: a DLPack capsule keeps its tensor resource */
+/* 4: the registry is sharded by address, the state found across builds;
+ * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
+ * keeps its tensor resource */
+#define TB_ABI 4u
 #define TB_MAX_BUILDS 16
 
 typedef struct {
     uint32_t abi;
-    ErlNifMutex *lock;    /* guards the lists, the set and binary_views */
-    tb_range *frozen;     /* memory a binary shows: an interval set */
-    tb_range frozen_files; /* those in a shared-memory region, by file: list head */
-    tb_range *read_only;  /* memory never written through us: an interval set */
-    tb_range writing;     /* write! calls in progress: list head */
-    long binary_views;
-    long read_only_ranges; /* ranges in read_only: read without the lock */
-    tb_count tensors, pins, capsules;
+    tb_registry registry; /* guarded memory */
+    tb_count tensors, pins, capsules, binary_views;
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */
 } tb_state;
 
 extern tb_state *tb_st;
 
-/* load: a new state (old == NULL) or the old build's; registers this
- * build's storage deleter. 0 with *why set when it cannot. */
+/* load: the state handed over (old), else this build's own (a reload of
+ * it), else an earlier build's found by its anchor, else a new one;
+ * registers this build's storage deleter. 0 with *why set when it cannot.
+ * The VM loads one build at a time. */
 int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why);
 
 #endif

@@ -7,120 +7,72 @@ void tb_storage_init(tb_storage *s, tb_memory_kind kind, int flags, void (*free_
     *s = (tb_storage){.abi = TB_ABI, .kind = (uint8_t)kind, .flags = (uint8_t)flags, .free = free_fn};
 }
 
-/* ---- The registry of guarded memory ------------------------------------ */
-
-static void list_push(tb_range *head, tb_range *r)
-{
-    r->next = head->next;
-    r->prev = head;
-    head->next->prev = r;
-    head->next = r;
-}
-
-static void list_remove(tb_range *r)
-{
-    r->prev->next = r->next;
-    r->next->prev = r->prev;
-    r->prev = r->next = NULL;
-}
-
-static int ranges_overlap(const tb_range *a, const tb_range *b)
-{
-    if (a->lo < b->hi && b->lo < a->hi)
-        return 1;
-    return a->file_ino && a->file_ino == b->file_ino && a->file_dev == b->file_dev && a->file_lo < b->file_hi &&
-           b->file_lo < a->file_hi;
-}
-
-static int list_overlaps(const tb_range *head, const tb_range *r)
-{
-    for (const tb_range *e = head->next; e != head; e = e->next)
-        if (ranges_overlap(e, r))
-            return 1;
-    return 0;
-}
+/* ---- Guarded memory (tb_registry.h) ------------------------------------ */
 
 void tb_storage_guard_read_only(tb_storage *s, const tb_range *span)
 {
     s->guard = *span;
     s->flags |= TB_STORAGE_GUARDED;
-    enif_mutex_lock(tb_st->lock);
-    tb_intervals_insert(&tb_st->read_only, &s->guard);
-    __atomic_add_fetch(&tb_st->read_only_ranges, 1, __ATOMIC_RELEASE);
-    enif_mutex_unlock(tb_st->lock);
+    tb_registry_add(&tb_st->registry, TB_REG_READ_ONLY, &s->guard);
 }
 
 int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
 {
-    /* The common case, no binary pinned anywhere, takes no lock. */
-    if (bytes == 0 || __atomic_load_n(&tb_st->read_only_ranges, __ATOMIC_ACQUIRE) == 0)
-        return 0;
-    enif_mutex_lock(tb_st->lock);
-    int overlaps = tb_intervals_overlap(tb_st->read_only, ptr, ptr + bytes);
-    enif_mutex_unlock(tb_st->lock);
-    return overlaps;
+    tb_range r = {.lo = ptr, .hi = ptr + bytes};
+    return bytes > 0 && tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_READ_ONLY), &r) >= 0;
 }
 
-/* Frozen memory is found by address in the set, and a second mapping of a
- * frozen shared-memory region by file in the (short) list of those. */
-static int frozen_overlaps(const tb_range *r)
-{
-    return tb_intervals_overlap(tb_st->frozen, r->lo, r->hi) || (r->file_ino && list_overlaps(&tb_st->frozen_files, r));
-}
-
+/* A write and a binary view of the same memory each register first and
+ * look for the other second: of two racing, at least one sees the other
+ * (tb_registry.h), so a binary never shows a write in progress. */
 tb_guard_status tb_storage_write_begin(tb_range *guard)
 {
-    tb_guard_status status = TB_GUARD_OK;
-    enif_mutex_lock(tb_st->lock);
-    if (frozen_overlaps(guard))
-        status = TB_GUARD_FROZEN;
-    else if (tb_intervals_overlap(tb_st->read_only, guard->lo, guard->hi))
-        status = TB_GUARD_READ_ONLY;
-    else
-        list_push(&tb_st->writing, guard);
-    enif_mutex_unlock(tb_st->lock);
-    return status;
+    tb_registry_add(&tb_st->registry, TB_REG_WRITING, guard);
+    int kind = tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN) | TB_REG_BIT(TB_REG_READ_ONLY), guard);
+    if (kind < 0)
+        return TB_GUARD_OK;
+    tb_registry_remove(&tb_st->registry, TB_REG_WRITING, guard);
+    /* A binary showing it is the reason to give, when there is one. */
+    if (kind == TB_REG_FROZEN || tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN), guard) >= 0)
+        return TB_GUARD_FROZEN;
+    return TB_GUARD_READ_ONLY;
 }
 
 void tb_storage_write_end(tb_range *guard)
 {
-    enif_mutex_lock(tb_st->lock);
-    list_remove(guard);
-    enif_mutex_unlock(tb_st->lock);
+    tb_registry_remove(&tb_st->registry, TB_REG_WRITING, guard);
 }
 
 tb_guard_status tb_storage_freeze(tb_range *guard)
 {
-    tb_guard_status status = TB_GUARD_OK;
-    enif_mutex_lock(tb_st->lock);
-    if (list_overlaps(&tb_st->writing, guard)) {
-        status = TB_GUARD_WRITING;
-    } else {
-        tb_intervals_insert(&tb_st->frozen, guard);
-        if (guard->file_ino)
-            list_push(&tb_st->frozen_files, guard);
-        tb_st->binary_views++;
+    tb_registry_add(&tb_st->registry, TB_REG_FROZEN, guard);
+    if (tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_WRITING), guard) >= 0) {
+        tb_registry_remove(&tb_st->registry, TB_REG_FROZEN, guard);
+        return TB_GUARD_WRITING;
     }
-    enif_mutex_unlock(tb_st->lock);
-    return status;
+    tb_count_add(&tb_st->binary_views, 1);
+    return TB_GUARD_OK;
 }
 
 void tb_storage_unfreeze(tb_range *guard)
 {
-    enif_mutex_lock(tb_st->lock);
-    tb_intervals_remove(&tb_st->frozen, guard);
-    if (guard->file_ino)
-        list_remove(guard);
-    tb_st->binary_views--;
-    enif_mutex_unlock(tb_st->lock);
+    tb_registry_remove(&tb_st->registry, TB_REG_FROZEN, guard);
+    tb_count_add(&tb_st->binary_views, -1);
 }
 
 long tb_storage_binary_views(void)
 {
-    enif_mutex_lock(tb_st->lock);
-    long n = tb_st->binary_views;
-    enif_mutex_unlock(tb_st->lock);
-    return n;
+    return tb_count_read(&tb_st->binary_views);
+}
+
+void tb_storage_mapped(tb_range *mapping)
+{
+    tb_registry_add(&tb_st->registry, TB_REG_MAPPED, mapping);
+}
+
+void tb_storage_unmapped(tb_range *mapping)
+{
+    tb_registry_remove(&tb_st->registry, TB_REG_MAPPED, mapping);
 }
 
 /* ---- Release ---------------------------------------------------------- */
@@ -142,12 +94,8 @@ static _Thread_local release_state this_thread;
 
 static void release_one(tb_storage *s)
 {
-    if (s->flags & TB_STORAGE_GUARDED) {
-        enif_mutex_lock(tb_st->lock);
-        tb_intervals_remove(&tb_st->read_only, &s->guard);
-        __atomic_sub_fetch(&tb_st->read_only_ranges, 1, __ATOMIC_RELEASE);
-        enif_mutex_unlock(tb_st->lock);
-    }
+    if (s->flags & TB_STORAGE_GUARDED)
+        tb_registry_remove(&tb_st->registry, TB_REG_READ_ONLY, &s->guard);
     s->free(s);
 }
 
@@ -233,11 +181,20 @@ int tb_storage_span(const tb_shim_info *info, unsigned element_size, tb_range *o
     }
     *out = (tb_range){.lo = (uintptr_t)info->data, .hi = (uintptr_t)info->data + span};
     const tb_storage *s = tb_storage_of(info);
+    tb_range mapping;
     if (s && s->file_ino) {
         out->file_dev = s->file_dev;
         out->file_ino = s->file_ino;
         out->file_lo = s->file_offset + (uint64_t)((char *)info->data - (char *)info->storage_data);
-        out->file_hi = out->file_lo + span;
+    } else if (info->device_type == TB_DEVICE_CPU && tb_registry_mapping_at(&tb_st->registry, out->lo, &mapping)) {
+        /* Another tensor over a region's memory (an import, a view of a
+         * term that holds it): named by the region's file all the same. */
+        out->file_dev = mapping.file_dev;
+        out->file_ino = mapping.file_ino;
+        out->file_lo = mapping.file_lo + (out->lo - mapping.lo);
+    } else {
+        return 1;
     }
+    out->file_hi = out->file_lo + span;
     return 1;
 }

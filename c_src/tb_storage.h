@@ -11,8 +11,9 @@
  *
  * It also keeps the registry of guarded memory: what binaries show (frozen),
  * what must never be written (read-only: a binary's bytes, a read-only
- * DLPack import), and the writes in progress. Ranges are compared by
- * address and, for shared-memory regions, by region and offset. */
+ * DLPack import), the writes in progress, and the mapped regions
+ * (tb_registry.h). Ranges are compared by address and, in shared-memory
+ * regions, by region and offset. */
 #ifndef TB_STORAGE_H
 #define TB_STORAGE_H
 
@@ -80,5 +81,11 @@ tb_guard_status tb_storage_freeze(tb_range *guard);
 void tb_storage_unfreeze(tb_range *guard);
 
 long tb_storage_binary_views(void);
+
+/* A shared-memory region mapped, or unmapped: its range names the file
+ * and offsets, so that any tensor over its memory, however made, is
+ * compared by file with the region's other mappings. */
+void tb_storage_mapped(tb_range *mapping);
+void tb_storage_unmapped(tb_range *mapping);
 
 #endif

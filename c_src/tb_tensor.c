@@ -3,8 +3,9 @@
 #include <string.h>
 
 #include "tb_count.h"
+#include "tb_rtype.h"
 
-static ErlNifResourceType *tensor_type;
+static tb_rtype tensor_type;
 
 static void tensor_dtor(ErlNifEnv *env, void *obj)
 {
@@ -32,13 +33,12 @@ int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags, ErlNifResourc
     /* dyncall is the door of priv/include/tensor_blob.h: other NIF
      * libraries reach it with enif_dynamic_resource_call. */
     ErlNifResourceTypeInit init = {.dtor = tensor_dtor, .members = 4, .dyncall = dyncall};
-    tensor_type = enif_init_resource_type(env, "tensor_blob_tensor", &init, flags, NULL);
-    return tensor_type != NULL;
+    return tb_rtype_open(env, "tensor_blob_tensor", &init, flags, &tensor_type);
 }
 
 int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ERL_NIF_TERM *exc)
 {
-    tb_tensor *t = enif_alloc_resource(tensor_type, sizeof *t);
+    tb_tensor *t = tb_rtype_alloc(&tensor_type, sizeof *t);
     if (!t) {
         tb_shim_release(handle);
         *exc = tb_raise_error(env, "out of memory allocating a tensor resource");
@@ -64,12 +64,12 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle)
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     tb_tensor *t;
-    if (enif_get_resource(env, term, tensor_type, (void **)&t))
+    if (tb_rtype_get(env, term, &tensor_type, (void **)&t))
         return t;
     ERL_NIF_TERM name, ref;
     if (enif_is_map(env, term) && enif_get_map_value(env, term, tb_atoms.struct_, &name) &&
         name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
-        enif_get_resource(env, ref, tensor_type, (void **)&t))
+        tb_rtype_get(env, ref, &tensor_type, (void **)&t))
         return t;
     return NULL;
 }
@@ -314,6 +314,11 @@ ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_get_device(env, argv[1], "device", &device, &exc))
         return exc;
     int on_device = d.info.device_type != TB_DEVICE_CPU || device.type != TB_DEVICE_CPU;
+    /* Said here, as from_blob says it: libtorch's own text is long and cut. */
+    if (on_device && !tb_shim_cuda_built())
+        return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so to_device cannot copy to or "
+                                   "from a GPU; link a libtorch with CUDA (LIBTORCH_DIR)",
+                              argv[1]);
     return tb_run_copy(env, "to_device", d.dense_bytes, on_device, to_device, argc, argv);
 }
 

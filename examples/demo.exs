@@ -20,7 +20,8 @@ Tensor.write!(view, floats.([10, 20, 30, 40, 50, 60]))
 IO.puts("4. written via view:    original now reads #{inspect(read.(t))}")
 
 # The owner and the struct live only in a process that exits; we keep a
-# slice of the view. The pin inside libtorch's storage keeps the memory.
+# slice of the view. The view and the slice share the owner's libtorch
+# storage, whose reference count keeps the memory.
 parent = self()
 
 spawn(fn ->
@@ -36,7 +37,7 @@ Process.sleep(50)
 for pid <- Process.list(), do: :erlang.garbage_collect(pid)
 stats = TensorBlob.stats()
 IO.puts("5. after owner + struct dropped and a forced GC, the slice reads #{inspect(read.(slice))}")
-IO.puts("   live while the slice is held: #{inspect(stats)} (its pin keeps the dropped owner)")
+IO.puts("   live while the slice is held: #{inspect(stats)} (the slice shares the dropped owner's storage: no pin)")
 
 tr = Tensor.transpose(t, 0, 1)
 tblob = TensorBlob.to_blob(tr)

@@ -3,21 +3,26 @@ defmodule TensorBlob do
   Zero-copy tensor exchange for the BEAM.
 
   `to_blob/1` describes a tensor's memory as a `TensorBlob.Blob`;
-  `from_blob/2` views described memory as a tensor, pinning the memory's
-  owner until libtorch frees the last tensor that uses it. No data is
+  `from_blob/2` views described memory as a tensor, keeping the memory's
+  owner alive until libtorch frees the last tensor that uses it. No data is
   copied.
 
   ## Lifetime rules
 
     1. `to_blob(t)` sets `owner: t`: the pointer is valid while the blob, or
        `t`, is reachable.
-    2. `from_blob(%Blob{})` pins `blob.owner`; `from_blob(map, owner: o)` pins
-       `o`. An unpinned view must be asked for: `owner: :none` returns a bare
+    2. `from_blob(%Blob{})` keeps `blob.owner` alive; `from_blob(map, owner: o)`
+       keeps `o` alive. A view inside one of our tensors shares that tensor's
+       storage, as a slice does (`Tensor.memory/1` answers as the tensor
+       does); any other owner term is *pinned*: held by the view's storage
+       (`Tensor.memory/1` says `:pinned`, `stats().pins` counts it). An
+       unpinned view must be asked for: `owner: :none` returns a bare
        `%Tensor{}`, and the caller answers for the memory (its inspect shows
-       `pinned?: false`). A map with no owner at all raises `ArgumentError`.
-    3. A pin is released only when libtorch frees the storage: after the last
-       tensor that uses the memory is gone, slices and transposes included.
-       Dropping the `%BlobView{}` while keeping `view.tensor` is safe.
+       `unpinned`). A map with no owner at all raises `ArgumentError`.
+    3. The owner is released only when libtorch frees the storage: after the
+       last tensor that uses the memory is gone, slices and transposes
+       included. Dropping the `%BlobView{}` while keeping `view.tensor` is
+       safe.
     4. When the owner is one of our tensors or a binary, `[ptr, ptr + byte_size)`
        must lie inside it, or the call raises.
     5. A view of a binary's bytes is read-only (binaries are immutable), and
@@ -70,11 +75,12 @@ defmodule TensorBlob do
   `:owner` (a `%Blob{}` from `to_blob/1` names its tensor) or from the
   `owner:` option, which takes precedence:
 
-    * an owner term: returns `%BlobView{tensor, owner}`; the owner is pinned
-      until the last tensor using the memory is freed.
-    * `owner: :none`: returns an unpinned `%Tensor{}`; nothing is pinned and
-      **the caller answers for the memory** (its inspect shows
-      `pinned?: false`).
+    * an owner term: returns `%BlobView{tensor, owner}`; the owner is kept
+      alive until the last tensor using the memory is freed (one of our
+      tensors by sharing its storage, any other term by a pin).
+    * `owner: :none`: returns an unpinned `%Tensor{}`; nothing is kept alive
+      and **the caller answers for the memory** (its inspect shows
+      `unpinned`).
     * no owner at all (or `nil`): raises `ArgumentError`, which says how to
       pin.
 
@@ -94,7 +100,7 @@ defmodule TensorBlob do
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: t).owner == t
       true
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: :none)
-      #TensorBlob.Tensor<uint8[2] cpu pinned?: false [1, 2]>
+      #TensorBlob.Tensor<uint8[2] cpu unpinned [1, 2]>
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8})
       ** (ArgumentError) owner: the spec names no owner. To pin the term that keeps the memory alive, pass owner: term; to ask for an unpinned view, for which the caller answers, pass owner: :none
   """
@@ -118,8 +124,9 @@ defmodule TensorBlob do
   end
 
   @doc """
-  Live counts, for leak checks: `tensors` (tensor resources), `pins` (owners
-  held by views), `capsules` (DLPack exports whose deleter has not run) and
+  Live counts, for leak checks: `tensors` (tensor resources), `pins` (owner
+  terms pinned by views; a view sharing one of our tensors' storage holds
+  none), `capsules` (DLPack exports whose deleter has not run) and
   `binaries` (binaries from `Tensor.to_binary(t, copy: false)`). After
   everything is dropped and collected, each returns to where it was.
   """

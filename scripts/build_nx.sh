@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Builds Nx (and, for main, Torchx) for the :nx and :torchx tests from the
-# unmodified upstream archives in ../shared/third_party (see its README),
-# offline, under an ignored build folder; prints the folder to put in NX_PATH
-# (it holds nx/ebin, complex/ebin, telemetry/ebin[, torchx/ebin]).
+# Builds Nx (and, for main, Torchx) for the :nx and :torchx tests from
+# unmodified upstream source archives, offline, under an ignored build
+# folder; prints the folder to put in NX_PATH (it holds nx/ebin,
+# complex/ebin, telemetry/ebin[, torchx/ebin]).
 #
 #   scripts/build_nx.sh [auto|0.9.2|main] [DEST]
+#   scripts/build_nx.sh --sources      prints the archives' folder
+#
+# NX_SOURCES: the folder of archives (nx-0.9.2.tar.gz or nx-main-*.tar.gz,
+# complex-*.tar.gz, telemetry-*.tar.gz, fine-*.tar.gz for Torchx). Unset,
+# the first folder named third_party found in the checkout, beside it, or
+# beside its parent.
 #
 # auto (the default): Nx main and Torchx on Elixir >= 1.17, Nx 0.9.2 below.
 # DEST defaults to build/nx-<version>. A build is reused while the archives
@@ -19,9 +25,14 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-third_party="${THIRD_PARTY:-$repo/../shared/third_party}"
-[ -d "$third_party" ] || third_party=/work/shared/third_party
-[ -d "$third_party" ] || { echo "build_nx: no third_party folder (set THIRD_PARTY)" >&2; exit 1; }
+third_party="${NX_SOURCES:-}"
+if [ -z "$third_party" ]; then
+  for candidate in "$repo/third_party" "$repo"/../third_party "$repo"/../*/third_party "$repo"/../../*/third_party; do
+    if [ -d "$candidate" ]; then third_party="$(cd "$candidate" && pwd)"; break; fi
+  done
+fi
+[ -d "$third_party" ] || { echo "build_nx: no folder of Nx source archives (set NX_SOURCES)" >&2; exit 1; }
+if [ "${1:-}" = --sources ]; then echo "$third_party"; exit 0; fi
 
 elixir_version="$(elixir -e 'IO.write(System.version())')"
 which="${1:-auto}"

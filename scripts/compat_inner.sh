@@ -14,7 +14,7 @@ make --no-print-directory nif
 make --no-print-directory suites
 
 # Torchx is built against the libtorch tensor_blob links (the system's).
-nx_path="$(THIRD_PARTY=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
+nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
 make --no-print-directory nx-test NX_PATH="$nx_path"
 make --no-print-directory torchx-test NX_PATH="$nx_path"
 echo "==> compat-test: every suite passed on Debian 13"

@@ -11,7 +11,8 @@
 # COMPAT_DIR     where the root and its build products live (default
 #                build/compat: ignored by git, kept between runs)
 # COMPAT_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
-# THIRD_PARTY    the folder of Nx/Torchx archives (default ../shared/third_party)
+# NX_SOURCES     the folder of Nx/Torchx source archives (default: as
+#                scripts/build_nx.sh --sources finds it)
 #
 # The root is made once and reused while its package list is unchanged. The
 # checkout's files (tracked and untracked, not ignored ones) are copied into
@@ -24,8 +25,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 compat_dir="${COMPAT_DIR:-$repo/build/compat}"
 mirror="${COMPAT_MIRROR:-http://deb.debian.org/debian}"
-third_party="${THIRD_PARTY:-$repo/../shared/third_party}"
-[ -d "$third_party" ] || third_party=/work/shared/third_party
+third_party="$("$repo/scripts/build_nx.sh" --sources)"
 root="$compat_dir/trixie"
 mode="${1:-all}"
 

@@ -9,6 +9,8 @@
 #   d  a consumer built without nx, to which nx is then added
 #   e  a consumer without nx: it builds, and TensorBlob.Nx is absent
 #   f  nx removed again from (d), and its build: TensorBlob.Nx goes away
+#   g  the offline recipe of guides/nx.md, its blocks run as written, in a
+#      folder holding deps_src/{nx,complex,telemetry}, my_app and tensor_blob
 #
 # Nx comes from scripts/build_nx.sh (the unpacked sources it leaves: Nx 0.9.2
 # on Elixir < 1.17, main on newer; NX_VERSION picks); the consumers list it as
@@ -97,6 +99,47 @@ check "$added" "d: nx added to a consumer built without it" true
 write_project "$added" no
 rm -rf "$added"/_build/dev/lib/{nx,complex,telemetry}
 check "$added" "f: nx removed again" false
+
+# g: guides/nx.md's offline recipe, as written: its `sh offline-nx` block in
+# deps_src (unmodified sources), its `elixir norun offline-nx` block as the
+# deps of my_app/mix.exs, tensor_blob beside them.
+recipe_block() { # the body of the code block whose fence is exactly $1
+  awk -v fence="$1" '$0 == fence { inside = 1; next } inside && $0 == "```" { exit } inside { print }' \
+    "$repo/guides/nx.md"
+}
+offline="$work/offline"
+sources="$("$repo/scripts/build_nx.sh" --sources)"
+mkdir -p "$offline/deps_src" "$offline/my_app" "$offline/unpacked"
+case "$nx" in
+  */nx-main/nx) tar -C "$offline/unpacked" -xzf "$(ls "$sources"/nx-main-*.tar.gz | head -n1)"
+                mv "$offline/unpacked/nx-main/nx" "$offline/deps_src/nx" ;;
+  *) tar -C "$offline/unpacked" -xzf "$sources/nx-0.9.2.tar.gz"
+     mv "$offline/unpacked/nx-0.9.2/nx" "$offline/deps_src/nx" ;;
+esac
+tar -C "$offline/deps_src" -xzf "$(ls "$sources"/complex-*.tar.gz | head -n1)"
+tar -C "$offline/deps_src" -xzf "$(ls "$sources"/telemetry-*.tar.gz | head -n1)"
+rm -rf "$offline/unpacked"
+ln -s "$repo" "$offline/tensor_blob"
+shell_recipe="$(recipe_block '```sh offline-nx')"
+deps_recipe="$(recipe_block '```elixir norun offline-nx')"
+if [ -z "$shell_recipe" ] || [ -z "$deps_recipe" ]; then
+  log "g: FAILED (guides/nx.md has no offline-nx blocks)"
+  failures+=("g")
+elif ! (cd "$offline/deps_src" && bash -euo pipefail -c "$shell_recipe"); then
+  log "g: FAILED (the recipe's shell block failed)"
+  failures+=("g")
+else
+  cat >"$offline/my_app/mix.exs" <<EOF
+defmodule MyApp.MixProject do
+  use Mix.Project
+
+  def project, do: [app: :my_app, version: "0.1.0", deps: deps()]
+
+$deps_recipe
+end
+EOF
+  check "$offline/my_app" "g: the offline recipe of guides/nx.md" true
+fi
 
 if [ "${#failures[@]}" -gt 0 ]; then
   log "failed: ${failures[*]}"

@@ -7,8 +7,9 @@
 %%     alignment, owner}
 %%
 %% to_blob/1 describes a tensor's memory (owner => the tensor); from_blob/1,2
-%% views described memory as a tensor, pinning the owner until libtorch
-%% frees the storage. to_dlpack/1,2 and from_dlpack/1,2 exchange tensors
+%% views described memory as a tensor, keeping the owner alive until
+%% libtorch frees the storage (a view inside one of our tensors shares its
+%% storage; any other owner term is pinned). to_dlpack/1,2 and from_dlpack/1,2 exchange tensors
 %% as DLPack managed tensors (see the DLPack section below). Bad input
 %% raises error({badarg, Message}); failures that are not the caller's raise
 %% error({tensor_blob, Message}).
@@ -19,7 +20,7 @@
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3, to_device/2,
-         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1,
+         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0,
@@ -133,10 +134,13 @@ blob({Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment}, Own
     #{ptr => Ptr, shape => Shape, strides => Strides, dtype => Dtype, device => Device,
       element_size => ElementSize, byte_size => ByteSize, alignment => Alignment, owner => Owner}.
 
-%% @doc A tensor over the memory Spec describes, pinning its owner: the
-%% spec's owner key (a blob from to_blob/1 names its tensor) is pinned until
-%% the last tensor using this memory is freed. A spec that describes one of
-%% our tensors exactly (its blob, unchanged) gives that tensor back.
+%% @doc A tensor over the memory Spec describes, keeping its owner alive:
+%% the spec's owner key (a blob from to_blob/1 names its tensor) is kept
+%% until the last tensor using this memory is freed. A view inside one of
+%% our tensors shares that tensor's storage (memory/1 answers as the tensor
+%% does); any other owner term is pinned (memory/1 says pinned). A spec that
+%% describes one of our tensors exactly (its blob, unchanged) gives that
+%% tensor back.
 %%
 %% A spec with no owner (absent, undefined or nil) raises badarg: give the
 %% term that keeps the memory alive (`#{owner => Term}' in the spec or the
@@ -147,13 +151,14 @@ blob({Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment}, Own
 from_blob(Spec) ->
     element(1, view(Spec, spec_owner(Spec))).
 
-%% @doc Like from_blob/1, with options: owner (the term to pin, in place of
-%% the spec's owner; none: pin nothing, the caller answers for the memory).
+%% @doc Like from_blob/1, with options: owner (the term to keep alive, in
+%% place of the spec's owner; none: keep nothing, the caller answers for the
+%% memory).
 -spec from_blob(spec(), #{owner => term()}) -> tensor().
 from_blob(Spec, Opts) ->
     element(1, blob_view(Spec, Opts)).
 
-%% @doc from_blob/2, returning the tensor together with the owner it pins,
+%% @doc from_blob/2, returning the tensor together with the owner it keeps,
 %% or none for an unpinned view (what the Elixir facade turns into a
 %% BlobView or a bare tensor). The owner decision is made here only.
 -spec blob_view(spec(), #{owner => term()}) -> {tensor(), Owner :: term()}.
@@ -307,6 +312,17 @@ memory(T) -> not_a_tensor(T).
 -spec pinned(tensor()) -> boolean().
 pinned(T) -> lists:member(memory(T), [pinned, dlpack, binary]).
 
+%% @doc What T is, for the shell, where a tensor prints as a bare reference:
+%% its dtype, shape, device and memory kind (see memory/1). For example
+%% `tensor_blob:describe(tensor_blob:zeros({2, 3}, float32))' gives
+%% `#{device => cpu, dtype => float32, memory => owned, shape => {2,3}}'.
+-spec describe(tensor()) -> #{dtype := atom(), shape := shape(), device := device(),
+                              memory := owned | pinned | unpinned | dlpack | binary | ipc}.
+describe(T) when is_reference(T) ->
+    #{dtype => dtype(T), shape => shape(T), device => device(T), memory => memory(T)};
+describe(T) ->
+    not_a_tensor(T).
+
 %% @doc Live tensors, live pins, live DLPack exports (capsules: exported
 %% managed tensors whose deleter has not run yet, consumed or not) and live
 %% binaries from to_binary(T, #{copy => false}), for leak checks.
@@ -335,7 +351,7 @@ nx_type(Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:nx_type(Dtype)).
 cuda_info() -> ?NIF(tensor_blob_nif:cuda_info()).
 
 %% @doc What the CUDA runtime says the memory at Ptr is, without touching
-%% it: cpu (ordinary host memory), cuda_host (pinned host memory), cuda
+%% it: cpu (ordinary host memory), cuda_host (page-locked host memory), cuda
 %% (device memory), cuda_managed (managed memory), or unknown (no runtime,
 %% driver or GPU, or the runtime cannot place it).
 -spec cuda_memory(non_neg_integer()) -> cpu | cuda_host | cuda | cuda_managed | unknown.
@@ -350,7 +366,7 @@ cuda_synchronize(Index) -> ?NIF(tensor_blob_nif:cuda_synchronize(Index)).
 %% touching the memory: CUDA capsules included, whatever this build can
 %% import. device_type is DLPack's (cpu, cuda, cuda_host for kDLCUDAHost,
 %% cuda_managed for kDLCUDAManaged); device is where libtorch sees it once
-%% imported (cpu for pinned host memory, {cuda, I} for managed memory).
+%% imported (cpu for page-locked host memory, {cuda, I} for managed memory).
 -spec dlpack_info(capsule()) -> map().
 dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 
@@ -669,7 +685,7 @@ from_dlpack(Source) ->
 %%     legacy default stream (the array API's default), and for host memory
 %%     finished writing it; nothing is waited for. A kDLCPU tensor takes no
 %%     stream. With a stream the import runs on a dirty I/O scheduler.
-%% kDLCPU and kDLCUDAHost (pinned host memory) tensors become CPU tensors;
+%% kDLCPU and kDLCUDAHost (page-locked host memory) tensors become CPU tensors;
 %% kDLCUDA and kDLCUDAManaged tensors become CUDA tensors of their device
 %% (where the linked libtorch has CUDA), after the CUDA runtime confirms
 %% what the memory is.

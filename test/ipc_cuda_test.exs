@@ -248,7 +248,11 @@ defmodule TensorBlob.IPCTest do
       assert_raise ArgumentError, ~r/device/, fn -> Tensor.to_device(t, :gpu) end
 
       unless CUDA.runtime().libtorch do
-        assert_raise TensorBlob.Error, ~r/to_device/, fn -> Tensor.to_device(t, {:cuda, 0}) end
+        error = assert_raise TensorBlob.Error, fn -> Tensor.to_device(t, {:cuda, 0}) end
+
+        assert error.message ==
+                 "device {:cuda, 0}: this libtorch was built without CUDA, so to_device cannot copy to or " <>
+                   "from a GPU; link a libtorch with CUDA (LIBTORCH_DIR)"
       end
     end
 
@@ -333,7 +337,7 @@ defmodule TensorBlob.IPCTest do
     end
   end
 
-  # Needs a GPU; run by .gpu/device.sh (mix test --include cuda).
+  # Needs a GPU: mix test --include cuda.
   describe "CUDA IPC and streams, with a GPU" do
     defp counters_reach(freed, tries \\ 200) do
       Lifetime.collect()
@@ -457,7 +461,7 @@ defmodule TensorBlob.IPCTest do
     end
 
     @tag :cuda
-    test "pinned host memory imports as a CPU tensor, managed memory as a CUDA one" do
+    test "page-locked host memory imports as a CPU tensor, managed memory as a CUDA one" do
       {_, freed} = :foreign_tensor_nif.counters()
       data = f32s(Enum.to_list(1..8))
 

@@ -114,7 +114,7 @@ defmodule TensorBlob.MemoryTest do
       # Erlang code after a long dirty NIF, while another process ran on the
       # normal scheduler meanwhile, sometimes dies from a jump to a heap
       # address: an emulator bug, reproduced with crypto:hash/2 alone and
-      # never on OTP 27 (see the README's "Known problems").
+      # never on OTP 27 (see guides/building.md, "Known problem").
       code = """
       Big = binary:copy(<<7>>, 256 * 1024 * 1024 + 1),
       Part = binary:part(Big, 1, 256 * 1024 * 1024),

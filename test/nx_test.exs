@@ -1,5 +1,5 @@
 # Runs when Nx is on the code path: NX_PATH=<dirs of an Nx build> make nx-test
-# (see the README). Without Nx, the :nx tests are excluded.
+# (see guides/nx.md). Without Nx, the :nx tests are excluded.
 if Code.ensure_loaded?(Nx) do
   defmodule TensorBlob.Test.PointerBackend do
     @moduledoc false

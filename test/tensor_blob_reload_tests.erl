@@ -242,3 +242,70 @@ restore_env(Current) ->
         Current -> os:unsetenv("TENSOR_BLOB_NIF");
         _ -> os:putenv("TENSOR_BLOB_NIF", Current)
     end.
+
+%% A build loaded from another path after the module was deleted and purged
+%% is loaded, not upgraded: nothing is handed over. It finds the state of
+%% the builds before it all the same: the counts go on, and memory that a
+%% binary of the earlier build shows stays guarded against the new build's
+%% writes.
+other_path_test_() ->
+    {timeout, 60, fun other_path/0}.
+
+other_path() ->
+    Start = settled_stats(),
+    Original = os:getenv("TENSOR_BLOB_NIF"),
+    Current = case Original of
+                  false -> filename:join(code:priv_dir(tensor_blob), "tensor_blob_nif");
+                  Path -> Path
+              end,
+    Dir = filename:join(filename:basedir(user_cache, "tensor_blob_test"), os:getpid()),
+    Copy = filename:join(Dir, "tensor_blob_nif"),
+    ok = filelib:ensure_dir(Copy),
+    {ok, _} = file:copy(Current ++ ".so", Copy ++ ".so"),
+    try
+        run_isolated(fun() -> guarded_across_builds(Copy) end)
+    after
+        restore_library(Original),
+        _ = file:del_dir_r(Dir)
+    end,
+    ?assertEqual(Start, settled_stats()).
+
+guarded_across_builds(Copy) ->
+    T = tensor_blob:zeros({16}, uint8),
+    Bin = tensor_blob:to_binary(T, #{copy => false}),
+    #{ptr := Ptr} = tensor_blob:to_blob(T),
+    Before = settled_stats(),
+    ?assertMatch(#{binaries := 1}, maps:with([binaries], Before)),
+    os:putenv("TENSOR_BLOB_NIF", Copy),
+    replace_module(),
+    ?assertEqual(Copy ++ ".so", loaded_library()),
+    ?assertEqual(Before, tensor_blob:stats()),
+    V = tensor_blob:from_blob(#{ptr => Ptr, shape => {16}, dtype => uint8, owner => none}),
+    ?assertError({badarg, _}, tensor_blob:write(V, binary:copy(<<9>>, 16))),
+    ?assertEqual(binary:copy(<<0>>, 16), Bin),
+    ?assertEqual(binary:copy(<<0>>, 16), tensor_blob:to_binary(V)).
+
+%% Deleted, purged, and loaded again: load, not upgrade.
+replace_module() ->
+    true = code:delete(?M),
+    _ = code:purge(?M),
+    {module, ?M} = code:load_file(?M).
+
+restore_library(false) ->
+    os:unsetenv("TENSOR_BLOB_NIF"),
+    replace_module();
+restore_library(Path) ->
+    os:putenv("TENSOR_BLOB_NIF", Path),
+    replace_module().
+
+%% The file of the NIF library this VM maps for the module's current code.
+loaded_library() ->
+    Wanted = case os:getenv("TENSOR_BLOB_NIF") of
+                 false -> filename:join(code:priv_dir(tensor_blob), "tensor_blob_nif");
+                 P -> P
+             end ++ ".so",
+    {ok, Maps} = file:read_file("/proc/self/maps"),
+    case binary:match(Maps, list_to_binary(Wanted)) of
+        nomatch -> not_mapped;
+        _ -> Wanted
+    end.

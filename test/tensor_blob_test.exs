@@ -94,7 +94,7 @@ defmodule TensorBlobTest do
       assert %Tensor{} = bare
       assert Tensor.memory(bare) == :unpinned
       refute Tensor.pinned?(bare)
-      assert inspect(bare) =~ "pinned?: false"
+      assert inspect(bare) =~ "cpu unpinned"
       assert Tensor.to_binary(bare) == @f32
       assert %Tensor{} = unpinned = TensorBlob.from_blob(%{blob | owner: :none})
       assert Tensor.memory(unpinned) == :unpinned
@@ -289,7 +289,7 @@ defmodule TensorBlobTest do
       assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
       t = t23()
       %BlobView{tensor: v} = TensorBlob.from_blob(Map.delete(TensorBlob.to_blob(t), :owner), owner: {:keep, t})
-      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned?: true [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
+      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
       # Row-major order whatever the strides; a scalar; no elements.
       assert inspect(Tensor.transpose(t23(), 0, 1)) =~ "float32[3][2] cpu owned [1.0, 4.0, ...]>"
 

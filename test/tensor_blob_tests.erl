@@ -984,6 +984,26 @@ write_bad_input_test() ->
     %% A refused write leaves the tensor as it was.
     ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(T)).
 
+%% describe/1 answers what the one-field functions answer, for each kind
+%% of memory and a device of its own.
+describe_test() ->
+    T = tensor_blob:from_binary(<<1, 2, 3, 4, 5, 6>>, uint8, {2, 3}),
+    Blob = tensor_blob:to_blob(T),
+    Pinned = tensor_blob:from_blob(Blob#{shape => {6}, strides => [1]}, #{owner => {keep, Blob}}),
+    Unpinned = tensor_blob:from_blob(Blob#{owner => none}),
+    Binary = tensor_blob:from_binary(binary:copy(<<7>>, 128), int8, {2, 64}, #{copy => false}),
+    ?assertEqual(#{dtype => uint8, shape => {2, 3}, device => cpu, memory => owned},
+                 tensor_blob:describe(T)),
+    ?assertEqual(#{dtype => uint8, shape => {6}, device => cpu, memory => pinned},
+                 tensor_blob:describe(Pinned)),
+    ?assertEqual(unpinned, maps:get(memory, tensor_blob:describe(Unpinned))),
+    ?assertEqual(#{dtype => int8, shape => {2, 64}, device => cpu, memory => binary},
+                 tensor_blob:describe(Binary)),
+    [?assertEqual(#{dtype => tensor_blob:dtype(X), shape => tensor_blob:shape(X),
+                    device => tensor_blob:device(X), memory => tensor_blob:memory(X)},
+                  tensor_blob:describe(X))
+     || X <- [T, Pinned, Unpinned, Binary, tensor_blob:transpose(T, 0, 1)]].
+
 %% Every function taking a tensor refuses anything else.
 not_a_tensor_test_() ->
     Calls = [{to_blob, fun(X) -> tensor_blob:to_blob(X) end},
@@ -997,7 +1017,8 @@ not_a_tensor_test_() ->
              {dtype, fun(X) -> tensor_blob:dtype(X) end},
              {device, fun(X) -> tensor_blob:device(X) end},
              {memory, fun(X) -> tensor_blob:memory(X) end},
-             {pinned, fun(X) -> tensor_blob:pinned(X) end}],
+             {pinned, fun(X) -> tensor_blob:pinned(X) end},
+             {describe, fun(X) -> tensor_blob:describe(X) end}],
     [{atom_to_list(Name),
       fun() ->
               NotTensors = [an_atom, self(), make_ref(), 42, <<"bin">>, #{ref => make_ref()},

@@ -1,8 +1,9 @@
 defmodule TensorBlob.BlobView do
   @moduledoc """
-  A tensor viewing foreign memory, together with the owner it pins.
+  A tensor viewing foreign memory, together with the owner it keeps alive.
 
-  The pin lives in the libtorch storage, not in this struct: dropping the
+  The owner is kept by the libtorch storage, not by this struct (one of our
+  tensors by sharing its storage, any other term by a pin): dropping the
   struct while keeping `view.tensor` (or a slice of it) is safe. The owner
   is released after the last tensor using the memory is freed.
   """

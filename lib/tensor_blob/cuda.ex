@@ -80,7 +80,7 @@ defmodule TensorBlob.CUDA do
 
   @doc """
   What the CUDA runtime says the memory at an address is, without touching
-  it: `:cpu` (ordinary host memory), `:cuda_host` (pinned host memory),
+  it: `:cpu` (ordinary host memory), `:cuda_host` (page-locked host memory),
   `:cuda` (device memory), `:cuda_managed` (managed memory), or `:unknown`
   (no runtime, driver or GPU, or the runtime cannot place it).
 

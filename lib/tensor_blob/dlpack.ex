@@ -46,7 +46,7 @@ defmodule TensorBlob.DLPack do
       no CUDA it raises `TensorBlob.Error`; where it has, the CUDA runtime
       must confirm that the pointer is memory of that device (as for
       `TensorBlob.from_blob/2`).
-    * `kDLCUDAHost` (pinned host memory, `cudaMallocHost`): a CPU tensor,
+    * `kDLCUDAHost` (page-locked host memory, `cudaMallocHost`): a CPU tensor,
       since the host reads it directly. Refused only when the runtime says
       the pointer is device memory.
     * `kDLCUDAManaged` (`cudaMallocManaged`): a CUDA tensor of the device the
@@ -74,14 +74,14 @@ defmodule TensorBlob.DLPack do
       data. The call does not wait.
     * `import(x, stream: s)`: `s` is the producer's stream, where its last
       writes were queued. For a CUDA (or managed) tensor libtorch's current
-      stream waits for it; for pinned host memory the call itself waits
+      stream waits for it; for page-locked host memory the call itself waits
       until `s`'s work is done (on a dirty I/O scheduler).
     * Without a stream, the array API's default: the consumer uses the
       legacy default stream. libtorch's current stream is its default
       stream, which is the legacy default stream, unless native code set
       another on the calling thread: then `export` makes the legacy
       default stream wait for it, and `import` makes it wait for the legacy
-      default stream; otherwise nothing is done. For pinned host memory
+      default stream; otherwise nothing is done. For page-locked host memory
       without a stream, the producer must have finished writing.
 
   libtorch's current stream is that of the scheduler thread the call runs

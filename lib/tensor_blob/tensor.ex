@@ -174,7 +174,7 @@ defmodule TensorBlob.Tensor do
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
   defimpl Inspect do
-    # dtype, shape, device, memory, and a bounded preview of the first
+    # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first
     # elements (row-major) of a CPU tensor: at most 8 (or opts.limit), read
     # through a view of those elements only, whatever the tensor's size.
     import Inspect.Algebra
@@ -190,15 +190,9 @@ defmodule TensorBlob.Tensor do
         dims = shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
         device = :tensor_blob.device(ref)
 
-        pinned =
-          case :tensor_blob.memory(ref) do
-            :pinned -> "pinned?: true"
-            :unpinned -> "pinned?: false"
-            memory -> Atom.to_string(memory)
-          end
-
+        memory = :tensor_blob.memory(ref)
         dtype = :tensor_blob.dtype(ref)
-        head = "#{dtype}#{dims} #{format_device(device)} #{pinned}"
+        head = "#{dtype}#{dims} #{format_device(device)} #{memory}"
 
         case preview(tensor, shape, device, dtype, min(@preview, opts.limit)) do
           nil -> concat(["#TensorBlob.Tensor<", head, ">"])
@@ -229,7 +223,7 @@ defmodule TensorBlob.Tensor do
       end
     end
 
-    # The first n elements in row-major order, through a pinned view of them
+    # The first n elements in row-major order, through a view of them
     # when the tensor is contiguous; else the first n of its first row.
     defp first_elements(_tensor, _shape, 0), do: <<>>
 

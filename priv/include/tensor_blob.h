@@ -65,6 +65,29 @@ typedef struct {
     tb_DLManagedTensorVersioned *tensor; /* out, when status is OK: yours */
 } tensor_blob_bridge_call;
 
+/* tensor_blob's tensor resource type is striped over threads (the VM's
+ * count of live resources is per type, and one shared count would make
+ * busy schedulers take turns): "tensor_blob_tensor", "tensor_blob_tensor_1",
+ * ... up to TENSOR_BLOB_TENSOR_TYPES. A tensor is of one of them. */
+#define TENSOR_BLOB_TENSOR_TYPES 8
+
+/* Passes call to the tensor resource behind term; 0 when it was one. */
+static inline int tensor_blob_dyncall(ErlNifEnv *env, ERL_NIF_TERM term, tensor_blob_bridge_call *call)
+{
+    ERL_NIF_TERM module = enif_make_atom(env, "tensor_blob_nif");
+    for (int i = 0; i < TENSOR_BLOB_TENSOR_TYPES; i++) {
+        char name[32] = "tensor_blob_tensor";
+        if (i > 0) {
+            name[18] = '_';
+            name[19] = (char)('0' + i);
+            name[20] = '\0';
+        }
+        if (enif_dynamic_resource_call(env, module, enif_make_atom(env, name), term, call) == 0)
+            return 0;
+    }
+    return 1;
+}
+
 /* A DLManagedTensorVersioned over the memory of the tensor term (a tensor
  * resource or a %TensorBlob.Tensor{}). Returns TENSOR_BLOB_BRIDGE_OK and
  * sets *out, or another status and leaves *out alone. */
@@ -80,8 +103,7 @@ static inline int tensor_blob_to_dlpack(ErlNifEnv *env, ERL_NIF_TERM term, uint3
         term = ref;
     }
     tensor_blob_bridge_call call = {TENSOR_BLOB_BRIDGE_VERSION, flags, TENSOR_BLOB_BRIDGE_NOT_A_TENSOR, NULL};
-    if (enif_dynamic_resource_call(env, enif_make_atom(env, "tensor_blob_nif"),
-                                   enif_make_atom(env, "tensor_blob_tensor"), term, &call) != 0)
+    if (tensor_blob_dyncall(env, term, &call) != 0)
         return TENSOR_BLOB_BRIDGE_NOT_A_TENSOR;
     if (call.status == TENSOR_BLOB_BRIDGE_OK)
         *out = call.tensor;

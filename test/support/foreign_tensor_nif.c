@@ -256,8 +256,7 @@ static ERL_NIF_TERM take_with_version(ErlNifEnv *env, int argc, const ERL_NIF_TE
     if (!enif_get_uint(env, argv[1], &version))
         return enif_make_badarg(env);
     tensor_blob_bridge_call call = {version, 0, -1, NULL};
-    if (enif_dynamic_resource_call(env, enif_make_atom(env, "tensor_blob_nif"),
-                                   enif_make_atom(env, "tensor_blob_tensor"), argv[0], &call) != 0)
+    if (tensor_blob_dyncall(env, argv[0], &call) != 0)
         return enif_make_atom(env, "not_a_tensor");
     return enif_make_tuple2(env, enif_make_int(env, call.status), enif_make_atom(env, call.tensor ? "tensor" : "none"));
 }

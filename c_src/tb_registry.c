@@ -1,0 +1,159 @@
+#include "tb_registry.h"
+
+/* log2 of the chunk of each level but the last, which is one chunk. */
+static const unsigned level_shift[TB_REG_LEVELS - 1] = {20, 30};
+
+static unsigned level_of(const tb_range *r)
+{
+    uintptr_t size = r->hi - r->lo;
+    for (unsigned l = 0; l < TB_REG_LEVELS - 1; l++)
+        if (size <= ((uintptr_t)1 << level_shift[l]))
+            return l;
+    return TB_REG_LEVELS - 1;
+}
+
+static unsigned shard_of_chunk(uintptr_t chunk)
+{
+    return (unsigned)(((uint64_t)chunk * 0x9E3779B97F4A7C15ull) >> 58) % TB_REG_SHARDS;
+}
+
+static tb_reg_shard *home_of(tb_registry *reg, const tb_range *r)
+{
+    unsigned l = level_of(r);
+    if (l == TB_REG_LEVELS - 1)
+        return &reg->shards[l][0];
+    return &reg->shards[l][shard_of_chunk(r->lo >> level_shift[l])];
+}
+
+static void list_init(tb_range *head)
+{
+    head->prev = head->next = head;
+}
+
+int tb_registry_init(tb_registry *reg)
+{
+    for (int l = 0; l < TB_REG_LEVELS; l++) {
+        for (int i = 0; i < TB_REG_SHARDS; i++) {
+            tb_reg_shard *s = &reg->shards[l][i];
+            for (int k = 0; k < TB_REG_KINDS; k++) {
+                s->sets[k] = NULL;
+                s->count[k] = 0;
+            }
+            if (pthread_mutex_init(&s->lock, NULL) != 0)
+                return 0;
+        }
+    }
+    for (int k = 0; k < TB_REG_KINDS; k++)
+        list_init(&reg->files[k]);
+    reg->file_count = 0;
+    return pthread_mutex_init(&reg->files_lock, NULL) == 0;
+}
+
+/* Counts change and are read sequentially consistent: of an add followed
+ * by a query on one thread and the same on another, at least one query
+ * sees the other's range (write! against a new binary view). */
+void tb_registry_add(tb_registry *reg, tb_reg_kind kind, tb_range *r)
+{
+    tb_reg_shard *s = home_of(reg, r);
+    pthread_mutex_lock(&s->lock);
+    tb_intervals_insert(&s->sets[kind], r);
+    __atomic_add_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&s->lock);
+    if (r->file_ino) {
+        pthread_mutex_lock(&reg->files_lock);
+        tb_range *head = &reg->files[kind];
+        r->next = head->next;
+        r->prev = head;
+        head->next->prev = r;
+        head->next = r;
+        __atomic_add_fetch(&reg->file_count, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&reg->files_lock);
+    }
+}
+
+void tb_registry_remove(tb_registry *reg, tb_reg_kind kind, tb_range *r)
+{
+    if (r->file_ino) {
+        pthread_mutex_lock(&reg->files_lock);
+        r->prev->next = r->next;
+        r->next->prev = r->prev;
+        r->prev = r->next = NULL;
+        __atomic_sub_fetch(&reg->file_count, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&reg->files_lock);
+    }
+    tb_reg_shard *s = home_of(reg, r);
+    pthread_mutex_lock(&s->lock);
+    tb_intervals_remove(&s->sets[kind], r);
+    __atomic_sub_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* The first kind in `kinds` with a range overlapping [lo, hi) by address,
+ * with that range copied to *hit_out (under its shard's lock: it may be
+ * removed once the lock is released); -1 when none. */
+static int find(tb_registry *reg, unsigned kinds, uintptr_t lo, uintptr_t hi, tb_range *hit_out)
+{
+    for (unsigned l = 0; l < TB_REG_LEVELS; l++) {
+        int last_level = l == TB_REG_LEVELS - 1;
+        uintptr_t first = 0, chunks = 1;
+        if (!last_level) {
+            first = lo >> level_shift[l];
+            first = first ? first - 1 : 0; /* a range that starts there may reach here */
+            chunks = ((hi - 1) >> level_shift[l]) - first + 1;
+        }
+        int every_shard = chunks >= TB_REG_SHARDS;
+        unsigned n = every_shard ? TB_REG_SHARDS : (unsigned)chunks;
+        for (unsigned i = 0; i < n; i++) {
+            tb_reg_shard *s = &reg->shards[l][last_level || every_shard ? i : shard_of_chunk(first + i)];
+            int any = 0;
+            for (int k = 0; k < TB_REG_KINDS; k++)
+                any |= (kinds & TB_REG_BIT(k)) && __atomic_load_n(&s->count[k], __ATOMIC_SEQ_CST) != 0;
+            if (!any)
+                continue;
+            int kind = -1;
+            pthread_mutex_lock(&s->lock);
+            for (int k = 0; k < TB_REG_KINDS && kind < 0; k++) {
+                const tb_range *hit = (kinds & TB_REG_BIT(k)) ? tb_intervals_find(s->sets[k], lo, hi) : NULL;
+                if (hit) {
+                    kind = k;
+                    if (hit_out)
+                        *hit_out = *hit;
+                }
+            }
+            pthread_mutex_unlock(&s->lock);
+            if (kind >= 0)
+                return kind;
+        }
+    }
+    return -1;
+}
+
+static int same_file_overlap(const tb_range *a, const tb_range *b)
+{
+    return a->file_ino == b->file_ino && a->file_dev == b->file_dev && a->file_lo < b->file_hi &&
+           b->file_lo < a->file_hi;
+}
+
+int tb_registry_overlap(tb_registry *reg, unsigned kinds, const tb_range *r)
+{
+    if (r->hi <= r->lo)
+        return -1;
+    int kind = find(reg, kinds, r->lo, r->hi, NULL);
+    if (kind >= 0 || !r->file_ino || __atomic_load_n(&reg->file_count, __ATOMIC_SEQ_CST) == 0)
+        return kind;
+    pthread_mutex_lock(&reg->files_lock);
+    for (int k = 0; k < TB_REG_KINDS && kind < 0; k++) {
+        if (!(kinds & TB_REG_BIT(k)))
+            continue;
+        for (const tb_range *e = reg->files[k].next; e != &reg->files[k] && kind < 0; e = e->next)
+            if (same_file_overlap(e, r))
+                kind = k;
+    }
+    pthread_mutex_unlock(&reg->files_lock);
+    return kind;
+}
+
+int tb_registry_mapping_at(tb_registry *reg, uintptr_t p, tb_range *out)
+{
+    return find(reg, TB_REG_BIT(TB_REG_MAPPED), p, p + 1, out) >= 0;
+}

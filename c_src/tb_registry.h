@@ -1,0 +1,60 @@
+/* The registry of guarded memory, sharded by address so that threads
+ * working on memory no other thread touches never share a lock or a cache
+ * line. Pure C over pthreads: no BEAM, no libtorch (c_test/test_registry.c
+ * races it from threads under ThreadSanitizer).
+ *
+ * Four kinds of ranges: memory a binary shows (frozen), memory never
+ * written through us (read-only), write! calls in progress (writing), and
+ * mapped shared-memory regions (mapped, found by address to name a second
+ * mapping's memory by file).
+ *
+ * A range lives in one shard: at the smallest level whose chunk (1 MiB,
+ * 1 GiB, everything) holds its size, in the shard of the chunk where it
+ * starts; so it reaches at most into the next chunk, and a query visits
+ * the shards of the chunks it covers and of the one before, at each level,
+ * at most TB_REG_SHARDS per level, whatever its size. A shard with no range
+ * of the kinds asked is skipped by atomic loads, without its lock.
+ *
+ * Ranges that name a region's file also sit in one list, by file: only
+ * region memory is ever compared by file, and regions are few. */
+#ifndef TB_REGISTRY_H
+#define TB_REGISTRY_H
+
+#include <pthread.h>
+
+#include "tb_intervals.h"
+
+typedef enum { TB_REG_FROZEN, TB_REG_READ_ONLY, TB_REG_WRITING, TB_REG_MAPPED, TB_REG_KINDS } tb_reg_kind;
+
+#define TB_REG_BIT(kind) (1u << (kind))
+#define TB_REG_LEVELS 3
+#define TB_REG_SHARDS 64
+
+typedef struct {
+    _Alignas(64) pthread_mutex_t lock;
+    tb_range *sets[TB_REG_KINDS];
+    long count[TB_REG_KINDS]; /* ranges of each kind here: read without the lock */
+} tb_reg_shard;
+
+typedef struct {
+    tb_reg_shard shards[TB_REG_LEVELS][TB_REG_SHARDS];
+    _Alignas(64) pthread_mutex_t files_lock;
+    tb_range files[TB_REG_KINDS]; /* list heads */
+    long file_count;
+} tb_registry;
+
+/* 0 when a mutex cannot be made. The registry is never destroyed. */
+int tb_registry_init(tb_registry *reg);
+
+/* r must stay put, unchanged, until removed; its range is not empty. */
+void tb_registry_add(tb_registry *reg, tb_reg_kind kind, tb_range *r);
+void tb_registry_remove(tb_registry *reg, tb_reg_kind kind, tb_range *r);
+
+/* The first kind in `kinds` (a mask of TB_REG_BIT) with a range that
+ * overlaps r by address, or by file when r names one; -1 when none. */
+int tb_registry_overlap(tb_registry *reg, unsigned kinds, const tb_range *r);
+
+/* The mapped region holding address p, copied to *out; 0 when none. */
+int tb_registry_mapping_at(tb_registry *reg, uintptr_t p, tb_range *out);
+
+#endif

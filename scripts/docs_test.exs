@@ -1,0 +1,323 @@
+# make docs-test: runs the code blocks of a Markdown file and checks what
+# they claim. One VM per file: `mix run scripts/docs_test.exs FILE.md`.
+#
+# The convention (ARCHITECTURE.md, "Code blocks in the documentation"):
+#
+#   ```elixir        run here, in order; the blocks of a file share their
+#                    variables and aliases, as in one IEx session
+#   ```erlang        run in one `erl` per file, with the library's paths;
+#                    the blocks of a file share their variables
+#   ```elixir cuda   (or erlang cuda) run where TensorBlob.CUDA.available?()
+#                    says true, parsed only elsewhere
+#   ```elixir nocuda (or erlang nocuda) run where the linked libtorch has
+#                    no CUDA (the errors it gives), parsed only elsewhere
+#   ```elixir nx     (or torchx) run where Nx (Torchx) is loaded, parsed
+#                    only elsewhere
+#   ```elixir norun  (or erlang norun) parsed only: a snippet that is not a
+#                    program (a mix.exs deps list, rebar.config)
+#   ```c             compiled (-fsyntax-only) against priv/include
+#   anything else    (sh, text, ...) not code: counted, not run
+#
+# Inside a run block, a comment line states what the code above it gives:
+#
+#   expr  # => pattern             Elixir: the value matches the pattern
+#   # => pattern                   (binding its variables, as = does); a
+#                                  pattern starting with # is inspect output,
+#                                  compared as text
+#   # ** (ArgumentError) text      the last expression above raises that
+#                                  exception, its message starting with text
+#                                  (the expressions before it run as usual)
+#   Expr  % => Pattern             Erlang: the value matches Pattern
+#   % ** error: Pattern            the last expression above raises error (or
+#                                  throw, exit) with a reason matching Pattern
+#
+# The code "above" is everything since the previous such comment. A comment
+# line that follows one of these and is indented by two or more spaces after
+# the comment sign continues it.
+
+defmodule DocsTest do
+  @erlang_runner Path.expand("docs_test.erl", __DIR__)
+
+  def main([file]) do
+    text = File.read!(file)
+    blocks = blocks(text)
+    results = run_file(file, blocks)
+    failures = for {:fail, line, msg} <- results, do: "#{file}:#{line}: #{msg}"
+    counts = Enum.frequencies(for r <- results, do: elem(r, 0))
+
+    IO.puts(
+      "docs-test #{file}: #{length(blocks)} blocks: #{counts[:ran] || 0} run, " <>
+        "#{counts[:parsed] || 0} parsed only, #{counts[:text] || 0} not code, " <>
+        "#{length(failures)} failed"
+    )
+
+    if failures != [] do
+      Enum.each(failures, &IO.puts(:stderr, &1))
+      System.halt(1)
+    end
+  end
+
+  # [{line, lang, tags, body_lines :: [{line, text}]}]
+  def blocks(text) do
+    text
+    |> String.split("\n")
+    |> Enum.with_index(1)
+    |> collect(nil, [])
+  end
+
+  defp collect([], nil, acc), do: Enum.reverse(acc)
+  defp collect([], {line, _, _, _}, _acc), do: raise("unclosed code block opened at line #{line}")
+
+  defp collect([{text, n} | rest], nil, acc) do
+    case Regex.run(~r/^```\s*([\w+-]*)\s*(.*)$/, text) do
+      [_, lang, tags] -> collect(rest, {n, lang, String.split(tags), []}, acc)
+      nil -> collect(rest, nil, acc)
+    end
+  end
+
+  defp collect([{text, n} | rest], {line, lang, tags, body} = open, acc) do
+    if String.trim_trailing(text) == "```" do
+      collect(rest, nil, [{line, lang, tags, Enum.reverse(body)} | acc])
+    else
+      collect(rest, put_elem(open, 3, [{n, text} | body]), acc)
+    end
+  end
+
+  defp run_file(file, blocks) do
+    env = Code.env_for_eval(file: file)
+    gpu? = TensorBlob.CUDA.available?()
+    cuda_torch? = TensorBlob.CUDA.runtime().libtorch
+    loaded? = fn mod -> Code.ensure_loaded?(mod) end
+    # Nx from NX_PATH is on the code path, not a dependency: start it as a
+    # project depending on it would.
+    if loaded?.(Nx), do: {:ok, _} = Application.ensure_all_started(:nx)
+
+    decide = fn tags ->
+      cond do
+        "norun" in tags -> :parse
+        "cuda" in tags and not gpu? -> :parse
+        "nocuda" in tags and cuda_torch? -> :parse
+        "nx" in tags and not loaded?.(Nx) -> :parse
+        "torchx" in tags and not loaded?.(Torchx) -> :parse
+        true -> :run
+      end
+    end
+
+    {elixir_results, state} =
+      Enum.map_reduce(blocks, {[], env}, fn
+        {line, "elixir", tags, body}, {binding, env} ->
+          case decide.(tags) do
+            :parse -> {parse_elixir(line, body), {binding, env}}
+            :run -> run_elixir(line, body, binding, env)
+          end
+
+        {line, "erlang", tags, body}, state ->
+          {{:erlang, line, decide.(tags), body}, state}
+
+        {line, "c", _tags, body}, state ->
+          {compile_c(line, body), state}
+
+        {_line, _lang, _tags, _body}, state ->
+          {{:text}, state}
+      end)
+
+    # The Elixir blocks' variables stay alive while the Erlang blocks run:
+    # an Erlang block may be another OS process using what they made.
+    Process.put(:docs_test_binding, state)
+    erlang = for {:erlang, line, how, body} <- elixir_results, do: {line, how, body}
+    erlang_results = if erlang == [], do: [], else: run_erlang(erlang)
+
+    Enum.flat_map(elixir_results, fn
+      {:erlang, _, _, _} -> []
+      {:text} -> [{:text}]
+      result -> [result]
+    end) ++ erlang_results
+  end
+
+  # Chunks: [{first_line, code, expectation}], expectation nil,
+  # {:value, text} or {:raise, text}.
+  def chunks(body, comment) do
+    expect = ~r/^\s*(.*?)\s*#{comment}\s*(=>|\*\*)\s*(.*)$/
+
+    {chunks, current, _} =
+      Enum.reduce(body, {[], {nil, []}, nil}, fn {n, text}, {chunks, {start, code}, last} ->
+        continuation = Regex.run(~r/^\s*#{comment}\s{2,}(\S.*)$/, text)
+
+        cond do
+          last != nil and continuation != nil ->
+            [{s, c, {kind, exp}} | others] = chunks
+            {[{s, c, {kind, exp <> " " <> Enum.at(continuation, 1)}} | others], {start, code}, last}
+
+          match = Regex.run(expect, text) ->
+            [_, before, arrow, exp] = match
+            code = if before == "", do: code, else: [before | code]
+            kind = if arrow == "=>", do: :value, else: :raise
+            chunk = {start || n, code |> Enum.reverse() |> Enum.join("\n"), {kind, exp}}
+            {[chunk | chunks], {nil, []}, kind}
+
+          true ->
+            {chunks, {start || n, [text | code]}, nil}
+        end
+      end)
+
+    tail =
+      case current do
+        {nil, _} -> []
+        {start, code} -> [{start, code |> Enum.reverse() |> Enum.join("\n"), nil}]
+      end
+
+    Enum.reverse(chunks) ++ tail
+  end
+
+  defp parse_elixir(line, body) do
+    code = Enum.map_join(body, "\n", &elem(&1, 1))
+
+    case Code.string_to_quoted(code) do
+      {:ok, _} -> {:parsed, line}
+      {:error, error} -> {:fail, line, "does not parse: #{inspect(error)}"}
+    end
+  end
+
+  defp run_elixir(line, body, binding, env) do
+    Enum.reduce_while(chunks(body, "#"), {{:ran, line}, {binding, env}}, fn
+      {start, code, expect}, {_, {binding, env}} ->
+        case eval_chunk(start, code, expect, binding, env) do
+          {:ok, binding, env} -> {:cont, {{:ran, line}, {binding, env}}}
+          {:fail, msg} -> {:halt, {{:fail, start, msg}, {binding, env}}}
+        end
+    end)
+  end
+
+  # Before a raise expectation, the expressions before the last run as
+  # usual (their bindings kept); the last one must raise.
+  defp eval_chunk(start, code, expect, binding, env) do
+    result =
+      try do
+        quoted = Code.string_to_quoted!(code, file: env.file, line: start)
+
+        case {expect, quoted} do
+          {{:raise, _}, {:__block__, meta, [_, _ | _] = exprs}} ->
+            {init, [last]} = Enum.split(exprs, -1)
+            {_, binding, env} = Code.eval_quoted_with_env({:__block__, meta, init}, binding, env)
+            {:ready, last, binding, env}
+
+          _ ->
+            {:ready, quoted, binding, env}
+        end
+      rescue
+        e -> {:raised, e, __STACKTRACE__}
+      end
+
+    case result do
+      {:ready, quoted, binding, env} ->
+        result =
+          try do
+            {:ok, Code.eval_quoted_with_env(quoted, binding, env)}
+          rescue
+            e -> {:raised, e, __STACKTRACE__}
+          end
+
+        check_elixir(result, expect, binding, env)
+
+      raised ->
+        check_elixir(raised, nil, binding, env)
+    end
+  end
+
+  defp check_elixir({:ok, {_value, binding, env}}, nil, _, _), do: {:ok, binding, env}
+
+  defp check_elixir({:ok, {value, binding, env}}, {:value, "#" <> _ = text}, _, _) do
+    if squash(inspect(value)) == squash(text),
+      do: {:ok, binding, env},
+      else: {:fail, "inspect gives #{inspect(value)}, the block says #{text}"}
+  end
+
+  defp check_elixir({:ok, {value, binding, env}}, {:value, pattern}, _, _) do
+    quoted = Code.string_to_quoted!("(#{pattern}) = docs_value__", file: env.file)
+
+    try do
+      {_, binding, env} = Code.eval_quoted_with_env(quoted, [{:docs_value__, value} | binding], env)
+      {:ok, Keyword.delete(binding, :docs_value__), env}
+    rescue
+      MatchError -> {:fail, "gives #{inspect(value)}, which does not match #{pattern}"}
+      e -> {:fail, "# => #{pattern}: not a pattern (#{Exception.message(e)})"}
+    end
+  end
+
+  defp check_elixir({:ok, {value, _, _}}, {:raise, text}, _, _),
+    do: {:fail, "should raise #{text}, but gives #{inspect(value)}"}
+
+  # A chunk that raised binds nothing: the binding before it goes on.
+  defp check_elixir({:raised, e, stack}, {:raise, text}, binding, env) do
+    shown = "(#{inspect(e.__struct__)}) #{Exception.message(e)}"
+
+    if String.starts_with?(squash(shown), squash(text)),
+      do: {:ok, binding, env},
+      else: {:fail, "raises #{shown}\n  the block says ** #{text}\n#{Exception.format_stacktrace(stack)}"}
+  end
+
+  defp check_elixir({:raised, e, stack}, _, _, _),
+    do: {:fail, "raises #{Exception.format(:error, e, stack)}"}
+
+  defp squash(text), do: text |> String.split() |> Enum.join(" ")
+
+  defp compile_c(line, body) do
+    code = Enum.map_join(body, "\n", &elem(&1, 1))
+    dir = Path.join(System.tmp_dir!(), "tb_docs_#{System.unique_integer([:positive])}")
+    File.mkdir_p!(dir)
+    src = Path.join(dir, "block.c")
+    File.write!(src, code)
+    priv = :code.priv_dir(:tensor_blob) |> to_string()
+    erts = Path.join([:code.root_dir(), "erts-#{:erlang.system_info(:version)}", "include"])
+
+    {out, status} =
+      System.cmd("cc", ["-fsyntax-only", "-std=c11", "-Wall", "-Werror", "-I#{priv}/include", "-I#{erts}", src],
+        stderr_to_stdout: true
+      )
+
+    File.rm_rf!(dir)
+    if status == 0, do: {:ran, line}, else: {:fail, line, "does not compile:\n#{out}"}
+  end
+
+  # All Erlang blocks of the file in one erl, in order, sharing bindings.
+  defp run_erlang(blocks) do
+    dir = Path.join(System.tmp_dir!(), "tb_docs_#{System.unique_integer([:positive])}")
+    File.mkdir_p!(dir)
+    input = Path.join(dir, "in")
+    output = Path.join(dir, "out")
+
+    items =
+      for {line, how, body} <- blocks do
+        chunks = for {s, code, exp} <- chunks(body, "%"), do: {s, String.to_charlist(code), charlist(exp)}
+        {line, how, chunks}
+      end
+
+    File.write!(input, :erlang.term_to_binary(items))
+    ebin = :code.lib_dir(:tensor_blob, :ebin) |> to_string()
+
+    eval =
+      ~s|{ok, M, B} = compile:file("#{@erlang_runner}", [binary, report]), | <>
+        ~s|{module, M} = code:load_binary(M, "docs_test.erl", B), | <>
+        ~s|M:main("#{input}", "#{output}"), halt().|
+
+    {out, status} = System.cmd("erl", ["-noshell", "-pa", ebin, "-eval", eval], stderr_to_stdout: true)
+
+    results =
+      case File.read(output) do
+        {:ok, bin} when status == 0 -> :erlang.binary_to_term(bin)
+        _ -> [{:fail, elem(hd(blocks), 0), "erl stopped (status #{status}):\n#{out}"}]
+      end
+
+    File.rm_rf!(dir)
+
+    Enum.map(results, fn
+      {:fail, line, msg} -> {:fail, line, to_string(msg)}
+      other -> other
+    end)
+  end
+
+  defp charlist(nil), do: :none
+  defp charlist({kind, text}), do: {kind, String.to_charlist(text)}
+end
+
+DocsTest.main(System.argv())
