@@ -80,13 +80,17 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 
 /* ---- Tensor views of binaries ------------------------------------------ */
 
-static ERL_NIF_TERM from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     ErlNifBinary bin;
     tb_dense d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_binary_args(env, argv, &bin, &d, &exc))
+        return exc;
+    /* A copy happens only for misaligned bytes, and only when allowed. */
+    uint64_t copied =
+        argv[3] == tb_atoms.true_ && tb_pointer_alignment((uint64_t)(uintptr_t)bin.data) < 16 ? bin.size : 0;
+    if (tb_reschedule_copy(env, "from_binary", copied, 0, tb_nif_from_binary_view, argc, argv, &exc))
         return exc;
     const tb_layout *l = &d.layout;
 
@@ -118,15 +122,4 @@ static ERL_NIF_TERM from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
                            TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &h, &err))
         return tb_raise_error(env, "from_binary: %s", err.message);
     return tb_tensor_return(env, h);
-}
-
-ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    /* A copy happens only for misaligned bytes, and only when allowed. */
-    ErlNifBinary bin;
-    uint64_t copied = argv[3] == tb_atoms.true_ && enif_inspect_binary(env, argv[0], &bin) &&
-                              tb_pointer_alignment((uint64_t)(uintptr_t)bin.data) < 16
-                          ? bin.size
-                          : 0;
-    return tb_run_copy(env, "from_binary", copied, 0, from_binary_view, argc, argv);
 }

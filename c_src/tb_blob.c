@@ -1,6 +1,6 @@
 #include "tb_blob.h"
 
-#include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
 #include "tb_layout.h"
 #include "tb_pin.h"
 #include "tb_storage.h"
@@ -144,97 +144,141 @@ static int describes(const tb_layout *l, tb_dtype_id dtype, const tb_device *dev
     return 1;
 }
 
-/* A view of the memory the spec's terms describe; owner_term is pinned when
- * pin_term is true. */
-static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM owner_term, ERL_NIF_TERM pin_term)
-{
+/* What a view is of: the spec read, and whether its memory is registered
+ * read-only. */
+typedef struct {
     tb_layout l;
     tb_dtype_id dtype;
     tb_device device;
     tb_layout_result r;
+    int read_only;
+} view_spec;
+
+/* The storage of a view pinning our tensor `owner`: 1, or 0 with *answer
+ * set (the owner itself, a tensor sharing its storage, or an error). Its
+ * extent is known, so it proves which device the memory is on. */
+static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_spec *v, tb_storage **storage,
+                                ERL_NIF_TERM *answer)
+{
+    const tb_layout *l = &v->l;
+    tb_shim_info o;
+    tb_shim_info_of(owner->handle, &o);
+    uint64_t base = (uint64_t)(uintptr_t)o.storage_data, size = o.storage_bytes;
+    if (o.device_type != v->device.type || o.device_index != v->device.index) {
+        *answer = owner_elsewhere(env, &v->device, o.device_type, o.device_index);
+        return 0;
+    }
+    if (!inside(l, &v->r, base, size)) {
+        *answer = outside_owner(env, l, v->r.byte_size, base, size);
+        return 0;
+    }
+    /* Inside the owner's storage at a whole element: the view shares
+     * that storage, whose reference count is the pin, and whose header
+     * says what the memory is. Only memory that another storage
+     * registered read-only needs a pin of its own to carry the flag. */
+    int owner_read_only = tb_storage_read_only(&o);
+    int shares = v->r.byte_size > 0 && (!v->read_only || owner_read_only);
+    if (shares && describes(l, v->dtype, &v->device, &o)) {
+        /* The spec is the owner's own layout (a round trip through
+         * to_blob): the owner is that tensor already. No new tensor,
+         * as numpy.asarray answers an array with itself. */
+        *answer = enif_make_resource(env, owner);
+        return 0;
+    }
+    if (shares && tb_multiple_of_element(l->ptr - base, l->element_size)) {
+        tb_shim_tensor *h;
+        tb_shim_error err;
+        if (!tb_shim_alias(owner->handle, l->ptr - base, l->ndim, l->shape, l->strides,
+                           tb_dtypes[v->dtype].torch_scalar_type, &h, &err))
+            *answer = tb_raise_error(env, "from_blob: %s", err.message);
+        else
+            *answer = tb_tensor_return(env, h);
+        return 0;
+    }
+    *storage = tb_pin_tensor(owner, v->read_only || owner_read_only);
+    return 1;
+}
+
+/* The storage of a view pinning any other term: 1 (*proven when the
+ * owner is a binary whose extent covers the view; read-only over a binary
+ * nested in it), or 0 with *answer set to the error. */
+static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const view_spec *v, tb_storage **storage,
+                              int *proven, ERL_NIF_TERM *answer)
+{
+    int read_only = v->read_only;
+    tb_pin *p = tb_pin_term(owner_term);
+    if (!p) {
+        *answer = tb_raise_error(env, "from_blob: out of memory pinning the owner");
+        return 0;
+    }
+    /* Check the pinned copy: a small binary is copied, not shared,
+     * and then no pointer into the caller's copy is covered. */
+    ErlNifBinary bin;
+    if (tb_pin_binary(p, &bin)) {
+        uint64_t base = (uint64_t)(uintptr_t)bin.data;
+        if (v->device.type != TB_DEVICE_CPU) {
+            tb_storage_release(&p->header);
+            *answer = owner_elsewhere(env, &v->device, TB_DEVICE_CPU, 0);
+            return 0;
+        }
+        if (!inside(&v->l, &v->r, base, bin.size)) {
+            tb_storage_release(&p->header);
+            *answer = outside_owner(env, &v->l, v->r.byte_size, base, bin.size);
+            return 0;
+        }
+        *proven = 1;
+    } else if (v->r.byte_size > 0 && v->device.type == TB_DEVICE_CPU &&
+               tb_pin_holds_binary_over(p, (uintptr_t)v->l.ptr, (uintptr_t)v->l.ptr + v->r.byte_size)) {
+        /* A binary nested in the owner: its bytes are immutable, and
+         * guarded against every other tensor while this view lives. */
+        tb_range span = {.lo = (uintptr_t)v->l.ptr, .hi = (uintptr_t)v->l.ptr + v->r.byte_size};
+        tb_storage_guard_read_only(&p->header, &span);
+        read_only = 1;
+    }
+    if (read_only)
+        p->header.flags |= TB_STORAGE_READ_ONLY;
+    *storage = &p->header;
+    return 1;
+}
+
+/* A view of the memory the spec's terms describe; owner_term is pinned when
+ * pin_term is true. */
+static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM owner_term, ERL_NIF_TERM pin_term)
+{
+    view_spec v;
+    const tb_layout *l = &v.l;
     ERL_NIF_TERM exc;
     int pin;
-    if (!get_spec(env, terms, &l, &dtype, &device, &r, &exc))
+    if (!get_spec(env, terms, &v.l, &v.dtype, &v.device, &v.r, &exc))
         return exc;
     if (!tb_get_boolean(pin_term, &pin))
         return tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
-    if (device.type == TB_DEVICE_CUDA && !tb_shim_cuda_built())
+    if (v.device.type == TB_DEVICE_CUDA && !tb_shim_cuda_built())
         return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so CUDA memory cannot be "
                                    "viewed (never as CPU memory); %C",
-                              tb_make_device(env, device.type, device.index), "the blob's keys hold its metadata",
+                              tb_make_device(env, v.device.type, v.device.index), "the blob's keys hold its metadata",
                               "TensorBlob.CUDA.info/1 reads its metadata");
 
     /* The storage: a pin of the owner, or nothing for an unpinned view.
      * An owner whose extent is known (our tensor, a binary) also proves
      * which device the memory is on: the CUDA runtime need not be asked. */
+    v.read_only = tb_storage_overlaps_read_only((uintptr_t)l->ptr, v.r.byte_size);
     tb_storage *storage;
     int proven = 0;
-    int read_only = tb_storage_overlaps_read_only((uintptr_t)l.ptr, r.byte_size);
     tb_tensor *owner = pin ? tb_tensor_get(env, owner_term) : NULL;
     if (owner) {
-        tb_shim_info o;
-        tb_shim_info_of(owner->handle, &o);
-        uint64_t base = (uint64_t)(uintptr_t)o.storage_data, size = o.storage_bytes;
-        if (o.device_type != device.type || o.device_index != device.index)
-            return owner_elsewhere(env, &device, o.device_type, o.device_index);
-        if (!inside(&l, &r, base, size))
-            return outside_owner(env, &l, r.byte_size, base, size);
-        /* Inside the owner's storage at a whole element: the view shares
-         * that storage, whose reference count is the pin, and whose header
-         * says what the memory is. Only memory that another storage
-         * registered read-only needs a pin of its own to carry the flag. */
-        int owner_read_only = tb_storage_read_only(&o);
-        int shares = r.byte_size > 0 && (!read_only || owner_read_only);
-        if (shares && describes(&l, dtype, &device, &o))
-            /* The spec is the owner's own layout (a round trip through
-             * to_blob): the owner is that tensor already. No new tensor,
-             * as numpy.asarray answers an array with itself. */
-            return enif_make_resource(env, owner);
-        if (shares && tb_multiple_of_element(l.ptr - base, l.element_size)) {
-            tb_shim_tensor *h;
-            tb_shim_error err;
-            if (!tb_shim_alias(owner->handle, l.ptr - base, l.ndim, l.shape, l.strides,
-                               tb_dtypes[dtype].torch_scalar_type, &h, &err))
-                return tb_raise_error(env, "from_blob: %s", err.message);
-            return tb_tensor_return(env, h);
-        }
+        if (!tensor_owner_storage(env, owner, &v, &storage, &exc))
+            return exc;
         proven = 1;
-        storage = tb_pin_tensor(owner, read_only || owner_read_only);
     } else if (pin) {
-        tb_pin *p = tb_pin_term(owner_term);
-        if (!p)
-            return tb_raise_error(env, "from_blob: out of memory pinning the owner");
-        /* Check the pinned copy: a small binary is copied, not shared,
-         * and then no pointer into the caller's copy is covered. */
-        ErlNifBinary bin;
-        if (tb_pin_binary(p, &bin)) {
-            uint64_t base = (uint64_t)(uintptr_t)bin.data;
-            if (device.type != TB_DEVICE_CPU) {
-                tb_storage_release(&p->header);
-                return owner_elsewhere(env, &device, TB_DEVICE_CPU, 0);
-            }
-            if (!inside(&l, &r, base, bin.size)) {
-                tb_storage_release(&p->header);
-                return outside_owner(env, &l, r.byte_size, base, bin.size);
-            }
-            proven = 1;
-        } else if (r.byte_size > 0 && device.type == TB_DEVICE_CPU &&
-                   tb_pin_holds_binary_over(p, (uintptr_t)l.ptr, (uintptr_t)l.ptr + r.byte_size)) {
-            /* A binary nested in the owner: its bytes are immutable, and
-             * guarded against every other tensor while this view lives. */
-            tb_range span = {.lo = (uintptr_t)l.ptr, .hi = (uintptr_t)l.ptr + r.byte_size};
-            tb_storage_guard_read_only(&p->header, &span);
-            read_only = 1;
-        }
-        if (read_only)
-            p->header.flags |= TB_STORAGE_READ_ONLY;
-        storage = &p->header;
+        if (!term_owner_storage(env, owner_term, &v, &storage, &proven, &exc))
+            return exc;
     } else {
-        storage = tb_pin_none(read_only);
+        storage = tb_pin_none(v.read_only);
     }
 
     char why[200];
-    if (!proven && r.byte_size > 0 && !tb_cuda_check_pointer(l.ptr, &device, why, sizeof why)) {
+    if (!proven && v.r.byte_size > 0 && !tb_cuda_check_pointer(l->ptr, &v.device, why, sizeof why)) {
         tb_storage_release(storage);
         return tb_raise_badarg(env, "ptr: %s", why);
     }
@@ -242,8 +286,9 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
     tb_shim_tensor *h;
     tb_shim_error err;
     /* The shim owns the storage from here: released when libtorch frees it. */
-    if (!tb_shim_from_blob((void *)(uintptr_t)l.ptr, l.ndim, l.shape, l.strides, tb_dtypes[dtype].torch_scalar_type,
-                           device.type, device.index, storage, tb_storage_release, &h, &err))
+    if (!tb_shim_from_blob((void *)(uintptr_t)l->ptr, l->ndim, l->shape, l->strides,
+                           tb_dtypes[v.dtype].torch_scalar_type, v.device.type, v.device.index, storage,
+                           tb_storage_release, &h, &err))
         return tb_raise_error(env, "from_blob: %s", err.message);
     return tb_tensor_return(env, h);
 }

@@ -101,10 +101,10 @@ const char *tb_cuda_handle_open(const tb_cuda_ops *ops, const tb_cuda_handle *h,
         return message;
     }
     *out = (tb_cuda_mapping){.base = base, .size = available, .data = base + h->offset, .device = device};
-    tb_mem_kind kind;
+    tb_mem_type type;
     int where;
     /* The device the memory is on, in this process's numbering. */
-    if (ops->pointer_kind && !ops->pointer_kind(base, &kind, &where) && kind == TB_MEM_DEVICE && where >= 0)
+    if (ops->pointer_type && !ops->pointer_type(base, &type, &where) && type == TB_MEM_DEVICE && where >= 0)
         out->device = where;
     return NULL;
 }

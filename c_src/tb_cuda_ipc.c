@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
 #include "tb_cuda_handle.h"
 #include "tb_storage.h"
 #include "tb_stream.h"
@@ -13,7 +13,7 @@
 /* The storage of a tensor over an opened handle. Its kind is that of a
  * shared-memory region (ipc), told apart by its CUDA device. */
 typedef struct {
-    tb_storage header; /* TB_MEMORY_IPC */
+    tb_storage header; /* TB_MEMORY_CUDA_IPC */
     tb_cuda_mapping map;
     tb_cuda_handle handle; /* what opened it: a re-export hands it on */
 } tb_cuda_ipc;
@@ -30,7 +30,7 @@ static void release_mapping(tb_storage *s)
 static const tb_cuda_ipc *mapping_of(const tb_shim_info *info)
 {
     const tb_storage *s = tb_storage_of(info);
-    return s && s->kind == TB_MEMORY_IPC && info->device_type == TB_DEVICE_CUDA ? (const tb_cuda_ipc *)s : NULL;
+    return s && s->kind == TB_MEMORY_CUDA_IPC ? (const tb_cuda_ipc *)s : NULL;
 }
 
 ERL_NIF_TERM tb_nif_cuda_ipc_export(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -116,7 +116,7 @@ ERL_NIF_TERM tb_nif_cuda_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
         return tb_raise_error(env, "ipc: %s", e);
     }
     m->handle = handle;
-    tb_storage_init(&m->header, TB_MEMORY_IPC, 0, release_mapping);
+    tb_storage_init(&m->header, TB_MEMORY_CUDA_IPC, 0, release_mapping);
     tb_cuda_mappings_add(1);
     const tb_layout *l = &d.layout;
     tb_shim_tensor *h;

@@ -19,12 +19,12 @@
 #define TB_CUDA_IPC_HANDLE_SIZE 64
 
 /* What the runtime says a pointer is. */
-typedef enum { TB_MEM_UNKNOWN, TB_MEM_HOST, TB_MEM_PINNED_HOST, TB_MEM_DEVICE, TB_MEM_MANAGED } tb_mem_kind;
+typedef enum { TB_MEM_UNKNOWN, TB_MEM_HOST, TB_MEM_PAGE_LOCKED_HOST, TB_MEM_DEVICE, TB_MEM_MANAGED } tb_mem_type;
 
 typedef struct {
     const char *(*get_device)(int *device);
     const char *(*set_device)(int device);
-    const char *(*pointer_kind)(uint64_t ptr, tb_mem_kind *kind, int *device);
+    const char *(*pointer_type)(uint64_t ptr, tb_mem_type *type, int *device);
     /* The allocation that holds ptr: its base and size (the driver's
      * cuMemGetAddressRange, reached through the runtime). */
     const char *(*address_range)(uint64_t ptr, uint64_t *base, uint64_t *size);

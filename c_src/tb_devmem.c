@@ -3,13 +3,13 @@
 #include <stdio.h>
 
 #include "tensor_blob_dlpack.h"
-#include "torch_shim.h"
+#include "tb_device.h"
 
-const char *tb_devmem_kind_name(tb_mem_kind kind)
+const char *tb_devmem_type_name(tb_mem_type type)
 {
-    switch (kind) {
+    switch (type) {
     case TB_MEM_HOST: return "host";
-    case TB_MEM_PINNED_HOST: return "pinned host";
+    case TB_MEM_PAGE_LOCKED_HOST: return "page-locked host";
     case TB_MEM_DEVICE: return "device";
     case TB_MEM_MANAGED: return "managed";
     default: return "unknown";
@@ -37,21 +37,21 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
         return no_such_device(declared_index, device_count, why, why_size);
     if (!tb_devmem_needs_answer(declared_type, declared_index, device_count))
         return 1;
-    if (a->kind == TB_MEM_UNKNOWN && a->error && declared_type == TB_DEVICE_CUDA) {
+    if (a->type == TB_MEM_UNKNOWN && a->error && declared_type == TB_DEVICE_CUDA) {
         /* A freed device pointer, for one: say what the runtime said. */
         snprintf(why, why_size, "the CUDA runtime does not know it as memory of CUDA device %d: %s", declared_index,
                  a->error);
         return 0;
     }
-    if (a->kind == TB_MEM_UNKNOWN || a->kind == TB_MEM_MANAGED)
+    if (a->type == TB_MEM_UNKNOWN || a->type == TB_MEM_MANAGED)
         return 1; /* managed memory is valid on the host and on its device */
     if (declared_type == TB_DEVICE_CPU) {
-        if (a->kind != TB_MEM_DEVICE)
+        if (a->type != TB_MEM_DEVICE)
             return 1;
         snprintf(why, why_size, "memory of CUDA device %d, declared as CPU memory", a->device);
         return 0;
     }
-    if (a->kind == TB_MEM_HOST) {
+    if (a->type == TB_MEM_HOST) {
         /* The runtime answers "unregistered" for plain host memory and for
          * device memory already freed alike: name both. */
         snprintf(why, why_size,
@@ -60,8 +60,8 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
                  declared_index);
         return 0;
     }
-    if (a->kind != TB_MEM_DEVICE) {
-        snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d", tb_devmem_kind_name(a->kind), declared_index);
+    if (a->type != TB_MEM_DEVICE) {
+        snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d", tb_devmem_type_name(a->type), declared_index);
         return 0;
     }
     if (a->device != declared_index) {
@@ -98,8 +98,8 @@ int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int device_count, c
         return tb_devmem_verdict(TB_DEVICE_CUDA, dl_id, device_count, a, why, why_size);
     case tb_kDLCUDAHost:
         /* Host-readable unless the runtime says it is on a device. */
-        if (tb_devmem_needs_answer(TB_DEVICE_CPU, 0, device_count) && a->kind == TB_MEM_DEVICE) {
-            snprintf(why, why_size, "memory of CUDA device %d, labelled kDLCUDAHost (pinned host memory)",
+        if (tb_devmem_needs_answer(TB_DEVICE_CPU, 0, device_count) && a->type == TB_MEM_DEVICE) {
+            snprintf(why, why_size, "memory of CUDA device %d, labelled kDLCUDAHost (page-locked host memory)",
                      a->device);
             return 0;
         }
@@ -107,13 +107,13 @@ int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int device_count, c
     case tb_kDLCUDAManaged:
         if (dl_id < 0 || dl_id >= device_count)
             return no_such_device(dl_id, device_count, why, why_size);
-        if (a->kind == TB_MEM_MANAGED)
+        if (a->type == TB_MEM_MANAGED)
             return 1;
-        if (a->kind == TB_MEM_UNKNOWN)
+        if (a->type == TB_MEM_UNKNOWN)
             snprintf(why, why_size, "the CUDA runtime does not know it as managed memory: %s",
                      a->error ? a->error : "no answer");
         else
-            snprintf(why, why_size, "%s memory, labelled kDLCUDAManaged", tb_devmem_kind_name(a->kind));
+            snprintf(why, why_size, "%s memory, labelled kDLCUDAManaged", tb_devmem_type_name(a->type));
         return 0;
     default:
         return tb_devmem_verdict(TB_DEVICE_CPU, 0, device_count, a, why, why_size);

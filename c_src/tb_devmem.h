@@ -7,7 +7,7 @@
  *   kDLCPU          :cpu; refused when the runtime says device memory
  *   kDLCUDA         {:cuda, device_id}; the runtime must say device memory
  *                   of that device
- *   kDLCUDAHost     :cpu (pinned host memory is host memory); refused only
+ *   kDLCUDAHost     :cpu (page-locked host memory is host memory); refused only
  *                   when the runtime says device memory
  *   kDLCUDAManaged  {:cuda, device_id}: the device the producer named, where
  *                   libtorch runs its kernels; the runtime must say managed
@@ -21,16 +21,16 @@
 
 #include "tb_cuda_ops.h"
 
-/* The runtime's answer about a pointer: kind TB_MEM_UNKNOWN when it could
+/* The runtime's answer about a pointer: type TB_MEM_UNKNOWN when it could
  * not tell, with its message in error when it answered with one. */
 typedef struct {
-    tb_mem_kind kind;
+    tb_mem_type type;
     int device;
     const char *error;
 } tb_mem_answer;
 
-/* "host", "pinned host", "device", "managed" or "unknown". */
-const char *tb_devmem_kind_name(tb_mem_kind kind);
+/* "host", "page-locked host", "device", "managed" or "unknown". */
+const char *tb_devmem_type_name(tb_mem_type type);
 
 /* 1 when the runtime must be asked about memory declared as a device
  * (TB_DEVICE_CPU or TB_DEVICE_CUDA, index): not for CPU memory on a

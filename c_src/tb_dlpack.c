@@ -5,7 +5,8 @@
 #include <stdlib.h>
 
 #include "tb_count.h"
-#include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
+#include "tb_dlpack_device.h"
 #include "tb_dlpack_check.h"
 #include "tb_rtype.h"
 #include "tb_storage.h"
@@ -86,15 +87,6 @@ static void capsule_let_go(tb_capsule *c)
     atomic_flag_clear_explicit(&c->busy, memory_order_release);
 }
 
-/* Takes the managed tensor: NULL when another consumer took it first. */
-static void *capsule_take(tb_capsule *c)
-{
-    capsule_hold(c);
-    void *m = atomic_exchange(&c->managed, NULL);
-    capsule_let_go(c);
-    return m;
-}
-
 /* Calls a managed tensor's deleter, if it has one. */
 static void release_managed(void *managed, int versioned)
 {
@@ -130,6 +122,38 @@ static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     tb_capsule *c;
     return tb_rtype_get(env, term, &capsule_type, (void **)&c) ? c : NULL;
+}
+
+/* The capsule a term is, or NULL with *exc set. */
+static tb_capsule *capsule_arg(ErlNifEnv *env, ERL_NIF_TERM term, ERL_NIF_TERM *exc)
+{
+    tb_capsule *c = get_capsule(env, term);
+    if (!c)
+        *exc = tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", term);
+    return c;
+}
+
+static void check_managed(void *m, int versioned, tb_dlpack_checked *chk)
+{
+    if (versioned)
+        tb_dlpack_check_versioned(m, chk);
+    else
+        tb_dlpack_check_legacy(m, chk);
+}
+
+/* A capsule's managed tensor, or NULL with *exc set once it was consumed.
+ * Held: dlpack_info may be reading it while an import frees it.
+ * take: taken out, so that no second consumer gets it. chk: checked too. */
+static void *capsule_managed(ErlNifEnv *env, tb_capsule *c, int take, tb_dlpack_checked *chk, ERL_NIF_TERM *exc)
+{
+    capsule_hold(c);
+    void *m = take ? atomic_exchange(&c->managed, NULL) : atomic_load(&c->managed);
+    if (m && chk)
+        check_managed(m, c->versioned, chk);
+    capsule_let_go(c);
+    if (!m)
+        *exc = tb_raise_badarg(env, "capsule: already consumed");
+    return m;
 }
 
 /* ---- Import: the storage ------------------------------------------------ */
@@ -172,8 +196,8 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     }
     /* The spec asks for NULL data when there are no elements. */
     dl.data = no_elements ? NULL : info.data;
-    dl.device.device_type = info.device_type == TB_DEVICE_CUDA ? tb_kDLCUDA : tb_kDLCPU;
-    dl.device.device_id = info.device_type == TB_DEVICE_CUDA ? info.device_index : 0;
+    dl.device.device_type = tb_device_dlpack_type(info.device_type);
+    dl.device.device_id = info.device_type == TB_DEVICE_CPU ? 0 : info.device_index;
     dl.ndim = info.ndim;
     dl.dtype.code = tb_dtypes[id].dl_code;
     dl.dtype.bits = tb_dtypes[id].dl_bits;
@@ -227,7 +251,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     }
     /* The stream contract (tb_stream.h); CPU tensors without a stream skip it. */
     if ((d.info.device_type != TB_DEVICE_CPU || argv[3] != tb_atoms.undefined) &&
-        !tb_cuda_dlpack_export_stream(env, &d.info, argv[3], &exc))
+        !tb_dlpack_export_stream(env, &d.info, argv[3], &exc))
         return exc;
     tb_tensor *t = d.tensor;
 
@@ -255,12 +279,11 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_capsule *c = get_capsule(env, argv[0]);
-    if (!c)
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
-    void *m = capsule_take(c);
+    ERL_NIF_TERM exc;
+    tb_capsule *c = capsule_arg(env, argv[0], &exc);
+    void *m = c ? capsule_managed(env, c, 1, NULL, &exc) : NULL;
     if (!m)
-        return tb_raise_badarg(env, "capsule: already consumed");
+        return exc;
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
 }
 
@@ -270,25 +293,15 @@ ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_capsule *c = get_capsule(env, argv[0]);
-    if (!c)
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+    ERL_NIF_TERM exc;
     tb_dlpack_checked chk;
-    capsule_hold(c);
-    void *m = atomic_load(&c->managed);
-    if (m) {
-        if (c->versioned)
-            tb_dlpack_check_versioned(m, &chk);
-        else
-            tb_dlpack_check_legacy(m, &chk);
-    }
-    capsule_let_go(c);
-    if (!m)
-        return tb_raise_badarg(env, "capsule: already consumed");
+    tb_capsule *c = capsule_arg(env, argv[0], &exc);
+    if (!c || !capsule_managed(env, c, 0, &chk, &exc))
+        return exc;
     if (chk.status != TB_DLC_OK)
         return tb_raise_badarg(env, "capsule: %s", tb_dlpack_status_text(chk.status));
     ERL_NIF_TERM device_type;
-    ERL_NIF_TERM device = tb_cuda_dlpack_device(env, chk.device_type, chk.device_id, &device_type);
+    ERL_NIF_TERM device = tb_dlpack_device_term(env, chk.device_type, chk.device_id, &device_type);
     ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.device_type, tb_atoms.dtype, tb_atoms.ptr, tb_atoms.read_only,
                            tb_atoms.shape, tb_atoms.strides};
     ERL_NIF_TERM values[] = {device,
@@ -306,9 +319,10 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
-    tb_capsule *c = get_capsule(env, argv[0]);
+    ERL_NIF_TERM exc;
+    tb_capsule *c = capsule_arg(env, argv[0], &exc);
     if (!c)
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", argv[0]);
+        return exc;
     return c->versioned ? tb_atoms.versioned : tb_atoms.legacy;
 }
 
@@ -394,6 +408,55 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
     return term;
 }
 
+/* The managed tensor an import takes: out of our capsule (*from_capsule),
+ * or at an address whose producer answers for it. 1, or 0 with *answer set:
+ * the error, or the tensor already (our own export, back as it was). */
+static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only, void **m, int *versioned,
+                        int *from_capsule, ERL_NIF_TERM *answer)
+{
+    ERL_NIF_TERM version = argv[1];
+    tb_capsule *c = get_capsule(env, argv[0]);
+    ErlNifUInt64 address;
+    if (c) {
+        *versioned = c->versioned;
+        if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != *versioned) {
+            *answer = tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
+                                      *versioned ? "versioned" : "legacy", version);
+            return 0;
+        }
+        /* Taken whatever happens next: a refused capsule is released, not
+         * put back, so no second consumer can race a failed one. */
+        if (!(*m = capsule_managed(env, c, 1, NULL, answer)))
+            return 0;
+        /* With a stream, the stream contract runs for ours too. */
+        if (argv[3] == tb_atoms.undefined && own_export(*m, *versioned, read_only)) {
+            *answer = import_own_export(env, c, *m);
+            return 0;
+        }
+        *from_capsule = 1;
+        return 1;
+    }
+    if (enif_get_uint64(env, argv[0], &address)) {
+        /* Only what can be checked without reading: the rest is trusted. */
+        if (address == 0) {
+            *answer = tb_raise_badarg(env, "address: NULL is not a DLPack managed tensor");
+            return 0;
+        }
+        if (address % _Alignof(tb_DLManagedTensorVersioned) != 0) {
+            *answer = tb_raise_badarg(env, "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
+                                      (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
+            return 0;
+        }
+        *m = (void *)(uintptr_t)address;
+        *versioned = version != tb_atoms.legacy;
+        *from_capsule = 0;
+        return 1;
+    }
+    *answer = tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T",
+                              argv[0]);
+    return 0;
+}
+
 ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     ERL_NIF_TERM version = argv[1];
@@ -409,43 +472,12 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 
     void *m;
     int versioned, from_capsule;
-    tb_capsule *c = get_capsule(env, argv[0]);
-    ErlNifUInt64 address;
-    if (c) {
-        versioned = c->versioned;
-        if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != versioned)
-            return tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
-                                   versioned ? "versioned" : "legacy", version);
-        /* Taken whatever happens next: a refused capsule is released, not
-         * put back, so no second consumer can race a failed one. Held:
-         * dlpack_info may be reading it, and it may be freed below. */
-        m = capsule_take(c);
-        if (!m)
-            return tb_raise_badarg(env, "capsule: already consumed");
-        /* With a stream, the stream contract below runs for ours too. */
-        if (argv[3] == tb_atoms.undefined && own_export(m, versioned, read_only))
-            return import_own_export(env, c, m);
-        from_capsule = 1;
-    } else if (enif_get_uint64(env, argv[0], &address)) {
-        /* Only what can be checked without reading: the rest is trusted. */
-        if (address == 0)
-            return tb_raise_badarg(env, "address: NULL is not a DLPack managed tensor");
-        if (address % _Alignof(tb_DLManagedTensorVersioned) != 0)
-            return tb_raise_badarg(env, "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
-                                   (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
-        m = (void *)(uintptr_t)address;
-        versioned = version != tb_atoms.legacy;
-        from_capsule = 0;
-    } else {
-        return tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T",
-                               argv[0]);
-    }
+    ERL_NIF_TERM answer;
+    if (!take_managed(env, argv, read_only, &m, &versioned, &from_capsule, &answer))
+        return answer;
 
     tb_dlpack_checked chk;
-    if (versioned)
-        tb_dlpack_check_versioned(m, &chk);
-    else
-        tb_dlpack_check_legacy(m, &chk);
+    check_managed(m, versioned, &chk);
     /* Our own capsules are always trusted: they hold our exports. */
     int owned = chk.owned || from_capsule;
     if (chk.status != TB_DLC_OK)
@@ -463,7 +495,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     tb_device device = {TB_DEVICE_CPU, 0};
     ERL_NIF_TERM exc;
     if ((chk.device_type != tb_kDLCPU || argv[3] != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
-        !tb_cuda_dlpack_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, argv[3],
+        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, argv[3],
                                "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);
         return exc;

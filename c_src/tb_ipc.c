@@ -23,7 +23,7 @@
  * created the name removes it when its own mapping is freed: openers that
  * mapped it before keep their mapping (POSIX), later opens fail cleanly. */
 typedef struct {
-    tb_storage header; /* TB_MEMORY_IPC; the region's file identifies it */
+    tb_storage header; /* TB_MEMORY_REGION; the region's file identifies it */
     void *addr;
     size_t length;    /* what is mapped: at least one byte */
     size_t byte_size; /* what the tensor covers, from the start */
@@ -65,7 +65,7 @@ static tb_region *map_region(int fd, const char *name, size_t length, size_t byt
     r->byte_size = byte_size;
     r->created = created;
     snprintf(r->name, sizeof r->name, "%s", name);
-    tb_storage_init(&r->header, TB_MEMORY_IPC, 0, release_region);
+    tb_storage_init(&r->header, TB_MEMORY_REGION, 0, release_region);
     r->header.file_dev = (uint64_t)st.st_dev;
     r->header.file_ino = (uint64_t)st.st_ino;
     r->header.file_offset = 0;
@@ -185,8 +185,7 @@ ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
-    /* A CUDA IPC mapping is of the same kind, on a CUDA device. */
-    if (tb_storage_kind(&d.info) != TB_MEMORY_IPC || d.info.device_type != TB_DEVICE_CPU)
+    if (tb_storage_kind(&d.info) != TB_MEMORY_REGION)
         return tb_atoms.nil;
     const tb_region *r = (const tb_region *)tb_storage_of(&d.info);
     /* Only the whole region, row-major from its start, is what an opener maps. */

@@ -1,38 +1,50 @@
-/* The top of the NIF: load and upgrade, and the function table.
+/* The top of the NIF: load and upgrade, the function table, and the NIFs
+ * about the library itself (stats, dtypes, versions, load failures, the
+ * benchmarks' baselines).
  *
- * Layers, each including only those below it (scripts/check_c.sh checks
- * that no include forms a circle):
+ * Layers, top to bottom. A unit (a .c and its .h) includes only units of
+ * the layers below its own, never one beside it: scripts/check_c.sh reads
+ * this list and checks every include against it.
  *
- *   tb_nif.c                      load/upgrade, the function table
+ *   tb_nif                        load/upgrade, the function table
+ *   tb_bridge                     the door for other NIF libraries
  *   tb_blob, tb_binary, tb_dlpack,
  *   tb_ipc, tb_torch_shm,
- *   tb_cuda_ipc, tb_cuda,
- *   tb_bridge                     one concern each: its NIFs
- *   tb_pin                        pins: storages that keep an owner alive
+ *   tb_cuda_ipc, tb_cuda          one concern each: its NIFs
+ *   tb_pin, tb_dlpack_device      pins: storages that keep an owner alive;
+ *                                 DLPack devices and streams, as terms
  *   tb_tensor                     the tensor resource, tensor arguments, copies
- *   tb_storage, tb_state          what memory is; what survives an upgrade
- *   tb_term, tb_rtype             atoms, reading and making terms; resource
- *                                 types striped over threads
+ *   tb_storage                    what memory is
+ *   tb_term, tb_state, tb_rtype   atoms, reading and making terms; what
+ *                                 survives an upgrade; resource types
+ *                                 striped over threads
  *   tb_raise                      raising: a format and its argument terms,
  *                                 rendered by the facade of the caller's language
- *   tb_dtype, tb_layout, tb_registry,
- *   tb_intervals, tb_dlpack_check, tb_count,
- *   tb_devmem, tb_stream,
- *   tb_cuda_handle                pure C: no BEAM, no libtorch (the last
- *                                 two over tb_cuda_ops.h's table of calls)
+ *   tb_cuda_runtime               the CUDA runtime, opened at load (no BEAM)
  *   torch_shim                    the only C++: the door to libtorch
+ *   tb_dlpack_check, tb_devmem,
+ *   tb_stream, tb_cuda_handle,
+ *   tb_registry                   pure C decisions: no BEAM, no libtorch
+ *                                 (tb_devmem, tb_stream, tb_cuda_handle over
+ *                                 tb_cuda_ops.h; tb_registry: guarded memory)
+ *   tb_dtype, tb_device, tb_layout,
+ *   tb_count, tb_intervals,
+ *   tb_load, tb_cuda_ops          pure C tables and types
  */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tb_binary.h"
 #include "tb_blob.h"
 #include "tb_bridge.h"
 #include "tb_cuda.h"
+#include "tb_cuda_runtime.h"
 #include "tb_cuda_ipc.h"
 #include "tb_dlpack.h"
 #include "tb_ipc.h"
+#include "tb_load.h"
 #include "tb_pin.h"
 #include "tb_state.h"
 #include "tb_storage.h"
@@ -117,7 +129,23 @@ static ERL_NIF_TERM nif_nx_type(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
                             enif_make_uint(env, tb_dtypes[id].nx_bits));
 }
 
+/* Why a load can fail: [{Name, Code, Message}], for the load tests. */
+static ERL_NIF_TERM nif_load_failures(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    (void)argv;
+    ERL_NIF_TERM list = enif_make_list(env, 0);
+#define TB_LOAD_ENTRY(name, code, atom, message)                                                               \
+    list = enif_make_list_cell(env, enif_make_tuple3(env, enif_make_atom(env, #atom), enif_make_int(env, code), \
+                                                     tb_make_string(env, message)),                             \
+                               list);
+    TB_LOAD_FAILURES(TB_LOAD_ENTRY)
+#undef TB_LOAD_ENTRY
+    return list;
+}
+
 static ErlNifFunc nif_funcs[] = {
+    {"load_failures", 0, nif_load_failures, 0},
     {"nx_type", 1, nif_nx_type, 0},
     {"identity", 1, nif_identity, 0},
     {"bare_resource", 0, nif_bare_resource, 0},
@@ -172,22 +200,45 @@ static int keep_mapped(void)
     return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != NULL;
 }
 
+/* A failed load says why: on stderr, and in its return code. */
+static int fail(tb_load_failure why)
+{
+    switch (why) {
+#define TB_LOAD_REPORT(name, code, atom, message)                                                                \
+    case name:                                                                                                     \
+        enif_fprintf(stderr, "tensor_blob: cannot load the NIF library (%d: %s): %s\r\n", code, #atom, message); \
+        break;
+        TB_LOAD_FAILURES(TB_LOAD_REPORT)
+#undef TB_LOAD_REPORT
+    case TB_LOAD_OK:
+        break;
+    }
+    return (int)why;
+}
+
 static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourceFlags flags)
 {
-    const char *why = NULL;
     tb_term_load(env);
+    if (tb_load_fault(TB_LOAD_NOT_MAPPED) || !keep_mapped())
+        return fail(TB_LOAD_NOT_MAPPED);
     /* A build reloaded after a purge finds its own state still there. */
-    if (!keep_mapped() || !tb_state_load(old_priv ? old_priv : tb_st, tb_storage_release, &why))
-        return 1;
+    tb_load_failure why = tb_state_load(old_priv ? old_priv : tb_st, tb_storage_release);
+    if (why != TB_LOAD_OK)
+        return fail(why);
     *priv = tb_st;
     tb_cuda_load();
     tb_ipc_load();
-    bare_resource_type =
-        enif_open_resource_type(env, NULL, "tensor_blob_bare_resource", bare_resource_dtor, flags, NULL);
-    return bare_resource_type && tb_tensor_open_type(env, flags, tb_bridge_dyncall) && tb_dlpack_open_type(env, flags) &&
-                   tb_binary_open_type(env, flags)
-               ? 0
-               : 1;
+    if (tb_load_fault(TB_LOAD_BARE_TYPE) ||
+        !(bare_resource_type =
+              enif_open_resource_type(env, NULL, "tensor_blob_bare_resource", bare_resource_dtor, flags, NULL)))
+        return fail(TB_LOAD_BARE_TYPE);
+    if (tb_load_fault(TB_LOAD_TENSOR_TYPE) || !tb_tensor_open_type(env, flags, tb_bridge_dyncall))
+        return fail(TB_LOAD_TENSOR_TYPE);
+    if (tb_load_fault(TB_LOAD_CAPSULE_TYPE) || !tb_dlpack_open_type(env, flags))
+        return fail(TB_LOAD_CAPSULE_TYPE);
+    if (tb_load_fault(TB_LOAD_BINARY_TYPE) || !tb_binary_open_type(env, flags))
+        return fail(TB_LOAD_BINARY_TYPE);
+    return TB_LOAD_OK;
 }
 
 static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info)

@@ -99,7 +99,7 @@ tb_storage *tb_pin_tensor(tb_tensor *owner, int read_only)
 {
     enif_keep_resource(owner);
     tb_count_add(&tb_st->pins, 1);
-    return &owner->as_owner[read_only ? 1 : 0];
+    return read_only ? &owner->as_owner.read_only : &owner->as_owner.writable;
 }
 
 static void release_nothing(tb_storage *s)

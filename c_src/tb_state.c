@@ -44,43 +44,36 @@ static tb_state *earlier_build_state(void)
     return search.found;
 }
 
-int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why)
+tb_load_failure tb_state_load(void *old, void (*storage_deleter)(void *))
 {
     tb_state *s = old ? old : tb_st ? tb_st : earlier_build_state();
-    if (s && s->abi != TB_ABI) {
-        *why = "the loaded build of tensor_blob has another ABI; restart the VM to load this one";
-        return 0;
-    }
+    if (s && s->abi != TB_ABI)
+        return TB_LOAD_ABI;
     if (!s) {
         /* Never freed: every later build takes it over. Aligned to the
          * cache line its shards and counters are laid out by. */
-        char *block = enif_alloc(sizeof *s + 63);
-        if (!block) {
-            *why = "out of memory";
-            return 0;
-        }
+        char *block = tb_load_fault(TB_LOAD_NO_MEMORY) ? NULL : enif_alloc(sizeof *s + 63);
+        if (!block)
+            return TB_LOAD_NO_MEMORY;
         s = (tb_state *)(((uintptr_t)block + 63) & ~(uintptr_t)63);
         memset(s, 0, sizeof *s);
         s->abi = TB_ABI;
-        if (!tb_registry_init(&s->registry)) {
+        if (tb_load_fault(TB_LOAD_NO_MUTEX) || !tb_registry_init(&s->registry)) {
             enif_free(block);
-            *why = "cannot create a mutex";
-            return 0;
+            return TB_LOAD_NO_MUTEX;
         }
     }
     int known = 0;
     for (size_t i = 0; i < s->build_count; i++)
         known |= s->storage_deleters[i] == storage_deleter;
     if (!known) {
-        if (s->build_count == TB_MAX_BUILDS) {
-            *why = "too many builds of tensor_blob loaded in this VM";
-            return 0;
-        }
+        if (s->build_count == TB_MAX_BUILDS)
+            return TB_LOAD_TOO_MANY_BUILDS;
         s->storage_deleters[s->build_count] = storage_deleter;
         /* Readers on other threads see the entry before the count. */
         __atomic_store_n(&s->build_count, s->build_count + 1, __ATOMIC_RELEASE);
     }
     tb_st = s;
     __atomic_store_n(&tensor_blob_state_anchor, s, __ATOMIC_RELEASE);
-    return 1;
+    return TB_LOAD_OK;
 }

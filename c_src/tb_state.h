@@ -15,12 +15,16 @@
 #include <stdint.h>
 
 #include "tb_count.h"
+#include "tb_load.h"
 #include "tb_registry.h"
 
-/* 4: the registry is sharded by address, the state found across builds;
+/* 5: shared-memory regions and CUDA IPC mappings are two storage kinds;
+ * 4: the registry is sharded by address, the state found across builds;
  * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
  * keeps its tensor resource */
-#define TB_ABI 4u
+#ifndef TB_ABI /* the load tests build one with another */
+#define TB_ABI 5u
+#endif
 #define TB_MAX_BUILDS 16
 
 typedef struct {
@@ -35,8 +39,8 @@ extern tb_state *tb_st;
 
 /* load: the state handed over (old), else this build's own (a reload of
  * it), else an earlier build's found by its anchor, else a new one;
- * registers this build's storage deleter. 0 with *why set when it cannot.
+ * registers this build's storage deleter. TB_LOAD_OK, or why it cannot.
  * The VM loads one build at a time. */
-int tb_state_load(void *old, void (*storage_deleter)(void *), const char **why);
+tb_load_failure tb_state_load(void *old, void (*storage_deleter)(void *));
 
 #endif

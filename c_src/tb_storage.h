@@ -22,13 +22,19 @@
 #include "tb_state.h"
 #include "torch_shim.h"
 
+/* The kind is read from headers that older builds wrote (a hot upgrade
+ * keeps their tensors): bump TB_ABI (tb_state.h) when an existing kind's
+ * value or meaning changes (renumbered, removed, split, reused) or the
+ * header's layout does. A kind appended at the end needs no bump: no
+ * older header carries it. */
 typedef enum {
     TB_MEMORY_OWNED = 0, /* libtorch allocated it */
     TB_MEMORY_PINNED,    /* a view that keeps an owner term or tensor alive */
     TB_MEMORY_UNPINNED,  /* a view whose memory the caller answers for */
     TB_MEMORY_DLPACK,    /* a DLPack import: the producer's memory */
     TB_MEMORY_BINARY,    /* a view of a BEAM binary's bytes */
-    TB_MEMORY_IPC,       /* a mapping of a shared-memory region (CPU), or of a CUDA IPC handle (CUDA) */
+    TB_MEMORY_REGION,    /* a mapping of a POSIX shared-memory region */
+    TB_MEMORY_CUDA_IPC,  /* a mapping of a CUDA IPC handle */
     TB_MEMORY_TORCH_SHM  /* a mapping of a region in PyTorch's format: its data, after a reference-count header */
 } tb_memory_kind;
 

@@ -22,8 +22,9 @@ static void tensor_dtor(ErlNifEnv *env, void *obj)
 /* A view pinning this tensor is gone: drop its reference. */
 static void release_as_owner(tb_storage *s)
 {
-    tb_tensor *t = (tb_tensor *)((char *)(s - (s->flags & TB_STORAGE_READ_ONLY ? 1 : 0)) -
-                                 offsetof(tb_tensor, as_owner));
+    tb_tensor *t = s->flags & TB_STORAGE_READ_ONLY
+                       ? (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.read_only))
+                       : (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.writable));
     enif_release_resource(t);
     tb_count_add(&tb_st->pins, -1);
 }
@@ -45,8 +46,8 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
         return 0;
     }
     t->handle = handle;
-    tb_storage_init(&t->as_owner[0], TB_MEMORY_PINNED, 0, release_as_owner);
-    tb_storage_init(&t->as_owner[1], TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY, release_as_owner);
+    tb_storage_init(&t->as_owner.writable, TB_MEMORY_PINNED, 0, release_as_owner);
+    tb_storage_init(&t->as_owner.read_only, TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY, release_as_owner);
     tb_count_add(&tb_st->tensors, 1);
     *out = enif_make_resource(env, t);
     enif_release_resource(t);
@@ -82,7 +83,7 @@ long tb_tensor_live(void)
 int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d)
 {
     tb_shim_info_of(handle, &d->info);
-    if (!tb_dtype_of_scalar_type(d->info.scalar_type, &d->dtype))
+    if (d->info.device_type < 0 || !tb_dtype_of_scalar_type(d->info.scalar_type, &d->dtype))
         return 0;
     uint64_t n = tb_dtypes[d->dtype].element_size;
     for (int i = 0; i < d->info.ndim; i++)
@@ -100,20 +101,32 @@ int tb_tensor_arg(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_tenso
         return 0;
     }
     if (!tb_tensor_describe(d->tensor->handle, d)) {
-        *exc = tb_raise_error(env, "%s: libtorch scalar type %d has no dtype here", field, d->info.scalar_type);
+        if (d->info.device_type < 0)
+            *exc = tb_raise_error(env, "%s: on libtorch device type %d, which tensor_blob does not know", field,
+                                  d->info.torch_device_type);
+        else
+            *exc = tb_raise_error(env, "%s: libtorch scalar type %d has no dtype here", field, d->info.scalar_type);
         return 0;
     }
     return 1;
 }
 
-ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device,
-                         ERL_NIF_TERM (*fun)(ErlNifEnv *, int, const ERL_NIF_TERM[]), int argc,
+int tb_reschedule_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *self, int argc,
+                       const ERL_NIF_TERM argv[], ERL_NIF_TERM *out)
+{
+    int flags = device ? ERL_NIF_DIRTY_JOB_IO_BOUND : bytes > TB_DIRTY_BYTES ? ERL_NIF_DIRTY_JOB_CPU_BOUND : 0;
+    if (!flags || enif_thread_type() != ERL_NIF_THR_NORMAL_SCHEDULER)
+        return 0;
+    *out = enif_schedule_nif(env, name, flags, self, argc, argv);
+    return 1;
+}
+
+ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *fun, int argc,
                          const ERL_NIF_TERM argv[])
 {
-    if (device)
-        return enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_IO_BOUND, fun, argc, argv);
-    if (bytes > TB_DIRTY_BYTES)
-        return enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_CPU_BOUND, fun, argc, argv);
+    ERL_NIF_TERM rescheduled;
+    if (tb_reschedule_copy(env, name, bytes, device, fun, argc, argv, &rescheduled))
+        return rescheduled;
     return fun(env, argc, argv);
 }
 
@@ -159,12 +172,13 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
 
 /* ---- Copies ------------------------------------------------------------ */
 
-static ERL_NIF_TERM zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     tb_dense d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
+        return exc;
+    if (tb_reschedule_copy(env, "zeros", d.check.byte_size, 0, tb_nif_zeros, argc, argv, &exc))
         return exc;
     tb_shim_tensor *h;
     tb_shim_error err;
@@ -173,22 +187,14 @@ static ERL_NIF_TERM zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return tb_tensor_return(env, h);
 }
 
-ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    tb_dense d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
-        return exc;
-    return tb_run_copy(env, "zeros", d.check.byte_size, 0, zeros, argc, argv);
-}
-
-static ERL_NIF_TERM from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
     ErlNifBinary bin;
     tb_dense d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_binary_args(env, argv, &bin, &d, &exc))
+        return exc;
+    if (tb_reschedule_copy(env, "from_binary", bin.size, 0, tb_nif_from_binary, argc, argv, &exc))
         return exc;
     tb_shim_tensor *h;
     tb_shim_error err;
@@ -197,19 +203,14 @@ static ERL_NIF_TERM from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return tb_tensor_return(env, h);
 }
 
-ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    ErlNifBinary bin;
-    uint64_t bytes = enif_inspect_binary(env, argv[0], &bin) ? bin.size : 0;
-    return tb_run_copy(env, "from_binary", bytes, 0, from_binary, argc, argv);
-}
-
-static ERL_NIF_TERM to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
+        return exc;
+    if (tb_reschedule_copy(env, "to_binary", d.dense_bytes, d.info.device_type != TB_DEVICE_CPU, tb_nif_to_binary,
+                           argc, argv, &exc))
         return exc;
     ErlNifBinary bin;
     if (!enif_alloc_binary(d.dense_bytes, &bin))
@@ -220,15 +221,6 @@ static ERL_NIF_TERM to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return tb_raise_error(env, "to_binary: %s", err.message);
     }
     return enif_make_binary(env, &bin);
-}
-
-ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    return tb_run_copy(env, "to_binary", d.dense_bytes, d.info.device_type != TB_DEVICE_CPU, to_binary, argc, argv);
 }
 
 /* Why the write guard refused; the message says which call refuses. */
@@ -248,9 +240,8 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
     }
 }
 
-static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
@@ -258,6 +249,9 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     ErlNifBinary bin;
     if (!enif_inspect_binary(env, argv[1], &bin))
         return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[1]);
+    if (tb_reschedule_copy(env, "write", bin.size, d.info.device_type != TB_DEVICE_CPU, tb_nif_write, argc, argv,
+                           &exc))
+        return exc;
     if (tb_storage_read_only(&d.info))
         return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it", tb_storage_read_only_reason(&d.info),
                                "write/2", "write!");
@@ -278,32 +272,6 @@ static ERL_NIF_TERM write_bytes(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return argv[0];
 }
 
-ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    ErlNifBinary bin;
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    uint64_t bytes = enif_inspect_binary(env, argv[1], &bin) ? bin.size : 0;
-    return tb_run_copy(env, "write", bytes, d.info.device_type != TB_DEVICE_CPU, write_bytes, argc, argv);
-}
-
-static ERL_NIF_TERM to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    (void)argc;
-    tb_tensor_desc d;
-    tb_device device;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_get_device(env, argv[1], "device", &device, &exc))
-        return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_to_device(d.tensor->handle, device.type, device.index, &h, &err))
-        return tb_raise_error(env, "to_device: %s", err.message);
-    return tb_tensor_return(env, h);
-}
-
 /* to_device(Tensor, Device) -> a copy on Device: the explicit copy between
  * the host and a GPU (or within one). */
 ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
@@ -319,7 +287,13 @@ ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so to_device cannot copy to or "
                                    "from a GPU; link a libtorch with CUDA (LIBTORCH_DIR)",
                               argv[1]);
-    return tb_run_copy(env, "to_device", d.dense_bytes, on_device, to_device, argc, argv);
+    if (tb_reschedule_copy(env, "to_device", d.dense_bytes, on_device, tb_nif_to_device, argc, argv, &exc))
+        return exc;
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    if (!tb_shim_to_device(d.tensor->handle, device.type, device.index, &h, &err))
+        return tb_raise_error(env, "to_device: %s", err.message);
+    return tb_tensor_return(env, h);
 }
 
 /* ---- Views ------------------------------------------------------------- */
@@ -375,7 +349,8 @@ static ERL_NIF_TERM memory_atom(const tb_shim_info *info)
     case TB_MEMORY_UNPINNED: return tb_atoms.unpinned;
     case TB_MEMORY_DLPACK: return tb_atoms.dlpack;
     case TB_MEMORY_BINARY: return tb_atoms.binary;
-    case TB_MEMORY_IPC:
+    case TB_MEMORY_REGION:
+    case TB_MEMORY_CUDA_IPC:
     case TB_MEMORY_TORCH_SHM: return tb_atoms.ipc;
     default: return tb_atoms.owned;
     }

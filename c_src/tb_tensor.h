@@ -16,9 +16,11 @@
 typedef struct {
     tb_shim_tensor *handle;
     /* The storage headers of the views that pin this tensor (from_blob
-     * with this tensor as owner): [0] writable, [1] read-only. Shared by
-     * all such views; each view holds a reference to this resource. */
-    tb_storage as_owner[2];
+     * with this tensor as owner). Shared by all such views; each view
+     * holds a reference to this resource. */
+    struct {
+        tb_storage writable, read_only;
+    } as_owner;
 } tb_tensor;
 
 /* A tensor argument and what it is. */
@@ -41,7 +43,8 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle);
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 
 /* Describes a handle; 0 when libtorch holds a scalar type the dtype
- * table lacks (never silently another one). */
+ * table lacks, or is on a device type the device table lacks (never
+ * silently another one). */
 int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d);
 
 /* Reads argument `term` as a tensor and describes it; otherwise 0 with
@@ -65,13 +68,18 @@ int tb_tensor_get_dense(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dt
 int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_dense *out,
                               ERL_NIF_TERM *exc);
 
-/* Every NIF that copies data goes through here: it runs `fun` at once, or
- * on a dirty CPU scheduler when it copies more than TB_DIRTY_BYTES, or on
- * a dirty I/O scheduler whatever the size when a device is involved (the
- * copy waits for the GPU). */
+/* Every NIF that copies data runs where its copy belongs: on a dirty CPU
+ * scheduler when it copies more than TB_DIRTY_BYTES, on a dirty I/O
+ * scheduler whatever the size when a device is involved (the copy waits
+ * for the GPU), else at once. The NIF calls this once its arguments are
+ * read: 1 with *out set when it rescheduled itself (`self`, with the same
+ * arguments) to run there, 0 to go on where it is. */
 #define TB_DIRTY_BYTES (256 * 1024)
-ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device,
-                         ERL_NIF_TERM (*fun)(ErlNifEnv *, int, const ERL_NIF_TERM[]), int argc,
+typedef ERL_NIF_TERM tb_nif_fun(ErlNifEnv *, int, const ERL_NIF_TERM[]);
+int tb_reschedule_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *self, int argc,
+                       const ERL_NIF_TERM argv[], ERL_NIF_TERM *out);
+/* The same for a NIF that reads its arguments in `fun`: runs it there. */
+ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *fun, int argc,
                          const ERL_NIF_TERM argv[]);
 
 long tb_tensor_live(void);

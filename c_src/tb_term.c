@@ -57,6 +57,9 @@ void tb_term_load(ErlNifEnv *env)
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)
         a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);
+#define TB_DEVICE_ATOM(id, atom, c10, torch, dlpack) a->devices[id] = enif_make_atom(env, #atom);
+    TB_DEVICE_TYPES(TB_DEVICE_ATOM)
+#undef TB_DEVICE_ATOM
     tb_dtype_index_build(&dtype_index, intern_atom, env);
 }
 
@@ -163,19 +166,22 @@ int tb_get_dtype(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_dtype_
 
 int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_device *out, ERL_NIF_TERM *exc)
 {
-    if (term == tb_atoms.cpu) {
-        out->type = TB_DEVICE_CPU;
-        out->index = 0;
+    /* The CPU is an atom; every other device type of the table {Type, Index}. */
+    if (term == tb_atoms.devices[TB_DEVICE_CPU]) {
+        *out = (tb_device){TB_DEVICE_CPU, 0};
         return 1;
     }
     int arity;
     const ERL_NIF_TERM *elems;
     int index;
-    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && elems[0] == tb_atoms.cuda &&
-        enif_get_int(env, elems[1], &index) && index >= 0 && index < 1024) {
-        out->type = TB_DEVICE_CUDA;
-        out->index = index;
-        return 1;
+    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) &&
+        index >= 0 && index < 1024) {
+        for (int type = 0; type < TB_DEVICE_COUNT; type++) {
+            if (type != TB_DEVICE_CPU && elems[0] == tb_atoms.devices[type]) {
+                *out = (tb_device){type, index};
+                return 1;
+            }
+        }
     }
     *exc = tb_raise_badarg(env, "%s: expected %C, got %T", field, "cpu or {cuda, Index}", ":cpu or {:cuda, index}", term);
     return 0;
@@ -221,9 +227,13 @@ ERL_NIF_TERM tb_make_strides(ErlNifEnv *env, int ndim, const int64_t *strides)
 
 ERL_NIF_TERM tb_make_device(ErlNifEnv *env, int type, int index)
 {
-    if (type == TB_DEVICE_CUDA)
-        return enif_make_tuple2(env, tb_atoms.cuda, enif_make_int(env, index));
-    return tb_atoms.cpu;
+    /* Never another: tb_tensor_describe refuses a tensor on a device type
+     * the table lacks, and every other device here was read from it. */
+    if (type < 0 || type >= TB_DEVICE_COUNT)
+        return tb_atoms.unknown;
+    if (type == TB_DEVICE_CPU)
+        return tb_atoms.devices[type];
+    return enif_make_tuple2(env, tb_atoms.devices[type], enif_make_int(env, index));
 }
 
 ERL_NIF_TERM tb_make_string(ErlNifEnv *env, const char *s)

@@ -11,6 +11,7 @@
 
 #include <erl_nif.h>
 
+#include "tb_device.h"
 #include "tb_dtype.h"
 #include "tb_layout.h"
 #include "tb_raise.h"
@@ -31,6 +32,7 @@ typedef struct {
     ERL_NIF_TERM versioned, legacy;
     ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
+    ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */
 } tb_atom_table;
 
 extern tb_atom_table tb_atoms;
@@ -48,10 +50,6 @@ ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_lay
  * The lookup is tb_dtype.h's index, keyed by atoms. */
 int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out);
 
-typedef struct {
-    int type; /* TB_DEVICE_* (torch_shim.h) */
-    int index;
-} tb_device;
 
 /* Argument decoding. Each returns 1 on success; on bad input 0, with *exc
  * set to the raised exception naming the field and the value. */

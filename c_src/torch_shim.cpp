@@ -18,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <stdexcept>
+#include <string>
 
 using TensorImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
 
@@ -86,6 +87,24 @@ at::Tensor borrow(tb_shim_tensor *t)
 c10::Device cuda_device(int device_index)
 {
     return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index));
+}
+
+// The device table (tb_device.h) agrees with libtorch.
+#define TB_DEVICE_CHECK(id, atom, c10name, torch, dlpack) \
+    static_assert(static_cast<int>(c10::DeviceType::c10name) == (torch), "tb_device.h: " #atom);
+TB_DEVICE_TYPES(TB_DEVICE_CHECK)
+#undef TB_DEVICE_CHECK
+
+// Our device as libtorch's; a device type the table lacks throws. The CPU
+// has no index.
+c10::Device torch_device(int device_type, int device_index)
+{
+    int torch_type = tb_device_torch_type(device_type);
+    if (torch_type < 0)
+        throw std::invalid_argument("device type " + std::to_string(device_type) + " is not in tb_device.h");
+    auto type = static_cast<c10::DeviceType>(torch_type);
+    return type == c10::DeviceType::CPU ? c10::Device(type)
+                                        : c10::Device(type, static_cast<c10::DeviceIndex>(device_index));
 }
 
 // CUDA's implementation of c10's device guard interface, registered by
@@ -196,9 +215,9 @@ int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t 
     // them, without its options and checks: the layout, dtype and device
     // were checked by the caller. The DataPtr owns ctx from its first line,
     // so whatever throws after it calls deleter(ctx) once.
-    c10::Device device = device_type == TB_DEVICE_CUDA ? cuda_device(device_index) : c10::Device(c10::DeviceType::CPU);
-    c10::DataPtr data_ptr(data, ctx, deleter, device);
+    c10::DataPtr data_ptr(data, ctx, deleter, c10::Device(c10::DeviceType::CPU));
     return guarded(err, [&] {
+        data_ptr.unsafe_set_device(torch_device(device_type, device_index));
         size_t nbytes = at::detail::computeStorageNbytes(c10::IntArrayRef(sizes, ndim), c10::IntArrayRef(strides, ndim),
                                                          c10::elementSize(scalar_type(st)));
         c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
@@ -263,9 +282,7 @@ int tb_shim_to_device(tb_shim_tensor *handle, int device_type, int device_index,
                       tb_shim_error *err) noexcept
 {
     return guarded(err, [&] {
-        c10::Device device = device_type == TB_DEVICE_CUDA
-            ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_index))
-            : c10::Device(c10::DeviceType::CPU);
+        c10::Device device = torch_device(device_type, device_index);
         // Always a new tensor: to/2 is the explicit copy, even to the same device.
         *out = release_handle(borrow(handle).to(device, /*non_blocking=*/false, /*copy=*/true));
     });
@@ -310,7 +327,9 @@ void tb_shim_info_of(const tb_shim_tensor *handle, tb_shim_info *info) noexcept
     wraps = wraps || __builtin_add_overflow(reinterpret_cast<uintptr_t>(base), static_cast<uintptr_t>(offset_bytes), &data);
     info->data = base && !wraps ? reinterpret_cast<void *>(data) : nullptr;
     info->scalar_type = static_cast<int>(st);
-    info->device_type = impl->device().is_cuda() ? TB_DEVICE_CUDA : TB_DEVICE_CPU;
+    info->torch_device_type = static_cast<int>(impl->device().type());
+    if (!tb_device_of_torch(info->torch_device_type, &info->device_type))
+        info->device_type = -1;
     info->device_index = impl->device().has_index() ? impl->device().index() : 0;
     info->storage_data = base;
     info->storage_bytes = storage.nbytes();

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tb_device.h"
+
 #ifdef __cplusplus
 #define TB_NOEXCEPT noexcept
 extern "C" {
@@ -20,7 +22,6 @@ typedef struct {
     char message[256];
 } tb_shim_error;
 
-enum { TB_DEVICE_CPU = 0, TB_DEVICE_CUDA = 1 };
 
 typedef struct {
     int ndim;
@@ -28,7 +29,8 @@ typedef struct {
     const int64_t *strides; /* in elements */
     void *data;             /* address of the first element */
     int scalar_type;        /* c10::ScalarType value */
-    int device_type;        /* TB_DEVICE_* */
+    int device_type;        /* tb_device_type; -1: one tb_device.h lacks */
+    int torch_device_type;  /* c10::DeviceType value */
     int device_index;
     void *storage_data;     /* start of the storage that holds the data */
     uint64_t storage_bytes;

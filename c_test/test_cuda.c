@@ -21,7 +21,7 @@
 
 typedef struct {
     uint64_t base, size;
-    tb_mem_kind kind;
+    tb_mem_type type;
     int device;
     unsigned char handle[TB_CUDA_IPC_HANDLE_SIZE]; /* what an export of it gives */
     int opened;                                    /* mapped here from another process */
@@ -61,10 +61,10 @@ static const char *maybe_fail(const char *call)
     return NULL;
 }
 
-static fake_allocation *allocate(uint64_t base, uint64_t size, tb_mem_kind kind, int device)
+static fake_allocation *allocate(uint64_t base, uint64_t size, tb_mem_type type, int device)
 {
     fake_allocation *a = &rt.allocations[rt.allocation_count++];
-    *a = (fake_allocation){.base = base, .size = size, .kind = kind, .device = device};
+    *a = (fake_allocation){.base = base, .size = size, .type = type, .device = device};
     for (int i = 0; i < TB_CUDA_IPC_HANDLE_SIZE; i++)
         a->handle[i] = (unsigned char)(rt.allocation_count * 16 + i);
     return a;
@@ -93,12 +93,12 @@ static const char *set_device(int device)
     return e;
 }
 
-static const char *pointer_kind(uint64_t ptr, tb_mem_kind *kind, int *device)
+static const char *pointer_type(uint64_t ptr, tb_mem_type *type, int *device)
 {
     fake_allocation *a = find(ptr);
-    *kind = a ? a->kind : TB_MEM_HOST;
+    *type = a ? a->type : TB_MEM_HOST;
     *device = a ? a->device : -1;
-    return maybe_fail("pointer_kind");
+    return maybe_fail("pointer_type");
 }
 
 static const char *address_range(uint64_t ptr, uint64_t *base, uint64_t *size)
@@ -233,7 +233,7 @@ static void torch_destroy_event(int device, void *event)
 static const tb_cuda_ops fake = {
     .get_device = get_device,
     .set_device = set_device,
-    .pointer_kind = pointer_kind,
+    .pointer_type = pointer_type,
     .address_range = address_range,
     .ipc_get_handle = ipc_get_handle,
     .ipc_open_handle = ipc_open_handle,
@@ -273,9 +273,9 @@ static const tb_cuda_ops fake = {
 
 /* ---- Pointer checks ----------------------------------------------------- */
 
-static tb_mem_answer answer(tb_mem_kind kind, int device, const char *error)
+static tb_mem_answer answer(tb_mem_type type, int device, const char *error)
 {
-    return (tb_mem_answer){kind, device, error};
+    return (tb_mem_answer){type, device, error};
 }
 
 static void test_pointer_checks(void)
@@ -305,10 +305,10 @@ static void test_pointer_checks(void)
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 2, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "memory of CUDA device 1, declared as memory of CUDA device 0");
 
-    a = answer(TB_MEM_PINNED_HOST, 0, NULL);
+    a = answer(TB_MEM_PAGE_LOCKED_HOST, 0, NULL);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "pinned host memory, declared as memory of CUDA device 0");
+    CHECK_CONTAINS(why, "page-locked host memory, declared as memory of CUDA device 0");
     a = answer(TB_MEM_HOST, -1, NULL);
     CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "memory no CUDA device owns (host memory, or device memory already freed), declared as "
@@ -337,17 +337,17 @@ static void test_dlpack_devices(void)
     CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && !p.needs_cuda_torch);
     tb_devmem_dlpack_placement(tb_kDLCUDA, 1, &p);
     CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.needs_cuda_torch);
-    /* Pinned host memory is a CPU tensor; managed memory a CUDA one. */
+    /* Page-locked host memory is a CPU tensor; managed memory a CUDA one. */
     tb_devmem_dlpack_placement(tb_kDLCUDAHost, 0, &p);
     CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && !p.needs_cuda_torch);
     tb_devmem_dlpack_placement(tb_kDLCUDAManaged, 1, &p);
     CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.needs_cuda_torch);
 
-    /* kDLCUDAHost: host memory of any kind, never device memory. */
+    /* kDLCUDAHost: host memory of any type, never device memory. */
     CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAHost, 0, 0), 0);
     CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, 0, NULL, why, sizeof why), 1);
     CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAHost, 0, 1), 1);
-    for (tb_mem_kind k = TB_MEM_UNKNOWN; k <= TB_MEM_MANAGED; k++) {
+    for (tb_mem_type k = TB_MEM_UNKNOWN; k <= TB_MEM_MANAGED; k++) {
         a = answer(k, 0, NULL);
         CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, 1, &a, why, sizeof why), k != TB_MEM_DEVICE);
     }
@@ -371,9 +371,9 @@ static void test_dlpack_devices(void)
     CHECK_CONTAINS(why, "does not know it as managed memory: invalid argument");
 
     /* kDLCUDA and kDLCPU follow from_blob's checks. */
-    a = answer(TB_MEM_PINNED_HOST, 0, NULL);
+    a = answer(TB_MEM_PAGE_LOCKED_HOST, 0, NULL);
     CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, 0, 1, &a, why, sizeof why), 0);
-    CHECK_CONTAINS(why, "pinned host memory, declared as memory of CUDA device 0");
+    CHECK_CONTAINS(why, "page-locked host memory, declared as memory of CUDA device 0");
     a = answer(TB_MEM_DEVICE, 0, NULL);
     CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCPU, 0, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "declared as CPU memory");
@@ -492,7 +492,7 @@ static void test_stream_import(void)
     CHECK_CONTAINS(tb_stream_import(&fake, 0, &s), "cudaEventCreateWithFlags: injected failure");
     CHECK_EQ(rt.events_live, 0);
 
-    /* Pinned host memory: the host waits for a named stream only. */
+    /* Page-locked host memory: the host waits for a named stream only. */
     reset();
     s = stream_of(0, 0);
     CHECK(tb_stream_host_wait(&fake, 0, &s) == NULL);

@@ -109,6 +109,28 @@ static void test_failure_releases_context_at_once(void)
     }
 }
 
+/* A device type the table (tb_device.h) lacks is refused, never taken for
+ * the CPU: the context is released at once, and nothing is copied. */
+static void test_unknown_device_type_is_refused(void)
+{
+    float data[4] = {0};
+    int64_t sizes[1] = {4}, strides[1] = {1};
+    counter c = {0};
+    tb_shim_tensor *t = NULL, *copy = NULL;
+    tb_shim_error err = {{0}};
+    CHECK(!tb_shim_from_blob(data, 1, sizes, strides, FLOAT32, TB_DEVICE_COUNT, 0, &c, release_counter, &t, &err));
+    CHECK(c.releases == 1 && t == NULL);
+    CHECK(strstr(err.message, "tb_device.h") != NULL);
+    CHECK(tb_shim_zeros(1, sizes, FLOAT32, &t, &err));
+    CHECK(!tb_shim_to_device(t, -1, 0, &copy, &err) && copy == NULL);
+    CHECK(strstr(err.message, "tb_device.h") != NULL);
+    /* And every device type of the table is libtorch's of the same value. */
+    tb_shim_info info;
+    tb_shim_info_of(t, &info);
+    CHECK(info.device_type == TB_DEVICE_CPU && info.torch_device_type == tb_device_torch_type(TB_DEVICE_CPU));
+    tb_shim_release(t);
+}
+
 static void test_write_and_read_through_views(void)
 {
     int64_t sizes[2] = {2, 3};
@@ -276,6 +298,7 @@ int main(void)
     test_deleter_runs_once_after_last_view();
     test_alias_shares_the_storage();
     test_failure_releases_context_at_once();
+    test_unknown_device_type_is_refused();
     test_write_and_read_through_views();
     test_zeros_and_empty();
     test_errors_are_messages();

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Source checks over c_src, run by `make test`:
-#  1. No include circle: the files form layers (see the top of tb_nif.c).
+#  1. The files form the layers listed at the top of c_src/tb_nif.c: every
+#     unit is listed, and includes only units of the layers below its own
+#     (so no include circle either).
 #  2. No code tests a term that enif_raise_exception returned (it is 0 in a
 #     normal emulator, so such a test never fires): errors travel as an int
 #     result and an out-parameter, and the term is returned at once.
@@ -22,20 +24,34 @@ for f in files:
             deps.setdefault(unit(f), set()).add(unit(m.group(1)))
 
 failed = False
-state = {}
-def visit(u, path):
-    global failed
-    state[u] = "open"
-    for d in sorted(deps.get(u, ())):
-        if state.get(d) == "open":
-            print("check_c: include circle: " + " -> ".join(path[path.index(d):] + [d]))
-            failed = True
-        elif d not in state:
-            visit(d, path + [d])
-    state[u] = "done"
+
+# The layers, top first, from the list at the top of tb_nif.c: a line
+# "tb_a, tb_b,  description" names units; a trailing comma continues the
+# list on the next line.
+layer_of = {}
+head = open(os.path.join(src, "tb_nif.c")).read().split("*/", 1)[0]
+lines = head.split("Layers", 1)[1].splitlines()[1:]
+layer, continued = 0, False
+for line in lines:
+    # Names stand three spaces after the "*"; descriptions further right.
+    m = re.match(r"\s*\* {3}(?! )((?:(?:tb_\w+|torch_shim),\s*)*(?:tb_\w+|torch_shim)?,?)", line)
+    names = re.findall(r"tb_\w+|torch_shim", m.group(1)) if m else []
+    if not names:
+        continue
+    for n in names:
+        layer_of[n] = layer
+    continued = m.group(1).rstrip().endswith(",")
+    if not continued:
+        layer += 1
+for u in sorted({unit(f) for f in files} - set(layer_of)):
+    print(f"check_c: {u} is in no layer of the list at the top of {src}/tb_nif.c")
+    failed = True
 for u in sorted(deps):
-    if u not in state:
-        visit(u, [u])
+    for d in sorted(deps[u]):
+        if u in layer_of and d in layer_of and layer_of[d] <= layer_of[u]:
+            where = "beside it" if layer_of[d] == layer_of[u] else "above it"
+            print(f"check_c: {u} includes {d}, a unit {where} (the layers at the top of {src}/tb_nif.c)")
+            failed = True
 
 # Functions that return the term of enif_raise_exception.
 raisers = {"enif_raise_exception"}
@@ -67,6 +83,6 @@ for f, t in text.items():
         line = t[:m.start()].count("\n") + 1
         print(f"check_c: {src}/{f}:{line}: an exception term is tested")
         failed = True
-print("check_c: %d files, %d raising functions, %s" % (len(files), len(raisers), "FAILED" if failed else "ok"))
+print("check_c: %d files in %d layers, %d raising functions, %s" % (len(files), layer, len(raisers), "FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
 PY

@@ -3,7 +3,7 @@
 %% tensor_blob module instead.
 -module(tensor_blob_nif).
 
--export([identity/1, bare_resource/0, nx_type/1, stats/0, torch_version/0, dtypes/0,
+-export([identity/1, load_failures/0, bare_resource/0, nx_type/1, stats/0, torch_version/0, dtypes/0,
          zeros/2, from_binary/3, to_binary/1, from_binary_view/4, to_binary_view/1, write/2, to_device/2, narrow/4, transpose/3,
          shape/1, strides/1, dtype/1, device/1, memory/1,
          blob_fields/1, from_blob/3, from_blob_fields/7,
@@ -36,6 +36,7 @@ priv_dir() ->
 -define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
 
 identity(_) -> ?NOT_LOADED.
+load_failures() -> ?NOT_LOADED.
 bare_resource() -> ?NOT_LOADED.
 nx_type(_) -> ?NOT_LOADED.
 stats() -> ?NOT_LOADED.

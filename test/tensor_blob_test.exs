@@ -285,6 +285,15 @@ defmodule TensorBlobTest do
       assert Tensor.to_binary(t) == f32s([0, 0, 7, 0, 0, 8])
     end
 
+    test "inspect shows any device type as the device table names it: type, or type:index" do
+      # Both Inspect implementations (Tensor, DLPack) format devices here;
+      # a device type added to the table needs no clause of its own.
+      assert Tensor.format_device(:cpu) == "cpu"
+      assert Tensor.format_device({:cuda, 1}) == "cuda:1"
+      assert Tensor.format_device({:rocm, 0}) == "rocm:0"
+      assert_raise ArgumentError, ~r/device/, fn -> Tensor.format_device("cuda") end
+    end
+
     test "inspect shows dtype, shape, device, memory and the first elements" do
       assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
       t = t23()

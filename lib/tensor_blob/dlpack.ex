@@ -57,7 +57,7 @@ defmodule TensorBlob.DLPack do
 
   `info/1` reports the DLPack `device_type` (`:cpu`, `:cuda`, `:cuda_host`,
   `:cuda_managed`) next to the `device` libtorch sees. A tensor imported from
-  pinned or managed memory is exported again as what libtorch sees
+  page-locked or managed memory is exported again as what libtorch sees
   (`kDLCPU`, `kDLCUDA`), both of which that memory is.
 
   ## Streams
@@ -257,13 +257,10 @@ defmodule TensorBlob.DLPack do
       %{dtype: dtype, shape: shape, device: device, read_only: read_only} = :tensor_blob.dlpack_info(ref)
       dims = shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
       flags = if read_only, do: " read_only", else: ""
-      "#{version} #{dtype}#{dims} #{format_device(device)} armed#{flags}"
+      "#{version} #{dtype}#{dims} #{TensorBlob.Tensor.format_device(device)} armed#{flags}"
     catch
       # The managed tensor was taken out (consume/1 or import/2).
       :error, {:badarg, _} -> "#{version} consumed"
     end
-
-    defp format_device(:cpu), do: "cpu"
-    defp format_device({:cuda, i}), do: "cuda:#{i}"
   end
 end

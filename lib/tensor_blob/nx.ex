@@ -169,28 +169,19 @@ if Code.ensure_loaded?(Nx) do
     defp to_nx_options!({backend, opts} = b) when is_atom(backend) and is_list(opts), do: {b, false}
 
     defp to_nx_options!(opts) when is_list(opts) do
-      Enum.each(opts, fn
-        {:backend, b} when is_atom(b) and b != nil ->
-          :ok
-
-        {:backend, {b, o}} when is_atom(b) and is_list(o) ->
-          :ok
-
-        {:unsafe_view, u} when is_boolean(u) ->
-          :ok
-
-        other ->
-          raise ArgumentError,
-                "options: unknown or invalid #{inspect(other)}; expected backend: module | {module, keyword}, unsafe_view: boolean"
-      end)
+      opts = validate_options!(opts, [:backend, unsafe_view: false])
 
       backend =
         case Keyword.get_lazy(opts, :backend, &Nx.default_backend/0) do
-          b when is_atom(b) -> {b, []}
-          b -> b
+          b when is_atom(b) and b != nil -> {b, []}
+          {b, o} = bo when is_atom(b) and is_list(o) -> bo
+          other -> invalid_option!(:backend, other, "module | {module, keyword}")
         end
 
-      {backend, Keyword.get(opts, :unsafe_view, false)}
+      case opts[:unsafe_view] do
+        u when is_boolean(u) -> {backend, u}
+        other -> invalid_option!(:unsafe_view, other, "boolean")
+      end
     end
 
     defp to_nx_options!(other) do
@@ -309,22 +300,33 @@ if Code.ensure_loaded?(Nx) do
     defp options!([]), do: {:auto, nil, false}
 
     defp options!(opts) do
-      Enum.each(opts, fn
-        {:copy, c} when c in [:auto, :never, :always] ->
-          :ok
+      opts = validate_options!(opts, copy: :auto, device: nil, ipc: false)
+      copy = opts[:copy]
+      copy in [:auto, :never, :always] or invalid_option!(:copy, copy, ":auto | :never | :always")
+      opts[:device] in [nil, :cpu] or invalid_option!(:device, opts[:device], ":cpu")
+      is_boolean(opts[:ipc]) or invalid_option!(:ipc, opts[:ipc], "boolean")
+      {copy, opts[:device], opts[:ipc]}
+    end
 
-        {:device, :cpu} ->
-          :ok
+    # Keyword.validate/2, in the library's words.
+    defp validate_options!(opts, known) do
+      case Keyword.validate(opts, known) do
+        {:ok, opts} ->
+          opts
 
-        {:ipc, i} when is_boolean(i) ->
-          :ok
+        {:error, unknown} ->
+          keys =
+            Enum.map(known, fn
+              {key, _default} -> key
+              key -> key
+            end)
 
-        other ->
-          raise ArgumentError,
-                "options: unknown or invalid #{inspect(other)}; expected copy: :auto | :never | :always, device: :cpu, ipc: boolean"
-      end)
+          raise ArgumentError, "options: unknown option(s) #{inspect(unknown)}; known: #{inspect(keys)}"
+      end
+    end
 
-      {Keyword.get(opts, :copy, :auto), Keyword.get(opts, :device), Keyword.get(opts, :ipc, false)}
+    defp invalid_option!(key, value, expected) do
+      raise ArgumentError, "options: invalid #{key}: #{inspect(value)}; expected #{expected}"
     end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))

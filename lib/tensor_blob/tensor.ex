@@ -173,6 +173,16 @@ defmodule TensorBlob.Tensor do
   @spec pinned?(t()) :: boolean()
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
+  @doc false
+  # A device as both Inspect implementations show it: cpu, cuda:0, and so
+  # for any device type of the library's table (an atom, or {type, index}).
+  @spec format_device(atom() | {atom(), non_neg_integer()}) :: String.t()
+  def format_device(type) when is_atom(type), do: Atom.to_string(type)
+  def format_device({type, index}) when is_atom(type) and is_integer(index), do: "#{type}:#{index}"
+
+  def format_device(other),
+    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{inspect(other)}")
+
   defimpl Inspect do
     # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first
     # elements (row-major) of a CPU tensor: at most 8 (or opts.limit), read
@@ -192,7 +202,7 @@ defmodule TensorBlob.Tensor do
 
         memory = :tensor_blob.memory(ref)
         dtype = :tensor_blob.dtype(ref)
-        head = "#{dtype}#{dims} #{format_device(device)} #{memory}"
+        head = "#{dtype}#{dims} #{TensorBlob.Tensor.format_device(device)} #{memory}"
 
         case preview(tensor, shape, device, dtype, min(@preview, opts.limit)) do
           nil -> concat(["#TensorBlob.Tensor<", head, ">"])
@@ -202,9 +212,6 @@ defmodule TensorBlob.Tensor do
         Inspect.Any.inspect(tensor, opts)
       end
     end
-
-    defp format_device(:cpu), do: "cpu"
-    defp format_device({:cuda, i}), do: "cuda:#{i}"
 
     defp preview(_tensor, _shape, device, _dtype, _limit) when device != :cpu, do: nil
 

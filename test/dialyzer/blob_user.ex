@@ -1,7 +1,7 @@
 defmodule TensorBlob.DialyzerScratch do
   @moduledoc false
   # A user's module, compiled and analysed only by `make dialyzer`: code
-  # that dialyzer must accept with zero warnings (issue 16.6).
+  # that dialyzer must accept with zero warnings.
 
   alias TensorBlob.{Blob, BlobView, Tensor}
 

@@ -1,0 +1,30 @@
+/* DLPack devices and streams, over the CUDA runtime: the device libtorch
+ * sees a DLPack tensor on, the runtime's check of its pointer, and the
+ * stream contract of an export or an import (tb_stream.h), as terms. */
+#ifndef TB_DLPACK_DEVICE_H
+#define TB_DLPACK_DEVICE_H
+
+#include <erl_nif.h>
+#include <stdint.h>
+
+#include "torch_shim.h"
+
+/* The stream contract of an export of the tensor `info` describes (see
+ * tb_stream.h): `stream` is undefined or an integer as __dlpack__ takes it.
+ * A CPU tensor takes no stream. 0 with *exc set when refused or failed. */
+int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TERM stream, ERL_NIF_TERM *exc);
+
+/* An import of a DLPack tensor on device (dl_type, dl_id) whose `bytes`
+ * bytes start at ptr: the device libtorch sees it on (*device), the check
+ * of the pointer by the runtime, and the wait for the producer's `stream`
+ * (undefined, or an integer). 0 with *exc set when refused, its message
+ * ending with `suffix`. */
+int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint64_t ptr, uint64_t bytes,
+                          ERL_NIF_TERM stream, const char *suffix, tb_device *device, ERL_NIF_TERM *exc);
+
+/* The device libtorch sees a DLPack device as (cpu or {cuda, I}); sets
+ * *device_type to the DLPack type's name (cpu, cuda, cuda_host,
+ * cuda_managed). */
+ERL_NIF_TERM tb_dlpack_device_term(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, ERL_NIF_TERM *device_type);
+
+#endif

@@ -1,0 +1,88 @@
+# The C tests: pure C unit tests (no BEAM, no libtorch), the shim's test
+# (libtorch, no BEAM), valgrind over them, and the load tests' builds.
+# Objects go under $(BUILD)/test; -MMD makes each depend on the headers it
+# includes.
+
+TEST_CFLAGS = -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ic_test -Ipriv/include
+TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/include,/usr/include)
+
+$(BUILD)/test/%.o: c_test/%.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -c $< -o $@
+$(BUILD)/test/src/%.o: c_src/%.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -c $< -o $@
+-include $(wildcard $(BUILD)/test/*.d $(BUILD)/test/src/*.d)
+
+# Our DLPack declarations against the dlpack.h of the linked libtorch.
+$(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
+
+# Each test and the sources it tests.
+C_TESTS := c_test c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi
+# The validation code.
+c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
+# The interval set of the read-only and frozen registries, against a
+# brute-force model.
+c_test_intervals_SOURCES := test_intervals src/tb_intervals
+# The registry of guarded memory and the counters, against a model and
+# raced from threads (make tsan-test runs it under ThreadSanitizer).
+c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count
+# The DLPack import checks.
+c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dtype
+# The CUDA logic that runs without a GPU (pointer-check decisions, the stream
+# contract, IPC handles), over a stand-in runtime defined in the test only.
+c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle
+c_test_dlpack_abi_SOURCES := test_dlpack_abi
+
+.SECONDEXPANSION:
+$(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o,$$($$*_SOURCES)))
+	$(CC) $(SANITIZE) $^ -o $@ -lpthread
+
+TSAN_CC ?= clang-14
+tsan-test: | $(BUILD)
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ic_src \
+		$(patsubst %,c_test/%.c,$(filter-out src/%,$(c_test_registry_SOURCES))) \
+		$(patsubst src/%,c_src/%.c,$(filter src/%,$(c_test_registry_SOURCES))) -o $(BUILD)/c_test_registry_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_registry_tsan
+
+c-test: $(C_TESTS:%=$(BUILD)/%)
+	@set -e; for t in $(C_TESTS); do echo "$(BUILD)/$$t"; $(BUILD)/$$t; done
+
+# The shim through its C API, with libtorch but without the BEAM.
+$(BUILD)/shim_test: $(BUILD)/test/test_shim.o $(BUILD)/test/src/tb_dtype.o $(SHIM_OBJECT)
+	$(CXX) $(SANITIZE) $^ -o $@ $(TORCH_LDFLAGS) $(TORCH_LIBS)
+
+shim-test: $(BUILD)/shim_test
+	$(BUILD)/shim_test
+
+# memcheck over the pure-C tests and the shim's tests.
+VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
+valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(BUILD)/shim_test
+	$(VALGRIND) $(BUILD)/c_test
+	$(VALGRIND) $(BUILD)/c_test_cuda
+	$(VALGRIND) $(BUILD)/c_test_intervals
+	$(VALGRIND) --suppressions=c_test/valgrind.supp $(BUILD)/shim_test
+
+# Two more builds of the library for the load tests
+# (test/tensor_blob_load_tests.erl): one of another TB_ABI, and one that
+# fails the load step named by the environment variable TB_LOAD_FAULT
+# (c_src/tb_load.h). Only the objects that differ are rebuilt.
+LOAD_TEST := $(BUILD)/load_test
+LOAD_TEST_CFLAGS = $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE)
+$(LOAD_TEST)/abi/%.o: c_src/%.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(LOAD_TEST_CFLAGS) -DTB_ABI=0x7e57u -c $< -o $@
+$(LOAD_TEST)/faults/%.o: c_src/%.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(LOAD_TEST_CFLAGS) -DTB_LOAD_FAULTS -c $< -o $@
+-include $(wildcard $(LOAD_TEST)/*/*.d)
+
+FAULT_OBJECTS := $(LOAD_TEST)/faults/tb_nif.o $(LOAD_TEST)/faults/tb_state.o
+$(LOAD_TEST)/abi/tensor_blob_nif.so: $(C_OBJECTS:$(BUILD)/%=$(LOAD_TEST)/abi/%) $(SHIM_OBJECT)
+	$(LINK_NIF)
+$(LOAD_TEST)/faults/tensor_blob_nif.so: $(FAULT_OBJECTS) $(filter-out $(FAULT_OBJECTS:$(LOAD_TEST)/faults/%=$(BUILD)/%),$(C_OBJECTS)) $(SHIM_OBJECT)
+	$(LINK_NIF)
+
+load-test-builds: $(LOAD_TEST)/abi/tensor_blob_nif.so $(LOAD_TEST)/faults/tensor_blob_nif.so
+
+.PHONY: c-test shim-test valgrind-test tsan-test load-test-builds

@@ -1,0 +1,36 @@
+# The tests against Nx and Torchx, and the Debian 13 stack.
+
+# The :nx tests against an Nx build: NX_PATH lists directories holding its
+# ebin folders (Nx, complex, telemetry), colon-separated. Unset, Nx is built
+# under $(BUILD) once from the source archives in NX_SOURCES
+# (scripts/build_nx.sh: Nx 0.9.2 on Elixir < 1.17, Nx and Torchx main on
+# newer). The Nx guide's code blocks run too.
+nx-test: nif foreign-nif
+	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
+	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
+
+# Scratch Mix projects that depend on tensor_blob and Nx (path dependencies,
+# no Hex): TensorBlob.Nx is there exactly when the consumer has Nx, after a
+# fresh build, `mix deps.compile --force tensor_blob`, a removed
+# _build/*/lib/tensor_blob, Nx added to or removed from a built project
+# (scripts/nx_consumer_test.sh; Nx from build_nx.sh).
+nx-consumer-test: nif
+	scripts/nx_consumer_test.sh
+
+# The :torchx tests: NX_PATH must hold a Torchx build too (Elixir >= 1.17;
+# make compat-test runs them on Debian 13).
+torchx-test: nif foreign-nif
+	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh main)"; \
+	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only torchx"; \
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
+
+# Every suite of `make test`, then the :nx and :torchx tests, on Debian 13's
+# stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root cached
+# under the build folder (scripts/compat_test.sh; needs root).
+compat-test:
+	scripts/compat_test.sh
+
+.PHONY: nx-test nx-consumer-test torchx-test compat-test

@@ -1,0 +1,136 @@
+# The BEAM suites and the commands around them: setup, test, lint, the
+# sanitizer and no-CUDA runs, the demo and the benchmarks.
+
+setup:
+	@scripts/setup.sh
+
+# An independent NIF library that reaches us only through
+# priv/include/tensor_blob.h (and DLPack): the bridge tests load it
+# (test/support/foreign_tensor_nif.erl: FOREIGN_TENSOR_NIF, default
+# build/foreign_tensor_nif).
+FOREIGN_NIF := $(BUILD)/foreign_tensor_nif.so
+$(FOREIGN_NIF): test/support/foreign_tensor_nif.c $(wildcard priv/include/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -fPIC -shared -std=c11 -Wall -Wextra -Werror -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@ -ldl
+
+foreign-nif: $(FOREIGN_NIF)
+
+mix-test: nif foreign-nif
+	MIX_ENV=test mix test
+
+eunit: nif foreign-nif load-test-builds
+	rebar3 eunit
+
+# The build without CUDA code (TB_CUDA=0), under the whole ExUnit suite:
+# CI builds and tests both ways.
+NOCUDA_BUILD := $(BUILD)/nocuda
+nocuda-test: setup foreign-nif
+	$(MAKE) TB_CUDA=0 BUILD=$(NOCUDA_BUILD) NIF=$(NOCUDA_BUILD)/tensor_blob_nif.so $(NOCUDA_BUILD)/tensor_blob_nif.so
+	TENSOR_BLOB_NIF=$(CURDIR)/$(NOCUDA_BUILD)/tensor_blob_nif MIX_ENV=test mix test
+
+# Dialyzer, zero warnings: the Erlang code (rebar3 dialyzer, its PLT in
+# rebar3's cache) and the Elixir code, driven directly over the compiled
+# beams (no dialyxir, no Hex) with a PLT of erts, kernel, stdlib and elixir
+# built once into _build/dialyzer (ignored). test/dialyzer/ holds user code
+# that must pass too (a %TensorBlob.Blob{} match on to_blob/1, ...).
+DIALYZER_DIR := _build/dialyzer
+ELIXIR_EBIN = $(shell elixir -e 'IO.write(:code.lib_dir(:elixir, :ebin))')
+DIALYZER_FLAGS := -Wunmatched_returns -Werror_handling
+$(DIALYZER_DIR)/elixir.plt:
+	@mkdir -p $(DIALYZER_DIR)
+	dialyzer -pa $(ELIXIR_EBIN) --build_plt --output_plt $@ --apps erts kernel stdlib $(ELIXIR_EBIN)
+
+dialyzer: nif $(DIALYZER_DIR)/elixir.plt
+	rebar3 dialyzer
+	MIX_ENV=dev mix compile
+	@rm -rf $(DIALYZER_DIR)/scratch && mkdir -p $(DIALYZER_DIR)/scratch
+	elixirc -pa _build/dev/lib/tensor_blob/ebin -o $(DIALYZER_DIR)/scratch test/dialyzer/*.ex
+	dialyzer -pa $(ELIXIR_EBIN) --plt $(DIALYZER_DIR)/elixir.plt $(DIALYZER_FLAGS) \
+		_build/dev/lib/tensor_blob/ebin $(DIALYZER_DIR)/scratch
+
+# Static checks, run by CI: dialyzer, mix format, and that nx-test builds
+# the foreign NIF its bridge tests load.
+lint: dialyzer
+	mix format --check-formatted
+	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
+	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
+
+# A scratch Mix project that depends on tensor_blob (scripts/consumer_test.sh).
+consumer-test: nif
+	scripts/consumer_test.sh
+
+# Every code block of README.md and guides/*.md, run and checked against the
+# output it shows (scripts/docs_test.exs; the convention is in
+# ARCHITECTURE.md): one VM per file.
+DOCS := README.md $(sort $(wildcard guides/*.md))
+docs-test: nif
+	MIX_ENV=test mix compile
+	@status=0; for f in $(DOCS); do \
+	    MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
+	done; exit $$status
+
+# Source checks: the include layers of c_src, and no test of a term that
+# enif_raise_exception returned.
+check-c:
+	scripts/check_c.sh
+
+# Sharing with Python processes (test/python/sharing_test.py): PyTorch's
+# file_system strategy where torch imports, multiprocessing.shared_memory
+# wherever python3 runs. PYTHON: the interpreter; unset, the first of
+# python3 and /usr/bin/python3 that imports torch, else python3. Skipped,
+# with a note, where there is no python3.
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; command -v python3)
+python-test: nif
+	@if [ -z "$(PYTHON)" ]; then echo "python-test: no python3, skipped"; exit 0; fi; \
+	MIX_ENV=test mix compile && $(PYTHON) test/python/sharing_test.py
+
+# The suites of `make test`, without the setup (compat-test runs them too).
+suites: nif
+	$(MAKE) check-c
+	$(MAKE) c-test
+	$(MAKE) shim-test
+	$(MAKE) mix-test
+	$(MAKE) eunit
+	$(MAKE) docs-test
+	$(MAKE) consumer-test
+	$(MAKE) python-test
+
+test: setup
+	$(MAKE) suites
+
+demo: setup
+	$(MAKE) nif
+	mix run examples/demo.exs
+
+bench:
+	@scripts/setup.sh --bench
+	$(MAKE) nif
+	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
+	NX_PATH="$$nx_path" MIX_ENV=prod mix run bench/bench.exs
+
+# The whole ExUnit and EUnit suites against an -fsanitize=address,undefined
+# build, on the stock BEAM with the sanitizer runtime preloaded. +Mea min
+# sends the BEAM's own allocations through malloc so ASan sees them. Any
+# report aborts the VM, which fails the run. Leak checks are off: the BEAM
+# does not free everything at exit.
+ASAN_BUILD := $(BUILD)/asan
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:halt_on_error=1:allocator_may_return_null=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	ERL_FLAGS="+Mea min" TENSOR_BLOB_NIF=$(CURDIR)/$(ASAN_BUILD)/tensor_blob_nif
+
+asan-test: setup nif foreign-nif load-test-builds
+	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals \
+		$(ASAN_BUILD)/c_test_registry $(ASAN_BUILD)/shim_test
+	$(ASAN_BUILD)/c_test
+	$(ASAN_BUILD)/c_test_intervals
+	$(ASAN_BUILD)/c_test_registry
+	$(ASAN_BUILD)/c_test_cuda
+	ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/shim_test
+	MIX_ENV=test mix compile
+	$(ASAN_ENV) MIX_ENV=test mix test
+	$(ASAN_ENV) rebar3 eunit
+
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint consumer-test docs-test python-test check-c suites test demo bench asan-test
