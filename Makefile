@@ -13,6 +13,9 @@ LIBTORCH_DIR ?=
 BUILD ?= build
 PRIV := priv
 NIF ?= $(PRIV)/tensor_blob_nif.so
+# The process that removes a VM's shared-memory names once it is gone: it
+# lives beside the library, which starts it.
+REAPER = $(dir $(NIF))tensor_blob_reaper
 
 ERTS_INCLUDE := $(shell erl -noshell -eval 'io:format("~ts/erts-~ts/include", [code:root_dir(), erlang:system_info(version)])' -s init stop 2>/dev/null)
 
@@ -49,7 +52,7 @@ DEPFLAGS = -MMD -MP
 .PHONY: all nif chunks install-docs clean clean-nif
 
 all: nif chunks
-nif: $(NIF)
+nif: $(NIF) $(REAPER)
 
 # The build configuration, recorded beside the objects: a stamp named by its
 # hash, so that changing LIBTORCH_DIR, CUDA, the compilers or the flags
@@ -79,6 +82,10 @@ LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
 	$(LINK_NIF)
 
+$(REAPER): c_src/tensor_blob_reaper.c c_src/tb_shm_names.c c_src/tb_shm_names.h $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -std=c11 -Wall -Wextra c_src/tensor_blob_reaper.c c_src/tb_shm_names.c -o $@
+
 $(BUILD) $(PRIV):
 	mkdir -p $@
 
@@ -99,14 +106,14 @@ install-docs: $(CHUNKS)
 	    mkdir -p "$(APP_DIR)/doc/chunks" && cp $(CHUNKS) "$(APP_DIR)/doc/chunks/"; fi
 
 clean:
-	rm -rf $(BUILD) $(NIF) doc/chunks _build
+	rm -rf $(BUILD) $(NIF) $(REAPER) doc/chunks _build
 
 # What Mix's clean removes: the library's build products, not _build, and
 # not what else lives under $(BUILD) (the Debian 13 root, Nx builds, the
 # consumer projects): a consumer's `mix deps.compile --force tensor_blob`
 # runs this in our checkout.
 clean-nif:
-	rm -f $(BUILD)/*.o $(BUILD)/*.d $(BUILD)/config-* $(NIF)
+	rm -f $(BUILD)/*.o $(BUILD)/*.d $(BUILD)/config-* $(NIF) $(REAPER)
 	rm -rf doc/chunks
 
 # The tests, the checks and the tools (absent from a package, which only

@@ -42,6 +42,11 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
+    int unguarded = argv[1] == tb_atoms.true_;
+    /* if_needed: false where no view can be made, and the caller copies. */
+    int if_needed = argv[2] == tb_atoms.true_;
+    if (if_needed && (d.info.device_type != TB_DEVICE_CPU || !d.info.is_contiguous))
+        return tb_atoms.false_;
     if (d.info.device_type != TB_DEVICE_CPU)
         return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
                                tb_make_device(env, d.info.device_type, d.info.device_index));
@@ -55,6 +60,20 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
         ERL_NIF_TERM empty;
         enif_make_new_binary(env, 0, &empty);
         return empty;
+    }
+    /* Memory in a shared-memory region, however this tensor came to it (a
+     * slice, an import, a view of a term that holds it; the span names
+     * the region's file): another program can shrink the file, and a read
+     * of its pages then raises SIGBUS. The library's own copies of it are
+     * guarded (tb_fault.h); a binary's readers cannot be. */
+    if (span.file_ino && !unguarded) {
+        if (if_needed)
+            return tb_atoms.false_;
+        return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
+                                    "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
+                                    "it (%C), or accept that risk with %C",
+                               "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
+                               "copy: false, unsafe_shared_memory: true");
     }
     /* A view of a binary's bytes: that binary, or the part of it. */
     ERL_NIF_TERM part;

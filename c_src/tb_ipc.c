@@ -1,27 +1,35 @@
-#define _GNU_SOURCE /* shm_open, ftruncate, getpid, posix_fallocate */
+#define _GNU_SOURCE /* shm_open, ftruncate, getpid, fallocate, dladdr */
 #include "tb_ipc.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <pthread.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "tb_fault.h"
 #include "tb_layout.h"
+#include "tb_shm_names.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
 
 /* A mapped region: the storage of the tensors over it. The process that
- * created the name removes it when its own mapping is freed: openers that
- * mapped it before keep their mapping (POSIX), later opens fail cleanly. */
+ * created the name removes it when its own mapping is freed (or its reaper
+ * does, when the VM dies first): openers that mapped it before keep their
+ * mapping (POSIX), later opens fail cleanly. */
 typedef struct {
     tb_storage header; /* TB_MEMORY_REGION; the region's file identifies it */
     void *addr;
@@ -31,9 +39,6 @@ typedef struct {
     tb_range mapping; /* registered while mapped (tb_storage_mapped) */
     char name[NAME_MAX + 2]; /* "/" and the name */
 } tb_region;
-
-#define TB_SHM_DIR "/dev/shm"
-#define TB_NAME_PREFIX "tensor_blob."
 
 static void release_region(tb_storage *s)
 {
@@ -90,34 +95,135 @@ static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_region *r, const tb_dense *d)
     return tb_tensor_return(env, h);
 }
 
-/* Names left by creators that are gone: destructors do not run when a VM
- * halts. Our names carry the creator's OS pid ("tensor_blob.<pid>...."). */
+/* ---- Names and their creators' lives (tb_shm_names.h) ----------------
+ *
+ * This VM's token and lock are made with its first region; a reaper
+ * process started then waits for the lock and removes the names within
+ * moments of the VM's death (tensor_blob_reaper.c). */
+
+static pthread_mutex_t owner_lock = PTHREAD_MUTEX_INITIALIZER;
+static int owner_fd = -1;        /* holds the lock; never closed */
+static char owner_token[32];     /* "<pid>-<hex>" */
+
+/* Names of creators that are gone: their lock is free, or was removed with
+ * their last names by an earlier reclaim that stopped part way. Names of
+ * another form (earlier builds named regions by pid alone) are left: a
+ * pid cannot say whether their creator lives. */
 static int reclaim_stale(void)
 {
-    DIR *dir = opendir(TB_SHM_DIR);
-    if (!dir)
+    int dir_fd = open(TB_SHM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd < 0)
         return 0;
+    int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
+    DIR *dir = listing >= 0 ? fdopendir(listing) : NULL;
+    if (!dir) {
+        if (listing >= 0)
+            close(listing);
+        close(dir_fd);
+        return 0;
+    }
     int reclaimed = 0;
+    char judged[32] = ""; /* the last token judged: its other names need no second look */
     struct dirent *e;
     while ((e = readdir(dir))) {
         if (strncmp(e->d_name, TB_NAME_PREFIX, strlen(TB_NAME_PREFIX)) != 0)
             continue;
-        char *end;
-        long pid = strtol(e->d_name + strlen(TB_NAME_PREFIX), &end, 10);
-        if (pid <= 0 || *end != '.' || pid == (long)getpid())
+        const char *token = e->d_name + strlen(TB_NAME_PREFIX);
+        size_t n = tb_shm_token_length(token);
+        if (n == 0 || n >= sizeof judged || (strncmp(token, judged, n) == 0 && judged[n] == '\0') ||
+            (strncmp(token, owner_token, n) == 0 && owner_token[n] == '\0'))
             continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* alive, or not ours to ask: keep it */
-        char name[NAME_MAX + 2];
-        snprintf(name, sizeof name, "/%s", e->d_name);
-        reclaimed += shm_unlink(name) == 0;
+        snprintf(judged, sizeof judged, "%.*s", (int)n, token);
+        char lock[NAME_MAX + 1];
+        snprintf(lock, sizeof lock, TB_NAME_PREFIX "%s" TB_LOCK_SUFFIX, judged);
+        int fd = openat(dir_fd, lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+            if (errno == ENOENT) /* no lock: its creator is gone */
+                reclaimed += tb_shm_unlink_token(dir_fd, judged, n);
+            continue; /* not ours to judge (another user's) */
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            reclaimed += tb_shm_unlink_token(dir_fd, judged, n);
+        close(fd); /* drops the lock, if taken */
     }
     closedir(dir);
+    close(dir_fd);
     return reclaimed;
+}
+
+/* The reaper beside this library (priv/tensor_blob_reaper): started once,
+ * it leaves at once and its child waits for our lock. Without it, names
+ * are still reclaimed by the next VM that loads tensor_blob. */
+static void start_reaper(const char *lock_name)
+{
+    Dl_info info;
+    if (!dladdr((void *)start_reaper, &info) || !info.dli_fname)
+        return;
+    char path[4096];
+    const char *slash = strrchr(info.dli_fname, '/');
+    int dir_len = slash ? (int)(slash - info.dli_fname) : 1;
+    snprintf(path, sizeof path, "%.*s/tensor_blob_reaper", dir_len, slash ? info.dli_fname : ".");
+    char *argv[] = {path, (char *)lock_name, NULL};
+    char *envp[] = {NULL};
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    if (posix_spawn_file_actions_init(&actions) != 0)
+        return;
+    posix_spawnattr_init(&attr);
+    /* Its own session, so a terminal's interrupt for the VM spares it. */
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    if (posix_spawn(&pid, path, &actions, &attr, argv, envp) == 0) {
+        /* The first process exits once its child runs on: reap it. */
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&actions);
+}
+
+/* Makes this VM's token and takes its lock, once. 0 with *error set. */
+static int own_names(int *error)
+{
+    pthread_mutex_lock(&owner_lock);
+    for (int attempt = 0; owner_fd < 0 && attempt < 8; attempt++) {
+        uint64_t nonce;
+        if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce)
+            nonce = (uint64_t)(uintptr_t)&nonce ^ (uint64_t)getpid() * 0x9e3779b97f4a7c15u;
+        char token[sizeof owner_token];
+        snprintf(token, sizeof token, "%d-%016llx", (int)getpid(), (unsigned long long)nonce);
+        char path[NAME_MAX + sizeof TB_SHM_DIR + 2];
+        snprintf(path, sizeof path, TB_SHM_DIR "/" TB_NAME_PREFIX "%s" TB_LOCK_SUFFIX, token);
+        int fd = open(path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+            *error = errno;
+            if (*error == EEXIST)
+                continue;
+            break;
+        }
+        struct stat st;
+        /* A reclaim that ran between the open and the lock removed the
+         * file: the lock would guard nothing. Take another token. */
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &st) != 0 || st.st_nlink == 0) {
+            *error = errno ? errno : EAGAIN;
+            close(fd);
+            continue;
+        }
+        snprintf(owner_token, sizeof owner_token, "%s", token);
+        owner_fd = fd;
+        start_reaper(path + strlen(TB_SHM_DIR "/"));
+    }
+    int ok = owner_fd >= 0;
+    pthread_mutex_unlock(&owner_lock);
+    return ok;
 }
 
 void tb_ipc_load(void)
 {
+    tb_fault_install();
     reclaim_stale();
 }
 
@@ -137,17 +243,20 @@ static ERL_NIF_TERM ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return exc;
     static atomic_uint counter;
     char name[NAME_MAX + 2];
-    unsigned salt = (unsigned)(uintptr_t)&d ^ (unsigned)getpid() * 2654435761u;
-    snprintf(name, sizeof name, "/" TB_NAME_PREFIX "%d.%u.%08x", (int)getpid(), atomic_fetch_add(&counter, 1),
-             salt);
+    int error = 0;
+    if (!own_names(&error))
+        return tb_raise_error(env, "ipc: cannot make the lock that marks this VM's regions as alive in " TB_SHM_DIR
+                                   ": %s",
+                              strerror(error));
+    snprintf(name, sizeof name, "/" TB_NAME_PREFIX "%s.%u", owner_token, atomic_fetch_add(&counter, 1));
     /* Owner-only permissions, and never an existing name. */
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
         return tb_raise_error(env, "ipc: shm_open failed: %s", strerror(errno));
     size_t length = d.check.byte_size ? d.check.byte_size : 1;
     /* Reserve the pages now: a region only sized with ftruncate on a full
      * tmpfs maps fine and kills the VM with SIGBUS at the first write. */
-    int error = ftruncate(fd, (off_t)length) != 0 ? errno : posix_fallocate(fd, 0, (off_t)length);
+    error = ftruncate(fd, (off_t)length) != 0 ? errno : posix_fallocate(fd, 0, (off_t)length);
     if (error) {
         close(fd);
         shm_unlink(name);
@@ -212,7 +321,7 @@ static int shm_name(const ErlNifBinary *bin, char *out, size_t size)
     return 1;
 }
 
-ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+static ERL_NIF_TERM ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
     ErlNifBinary bin;
@@ -228,7 +337,7 @@ ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     if (!tb_tensor_get_dense(env, argv[2], argv[1], &d, &exc))
         return exc;
 
-    int fd = shm_open(name, O_RDWR, 0);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT)
@@ -253,10 +362,39 @@ ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
             return tb_raise_error(env, "ipc: %s", err.message);
         return tb_tensor_return(env, h);
     }
+    /* Reserve the pages, as for a region made here: one only sized with
+     * ftruncate (as Python's shared_memory makes them) on a full tmpfs
+     * maps fine and faults at the first write. KEEP_SIZE: the creator's
+     * file keeps its size whatever happens to it meanwhile. A region
+     * whose pages are all there (st_blocks) needs nothing: open stays
+     * O(1) for the regions tensor_blob and most programs make. */
+    int sparse = (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size;
+    if (sparse && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, st.st_size) != 0 && errno != EOPNOTSUPP &&
+        errno != ENOSYS) {
+        int e = errno;
+        close(fd);
+        struct statvfs vfs;
+        if (e == ENOSPC && statvfs(TB_SHM_DIR, &vfs) == 0)
+            return tb_raise_error(env, "ipc: the shared memory %T has %ld bytes, not all of them stored yet, and "
+                                       "they do not fit in " TB_SHM_DIR " (%lu bytes free); its writes would fail",
+                                  argv[0], (long)st.st_size, (unsigned long)(vfs.f_bavail * vfs.f_frsize));
+        return tb_raise_error(env, "ipc: cannot reserve the %ld bytes of the shared memory %T: %s", (long)st.st_size,
+                              argv[0], strerror(e));
+    }
     int error;
     tb_region *r = map_region(fd, name, (size_t)st.st_size, d.check.byte_size, 0, &error);
     close(fd);
     if (!r)
         return tb_raise_error(env, "ipc: cannot map %T: %s", argv[0], strerror(error));
     return make_tensor(env, r, &d);
+}
+
+ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    /* Reserving the pages of a sparse region writes them: dirty when large. */
+    tb_dense d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_get_dense(env, argv[2], argv[1], &d, &exc))
+        return exc;
+    return tb_run_copy(env, "ipc_open", d.check.byte_size, 0, ipc_open, argc, argv);
 }

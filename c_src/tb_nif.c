@@ -6,7 +6,8 @@
  * the layers below its own, never one beside it: scripts/check_c.sh reads
  * this list and checks every include against it.
  *
- *   tb_nif                        load/upgrade, the function table
+ *   tb_nif, tensor_blob_reaper    load/upgrade, the function table; the
+ *                                 program that removes a dead VM's names
  *   tb_bridge                     the door for other NIF libraries
  *   tb_blob, tb_binary, tb_dlpack,
  *   tb_ipc, tb_torch_shm,
@@ -24,9 +25,12 @@
  *   torch_shim                    the only C++: the door to libtorch
  *   tb_dlpack_check, tb_devmem,
  *   tb_stream, tb_cuda_handle,
- *   tb_registry                   pure C decisions: no BEAM, no libtorch
+ *   tb_registry, tb_fault,
+ *   tb_shm_names                  pure C decisions: no BEAM, no libtorch
  *                                 (tb_devmem, tb_stream, tb_cuda_handle over
- *                                 tb_cuda_ops.h; tb_registry: guarded memory)
+ *                                 tb_cuda_ops.h; tb_registry: guarded memory;
+ *                                 tb_fault: the SIGBUS guard of our copies;
+ *                                 tb_shm_names: region names and their locks)
  *   tb_dtype, tb_device, tb_layout,
  *   tb_count, tb_intervals,
  *   tb_load, tb_cuda_ops          pure C tables and types
@@ -156,7 +160,7 @@ static ErlNifFunc nif_funcs[] = {
     {"from_binary", 3, tb_nif_from_binary, 0},
     {"to_binary", 1, tb_nif_to_binary, 0},
     {"from_binary_view", 4, tb_nif_from_binary_view, 0},
-    {"to_binary_view", 1, tb_nif_to_binary_view, 0},
+    {"to_binary_view", 3, tb_nif_to_binary_view, 0},
     {"write", 2, tb_nif_write, 0},
     {"to_device", 2, tb_nif_to_device, 0},
     {"narrow", 4, tb_nif_narrow, 0},

@@ -3,11 +3,13 @@
 // message in tb_shim_error, so no C++ exception ever reaches the BEAM.
 #include "torch_shim.h"
 #include "tb_dtype.h"
+#include "tb_fault.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/TensorImpl.h>
 #include <c10/core/TensorOptions.h>
@@ -158,25 +160,35 @@ at::Tensor bytes_of(const at::Tensor &dense)
     return dense.reshape({-1}).view(at::kByte);
 }
 
-// A dense tensor's bytes to or from host memory of any alignment (a
-// binary is only 8-byte aligned): memcpy on the host, where libtorch's
-// vectorised copy would assume element alignment (complex128); from a
-// device, one copy across the bus as bytes, which have no alignment to
-// keep (copy_ waits for it).
+// A host tensor's elements to or from row-major bytes: on the calling
+// thread, under the SIGBUS guard (tb_fault.h), since host memory may be a
+// mapping another program shrinks. libtorch's own copies would run on its
+// worker threads, where no guard is armed.
+void host_copy(const at::Tensor &t, void *dense, bool to_dense)
+{
+    if (!tb_fault_copy_strided(t.data_ptr(), static_cast<int>(t.dim()), t.sizes().data(), t.strides().data(),
+                               t.element_size(), dense, to_dense))
+        throw std::runtime_error("the memory vanished under the copy (SIGBUS: a shared-memory region shrunk by "
+                                 "another program, or a page its file system could not supply)");
+}
+
+// Host memory from libtorch's CPU allocator: no file behind it to shrink.
+bool allocated_by_libtorch(const at::Tensor &t)
+{
+    return t.storage().data_ptr().get_deleter() == c10::GetCPUAllocator()->raw_deleter();
+}
+
+// A dense device tensor's bytes to or from host memory of any alignment (a
+// binary is only 8-byte aligned): one copy across the bus as bytes, which
+// have no alignment to keep (copy_ waits for it).
 void copy_out(const at::Tensor &dense, void *dst)
 {
-    if (dense.device().is_cpu())
-        std::memcpy(dst, dense.data_ptr(), dense.nbytes());
-    else
-        host_bytes(dst, dense.nbytes()).copy_(bytes_of(dense));
+    host_bytes(dst, dense.nbytes()).copy_(bytes_of(dense));
 }
 
 void copy_in(const at::Tensor &dense, const void *src)
 {
-    if (dense.device().is_cpu())
-        std::memcpy(dense.data_ptr(), src, dense.nbytes());
-    else
-        bytes_of(dense).copy_(host_bytes(const_cast<void *>(src), dense.nbytes()));
+    bytes_of(dense).copy_(host_bytes(const_cast<void *>(src), dense.nbytes()));
 }
 
 } // namespace
@@ -258,7 +270,11 @@ int tb_shim_to_bytes(tb_shim_tensor *handle, void *dst, tb_shim_error *err) noex
 {
     return guarded(err, [&] {
         at::Tensor t = borrow(handle);
-        if (t.numel() > 0)
+        if (t.numel() == 0)
+            return;
+        if (t.device().is_cpu())
+            host_copy(t, dst, true);
+        else
             copy_out(t.contiguous(), dst);
     });
 }
@@ -269,6 +285,8 @@ int tb_shim_write_bytes(tb_shim_tensor *handle, const void *src, tb_shim_error *
         at::Tensor t = borrow(handle);
         if (t.numel() == 0)
             return;
+        if (t.device().is_cpu())
+            return host_copy(t, const_cast<void *>(src), false);
         // Into t itself where it is dense, else into a dense tensor on its
         // device that t then copies from.
         at::Tensor dense = t.is_contiguous() ? t : at::empty(t.sizes(), t.options());
@@ -283,8 +301,19 @@ int tb_shim_to_device(tb_shim_tensor *handle, int device_type, int device_index,
 {
     return guarded(err, [&] {
         c10::Device device = torch_device(device_type, device_index);
-        // Always a new tensor: to/2 is the explicit copy, even to the same device.
-        *out = release_handle(borrow(handle).to(device, /*non_blocking=*/false, /*copy=*/true));
+        // Always a new tensor: to/2 is the explicit copy, even to the same
+        // device. From host memory libtorch did not allocate, the elements
+        // are read under the guard first.
+        at::Tensor t = borrow(handle);
+        if (t.device().is_cpu() && (device.is_cpu() || !allocated_by_libtorch(t))) {
+            at::Tensor host = at::empty(t.sizes(), t.options());
+            if (t.numel() > 0)
+                host_copy(t, host.data_ptr(), true);
+            t = device.is_cpu() ? host : host.to(device);
+        } else {
+            t = t.to(device, /*non_blocking=*/false, /*copy=*/true);
+        }
+        *out = release_handle(std::move(t));
     });
 }
 

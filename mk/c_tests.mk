@@ -49,7 +49,7 @@ c-test: $(C_TESTS:%=$(BUILD)/%)
 	@set -e; for t in $(C_TESTS); do echo "$(BUILD)/$$t"; $(BUILD)/$$t; done
 
 # The shim through its C API, with libtorch but without the BEAM.
-$(BUILD)/shim_test: $(BUILD)/test/test_shim.o $(BUILD)/test/src/tb_dtype.o $(SHIM_OBJECT)
+$(BUILD)/shim_test: $(BUILD)/test/test_shim.o $(BUILD)/test/src/tb_dtype.o $(BUILD)/test/src/tb_fault.o $(SHIM_OBJECT)
 	$(CXX) $(SANITIZE) $^ -o $@ $(TORCH_LDFLAGS) $(TORCH_LIBS)
 
 shim-test: $(BUILD)/shim_test

@@ -70,7 +70,7 @@ cases = [
   {"write! a second mapping of a region a binary shows",
    fn ->
      r = TensorBlob.IPC.zeros({64}, :uint8)
-     _bin = Tensor.to_binary(r, copy: false)
+     _bin = Tensor.to_binary(r, copy: false, unsafe_shared_memory: true)
      second = TensorBlob.IPC.open(TensorBlob.IPC.export(r), :uint8, {64})
      Tensor.write!(second, :binary.copy(<<1>>, 64))
    end},
@@ -80,6 +80,16 @@ cases = [
   {"to_binary(copy: false) of a non-contiguous tensor",
    fn -> t |> Tensor.transpose(0, 1) |> Tensor.to_binary(copy: false) end},
   {"a huge term, printed with limits", fn -> TensorBlob.from_blob(%{b | ptr: Enum.to_list(1..100_000)}) end},
+  {"to_binary(copy: false) of a shared-memory region",
+   fn -> TensorBlob.IPC.zeros({64}, :uint8) |> Tensor.to_binary(copy: false) end},
+  {"to_binary: unsafe_shared_memory not a boolean",
+   fn -> TensorBlob.IPC.zeros({64}, :uint8) |> Tensor.to_binary(copy: false, unsafe_shared_memory: :yes) end},
+  {"to_binary of a region another program shrank",
+   fn ->
+     r = TensorBlob.IPC.zeros({64}, :uint8)
+     File.write!("/dev/shm" <> TensorBlob.IPC.export(r).handle, "")
+     Tensor.to_binary(r)
+   end},
   {"IPC: a PyTorch region that is gone", fn -> TensorBlob.IPC.open("/torch_1_2_3", :float32, {4}) end},
   {"IPC: a PyTorch region smaller than the shape",
    fn ->

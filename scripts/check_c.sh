@@ -34,8 +34,8 @@ lines = head.split("Layers", 1)[1].splitlines()[1:]
 layer, continued = 0, False
 for line in lines:
     # Names stand three spaces after the "*"; descriptions further right.
-    m = re.match(r"\s*\* {3}(?! )((?:(?:tb_\w+|torch_shim),\s*)*(?:tb_\w+|torch_shim)?,?)", line)
-    names = re.findall(r"tb_\w+|torch_shim", m.group(1)) if m else []
+    m = re.match(r"\s*\* {3}(?! )((?:(?:tb_\w+|tensor_blob_\w+|torch_shim),\s*)*(?:tb_\w+|tensor_blob_\w+|torch_shim)?,?)", line)
+    names = re.findall(r"tb_\w+|tensor_blob_\w+|torch_shim", m.group(1)) if m else []
     if not names:
         continue
     for n in names:

@@ -228,20 +228,41 @@ to_binary(T) ->
 %% means (a DLPack consumer, foreign code) shows through the binary. A
 %% tensor viewing a binary's bytes (from_binary/4, copy false) gives that
 %% binary back, or the part of it its elements occupy.
--spec to_binary(tensor(), #{copy => boolean()}) -> binary().
+%%
+%% Memory in a shared-memory region is refused: another program can shrink
+%% the region, and a read of the binary would then kill the VM (SIGBUS),
+%% unless #{unsafe_shared_memory => true} accepts that risk. With
+%% #{copy => if_needed}, a view where one can be made (a contiguous CPU
+%% tensor, not in a region unless unsafe_shared_memory), a copy otherwise.
+-spec to_binary(tensor(), #{copy => boolean() | if_needed, unsafe_shared_memory => boolean()}) -> binary().
 to_binary(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_binary(T, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
-    ?NIF(tensor_blob_nif:to_binary_view(T));
-to_binary(T, Opts) ->
-    check_copy_option(Opts),
-    to_binary(T).
+    ?NIF(tensor_blob_nif:to_binary_view(T, false, false));
+to_binary(T, Opts) when is_map(Opts) ->
+    check_options(Opts, [copy, unsafe_shared_memory]),
+    Unguarded = case maps:get(unsafe_shared_memory, Opts, false) of
+                    U when is_boolean(U) -> U;
+                    U -> badarg("unsafe_shared_memory: expected a boolean, got ~0tp", [U])
+                end,
+    case maps:get(copy, Opts, true) of
+        true -> to_binary(T);
+        false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
+        if_needed ->
+            case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
+                false -> to_binary(T);
+                Binary -> Binary
+            end;
+        Other -> badarg("copy: expected a boolean or ~0tp, got ~0tp", [if_needed, Other])
+    end;
+to_binary(_T, Opts) ->
+    badarg("options: expected a map, got ~0tp", [Opts]).
 
 check_copy_option(Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     case maps:get(copy, Opts, true) of
         true -> ok;
-        Other -> badarg("copy: expected a boolean (or ~0tp, for from_binary), got ~0tp", [if_needed, Other])
+        Other -> badarg("copy: expected a boolean or ~0tp, got ~0tp", [if_needed, Other])
     end;
 check_copy_option(Opts) ->
     badarg("options: expected a map, got ~0tp", [Opts]).
@@ -375,9 +396,11 @@ dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 -spec ipc_zeros(shape(), dtype()) -> tensor().
 ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape, Dtype)).
 
-%% @doc Removes the shared-memory names of creators that are gone (a VM that
-%% halted runs no destructor); returns how many. Names carry the creator's
-%% OS pid. Done at load too; call it in a long-running VM whose peers halt.
+%% @doc Removes the shared-memory names of creators that are gone; returns
+%% how many. A creator is judged alive by a lock it holds on a file in the
+%% same /dev/shm, never by its pid. A reaper process removes a dead VM's
+%% names within moments; this covers what it could not (a VM that was its
+%% PID namespace's init takes its reaper with it). Done at load too.
 -spec ipc_reclaim() -> non_neg_integer().
 ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 

@@ -4,7 +4,7 @@
 -module(tensor_blob_nif).
 
 -export([identity/1, load_failures/0, bare_resource/0, nx_type/1, stats/0, torch_version/0, dtypes/0,
-         zeros/2, from_binary/3, to_binary/1, from_binary_view/4, to_binary_view/1, write/2, to_device/2, narrow/4, transpose/3,
+         zeros/2, from_binary/3, to_binary/1, from_binary_view/4, to_binary_view/3, write/2, to_device/2, narrow/4, transpose/3,
          shape/1, strides/1, dtype/1, device/1, memory/1,
          blob_fields/1, from_blob/3, from_blob_fields/7,
          to_dlpack/4, from_dlpack/4, consume_dlpack/1, dlpack_version/1,
@@ -46,7 +46,7 @@ zeros(_, _) -> ?NOT_LOADED.
 from_binary(_, _, _) -> ?NOT_LOADED.
 to_binary(_) -> ?NOT_LOADED.
 from_binary_view(_, _, _, _) -> ?NOT_LOADED.
-to_binary_view(_) -> ?NOT_LOADED.
+to_binary_view(_, _, _) -> ?NOT_LOADED.
 write(_, _) -> ?NOT_LOADED.
 to_device(_, _) -> ?NOT_LOADED.
 narrow(_, _, _, _) -> ?NOT_LOADED.

@@ -93,21 +93,24 @@ defmodule TensorBlob.GuardedMemoryTest do
 
     for door <- [:through_dlpack, :through_term_owner, :through_unpinned] do
       test "a binary of one mapping refuses a write #{door} of the other", %{t1: t1, t2: t2} do
-        bin = Tensor.to_binary(t2, copy: false)
+        bin = Tensor.to_binary(t2, copy: false, unsafe_shared_memory: true)
         u = unquote(door)(t1)
         assert refused(fn -> Tensor.write!(u, :binary.copy(<<1>>, 64)) end) =~ "binary"
         assert bin == :binary.copy(<<0>>, 64)
       end
 
       test "a binary #{door} of one mapping refuses a write through the other", %{t1: t1, t2: t2} do
-        bin = Tensor.to_binary(unquote(door)(t1), copy: false)
+        bin = Tensor.to_binary(unquote(door)(t1), copy: false, unsafe_shared_memory: true)
         assert refused(fn -> Tensor.write!(t2, :binary.copy(<<2>>, 64)) end) =~ "binary"
         assert bin == :binary.copy(<<0>>, 64)
       end
     end
 
     test "once the binary is collected, the write goes through", %{t1: t1, t2: t2} do
-      Lifetime.in_process(fn -> byte_size(Tensor.to_binary(through_dlpack(t1), copy: false)) end)
+      Lifetime.in_process(fn ->
+        byte_size(Tensor.to_binary(through_dlpack(t1), copy: false, unsafe_shared_memory: true))
+      end)
+
       Lifetime.collect()
       Tensor.write!(t2, :binary.copy(<<3>>, 64))
       assert Tensor.to_binary(t1) == :binary.copy(<<3>>, 64)

@@ -561,7 +561,7 @@ defmodule TensorBlobTest do
       assert error.message =~ "[:pin]"
 
       error = assert_raise ArgumentError, fn -> Tensor.to_binary(t, copy: :maybe) end
-      assert error.message =~ "copy: expected a boolean (or :if_needed, for from_binary), got :maybe"
+      assert error.message =~ "copy: expected a boolean or :if_needed, got :maybe"
 
       error = assert_raise ArgumentError, fn -> Tensor.zeros({2}, "float32") end
 

@@ -90,8 +90,10 @@ defmodule TensorBlob.IPC do
   def zeros(shape, dtype), do: translating(do: Tensor.wrap(:tensor_blob.ipc_zeros(shape, dtype)))
 
   @doc """
-  Removes the shared-memory names of creators that are gone (a VM that
-  halted runs no destructor) and returns how many. Done at load too.
+  Removes the shared-memory names of creators that are gone (their lock is
+  free: a VM that halted runs no destructor, and its reaper may have died
+  with it, as when it was its PID namespace's init) and returns how many.
+  Done at load too.
   """
   @spec reclaim() :: non_neg_integer()
   def reclaim, do: :tensor_blob.ipc_reclaim()

@@ -137,7 +137,7 @@ if Code.ensure_loaded?(Nx) do
     def to_nx(%Tensor{} = t, arg) do
       {backend, unsafe_view} = to_nx_options!(arg)
       # One call for the layout: shape, strides, dtype and device.
-      {_ptr, shape, strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
+      {_ptr, shape, _strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
       type = cached_nx_type!(dtype)
 
       if device != :cpu do
@@ -154,7 +154,8 @@ if Code.ensure_loaded?(Nx) do
 
       cond do
         elem(backend, 0) == Nx.BinaryBackend ->
-          bytes = if strides == row_major(shape), do: Tensor.to_binary(t, copy: false), else: Tensor.to_binary(t)
+          # A view where it is safe (not a region another program can shrink).
+          bytes = Tensor.to_binary(t, copy: :if_needed)
           %Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}
 
         unsafe_view ->

@@ -85,18 +85,36 @@ defmodule TensorBlob.Tensor do
   gives that binary back, or the part of it its elements occupy: those
   bytes are a binary already.
 
+  Memory in a shared-memory region (`TensorBlob.IPC`, and views of it) is
+  refused with `copy: false`: another program can shrink the region, and a
+  read of the binary would then kill the VM with SIGBUS. Add
+  `unsafe_shared_memory: true` to accept that risk. `copy: :if_needed`
+  gives a view where one can be made, and a copy otherwise (a tensor that
+  is not contiguous, not on the CPU, or in a region).
+
       iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {2, 2})
       iex> TensorBlob.Tensor.to_binary(t, copy: false)
       <<1, 2, 3, 4>>
       iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
       <<1, 3, 2, 4>>
   """
-  @spec to_binary(t(), copy: boolean()) :: binary()
+  @spec to_binary(t(), copy: boolean() | :if_needed, unsafe_shared_memory: boolean()) :: binary()
   def to_binary(tensor, opts \\ [])
   def to_binary(tensor, []), do: translating(do: :tensor_blob.to_binary(ref(tensor)))
 
   def to_binary(tensor, opts) do
-    translating(do: :tensor_blob.to_binary(ref(tensor), copy_option(opts)))
+    translating(do: :tensor_blob.to_binary(ref(tensor), to_binary_options(opts)))
+  end
+
+  defp to_binary_options(opts) do
+    keys = if is_list(opts) and Keyword.keyword?(opts), do: Keyword.keys(opts), else: nil
+
+    if keys && keys -- [:copy, :unsafe_shared_memory] == [] && Enum.uniq(keys) == keys do
+      Map.new(opts)
+    else
+      raise ArgumentError,
+            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{inspect(opts)}"
+    end
   end
 
   defp copy_option(copy: copy), do: %{copy: copy}
