@@ -34,7 +34,8 @@ typedef enum {
     TB_MEMORY_DLPACK,    /* a DLPack import: the producer's memory */
     TB_MEMORY_BINARY,    /* a view of a BEAM binary's bytes */
     TB_MEMORY_REGION,    /* a mapping of a POSIX shared-memory region */
-    TB_MEMORY_CUDA_IPC   /* a mapping of a CUDA IPC handle */
+    TB_MEMORY_CUDA_IPC,  /* a mapping of a CUDA IPC handle */
+    TB_MEMORY_TORCH_SHM  /* a mapping of a region in PyTorch's format: its data, after a reference-count header */
 } tb_memory_kind;
 
 enum { TB_STORAGE_READ_ONLY = 1, TB_STORAGE_GUARDED = 2 /* guard is in the read-only set */ };
