@@ -10,7 +10,8 @@
  *                                 program that removes a dead VM's names
  *   tb_bridge                     the door for other NIF libraries
  *   tb_blob, tb_binary, tb_dlpack,
- *   tb_ipc, tb_cuda_ipc, tb_cuda  one concern each: its NIFs
+ *   tb_ipc, tb_torch_shm,
+ *   tb_cuda_ipc, tb_cuda          one concern each: its NIFs
  *   tb_pin, tb_dlpack_device      pins: storages that keep an owner alive;
  *                                 DLPack devices and streams, as terms
  *   tb_tensor                     the tensor resource, tensor arguments, copies
@@ -53,6 +54,7 @@
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
+#include "tb_torch_shm.h"
 #include "torch_shim.h"
 
 /* The baseline for benchmarks: a NIF call that does nothing. */
@@ -182,6 +184,9 @@ static ErlNifFunc nif_funcs[] = {
     {"ipc_name", 1, tb_nif_ipc_name, 0},
     {"ipc_open", 3, tb_nif_ipc_open, 0},
     {"ipc_reclaim", 0, tb_nif_ipc_reclaim, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"torch_shm_zeros", 2, tb_nif_torch_shm_zeros, 0},
+    {"torch_shm_open", 3, tb_nif_torch_shm_open, 0},
+    {"torch_shm_name", 1, tb_nif_torch_shm_name, 0},
     {"cuda_memory", 1, tb_nif_cuda_memory, 0},
     /* Both wait for the GPU (a stream, the mapping of an allocation). */
     {"cuda_ipc_export", 1, tb_nif_cuda_ipc_export, ERL_NIF_DIRTY_JOB_IO_BOUND},

@@ -34,7 +34,8 @@ typedef enum {
     TB_MEMORY_DLPACK,    /* a DLPack import: the producer's memory */
     TB_MEMORY_BINARY,    /* a view of a BEAM binary's bytes */
     TB_MEMORY_REGION,    /* a mapping of a POSIX shared-memory region */
-    TB_MEMORY_CUDA_IPC   /* a mapping of a CUDA IPC handle */
+    TB_MEMORY_CUDA_IPC,  /* a mapping of a CUDA IPC handle */
+    TB_MEMORY_TORCH_SHM  /* a mapping of a region in PyTorch's format: its data, after a reference-count header */
 } tb_memory_kind;
 
 enum { TB_STORAGE_READ_ONLY = 1, TB_STORAGE_GUARDED = 2 /* guard is in the read-only set */ };
@@ -87,10 +88,13 @@ void tb_storage_unfreeze(tb_range *guard);
 
 long tb_storage_binary_views(void);
 
-/* A shared-memory region mapped, or unmapped: its range names the file
- * and offsets, so that any tensor over its memory, however made, is
- * compared by file with the region's other mappings. */
-void tb_storage_mapped(tb_range *mapping);
-void tb_storage_unmapped(tb_range *mapping);
+/* A shared-memory file mapped (read and write, shared) for length bytes,
+ * and registered: the mapping's range names the file and offsets, so that
+ * any tensor over its memory, however made, is compared by file with the
+ * file's other mappings. The header s gets the file's identity, its data
+ * starting data_offset bytes in. NULL with *error (an errno) when not. */
+void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_offset, tb_range *mapping, int *error);
+/* Unregisters and unmaps what tb_storage_map_file mapped. */
+void tb_storage_unmap_file(tb_range *mapping);
 
 #endif

@@ -359,7 +359,8 @@ static ERL_NIF_TERM memory_atom(const tb_shim_info *info)
     case TB_MEMORY_DLPACK: return tb_atoms.dlpack;
     case TB_MEMORY_BINARY: return tb_atoms.binary;
     case TB_MEMORY_REGION:
-    case TB_MEMORY_CUDA_IPC: return tb_atoms.ipc;
+    case TB_MEMORY_CUDA_IPC:
+    case TB_MEMORY_TORCH_SHM: return tb_atoms.ipc;
     default: return tb_atoms.owned;
     }
 }

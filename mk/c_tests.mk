@@ -61,7 +61,7 @@ valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(
 	$(VALGRIND) $(BUILD)/c_test
 	$(VALGRIND) $(BUILD)/c_test_cuda
 	$(VALGRIND) $(BUILD)/c_test_intervals
-	$(VALGRIND) --suppressions=c_test/valgrind.supp $(BUILD)/shim_test
+	scripts/valgrind_shim.sh $(VALGRIND) --suppressions=c_test/valgrind.supp $(BUILD)/shim_test
 
 # Two more builds of the library for the load tests
 # (test/tensor_blob_load_tests.erl): one of another TB_ABI, and one that

@@ -74,6 +74,16 @@ docs-test: nif
 check-c:
 	scripts/check_c.sh
 
+# Sharing with Python processes (test/python/sharing_test.py): PyTorch's
+# file_system strategy where torch imports, multiprocessing.shared_memory
+# wherever python3 runs. PYTHON: the interpreter; unset, the first of
+# python3 and /usr/bin/python3 that imports torch, else python3. Skipped,
+# with a note, where there is no python3.
+PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; command -v python3)
+python-test: nif
+	@if [ -z "$(PYTHON)" ]; then echo "python-test: no python3, skipped"; exit 0; fi; \
+	MIX_ENV=test mix compile && $(PYTHON) test/python/sharing_test.py
+
 # The suites of `make test`, without the setup (compat-test runs them too).
 suites: nif
 	$(MAKE) check-c
@@ -83,6 +93,7 @@ suites: nif
 	$(MAKE) eunit
 	$(MAKE) docs-test
 	$(MAKE) consumer-test
+	$(MAKE) python-test
 
 test: setup
 	$(MAKE) suites
@@ -122,4 +133,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint consumer-test docs-test check-c suites test demo bench asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint consumer-test docs-test python-test check-c suites test demo bench asan-test

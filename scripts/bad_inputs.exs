@@ -93,6 +93,21 @@ cases = [
      File.write!("/dev/shm" <> TensorBlob.IPC.export(r).handle, "")
      Tensor.to_binary(r)
    end},
+  {"IPC: a PyTorch region that is gone", fn -> TensorBlob.IPC.open("/torch_1_2_3", :float32, {4}) end},
+  {"IPC: a PyTorch region smaller than the shape",
+   fn ->
+     h = TensorBlob.IPC.export_torch(TensorBlob.IPC.torch_zeros({2}, :float32))
+     TensorBlob.IPC.open(h.handle, :float32, {3})
+   end},
+  {"a tensor made on another node",
+   fn ->
+     # A reference as it arrives from node peer1@machine (same name length as nonode@nohost).
+     ext = :erlang.term_to_binary(make_ref())
+     [before, rest] = :binary.split(ext, "nonode@nohost")
+     Tensor.shape(Tensor.wrap(:erlang.binary_to_term(before <> "peer1@machine" <> rest)))
+   end},
+  {"Nodes: an unknown path", fn -> TensorBlob.Nodes.pack(t, node(), via: :pigeon) end},
+  {"Nodes: unpacking what pack did not make", fn -> TensorBlob.Nodes.unpack(%{via: :region}) end},
   {"a million-deep list as a spec, printed cut down", fn -> TensorBlob.from_blob(deep) end},
   {"a million-deep list as a shape", fn -> Tensor.zeros(deep, :float32) end},
   {"a million-deep list as an IPC handle", fn -> TensorBlob.IPC.open(deep, :uint8, {1}) end},

@@ -15,6 +15,8 @@
 %% error({tensor_blob, Message}).
 -module(tensor_blob).
 
+-include_lib("kernel/include/file.hrl").
+
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3, to_device/2,
@@ -23,7 +25,9 @@
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0,
          cuda_info/0, cuda_synchronize/1, cuda_memory/1, dlpack_info/1,
-         ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0]).
+         ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
+         ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
+         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
 -export([format_error/2, error_message/2]).
@@ -472,11 +476,165 @@ ipc_name(T) -> ?NIF(tensor_blob_nif:ipc_name(T)).
 ipc_open(#{kind := ipc, address := Device} = Handle, Dtype, Shape) when is_integer(Device) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:cuda_ipc_open(maps:get(handle, Handle, undefined), Device, Dtype, Shape));
 ipc_open(#{kind := ipc, handle := Name}, Dtype, Shape) ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape));
+    ipc_open(Name, Dtype, Shape);
 ipc_open(#{} = Handle, _Dtype, _Shape) ->
     badarg(["handle: expected an IPC handle (kind ipc, handle), got ", {term, Handle}]);
+ipc_open(<<"/torch_", _/binary>> = Name, Dtype, Shape) ->
+    ipc_torch_open(Name, Dtype, Shape);
+ipc_open(<<"torch_", _/binary>> = Name, Dtype, Shape) ->
+    ipc_torch_open(Name, Dtype, Shape);
 ipc_open(Name, Dtype, Shape) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape)).
+
+%% @doc A tensor of zeros in a new region of PyTorch's CPU sharing format
+%% (the file_system strategy: a 64-byte header holding a reference count,
+%% then the data), named "/torch_tensor_blob.PID.N.SALT" and created
+%% with owner-only permissions. This tensor holds one reference.
+-spec ipc_torch_zeros(shape(), dtype()) -> tensor().
+ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_zeros(Shape, Dtype)).
+
+%% @doc A handle a PyTorch process opens with
+%% torch.UntypedStorage._new_shared_filename_cpu(b"", Handle, DataSize) (what
+%% torch.multiprocessing's rebuild_storage_filename calls), and another VM
+%% with ipc_open/3. A tensor made by ipc_torch_zeros/2 or by ipc_open/3 of a
+%% PyTorch region (whole, contiguous) is shared as it is; any other CPU
+%% tensor is copied once into a new region. The handle's tensor holds one
+%% reference in the region's header until it is freed; each opener holds its
+%% own, and whoever drops the last one removes the name, in any order.
+-spec ipc_torch_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined,
+                                      data_size := non_neg_integer(), tensor := tensor()}.
+ipc_torch_export(T) when not is_reference(T) ->
+    not_a_tensor(T);
+ipc_torch_export(T) ->
+    Shared = case torch_shm_name(T) of
+                 nil ->
+                     S = ipc_torch_zeros(shape(T), dtype(T)),
+                     _ = write(S, node_binary(T)),
+                     S;
+                 _ ->
+                     T
+             end,
+    {Name, Size} = torch_shm_name(Shared),
+    #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+
+torch_shm_name(T) -> ?NIF(tensor_blob_nif:torch_shm_name(T)).
+
+%% @doc A tensor over the data of a region in PyTorch's CPU sharing format,
+%% as PyTorch's own openers map it: the data after the 64-byte header, and
+%% one reference taken in the header until the last tensor over the mapping
+%% (slices included) is freed; the holder that drops the count to zero
+%% removes the name, as PyTorch does. PyTorch's regions are named
+%% "/torch_PID_N_K" (the second element of what
+%% storage._share_filename_cpu_() returns); ipc_open/3 opens every name that
+%% starts with torch_ this way. A region whose count is already zero (its
+%% last user is removing it) is refused.
+-spec ipc_torch_open(binary(), dtype(), shape()) -> tensor().
+ipc_torch_open(Name, Dtype, Shape) ->
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_open(Name, Dtype, Shape)).
+
+%% @doc A plain term that carries T to Node, where node_unpack/1 makes it
+%% a tensor again: send it by any means (a message, erpc). A tensor is a
+%% resource of the OS process that made it; on any other node it is only a
+%% dead reference, so it never travels as itself.
+%%
+%% When Node runs on this host (it sees the same /dev/shm: host_id/0), T's
+%% memory travels as a shared-memory region in PyTorch's format, which both
+%% nodes map: no copy when T was made by ipc_torch_zeros/2 (or opened from
+%% such a region), one copy into a new region otherwise. Elsewhere, T's
+%% bytes travel as one binary: a view of T's memory when it is a contiguous
+%% CPU tensor (no copy here), and the distribution carries it as it carries
+%% any binary. Opts: #{via => region | binary} forces a path (region only
+%% for a node on this host).
+%%
+%% Lifetime: the packed term holds the sender's tensor. Keep it (or T) on
+%% this node until Node has unpacked it; from then on each node holds its
+%% own reference to the region, and either may drop first: the last one
+%% removes the name.
+-spec node_pack(tensor(), node()) -> map().
+node_pack(T, Node) -> node_pack(T, Node, #{}).
+
+-spec node_pack(tensor(), node(), #{via => region | binary}) -> map().
+node_pack(T, _Node, _Opts) when not is_reference(T) ->
+    not_a_tensor(T);
+node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
+    Via = case Opts of
+              #{via := V} when V =:= region; V =:= binary -> V;
+              #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
+              #{} -> default_via(T, Node)
+          end,
+    Base = #{'__tensor_blob_node__' => 1, dtype => dtype(T), shape => shape(T)},
+    case Via of
+        region ->
+            case {same_host(Node), device(T)} of
+                {false, _} -> badarg(["options: via region needs a node on this host; ", {term, Node}, " is not"]);
+                {true, cpu} -> ok;
+                {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
+            end,
+            #{handle := Name, tensor := Shared} = ipc_torch_export(T),
+            Base#{via => region, handle => Name, tensor => Shared};
+        binary ->
+            Base#{via => binary, binary => node_binary(T)}
+    end;
+node_pack(_T, Node, Opts) ->
+    badarg(["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
+
+default_via(T, Node) ->
+    case device(T) =:= cpu andalso same_host(Node) of
+        true -> region;
+        false -> binary
+    end.
+
+%% T's bytes: a view when T is a contiguous CPU tensor, else a copy.
+node_binary(T) ->
+    try
+        to_binary(T, #{copy => false})
+    catch
+        error:{badarg, _} -> to_binary(T) %% not contiguous, or not on the CPU: one copy
+    end.
+
+%% @doc The tensor a packed term (node_pack/2) carries, on the node it was
+%% sent to: a mapping of the same region (it holds its own reference), or
+%% a read-only view of the binary the distribution delivered. That binary
+%% lies inside the buffer the message arrived in, at whatever address the
+%% encoding put it: when it is not aligned for the dtype, it is copied once
+%% into a new tensor (memory/1 says owned). With #{copy => true} it is
+%% always copied, into a writable tensor.
+-spec node_unpack(map()) -> tensor().
+node_unpack(Packed) -> node_unpack(Packed, #{}).
+
+-spec node_unpack(map(), #{copy => boolean()}) -> tensor().
+node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
+    ipc_torch_open(Name, Dtype, Shape);
+node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
+    case Opts of
+        #{copy := true} -> from_binary(Bin, Dtype, Shape);
+        _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
+    end;
+node_unpack(Other, _Opts) ->
+    badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
+            {term, Other}]).
+
+%% @doc What makes two nodes share shared memory: this host's boot id and
+%% the identity of its /dev/shm (containers on one host have their own).
+-spec host_id() -> {binary(), integer(), integer()}.
+host_id() ->
+    Boot = case file:read_file("/proc/sys/kernel/random/boot_id") of
+               {ok, B} -> string:trim(B);
+               {error, _} -> <<>>
+           end,
+    case file:read_file_info("/dev/shm", [raw]) of
+        {ok, #file_info{major_device = Dev, inode = Ino}} -> {Boot, Dev, Ino};
+        {error, _} -> {Boot, 0, 0}
+    end.
+
+same_host(Node) when Node =:= node() ->
+    true;
+same_host(Node) ->
+    Local = host_id(),
+    case Local of
+        {<<>>, _, _} -> false;
+        _ -> try erpc:call(Node, tensor_blob, host_id, []) =:= Local catch _:_ -> false end
+    end.
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
@@ -678,9 +836,18 @@ raise(Kind, Message) ->
 %% the NIF's own stacktrace, whose top frame (the NIF call) now carries the
 %% cause as raise/2's errors do, and the arity in place of the arguments:
 %% an argument may be any term, and a huge or deep one in a stacktrace
-%% costs whoever formats or normalizes it (Elixir's rescue does).
+%% costs whoever formats or normalizes it (Elixir's rescue does). A
+%% reference of another node where a tensor was expected says so.
 -spec nif_error(badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) -> no_return().
-nif_error(Kind, {message, Message}, [{M, F, Args, Location} | Stack]) ->
+nif_error(badarg, {message, Message}, Stack) ->
+    case [R || {term, R} <- Message, is_reference(R), node(R) =/= node()] of
+        [Ref | _] -> nif_raise(badarg, other_node(Ref), Stack);
+        [] -> nif_raise(badarg, Message, Stack)
+    end;
+nif_error(Kind, {message, Message}, Stack) ->
+    nif_raise(Kind, Message, Stack).
+
+nif_raise(Kind, Message, [{M, F, Args, Location} | Stack]) ->
     Cause = cause(Message),
     Arity = if is_list(Args) -> length(Args); true -> Args end,
     erlang:raise(error, {Kind, erlang_message(Cause)},
@@ -848,6 +1015,14 @@ error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_bin
     end;
 error_message(_Reason, _Stack) ->
     none.
+
+%% A reference made on another node, where a tensor was expected: a
+%% tensor that was sent as it is.
+other_node(Ref) ->
+    ["tensor: ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
+     ": a tensor belongs to the node (the OS process) that made it, and reaches any other only as a dead "
+     "reference. Move it with ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"},
+     " on the sending node and ", {code, "tensor_blob:node_unpack/1", "TensorBlob.Nodes.unpack/1"}, " on this one"].
 
 %% A term given where a tensor is expected: say what it is and what to do.
 -spec not_a_tensor(term()) -> no_return().

@@ -8,7 +8,7 @@
          shape/1, strides/1, dtype/1, device/1, memory/1,
          blob_fields/1, from_blob/3, from_blob_fields/7,
          to_dlpack/4, from_dlpack/4, consume_dlpack/1, dlpack_version/1,
-         ipc_zeros/2, ipc_name/1, ipc_open/3, ipc_reclaim/0, cuda_info/0, cuda_synchronize/1, dlpack_info/1,
+         ipc_zeros/2, ipc_name/1, ipc_open/3, ipc_reclaim/0, torch_shm_zeros/2, torch_shm_open/3, torch_shm_name/1, cuda_info/0, cuda_synchronize/1, dlpack_info/1,
          cuda_memory/1, cuda_ipc_export/1, cuda_ipc_open/4]).
 
 -on_load(init/0).
@@ -67,6 +67,9 @@ ipc_zeros(_, _) -> ?NOT_LOADED.
 ipc_name(_) -> ?NOT_LOADED.
 ipc_open(_, _, _) -> ?NOT_LOADED.
 ipc_reclaim() -> ?NOT_LOADED.
+torch_shm_zeros(_, _) -> ?NOT_LOADED.
+torch_shm_open(_, _, _) -> ?NOT_LOADED.
+torch_shm_name(_) -> ?NOT_LOADED.
 cuda_info() -> ?NOT_LOADED.
 cuda_synchronize(_) -> ?NOT_LOADED.
 dlpack_info(_) -> ?NOT_LOADED.

@@ -114,10 +114,43 @@ defmodule TensorBlob.IPC do
   end
 
   @doc """
+  A tensor of zeros in a new region of PyTorch's CPU sharing format (the
+  `file_system` strategy): a 64-byte header that holds a reference count,
+  then the data. `export_torch/1` shares it without a copy.
+  """
+  @spec torch_zeros(tuple(), Tensor.dtype()) :: Tensor.t()
+  def torch_zeros(shape, dtype),
+    do: translating(do: Tensor.wrap(:tensor_blob.ipc_torch_zeros(shape, dtype)))
+
+  @doc """
+  A handle a PyTorch process opens with
+  `torch.UntypedStorage._new_shared_filename_cpu(b"", name, data_size)`
+  (the call `torch.multiprocessing` makes to rebuild a `file_system`
+  storage). A tensor made by `torch_zeros/2`, or opened from a PyTorch
+  region, is shared without a copy; any other CPU tensor is copied once.
+  Each side holds one reference in the region's header while it maps it;
+  whoever drops the last one removes the name, whichever side that is.
+  """
+  @spec export_torch(Tensor.t()) :: Handle.t()
+  def export_torch(tensor) do
+    %{handle: handle, data_size: size, tensor: shared} =
+      translating(do: :tensor_blob.ipc_torch_export(Tensor.ref(tensor)))
+
+    shared = if shared == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(shared)
+    %Handle{handle: handle, address: nil, data_size: size, tensor: shared}
+  end
+
+  @doc """
   A tensor over the memory a handle names: a `%Handle{}`, an
   `%Nx.Pointer{kind: :ipc}` (or any map with `kind: :ipc` and `handle`), or
   a region's name. With an integer `address` the handle is a CUDA IPC
   handle of that device. The memory must hold `shape` of `dtype`.
+
+  A name that starts with `torch_` is a region in PyTorch's CPU sharing
+  format (PyTorch's `/torch_<pid>_<n>_<k>`, or one of `export_torch/1`):
+  the tensor is its data, after the 64-byte header, and holds one
+  reference in that header until the last tensor over it is freed, as
+  PyTorch's own openers do.
   """
   @spec open(Handle.t() | map() | binary(), Tensor.dtype(), tuple()) :: Tensor.t()
   def open(handle, dtype, shape) do

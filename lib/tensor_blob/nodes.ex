@@ -1,0 +1,58 @@
+defmodule TensorBlob.Nodes do
+  @moduledoc """
+  Moving tensors between nodes.
+
+  A tensor is a resource of the OS process that made it: sent to another
+  node as it is, it arrives as a dead reference, and every function there
+  raises `ArgumentError` saying so. `pack/2` turns a tensor into a plain
+  term to send by any means; `unpack/1`, on the receiving node, makes it a
+  tensor again.
+
+  To a node on the same host (the same `/dev/shm`), the memory travels as
+  a shared-memory region that both nodes map: no copy of the data when the
+  tensor was made by `TensorBlob.IPC.torch_zeros/2`, one copy into a new
+  region otherwise. To a node elsewhere, the bytes travel as one binary: a
+  view of the tensor's memory when it is a contiguous CPU tensor, which the
+  distribution sends as it sends any binary, and which the receiver views
+  without a copy when it arrives aligned for the dtype (else one copy).
+
+  Lifetime: the packed term holds the sender's tensor. Keep it until the
+  receiver has unpacked it; after that each node holds its own reference
+  to the region, and either may drop its tensors first.
+  """
+
+  import TensorBlob.Raise
+
+  alias TensorBlob.Tensor
+
+  @typedoc "What `pack/2` makes: a plain map, safe to send to another node."
+  @type packed :: map()
+
+  @doc """
+  A term that carries `tensor` to `node`. `via: :region` or `via: :binary`
+  forces a path (`:region` only to a node on this host); by default a CPU
+  tensor goes to a node on this host as a region, anything else as a
+  binary.
+  """
+  @spec pack(Tensor.t(), node(), via: :region | :binary) :: packed()
+  def pack(tensor, node, opts \\ []) do
+    translating(do: :tensor_blob.node_pack(Tensor.ref(tensor), node, Map.new(opts)))
+  end
+
+  @doc """
+  The tensor a packed term carries, on the node it was sent to: a mapping
+  of the same region, or a read-only view of the received binary. The
+  binary lies inside the buffer the message arrived in, wherever the
+  encoding put it: when its address is not aligned for the dtype, it is
+  copied once into a new tensor (`Tensor.memory/1` says `:owned`).
+  `copy: true` always copies it, into a writable tensor.
+  """
+  @spec unpack(packed(), copy: boolean()) :: Tensor.t()
+  def unpack(packed, opts \\ []) do
+    translating(do: Tensor.wrap(:tensor_blob.node_unpack(packed, Map.new(opts))))
+  end
+
+  @doc "Whether `node` sees this host's `/dev/shm` (what `pack/2` asks)."
+  @spec same_host?(node()) :: boolean()
+  def same_host?(node), do: :erpc.call(node, :tensor_blob, :host_id, []) == :tensor_blob.host_id()
+end
