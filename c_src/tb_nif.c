@@ -26,9 +26,9 @@
  *   tb_dlpack_check, tb_devmem,
  *   tb_stream, tb_cuda_handle,
  *   tb_registry, tb_fault,
- *   tb_shm_names                  pure C decisions: no BEAM, no libtorch
- *                                 (tb_devmem, tb_stream, tb_cuda_handle over
- *                                 tb_cuda_ops.h; tb_registry: guarded memory;
+ *   tb_shm_names, tb_torch_cuda   pure C decisions: no BEAM, no libtorch
+ *                                 (tb_devmem, tb_stream, tb_cuda_handle,
+ *                                 tb_torch_cuda over tb_cuda_ops.h; tb_registry: guarded memory;
  *                                 tb_fault: the SIGBUS guard of our copies;
  *                                 tb_shm_names: region names and their locks)
  *   tb_dtype, tb_device, tb_layout,
