@@ -271,8 +271,10 @@ static void fill_runtime_ops(void)
     TB_CUDA_RUNTIME_CALLS(TB_OP)
     TB_CUDA_DRIVER_CALLS(TB_OP)
     /* An event made must be destroyed. */
-    if (!rt.event_destroy)
-        ops.event_create = ops.ipc_open_event = NULL;
+    if (!rt.event_destroy) {
+        ops.event_create = NULL;
+        ops.ipc_open_event = NULL;
+    }
 }
 
 void tb_cuda_load(void)

@@ -191,6 +191,7 @@ static ErlNifFunc nif_funcs[] = {
     /* Both wait for the GPU (a stream, the mapping of an allocation). */
     {"cuda_ipc_export", 1, tb_nif_cuda_ipc_export, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"cuda_ipc_open", 4, tb_nif_cuda_ipc_open, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_torch_open", 10, tb_nif_cuda_torch_open, ERL_NIF_DIRTY_JOB_IO_BOUND},
 };
 
 /* libtorch storages made by this build call its functions when they are
