@@ -127,7 +127,10 @@ defmodule TensorBlob.CUDATorchShareTest do
         t = CUDA.open_torch_share(share, :float32, {64})
         assert Tensor.to_binary(t) == f32s(Enum.to_list(0..63))
         # A share opens once: the counter is the receiver's.
-        assert_raise ArgumentError, ~r/already released|a share opens once/, fn -> CUDA.open_torch_share(share, :float32, {64}) end
+        assert_raise ArgumentError, ~r/already released|a share opens once/, fn ->
+          CUDA.open_torch_share(share, :float32, {64})
+        end
+
         Tensor.narrow(t, 0, 60, 4)
       end)
 
@@ -154,8 +157,15 @@ defmodule TensorBlob.CUDATorchShareTest do
 
         fields =
           Enum.map_join(
-            [export.device, Base.encode16(export.handle), export.storage_size_bytes, export.storage_offset_bytes,
-             export.ref_counter_handle, export.ref_counter_offset, Base.encode16(export.event_handle)],
+            [
+              export.device,
+              Base.encode16(export.handle),
+              export.storage_size_bytes,
+              export.storage_offset_bytes,
+              export.ref_counter_handle,
+              export.ref_counter_offset,
+              Base.encode16(export.event_handle)
+            ],
             " ",
             &to_string/1
           )
