@@ -36,7 +36,7 @@ typedef struct {
     size_t length;    /* what is mapped: at least one byte */
     size_t byte_size; /* what the tensor covers, from the start */
     int created;
-    tb_range mapping; /* registered while mapped (tb_storage_mapped) */
+    tb_range mapping; /* registered while mapped (tb_storage_map_file) */
     char name[NAME_MAX + 2]; /* "/" and the name */
 } tb_region;
 
@@ -45,42 +45,28 @@ static void release_region(tb_storage *s)
     tb_region *r = (tb_region *)s;
     if (r->created)
         shm_unlink(r->name);
-    tb_storage_unmapped(&r->mapping);
-    munmap(r->addr, r->length);
+    tb_storage_unmap_file(&r->mapping);
     free(r);
 }
 
 /* Maps fd for length bytes (at least one), and names the region's file. */
 static tb_region *map_region(int fd, const char *name, size_t length, size_t byte_size, int created, int *error)
 {
-    struct stat st;
     tb_region *r = malloc(sizeof *r);
-    if (!r || fstat(fd, &st) != 0) {
-        *error = r ? errno : ENOMEM;
-        free(r);
+    if (!r) {
+        *error = ENOMEM;
         return NULL;
     }
     r->length = length ? length : 1;
-    r->addr = mmap(NULL, r->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (r->addr == MAP_FAILED) {
-        *error = errno;
+    tb_storage_init(&r->header, TB_MEMORY_REGION, 0, release_region);
+    r->addr = tb_storage_map_file(&r->header, fd, r->length, 0, &r->mapping, error);
+    if (!r->addr) {
         free(r);
         return NULL;
     }
     r->byte_size = byte_size;
     r->created = created;
     snprintf(r->name, sizeof r->name, "%s", name);
-    tb_storage_init(&r->header, TB_MEMORY_REGION, 0, release_region);
-    r->header.file_dev = (uint64_t)st.st_dev;
-    r->header.file_ino = (uint64_t)st.st_ino;
-    r->header.file_offset = 0;
-    r->mapping = (tb_range){.lo = (uintptr_t)r->addr,
-                            .hi = (uintptr_t)r->addr + r->length,
-                            .file_dev = r->header.file_dev,
-                            .file_ino = r->header.file_ino,
-                            .file_lo = 0,
-                            .file_hi = r->length};
-    tb_storage_mapped(&r->mapping);
     return r;
 }
 

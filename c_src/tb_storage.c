@@ -1,6 +1,9 @@
 #include "tb_storage.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 void tb_storage_init(tb_storage *s, tb_memory_kind kind, int flags, void (*free_fn)(tb_storage *))
 {
@@ -65,14 +68,35 @@ long tb_storage_binary_views(void)
     return tb_count_read(&tb_st->binary_views);
 }
 
-void tb_storage_mapped(tb_range *mapping)
+void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_offset, tb_range *mapping, int *error)
 {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        *error = errno;
+        return NULL;
+    }
+    void *addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        *error = errno;
+        return NULL;
+    }
+    s->file_dev = (uint64_t)st.st_dev;
+    s->file_ino = (uint64_t)st.st_ino;
+    s->file_offset = data_offset;
+    *mapping = (tb_range){.lo = (uintptr_t)addr,
+                          .hi = (uintptr_t)addr + length,
+                          .file_dev = s->file_dev,
+                          .file_ino = s->file_ino,
+                          .file_lo = 0,
+                          .file_hi = length};
     tb_registry_add(&tb_st->registry, TB_REG_MAPPED, mapping);
+    return addr;
 }
 
-void tb_storage_unmapped(tb_range *mapping)
+void tb_storage_unmap_file(tb_range *mapping)
 {
     tb_registry_remove(&tb_st->registry, TB_REG_MAPPED, mapping);
+    munmap((void *)mapping->lo, mapping->hi - mapping->lo);
 }
 
 /* ---- Release ---------------------------------------------------------- */

@@ -88,10 +88,13 @@ void tb_storage_unfreeze(tb_range *guard);
 
 long tb_storage_binary_views(void);
 
-/* A shared-memory region mapped, or unmapped: its range names the file
- * and offsets, so that any tensor over its memory, however made, is
- * compared by file with the region's other mappings. */
-void tb_storage_mapped(tb_range *mapping);
-void tb_storage_unmapped(tb_range *mapping);
+/* A shared-memory file mapped (read and write, shared) for length bytes,
+ * and registered: the mapping's range names the file and offsets, so that
+ * any tensor over its memory, however made, is compared by file with the
+ * file's other mappings. The header s gets the file's identity, its data
+ * starting data_offset bytes in. NULL with *error (an errno) when not. */
+void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_offset, tb_range *mapping, int *error);
+/* Unregisters and unmaps what tb_storage_map_file mapped. */
+void tb_storage_unmap_file(tb_range *mapping);
 
 #endif

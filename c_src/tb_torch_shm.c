@@ -31,6 +31,7 @@ typedef struct {
     void *base;        /* the header; the data starts TB_TORCH_SHM_HEADER bytes in */
     size_t length;     /* what is mapped: header and data */
     size_t byte_size;  /* what the tensor covers, from the data's start */
+    tb_range mapping;  /* registered while mapped (tb_storage_map_file) */
     char name[NAME_MAX + 2];
 } tb_torch_region;
 
@@ -53,33 +54,27 @@ static void release_region(tb_storage *s)
     tb_torch_region *r = (tb_torch_region *)s;
     if (atomic_fetch_sub(refcount_of(r->base), 1) == 1)
         shm_unlink(r->name); /* ENOENT: PyTorch's shm manager removed it when its processes ended */
-    munmap(r->base, r->length);
+    tb_storage_unmap_file(&r->mapping);
     free(r);
 }
 
 /* Maps fd for length bytes; 0 with *error set when it cannot. */
 static tb_torch_region *map_region(int fd, const char *name, size_t length, size_t byte_size, int *error)
 {
-    struct stat st;
     tb_torch_region *r = malloc(sizeof *r);
-    if (!r || fstat(fd, &st) != 0) {
-        *error = r ? errno : ENOMEM;
-        free(r);
+    if (!r) {
+        *error = ENOMEM;
         return NULL;
     }
-    r->base = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (r->base == MAP_FAILED) {
-        *error = errno;
+    tb_storage_init(&r->header, TB_MEMORY_TORCH_SHM, 0, release_region);
+    r->base = tb_storage_map_file(&r->header, fd, length, TB_TORCH_SHM_HEADER, &r->mapping, error);
+    if (!r->base) {
         free(r);
         return NULL;
     }
     r->length = length;
     r->byte_size = byte_size;
     snprintf(r->name, sizeof r->name, "%s", name);
-    tb_storage_init(&r->header, TB_MEMORY_TORCH_SHM, 0, release_region);
-    r->header.file_dev = (uint64_t)st.st_dev;
-    r->header.file_ino = (uint64_t)st.st_ino;
-    r->header.file_offset = TB_TORCH_SHM_HEADER;
     return r;
 }
 
@@ -202,7 +197,7 @@ ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
         return tb_raise_error(env, "torch_shm: cannot map %T: %s", argv[0], strerror(error));
     int seen;
     if (!take_reference(refcount_of(r->base), &seen)) {
-        munmap(r->base, r->length);
+        tb_storage_unmap_file(&r->mapping);
         free(r);
         return tb_raise_badarg(env, "handle: %T holds no live PyTorch region (its reference count is %d)", argv[0],
                                seen);

@@ -79,41 +79,46 @@ defmodule TensorBlob.GuardedMemoryTest do
     end
   end
 
-  describe "a second mapping of a region, reached by any door" do
-    setup do
-      t1 = IPC.zeros({64}, :uint8)
-      h = IPC.export(t1)
-      t2 = IPC.open(h.handle, :uint8, {64})
-      %{t1: t1, t2: t2}
-    end
+  defp through_dlpack(t), do: DLPack.import(DLPack.consume(DLPack.export(t)))
+  defp through_term_owner(t), do: tensor_of(TensorBlob.from_blob(TensorBlob.to_blob(t), owner: {t}))
+  defp through_unpinned(t), do: tensor_of(TensorBlob.from_blob(TensorBlob.to_blob(t), owner: :none))
 
-    defp through_dlpack(t), do: DLPack.import(DLPack.consume(DLPack.export(t)))
-    defp through_term_owner(t), do: tensor_of(TensorBlob.from_blob(TensorBlob.to_blob(t), owner: {t}))
-    defp through_unpinned(t), do: tensor_of(TensorBlob.from_blob(TensorBlob.to_blob(t), owner: :none))
-
-    for door <- [:through_dlpack, :through_term_owner, :through_unpinned] do
-      test "a binary of one mapping refuses a write #{door} of the other", %{t1: t1, t2: t2} do
-        bin = Tensor.to_binary(t2, copy: false, unsafe_shared_memory: true)
-        u = unquote(door)(t1)
-        assert refused(fn -> Tensor.write!(u, :binary.copy(<<1>>, 64)) end) =~ "binary"
-        assert bin == :binary.copy(<<0>>, 64)
+  for {label, zeros, export} <- [
+        {"a region", :zeros, :export},
+        {"a PyTorch-format region", :torch_zeros, :export_torch}
+      ] do
+    describe "a second mapping of #{label}, reached by any door" do
+      setup do
+        t1 = apply(IPC, unquote(zeros), [{64}, :uint8])
+        h = apply(IPC, unquote(export), [t1])
+        t2 = IPC.open(h.handle, :uint8, {64})
+        %{t1: t1, t2: t2}
       end
 
-      test "a binary #{door} of one mapping refuses a write through the other", %{t1: t1, t2: t2} do
-        bin = Tensor.to_binary(unquote(door)(t1), copy: false, unsafe_shared_memory: true)
-        assert refused(fn -> Tensor.write!(t2, :binary.copy(<<2>>, 64)) end) =~ "binary"
-        assert bin == :binary.copy(<<0>>, 64)
+      for door <- [:through_dlpack, :through_term_owner, :through_unpinned] do
+        test "a binary of one mapping refuses a write #{door} of the other", %{t1: t1, t2: t2} do
+          bin = Tensor.to_binary(t2, copy: false, unsafe_shared_memory: true)
+          u = unquote(door)(t1)
+          assert refused(fn -> Tensor.write!(u, :binary.copy(<<1>>, 64)) end) =~ "binary"
+          assert bin == :binary.copy(<<0>>, 64)
+        end
+
+        test "a binary #{door} of one mapping refuses a write through the other", %{t1: t1, t2: t2} do
+          bin = Tensor.to_binary(unquote(door)(t1), copy: false, unsafe_shared_memory: true)
+          assert refused(fn -> Tensor.write!(t2, :binary.copy(<<2>>, 64)) end) =~ "binary"
+          assert bin == :binary.copy(<<0>>, 64)
+        end
       end
-    end
 
-    test "once the binary is collected, the write goes through", %{t1: t1, t2: t2} do
-      Lifetime.in_process(fn ->
-        byte_size(Tensor.to_binary(through_dlpack(t1), copy: false, unsafe_shared_memory: true))
-      end)
+      test "once the binary is collected, the write goes through", %{t1: t1, t2: t2} do
+        Lifetime.in_process(fn ->
+          byte_size(Tensor.to_binary(through_dlpack(t1), copy: false, unsafe_shared_memory: true))
+        end)
 
-      Lifetime.collect()
-      Tensor.write!(t2, :binary.copy(<<3>>, 64))
-      assert Tensor.to_binary(t1) == :binary.copy(<<3>>, 64)
+        Lifetime.collect()
+        Tensor.write!(t2, :binary.copy(<<3>>, 64))
+        assert Tensor.to_binary(t1) == :binary.copy(<<3>>, 64)
+      end
     end
   end
 
