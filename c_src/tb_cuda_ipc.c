@@ -9,6 +9,7 @@
 #include "tb_stream.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
+#include "tb_torch_cuda.h"
 
 /* The storage of a tensor over an opened handle. Its kind is that of a
  * shared-memory region (ipc), told apart by its CUDA device. */
@@ -16,15 +17,27 @@ typedef struct {
     tb_storage header; /* TB_MEMORY_CUDA_IPC */
     tb_cuda_mapping map;
     tb_cuda_handle handle; /* what opened it: a re-export hands it on */
+    int has_counter;       /* opened from a PyTorch share: its counter */
+    tb_torch_counter counter;
 } tb_cuda_ipc;
 
 static void release_mapping(tb_storage *s)
 {
     tb_cuda_ipc *m = (tb_cuda_ipc *)s;
-    tb_cuda_handle_close(tb_cuda_ops_get(), &m->map);
+    const tb_cuda_ops *ops = tb_cuda_ops_get();
+    /* As PyTorch's receivers do: the work queued here on the memory is
+     * done before the producer may reuse it. Nothing to do with a failure:
+     * the deleter cannot report it. */
+    if (m->has_counter)
+        (void)tb_stream_host_wait_torch(ops, m->map.device);
+    tb_cuda_handle_close(ops, &m->map);
+    if (m->has_counter)
+        (void)tb_torch_counter_release(&m->counter);
     tb_cuda_mappings_add(-1);
     free(m);
 }
+
+static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_cuda_ipc *m, const tb_dense *d);
 
 /* The mapping a tensor views, or NULL. */
 static const tb_cuda_ipc *mapping_of(const tb_shim_info *info)
@@ -116,16 +129,95 @@ ERL_NIF_TERM tb_nif_cuda_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
         return tb_raise_error(env, "ipc: %s", e);
     }
     m->handle = handle;
+    m->has_counter = 0;
+    return make_tensor(env, m, &d);
+}
+
+/* The tensor over an opened mapping; the shim owns the storage from here:
+ * the mapping is closed when libtorch frees it, or at once if the call
+ * fails. */
+static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_cuda_ipc *m, const tb_dense *d)
+{
     tb_storage_init(&m->header, TB_MEMORY_CUDA_IPC, 0, release_mapping);
     tb_cuda_mappings_add(1);
-    const tb_layout *l = &d.layout;
+    const tb_layout *l = &d->layout;
     tb_shim_tensor *h;
     tb_shim_error err;
-    /* The shim owns the storage from here: the mapping is closed when
-     * libtorch frees it, or at once if the call fails. */
     if (!tb_shim_from_blob((void *)(uintptr_t)m->map.data, l->ndim, l->shape, l->strides,
-                           tb_dtypes[d.dtype].torch_scalar_type, TB_DEVICE_CUDA, m->map.device, &m->header,
+                           tb_dtypes[d->dtype].torch_scalar_type, TB_DEVICE_CUDA, m->map.device, &m->header,
                            tb_storage_release, &h, &err))
         return tb_raise_error(env, "ipc: %s", err.message);
     return tb_tensor_return(env, h);
+}
+
+ERL_NIF_TERM tb_nif_cuda_torch_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    /* The fields of storage._share_cuda_(), in its order, then dtype and shape. */
+    int device;
+    ErlNifBinary handle_bin, name, event;
+    ErlNifUInt64 storage_bytes, storage_offset;
+    ErlNifSInt64 slot;
+    tb_cuda_handle handle;
+    const char *e;
+    if (!enif_get_int(env, argv[0], &device) || device < 0)
+        return tb_raise_badarg(env, "device: expected the producer's CUDA device index, got %T", argv[0]);
+    if (!enif_inspect_binary(env, argv[1], &handle_bin))
+        return tb_raise_badarg(env, "handle: expected the bytes of a PyTorch CUDA handle, got %T", argv[1]);
+    if ((e = tb_torch_cuda_mem_handle(handle_bin.data, handle_bin.size, handle.raw)))
+        return tb_raise_badarg(env, "handle: %s", e);
+    if (!enif_get_uint64(env, argv[2], &storage_bytes))
+        return tb_raise_badarg(env, "storage_size_bytes: expected a non-negative integer, got %T", argv[2]);
+    if (!enif_get_uint64(env, argv[3], &storage_offset))
+        return tb_raise_badarg(env, "storage_offset_bytes: expected a non-negative integer, got %T", argv[3]);
+    handle.offset = storage_offset;
+    if (!enif_inspect_binary(env, argv[4], &name))
+        return tb_raise_badarg(env, "ref_counter_handle: expected the counter file's name, got %T", argv[4]);
+    if (!enif_get_int64(env, argv[5], &slot) || slot < 0)
+        return tb_raise_badarg(env, "ref_counter_offset: expected a non-negative integer, got %T", argv[5]);
+    if (!enif_inspect_binary(env, argv[6], &event) || event.size != TB_TORCH_CUDA_EVENT_SIZE)
+        return tb_raise_badarg(env, "event_handle: expected a cudaIpcEventHandle_t (%d bytes), got %T",
+                               TB_TORCH_CUDA_EVENT_SIZE, argv[6]);
+    if (argv[7] != tb_atoms.true_ && argv[7] != tb_atoms.false_)
+        return tb_raise_badarg(env, "event_sync_required: expected a boolean, got %T", argv[7]);
+    tb_dense d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_get_dense(env, argv[9], argv[8], &d, &exc))
+        return exc;
+    if (d.check.byte_size > storage_bytes)
+        return tb_raise_badarg(env, "shape: %T of %s needs %lu bytes; the storage holds %lu", argv[9],
+                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size,
+                               (unsigned long)storage_bytes);
+    if ((e = tb_cuda_ipc_unavailable()))
+        return tb_raise_error(env, "handle: a PyTorch CUDA share (device %T): %s", argv[0], e);
+    int count = tb_cuda_device_count();
+    if (device >= count)
+        return tb_raise_badarg(env, "device: CUDA device %d does not exist here (%d found)", device, count);
+
+    const tb_cuda_ops *ops = tb_cuda_ops_get();
+    /* As PyTorch's receivers: the producer's work on the memory first. */
+    if ((e = tb_torch_cuda_wait_event(ops, device, argv[7] == tb_atoms.true_, event.data)))
+        return tb_raise_error(env, "ipc: %s", e);
+    tb_cuda_ipc *m = malloc(sizeof *m);
+    if (!m)
+        return tb_raise_error(env, "ipc: out of memory");
+    int caller_fault;
+    if ((e = tb_cuda_handle_open(ops, &handle, device, storage_bytes, &m->map, &caller_fault))) {
+        free(m);
+        if (caller_fault)
+            return tb_raise_badarg(env, "storage_size_bytes: %s", e);
+        return tb_raise_error(env, "ipc: %s", e);
+    }
+    /* Last: a share whose tensor is not made keeps its counter (the
+     * producer's memory stays theirs until someone opens it). */
+    if ((e = tb_torch_counter_open((const char *)name.data, name.size, slot, &m->counter, &caller_fault))) {
+        tb_cuda_handle_close(ops, &m->map);
+        free(m);
+        if (caller_fault)
+            return tb_raise_badarg(env, "%s", e);
+        return tb_raise_error(env, "ipc: %s", e);
+    }
+    m->handle = handle;
+    m->has_counter = 1;
+    return make_tensor(env, m, &d);
 }

@@ -16,5 +16,12 @@ ERL_NIF_TERM tb_nif_cuda_ipc_export(ErlNifEnv *env, int argc, const ERL_NIF_TERM
 /* cuda_ipc_open(Handle, DeviceIndex, Dtype, Shape) -> a CUDA tensor over the
  * exporter's memory */
 ERL_NIF_TERM tb_nif_cuda_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* cuda_torch_open(Device, Handle, StorageSizeBytes, StorageOffsetBytes,
+ * RefCounterHandle, RefCounterOffset, EventHandle, EventSyncRequired, Dtype,
+ * Shape) -> a CUDA tensor over a storage PyTorch shared (the fields of
+ * storage._share_cuda_(), tb_torch_cuda.h): the producer's event waited
+ * on when required, and the share's counter dropped once, when the last
+ * tensor over it is freed. */
+ERL_NIF_TERM tb_nif_cuda_torch_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

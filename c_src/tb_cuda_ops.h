@@ -32,6 +32,8 @@ typedef struct {
     /* Maps an allocation of another process on the current device. */
     const char *(*ipc_open_handle)(const unsigned char handle[TB_CUDA_IPC_HANDLE_SIZE], uint64_t *base);
     const char *(*ipc_close_handle)(uint64_t base);
+    /* An event of another process (a cudaIpcEventHandle_t, 64 bytes). */
+    const char *(*ipc_open_event)(const unsigned char handle[64], void **event);
     const char *(*event_create)(void **event);
     const char *(*event_record)(void *event, uintptr_t stream);
     const char *(*event_synchronize)(void *event);

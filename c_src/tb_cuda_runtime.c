@@ -54,6 +54,7 @@ static void fill_torch_ops(void)
 #include <string.h>
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == TB_CUDA_IPC_HANDLE_SIZE, "cudaIpcMemHandle_t is 64 bytes");
+_Static_assert(sizeof(cudaIpcEventHandle_t) == 64, "cudaIpcEventHandle_t is 64 bytes");
 _Static_assert((uintptr_t)cudaStreamLegacy == TB_STREAM_LEGACY, "cudaStreamLegacy is the array API's 1");
 _Static_assert((uintptr_t)cudaStreamPerThread == TB_STREAM_PER_THREAD, "cudaStreamPerThread is the array API's 2");
 
@@ -77,6 +78,7 @@ _Static_assert((uintptr_t)cudaStreamPerThread == TB_STREAM_PER_THREAD, "cudaStre
     X(ipc_get_handle, cudaIpcGetMemHandle, cudaError_t, (cudaIpcMemHandle_t *, void *), OP)                        \
     X(ipc_open_handle, cudaIpcOpenMemHandle, cudaError_t, (void **, cudaIpcMemHandle_t, unsigned int), OP)         \
     X(ipc_close_handle, cudaIpcCloseMemHandle, cudaError_t, (void *), OP)                                          \
+    X(ipc_open_event, cudaIpcOpenEventHandle, cudaError_t, (cudaEvent_t *, cudaIpcEventHandle_t), OP)             \
     X(event_create, cudaEventCreateWithFlags, cudaError_t, (cudaEvent_t *, unsigned int), OP)                      \
     X(event_record, cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t), OP)                                 \
     X(event_synchronize, cudaEventSynchronize, cudaError_t, (cudaEvent_t), OP)                                     \
@@ -201,6 +203,16 @@ static const char *op_ipc_close_handle(uint64_t base)
     return rt_error(rt.ipc_close_handle((void *)(uintptr_t)base));
 }
 
+static const char *op_ipc_open_event(const unsigned char handle[64], void **event)
+{
+    cudaIpcEventHandle_t h;
+    memcpy(&h, handle, sizeof h);
+    cudaEvent_t ev = NULL;
+    const char *e = rt_error(rt.ipc_open_event(&ev, h));
+    *event = ev;
+    return e;
+}
+
 static const char *op_event_create(void **event)
 {
     cudaEvent_t ev = NULL;
@@ -259,8 +271,10 @@ static void fill_runtime_ops(void)
     TB_CUDA_RUNTIME_CALLS(TB_OP)
     TB_CUDA_DRIVER_CALLS(TB_OP)
     /* An event made must be destroyed. */
-    if (!rt.event_destroy)
+    if (!rt.event_destroy) {
         ops.event_create = NULL;
+        ops.ipc_open_event = NULL;
+    }
 }
 
 void tb_cuda_load(void)

@@ -26,9 +26,9 @@
  *   tb_dlpack_check, tb_devmem,
  *   tb_stream, tb_cuda_handle,
  *   tb_registry, tb_fault,
- *   tb_shm_names                  pure C decisions: no BEAM, no libtorch
- *                                 (tb_devmem, tb_stream, tb_cuda_handle over
- *                                 tb_cuda_ops.h; tb_registry: guarded memory;
+ *   tb_shm_names, tb_torch_cuda   pure C decisions: no BEAM, no libtorch
+ *                                 (tb_devmem, tb_stream, tb_cuda_handle,
+ *                                 tb_torch_cuda over tb_cuda_ops.h; tb_registry: guarded memory;
  *                                 tb_fault: the SIGBUS guard of our copies;
  *                                 tb_shm_names: region names and their locks)
  *   tb_dtype, tb_device, tb_layout,
@@ -191,6 +191,7 @@ static ErlNifFunc nif_funcs[] = {
     /* Both wait for the GPU (a stream, the mapping of an allocation). */
     {"cuda_ipc_export", 1, tb_nif_cuda_ipc_export, ERL_NIF_DIRTY_JOB_IO_BOUND},
     {"cuda_ipc_open", 4, tb_nif_cuda_ipc_open, ERL_NIF_DIRTY_JOB_IO_BOUND},
+    {"cuda_torch_open", 10, tb_nif_cuda_torch_open, ERL_NIF_DIRTY_JOB_IO_BOUND},
 };
 
 /* libtorch storages made by this build call its functions when they are

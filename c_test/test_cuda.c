@@ -5,15 +5,21 @@
  * fake allocations, a current device, events and a log of the calls, and
  * fails the call it is told to. What only a real GPU can show (that the
  * runtime does what the stand-in does) is for the :cuda ExUnit tests. */
+#define _GNU_SOURCE /* shm_open, ftruncate */
 #include "tb_cuda_handle.h"
 #include "tb_cuda_ops.h"
 #include "tb_devmem.h"
 #include "tb_stream.h"
+#include "tb_torch_cuda.h"
 #include "tensor_blob_dlpack.h"
 #include "torch_shim.h"
 
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -152,6 +158,17 @@ static const char *ipc_close_handle(uint64_t base)
 
 static int event_tokens[64], next_event;
 
+static const char *ipc_open_event(const unsigned char handle[64], void **event)
+{
+    logged("ipc_open_event(%llu)", handle[0], 0);
+    const char *e = maybe_fail("ipc_open_event");
+    if (e)
+        return e;
+    *event = &event_tokens[next_event++ % 64];
+    rt.events_live++;
+    return NULL;
+}
+
 static const char *event_create(void **event)
 {
     const char *e = maybe_fail("event_create");
@@ -238,6 +255,7 @@ static const tb_cuda_ops fake = {
     .ipc_get_handle = ipc_get_handle,
     .ipc_open_handle = ipc_open_handle,
     .ipc_close_handle = ipc_close_handle,
+    .ipc_open_event = ipc_open_event,
     .event_create = event_create,
     .event_record = event_record,
     .event_synchronize = event_synchronize,
@@ -628,6 +646,151 @@ static void test_handle_export_open(void)
     CHECK_CONTAINS(tb_cuda_handle_export(&partial, other->base, 64, &h), "cuMemGetAddressRange");
 }
 
+static void test_torch_mem_handle(void)
+{
+    unsigned char bytes[66], raw[64];
+    for (int i = 0; i < 66; i++)
+        bytes[i] = (unsigned char)(i + 7);
+    /* PyTorch before 2.4: the cudaIpcMemHandle_t alone. */
+    CHECK(tb_torch_cuda_mem_handle(bytes, 64, raw) == NULL);
+    CHECK(memcmp(raw, bytes, 64) == 0);
+    /* Later: a version byte, the type 'c', then the handle. */
+    for (int version = 1; version <= 3; version++) {
+        bytes[0] = (unsigned char)version;
+        bytes[1] = 'c';
+        memset(raw, 0, sizeof raw);
+        CHECK(tb_torch_cuda_mem_handle(bytes, 66, raw) == NULL);
+        CHECK(memcmp(raw, bytes + 2, 64) == 0);
+    }
+    bytes[1] = 'e';
+    CHECK_CONTAINS(tb_torch_cuda_mem_handle(bytes, 66, raw), "expandable segments");
+    bytes[0] = 0;
+    bytes[1] = 'c';
+    CHECK_CONTAINS(tb_torch_cuda_mem_handle(bytes, 66, raw), "version byte is 0");
+    static const size_t sizes[] = {0, 1, 63, 65, 67, 72, 128};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        CHECK_CONTAINS(tb_torch_cuda_mem_handle(bytes, sizes[i], raw), "64 bytes, or 66");
+
+    /* The block opens from its base, and the storage starts at its offset. */
+    reset();
+    fake_allocation *block = allocate(0x720000000000ull, 2 << 20, TB_MEM_DEVICE, 0);
+    bytes[0] = 2;
+    memcpy(bytes + 2, block->handle, 64);
+    tb_cuda_handle h = {.offset = 512};
+    CHECK(tb_torch_cuda_mem_handle(bytes, 66, h.raw) == NULL);
+    tb_cuda_mapping m;
+    int caller_fault;
+    CHECK(tb_cuda_handle_open(&fake, &h, 0, 1024, &m, &caller_fault) == NULL);
+    CHECK_EQU(m.data, block->base + 512);
+    tb_cuda_handle_close(&fake, &m);
+    CHECK_EQ(rt.opened, rt.closed);
+}
+
+/* A counter file as PyTorch's producer makes it: the header's count is
+ * the producer's reference, and slot `slot` the receiver's share. */
+static char counter_name[64];
+
+static void *make_counter_file(int slot, int64_t value)
+{
+    snprintf(counter_name, sizeof counter_name, "/tb_test_counters.%d", (int)getpid());
+    int fd = shm_open(counter_name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    size_t length = TB_TORCH_COUNTER_HEADER + TB_TORCH_COUNTER_SLOTS * sizeof(int64_t);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)length) == 0);
+    void *base = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    *(int *)base = 1;
+    ((int64_t *)((char *)base + TB_TORCH_COUNTER_HEADER))[slot] = value;
+    return base;
+}
+
+static int file_exists(void)
+{
+    int fd = shm_open(counter_name, O_RDWR, 0);
+    if (fd >= 0)
+        close(fd);
+    return fd >= 0;
+}
+
+static void test_torch_counter(void)
+{
+    size_t length = TB_TORCH_COUNTER_HEADER + TB_TORCH_COUNTER_SLOTS * sizeof(int64_t);
+    void *producer = make_counter_file(3, 1);
+    int *file_count = (int *)producer;
+    int64_t *slots = (int64_t *)((char *)producer + TB_TORCH_COUNTER_HEADER);
+    tb_torch_counter c;
+    int caller_fault;
+
+    /* Opening maps the file (one reference in its header) and leaves the
+     * share's counter as the producer set it. */
+    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 3, &c, &caller_fault) == NULL);
+    CHECK_EQ(*file_count, 2);
+    CHECK_EQ(slots[3], 1);
+    CHECK_EQ(tb_torch_counter_value(&c), 1);
+    /* The release drops the share once, and the file's reference. */
+    CHECK_EQ(tb_torch_counter_release(&c), 0);
+    CHECK_EQ(slots[3], 0);
+    CHECK_EQ(*file_count, 1);
+    CHECK(file_exists());
+
+    /* A share already released opens no more; nothing stays mapped. */
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name + 1, strlen(counter_name) - 1, 3, &c, &caller_fault),
+                   "already released");
+    CHECK_EQ(caller_fault, 1);
+    CHECK_EQ(*file_count, 1);
+
+    /* Never below zero, whoever dropped it first. */
+    slots[5] = 1;
+    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 5, &c, &caller_fault) == NULL);
+    slots[5] = 0;
+    CHECK_EQ(tb_torch_counter_release(&c), -1);
+    CHECK_EQ(slots[5], 0);
+
+    /* Counters past the file's end, and names that are none. */
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), TB_TORCH_COUNTER_SLOTS, &c,
+                                         &caller_fault),
+                   "past the end");
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), -1, &c, &caller_fault),
+                   "not a counter index");
+    CHECK_CONTAINS(tb_torch_counter_open("/a/b", 4, 0, &c, &caller_fault), "not a shared-memory name");
+    CHECK_CONTAINS(tb_torch_counter_open("/", 1, 0, &c, &caller_fault), "not a shared-memory name");
+    CHECK_EQ(*file_count, 1);
+
+    /* The producer gone first (its reference dropped): the last holder
+     * unlinks the file. */
+    slots[7] = 1;
+    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 7, &c, &caller_fault) == NULL);
+    atomic_fetch_sub((atomic_int *)file_count, 1);
+    CHECK_EQ(tb_torch_counter_release(&c), 0);
+    CHECK_EQ(*file_count, 0);
+    CHECK(!file_exists());
+    munmap(producer, length);
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), 7, &c, &caller_fault), "cannot open");
+}
+
+static void test_torch_event(void)
+{
+    reset();
+    unsigned char event[TB_TORCH_CUDA_EVENT_SIZE] = {9};
+    /* Not required: nothing is called. */
+    CHECK(tb_torch_cuda_wait_event(&fake, 1, 0, event) == NULL);
+    CHECK_LOG("");
+    /* Required: libtorch's current stream waits on the producer's event,
+     * which is then let go. */
+    CHECK(tb_torch_cuda_wait_event(&fake, 1, 1, event) == NULL);
+    CHECK_LOG("ipc_open_event(9) torch_wait(1) event_destroy ");
+    CHECK_EQ(rt.events_live, 0);
+    rt.fail = "ipc_open_event";
+    CHECK_CONTAINS(tb_torch_cuda_wait_event(&fake, 1, 1, event), "cudaIpcOpenEventHandle: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+    rt.fail = "torch_wait_event";
+    CHECK_CONTAINS(tb_torch_cuda_wait_event(&fake, 1, 1, event), "producer's event: injected failure");
+    CHECK_EQ(rt.events_live, 0);
+    tb_cuda_ops partial = fake;
+    partial.ipc_open_event = NULL;
+    CHECK_CONTAINS(tb_torch_cuda_wait_event(&partial, 1, 1, event), "lacks cudaIpcOpenEventHandle");
+    CHECK(tb_torch_cuda_wait_event(&partial, 1, 0, event) == NULL);
+}
+
 int main(void)
 {
     test_pointer_checks();
@@ -637,6 +800,9 @@ int main(void)
     test_stream_import();
     test_handle_encoding();
     test_handle_export_open();
+    test_torch_mem_handle();
+    test_torch_counter();
+    test_torch_event();
 
     printf("c_test_cuda: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;

@@ -11,6 +11,23 @@ nest = fn n, wrap, term -> Enum.reduce(1..n, term, fn _, acc -> wrap.(acc) end) 
 deep = nest.(1_000_000, &[&1], [])
 wide = nest.(40, &List.duplicate(&1, 40), 0)
 
+# The fields of a PyTorch CUDA share (storage._share_cuda_()), with changes.
+torch_share = fn changes ->
+  Map.merge(
+    %{
+      device: 0,
+      handle: <<0::512>>,
+      storage_size_bytes: 64,
+      storage_offset_bytes: 0,
+      ref_counter_handle: "/torch_1_2_3",
+      ref_counter_offset: 0,
+      event_handle: <<0::512>>,
+      event_sync_required: false
+    },
+    changes
+  )
+end
+
 cases = [
   {"spec not a map", fn -> TensorBlob.from_blob(:nope) end},
   {"spec with no owner", fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {6}, dtype: :float32}) end},
@@ -99,6 +116,17 @@ cases = [
      h = TensorBlob.IPC.export_torch(TensorBlob.IPC.torch_zeros({2}, :float32))
      TensorBlob.IPC.open(h.handle, :float32, {3})
    end},
+  {"CUDA share: a handle of PyTorch's expandable segments",
+   fn -> TensorBlob.CUDA.open_torch_share(torch_share.(%{handle: <<2, ?e>> <> <<0::512>>}), :float32, {4}) end},
+  {"CUDA share: a handle of the wrong size",
+   fn -> TensorBlob.CUDA.open_torch_share(torch_share.(%{handle: <<0::520>>}), :float32, {4}) end},
+  {"CUDA share: a field missing",
+   fn -> TensorBlob.CUDA.open_torch_share(Map.delete(torch_share.(%{}), :event_handle), :float32, {4}) end},
+  {"CUDA share: a shape larger than the storage",
+   fn -> TensorBlob.CUDA.open_torch_share(torch_share.(%{}), :float32, {17}) end},
+  {"CUDA share: a well-formed share (no CUDA here)",
+   fn -> TensorBlob.CUDA.open_torch_share(torch_share.(%{}), :float32, {16}) end},
+  {"CUDA share: exporting a CPU tensor", fn -> TensorBlob.CUDA.export_torch_share(t) end},
   {"a tensor made on another node",
    fn ->
      # A reference as it arrives from node peer1@machine (same name length as nonode@nohost).

@@ -27,6 +27,7 @@
          cuda_info/0, cuda_synchronize/1, cuda_memory/1, dlpack_info/1,
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
          ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
+         cuda_torch_open/3, cuda_torch_export/1, cuda_torch_pending/1,
          node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
@@ -531,6 +532,91 @@ torch_shm_name(T) -> ?NIF(tensor_blob_nif:torch_shm_name(T)).
 -spec ipc_torch_open(binary(), dtype(), shape()) -> tensor().
 ipc_torch_open(Name, Dtype, Shape) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_open(Name, Dtype, Shape)).
+
+%% @doc A CUDA tensor over a storage PyTorch shared with
+%% torch.multiprocessing: Share holds the eight fields of
+%% storage._share_cuda_(), by name (device, handle, storage_size_bytes,
+%% storage_offset_bytes, ref_counter_handle, ref_counter_offset,
+%% event_handle, event_sync_required; the handle's bytes are 64, or 66 in
+%% PyTorch 2.4 and later), and Dtype and Shape say what the storage's bytes
+%% are, from its start (a tensor at a storage offset is a narrow/4 of it).
+%%
+%% As PyTorch's own receivers do: when event_sync_required, libtorch's
+%% current stream of the device waits on the producer's event first; the
+%% caching allocator's block is mapped (cudaIpcOpenMemHandle) and the
+%% tensor starts storage_offset_bytes into it. The producer counted this
+%% receiver in the counter file when it shared (the counter is 1): opening
+%% takes no count, checks that one is there (a share opens once), and holds
+%% the file mapped; when the last tensor over the storage is freed, the
+%% work queued on it is waited for, the block unmapped and the counter
+%% dropped by one (never below zero), so that the producer may free it.
+%% A build or machine without CUDA raises a tensor_blob error saying which,
+%% after the fields are checked.
+-spec cuda_torch_open(map(), dtype(), shape()) -> tensor().
+cuda_torch_open(#{device := Device, handle := Handle, storage_size_bytes := Size,
+                  storage_offset_bytes := Offset, ref_counter_handle := Counter,
+                  ref_counter_offset := Slot, event_handle := Event,
+                  event_sync_required := Sync}, Dtype, Shape) ->
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:cuda_torch_open(Device, Handle, Size, Offset, Counter, Slot,
+                                                          Event, Sync, Dtype, Shape));
+cuda_torch_open(Share, _Dtype, _Shape) ->
+    badarg(["share: expected the fields of storage._share_cuda_() as a map (device, handle, "
+            "storage_size_bytes, storage_offset_bytes, ref_counter_handle, ref_counter_offset, "
+            "event_handle, event_sync_required), got ", {term, Share}]).
+
+%% @doc T, a CUDA tensor, in PyTorch's CUDA sharing format: the eight fields
+%% that torch.UntypedStorage._new_shared_cuda(device, handle,
+%% storage_size_bytes, storage_offset_bytes, ref_counter_handle,
+%% ref_counter_offset, event_handle, event_sync_required) takes (what
+%% torch.multiprocessing.reductions.rebuild_cuda_tensor calls), and tensor
+%% and counter, which this process keeps.
+%%
+%% handle is the 64-byte cudaIpcMemHandle_t of T's allocation (every
+%% PyTorch reads that form) and storage_offset_bytes T's offset in it;
+%% storage_size_bytes covers T's elements, row-major (a contiguous copy on
+%% the device is shared when T is not contiguous: tensor). The work
+%% libtorch queued on the memory is finished before this returns, so
+%% event_sync_required is false (PyTorch's own fallback when it runs out of
+%% events) and event_handle zeros. The counter file is a region of
+%% PyTorch's file_system format whose first counter is 1, the receiver's;
+%% the receiver drops it to 0 when it frees its storage. Keep tensor and
+%% counter reachable until cuda_torch_pending/1 says 0: the memory returns
+%% to libtorch's allocator when tensor is freed here. The file is removed
+%% when the last of counter and the receiver's mapping lets it go.
+-spec cuda_torch_export(tensor()) -> #{device := non_neg_integer(), handle := binary(),
+                                       storage_size_bytes := non_neg_integer(),
+                                       storage_offset_bytes := non_neg_integer(),
+                                       ref_counter_handle := binary(), ref_counter_offset := 0,
+                                       event_handle := binary(), event_sync_required := false,
+                                       tensor := tensor(), counter := tensor()}.
+cuda_torch_export(T) when not is_reference(T) ->
+    not_a_tensor(T);
+cuda_torch_export(T) ->
+    {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
+    {Raw, Offset} = case Handle of
+                        <<R:64/binary>> -> {R, 0};
+                        <<R:64/binary, O:64/little-unsigned>> -> {R, O}
+                    end,
+    Counter = cuda_torch_counter(),
+    {Name, _} = torch_shm_name(Counter),
+    #{device => Device, handle => Raw, storage_size_bytes => Size, storage_offset_bytes => Offset,
+      ref_counter_handle => Name, ref_counter_offset => 0, event_handle => <<0:512>>,
+      event_sync_required => false, tensor => Shared, counter => Counter}.
+
+%% A counter file as PyTorch's producers make one (CUDA_IPC_REF_COUNTER_FILE_SIZE
+%% int64 counters after the header), its first counter the receiver's 1.
+cuda_torch_counter() ->
+    Slots = 10000,
+    Counter = ipc_torch_zeros({Slots}, int64),
+    _ = write(Counter, <<1:64/native-signed, 0:((Slots - 1) * 64)>>),
+    Counter.
+
+%% @doc How many receivers of an export of cuda_torch_export/1 still hold
+%% it: 1 until the receiver frees its storage, then 0.
+-spec cuda_torch_pending(#{counter := tensor(), ref_counter_offset := non_neg_integer()}) -> integer().
+cuda_torch_pending(#{counter := Counter, ref_counter_offset := Slot}) ->
+    <<_:Slot/binary-unit:64, N:64/native-signed, _/binary>> = to_binary(Counter),
+    N.
 
 %% @doc A plain term that carries T to Node, where node_unpack/1 makes it
 %% a tensor again: send it by any means (a message, erpc). A tensor is a

@@ -9,7 +9,7 @@
          blob_fields/1, from_blob/3, from_blob_fields/7,
          to_dlpack/4, from_dlpack/4, consume_dlpack/1, dlpack_version/1,
          ipc_zeros/2, ipc_name/1, ipc_open/3, ipc_reclaim/0, torch_shm_zeros/2, torch_shm_open/3, torch_shm_name/1, cuda_info/0, cuda_synchronize/1, dlpack_info/1,
-         cuda_memory/1, cuda_ipc_export/1, cuda_ipc_open/4]).
+         cuda_memory/1, cuda_ipc_export/1, cuda_ipc_open/4, cuda_torch_open/10]).
 
 -on_load(init/0).
 
@@ -76,3 +76,4 @@ dlpack_info(_) -> ?NOT_LOADED.
 cuda_memory(_) -> ?NOT_LOADED.
 cuda_ipc_export(_) -> ?NOT_LOADED.
 cuda_ipc_open(_, _, _, _) -> ?NOT_LOADED.
+cuda_torch_open(_, _, _, _, _, _, _, _, _, _) -> ?NOT_LOADED.

@@ -12,7 +12,7 @@ defmodule TensorBlob.CUDA do
 
   import TensorBlob.Raise
 
-  alias TensorBlob.{Blob, DLPack}
+  alias TensorBlob.{Blob, DLPack, Tensor}
 
   @doc "True when a CUDA device answers and the linked libtorch has CUDA."
   @spec available?() :: boolean()
@@ -89,4 +89,64 @@ defmodule TensorBlob.CUDA do
   """
   @spec memory(non_neg_integer()) :: memory()
   def memory(ptr), do: translating(do: :tensor_blob.cuda_memory(ptr))
+
+  @typedoc """
+  The eight fields of PyTorch's `storage._share_cuda_()`, by name: what
+  `torch.multiprocessing` sends for a CUDA storage.
+  """
+  @type torch_share :: %{
+          device: non_neg_integer(),
+          handle: binary(),
+          storage_size_bytes: non_neg_integer(),
+          storage_offset_bytes: non_neg_integer(),
+          ref_counter_handle: binary(),
+          ref_counter_offset: non_neg_integer(),
+          event_handle: binary(),
+          event_sync_required: boolean()
+        }
+
+  @doc """
+  A CUDA tensor over a storage a PyTorch process shared with
+  `torch.multiprocessing` (`share` holds the fields of
+  `storage._share_cuda_()`, see `t:torch_share/0`). `dtype` and `shape`
+  say what the storage's bytes are, from its start.
+
+  As PyTorch's own receivers do: libtorch's current stream waits on the
+  producer's event when `event_sync_required`; the block is mapped and the
+  tensor starts `storage_offset_bytes` into it. The producer counted this
+  receiver in its counter file when it shared; the count is dropped by one
+  when the last tensor over the storage is freed (after the work queued on
+  it), so that the producer may free the memory. A share opens once.
+
+  Not yet run on a GPU: see the guide "Sharing with Python and PyTorch".
+  """
+  @spec open_torch_share(torch_share(), Tensor.dtype(), tuple()) :: Tensor.t()
+  def open_torch_share(share, dtype, shape) do
+    translating(do: Tensor.wrap(:tensor_blob.cuda_torch_open(share, dtype, shape)))
+  end
+
+  @doc """
+  A CUDA tensor in PyTorch's CUDA sharing format: the fields that
+  `torch.UntypedStorage._new_shared_cuda(*fields)` takes (what
+  `torch.multiprocessing.reductions.rebuild_cuda_tensor` calls), in the
+  order of `t:torch_share/0`, plus `tensor` (the memory shared: the tensor,
+  or a contiguous copy of it) and `counter` (the counter file), which this
+  process keeps until `torch_share_pending/1` is 0.
+
+  The work libtorch queued on the memory is finished before this returns,
+  so `event_sync_required` is false. Not yet run on a GPU.
+  """
+  @spec export_torch_share(Tensor.t()) ::
+          %{:tensor => Tensor.t(), :counter => Tensor.t(), optional(atom()) => term()}
+  def export_torch_share(tensor) do
+    export = translating(do: :tensor_blob.cuda_torch_export(Tensor.ref(tensor)))
+    shared = if export.tensor == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(export.tensor)
+    %{export | tensor: shared, counter: Tensor.wrap(export.counter)}
+  end
+
+  @doc "Receivers of an `export_torch_share/1` that have not yet freed it: 1, then 0."
+  @spec torch_share_pending(%{counter: Tensor.t(), ref_counter_offset: non_neg_integer()}) :: integer()
+  def torch_share_pending(%{counter: counter, ref_counter_offset: slot}) do
+    translating(do: :tensor_blob.cuda_torch_pending(%{counter: Tensor.ref(counter), ref_counter_offset: slot}))
+  end
 end

@@ -1,0 +1,173 @@
+#define _GNU_SOURCE /* shm_open */
+#include "tb_torch_cuda.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(TB_TORCH_COUNTER_NAME_SIZE >= NAME_MAX, "room for any shared-memory name");
+
+/* The header's count is PyTorch's std::atomic<int>; the counters are
+ * int64_t, which PyTorch's consumers decrement in place. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the header's count must be a lock-free int, as PyTorch's is");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "a share's counter must be a lock-free 64-bit int");
+_Static_assert(sizeof(atomic_llong) == sizeof(int64_t), "a share's counter is 64 bits");
+
+static _Thread_local char message[400];
+
+const char *tb_torch_cuda_mem_handle(const unsigned char *bytes, size_t size,
+                                     unsigned char raw[TB_CUDA_IPC_HANDLE_SIZE])
+{
+    if (size == TB_CUDA_IPC_HANDLE_SIZE) {
+        memcpy(raw, bytes, TB_CUDA_IPC_HANDLE_SIZE);
+        return NULL;
+    }
+    if (size != TB_CUDA_IPC_HANDLE_SIZE + 2) {
+        snprintf(message, sizeof message,
+                 "a PyTorch CUDA handle is %d bytes, or %d with a version and a type byte; got %zu",
+                 TB_CUDA_IPC_HANDLE_SIZE, TB_CUDA_IPC_HANDLE_SIZE + 2, size);
+        return message;
+    }
+    /* Version 0 never existed; the payload of type 'c' has kept its form. */
+    if (bytes[0] == 0)
+        return "the handle's version byte is 0, which no PyTorch writes";
+    if (bytes[1] != TB_TORCH_HANDLE_CUDA_MALLOC) {
+        snprintf(message, sizeof message,
+                 "the handle names a block of type '%c' (0x%02x); only cudaMalloc blocks ('c') open here "
+                 "(PyTorch's expandable segments, 'e', do not)",
+                 bytes[1] >= 0x20 && bytes[1] < 0x7f ? bytes[1] : '?', bytes[1]);
+        return message;
+    }
+    memcpy(raw, bytes + 2, TB_CUDA_IPC_HANDLE_SIZE);
+    return NULL;
+}
+
+static atomic_int *file_refcount(const tb_torch_counter *c)
+{
+    return (atomic_int *)c->base;
+}
+
+static atomic_llong *counter_of(const tb_torch_counter *c)
+{
+    return (atomic_llong *)((char *)c->base + TB_TORCH_COUNTER_HEADER) + c->slot;
+}
+
+/* Takes a reference in the header unless the count is already zero (the
+ * last holder is unlinking the name) or not a count at all. */
+static int take_file_reference(atomic_int *count)
+{
+    int c = atomic_load(count);
+    do {
+        if (c <= 0 || c == INT_MAX)
+            return 0;
+    } while (!atomic_compare_exchange_weak(count, &c, c + 1));
+    return 1;
+}
+
+static void drop_file_reference(tb_torch_counter *c)
+{
+    if (atomic_fetch_sub(file_refcount(c), 1) == 1)
+        shm_unlink(c->name); /* ENOENT: the producer's shm manager removed it already */
+    munmap(c->base, c->length);
+    c->base = NULL;
+}
+
+const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t slot, tb_torch_counter *out,
+                                  int *caller_fault)
+{
+    *caller_fault = 1;
+    if (name_size > 0 && name[0] == '/')
+        name++, name_size--;
+    int dots = (name_size == 1 && name[0] == '.') || (name_size == 2 && name[0] == '.' && name[1] == '.');
+    if (name_size == 0 || name_size > NAME_MAX - 2 || dots || memchr(name, '/', name_size) ||
+        memchr(name, '\0', name_size))
+        return "ref_counter_handle: not a shared-memory name";
+    if (slot < 0 || slot >= (int64_t)((SIZE_MAX - TB_TORCH_COUNTER_HEADER) / sizeof(int64_t)))
+        return "ref_counter_offset: not a counter index";
+    snprintf(out->name, sizeof out->name, "/%.*s", (int)name_size, name);
+    out->slot = slot;
+
+    int fd = shm_open(out->name, O_RDWR, 0);
+    if (fd < 0) {
+        snprintf(message, sizeof message, "ref_counter_handle: cannot open %s: %s%s", out->name, strerror(errno),
+                 errno == ENOENT ? " (its producer ended, or released every share in it)" : "");
+        return message;
+    }
+    struct stat st;
+    size_t needed = TB_TORCH_COUNTER_HEADER + ((size_t)slot + 1) * sizeof(int64_t);
+    if (fstat(fd, &st) != 0 || st.st_size < 0 || (uint64_t)st.st_size < needed) {
+        close(fd);
+        snprintf(message, sizeof message, "ref_counter_offset: counter %lld is past the end of %s (%lld bytes)",
+                 (long long)slot, out->name, (long long)st.st_size);
+        return message;
+    }
+    out->length = (size_t)st.st_size;
+    out->base = mmap(NULL, out->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int error = errno;
+    close(fd);
+    if (out->base == MAP_FAILED) {
+        *caller_fault = 0;
+        snprintf(message, sizeof message, "cannot map %s: %s", out->name, strerror(error));
+        return message;
+    }
+    if (!take_file_reference(file_refcount(out))) {
+        munmap(out->base, out->length);
+        snprintf(message, sizeof message, "ref_counter_handle: %s is being freed by its last user", out->name);
+        return message;
+    }
+    int64_t value = atomic_load(counter_of(out));
+    if (value < 1) {
+        drop_file_reference(out);
+        snprintf(message, sizeof message,
+                 "ref_counter_offset: counter %lld of %s is %lld: the share was already released (a share opens "
+                 "once)",
+                 (long long)slot, out->name, (long long)value);
+        return message;
+    }
+    *caller_fault = 0;
+    return NULL;
+}
+
+int64_t tb_torch_counter_value(const tb_torch_counter *c)
+{
+    return atomic_load(counter_of(c));
+}
+
+int64_t tb_torch_counter_release(tb_torch_counter *c)
+{
+    atomic_llong *counter = counter_of(c);
+    long long v = atomic_load(counter), next;
+    do {
+        next = v > 0 ? v - 1 : -1;
+    } while (v > 0 && !atomic_compare_exchange_weak(counter, &v, v - 1));
+    drop_file_reference(c);
+    return next;
+}
+
+const char *tb_torch_cuda_wait_event(const tb_cuda_ops *ops, int device, int sync_required,
+                                     const unsigned char event[TB_TORCH_CUDA_EVENT_SIZE])
+{
+    if (!sync_required)
+        return NULL;
+    if (!ops->ipc_open_event || !ops->torch_wait_event || !ops->event_destroy)
+        return "the CUDA runtime in use lacks cudaIpcOpenEventHandle or cudaEventDestroy";
+    void *ev = NULL;
+    const char *e = ops->ipc_open_event(event, &ev);
+    if (e) {
+        snprintf(message, sizeof message, "cudaIpcOpenEventHandle: %s", e);
+        return message;
+    }
+    if ((e = ops->torch_wait_event(device, ev))) {
+        snprintf(message, sizeof message, "waiting on the producer's event: %s", e);
+        e = message;
+    }
+    /* The wait is queued; the event's resources go when it completes. */
+    (void)ops->event_destroy(ev);
+    return e;
+}
