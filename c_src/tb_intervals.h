@@ -19,6 +19,7 @@ typedef struct tb_range {
     uint64_t file_lo, file_hi; /* [file_lo, file_hi) in the region */
     struct tb_range *left, *right;
     uintptr_t max_hi; /* the largest hi in this subtree */
+    unsigned home;    /* where a registry keeps it (tb_registry.c) */
 } tb_range;
 
 /* root is NULL for an empty set. r must not be in a set; it must stay put

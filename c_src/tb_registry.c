@@ -17,8 +17,30 @@ static unsigned shard_of_chunk(uintptr_t chunk)
     return (unsigned)(((uint64_t)chunk * 0x9E3779B97F4A7C15ull) >> 58) % TB_REG_SHARDS;
 }
 
-static tb_reg_shard *home_of(tb_registry *reg, const tb_range *r)
+/* Threads take stripes in turn as they first freeze memory. */
+static unsigned next_stripe;
+static _Thread_local unsigned my_stripe_plus_one;
+
+static unsigned my_stripe(void)
 {
+    if (!my_stripe_plus_one)
+        my_stripe_plus_one = __atomic_fetch_add(&next_stripe, 1, __ATOMIC_RELAXED) % TB_REG_STRIPES + 1;
+    return my_stripe_plus_one - 1;
+}
+
+static int by_thread(tb_reg_kind kind)
+{
+    return kind == TB_REG_FROZEN;
+}
+
+/* Where r is kept; set_home: it is being added, on this thread. */
+static tb_reg_shard *home_of(tb_registry *reg, tb_reg_kind kind, tb_range *r, int set_home)
+{
+    if (by_thread(kind)) {
+        if (set_home)
+            r->home = my_stripe();
+        return &reg->stripes[r->home];
+    }
     unsigned l = level_of(r);
     if (l == TB_REG_LEVELS - 1)
         return &reg->shards[l][0];
@@ -43,6 +65,15 @@ int tb_registry_init(tb_registry *reg)
                 return 0;
         }
     }
+    for (int i = 0; i < TB_REG_STRIPES; i++) {
+        tb_reg_shard *s = &reg->stripes[i];
+        for (int k = 0; k < TB_REG_KINDS; k++) {
+            s->sets[k] = NULL;
+            s->count[k] = 0;
+        }
+        if (pthread_mutex_init(&s->lock, NULL) != 0)
+            return 0;
+    }
     for (int k = 0; k < TB_REG_KINDS; k++)
         list_init(&reg->files[k]);
     reg->file_count = 0;
@@ -54,7 +85,7 @@ int tb_registry_init(tb_registry *reg)
  * sees the other's range (write! against a new binary view). */
 void tb_registry_add(tb_registry *reg, tb_reg_kind kind, tb_range *r)
 {
-    tb_reg_shard *s = home_of(reg, r);
+    tb_reg_shard *s = home_of(reg, kind, r, 1);
     pthread_mutex_lock(&s->lock);
     tb_intervals_insert(&s->sets[kind], r);
     __atomic_add_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
@@ -81,18 +112,52 @@ void tb_registry_remove(tb_registry *reg, tb_reg_kind kind, tb_range *r)
         __atomic_sub_fetch(&reg->file_count, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&reg->files_lock);
     }
-    tb_reg_shard *s = home_of(reg, r);
+    tb_reg_shard *s = home_of(reg, kind, r, 0);
     pthread_mutex_lock(&s->lock);
     tb_intervals_remove(&s->sets[kind], r);
     __atomic_sub_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The first kind in `kinds` with a range of shard s overlapping [lo, hi),
+ * that range copied to *hit_out under the shard's lock (it may be removed
+ * once the lock is released); -1 when none. An empty shard is skipped by
+ * atomic loads. */
+static int search_shard(tb_reg_shard *s, unsigned kinds, uintptr_t lo, uintptr_t hi, tb_range *hit_out)
+{
+    int any = 0;
+    for (int k = 0; k < TB_REG_KINDS; k++)
+        any |= (kinds & TB_REG_BIT(k)) && __atomic_load_n(&s->count[k], __ATOMIC_SEQ_CST) != 0;
+    if (!any)
+        return -1;
+    int kind = -1;
+    pthread_mutex_lock(&s->lock);
+    for (int k = 0; k < TB_REG_KINDS && kind < 0; k++) {
+        const tb_range *hit = (kinds & TB_REG_BIT(k)) ? tb_intervals_find(s->sets[k], lo, hi) : NULL;
+        if (hit) {
+            kind = k;
+            if (hit_out)
+                *hit_out = *hit;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return kind;
+}
+
 /* The first kind in `kinds` with a range overlapping [lo, hi) by address,
- * with that range copied to *hit_out (under its shard's lock: it may be
- * removed once the lock is released); -1 when none. */
+ * copied to *hit_out; -1 when none. */
 static int find(tb_registry *reg, unsigned kinds, uintptr_t lo, uintptr_t hi, tb_range *hit_out)
 {
+    if (kinds & TB_REG_BIT(TB_REG_FROZEN)) {
+        for (unsigned i = 0; i < TB_REG_STRIPES; i++) {
+            int kind = search_shard(&reg->stripes[i], TB_REG_BIT(TB_REG_FROZEN), lo, hi, hit_out);
+            if (kind >= 0)
+                return kind;
+        }
+        kinds &= ~TB_REG_BIT(TB_REG_FROZEN);
+        if (!kinds)
+            return -1;
+    }
     for (unsigned l = 0; l < TB_REG_LEVELS; l++) {
         int last_level = l == TB_REG_LEVELS - 1;
         uintptr_t first = 0, chunks = 1;
@@ -105,22 +170,7 @@ static int find(tb_registry *reg, unsigned kinds, uintptr_t lo, uintptr_t hi, tb
         unsigned n = every_shard ? TB_REG_SHARDS : (unsigned)chunks;
         for (unsigned i = 0; i < n; i++) {
             tb_reg_shard *s = &reg->shards[l][last_level || every_shard ? i : shard_of_chunk(first + i)];
-            int any = 0;
-            for (int k = 0; k < TB_REG_KINDS; k++)
-                any |= (kinds & TB_REG_BIT(k)) && __atomic_load_n(&s->count[k], __ATOMIC_SEQ_CST) != 0;
-            if (!any)
-                continue;
-            int kind = -1;
-            pthread_mutex_lock(&s->lock);
-            for (int k = 0; k < TB_REG_KINDS && kind < 0; k++) {
-                const tb_range *hit = (kinds & TB_REG_BIT(k)) ? tb_intervals_find(s->sets[k], lo, hi) : NULL;
-                if (hit) {
-                    kind = k;
-                    if (hit_out)
-                        *hit_out = *hit;
-                }
-            }
-            pthread_mutex_unlock(&s->lock);
+            int kind = search_shard(s, kinds, lo, hi, hit_out);
             if (kind >= 0)
                 return kind;
         }

@@ -15,6 +15,12 @@
  * at most TB_REG_SHARDS per level, whatever its size. A shard with no range
  * of the kinds asked is skipped by atomic loads, without its lock.
  *
+ * Memory a binary shows (frozen) is kept by thread instead: each thread
+ * adds to a stripe of its own, so processes taking binary views of memory
+ * that lies close together (small tensors allocated one after another)
+ * never share a lock, and a query for frozen memory (write!, which copies
+ * anyway) visits every stripe.
+ *
  * Ranges that name a region's file also sit in one list, by file: only
  * region memory is ever compared by file, and regions are few. */
 #ifndef TB_REGISTRY_H
@@ -29,6 +35,7 @@ typedef enum { TB_REG_FROZEN, TB_REG_READ_ONLY, TB_REG_WRITING, TB_REG_MAPPED, T
 #define TB_REG_BIT(kind) (1u << (kind))
 #define TB_REG_LEVELS 3
 #define TB_REG_SHARDS 64
+#define TB_REG_STRIPES 16
 
 typedef struct {
     _Alignas(64) pthread_mutex_t lock;
@@ -38,6 +45,7 @@ typedef struct {
 
 typedef struct {
     tb_reg_shard shards[TB_REG_LEVELS][TB_REG_SHARDS];
+    tb_reg_shard stripes[TB_REG_STRIPES]; /* frozen ranges, by thread */
     _Alignas(64) pthread_mutex_t files_lock;
     tb_range files[TB_REG_KINDS]; /* list heads */
     long file_count;
