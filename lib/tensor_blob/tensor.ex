@@ -106,11 +106,13 @@ defmodule TensorBlob.Tensor do
     translating(do: :tensor_blob.to_binary(ref(tensor), to_binary_options(opts)))
   end
 
+  # No closure on this path: making one touches a count the VM shares
+  # between schedulers.
   defp to_binary_options(opts) do
-    keys = if is_list(opts) and Keyword.keyword?(opts), do: Keyword.keys(opts), else: nil
+    map = if is_list(opts) and Keyword.keyword?(opts), do: Map.new(opts), else: nil
 
-    if keys && keys -- [:copy, :unsafe_shared_memory] == [] && Enum.uniq(keys) == keys do
-      Map.new(opts)
+    if map && map_size(map) == length(opts) && Map.keys(map) -- [:copy, :unsafe_shared_memory] == [] do
+      map
     else
       raise ArgumentError,
             "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{inspect(opts)}"
