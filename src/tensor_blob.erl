@@ -933,6 +933,7 @@ nif_error(badarg, {message, Message}, Stack) ->
 nif_error(Kind, {message, Message}, Stack) ->
     nif_raise(Kind, Message, Stack).
 
+-spec nif_raise(badarg | tensor_blob, [segment()], erlang:stacktrace()) -> no_return().
 nif_raise(Kind, Message, [{M, F, Args, Location} | Stack]) ->
     Cause = cause(Message),
     Arity = if is_list(Args) -> length(Args); true -> Args end,
