@@ -169,6 +169,12 @@ static tb_layout_result model_check(const tb_layout *l)
         m.status = TB_LAYOUT_EXTENT_OVERFLOW;
         return m;
     }
+    /* The elements' byte count (numel x element size) must fit int64 too:
+     * no tensor of them could say its size otherwise. */
+    if ((i128)m.numel * (i128)l->element_size > INT64_MAX) {
+        m.status = TB_LAYOUT_BYTES_OVERFLOW;
+        return m;
+    }
     m.reach = (uint64_t)bytes;
     m.byte_size = m.numel > 0 ? (uint64_t)bytes : 0;
     if ((u128)l->ptr + (u128)bytes > UINT64_MAX) {

@@ -25,7 +25,7 @@ eunit: nif foreign-nif load-test-builds
 # CI builds and tests both ways.
 NOCUDA_BUILD := $(BUILD)/nocuda
 nocuda-test: setup foreign-nif
-	$(MAKE) TB_CUDA=0 BUILD=$(NOCUDA_BUILD) NIF=$(NOCUDA_BUILD)/tensor_blob_nif.so $(NOCUDA_BUILD)/tensor_blob_nif.so
+	$(MAKE) TB_CUDA=0 BUILD=$(NOCUDA_BUILD) NIF=$(NOCUDA_BUILD)/tensor_blob_nif.so nif
 	TENSOR_BLOB_NIF=$(CURDIR)/$(NOCUDA_BUILD)/tensor_blob_nif MIX_ENV=test mix test
 
 # Dialyzer, zero warnings: the Erlang code (rebar3 dialyzer, its PLT in
