@@ -58,12 +58,11 @@ static atomic_llong *counter_of(const tb_torch_counter *c)
     return (atomic_llong *)((char *)c->base + TB_TORCH_COUNTER_HEADER) + c->slot;
 }
 
-/* Takes a reference in the header unless the count is already zero (the
- * last holder is unlinking the name) or not a count at all. */
-static int take_file_reference(atomic_int *count)
+int tb_torch_take_reference(atomic_int *count, int *seen)
 {
     int c = atomic_load(count);
     do {
+        *seen = c;
         if (c <= 0 || c == INT_MAX)
             return 0;
     } while (!atomic_compare_exchange_weak(count, &c, c + 1));
@@ -116,7 +115,8 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
         snprintf(message, sizeof message, "cannot map %s: %s", out->name, strerror(error));
         return message;
     }
-    if (!take_file_reference(file_refcount(out))) {
+    int seen;
+    if (!tb_torch_take_reference(file_refcount(out), &seen)) {
         munmap(out->base, out->length);
         snprintf(message, sizeof message, "ref_counter_handle: %s is being freed by its last user", out->name);
         return message;

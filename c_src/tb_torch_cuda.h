@@ -29,6 +29,7 @@
 #ifndef TB_TORCH_CUDA_H
 #define TB_TORCH_CUDA_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +59,12 @@ typedef struct {
     int64_t slot;
     char name[TB_TORCH_COUNTER_NAME_SIZE]; /* "/" and the name */
 } tb_torch_counter;
+
+/* Takes a reference in the atomic count of a PyTorch shared-memory file's
+ * header (its file_system format) unless the count is already zero (the
+ * last holder is unlinking the name) or not a count at all; *seen is the
+ * count found. Used for the CUDA counter file and for CPU regions alike. */
+int tb_torch_take_reference(atomic_int *count, int *seen);
 
 /* Maps the counter `slot` of the file `name` (a shared-memory name, with or
  * without its leading "/") and checks that it holds a share not yet

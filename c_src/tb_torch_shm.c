@@ -16,6 +16,7 @@
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
+#include "tb_torch_cuda.h"
 
 /* PyTorch keeps the count in a std::atomic<int> at the start of the header:
  * lock-free on every platform it shares memory on, so the same bytes as a
@@ -146,19 +147,6 @@ static int region_name(const ErlNifBinary *bin, char *out, size_t size)
     return 1;
 }
 
-/* Takes a reference unless the count is already zero (the last holder is
- * unlinking the name) or not a count at all. */
-static int take_reference(atomic_int *count, int *seen)
-{
-    int c = atomic_load(count);
-    do {
-        *seen = c;
-        if (c <= 0 || c == INT_MAX)
-            return 0;
-    } while (!atomic_compare_exchange_weak(count, &c, c + 1));
-    return 1;
-}
-
 ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -196,7 +184,7 @@ ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     if (!r)
         return tb_raise_error(env, "torch_shm: cannot map %T: %s", argv[0], strerror(error));
     int seen;
-    if (!take_reference(refcount_of(r->base), &seen)) {
+    if (!tb_torch_take_reference(refcount_of(r->base), &seen)) {
         tb_storage_unmap_file(&r->mapping);
         free(r);
         return tb_raise_badarg(env, "handle: %T holds no live PyTorch region (its reference count is %d)", argv[0],
