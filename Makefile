@@ -43,8 +43,14 @@ CFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=imp
 CXXFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c++17 -Wall -Wextra $(SANITIZE)
 LDFLAGS := -shared $(SANITIZE)
 
-C_SOURCES := $(wildcard c_src/tb_*.c)
-C_OBJECTS := $(C_SOURCES:c_src/%.c=$(BUILD)/%.o)
+# c_src's folders are its concerns (c_src/LAYERS); every folder is on the
+# include path, and make finds a unit's source in whichever folder holds it.
+C_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard c_src/*/*.c c_src/*/*.h c_src/*/*.cpp))))
+C_INCLUDES := $(addprefix -I,$(C_DIRS))
+vpath %.c $(C_DIRS)
+vpath %.cpp $(C_DIRS)
+C_SOURCES := $(wildcard c_src/*/tb_*.c)
+C_OBJECTS := $(patsubst %.c,$(BUILD)/%.o,$(notdir $(C_SOURCES)))
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
 DEPFLAGS = -MMD -MP
@@ -64,17 +70,17 @@ $(CONFIG_STAMP): | $(BUILD)
 	@rm -f $(BUILD)/config-*
 	@printf '%s\n' '$(BUILD_CONFIG)' > $@
 
-$(BUILD)/%.o: c_src/%.c $(CONFIG_STAMP) | $(BUILD)
-	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
+$(BUILD)/%.o: %.c $(CONFIG_STAMP) | $(BUILD)
+	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
 # A LIBTORCH_DIR that holds no libtorch is said so, not left to the
 # compiler's missing header.
 CHECK_LIBTORCH := test -z "$(filter-out /usr /usr/,$(LIBTORCH_DIR))" || test -d "$(LIBTORCH_DIR)/include/torch" || \
 	{ echo "no libtorch at LIBTORCH_DIR=$(LIBTORCH_DIR): expected its headers in $(LIBTORCH_DIR)/include/torch and its libraries in $(LIBTORCH_DIR)/lib (a libtorch tree, or the torch folder of a PyTorch install)" >&2; exit 1; }
 
-$(SHIM_OBJECT): c_src/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
+$(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 	@$(CHECK_LIBTORCH)
-	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) -Ipriv/include -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
 
@@ -82,9 +88,10 @@ LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
 	$(LINK_NIF)
 
-$(REAPER): c_src/tensor_blob_reaper.c c_src/tb_shm_names.c c_src/tb_shm_names.h $(CONFIG_STAMP)
+REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c
+$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -O2 -g -std=c11 -Wall -Wextra c_src/tensor_blob_reaper.c c_src/tb_shm_names.c -o $@
+	$(CC) -O2 -g -std=c11 -Wall -Wextra $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 
 $(BUILD) $(PRIV):
 	mkdir -p $@

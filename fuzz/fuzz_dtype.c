@@ -1,11 +1,11 @@
-/* libFuzzer harness for the dtype table lookups (c_src/tb_dtype.c):
+/* libFuzzer harness for the dtype table lookups (c_src/core/tb_dtype.c):
  * the index the NIF runs (tb_dtype_find_name, tb_dtype_find_nx, built by
  * tb_dtype_index_build with strings interned as the NIF interns atoms) and
  * tb_dtype_from_dlpack, with
  * arbitrary strings and codes.
  *
- *   clang-14 -fsanitize=fuzzer,address,undefined -Ic_src \
- *       fuzz/fuzz_dtype.c c_src/tb_dtype.c
+ *   clang-14 -fsanitize=fuzzer,address,undefined -Ic_src/core \
+ *       fuzz/fuzz_dtype.c c_src/core/tb_dtype.c
  *
  * Input format (missing bytes read as zero):
  *   bytes 0-3    DLPack code  (little-endian uint32)

@@ -1,7 +1,7 @@
-/* libFuzzer harness for the pure-C layout validation (c_src/tb_spec.c).
+/* libFuzzer harness for the pure-C layout validation (c_src/core/tb_layout.c).
  *
- *   clang-14 -fsanitize=fuzzer,address,undefined -Ic_src \
- *       fuzz/fuzz_layout.c c_src/tb_spec.c c_src/tb_dtype.c
+ *   clang-14 -fsanitize=fuzzer,address,undefined -Ic_src/core \
+ *       fuzz/fuzz_layout.c c_src/core/tb_layout.c c_src/core/tb_dtype.c
  *
  * The input is decoded into a tb_layout: a dtype (its element size comes from
  * the dtype table), ndim, ptr, and one shape and stride value per dimension.

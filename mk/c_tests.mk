@@ -3,13 +3,13 @@
 # Objects go under $(BUILD)/test; -MMD makes each depend on the headers it
 # includes.
 
-TEST_CFLAGS = -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) -Ic_src -Ic_test -Ipriv/include
+TEST_CFLAGS = -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) $(C_INCLUDES) -Ic_test -Ipriv/include
 TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/include,/usr/include)
 
 $(BUILD)/test/%.o: c_test/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -c $< -o $@
-$(BUILD)/test/src/%.o: c_src/%.c $(CONFIG_STAMP)
+$(BUILD)/test/src/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -c $< -o $@
 -include $(wildcard $(BUILD)/test/*.d $(BUILD)/test/src/*.d)
@@ -40,9 +40,9 @@ $(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o
 
 TSAN_CC ?= clang-14
 tsan-test: | $(BUILD)
-	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ic_src \
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
 		$(patsubst %,c_test/%.c,$(filter-out src/%,$(c_test_registry_SOURCES))) \
-		$(patsubst src/%,c_src/%.c,$(filter src/%,$(c_test_registry_SOURCES))) -o $(BUILD)/c_test_registry_tsan -lpthread
+		$(foreach s,$(filter src/%,$(c_test_registry_SOURCES)),$(wildcard c_src/*/$(notdir $(s)).c)) -o $(BUILD)/c_test_registry_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_registry_tsan
 
 c-test: $(C_TESTS:%=$(BUILD)/%)
@@ -66,13 +66,13 @@ valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(
 # Two more builds of the library for the load tests
 # (test/tensor_blob_load_tests.erl): one of another TB_ABI, and one that
 # fails the load step named by the environment variable TB_LOAD_FAULT
-# (c_src/tb_load.h). Only the objects that differ are rebuilt.
+# (c_src/core/tb_load.h). Only the objects that differ are rebuilt.
 LOAD_TEST := $(BUILD)/load_test
-LOAD_TEST_CFLAGS = $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) -Ipriv/include -I$(ERTS_INCLUDE)
-$(LOAD_TEST)/abi/%.o: c_src/%.c $(CONFIG_STAMP)
+LOAD_TEST_CFLAGS = $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE)
+$(LOAD_TEST)/abi/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(LOAD_TEST_CFLAGS) -DTB_ABI=0x7e57u -c $< -o $@
-$(LOAD_TEST)/faults/%.o: c_src/%.c $(CONFIG_STAMP)
+$(LOAD_TEST)/faults/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(LOAD_TEST_CFLAGS) -DTB_LOAD_FAULTS -c $< -o $@
 -include $(wildcard $(LOAD_TEST)/*/*.d)

@@ -11,7 +11,7 @@
 
 FUZZ_CC ?= clang-14
 FUZZ_SECONDS ?= 60
-FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Ic_src -Ic_test -Ipriv/include
+FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(C_INCLUDES) -Ic_test -Ipriv/include
 FUZZ_HARNESSES := layout dtype
 STRESS_CYCLES ?= 1000000
 
@@ -22,7 +22,7 @@ fuzz_dtype_SOURCES := fuzz_dtype src/tb_dtype
 $(BUILD)/fuzz/%.o: fuzz/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(DEPFLAGS) -c $< -o $@
-$(BUILD)/fuzz/src/%.o: c_src/%.c $(CONFIG_STAMP)
+$(BUILD)/fuzz/src/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(DEPFLAGS) -c $< -o $@
 -include $(wildcard $(BUILD)/fuzz/*.d $(BUILD)/fuzz/src/*.d)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Source checks over c_src, run by `make test`:
-#  1. The files form the layers listed at the top of c_src/tb_nif.c: every
-#     unit is listed, and includes only units of the layers below its own
-#     (so no include circle either).
+#  1. The files form the layers listed in c_src/LAYERS: every unit is listed
+#     once, in the folder it lives in, and includes only units of the layers
+#     below its own (so no include circle either).
 #  2. No code tests a term that enif_raise_exception returned (it is 0 in a
 #     normal emulator, so such a test never fires): errors travel as an int
 #     result and an out-parameter, and the term is returned at once.
@@ -13,44 +13,45 @@ python3 - <<'PY'
 import os, re, sys
 
 src = "c_src"
-files = sorted(f for f in os.listdir(src) if f.endswith((".c", ".h", ".cpp")))
+files = sorted(os.path.relpath(os.path.join(d, f), src)
+               for d, _, fs in os.walk(src) for f in fs if f.endswith((".c", ".h", ".cpp")))
 unit = lambda f: os.path.splitext(f)[0]
-# A unit is a .c/.h pair; it depends on the units whose headers it includes.
+by_header = {os.path.basename(f): f for f in files if f.endswith(".h")}
+# A unit is a .c/.h pair; it depends on the units whose headers it includes
+# (the build puts every folder of c_src on the include path).
 deps = {}
 for f in files:
     for line in open(os.path.join(src, f)):
         m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-        if m and os.path.exists(os.path.join(src, m.group(1))) and unit(m.group(1)) != unit(f):
-            deps.setdefault(unit(f), set()).add(unit(m.group(1)))
+        if m and m.group(1) in by_header and unit(by_header[m.group(1)]) != unit(f):
+            deps.setdefault(unit(f), set()).add(unit(by_header[m.group(1)]))
 
 failed = False
 
-# The layers, top first, from the list at the top of tb_nif.c: a line
-# "tb_a, tb_b,  description" names units; a trailing comma continues the
-# list on the next line.
+# The layers, top first: "folder/unit folder/unit | what they do".
 layer_of = {}
-head = open(os.path.join(src, "tb_nif.c")).read().split("*/", 1)[0]
-lines = head.split("Layers", 1)[1].splitlines()[1:]
-layer, continued = 0, False
-for line in lines:
-    # Names stand three spaces after the "*"; descriptions further right.
-    m = re.match(r"\s*\* {3}(?! )((?:(?:tb_\w+|tensor_blob_\w+|torch_shim),\s*)*(?:tb_\w+|tensor_blob_\w+|torch_shim)?,?)", line)
-    names = re.findall(r"tb_\w+|tensor_blob_\w+|torch_shim", m.group(1)) if m else []
-    if not names:
+layer = 0
+for n, line in enumerate(open(os.path.join(src, "LAYERS")), 1):
+    line = line.split("#", 1)[0].split("|", 1)[0].strip()
+    if not line:
         continue
-    for n in names:
-        layer_of[n] = layer
-    continued = m.group(1).rstrip().endswith(",")
-    if not continued:
-        layer += 1
+    for u in line.split():
+        if u in layer_of:
+            print(f"check_c: {src}/LAYERS:{n}: {u} is listed twice")
+            failed = True
+        if not any(unit(f) == u for f in files):
+            print(f"check_c: {src}/LAYERS:{n}: {u} names no file of {src}")
+            failed = True
+        layer_of[u] = layer
+    layer += 1
 for u in sorted({unit(f) for f in files} - set(layer_of)):
-    print(f"check_c: {u} is in no layer of the list at the top of {src}/tb_nif.c")
+    print(f"check_c: {src}/{u} is in no layer of {src}/LAYERS")
     failed = True
 for u in sorted(deps):
     for d in sorted(deps[u]):
         if u in layer_of and d in layer_of and layer_of[d] <= layer_of[u]:
             where = "beside it" if layer_of[d] == layer_of[u] else "above it"
-            print(f"check_c: {u} includes {d}, a unit {where} (the layers at the top of {src}/tb_nif.c)")
+            print(f"check_c: {u} includes {d}, a unit {where} ({src}/LAYERS)")
             failed = True
 
 # Functions that return the term of enif_raise_exception.

@@ -46,7 +46,7 @@
 -define(PINNABLE(Owner), (Owner =/= none andalso Owner =/= undefined andalso Owner =/= nil)).
 
 %% A NIF call. The NIF raises error({Kind, {message, Segments}})
-%% (c_src/tb_raise.h): it never renders a term, for it cannot know who is
+%% (c_src/beam/tb_raise.h): it never renders a term, for it cannot know who is
 %% calling. Here that becomes error({Kind, Message}), rendered the Erlang
 %% way, with the segments kept in the stacktrace's error_info, from which
 %% the Elixir facade renders the Elixir way (see Errors below). Nothing is
@@ -875,7 +875,7 @@ check_options(Opts, Known) ->
 %%--------------------------------------------------------------------
 %% Errors
 %%
-%% A message is built once, as segments (c_src/tb_raise.h): text (a string
+%% A message is built once, as segments (c_src/beam/tb_raise.h): text (a string
 %% or a binary), {term, Term} (printed as the caller's language prints
 %% terms) and {code, Erlang, Elixir} (code, spelled in each language). Each
 %% facade renders the segments its own way: this module the Erlang way into

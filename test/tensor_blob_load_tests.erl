@@ -1,7 +1,7 @@
 %% A load or an upgrade of the NIF library that fails says why: a line on
 %% stderr and a return code of its own ("load-call unsuccessful (Code)").
 %% Each reason the library lists (tensor_blob_nif:load_failures/0, from
-%% c_src/tb_load.h) is made to happen in a fresh BEAM, whose output is
+%% c_src/core/tb_load.h) is made to happen in a fresh BEAM, whose output is
 %% read back:
 %%   abi              an upgrade to a build of another TB_ABI;
 %%   too_many_builds  upgrades to copies of this build until the state has

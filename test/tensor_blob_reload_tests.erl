@@ -4,7 +4,7 @@
 %% old code and loads a new one; the new instance's on_load calls
 %% erlang:load_nif/2, and because the old instance has a NIF library loaded,
 %% ERTS runs the library's upgrade callback (not load), which takes the
-%% tensor resource type over (ERL_NIF_RT_TAKEOVER in c_src/tb_nif.c). A
+%% tensor resource type over (ERL_NIF_RT_TAKEOVER in c_src/nif/tb_nif.c). A
 %% library without an upgrade callback, or one whose upgrade fails, makes
 %% on_load fail, and then load_file returns {error, on_load_failure} and the
 %% new instance has no NIFs: so {module, _} back, old code present, and NIF

@@ -1,39 +1,7 @@
 /* The top of the NIF: load and upgrade, the function table, and the NIFs
  * about the library itself (stats, dtypes, versions, load failures, the
- * benchmarks' baselines).
- *
- * Layers, top to bottom. A unit (a .c and its .h) includes only units of
- * the layers below its own, never one beside it: scripts/check_c.sh reads
- * this list and checks every include against it.
- *
- *   tb_nif, tensor_blob_reaper    load/upgrade, the function table; the
- *                                 program that removes a dead VM's names
- *   tb_bridge                     the door for other NIF libraries
- *   tb_blob, tb_binary, tb_dlpack,
- *   tb_ipc, tb_torch_shm,
- *   tb_cuda_ipc, tb_cuda          one concern each: its NIFs
- *   tb_pin, tb_dlpack_device      pins: storages that keep an owner alive;
- *                                 DLPack devices and streams, as terms
- *   tb_tensor                     the tensor resource, tensor arguments, copies
- *   tb_storage                    what memory is
- *   tb_term, tb_state, tb_rtype   atoms, reading and making terms; what
- *                                 survives an upgrade; resource types
- *                                 striped over threads
- *   tb_raise                      raising: a message as segments (text, terms,
- *                                 code), rendered by the facade of the caller's language
- *   tb_cuda_runtime               the CUDA runtime, opened at load (no BEAM)
- *   torch_shim                    the only C++: the door to libtorch
- *   tb_dlpack_check, tb_devmem,
- *   tb_stream, tb_cuda_handle,
- *   tb_registry, tb_fault,
- *   tb_shm_names, tb_torch_cuda   pure C decisions: no BEAM, no libtorch
- *                                 (tb_devmem, tb_stream, tb_cuda_handle,
- *                                 tb_torch_cuda over tb_cuda_ops.h; tb_registry: guarded memory;
- *                                 tb_fault: the SIGBUS guard of our copies;
- *                                 tb_shm_names: region names and their locks)
- *   tb_dtype, tb_device, tb_layout,
- *   tb_count, tb_intervals,
- *   tb_load, tb_cuda_ops          pure C tables and types
+ * benchmarks' baselines). The layers of c_src, from this unit down, are in
+ * c_src/LAYERS (checked by scripts/check_c.sh).
  */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
 #include <dlfcn.h>
