@@ -10,9 +10,35 @@
 #                (Debian's libtorch-dev).
 
 LIBTORCH_DIR ?=
+
+# Where the build goes. Building tensor_blob itself: the objects in build/,
+# the library in priv/, the doc chunks in doc/. Built as a dependency, Mix
+# and rebar3 give the application's directory in their own build folder as
+# APP_DIR (Mix: _build/<env>/lib/tensor_blob): then the objects go to
+# APP_DIR/obj, the library and the reaper are built there and installed into
+# APP_DIR/priv, the doc chunks into APP_DIR/doc/chunks, and nothing is
+# written into this checkout. So a read-only checkout builds, and projects
+# that share one checkout with different LIBTORCH_DIRs keep their builds
+# apart. This project's own _build (its Mix and rebar3 builds), and a
+# checkout that is its own application directory (a rebar3 dependency
+# fetched into the build folder), build in build/ and priv/.
+APP_DIR ?=
+ifneq ($(strip $(APP_DIR)),)
+APP_DIR_ABS := $(or $(realpath $(APP_DIR)),$(abspath $(APP_DIR)))
+ifeq ($(filter $(CURDIR) $(CURDIR)/_build/%,$(APP_DIR_ABS)),)
+AS_DEPENDENCY := 1
+endif
+endif
+
+ifdef AS_DEPENDENCY
+BUILD ?= $(APP_DIR_ABS)/obj
+NIF ?= $(BUILD)/tensor_blob_nif.so
+DOC_DIR := $(APP_DIR_ABS)/doc
+else
 BUILD ?= build
-PRIV := priv
-NIF ?= $(PRIV)/tensor_blob_nif.so
+NIF ?= priv/tensor_blob_nif.so
+DOC_DIR := doc
+endif
 # The process that removes a VM's shared-memory names once it is gone: it
 # lives beside the library, which starts it.
 REAPER = $(dir $(NIF))tensor_blob_reaper
@@ -67,6 +93,7 @@ BUILD_CONFIG := libtorch=$(LIBTORCH_DIR) cuda=$(TB_CUDA):$(CUDA_HOME) cc=$(CC) c
 CONFIG_STAMP := $(BUILD)/config-$(shell printf '%s' '$(BUILD_CONFIG)' | md5sum | cut -c1-16)
 
 $(CONFIG_STAMP): | $(BUILD)
+	@$(CHECK_LIBTORCH)
 	@rm -f $(BUILD)/config-*
 	@printf '%s\n' '$(BUILD_CONFIG)' > $@
 
@@ -74,18 +101,24 @@ $(BUILD)/%.o: %.c $(CONFIG_STAMP) | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
 # A LIBTORCH_DIR that holds no libtorch is said so, not left to the
-# compiler's missing header.
-CHECK_LIBTORCH := test -z "$(filter-out /usr /usr/,$(LIBTORCH_DIR))" || test -d "$(LIBTORCH_DIR)/include/torch" || \
+# compiler's missing header: checked when the configuration changes, before
+# anything compiles (every object depends on the configuration's stamp).
+ifeq ($(filter-out /usr /usr/,$(LIBTORCH_DIR)),)
+CHECK_LIBTORCH := test -d /usr/include/torch/csrc/api/include || \
+	{ echo "no libtorch: the system has none (Debian: apt-get install libtorch-dev) and LIBTORCH_DIR is not set (a libtorch tree, or the torch folder of a PyTorch install)" >&2; exit 1; }
+else
+CHECK_LIBTORCH := { test -d "$(LIBTORCH_DIR)/include/torch" && ls "$(LIBTORCH_DIR)"/lib/libtorch.* >/dev/null 2>&1; } || \
 	{ echo "no libtorch at LIBTORCH_DIR=$(LIBTORCH_DIR): expected its headers in $(LIBTORCH_DIR)/include/torch and its libraries in $(LIBTORCH_DIR)/lib (a libtorch tree, or the torch folder of a PyTorch install)" >&2; exit 1; }
+endif
 
 $(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
-	@$(CHECK_LIBTORCH)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
 
 LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
-$(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
+$(NIF): $(C_OBJECTS) $(SHIM_OBJECT)
+	@mkdir -p $(dir $@)
 	$(LINK_NIF)
 
 REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c
@@ -93,35 +126,62 @@ $(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -std=c11 -Wall -Wextra $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 
-$(BUILD) $(PRIV):
+$(BUILD):
 	mkdir -p $@
+
+ifdef AS_DEPENDENCY
+# The application's priv: the library and the reaper beside the shipped
+# files (priv/include, priv/python), in a folder of its own. Mix and rebar3
+# link APP_DIR/priv to the checkout's priv; that link becomes a folder
+# (which they keep, Mix copying the checkout's priv into it before each
+# compile: hence writable copies), and the products are copied in on every
+# build, through a new file renamed over the old (a VM may have the old one
+# loaded).
+APP_PRIV := $(APP_DIR_ABS)/priv
+SHIPPED_PRIV := $(filter-out priv/tensor_blob_nif.so priv/tensor_blob_reaper,$(wildcard priv/*))
+nif: install-nif
+install-nif: $(NIF) $(REAPER)
+	@if [ -L "$(APP_PRIV)" ]; then rm -f "$(APP_PRIV)"; fi
+	@mkdir -p "$(APP_PRIV)"
+	@for f in $(SHIPPED_PRIV); do rm -rf "$(APP_PRIV)/$${f#priv/}" && cp -R "$$f" "$(APP_PRIV)/" && chmod -R u+w "$(APP_PRIV)/$${f#priv/}" || exit 1; done
+	@for f in $(NIF) $(REAPER); do t="$(APP_PRIV)/$$(basename "$$f")"; \
+	    cmp -s "$$f" "$$t" || { cp "$$f" "$$t.new" && mv -f "$$t.new" "$$t"; } || exit 1; done
+	@chmod -R u+w "$(APP_PRIV)"
+.PHONY: install-nif
+endif
 
 # The Erlang API's doc chunks (EEP 48), for h(tensor_blob, to_blob) in the
 # shell: doc/chunks/tensor_blob.chunk, shipped beside ebin. Mix and rebar3
 # copy it into the application directory they build (install-docs).
-CHUNKS := doc/chunks/tensor_blob.chunk
+CHUNKS := $(DOC_DIR)/chunks/tensor_blob.chunk
 chunks: $(CHUNKS)
 # Without edoc (Debian's erlang-edoc; erlang-nox brings it) the library still
 # builds: the chunks are skipped with a note, and h/2 has no text to show.
 $(CHUNKS): src/tensor_blob.erl
-	@erl -noshell -eval 'case code:which(edoc) of non_existing -> io:format("note: edoc is not installed (Debian: erlang-edoc), so the Erlang API has no doc chunks~n"); _ -> ok = edoc:files(["src/tensor_blob.erl"], [{doclet, edoc_doclet_chunks}, {layout, edoc_layout_chunks}, {dir, "doc"}, {preprocess, true}]) end, halt().'
+	@erl -noshell -eval 'case code:which(edoc) of non_existing -> io:format("note: edoc is not installed (Debian: erlang-edoc), so the Erlang API has no doc chunks~n"); _ -> ok = edoc:files(["src/tensor_blob.erl"], [{doclet, edoc_doclet_chunks}, {layout, edoc_layout_chunks}, {dir, "$(DOC_DIR)"}, {preprocess, true}]) end, halt().'
 
-# install-docs APP_DIR=dir: the chunks into dir/doc/chunks (unless dir is here).
+# install-docs APP_DIR=dir: the chunks into dir/doc/chunks (built there
+# directly for a dependency; nothing to do when dir is here).
 install-docs: $(CHUNKS)
 	@test -n "$(APP_DIR)" || { echo "install-docs: set APP_DIR"; exit 2; }
-	@if [ -f $(CHUNKS) ] && [ "$$(cd "$(APP_DIR)" 2>/dev/null && pwd -P)" != "$$(pwd -P)" ]; then \
-	    mkdir -p "$(APP_DIR)/doc/chunks" && cp $(CHUNKS) "$(APP_DIR)/doc/chunks/"; fi
+	@if [ -f $(CHUNKS) ] && [ "$$(cd "$(APP_DIR)" 2>/dev/null && pwd -P)" != "$$(pwd -P)" ] && \
+	    [ "$(DOC_DIR)" = doc ]; then mkdir -p "$(APP_DIR)/doc/chunks" && cp $(CHUNKS) "$(APP_DIR)/doc/chunks/"; fi
 
 clean:
 	rm -rf $(BUILD) $(NIF) $(REAPER) doc/chunks _build
 
 # What Mix's clean removes: the library's build products, not _build, and
 # not what else lives under $(BUILD) (the Debian 13 root, Nx builds, the
-# consumer projects): a consumer's `mix deps.compile --force tensor_blob`
-# runs this in our checkout.
+# consumer projects). For a dependency (APP_DIR), its objects and what was
+# installed into its application directory.
+ifdef AS_DEPENDENCY
+clean-nif:
+	rm -rf $(BUILD) $(APP_PRIV)/tensor_blob_nif.so $(APP_PRIV)/tensor_blob_reaper $(DOC_DIR)/chunks
+else
 clean-nif:
 	rm -f $(BUILD)/*.o $(BUILD)/*.d $(BUILD)/config-* $(NIF) $(REAPER)
 	rm -rf doc/chunks
+endif
 
 # The tests, the checks and the tools (absent from a package, which only
 # builds).

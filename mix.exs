@@ -1,11 +1,14 @@
 defmodule Mix.Tasks.Compile.TensorBlobNif do
   @moduledoc false
-  # Builds priv/tensor_blob_nif.so and the Erlang API's doc chunks with make:
-  # no Hex package needed, so the project compiles offline, as a dependency
-  # too. make records the build configuration (LIBTORCH_DIR, CUDA, compilers,
-  # flags) beside the objects and rebuilds when it changes; the doc chunks
-  # are copied into this application's directory under _build, where
-  # code:get_doc/1 finds them.
+  # Builds the NIF library and the Erlang API's doc chunks with make: no Hex
+  # package needed, so the project compiles offline, as a dependency too.
+  # make is given this application's directory under _build (APP_DIR): as
+  # someone's dependency, everything is built there (objects in obj/, the
+  # library in priv/, the chunks in doc/chunks), never in this checkout, so
+  # a read-only checkout builds and projects sharing one keep their builds
+  # apart; as the top-level project, in build/ and priv/ as `make` does.
+  # make records the build configuration (LIBTORCH_DIR, CUDA, compilers,
+  # flags) beside the objects and rebuilds when it changes.
   use Mix.Task.Compiler
 
   @root __DIR__
@@ -25,7 +28,7 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
 
   @impl true
   def clean do
-    {_output, _status} = make(["clean-nif"])
+    {_output, _status} = make(["clean-nif", "APP_DIR=#{Mix.Project.app_path()}"])
     File.rm_rf!(Path.join(Mix.Project.app_path(), "doc"))
     :ok
   end

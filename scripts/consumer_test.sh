@@ -22,17 +22,91 @@ mkdir -p examples/rebar3_consumer/_checkouts
 ln -sfn ../../.. "$checkout"
 (cd examples/rebar3_consumer && rebar3 eunit)
 
-echo "==> consumer-test: both projects copied outside the repository"
+echo "==> consumer-test: both projects copied outside the repository, over a read-only checkout"
 # Nothing they pass may depend on sitting inside the repository: copies in
-# a temporary directory name it by its absolute path.
+# a temporary directory name it by its absolute path. The library is a copy
+# too, of what a checkout holds (no build products), made read-only: a
+# dependency builds in its consumer's build folder (Mix's _build/<env>/lib/
+# tensor_blob, rebar3's _build/<profile>/checkouts/tensor_blob), never in
+# the checkout. As root, chmod does not stop a write: the checkout's
+# listing (names, sizes, times, modes) is compared before and after.
 outside="$(mktemp -d)"
-trap 'rm -rf "$outside"' EXIT
+trap 'chmod -R u+w "$outside"; rm -rf "$outside"' EXIT
+checkout="$outside/tensor_blob"
+mkdir "$checkout"
+git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+    [ -e "$f" ] && printf '%s\0' "$f"
+done | tar -cf - --null -T - | tar -xf - -C "$checkout"
+listing() { find "$checkout" -printf '%p %s %T@ %m\n' | sort; }
+chmod -R a-w "$checkout"
+before="$(listing)"
+
 cp -r examples/mix_consumer examples/rebar3_consumer "$outside/"
 rm -rf "$outside"/*/_build "$outside"/*/deps "$outside"/*/_checkouts
-(cd "$outside/mix_consumer" && TENSOR_BLOB_PATH="$root" MIX_ENV=test mix test)
+(cd "$outside/mix_consumer" && TENSOR_BLOB_PATH="$checkout" MIX_ENV=test mix test)
 mkdir -p "$outside/rebar3_consumer/_checkouts"
-ln -s "$root" "$outside/rebar3_consumer/_checkouts/tensor_blob"
+ln -s "$checkout" "$outside/rebar3_consumer/_checkouts/tensor_blob"
 (cd "$outside/rebar3_consumer" && rebar3 eunit)
+app="$outside/mix_consumer/_build/test/lib/tensor_blob"
+for product in "$app/priv/tensor_blob_nif.so" "$app/priv/tensor_blob_reaper" "$app/priv/include/tensor_blob.h" \
+    "$app/obj/torch_shim.o" "$app/doc/chunks/tensor_blob.chunk" \
+    "$outside/rebar3_consumer/_build/test/checkouts/tensor_blob/priv/tensor_blob_nif.so"; do
+    [ -e "$product" ] || { echo "consumer-test: no $product" >&2; exit 1; }
+done
+
+echo "==> consumer-test: two consumers of one checkout with different LIBTORCH_DIRs"
+# The second consumer names the same libtorch by another path (a tree of
+# links to it), which is another build configuration. Each builds in its
+# own _build: building one leaves the other's build as it was.
+tree="$outside/libtorch"
+if [ -n "${LIBTORCH_DIR:-}" ] && [ "$LIBTORCH_DIR" != /usr ]; then
+    ln -s "$LIBTORCH_DIR" "$tree"
+else
+    mkdir -p "$tree/include" "$tree/lib"
+    for d in ATen c10 caffe2 torch; do ln -s "/usr/include/$d" "$tree/include/$d"; done
+    for l in libtorch libtorch_cpu libc10; do ln -s "$(cc -print-file-name=$l.so)" "$tree/lib/$l.so"; done
+fi
+cp -r examples/mix_consumer "$outside/second_consumer"
+rm -rf "$outside/second_consumer/_build"
+(cd "$outside/second_consumer" && TENSOR_BLOB_PATH="$checkout" LIBTORCH_DIR="$tree" MIX_ENV=test mix test)
+grep -q "libtorch=$tree " "$outside"/second_consumer/_build/test/lib/tensor_blob/obj/config-* ||
+    { echo "consumer-test: the second consumer was not built with LIBTORCH_DIR=$tree" >&2; exit 1; }
+marker="$outside/marker"
+touch "$marker"
+sleep 1
+(cd "$outside/mix_consumer" && TENSOR_BLOB_PATH="$checkout" MIX_ENV=test mix test)
+(cd "$outside/second_consumer" && TENSOR_BLOB_PATH="$checkout" LIBTORCH_DIR="$tree" MIX_ENV=test mix test)
+rebuilt="$(find "$outside/mix_consumer/_build" "$outside/second_consumer/_build" \
+    \( -name '*.o' -o -name '*.so' \) -newer "$marker")"
+if [ -n "$rebuilt" ]; then
+    printf '%s\n' "$rebuilt" >&2
+    echo "consumer-test: one consumer's build rebuilt the other's" >&2
+    exit 1
+fi
+
+echo "==> consumer-test: a LIBTORCH_DIR without libtorch, reported before anything compiles"
+cp -r examples/mix_consumer "$outside/wrong_consumer"
+rm -rf "$outside/wrong_consumer/_build"
+if out="$(cd "$outside/wrong_consumer" && TENSOR_BLOB_PATH="$checkout" LIBTORCH_DIR="$outside/nowhere" MIX_ENV=test mix compile 2>&1)" ||
+    ! grep -q "no libtorch at LIBTORCH_DIR=$outside/nowhere" <<<"$out"; then
+    printf '%s\n' "$out" >&2
+    echo "consumer-test: a LIBTORCH_DIR without libtorch is not named as such" >&2
+    exit 1
+fi
+compiled="$(find "$outside/wrong_consumer/_build" -name '*.o')"
+if [ -n "$compiled" ] || grep -q -- ' -c c_src/' <<<"$out"; then
+    printf '%s\n' "$compiled" >&2
+    echo "consumer-test: files compiled before the wrong LIBTORCH_DIR was reported" >&2
+    exit 1
+fi
+
+after="$(listing)"
+chmod -R u+w "$checkout"
+if [ "$after" != "$before" ]; then
+    diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") >&2 || true
+    echo "consumer-test: building the consumers wrote into the checkout" >&2
+    exit 1
+fi
 
 echo "==> consumer-test: build integration"
 # A changed build configuration (here a libtorch tree that is not there)
