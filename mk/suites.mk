@@ -74,15 +74,24 @@ docs-test: nif
 check-c:
 	scripts/check_c.sh
 
-# Sharing with Python processes (test/python/sharing_test.py): PyTorch's
-# file_system strategy where torch imports, multiprocessing.shared_memory
-# wherever python3 runs. PYTHON: the interpreter; unset, the first of
-# python3 and /usr/bin/python3 that imports torch, else python3. Skipped,
-# with a note, where there is no python3.
+# Sharing with Python processes (test/python/*_test.py): PyTorch's
+# file_system strategy and multiprocessing.shared_memory, by hand
+# (sharing_test.py) and through the module shipped in priv/python
+# (module_test.py). PYTHON: the interpreter; unset, the first of python3
+# and /usr/bin/python3 (Debian's, with python3-torch, which make setup
+# installs) that imports torch, else python3. The PyTorch tests are
+# expected to run: without torch (or without python3) the suite fails,
+# unless PYTHON_TORCH=0, which skips them with a note.
 PYTHON ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import torch' >/dev/null 2>&1 && { echo $$p; exit; }; done; command -v python3)
+PYTHON_TORCH ?= 1
 python-test: nif
-	@if [ -z "$(PYTHON)" ]; then echo "python-test: no python3, skipped"; exit 0; fi; \
-	MIX_ENV=test mix compile && $(PYTHON) test/python/sharing_test.py
+	@if [ -z "$(PYTHON)" ]; then \
+	    if [ "$(PYTHON_TORCH)" = 1 ]; then echo "python-test: no python3 (make setup installs python3-torch; PYTHON_TORCH=0 skips the PyTorch tests)" >&2; exit 1; fi; \
+	    echo "python-test: no python3, skipped"; exit 0; fi; \
+	MIX_ENV=test mix compile && status=0; \
+	for t in test/python/*_test.py; do \
+	    echo "==> $(PYTHON) $$t"; TB_EXPECT_TORCH=$(PYTHON_TORCH) $(PYTHON) $$t || status=1; \
+	done; exit $$status
 
 # The suites of `make test`, without the setup (compat-test runs them too).
 suites: nif

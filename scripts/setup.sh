@@ -9,11 +9,10 @@ packages=(
   elixir rebar3
   libtorch-dev
   clang-14 libclang-rt-14-dev valgrind
+  # PyTorch in Debian's python: make python-test shares tensors with it,
+  # make bench compares with its own DLPack round trip.
+  python3-torch
 )
-# make bench compares with PyTorch's own DLPack round trip, in Debian's python.
-if [ "${1:-}" = "--bench" ]; then
-  packages+=(python3-torch)
-fi
 
 missing=()
 for p in "${packages[@]}"; do

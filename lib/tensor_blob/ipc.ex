@@ -156,4 +156,83 @@ defmodule TensorBlob.IPC do
   def open(handle, dtype, shape) do
     translating(do: Tensor.wrap(:tensor_blob.ipc_open(handle, dtype, shape)))
   end
+
+  @doc """
+  A handle of a CPU region as the map that other languages read: its
+  `handle` (the region's name), `dtype` and `shape` (of the exporting
+  tensor) and `data_size`, with string keys. The `tensor_blob` Python
+  module shipped in the library's `priv/python` opens it
+  (`tensor_blob.open(spec)`); `to_json/1` prints it.
+
+      iex> handle = TensorBlob.IPC.export_torch(TensorBlob.IPC.torch_zeros({2, 2}, :float32))
+      iex> spec = TensorBlob.IPC.to_map(handle)
+      iex> {spec["dtype"], spec["shape"], spec["data_size"]}
+      {"float32", [2, 2], 16}
+  """
+  @spec to_map(Handle.t()) :: %{String.t() => String.t() | [non_neg_integer()] | non_neg_integer()}
+  def to_map(%Handle{address: nil, handle: name, data_size: size, tensor: tensor}) do
+    %{
+      "handle" => name,
+      "dtype" => to_string(Tensor.dtype(tensor)),
+      "shape" => Tuple.to_list(Tensor.shape(tensor)),
+      "data_size" => size
+    }
+  end
+
+  def to_map(%Handle{address: device}) when is_integer(device) do
+    raise ArgumentError,
+          "a CUDA IPC handle has no map for other languages: " <>
+            "PyTorch takes CUDA tensors by TensorBlob.CUDA.export_torch_share/1"
+  end
+
+  @doc """
+  `to_map/1` as one line of JSON, for a Python process (or any other) to
+  read: `tensor_blob.open(line)` in the shipped Python module.
+  """
+  @spec to_json(Handle.t()) :: String.t()
+  def to_json(handle), do: TensorBlob.IPC.JSON.encode(to_map(handle))
+
+  @doc """
+  A tensor over the region a map names: the map `to_map/1` gives, or the
+  one the Python module's `tensor_blob.export(t)` and
+  `tensor_blob.describe(shm, dtype, shape)` print (its JSON text, or the
+  map with string or atom keys `handle`, `dtype`, `shape`). The same as
+  `open(spec["handle"], dtype, shape)`.
+  """
+  @spec open(map() | String.t()) :: Tensor.t()
+  def open(spec) when is_binary(spec) do
+    case TensorBlob.IPC.JSON.decode(spec) do
+      {:ok, map} when is_map(map) ->
+        open(map)
+
+      _ ->
+        raise ArgumentError,
+              "expected a shared tensor's map as JSON " <>
+                ~s({"handle": ..., "dtype": ..., "shape": [...]}, got: #{inspect(spec)})
+    end
+  end
+
+  def open(%{} = spec) do
+    field = fn key -> Map.get(spec, key, Map.get(spec, Atom.to_string(key))) end
+
+    with name when is_binary(name) <- field.(:handle),
+         dtype when is_binary(dtype) or is_atom(dtype) <- field.(:dtype),
+         shape when is_list(shape) <- field.(:shape),
+         true <- Enum.all?(shape, &(is_integer(&1) and &1 >= 0)) do
+      open(name, dtype_atom(dtype), List.to_tuple(shape))
+    else
+      _ ->
+        raise ArgumentError,
+              "expected a shared tensor's map with handle (a region's name), " <>
+                "dtype and shape (a list of sizes), got: #{inspect(spec)}"
+    end
+  end
+
+  defp dtype_atom(dtype) when is_atom(dtype), do: dtype
+
+  defp dtype_atom(dtype) do
+    String.to_existing_atom(dtype)
+  rescue
+    ArgumentError -> raise ArgumentError, "unknown dtype #{inspect(dtype)}"
+  end
 end

@@ -3,21 +3,51 @@
 #
 #   open NAME N                  a float32 {N} tensor over a region (IPC.open)
 #   read NAME                    its values
-#   set NAME I VALUE             element I := VALUE (write!)
+#   set NAME I VALUE             element (or row) I := VALUE (write!)
 #   drop NAME                    forget it and collect: the last tensor is freed
 #   export_torch VALUES          a new float32 tensor, exported in PyTorch's format
 #   export VALUES                a new float32 tensor, exported as a plain region
 #   memory NAME                  Tensor.memory/1
 #   tensors                      live tensors (TensorBlob.stats/0)
+#   export_torch_json DTYPE DIMS VALUES
+#                                a new DTYPE (float32, int64) tensor of shape
+#                                DIMS (2x3), exported in PyTorch's format:
+#                                IPC.to_json/1 of the handle
+#   export_json DTYPE DIMS VALUES the same, exported as a plain region
+#   open_json JSON               IPC.open/1 of a map's JSON: its shape (2x3)
+#                                and values; held under the map's handle
 #
 # The loop collects its garbage after each command, before it answers: a
 # dropped tensor is freed by then.
 alias TensorBlob.{IPC, Tensor}
 
 defmodule Peer do
-  def values(t), do: for(<<x::float-32-native <- Tensor.to_binary(t)>>, do: x)
+  def values(t) do
+    case Tensor.dtype(t) do
+      :float32 -> for <<x::float-32-native <- Tensor.to_binary(t)>>, do: x
+      :int64 -> for <<x::signed-64-native <- Tensor.to_binary(t)>>, do: x
+    end
+  end
 
-  def floats(list), do: for(v <- list, into: <<>>, do: <<String.to_float(v)::float-32-native>>)
+  def floats(list), do: encode(:float32, list)
+
+  def encode(:float32, list), do: for(v <- list, into: <<>>, do: <<number(v)::float-32-native>>)
+  def encode(:int64, list), do: for(v <- list, into: <<>>, do: <<String.to_integer(v)::signed-64-native>>)
+
+  defp number(v) do
+    case Float.parse(v) do
+      {f, ""} -> f
+      _ -> raise ArgumentError, "not a number: #{v}"
+    end
+  end
+
+  def dims(text), do: text |> String.split("x") |> Enum.map(&String.to_integer/1) |> List.to_tuple()
+  def dims_text(shape), do: shape |> Tuple.to_list() |> Enum.join("x")
+
+  def typed(dtype, dims, values) do
+    dtype = String.to_existing_atom(dtype)
+    Tensor.from_binary(encode(dtype, values), dtype, dims(dims))
+  end
 
   def reply(words), do: Enum.join(["ok" | Enum.map(words, &to_string/1)], " ")
 
@@ -56,8 +86,8 @@ defmodule Peer do
 
   defp command(["set", name, i, v], held) do
     t = Map.fetch!(held, name)
-    i = String.to_integer(i)
-    Tensor.write!(Tensor.narrow(t, 0, i, 1), floats([v]))
+    slice = Tensor.narrow(t, 0, String.to_integer(i), 1)
+    Tensor.write!(slice, encode(Tensor.dtype(t), List.duplicate(v, length(values(slice)))))
     {reply([]), held}
   end
 
@@ -77,6 +107,23 @@ defmodule Peer do
 
   defp command(["memory", name], held) do
     {reply([Tensor.memory(Map.fetch!(held, name))]), held}
+  end
+
+  defp command(["export_torch_json", dtype, dims | values], held) do
+    h = IPC.export_torch(typed(dtype, dims, values))
+    {"ok " <> IPC.to_json(h), Map.put(held, h.handle, h.tensor)}
+  end
+
+  defp command(["export_json", dtype, dims | values], held) do
+    h = IPC.export(typed(dtype, dims, values))
+    {"ok " <> IPC.to_json(h), Map.put(held, h.handle, h.tensor)}
+  end
+
+  defp command(["open_json" | json], held) do
+    json = Enum.join(json, " ")
+    t = IPC.open(json)
+    {:ok, %{"handle" => name}} = TensorBlob.IPC.JSON.decode(json)
+    {reply([dims_text(Tensor.shape(t)) | values(t)]), Map.put(held, name, t)}
   end
 
   defp command(["tensors"], held) do

@@ -5,8 +5,9 @@ Run by `make python-test` (and so by `make test` and `make compat-test`):
     python3 test/python/sharing_test.py
 
 The BEAM side is test/python/peer.exs under `mix run`, driven one command a
-line. PyTorch's `file_system` sharing is tested where torch imports; Python's
-multiprocessing.shared_memory everywhere. Every test drops the tensors in
+line. PyTorch's `file_system` sharing is tested where torch imports (and
+the run fails without torch where TB_EXPECT_TORCH=1, as `make python-test`
+sets); Python's multiprocessing.shared_memory everywhere. Every test drops the tensors in
 both orders, reads the reference count from PyTorch's header, and checks
 that /dev/shm is left as it was found.
 """
@@ -257,6 +258,9 @@ def main():
         for first in (True, False):
             tests.append((f"pytorch -> beam, {'python' if first else 'beam'} drops first", torch_to_beam, first))
             tests.append((f"beam -> pytorch, {'python' if first else 'beam'} drops first", beam_to_torch, first))
+    elif os.environ.get("TB_EXPECT_TORCH") == "1":
+        print("FAILED torch is not importable by %s, and TB_EXPECT_TORCH=1 (make setup installs python3-torch)" % sys.executable)
+        sys.exit(1)
     else:
         print("torch is not importable by %s: the PyTorch tests are skipped" % sys.executable)
     for first in (True, False):
