@@ -61,12 +61,12 @@ consumer-test: nif
 
 # Every code block of README.md and guides/*.md, run and checked against the
 # output it shows (scripts/docs_test.exs; the convention is in
-# ARCHITECTURE.md): one VM per file.
+# ARCHITECTURE.md): one VM per file, and one PYTHON for its python blocks.
 DOCS := README.md $(sort $(wildcard guides/*.md))
 docs-test: nif
 	MIX_ENV=test mix compile
 	@status=0; for f in $(DOCS); do \
-	    MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
+	    PYTHON=$(PYTHON) MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
 	done; exit $$status
 
 # Source checks: the include layers of c_src, and no test of a term that

@@ -13,10 +13,22 @@
 #                    no CUDA (the errors it gives), parsed only elsewhere
 #   ```elixir nx     (or torchx) run where Nx (Torchx) is loaded, parsed
 #                    only elsewhere
+#   ```elixir torch  run where the file's Python blocks have torch (they
+#                    made what it opens), parsed only elsewhere
 #   ```elixir norun  (or erlang norun) parsed only: a snippet that is not a
 #                    program (a mix.exs deps list, rebar.config)
 #   ```c             compiled (-fsyntax-only) against priv/include
+#   ```python        run here, in order with the file's other blocks, in
+#                    one Python process per file (scripts/docs_test.py:
+#                    the blocks share their names, as one Python session),
+#                    with the library's priv/python on PYTHONPATH; PYTHON
+#                    names the interpreter (default python3)
+#   ```python torch  (or python cuda) run where torch imports (a GPU is
+#                    there), parsed only elsewhere; python norun: parsed only
 #   anything else    (sh, text, ...) not code: counted, not run
+#
+# TMPDIR is a folder of the run's own, for the VM and Python alike: blocks
+# of the two languages may hand each other files there.
 #
 # Inside a run block, a comment line states what the code above it gives:
 #
@@ -27,6 +39,9 @@
 #   # ** (ArgumentError) text      the last expression above raises that
 #                                  exception, its message starting with text
 #                                  (the expressions before it run as usual)
+#   expr  # => text                Python: the repr of the value is text
+#                                  ("..." matches anything)
+#   # ** ValueError: text          Python: the last line raises that
 #   Expr  % => Pattern             Erlang: the value matches Pattern
 #   % ** error: Pattern            the last expression above raises error (or
 #                                  throw, exit) with a reason matching Pattern
@@ -38,7 +53,12 @@
 defmodule DocsTest do
   @erlang_runner Path.expand("docs_test.erl", __DIR__)
 
+  @python_runner Path.expand("docs_test.py", __DIR__)
+
   def main([file]) do
+    tmp = Path.join(System.tmp_dir!(), "tb_docs_#{System.unique_integer([:positive])}")
+    File.mkdir_p!(tmp)
+    System.put_env("TMPDIR", tmp)
     text = File.read!(file)
     blocks = blocks(text)
     results = run_file(file, blocks)
@@ -50,6 +70,10 @@ defmodule DocsTest do
         "#{counts[:parsed] || 0} parsed only, #{counts[:text] || 0} not code, " <>
         "#{length(failures)} failed"
     )
+
+    # Python drops what its blocks hold while this VM still holds its side.
+    if Process.get(:docs_python), do: python_request("quit", 0, nil, "")
+    File.rm_rf!(tmp)
 
     if failures != [] do
       Enum.each(failures, &IO.puts(:stderr, &1))
@@ -84,6 +108,7 @@ defmodule DocsTest do
   end
 
   defp run_file(file, blocks) do
+    Process.put(:docs_file, file)
     env = Code.env_for_eval(file: file)
     gpu? = TensorBlob.CUDA.available?()
     cuda_torch? = TensorBlob.CUDA.runtime().libtorch
@@ -99,6 +124,7 @@ defmodule DocsTest do
         "nocuda" in tags and cuda_torch? -> :parse
         "nx" in tags and not loaded?.(Nx) -> :parse
         "torchx" in tags and not loaded?.(Torchx) -> :parse
+        "torch" in tags and not (python() != nil and python_torch?()) -> :parse
         true -> :run
       end
     end
@@ -116,6 +142,15 @@ defmodule DocsTest do
 
         {line, "c", _tags, body}, state ->
           {compile_c(line, body), state}
+
+        {line, "python", tags, body}, state ->
+          cond do
+            python() == nil -> {{:text}, state}
+            "norun" in tags -> {parse_python(line, body), state}
+            "cuda" in tags and not gpu? -> {parse_python(line, body), state}
+            "torch" in tags and not python_torch?() -> {parse_python(line, body), state}
+            true -> {run_python(line, body), state}
+          end
 
         {_line, _lang, _tags, _body}, state ->
           {{:text}, state}
@@ -313,6 +348,77 @@ defmodule DocsTest do
     Enum.map(results, fn
       {:fail, line, msg} -> {:fail, line, to_string(msg)}
       other -> other
+    end)
+  end
+
+  # Python: one process per file, started at its first python block.
+  defp python do
+    case System.get_env("PYTHON", "") do
+      "" -> System.find_executable("python3")
+      python -> System.find_executable(python)
+    end
+  end
+
+  defp python_port do
+    with nil <- Process.get(:docs_python) do
+      priv_python = Path.join(to_string(:code.priv_dir(:tensor_blob)), "python")
+
+      port =
+        Port.open({:spawn_executable, python()}, [
+          :binary,
+          :exit_status,
+          {:packet, 4},
+          args: [@python_runner, Process.get(:docs_file, "<docs>")],
+          env: [{~c"PYTHONPATH", String.to_charlist(priv_python)}]
+        ])
+
+      Process.put(:docs_python, port)
+      port
+    end
+  end
+
+  defp python_torch? do
+    with nil <- Process.get(:docs_python_torch) do
+      torch? = python_request("probe", 0, nil, "") == :ok
+      Process.put(:docs_python_torch, torch?)
+      torch?
+    end
+  end
+
+  defp python_request(op, line, expect, code) do
+    port = python_port()
+
+    {kind, text} =
+      case expect do
+        nil -> {"none", ""}
+        {:value, text} -> {"value", text}
+        {:raise, text} -> {"raise", text}
+      end
+
+    Port.command(port, Enum.join([op, line, kind, String.replace(text, "\n", " "), code], "\n"))
+
+    receive do
+      {^port, {:data, "ok"}} -> :ok
+      {^port, {:data, "fail\n" <> why}} -> {:fail, why}
+      {^port, {:exit_status, status}} -> {:fail, "python exited (status #{status})"}
+    after
+      300_000 -> {:fail, "python did not answer in 300 s"}
+    end
+  end
+
+  defp parse_python(line, body) do
+    case python_request("parse", line, nil, Enum.map_join(body, "\n", &elem(&1, 1))) do
+      :ok -> {:parsed, line}
+      {:fail, why} -> {:fail, line, "does not parse: #{why}"}
+    end
+  end
+
+  defp run_python(line, body) do
+    Enum.reduce_while(chunks(body, "#"), {:ran, line}, fn {start, code, expect}, acc ->
+      case python_request("run", start, expect, code) do
+        :ok -> {:cont, acc}
+        {:fail, why} -> {:halt, {:fail, start, why}}
+      end
     end)
   end
 

@@ -188,9 +188,16 @@ defmodule TensorBlob.IPC do
   @doc """
   `to_map/1` as one line of JSON, for a Python process (or any other) to
   read: `tensor_blob.open(line)` in the shipped Python module.
+
+      iex> handle = TensorBlob.IPC.export(TensorBlob.IPC.zeros({3}, :int64))
+      iex> TensorBlob.IPC.to_json(handle) == ~s({"handle": "\#{handle.handle}", "dtype": "int64", "shape": [3], "data_size": 24})
+      true
   """
   @spec to_json(Handle.t()) :: String.t()
-  def to_json(handle), do: TensorBlob.IPC.JSON.encode(to_map(handle))
+  def to_json(handle) do
+    spec = to_map(handle)
+    TensorBlob.IPC.JSON.encode_object(for k <- ~w(handle dtype shape data_size), do: {k, spec[k]})
+  end
 
   @doc """
   A tensor over the region a map names: the map `to_map/1` gives, or the

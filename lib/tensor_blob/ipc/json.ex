@@ -6,10 +6,7 @@ defmodule TensorBlob.IPC.JSON do
   # is 1.18's.
 
   @spec encode(term()) :: String.t()
-  def encode(map) when is_map(map) do
-    fields = for {k, v} <- Enum.sort(map), do: [encode(to_string(k)), ": ", encode(v)]
-    IO.iodata_to_binary(["{", Enum.intersperse(fields, ", "), "}"])
-  end
+  def encode(map) when is_map(map), do: encode_object(Enum.sort(map))
 
   def encode(list) when is_list(list),
     do: IO.iodata_to_binary(["[", Enum.intersperse(Enum.map(list, &encode/1), ", "), "]"])
@@ -31,6 +28,13 @@ defmodule TensorBlob.IPC.JSON do
       end
 
     "\"" <> escaped <> "\""
+  end
+
+  # An object of these fields, in this order.
+  @spec encode_object([{atom() | String.t(), term()}]) :: String.t()
+  def encode_object(fields) do
+    fields = for {k, v} <- fields, do: [encode(to_string(k)), ": ", encode(v)]
+    IO.iodata_to_binary(["{", Enum.intersperse(fields, ", "), "}"])
   end
 
   @spec decode(String.t()) :: {:ok, term()} | :error
@@ -94,6 +98,9 @@ defmodule TensorBlob.IPC.JSON do
   defp string("\\/" <> rest, acc), do: string(rest, ["/" | acc])
   defp string("\\n" <> rest, acc), do: string(rest, ["\n" | acc])
   defp string("\\t" <> rest, acc), do: string(rest, ["\t" | acc])
+  defp string("\\r" <> rest, acc), do: string(rest, ["\r" | acc])
+  defp string("\\b" <> rest, acc), do: string(rest, ["\b" | acc])
+  defp string("\\f" <> rest, acc), do: string(rest, ["\f" | acc])
 
   defp string(<<"\\u", hex::binary-size(4), rest::binary>>, acc) do
     case Integer.parse(hex, 16) do
