@@ -9,7 +9,7 @@ Run by `make python-test`:
 
 The BEAM side is test/python/peer.exs (see sharing_test.py). Every test
 drops the tensors in both orders where both sides hold one, and the run
-checks that /dev/shm is left as it was found. With TB_EXPECT_TORCH=1 (as
+checks that /dev/shm holds none of the regions it made at its end. With TB_EXPECT_TORCH=1 (as
 `make python-test` sets unless told otherwise), a Python without torch
 fails the run instead of skipping the PyTorch tests.
 """
@@ -27,14 +27,12 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "priv", "python"))
 
 import tensor_blob  # noqa: E402
-from sharing_test import Peer, PeerError, check, exists, refcount, shm_names  # noqa: E402
+from sharing_test import Peer, check, create_block, exists, left_behind, refcount, shm_names  # noqa: E402
 
 try:
     import torch
 except ImportError:
     torch = None
-
-from multiprocessing import shared_memory  # noqa: E402
 
 
 def beam_json(peer, command):
@@ -163,7 +161,7 @@ def beam_region_to_python(peer, use_torch):
 
 
 def python_region_to_beam(peer, python_drops_first):
-    shm = shared_memory.SharedMemory(create=True, size=24)
+    shm = create_block(24)
     struct.pack_into("=6f", shm.buf, 0, *[float(i) for i in range(6)])
     spec = tensor_blob.describe(shm, "float32", (3, 2))
     check(spec == {"handle": "/" + shm.name, "dtype": "float32", "shape": [3, 2], "data_size": 24}, f"the map: {spec}")
@@ -181,7 +179,7 @@ def python_region_to_beam(peer, python_drops_first):
         shm.close()
         shm.unlink()
     check(not exists(name), "the creator removed the name")
-    small = shared_memory.SharedMemory(create=True, size=8)
+    small = create_block(8)
     try:
         tensor_blob.describe(small, "float32", (3,))
         raise AssertionError("described a block too small for the tensor")
@@ -224,8 +222,9 @@ def main():
             print(f"FAILED {title}: {type(e).__name__}: {e}")
     gc.collect()
     check(peer.call("tensors") == ["0"], "the BEAM holds no tensor at the end")
+    peer_pid = peer.call("pid")[0]
     peer.close()
-    left = {n for n in shm_names() - before if n.startswith(("torch_", "tensor_blob.", "psm_"))}
+    left = left_behind(before, peer_pid)
     if left:
         failures += 1
         print("FAILED /dev/shm is left with " + ", ".join(sorted(left)))

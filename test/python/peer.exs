@@ -9,6 +9,7 @@
 #   export VALUES                a new float32 tensor, exported as a plain region
 #   memory NAME                  Tensor.memory/1
 #   tensors                      live tensors (TensorBlob.stats/0)
+#   pid                          this VM's OS pid (in the names it makes)
 #   export_torch_json DTYPE DIMS VALUES
 #                                a new DTYPE (float32, int64) tensor of shape
 #                                DIMS (2x3), exported in PyTorch's format:
@@ -125,6 +126,8 @@ defmodule Peer do
     {:ok, %{"handle" => name}} = TensorBlob.IPC.JSON.decode(json)
     {reply([dims_text(Tensor.shape(t)) | values(t)]), Map.put(held, name, t)}
   end
+
+  defp command(["pid"], held), do: {reply([System.pid()]), held}
 
   defp command(["tensors"], held) do
     {reply([TensorBlob.stats().tensors]), held}

@@ -9,10 +9,11 @@ line. PyTorch's `file_system` sharing is tested where torch imports (and
 the run fails without torch where TB_EXPECT_TORCH=1, as `make python-test`
 sets); Python's multiprocessing.shared_memory everywhere. Every test drops the tensors in
 both orders, reads the reference count from PyTorch's header, and checks
-that /dev/shm is left as it was found.
+that /dev/shm holds none of the regions the run made at its end.
 """
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -72,6 +73,24 @@ class PeerError(Exception):
 
 def shm_names():
     return set(os.listdir(SHM))
+
+
+CREATED_BLOCKS = set()  # the names of the SharedMemory blocks this run made
+
+
+def create_block(size):
+    shm = shared_memory.SharedMemory(create=True, size=size)
+    CREATED_BLOCKS.add(shm.name)
+    return shm
+
+
+def left_behind(before, peer_pid):
+    """The regions this run made that are still there: the BEAM peer's
+    (tensor_blob.<pid>-..., torch_tensor_blob.<pid>...), PyTorch's of this
+    process (torch_<pid>_...) and its SharedMemory blocks. Other programs'
+    regions, made meanwhile, are not this run's."""
+    ours = re.compile(r"^(?:(?:torch_)?tensor_blob\.%s[-.]|torch_%d_)" % (peer_pid, os.getpid()))
+    return {n for n in shm_names() - before if ours.match(n) or n in CREATED_BLOCKS}
 
 
 def refcount(name):
@@ -184,7 +203,7 @@ def attach(name):
 
 
 def python_region_to_beam(peer, python_drops_first):
-    shm = shared_memory.SharedMemory(create=True, size=16 * 4)
+    shm = create_block(16 * 4)
     struct.pack_into("=16f", shm.buf, 0, *[float(i) for i in range(16)])
     name = shm.name
     check(peer.floats(f"open {name} 16") == [float(i) for i in range(16)], "the BEAM reads Python's region")
@@ -277,8 +296,9 @@ def main():
             failures += 1
             print(f"FAILED {title}: {type(e).__name__}: {e}")
     check(peer.call("tensors") == ["0"], "the BEAM holds no tensor at the end")
+    peer_pid = peer.call("pid")[0]
     peer.close()
-    left = {n for n in shm_names() - before if n.startswith(("torch_", "tensor_blob.", "psm_"))}
+    left = left_behind(before, peer_pid)
     if left:
         failures += 1
         print("FAILED /dev/shm is left with " + ", ".join(sorted(left)))
