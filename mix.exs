@@ -73,7 +73,7 @@ defmodule TensorBlob.MixProject do
       package: [
         licenses: ["Apache-2.0"],
         files:
-          ~w(c_src lib src priv/.keep priv/include guides Makefile mix.exs rebar.config README.md CHANGELOG.md LICENSE)
+          ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile mix.exs rebar.config README.md CHANGELOG.md LICENSE)
       ]
     ]
   end
