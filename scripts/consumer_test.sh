@@ -34,9 +34,18 @@ outside="$(mktemp -d)"
 trap 'chmod -R u+w "$outside"; rm -rf "$outside"' EXIT
 checkout="$outside/tensor_blob"
 mkdir "$checkout"
-git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-    [ -e "$f" ] && printf '%s\0' "$f"
-done | tar -cf - --null -T - | tar -xf - -C "$checkout"
+if git rev-parse --git-dir >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+        [ -e "$f" ] && printf '%s\0' "$f"
+    done | tar -cf - --null -T - | tar -xf - -C "$checkout"
+else
+    # No git (a copy of the checkout, as make compat-test makes): the tree
+    # without what .gitignore names.
+    tar -cf - --exclude=./.git --exclude=./_build --exclude=./build --exclude=./deps --exclude=./doc \
+        --exclude='./priv/*.so' --exclude=./priv/tensor_blob_reaper --exclude=./fuzz/corpus-run \
+        --exclude='./examples/*/_build' --exclude='./examples/*/_checkouts' --exclude='./examples/*/deps' \
+        --exclude='*.beam' --exclude='*.o' . | tar -xf - -C "$checkout"
+fi
 listing() { find "$checkout" -printf '%p %s %T@ %m\n' | sort; }
 chmod -R a-w "$checkout"
 before="$(listing)"
