@@ -83,6 +83,10 @@ $(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
+# A build folder made before c_src had folders holds dependency files that
+# name sources at their old paths: such a source is remade (so its objects
+# rebuild and their dependency files are rewritten) instead of stopping make.
+c_src/%.c c_src/%.cpp: ;
 
 LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
