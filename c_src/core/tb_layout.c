@@ -2,14 +2,19 @@
 
 int tb_row_major_strides(int ndim, const int64_t *shape, int64_t *strides)
 {
+    /* Every stride is written, even past an overflow (saturated): a caller
+     * that goes on to check the layout never reads an unset one. */
     int64_t step = 1;
+    int ok = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         strides[i] = step;
         int64_t n = shape[i] > 1 ? shape[i] : 1;
-        if (__builtin_mul_overflow(step, n, &step))
-            return 0;
+        if (ok && __builtin_mul_overflow(step, n, &step))
+            ok = 0;
+        if (!ok)
+            step = INT64_MAX;
     }
-    return 1;
+    return ok;
 }
 
 uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *strides, size_t element_size)

@@ -44,7 +44,8 @@ typedef struct {
 } tb_layout_result;
 
 /* Fills strides with row-major (C-contiguous) element strides; as libtorch
- * does, a dimension of size 0 or 1 counts as size 1. Returns 0 on overflow. */
+ * does, a dimension of size 0 or 1 counts as size 1. Returns 0 on overflow,
+ * with every stride still written (INT64_MAX past the overflow). */
 int tb_row_major_strides(int ndim, const int64_t *shape, int64_t *strides);
 
 /* Checks shape, strides, pointer and alignment, and computes numel and the
