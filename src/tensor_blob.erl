@@ -28,7 +28,8 @@
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
          ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
          cuda_torch_open/3, cuda_torch_export/1, cuda_torch_pending/1,
-         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0]).
+         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0, same_host/1,
+         shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
 -export([format_error/2, error_message/2]).
@@ -278,8 +279,10 @@ zeros(Shape, Dtype) ->
 %% @doc Overwrites T's elements in place with Binary (row-major order), so
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
-write(T, Binary) when is_reference(T) ->
+write(T, Binary) when is_reference(T), is_binary(Binary) ->
     ?NIF(tensor_blob_nif:write(T, Binary));
+write(T, Other) when is_reference(T) ->
+    badarg(["binary: expected a binary, got ", {term, Other}]);
 write(T, _Binary) ->
     not_a_tensor(T).
 
@@ -509,8 +512,10 @@ ipc_torch_export(T) when not is_reference(T) ->
 ipc_torch_export(T) ->
     Shared = case torch_shm_name(T) of
                  nil ->
+                     %% Copied tensor to region, no binary made of T: a
+                     %% binary view would freeze T until it is collected.
                      S = ipc_torch_zeros(shape(T), dtype(T)),
-                     _ = write(S, node_binary(T)),
+                     _ = ?NIF(tensor_blob_nif:write(S, T)),
                      S;
                  _ ->
                      T
@@ -619,30 +624,44 @@ cuda_torch_pending(#{counter := Counter, ref_counter_offset := Slot}) ->
     N.
 
 %% @doc A plain term that carries T to Node, where node_unpack/1 makes it
-%% a tensor again: send it by any means (a message, erpc). A tensor is a
-%% resource of the OS process that made it; on any other node it is only a
-%% dead reference, so it never travels as itself.
+%% a tensor again: send it by any means (a message, erpc, a call's reply).
+%% A tensor is a resource of the OS process that made it; on any other node
+%% it is only a dead reference, so it never travels as itself.
 %%
-%% When Node runs on this host (it sees the same /dev/shm: host_id/0), T's
-%% memory travels as a shared-memory region in PyTorch's format, which both
-%% nodes map: no copy when T was made by ipc_torch_zeros/2 (or opened from
-%% such a region), one copy into a new region otherwise. Elsewhere, T's
-%% bytes travel as one binary: a view of T's memory when it is a contiguous
-%% CPU tensor (no copy here), and the distribution carries it as it carries
-%% any binary. Opts: #{via => region | binary} forces a path (region only
-%% for a node on this host).
+%% When Node can open this node's shared memory (same_host/1: the same
+%% host, /dev/shm and user), T's memory travels as a shared-memory region
+%% in PyTorch's format, which both nodes map: no copy when T was made by
+%% ipc_torch_zeros/2 (or opened from such a region), one copy into a new
+%% region otherwise (T is left as it was). Elsewhere, T's bytes travel as
+%% one binary: a view of T's memory when it is a contiguous CPU tensor (no
+%% copy here; T is frozen while that binary lives on this node), and the
+%% distribution carries it as it carries any binary. Opts: #{via => region
+%% | binary} forces a path (region only for a node that can open it);
+%% #{keep => Milliseconds} (default 30000): see below.
 %%
-%% Lifetime: the packed term holds the sender's tensor. Keep it (or T) on
-%% this node until Node has unpacked it; from then on each node holds its
-%% own reference to the region, and either may drop first: the last one
-%% removes the name.
+%% Lifetime: a region's name lives while some tensor over it does. The
+%% packed term holds the sender's tensor (its tensor key), and a keeper
+%% process of this node holds it too, until the first node_unpack/1 of the
+%% term (wherever it runs) or Keep milliseconds, whichever comes first: so
+%% the process that packed may end at once (a term returned by erpc:call,
+%% or a gen_server reply), and the receiver still finds the region. After
+%% the unpack each node holds its own reference, and either may drop
+%% first: the last one removes the name. A term unpacked later than Keep
+%% after pack, with the sender's tensor gone, finds no region, and says so.
 -spec node_pack(tensor(), node()) -> map().
 node_pack(T, Node) -> node_pack(T, Node, #{}).
 
--spec node_pack(tensor(), node(), #{via => region | binary}) -> map().
-node_pack(T, _Node, _Opts) when not is_reference(T) ->
+-define(NODE_KEEP_MS, 30000).
+
+-spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
+node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
 node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
+    check_options(Opts, [via, keep]),
+    Keep = case maps:get(keep, Opts, ?NODE_KEEP_MS) of
+               K when is_integer(K), K >= 0, K =< 16#FFFFFFFF -> K;
+               K -> badarg(["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
+           end,
     Via = case Opts of
               #{via := V} when V =:= region; V =:= binary -> V;
               #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
@@ -652,12 +671,15 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     case Via of
         region ->
             case {same_host(Node), device(T)} of
-                {false, _} -> badarg(["options: via region needs a node on this host; ", {term, Node}, " is not"]);
+                {false, _} ->
+                    badarg(["options: via region needs a node that can open this node's shared memory (the same "
+                            "host, /dev/shm and user); ", {term, Node}, " cannot"]);
                 {true, cpu} -> ok;
                 {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
             end,
             #{handle := Name, tensor := Shared} = ipc_torch_export(T),
-            Base#{via => region, handle => Name, tensor => Shared};
+            Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
+                  keep => Keep};
         binary ->
             Base#{via => binary, binary => node_binary(T)}
     end;
@@ -669,6 +691,18 @@ default_via(T, Node) ->
         true -> region;
         false -> binary
     end.
+
+%% A process that holds Shared until a node_unpack/1 of its packed term
+%% says it has its own reference, or Keep milliseconds pass: the region
+%% outlives the process that packed it, for a bounded time.
+node_keeper(Shared, Keep) ->
+    spawn(fun() ->
+                  put(tensor_blob_kept, Shared),
+                  receive
+                      {tensor_blob_unpacked, _} -> ok
+                  after Keep -> ok
+                  end
+          end).
 
 %% T's bytes: a view when T is a contiguous CPU tensor, else a copy.
 node_binary(T) ->
@@ -683,25 +717,68 @@ node_binary(T) ->
 %% a read-only view of the binary the distribution delivered. That binary
 %% lies inside the buffer the message arrived in, at whatever address the
 %% encoding put it: when it is not aligned for the dtype, it is copied once
-%% into a new tensor (memory/1 says owned). With #{copy => true} it is
-%% always copied, into a writable tensor.
+%% into a new tensor (memory/1 says owned). With #{copy => true} the result
+%% is always a private, writable copy, whichever way the data came (a
+%% region is mapped only while it is copied).
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
-node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
-    ipc_torch_open(Name, Dtype, Shape);
-node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
-    case Opts of
-        #{copy := true} -> from_binary(Bin, Dtype, Shape);
-        _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
-    end;
+node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
+    check_options(Opts, [copy]),
+    Copy = case maps:get(copy, Opts, false) of
+               C when is_boolean(C) -> C;
+               C -> badarg(["copy: expected a boolean, got ", {term, C}])
+           end,
+    node_unpack_checked(Packed, Copy);
+node_unpack(#{'__tensor_blob_node__' := 1}, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]);
 node_unpack(Other, _Opts) ->
+    node_unpack_checked(Other, false).
+
+node_unpack_checked(#{via := region, handle := Name, dtype := Dtype, shape := Shape} = Packed, Copy) ->
+    Mapped = node_open(Packed, Name, Dtype, Shape),
+    case Packed of
+        #{keeper := Keeper} when is_pid(Keeper) -> Keeper ! {tensor_blob_unpacked, node()};
+        #{} -> ok
+    end,
+    case Copy of
+        true -> to_device(Mapped, cpu);
+        false -> Mapped
+    end;
+node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, true) ->
+    from_binary(Bin, Dtype, Shape);
+node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, false) ->
+    from_binary(Bin, Dtype, Shape, #{copy => if_needed});
+node_unpack_checked(Other, _Copy) ->
     badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).
 
+%% The region's mapping; a region that is gone says why it may be.
+node_open(Packed, Name, Dtype, Shape) ->
+    try
+        ipc_torch_open(Name, Dtype, Shape)
+    catch
+        error:{Kind, Message}:Stack when is_binary(Message) ->
+            case binary:match(Message, <<"no shared memory named">>) of
+                nomatch ->
+                    erlang:raise(error, {Kind, Message}, Stack);
+                _ ->
+                    Keep = maps:get(keep, Packed, 0),
+                    raise(Kind,
+                          ["packed: its region ", {term, Name}, " is gone: every tensor over it on the sending node ",
+                           "was freed before this node unpacked it (the packed term holds the sender's tensor ",
+                           "only while the term lives on the sending node, and its keeper only until ",
+                           integer_to_list(Keep), " ms after ",
+                           {code, "tensor_blob:node_pack/3", "TensorBlob.Nodes.pack/3"},
+                           " or the first unpack). Unpack it sooner, pack it with a longer keep, or keep the ",
+                           "tensor on the sending node until it is unpacked"])
+            end
+    end.
+
 %% @doc What makes two nodes share shared memory: this host's boot id and
 %% the identity of its /dev/shm (containers on one host have their own).
+%% See same_host/1, which also asks for the same user.
 -spec host_id() -> {binary(), integer(), integer()}.
 host_id() ->
     Boot = case file:read_file("/proc/sys/kernel/random/boot_id") of
@@ -713,14 +790,39 @@ host_id() ->
         {error, _} -> {Boot, 0, 0}
     end.
 
+%% @private What another node compares with its own: host_id/0 and this
+%% VM's effective user (a region is its creator's, mode 0600).
+-spec shm_identity() -> {{binary(), integer(), integer()}, integer()}.
+shm_identity() ->
+    {host_id(), effective_uid()}.
+
+effective_uid() ->
+    %% "Uid:\treal\teffective\tsaved\tfs" in /proc/self/status.
+    case file:read_file("/proc/self/status") of
+        {ok, Status} ->
+            case re:run(Status, "^Uid:\\s+\\d+\\s+(\\d+)", [multiline, {capture, all_but_first, binary}]) of
+                {match, [Uid]} -> binary_to_integer(Uid);
+                nomatch -> -1
+            end;
+        {error, _} -> -1
+    end.
+
+%% @doc Whether Node can open the shared memory this node makes, which is
+%% what node_pack/2 asks before it sends a region: the same host (a boot
+%% id both can read), the same /dev/shm, and the same effective user
+%% (regions are mode 0600). False for a node that cannot be reached, or
+%% when no boot id can be read here.
+-spec same_host(node()) -> boolean().
 same_host(Node) when Node =:= node() ->
     true;
+same_host(Node) when is_atom(Node) ->
+    case shm_identity() of
+        {{<<>>, _, _}, _} -> false;
+        {_, -1} -> false;
+        Local -> try erpc:call(Node, tensor_blob, shm_identity, [], 5000) =:= Local catch _:_ -> false end
+    end;
 same_host(Node) ->
-    Local = host_id(),
-    case Local of
-        {<<>>, _, _} -> false;
-        _ -> try erpc:call(Node, tensor_blob, host_id, []) =:= Local catch _:_ -> false end
-    end.
+    badarg(["node: expected a node name (an atom), got ", {term, Node}]).
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().

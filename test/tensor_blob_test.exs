@@ -286,6 +286,37 @@ defmodule TensorBlobTest do
       assert Tensor.to_binary(t) == f32s([0, 0, 7, 0, 0, 8])
     end
 
+    test "a write through a view whose elements share memory is refused, small or large" do
+      # Inline (small) and on a dirty scheduler (past 256 KiB), a stride of
+      # 0 and strides that overlap: refused, the memory left as it was.
+      for n <- [4, 128 * 1024] do
+        t = Tensor.from_binary(f32s(Enum.to_list(1..n)), :float32, {n})
+        before = Tensor.to_binary(t)
+        b = TensorBlob.to_blob(t)
+
+        view = fn shape, strides ->
+          case TensorBlob.from_blob(%{ptr: b.ptr, shape: shape, strides: strides, dtype: :float32}, owner: t) do
+            %BlobView{tensor: v} -> v
+            v -> v
+          end
+        end
+
+        broadcast = view.({n}, [0])
+        e = assert_raise ArgumentError, fn -> Tensor.write!(broadcast, f32s(List.duplicate(9, n))) end
+        assert e.message =~ "some of its elements are the same memory"
+
+        windows = view.({div(n, 2), 2}, [1, 1])
+        assert_raise ArgumentError, ~r/same memory/, fn -> Tensor.write!(windows, f32s(List.duplicate(9, n))) end
+        assert Tensor.to_binary(t) == before
+
+        # Disjoint strided views still take writes.
+        evens = view.({div(n, 2)}, [2])
+        Tensor.write!(evens, f32s(List.duplicate(0, div(n, 2))))
+        assert Tensor.to_binary(t) |> binary_part(4, 4) == binary_part(before, 4, 4)
+        assert Tensor.to_binary(t) |> binary_part(0, 4) == f32s([0])
+      end
+    end
+
     test "inspect shows any device type as the device table names it: type, or type:index" do
       # Both Inspect implementations (Tensor, DLPack) format devices here;
       # a device type added to the table needs no clause of its own.
