@@ -1025,12 +1025,16 @@ raise(Kind, Message) ->
 %% cause as raise/2's errors do, and the arity in place of the arguments:
 %% an argument may be any term, and a huge or deep one in a stacktrace
 %% costs whoever formats or normalizes it (Elixir's rescue does). A
-%% reference of another node where a tensor was expected says so.
+%% reference of another node where a tensor was expected says so; a
+%% message about any other argument is left as it is.
 -spec nif_error(badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) -> no_return().
-nif_error(badarg, {message, Message}, Stack) ->
-    case [R || {term, R} <- Message, is_reference(R), node(R) =/= node()] of
-        [Ref | _] -> nif_raise(badarg, other_node(Ref), Stack);
-        [] -> nif_raise(badarg, Message, Stack)
+nif_error(badarg, {message, [Text, {term, Ref}] = Message}, Stack) when is_binary(Text), is_reference(Ref),
+                                                                        node(Ref) =/= node() ->
+    Expected = <<": expected a tensor, got ">>,
+    Size = byte_size(Text) - byte_size(Expected),
+    case Text of
+        <<Field:Size/binary, Expected/binary>> when Size > 0 -> nif_raise(badarg, other_node(Field, Ref), Stack);
+        _ -> nif_raise(badarg, Message, Stack)
     end;
 nif_error(Kind, {message, Message}, Stack) ->
     nif_raise(Kind, Message, Stack).
@@ -1205,10 +1209,10 @@ error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_bin
 error_message(_Reason, _Stack) ->
     none.
 
-%% A reference made on another node, where a tensor was expected: a
-%% tensor that was sent as it is.
-other_node(Ref) ->
-    ["tensor: ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
+%% A reference made on another node, where a tensor was expected (the
+%% argument Field): a tensor that was sent as it is.
+other_node(Field, Ref) ->
+    [Field, ": ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
      ": a tensor belongs to the node (the OS process) that made it, and reaches any other only as a dead "
      "reference. Move it with ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"},
      " on the sending node and ", {code, "tensor_blob:node_unpack/1", "TensorBlob.Nodes.unpack/1"}, " on this one"].

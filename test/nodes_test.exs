@@ -68,6 +68,36 @@ defmodule TensorBlob.NodesTest do
     refute e.message =~ "made on node"
   end
 
+  test "a dead remote reference is blamed only where it is the faulty argument", %{peer: peer} do
+    ref = :erpc.call(peer, :tensor_blob, :zeros, [{2}, :float32])
+    t = Tensor.zeros({2}, :float32)
+
+    # Where it is the tensor: said, with the argument's own name.
+    e = assert_raise ArgumentError, fn -> Tensor.narrow(Tensor.wrap(ref), 0, 0, 1) end
+    assert e.message =~ ~r/^tensor: #Reference<.*> is a reference made on node/
+
+    # Where another argument is at fault, that argument is named.
+    e = assert_raise ArgumentError, fn -> Tensor.write!(t, ref) end
+    assert e.message =~ "binary: expected a binary"
+    refute e.message =~ "made on node"
+    e = assert_raise ArgumentError, fn -> Tensor.zeros(ref, :float32) end
+    assert e.message =~ "shape"
+    refute e.message =~ "made on node"
+    e = assert_raise ArgumentError, fn -> Tensor.to_device(t, ref) end
+    assert e.message =~ "device"
+    refute e.message =~ "made on node"
+    e = assert_raise ArgumentError, fn -> IPC.open(%{kind: :ipc, handle: ref}, :float32, {2}) end
+    refute e.message =~ "made on node"
+  end
+
+  test "inspect of a tensor made on another node shows it as a tensor of that node", %{peer: peer} do
+    sent = :erpc.call(peer, Tensor, :zeros, [{2}, :float32])
+    shown = inspect(sent)
+    assert shown =~ "#TensorBlob.Tensor<on node #{inspect(peer)} #Reference<"
+    # Inside other terms too (IEx prints results this way).
+    assert inspect(%{t: sent}) =~ "on node"
+  end
+
   for first <- [:sender, :receiver] do
     test "to a node on this host both nodes map one region, and the #{first} may drop first", %{peer: peer} do
       sender = Holder.start(node(), {IPC, :torch_zeros, [{4}, :float32]})

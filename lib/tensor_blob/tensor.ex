@@ -214,6 +214,12 @@ defmodule TensorBlob.Tensor do
     # A struct built by hand without :ref is shown as a plain map.
     def inspect(tensor, opts) when not is_map_key(tensor, :ref), do: Inspect.Any.inspect(tensor, opts)
 
+    # A tensor of another node arrives here as a dead reference: shown as
+    # that, with the node it belongs to (nothing of it can be read here).
+    def inspect(%{ref: ref}, opts) when is_reference(ref) and node(ref) != node() do
+      concat(["#TensorBlob.Tensor<on node ", to_doc(node(ref), opts), " ", to_doc(ref, opts), ">"])
+    end
+
     def inspect(%{ref: ref} = tensor, opts) do
       if is_reference(ref) do
         shape = :tensor_blob.shape(ref)
