@@ -32,7 +32,7 @@
          shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
--export([format_error/2, error_message/2]).
+-export([format_error/2, error_message/2, prune/1, big_integer_text/2]).
 
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
@@ -995,11 +995,15 @@ check_options(Opts, Known) ->
 %%                              shown) or {tail, Node} (an improper tail)
 %%   {tuple, [Node], More}      More: true when elements are not shown
 %%   {map, [{Node, Node}], More}
+%%   {big_integer, Sign, Bits}  an integer too large to print (printing
+%%                              one of 200,000 bits takes most of a second
+%%                              and 60 KB): its sign (1 or -1) and size
 %%--------------------------------------------------------------------
 
 -type segment() :: unicode:chardata() | {term, term()} | {code, unicode:chardata(), unicode:chardata()}.
 -type pruned() :: {whole, term()} | elided | {list, [pruned()], [] | more | {tail, pruned()}}
-                | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}.
+                | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}
+                | {big_integer, 1 | -1, pos_integer()}.
 -type cause() :: {message, [binary() | {term, pruned()} | {code, binary(), binary()}]}.
 
 -define(TERM_ITEMS, 50).
@@ -1057,13 +1061,22 @@ segment({term, Term}) -> {term, prune(Term)};
 segment({code, Erlang, Elixir}) -> {code, unicode:characters_to_binary(Erlang), unicode:characters_to_binary(Elixir)};
 segment(Text) -> unicode:characters_to_binary(Text).
 
-%% Term cut down to a tree of bounded size (see Errors above); the work is
-%% bounded by that size, whatever Term is.
+%% @private Term cut down to a tree of bounded size (see Errors above); the
+%% work is bounded by that size, whatever Term is. The Elixir facade prints
+%% terms of its own messages through it too.
 -spec prune(term()) -> pruned().
 prune(Term) ->
     element(1, prune(Term, ?TERM_DEPTH, ?TERM_NODES)).
 
+%% Integers of more bits than this are shown by their size alone.
+-define(BIG_INTEGER, (1 bsl 256)).
+
 %% {Pruned, NodesLeft}
+prune(Term, _Depth, Nodes) when is_integer(Term), (Term >= ?BIG_INTEGER orelse Term =< -?BIG_INTEGER) ->
+    Sign = if Term < 0 -> -1; true -> 1 end,
+    <<Top, _/binary>> = Bytes = binary:encode_unsigned(abs(Term)),
+    Bits = (byte_size(Bytes) - 1) * 8 + bit_length(Top),
+    {{big_integer, Sign, Bits}, Nodes - 1};
 prune(Term, Depth, Nodes) ->
     case is_container(Term) of
         false -> {{whole, Term}, Nodes - 1};
@@ -1144,9 +1157,21 @@ erlang_segment({term, Node}, Chars) -> erlang_term(Node, Chars);
 erlang_segment({code, Erlang, _Elixir}, Chars) -> {Erlang, Chars};
 erlang_segment(Text, Chars) -> {Text, Chars}.
 
+bit_length(0) -> 0;
+bit_length(N) -> 1 + bit_length(N bsr 1).
+
+%% What both facades show for {big_integer, Sign, Bits}.
+-spec big_integer_text(1 | -1, pos_integer()) -> binary().
+big_integer_text(Sign, Bits) ->
+    Text = io_lib:format("<~s integer of ~b bits>", [case Sign of -1 -> "a negative"; 1 -> "an" end, Bits]),
+    unicode:characters_to_binary(Text).
+
 %% {Text, CharsLeft}
 erlang_term(elided, Chars) ->
     {"...", Chars - 3};
+erlang_term({big_integer, Sign, Bits}, Chars) ->
+    Text = big_integer_text(Sign, Bits),
+    {Text, Chars - byte_size(Text)};
 erlang_term(_Node, Chars) when Chars =< 0 ->
     {"...", Chars};
 erlang_term({whole, Term}, Chars) ->

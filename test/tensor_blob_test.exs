@@ -486,6 +486,46 @@ defmodule TensorBlobTest do
       assert error.message =~ pattern
     end
 
+    test "huge integers and huge option terms make short errors, fast", %{t: t, blob: blob} do
+      h = 1 <<< 200_000
+      big = :binary.copy("k", 50_000_000)
+
+      cases = [
+        shape: fn -> Tensor.zeros({h}, :float32) end,
+        ptr: fn -> TensorBlob.from_blob(%{ptr: h, shape: {1}, dtype: :float32}, owner: t) end,
+        negative_ptr: fn -> TensorBlob.from_blob(%{ptr: -h, shape: {1}, dtype: :float32}, owner: t) end,
+        stride: fn -> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, strides: [h], dtype: :float32}, owner: t) end,
+        start: fn -> Tensor.narrow(t, 0, h, 1) end,
+        cuda_index: fn -> Tensor.to_device(t, {:cuda, h}) end,
+        option_value: fn -> Tensor.to_binary(t, copy: h) end,
+        stream: fn -> TensorBlob.DLPack.export(t, stream: h) end,
+        keep: fn -> TensorBlob.Nodes.pack(t, node(), keep: h) end,
+        option_key: fn -> Tensor.to_binary(t, [{:copy, true}, {big, 1}]) end,
+        from_blob_option: fn -> TensorBlob.from_blob(blob, [{big, 1}]) end,
+        from_blob_option_value: fn -> TensorBlob.from_blob(blob, [{:owner, t}, {:x, big}]) end,
+        dlpack_option: fn -> TensorBlob.DLPack.import(TensorBlob.DLPack.export(t), [{big, h}]) end
+      ]
+
+      for {name, fun} <- cases do
+        {us, error} = :timer.tc(fn -> assert_raise ArgumentError, fun end)
+        message = Exception.message(error)
+        assert byte_size(message) < 4096, "#{name}: #{byte_size(message)} bytes"
+        assert us < 250_000, "#{name}: #{div(us, 1000)} ms"
+        # The Erlang API's message is bounded too.
+        assert {:badarg, erlang} = catch_error(erlang_call(name, t, blob, h))
+        assert byte_size(erlang) < 4096, "#{name} (Erlang): #{byte_size(erlang)} bytes"
+      end
+
+      assert_badarg(fn -> Tensor.zeros({h}, :float32) end, "<an integer of 200001 bits>")
+      assert_badarg(fn -> Tensor.narrow(t, 0, -h, 1) end, "<a negative integer of 200001 bits>")
+    end
+
+    defp erlang_call(:stream, t, _blob, h), do: :tensor_blob.to_dlpack(t.ref, %{stream: h})
+    defp erlang_call(:start, t, _blob, h), do: :tensor_blob.narrow(t.ref, 0, h, 1)
+    defp erlang_call(:cuda_index, t, _blob, h), do: :tensor_blob.to_device(t.ref, {:cuda, h})
+    defp erlang_call(:ptr, t, _blob, h), do: :tensor_blob.from_blob(%{ptr: h, shape: {1}, dtype: :float32}, %{owner: t})
+    defp erlang_call(_name, _t, _blob, h), do: :tensor_blob.zeros({h}, :float32)
+
     test "spec shape", %{blob: blob} do
       assert_badarg(fn -> TensorBlob.from_blob(:nope) end, "spec")
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | shape: [2, 3]}) end, "shape")

@@ -234,11 +234,12 @@ defmodule TensorBlob.DLPack do
     if Keyword.keyword?(opts) do
       Map.new(opts)
     else
-      raise ArgumentError, "options: expected a keyword list, got #{inspect(opts)}"
+      raise ArgumentError, "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}"
     end
   end
 
-  defp options(opts), do: raise(ArgumentError, "options: expected a keyword list, got #{inspect(opts)}")
+  defp options(opts),
+    do: raise(ArgumentError, "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}")
 
   defimpl Inspect do
     # The capsule's version, dtype, shape, device and state (armed, read-only,

@@ -115,14 +115,18 @@ defmodule TensorBlob.Tensor do
       map
     else
       raise ArgumentError,
-            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{inspect(opts)}"
+            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{TensorBlob.Raise.inspect_term(opts)}"
     end
   end
 
   defp copy_option(copy: copy), do: %{copy: copy}
 
   defp copy_option(opts),
-    do: raise(ArgumentError, "options: expected [copy: boolean or :if_needed], got #{inspect(opts)}")
+    do:
+      raise(
+        ArgumentError,
+        "options: expected [copy: boolean or :if_needed], got #{TensorBlob.Raise.inspect_term(opts)}"
+      )
 
   @doc "A new tensor of zeros."
   @spec zeros(shape(), dtype()) :: t()
@@ -201,7 +205,7 @@ defmodule TensorBlob.Tensor do
   def format_device({type, index}) when is_atom(type) and is_integer(index), do: "#{type}:#{index}"
 
   def format_device(other),
-    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{inspect(other)}")
+    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{TensorBlob.Raise.inspect_term(other)}")
 
   defimpl Inspect do
     # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first
