@@ -837,8 +837,12 @@ torch_version() -> tensor_blob_nif:torch_version().
 %% consume_dlpack/1 disarms it and returns the address for a consumer, which
 %% then owes the deleter one call. from_dlpack/1,2 imports a capsule
 %% (consuming it) or an address; the producer's deleter runs exactly once,
-%% when libtorch frees the imported storage. An address is trusted: a forged
-%% or freed one cannot be detected.
+%% when libtorch frees the imported storage. An address this library handed
+%% out (consume_dlpack/1, the C bridge) is known until one import takes it
+%% or its deleter runs: imported once, refused after. Any other address is
+%% refused unless #{unsafe_address => true} says the caller answers for it:
+%% then it is trusted, and a forged, freed or twice-imported one cannot be
+%% detected.
 %%--------------------------------------------------------------------
 
 %% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
@@ -882,7 +886,9 @@ to_dlpack(_T, Opts) ->
 
 %% @doc A tensor over the memory of a DLPack capsule or managed tensor
 %% address. A capsule is consumed, whether the import succeeds or not.
-%% An address is read as a DLManagedTensorVersioned.
+%% An address is read as a DLManagedTensorVersioned; it must be one this
+%% library handed out and that no import took yet (see from_dlpack/2 for
+%% others).
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) ->
     ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
@@ -890,6 +896,11 @@ from_dlpack(Source) ->
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address (a capsule knows).
 %%   read_only: true makes the tensor read-only even without the flag.
+%%   unsafe_address: true imports an address of another producer (a
+%%     foreign NIF, a C library): nothing can tell a live managed tensor
+%%     from a freed one, or one already imported, whose deleter would then
+%%     run twice. The caller answers for it. Without it, only addresses
+%%     this library handed out and still holds are imported, once each.
 %%   stream: the producer's CUDA stream, where its last writes to the
 %%     memory were queued (an integer, as to_dlpack/2 takes it). A kDLCUDA
 %%     or kDLCUDAManaged tensor: libtorch's current stream of the device
@@ -909,14 +920,19 @@ from_dlpack(Source) ->
 %% dtype), its deleter is called and the call raises; when it does not look
 %% like a DLPack tensor at all, nothing in it is called.
 -spec from_dlpack(capsule() | non_neg_integer(),
-                  #{version => dlpack_version(), read_only => boolean()}) -> tensor().
+                  #{version => dlpack_version(), read_only => boolean(), stream => integer(),
+                    unsafe_address => boolean()}) -> tensor().
 from_dlpack(Source, Opts) when is_map(Opts) ->
-    check_options(Opts, [version, read_only, stream]),
+    check_options(Opts, [version, read_only, stream, unsafe_address]),
     Version = case maps:get(version, Opts, undefined) of
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
                   Other -> badarg(["version: expected versioned or legacy, got ", {term, Other}])
               end,
-    ?NIF(tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts), stream_option(Opts)));
+    Given = case boolean_option(unsafe_address, Opts) of
+                true when is_integer(Source) -> {unsafe_address, Source};
+                _ -> Source
+            end,
+    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 from_dlpack(_Source, Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
