@@ -370,6 +370,37 @@ defmodule TensorBlobTest do
     end
   end
 
+  describe "large owners" do
+    test "an owner of millions of terms is pinned off the normal schedulers" do
+      t = Tensor.from_binary(@f32, :float32, {6})
+      blob = TensorBlob.to_blob(t)
+      owner = {t, Enum.to_list(1..3_000_000)}
+      parent = self()
+
+      # A normal scheduler held past 50 ms by one call is reported (a dirty
+      # scheduler's time is not).
+      previous = :erlang.system_monitor()
+
+      try do
+        :erlang.system_monitor(parent, [{:long_schedule, 50}])
+
+        pid =
+          spawn(fn ->
+            v = TensorBlob.from_blob(%{blob | owner: owner})
+            send(parent, {:done, Tensor.to_binary(v.tensor)})
+          end)
+
+        assert_receive {:done, @f32}, 30_000
+        refute_received {:monitor, ^pid, :long_schedule, _}
+      after
+        case previous do
+          {monitor, opts} -> :erlang.system_monitor(monitor, opts)
+          :undefined -> :erlang.system_monitor(:undefined)
+        end
+      end
+    end
+  end
+
   describe "lifetimes" do
     test "a slice of a view keeps the owner alive after the struct and the owner are dropped" do
       before = Lifetime.settled_stats()
