@@ -738,10 +738,10 @@ node_unpack(Other, _Opts) ->
 
 node_unpack_checked(#{via := region, handle := Name, dtype := Dtype, shape := Shape} = Packed, Copy) ->
     Mapped = node_open(Packed, Name, Dtype, Shape),
-    case Packed of
-        #{keeper := Keeper} when is_pid(Keeper) -> Keeper ! {tensor_blob_unpacked, node()};
-        #{} -> ok
-    end,
+    _ = case Packed of
+            #{keeper := Keeper} when is_pid(Keeper) -> Keeper ! {tensor_blob_unpacked, node()};
+            #{} -> ok
+        end,
     case Copy of
         true -> to_device(Mapped, cpu);
         false -> Mapped
