@@ -384,11 +384,16 @@ defmodule TensorBlobTest do
       try do
         :erlang.system_monitor(parent, [{:long_schedule, 50}])
 
+        # The heap has room to spare: no collection of the owner runs on a
+        # normal scheduler in the caller either.
         pid =
-          spawn(fn ->
-            v = TensorBlob.from_blob(%{blob | owner: owner})
-            send(parent, {:done, Tensor.to_binary(v.tensor)})
-          end)
+          :erlang.spawn_opt(
+            fn ->
+              v = TensorBlob.from_blob(%{blob | owner: owner})
+              send(parent, {:done, Tensor.to_binary(v.tensor)})
+            end,
+            min_heap_size: 12_000_000
+          )
 
         assert_receive {:done, @f32}, 30_000
         refute_received {:monitor, ^pid, :long_schedule, _}
