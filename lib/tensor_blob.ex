@@ -119,7 +119,8 @@ defmodule TensorBlob do
     if Keyword.keyword?(opts) do
       Map.new(opts)
     else
-      raise ArgumentError, "options: expected a keyword list such as [owner: term], got #{inspect(opts)}"
+      raise ArgumentError,
+            "options: expected a keyword list such as [owner: term], got #{TensorBlob.Raise.inspect_term(opts)}"
     end
   end
 

@@ -55,12 +55,11 @@ $(BUILD)/shim_test: $(BUILD)/test/test_shim.o $(BUILD)/test/src/tb_dtype.o $(BUI
 shim-test: $(BUILD)/shim_test
 	$(BUILD)/shim_test
 
-# memcheck over the pure-C tests and the shim's tests.
+# memcheck over every C test program (C_TESTS, so a new one is never left
+# out) and the shim's tests.
 VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
-valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(BUILD)/shim_test
-	$(VALGRIND) $(BUILD)/c_test
-	$(VALGRIND) $(BUILD)/c_test_cuda
-	$(VALGRIND) $(BUILD)/c_test_intervals
+valgrind-test: $(C_TESTS:%=$(BUILD)/%) $(BUILD)/shim_test
+	@set -e; for t in $(C_TESTS); do echo "valgrind $(BUILD)/$$t"; $(VALGRIND) $(BUILD)/$$t; done
 	scripts/valgrind_shim.sh $(VALGRIND) --suppressions=c_test/valgrind.supp $(BUILD)/shim_test
 
 # Two more builds of the library for the load tests

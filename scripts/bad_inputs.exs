@@ -11,6 +11,32 @@ nest = fn n, wrap, term -> Enum.reduce(1..n, term, fn _, acc -> wrap.(acc) end) 
 deep = nest.(1_000_000, &[&1], [])
 wide = nest.(40, &List.duplicate(&1, 40), 0)
 
+import Bitwise
+huge = 1 <<< 200_000
+fifty_mb = :binary.copy("k", 50_000_000)
+
+view = fn shape, strides ->
+  case TensorBlob.from_blob(%{ptr: b.ptr, shape: shape, strides: strides, dtype: :float32}, owner: t) do
+    %TensorBlob.BlobView{tensor: v} -> v
+    v -> v
+  end
+end
+
+broadcast = view.({4}, [0])
+windows = view.({2, 2}, [1, 1])
+twice = DLPack.consume(DLPack.export(t))
+_imported_once = DLPack.import(twice)
+packed = TensorBlob.Nodes.pack(t, node(), via: :binary)
+
+# A region whose last holder is gone before the unpack.
+gone =
+  Task.async(fn -> Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), keep: 0), :tensor) end)
+  |> Task.await()
+
+Process.sleep(100)
+:erlang.garbage_collect()
+Process.sleep(100)
+
 # The fields of a PyTorch CUDA share (storage._share_cuda_()), with changes.
 torch_share = fn changes ->
   Map.merge(
@@ -156,7 +182,26 @@ cases = [
   {"DLPack: a CPU capsule imported with stream 0 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 0) end},
   {"DLPack: a CPU capsule imported with stream 1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 1) end},
   {"DLPack: a CPU capsule imported with stream 2 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 2) end},
-  {"DLPack: a CPU capsule imported with stream -1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: -1) end}
+  {"DLPack: a CPU capsule imported with stream -1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: -1) end},
+  {"a 200,000-bit integer as a dimension", fn -> Tensor.zeros({huge}, :float32) end},
+  {"a 200,000-bit integer as ptr", fn -> TensorBlob.from_blob(%{b | ptr: huge}) end},
+  {"a 200,000-bit integer as a stride", fn -> TensorBlob.from_blob(%{b | strides: [huge, 1]}) end},
+  {"a negative 200,000-bit integer as narrow's start", fn -> Tensor.narrow(t, 0, -huge, 1) end},
+  {"a 200,000-bit integer as a CUDA index", fn -> Tensor.to_device(t, {:cuda, huge}) end},
+  {"a 200,000-bit integer as an option value", fn -> Tensor.to_binary(t, copy: huge) end},
+  {"a 50 MB binary as an option key", fn -> Tensor.to_binary(t, [{:copy, true}, {fifty_mb, 1}]) end},
+  {"a 50 MB binary as an option value", fn -> Tensor.to_binary(t, copy: fifty_mb) end},
+  {"write! through a view with stride 0", fn -> Tensor.write!(broadcast, :binary.copy(<<0::32>>, 4)) end},
+  {"write! through a view whose rows overlap", fn -> Tensor.write!(windows, :binary.copy(<<0::32>>, 4)) end},
+  {"DLPack: an address imported twice", fn -> DLPack.import(twice) end},
+  {"DLPack: an address no import may take (another producer's, without unsafe_address)", fn -> DLPack.import(4096) end},
+  {"DLPack: unsafe_address not a boolean", fn -> DLPack.import(4096, unsafe_address: 1) end},
+  {"Nodes: unpack with copy not a boolean", fn -> TensorBlob.Nodes.unpack(packed, copy: :yes) end},
+  {"Nodes: pack with a negative keep", fn -> TensorBlob.Nodes.pack(t, node(), keep: -1) end},
+  {"Nodes: via region to a node that cannot be reached",
+   fn -> TensorBlob.Nodes.pack(t, :"nowhere@127.0.0.1", via: :region) end},
+  {"Nodes: a region unpacked after the sender freed it (keep: 0)", fn -> TensorBlob.Nodes.unpack(gone) end},
+  {"Nodes: same_host? of a string", fn -> TensorBlob.Nodes.same_host?("peer") end}
 ]
 
 IO.puts("# Bad inputs and the errors they get\n")

@@ -28,10 +28,11 @@
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
          ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
          cuda_torch_open/3, cuda_torch_export/1, cuda_torch_pending/1,
-         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0]).
+         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0, same_host/1,
+         shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
--export([format_error/2, error_message/2]).
+-export([format_error/2, error_message/2, prune/1, big_integer_text/2]).
 
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
@@ -278,8 +279,10 @@ zeros(Shape, Dtype) ->
 %% @doc Overwrites T's elements in place with Binary (row-major order), so
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
-write(T, Binary) when is_reference(T) ->
+write(T, Binary) when is_reference(T), is_binary(Binary) ->
     ?NIF(tensor_blob_nif:write(T, Binary));
+write(T, Other) when is_reference(T) ->
+    badarg(["binary: expected a binary, got ", {term, Other}]);
 write(T, _Binary) ->
     not_a_tensor(T).
 
@@ -509,8 +512,10 @@ ipc_torch_export(T) when not is_reference(T) ->
 ipc_torch_export(T) ->
     Shared = case torch_shm_name(T) of
                  nil ->
+                     %% Copied tensor to region, no binary made of T: a
+                     %% binary view would freeze T until it is collected.
                      S = ipc_torch_zeros(shape(T), dtype(T)),
-                     _ = write(S, node_binary(T)),
+                     _ = ?NIF(tensor_blob_nif:write(S, T)),
                      S;
                  _ ->
                      T
@@ -619,30 +624,44 @@ cuda_torch_pending(#{counter := Counter, ref_counter_offset := Slot}) ->
     N.
 
 %% @doc A plain term that carries T to Node, where node_unpack/1 makes it
-%% a tensor again: send it by any means (a message, erpc). A tensor is a
-%% resource of the OS process that made it; on any other node it is only a
-%% dead reference, so it never travels as itself.
+%% a tensor again: send it by any means (a message, erpc, a call's reply).
+%% A tensor is a resource of the OS process that made it; on any other node
+%% it is only a dead reference, so it never travels as itself.
 %%
-%% When Node runs on this host (it sees the same /dev/shm: host_id/0), T's
-%% memory travels as a shared-memory region in PyTorch's format, which both
-%% nodes map: no copy when T was made by ipc_torch_zeros/2 (or opened from
-%% such a region), one copy into a new region otherwise. Elsewhere, T's
-%% bytes travel as one binary: a view of T's memory when it is a contiguous
-%% CPU tensor (no copy here), and the distribution carries it as it carries
-%% any binary. Opts: #{via => region | binary} forces a path (region only
-%% for a node on this host).
+%% When Node can open this node's shared memory (same_host/1: the same
+%% host, /dev/shm and user), T's memory travels as a shared-memory region
+%% in PyTorch's format, which both nodes map: no copy when T was made by
+%% ipc_torch_zeros/2 (or opened from such a region), one copy into a new
+%% region otherwise (T is left as it was). Elsewhere, T's bytes travel as
+%% one binary: a view of T's memory when it is a contiguous CPU tensor (no
+%% copy here; T is frozen while that binary lives on this node), and the
+%% distribution carries it as it carries any binary. Opts: #{via => region
+%% | binary} forces a path (region only for a node that can open it);
+%% #{keep => Milliseconds} (default 30000): see below.
 %%
-%% Lifetime: the packed term holds the sender's tensor. Keep it (or T) on
-%% this node until Node has unpacked it; from then on each node holds its
-%% own reference to the region, and either may drop first: the last one
-%% removes the name.
+%% Lifetime: a region's name lives while some tensor over it does. The
+%% packed term holds the sender's tensor (its tensor key), and a keeper
+%% process of this node holds it too, until the first node_unpack/1 of the
+%% term (wherever it runs) or Keep milliseconds, whichever comes first: so
+%% the process that packed may end at once (a term returned by erpc:call,
+%% or a gen_server reply), and the receiver still finds the region. After
+%% the unpack each node holds its own reference, and either may drop
+%% first: the last one removes the name. A term unpacked later than Keep
+%% after pack, with the sender's tensor gone, finds no region, and says so.
 -spec node_pack(tensor(), node()) -> map().
 node_pack(T, Node) -> node_pack(T, Node, #{}).
 
--spec node_pack(tensor(), node(), #{via => region | binary}) -> map().
-node_pack(T, _Node, _Opts) when not is_reference(T) ->
+-define(NODE_KEEP_MS, 30000).
+
+-spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
+node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
 node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
+    check_options(Opts, [via, keep]),
+    Keep = case maps:get(keep, Opts, ?NODE_KEEP_MS) of
+               K when is_integer(K), K >= 0, K =< 16#FFFFFFFF -> K;
+               K -> badarg(["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
+           end,
     Via = case Opts of
               #{via := V} when V =:= region; V =:= binary -> V;
               #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
@@ -652,12 +671,15 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     case Via of
         region ->
             case {same_host(Node), device(T)} of
-                {false, _} -> badarg(["options: via region needs a node on this host; ", {term, Node}, " is not"]);
+                {false, _} ->
+                    badarg(["options: via region needs a node that can open this node's shared memory (the same "
+                            "host, /dev/shm and user); ", {term, Node}, " cannot"]);
                 {true, cpu} -> ok;
                 {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
             end,
             #{handle := Name, tensor := Shared} = ipc_torch_export(T),
-            Base#{via => region, handle => Name, tensor => Shared};
+            Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
+                  keep => Keep};
         binary ->
             Base#{via => binary, binary => node_binary(T)}
     end;
@@ -669,6 +691,18 @@ default_via(T, Node) ->
         true -> region;
         false -> binary
     end.
+
+%% A process that holds Shared until a node_unpack/1 of its packed term
+%% says it has its own reference, or Keep milliseconds pass: the region
+%% outlives the process that packed it, for a bounded time.
+node_keeper(Shared, Keep) ->
+    spawn(fun() ->
+                  put(tensor_blob_kept, Shared),
+                  receive
+                      {tensor_blob_unpacked, _} -> ok
+                  after Keep -> ok
+                  end
+          end).
 
 %% T's bytes: a view when T is a contiguous CPU tensor, else a copy.
 node_binary(T) ->
@@ -683,25 +717,68 @@ node_binary(T) ->
 %% a read-only view of the binary the distribution delivered. That binary
 %% lies inside the buffer the message arrived in, at whatever address the
 %% encoding put it: when it is not aligned for the dtype, it is copied once
-%% into a new tensor (memory/1 says owned). With #{copy => true} it is
-%% always copied, into a writable tensor.
+%% into a new tensor (memory/1 says owned). With #{copy => true} the result
+%% is always a private, writable copy, whichever way the data came (a
+%% region is mapped only while it is copied).
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
-node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
-    ipc_torch_open(Name, Dtype, Shape);
-node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
-    case Opts of
-        #{copy := true} -> from_binary(Bin, Dtype, Shape);
-        _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
-    end;
+node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
+    check_options(Opts, [copy]),
+    Copy = case maps:get(copy, Opts, false) of
+               C when is_boolean(C) -> C;
+               C -> badarg(["copy: expected a boolean, got ", {term, C}])
+           end,
+    node_unpack_checked(Packed, Copy);
+node_unpack(#{'__tensor_blob_node__' := 1}, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]);
 node_unpack(Other, _Opts) ->
+    node_unpack_checked(Other, false).
+
+node_unpack_checked(#{via := region, handle := Name, dtype := Dtype, shape := Shape} = Packed, Copy) ->
+    Mapped = node_open(Packed, Name, Dtype, Shape),
+    _ = case Packed of
+            #{keeper := Keeper} when is_pid(Keeper) -> Keeper ! {tensor_blob_unpacked, node()};
+            #{} -> ok
+        end,
+    case Copy of
+        true -> to_device(Mapped, cpu);
+        false -> Mapped
+    end;
+node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, true) ->
+    from_binary(Bin, Dtype, Shape);
+node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, false) ->
+    from_binary(Bin, Dtype, Shape, #{copy => if_needed});
+node_unpack_checked(Other, _Copy) ->
     badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).
 
+%% The region's mapping; a region that is gone says why it may be.
+node_open(Packed, Name, Dtype, Shape) ->
+    try
+        ipc_torch_open(Name, Dtype, Shape)
+    catch
+        error:{Kind, Message}:Stack when is_binary(Message) ->
+            case binary:match(Message, <<"no shared memory named">>) of
+                nomatch ->
+                    erlang:raise(error, {Kind, Message}, Stack);
+                _ ->
+                    Keep = maps:get(keep, Packed, 0),
+                    raise(Kind,
+                          ["packed: its region ", {term, Name}, " is gone: every tensor over it on the sending node ",
+                           "was freed before this node unpacked it (the packed term holds the sender's tensor ",
+                           "only while the term lives on the sending node, and its keeper only until ",
+                           integer_to_list(Keep), " ms after ",
+                           {code, "tensor_blob:node_pack/3", "TensorBlob.Nodes.pack/3"},
+                           " or the first unpack). Unpack it sooner, pack it with a longer keep, or keep the ",
+                           "tensor on the sending node until it is unpacked"])
+            end
+    end.
+
 %% @doc What makes two nodes share shared memory: this host's boot id and
 %% the identity of its /dev/shm (containers on one host have their own).
+%% See same_host/1, which also asks for the same user.
 -spec host_id() -> {binary(), integer(), integer()}.
 host_id() ->
     Boot = case file:read_file("/proc/sys/kernel/random/boot_id") of
@@ -713,14 +790,39 @@ host_id() ->
         {error, _} -> {Boot, 0, 0}
     end.
 
+%% @private What another node compares with its own: host_id/0 and this
+%% VM's effective user (a region is its creator's, mode 0600).
+-spec shm_identity() -> {{binary(), integer(), integer()}, integer()}.
+shm_identity() ->
+    {host_id(), effective_uid()}.
+
+effective_uid() ->
+    %% "Uid:\treal\teffective\tsaved\tfs" in /proc/self/status.
+    case file:read_file("/proc/self/status") of
+        {ok, Status} ->
+            case re:run(Status, "^Uid:\\s+\\d+\\s+(\\d+)", [multiline, {capture, all_but_first, binary}]) of
+                {match, [Uid]} -> binary_to_integer(Uid);
+                nomatch -> -1
+            end;
+        {error, _} -> -1
+    end.
+
+%% @doc Whether Node can open the shared memory this node makes, which is
+%% what node_pack/2 asks before it sends a region: the same host (a boot
+%% id both can read), the same /dev/shm, and the same effective user
+%% (regions are mode 0600). False for a node that cannot be reached, or
+%% when no boot id can be read here.
+-spec same_host(node()) -> boolean().
 same_host(Node) when Node =:= node() ->
     true;
+same_host(Node) when is_atom(Node) ->
+    case shm_identity() of
+        {{<<>>, _, _}, _} -> false;
+        {_, -1} -> false;
+        Local -> try erpc:call(Node, tensor_blob, shm_identity, [], 5000) =:= Local catch _:_ -> false end
+    end;
 same_host(Node) ->
-    Local = host_id(),
-    case Local of
-        {<<>>, _, _} -> false;
-        _ -> try erpc:call(Node, tensor_blob, host_id, []) =:= Local catch _:_ -> false end
-    end.
+    badarg(["node: expected a node name (an atom), got ", {term, Node}]).
 
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
@@ -735,8 +837,12 @@ torch_version() -> tensor_blob_nif:torch_version().
 %% consume_dlpack/1 disarms it and returns the address for a consumer, which
 %% then owes the deleter one call. from_dlpack/1,2 imports a capsule
 %% (consuming it) or an address; the producer's deleter runs exactly once,
-%% when libtorch frees the imported storage. An address is trusted: a forged
-%% or freed one cannot be detected.
+%% when libtorch frees the imported storage. An address this library handed
+%% out (consume_dlpack/1, the C bridge) is known until one import takes it
+%% or its deleter runs: imported once, refused after. Any other address is
+%% refused unless #{unsafe_address => true} says the caller answers for it:
+%% then it is trusted, and a forged, freed or twice-imported one cannot be
+%% detected.
 %%--------------------------------------------------------------------
 
 %% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
@@ -780,7 +886,9 @@ to_dlpack(_T, Opts) ->
 
 %% @doc A tensor over the memory of a DLPack capsule or managed tensor
 %% address. A capsule is consumed, whether the import succeeds or not.
-%% An address is read as a DLManagedTensorVersioned.
+%% An address is read as a DLManagedTensorVersioned; it must be one this
+%% library handed out and that no import took yet (see from_dlpack/2 for
+%% others).
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) ->
     ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
@@ -788,6 +896,11 @@ from_dlpack(Source) ->
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address (a capsule knows).
 %%   read_only: true makes the tensor read-only even without the flag.
+%%   unsafe_address: true imports an address of another producer (a
+%%     foreign NIF, a C library): nothing can tell a live managed tensor
+%%     from a freed one, or one already imported, whose deleter would then
+%%     run twice. The caller answers for it. Without it, only addresses
+%%     this library handed out and still holds are imported, once each.
 %%   stream: the producer's CUDA stream, where its last writes to the
 %%     memory were queued (an integer, as to_dlpack/2 takes it). A kDLCUDA
 %%     or kDLCUDAManaged tensor: libtorch's current stream of the device
@@ -807,14 +920,19 @@ from_dlpack(Source) ->
 %% dtype), its deleter is called and the call raises; when it does not look
 %% like a DLPack tensor at all, nothing in it is called.
 -spec from_dlpack(capsule() | non_neg_integer(),
-                  #{version => dlpack_version(), read_only => boolean()}) -> tensor().
+                  #{version => dlpack_version(), read_only => boolean(), stream => integer(),
+                    unsafe_address => boolean()}) -> tensor().
 from_dlpack(Source, Opts) when is_map(Opts) ->
-    check_options(Opts, [version, read_only, stream]),
+    check_options(Opts, [version, read_only, stream, unsafe_address]),
     Version = case maps:get(version, Opts, undefined) of
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
                   Other -> badarg(["version: expected versioned or legacy, got ", {term, Other}])
               end,
-    ?NIF(tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts), stream_option(Opts)));
+    Given = case boolean_option(unsafe_address, Opts) of
+                true when is_integer(Source) -> {unsafe_address, Source};
+                _ -> Source
+            end,
+    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 from_dlpack(_Source, Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
@@ -893,11 +1011,15 @@ check_options(Opts, Known) ->
 %%                              shown) or {tail, Node} (an improper tail)
 %%   {tuple, [Node], More}      More: true when elements are not shown
 %%   {map, [{Node, Node}], More}
+%%   {big_integer, Sign, Bits}  an integer too large to print (printing
+%%                              one of 200,000 bits takes most of a second
+%%                              and 60 KB): its sign (1 or -1) and size
 %%--------------------------------------------------------------------
 
 -type segment() :: unicode:chardata() | {term, term()} | {code, unicode:chardata(), unicode:chardata()}.
 -type pruned() :: {whole, term()} | elided | {list, [pruned()], [] | more | {tail, pruned()}}
-                | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}.
+                | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}
+                | {big_integer, 1 | -1, pos_integer()}.
 -type cause() :: {message, [binary() | {term, pruned()} | {code, binary(), binary()}]}.
 
 -define(TERM_ITEMS, 50).
@@ -923,12 +1045,16 @@ raise(Kind, Message) ->
 %% cause as raise/2's errors do, and the arity in place of the arguments:
 %% an argument may be any term, and a huge or deep one in a stacktrace
 %% costs whoever formats or normalizes it (Elixir's rescue does). A
-%% reference of another node where a tensor was expected says so.
+%% reference of another node where a tensor was expected says so; a
+%% message about any other argument is left as it is.
 -spec nif_error(badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) -> no_return().
-nif_error(badarg, {message, Message}, Stack) ->
-    case [R || {term, R} <- Message, is_reference(R), node(R) =/= node()] of
-        [Ref | _] -> nif_raise(badarg, other_node(Ref), Stack);
-        [] -> nif_raise(badarg, Message, Stack)
+nif_error(badarg, {message, [Text, {term, Ref}] = Message}, Stack) when is_binary(Text), is_reference(Ref),
+                                                                        node(Ref) =/= node() ->
+    Expected = <<": expected a tensor, got ">>,
+    Size = byte_size(Text) - byte_size(Expected),
+    case Text of
+        <<Field:Size/binary, Expected/binary>> when Size > 0 -> nif_raise(badarg, other_node(Field, Ref), Stack);
+        _ -> nif_raise(badarg, Message, Stack)
     end;
 nif_error(Kind, {message, Message}, Stack) ->
     nif_raise(Kind, Message, Stack).
@@ -951,13 +1077,22 @@ segment({term, Term}) -> {term, prune(Term)};
 segment({code, Erlang, Elixir}) -> {code, unicode:characters_to_binary(Erlang), unicode:characters_to_binary(Elixir)};
 segment(Text) -> unicode:characters_to_binary(Text).
 
-%% Term cut down to a tree of bounded size (see Errors above); the work is
-%% bounded by that size, whatever Term is.
+%% @private Term cut down to a tree of bounded size (see Errors above); the
+%% work is bounded by that size, whatever Term is. The Elixir facade prints
+%% terms of its own messages through it too.
 -spec prune(term()) -> pruned().
 prune(Term) ->
     element(1, prune(Term, ?TERM_DEPTH, ?TERM_NODES)).
 
+%% Integers of more bits than this are shown by their size alone.
+-define(BIG_INTEGER, (1 bsl 256)).
+
 %% {Pruned, NodesLeft}
+prune(Term, _Depth, Nodes) when is_integer(Term), (Term >= ?BIG_INTEGER orelse Term =< -?BIG_INTEGER) ->
+    Sign = if Term < 0 -> -1; true -> 1 end,
+    <<Top, _/binary>> = Bytes = binary:encode_unsigned(abs(Term)),
+    Bits = (byte_size(Bytes) - 1) * 8 + bit_length(Top),
+    {{big_integer, Sign, Bits}, Nodes - 1};
 prune(Term, Depth, Nodes) ->
     case is_container(Term) of
         false -> {{whole, Term}, Nodes - 1};
@@ -1038,9 +1173,21 @@ erlang_segment({term, Node}, Chars) -> erlang_term(Node, Chars);
 erlang_segment({code, Erlang, _Elixir}, Chars) -> {Erlang, Chars};
 erlang_segment(Text, Chars) -> {Text, Chars}.
 
+bit_length(0) -> 0;
+bit_length(N) -> 1 + bit_length(N bsr 1).
+
+%% What both facades show for {big_integer, Sign, Bits}.
+-spec big_integer_text(1 | -1, pos_integer()) -> binary().
+big_integer_text(Sign, Bits) ->
+    Text = io_lib:format("<~s integer of ~b bits>", [case Sign of -1 -> "a negative"; 1 -> "an" end, Bits]),
+    unicode:characters_to_binary(Text).
+
 %% {Text, CharsLeft}
 erlang_term(elided, Chars) ->
     {"...", Chars - 3};
+erlang_term({big_integer, Sign, Bits}, Chars) ->
+    Text = big_integer_text(Sign, Bits),
+    {Text, Chars - byte_size(Text)};
 erlang_term(_Node, Chars) when Chars =< 0 ->
     {"...", Chars};
 erlang_term({whole, Term}, Chars) ->
@@ -1103,10 +1250,10 @@ error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_bin
 error_message(_Reason, _Stack) ->
     none.
 
-%% A reference made on another node, where a tensor was expected: a
-%% tensor that was sent as it is.
-other_node(Ref) ->
-    ["tensor: ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
+%% A reference made on another node, where a tensor was expected (the
+%% argument Field): a tensor that was sent as it is.
+other_node(Field, Ref) ->
+    [Field, ": ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
      ": a tensor belongs to the node (the OS process) that made it, and reaches any other only as a dead "
      "reference. Move it with ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"},
      " on the sending node and ", {code, "tensor_blob:node_unpack/1", "TensorBlob.Nodes.unpack/1"}, " on this one"].

@@ -31,7 +31,7 @@ defmodule TensorBlob.BridgeTest do
 
         slice =
           Lifetime.in_process(fn ->
-            t = DLPack.import(@foreign.produce(payload(), unquote(kind)), version: unquote(kind))
+            t = DLPack.import(@foreign.produce(payload(), unquote(kind)), version: unquote(kind), unsafe_address: true)
             assert Tensor.to_binary(t) == payload()
             assert Tensor.memory(t) == :dlpack
             Tensor.narrow(t, 0, 60, 4)
@@ -52,7 +52,7 @@ defmodule TensorBlob.BridgeTest do
     end
 
     test "a READ_ONLY tensor from it refuses write!" do
-      t = DLPack.import(@foreign.produce(payload(), :read_only))
+      t = DLPack.import(@foreign.produce(payload(), :read_only), unsafe_address: true)
       assert_raise ArgumentError, ~r/read-only/, fn -> Tensor.write!(t, payload()) end
       assert Tensor.to_binary(t) == payload()
     end

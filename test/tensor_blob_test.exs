@@ -286,6 +286,37 @@ defmodule TensorBlobTest do
       assert Tensor.to_binary(t) == f32s([0, 0, 7, 0, 0, 8])
     end
 
+    test "a write through a view whose elements share memory is refused, small or large" do
+      # Inline (small) and on a dirty scheduler (past 256 KiB), a stride of
+      # 0 and strides that overlap: refused, the memory left as it was.
+      for n <- [4, 128 * 1024] do
+        t = Tensor.from_binary(f32s(Enum.to_list(1..n)), :float32, {n})
+        before = Tensor.to_binary(t)
+        b = TensorBlob.to_blob(t)
+
+        view = fn shape, strides ->
+          case TensorBlob.from_blob(%{ptr: b.ptr, shape: shape, strides: strides, dtype: :float32}, owner: t) do
+            %BlobView{tensor: v} -> v
+            v -> v
+          end
+        end
+
+        broadcast = view.({n}, [0])
+        e = assert_raise ArgumentError, fn -> Tensor.write!(broadcast, f32s(List.duplicate(9, n))) end
+        assert e.message =~ "some of its elements are the same memory"
+
+        windows = view.({div(n, 2), 2}, [1, 1])
+        assert_raise ArgumentError, ~r/same memory/, fn -> Tensor.write!(windows, f32s(List.duplicate(9, n))) end
+        assert Tensor.to_binary(t) == before
+
+        # Disjoint strided views still take writes.
+        evens = view.({div(n, 2)}, [2])
+        Tensor.write!(evens, f32s(List.duplicate(0, div(n, 2))))
+        assert Tensor.to_binary(t) |> binary_part(4, 4) == binary_part(before, 4, 4)
+        assert Tensor.to_binary(t) |> binary_part(0, 4) == f32s([0])
+      end
+    end
+
     test "inspect shows any device type as the device table names it: type, or type:index" do
       # Both Inspect implementations (Tensor, DLPack) format devices here;
       # a device type added to the table needs no clause of its own.
@@ -336,6 +367,42 @@ defmodule TensorBlobTest do
       assert inspect(legacy) == "#TensorBlob.DLPack<legacy float32[3][2] cpu armed>"
       _ = TensorBlob.DLPack.consume(capsule)
       assert inspect(capsule) == "#TensorBlob.DLPack<versioned consumed>"
+    end
+  end
+
+  describe "large owners" do
+    test "an owner of millions of terms is pinned off the normal schedulers" do
+      t = Tensor.from_binary(@f32, :float32, {6})
+      blob = TensorBlob.to_blob(t)
+      owner = {t, Enum.to_list(1..3_000_000)}
+      parent = self()
+
+      # A normal scheduler held past 50 ms by one call is reported (a dirty
+      # scheduler's time is not).
+      previous = :erlang.system_monitor()
+
+      try do
+        :erlang.system_monitor(parent, [{:long_schedule, 50}])
+
+        # The heap has room to spare: no collection of the owner runs on a
+        # normal scheduler in the caller either.
+        pid =
+          :erlang.spawn_opt(
+            fn ->
+              v = TensorBlob.from_blob(%{blob | owner: owner})
+              send(parent, {:done, Tensor.to_binary(v.tensor)})
+            end,
+            min_heap_size: 12_000_000
+          )
+
+        assert_receive {:done, @f32}, 30_000
+        refute_received {:monitor, ^pid, :long_schedule, _}
+      after
+        case previous do
+          {monitor, opts} -> :erlang.system_monitor(monitor, opts)
+          :undefined -> :erlang.system_monitor(:undefined)
+        end
+      end
     end
   end
 
@@ -454,6 +521,46 @@ defmodule TensorBlobTest do
       error = assert_raise ArgumentError, fun
       assert error.message =~ pattern
     end
+
+    test "huge integers and huge option terms make short errors, fast", %{t: t, blob: blob} do
+      h = 1 <<< 200_000
+      big = :binary.copy("k", 50_000_000)
+
+      cases = [
+        shape: fn -> Tensor.zeros({h}, :float32) end,
+        ptr: fn -> TensorBlob.from_blob(%{ptr: h, shape: {1}, dtype: :float32}, owner: t) end,
+        negative_ptr: fn -> TensorBlob.from_blob(%{ptr: -h, shape: {1}, dtype: :float32}, owner: t) end,
+        stride: fn -> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, strides: [h], dtype: :float32}, owner: t) end,
+        start: fn -> Tensor.narrow(t, 0, h, 1) end,
+        cuda_index: fn -> Tensor.to_device(t, {:cuda, h}) end,
+        option_value: fn -> Tensor.to_binary(t, copy: h) end,
+        stream: fn -> TensorBlob.DLPack.export(t, stream: h) end,
+        keep: fn -> TensorBlob.Nodes.pack(t, node(), keep: h) end,
+        option_key: fn -> Tensor.to_binary(t, [{:copy, true}, {big, 1}]) end,
+        from_blob_option: fn -> TensorBlob.from_blob(blob, [{big, 1}]) end,
+        from_blob_option_value: fn -> TensorBlob.from_blob(blob, [{:owner, t}, {:x, big}]) end,
+        dlpack_option: fn -> TensorBlob.DLPack.import(TensorBlob.DLPack.export(t), [{big, h}]) end
+      ]
+
+      for {name, fun} <- cases do
+        {us, error} = :timer.tc(fn -> assert_raise ArgumentError, fun end)
+        message = Exception.message(error)
+        assert byte_size(message) < 4096, "#{name}: #{byte_size(message)} bytes"
+        assert us < 250_000, "#{name}: #{div(us, 1000)} ms"
+        # The Erlang API's message is bounded too.
+        assert {:badarg, erlang} = catch_error(erlang_call(name, t, blob, h))
+        assert byte_size(erlang) < 4096, "#{name} (Erlang): #{byte_size(erlang)} bytes"
+      end
+
+      assert_badarg(fn -> Tensor.zeros({h}, :float32) end, "<an integer of 200001 bits>")
+      assert_badarg(fn -> Tensor.narrow(t, 0, -h, 1) end, "<a negative integer of 200001 bits>")
+    end
+
+    defp erlang_call(:stream, t, _blob, h), do: :tensor_blob.to_dlpack(t.ref, %{stream: h})
+    defp erlang_call(:start, t, _blob, h), do: :tensor_blob.narrow(t.ref, 0, h, 1)
+    defp erlang_call(:cuda_index, t, _blob, h), do: :tensor_blob.to_device(t.ref, {:cuda, h})
+    defp erlang_call(:ptr, t, _blob, h), do: :tensor_blob.from_blob(%{ptr: h, shape: {1}, dtype: :float32}, %{owner: t})
+    defp erlang_call(_name, _t, _blob, h), do: :tensor_blob.zeros({h}, :float32)
 
     test "spec shape", %{blob: blob} do
       assert_badarg(fn -> TensorBlob.from_blob(:nope) end, "spec")

@@ -53,6 +53,7 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(binaries, "binaries");
     ATOM(versioned, "versioned");
     ATOM(legacy, "legacy");
+    ATOM(unsafe_address, "unsafe_address");
     ATOM(tensor_struct, "Elixir.TensorBlob.Tensor");
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)

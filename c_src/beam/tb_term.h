@@ -29,7 +29,7 @@ typedef struct {
     /* stats keys */
     ERL_NIF_TERM tensors, pins, capsules, binaries;
     /* DLPack kinds */
-    ERL_NIF_TERM versioned, legacy;
+    ERL_NIF_TERM versioned, legacy, unsafe_address;
     ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
     ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */

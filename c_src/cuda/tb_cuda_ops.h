@@ -40,6 +40,8 @@ typedef struct {
     const char *(*event_destroy)(void *event);
     const char *(*stream_wait_event)(uintptr_t stream, void *event);
     const char *(*stream_synchronize)(uintptr_t stream);
+    /* Waits for all work of the current device. */
+    const char *(*device_synchronize)(void);
     /* libtorch's current stream of a device, as the calling thread sees it. */
     int (*torch_stream_is_default)(int device);
     /* Records a new event (a cudaEvent_t) on it. */

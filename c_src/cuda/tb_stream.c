@@ -141,3 +141,16 @@ const char *tb_stream_host_wait_torch(const tb_cuda_ops *ops, int device)
     ops->torch_destroy_event(device, event);
     return e;
 }
+
+const char *tb_stream_device_wait(const tb_cuda_ops *ops, int device)
+{
+    const char *e = MISSING(ops, device_synchronize);
+    if (e)
+        return e;
+    device_scope scope;
+    e = enter(ops, device, &scope);
+    if (!e)
+        e = failed("cudaDeviceSynchronize", ops->device_synchronize());
+    leave(ops, &scope);
+    return e;
+}

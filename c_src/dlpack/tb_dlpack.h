@@ -17,6 +17,10 @@ long tb_dlpack_live(void);
  * tensor's memory, holding its own libtorch reference until its deleter
  * runs. NULL when out of memory or the scalar type has no dtype. */
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
+/* An export's address is given out as an integer: one import by address
+ * may take it (from_dlpack refuses any other address unless the caller
+ * vouches for it). */
+void tb_dlpack_hand_out(void *managed);
 
 /* to_dlpack(Tensor, versioned | legacy, ReadOnly :: boolean(), Stream) -> capsule;
  * Stream: undefined, or the consumer's stream (tb_stream.h) */

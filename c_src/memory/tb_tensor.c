@@ -249,24 +249,60 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
     }
 }
 
+/* A contiguous CPU tensor: its elements are its dense bytes, in order. */
+static int dense_on_host(const tb_shim_info *info)
+{
+    int64_t row_major[TB_MAX_DIMS];
+    if (info->device_type != TB_DEVICE_CPU || !tb_row_major_strides(info->ndim, info->sizes, row_major))
+        return 0;
+    for (int i = 0; i < info->ndim; i++)
+        if (info->sizes[i] > 1 && info->strides[i] != row_major[i])
+            return 0;
+    return 1;
+}
+
+/* write(Tensor, Source): Source's bytes into Tensor's elements. Source is a
+ * binary of the dense bytes, or (for the library's own copies: a tensor
+ * copied into a new region) a tensor of the same dtype and element count,
+ * read in place, with no binary made of it, so the source is left as it
+ * was; the target of a tensor source is then a contiguous CPU tensor. */
 ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    tb_tensor_desc d;
+    tb_tensor_desc d, src;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     ErlNifBinary bin;
-    if (!enif_inspect_binary(env, argv[1], &bin))
+    int from_tensor = tb_tensor_get(env, argv[1]) != NULL;
+    if (from_tensor) {
+        if (!tb_tensor_arg(env, argv[1], "source", &src, &exc))
+            return exc;
+        bin.size = src.dense_bytes;
+        bin.data = NULL;
+    } else if (!enif_inspect_binary(env, argv[1], &bin)) {
         return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[1]);
-    if (tb_reschedule_copy(env, "write", bin.size, d.info.device_type != TB_DEVICE_CPU, tb_nif_write, argc, argv,
-                           &exc))
+    }
+    int on_device = d.info.device_type != TB_DEVICE_CPU || (from_tensor && src.info.device_type != TB_DEVICE_CPU);
+    if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
         return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it", tb_storage_read_only_reason(&d.info),
                                "write/2", "write!");
+    /* Two indices of one element: which write would win is undefined. */
+    if (tb_layout_self_overlaps(d.info.ndim, d.info.sizes, d.info.strides))
+        return tb_raise_badarg(env, "tensor: some of its elements are the same memory (a stride of 0, or strides "
+                                    "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
+                                    "as libtorch refuses in-place writes to it. Write to the tensor it views",
+                               tb_make_shape(env, d.info.ndim, d.info.sizes),
+                               tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!");
+    if (from_tensor && (src.dtype != d.dtype || !dense_on_host(&d.info)))
+        return tb_raise_badarg(env, "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "
+                                    "CPU target",
+                               tb_dtypes[d.dtype].name, tb_dtypes[src.dtype].name);
     if (bin.size != d.dense_bytes)
-        return tb_raise_badarg(env, "binary: the tensor holds %lu bytes, got a binary of %lu bytes",
-                               (unsigned long)d.dense_bytes, (unsigned long)bin.size);
+        return tb_raise_badarg(env, "%s: the tensor holds %lu bytes, got %s of %lu bytes",
+                               from_tensor ? "source" : "binary", (unsigned long)d.dense_bytes,
+                               from_tensor ? "a tensor" : "a binary", (unsigned long)bin.size);
     tb_range guard;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &guard))
         return argv[0]; /* no elements: nothing to write */
@@ -274,7 +310,8 @@ ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     if (status != TB_GUARD_OK)
         return raise_guard_refusal(env, status);
     tb_shim_error err;
-    int ok = tb_shim_write_bytes(d.tensor->handle, bin.data, &err);
+    int ok = from_tensor ? tb_shim_to_bytes(src.tensor->handle, d.info.data, &err)
+                         : tb_shim_write_bytes(d.tensor->handle, bin.data, &err);
     tb_storage_write_end(&guard);
     if (!ok)
         return tb_raise_error(env, "%C: %s", "write", "write!", err.message);

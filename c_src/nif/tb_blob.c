@@ -293,19 +293,35 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
     return tb_tensor_return(env, h);
 }
 
+/* An owner term of many terms is pinned on a dirty scheduler: the pin
+ * copies it, and may walk it, in time that grows with its size. */
+static int reschedule_large_owner(ErlNifEnv *env, const char *name, tb_nif_fun *self, int argc,
+                                  const ERL_NIF_TERM argv[], ERL_NIF_TERM owner, ERL_NIF_TERM pin_term,
+                                  ERL_NIF_TERM *out)
+{
+    if (pin_term != tb_atoms.true_ || enif_thread_type() != ERL_NIF_THR_NORMAL_SCHEDULER ||
+        tb_pin_term_is_small(env, owner))
+        return 0;
+    *out = enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
+    return 1;
+}
+
 ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     spec_terms terms;
     ERL_NIF_TERM exc;
     if (!get_spec_terms(env, argv[0], &terms, &exc))
+        return exc;
+    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob, argc, argv, argv[1], argv[2], &exc))
         return exc;
     return view(env, &terms, argv[1], argv[2]);
 }
 
 ERL_NIF_TERM tb_nif_from_blob_fields(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    (void)argc;
     spec_terms terms = {argv[0], argv[1], argv[2], argv[3], argv[4]};
+    ERL_NIF_TERM exc;
+    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob_fields, argc, argv, argv[5], argv[6], &exc))
+        return exc;
     return view(env, &terms, argv[5], argv[6]);
 }

@@ -73,7 +73,8 @@ defmodule TensorBlob.CUDA do
     blob |> Map.take([:device, :ptr, :shape, :strides, :dtype]) |> Map.put(:memory, memory(blob.ptr))
   end
 
-  def info(other), do: raise(ArgumentError, "expected a DLPack capsule or a blob, got #{inspect(other)}")
+  def info(other),
+    do: raise(ArgumentError, "expected a DLPack capsule or a blob, got #{TensorBlob.Raise.inspect_term(other)}")
 
   @typedoc "What the CUDA runtime says memory is: the names of DLPack's device types, or `:unknown`."
   @type memory :: :cpu | :cuda_host | :cuda | :cuda_managed | :unknown

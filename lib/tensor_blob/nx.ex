@@ -186,7 +186,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp to_nx_options!(other) do
-      raise ArgumentError, "to_nx: expected a backend (module or {module, keyword}) or options, got #{inspect(other)}"
+      raise ArgumentError,
+            "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
     end
 
     # The backend maps the region itself: its mapping is its own.
@@ -322,12 +323,13 @@ if Code.ensure_loaded?(Nx) do
               key -> key
             end)
 
-          raise ArgumentError, "options: unknown option(s) #{inspect(unknown)}; known: #{inspect(keys)}"
+          raise ArgumentError,
+                "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
       end
     end
 
     defp invalid_option!(key, value, expected) do
-      raise ArgumentError, "options: invalid #{key}: #{inspect(value)}; expected #{expected}"
+      raise ArgumentError, "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
     end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))

@@ -115,14 +115,18 @@ defmodule TensorBlob.Tensor do
       map
     else
       raise ArgumentError,
-            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{inspect(opts)}"
+            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{TensorBlob.Raise.inspect_term(opts)}"
     end
   end
 
   defp copy_option(copy: copy), do: %{copy: copy}
 
   defp copy_option(opts),
-    do: raise(ArgumentError, "options: expected [copy: boolean or :if_needed], got #{inspect(opts)}")
+    do:
+      raise(
+        ArgumentError,
+        "options: expected [copy: boolean or :if_needed], got #{TensorBlob.Raise.inspect_term(opts)}"
+      )
 
   @doc "A new tensor of zeros."
   @spec zeros(shape(), dtype()) :: t()
@@ -201,7 +205,7 @@ defmodule TensorBlob.Tensor do
   def format_device({type, index}) when is_atom(type) and is_integer(index), do: "#{type}:#{index}"
 
   def format_device(other),
-    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{inspect(other)}")
+    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{TensorBlob.Raise.inspect_term(other)}")
 
   defimpl Inspect do
     # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first
@@ -213,6 +217,12 @@ defmodule TensorBlob.Tensor do
 
     # A struct built by hand without :ref is shown as a plain map.
     def inspect(tensor, opts) when not is_map_key(tensor, :ref), do: Inspect.Any.inspect(tensor, opts)
+
+    # A tensor of another node arrives here as a dead reference: shown as
+    # that, with the node it belongs to (nothing of it can be read here).
+    def inspect(%{ref: ref}, opts) when is_reference(ref) and node(ref) != node() do
+      concat(["#TensorBlob.Tensor<on node ", to_doc(node(ref), opts), " ", to_doc(ref, opts), ">"])
+    end
 
     def inspect(%{ref: ref} = tensor, opts) do
       if is_reference(ref) do
