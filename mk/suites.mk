@@ -123,11 +123,12 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 asan-test: setup nif foreign-nif load-test-builds
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
 		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/tensor_blob_reaper $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals \
-		$(ASAN_BUILD)/c_test_registry $(ASAN_BUILD)/shim_test
+		$(ASAN_BUILD)/c_test_registry $(ASAN_BUILD)/c_test_shm $(ASAN_BUILD)/shim_test
 	$(ASAN_BUILD)/c_test
 	$(ASAN_BUILD)/c_test_intervals
 	$(ASAN_BUILD)/c_test_registry
 	$(ASAN_BUILD)/c_test_cuda
+	$(ASAN_BUILD)/c_test_shm
 	ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/shim_test
 	MIX_ENV=test mix compile
 	$(ASAN_ENV) MIX_ENV=test mix test
