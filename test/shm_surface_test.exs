@@ -139,7 +139,9 @@ defmodule TensorBlob.ShmSurfaceTest do
       Opened = fun() -> N = list_to_binary("/torch_" ++ os:getpid() ++ "_1_0"),
                         ok = file:write_file("/dev/shm" ++ binary_to_list(N), <<1:32/native, 0:(60*8), 0:(4096*8)>>),
                         {tensor_blob:ipc_open(N, uint8, {4096}), N} end,
+      io:format("pid=~s~n", [os:getpid()]),
       Use(Made), Use(Opened),
+      ok = file:delete("/dev/shm/torch_" ++ os:getpid() ++ "_1_0"),
       [erlang:garbage_collect(P) || P <- processes()],
       timer:sleep(300),
       io:format("alive~n"),
@@ -152,6 +154,10 @@ defmodule TensorBlob.ShmSurfaceTest do
       {out, status} = run_erl(code)
       assert status == 0, "the VM died (#{status}):\n" <> out
       assert out =~ "read=raised\nread=raised\nalive"
+      # The names it made went with it, shrunk as they were.
+      [_, pid] = Regex.run(~r/pid=(\d+)/, out)
+      left = fn -> Enum.filter(File.ls!("/dev/shm"), &(&1 =~ ~r/tensor_blob\.#{pid}-/)) end
+      assert eventually(fn -> left.() == [] end), "left behind: #{inspect(left.())}"
     end
   end
 

@@ -45,7 +45,7 @@ typedef struct {
     void *base;       /* the file's first byte; the data starts format->header in */
     size_t length;    /* what is mapped: at least one byte */
     size_t byte_size; /* what the tensor covers, from the data's start */
-    int created;      /* a plain region made here: its name goes with it */
+    int created;      /* made here: a plain region's name goes with it */
     tb_shm_ref ref;   /* the journal's record of the header reference */
     tb_range mapping; /* registered while mapped (tb_storage_map_file) */
     char name[NAME_MAX + 2];
@@ -65,7 +65,10 @@ static void release_region(tb_storage *s)
     tb_region *r = (tb_region *)s;
     if (r->format->header) {
         tb_shm_owner_forget(&r->ref);
-        if (tb_shm_header_drop(r->base) == 1)
+        /* A header that vanished counts nothing: its creator removes the
+         * name, as no holder can reach zero. */
+        int last = tb_shm_header_drop(r->base);
+        if (last == 1 || (last < 0 && r->created))
             shm_unlink(r->name); /* ENOENT: PyTorch's shm manager removed it when its processes ended */
     } else if (r->created) {
         shm_unlink(r->name);
@@ -154,7 +157,7 @@ static tb_region *create_region(const region_format *f, size_t length, size_t by
     if (fd < 0)
         return NULL;
     *error = ftruncate(fd, (off_t)length) != 0 ? errno : posix_fallocate(fd, 0, (off_t)length);
-    tb_region *r = *error ? NULL : map_region(f, fd, name, length, byte_size, f->header == 0, error);
+    tb_region *r = *error ? NULL : map_region(f, fd, name, length, byte_size, 1, error);
     close(fd);
     if (!r)
         shm_unlink(name);
@@ -187,7 +190,7 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const E
         r = NULL;
         if (opened) {
             error = ftruncate(fd, (off_t)length) != 0 ? errno : posix_fallocate(fd, 0, (off_t)length);
-            r = error ? NULL : map_region(f, fd, name, length, d.check.byte_size, 0, &error);
+            r = error ? NULL : map_region(f, fd, name, length, d.check.byte_size, 1, &error);
             close(fd);
         }
         /* Nobody else knows the name yet: the creator's reference, as

@@ -167,28 +167,25 @@ size_t tb_shm_token_length(const char *s)
 
 /* Drops the reference a dead VM held in the header of name; unlinks the
  * name when that was the last. made: the VM was making it, so nobody else
- * knows the name: it goes whatever its count. */
-static void drop_dead_reference(const char *name, int made)
+ * knows the name: it goes whatever its count. own: the VM made it, so
+ * when its header vanished (shrunk by another program) the name goes too,
+ * as no holder can count down to zero. */
+static void drop_dead_reference(const char *name, int made, int own)
 {
     struct stat st;
     int error;
     int fd = tb_shm_open(name, 0, &st, &error);
     if (fd < 0)
         return; /* gone already, or not ours to touch */
-    if (made) {
-        close(fd);
-        shm_unlink(name);
-        return;
-    }
-    void *header = st.st_size >= TB_TORCH_HEADER
+    void *header = !made && st.st_size >= TB_TORCH_HEADER
                        ? mmap(NULL, TB_TORCH_HEADER, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                        : MAP_FAILED;
     close(fd);
-    if (header == MAP_FAILED)
-        return;
-    if (tb_shm_header_drop(header) == 1)
+    int last = header == MAP_FAILED ? -1 : tb_shm_header_drop(header);
+    if (last == 1 || made || (last < 0 && own))
         shm_unlink(name);
-    munmap(header, TB_TORCH_HEADER);
+    if (header != MAP_FAILED)
+        munmap(header, TB_TORCH_HEADER);
 }
 
 typedef struct {
@@ -221,6 +218,8 @@ static void release_journal(int dir_fd, const char *token, size_t length)
     close(fd);
     if (base == MAP_FAILED)
         return;
+    char own[NAME_MAX + 1]; /* the start of the names the token made */
+    snprintf(own, sizeof own, "/" TB_TORCH_NAME_PREFIX "%.*s.", (int)length, token);
     size_t slots = (size_t)st.st_size / sizeof(tb_shm_slot);
     for (size_t i = 0; i < slots; i++) {
         slot_read r = {.slot = (tb_shm_slot *)base + i};
@@ -231,7 +230,7 @@ static void release_journal(int dir_fd, const char *token, size_t length)
         char name[NAME_MAX + 2];
         r.name[NAME_MAX] = '\0';
         if (tb_shm_name(r.name, strlen(r.name), name, sizeof name))
-            drop_dead_reference(name, r.state == TB_SLOT_MADE);
+            drop_dead_reference(name, r.state == TB_SLOT_MADE, strncmp(name, own, strlen(own)) == 0);
     }
     munmap(base, (size_t)st.st_size);
 }
