@@ -281,7 +281,16 @@ defmodule TensorBlob.ShmSurfaceTest do
 
   describe "5. a live VM's lock file deleted" do
     test "names made after it are not judged dead by another VM's reclaim" do
+      theirs = pytorch_region(:binary.copy(<<5>>, 8))
+      on_exit(fn -> File.rm(shm(theirs)) end)
+
+      # It holds a PyTorch region opened before the deletion in a process
+      # that drops it on a line from stdin.
       code = """
+      Self = self(),
+      Holder = spawn(fun() -> Th = tensor_blob:ipc_open(<<"#{theirs}">>, uint8, {8}), Self ! opened,
+                              receive drop -> Th =/= x end end),
+      receive opened -> ok end,
       T1 = tensor_blob:ipc_zeros({16}, uint8),
       \#{handle := <<"/tensor_blob.", Rest/binary>>} = tensor_blob:ipc_export(T1),
       [Token | _] = binary:split(Rest, <<".">>),
@@ -292,6 +301,12 @@ defmodule TensorBlob.ShmSurfaceTest do
       T3 = tensor_blob:ipc_torch_zeros({16}, uint8),
       \#{handle := N3} = tensor_blob:ipc_torch_export(T3),
       io:format("second=~s torch=~s~n", [N2, N3]),
+      _ = io:get_line(""),
+      Ref = monitor(process, Holder), Holder ! drop,
+      receive {'DOWN', Ref, _, _, _} -> ok end,
+      [erlang:garbage_collect(P) || P <- processes()],
+      timer:sleep(200),
+      io:format("dropped~n"),
       receive never -> {T1, T2, T3} end.
       """
 
@@ -304,6 +319,13 @@ defmodule TensorBlob.ShmSurfaceTest do
         assert File.exists?(shm(second)), "a live VM's new name was reclaimed"
         assert refcount(torch) == 1
         assert Tensor.to_binary(IPC.open(second, :uint8, {16})) == :binary.copy(<<7>>, 16)
+        # The reference it took before the deletion was judged dead and
+        # dropped by that reclaim; when it drops its tensor, it is not
+        # dropped twice.
+        assert refcount(theirs) == 1
+        Port.command(port, "go\n")
+        assert line(port) == "dropped"
+        assert refcount(theirs) == 1
       after
         System.cmd("kill", ["-9", pid])
       end

@@ -64,10 +64,9 @@ static void release_region(tb_storage *s)
 {
     tb_region *r = (tb_region *)s;
     if (r->format->header) {
-        tb_shm_owner_forget(&r->ref);
         /* A header that vanished counts nothing: its creator removes the
          * name, as no holder can reach zero. */
-        int last = tb_shm_header_drop(r->base);
+        int last = tb_shm_owner_forget(&r->ref) ? tb_shm_header_drop(r->base) : 0;
         if (last == 1 || (last < 0 && r->created))
             shm_unlink(r->name); /* ENOENT: PyTorch's shm manager removed it when its processes ended */
     } else if (r->created) {
@@ -171,6 +170,7 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const E
     if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
         return exc;
     size_t length = f->header + (size_t)d.check.byte_size;
+    length = length ? length : 1; /* an empty region is one byte long */
     char name[NAME_MAX + 2];
     int error = 0;
     tb_shm_ref made = {0};
@@ -207,7 +207,7 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const E
         } else {
             if (opened)
                 shm_unlink(name);
-            tb_shm_owner_forget(&made);
+            (void)tb_shm_owner_forget(&made);
         }
     }
     if (!r) {
@@ -362,7 +362,7 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
         }
         int seen;
         if (!tb_shm_header_take(r->base, &seen)) {
-            tb_shm_owner_forget(&r->ref);
+            (void)tb_shm_owner_forget(&r->ref);
             unmap_region(r);
             if (seen == INT_MIN)
                 return tb_raise_error(env, "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "

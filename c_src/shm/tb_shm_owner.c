@@ -235,27 +235,36 @@ void tb_shm_owner_hold(const tb_shm_ref *ref)
     (void)tb_fault_run(write_state, &w);
 }
 
-void tb_shm_owner_forget(tb_shm_ref *ref)
+static void exchange_state(void *arg)
+{
+    slot_write *w = arg;
+    w->state = atomic_exchange((_Atomic uint32_t *)&w->slot->state, w->state);
+}
+
+int tb_shm_owner_forget(tb_shm_ref *ref)
 {
     tb_shm_journal *j = ref->journal;
     if (!j)
-        return;
-    slot_write w = {.slot = &j->slots[ref->index], .state = TB_SLOT_FREE};
-    if (tb_fault_run(write_state, &w)) {
-        pthread_mutex_lock(&owner_lock);
-        if (j->free_count == j->free_capacity) {
-            uint32_t capacity = j->free_capacity ? 2 * j->free_capacity : 64;
-            uint32_t *list = realloc(j->free_list, capacity * sizeof *list);
-            if (list) {
-                j->free_list = list;
-                j->free_capacity = capacity;
-            }
-        }
-        if (j->free_count < j->free_capacity) /* else the slot is not reused */
-            j->free_list[j->free_count++] = ref->index;
-        pthread_mutex_unlock(&owner_lock);
-    }
+        return 1;
     ref->journal = NULL;
+    slot_write w = {.slot = &j->slots[ref->index], .state = TB_SLOT_FREE};
+    if (!tb_fault_run(exchange_state, &w))
+        return 1; /* the journal was shrunk: nobody else can read the record, and the slot is lost */
+    pthread_mutex_lock(&owner_lock);
+    if (j->free_count == j->free_capacity) {
+        uint32_t capacity = j->free_capacity ? 2 * j->free_capacity : 64;
+        uint32_t *list = realloc(j->free_list, capacity * sizeof *list);
+        if (list) {
+            j->free_list = list;
+            j->free_capacity = capacity;
+        }
+    }
+    if (j->free_count < j->free_capacity) /* else the slot is not reused */
+        j->free_list[j->free_count++] = ref->index;
+    pthread_mutex_unlock(&owner_lock);
+    /* Free already: a reclaimer that judged this VM dead (its lock was
+     * deleted) took the record and dropped the reference. */
+    return w.state != TB_SLOT_FREE;
 }
 
 int tb_shm_owner_reclaim(void)

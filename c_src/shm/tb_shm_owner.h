@@ -30,8 +30,10 @@ int tb_shm_owner_record(const char *name, uint32_t state, tb_shm_ref *ref, int *
 /* The reference is taken: its slot says so. */
 void tb_shm_owner_hold(const tb_shm_ref *ref);
 /* Frees the slot: called before the reference is dropped, so that a VM
- * that dies between the two leaves a reference, never drops one twice. */
-void tb_shm_owner_forget(tb_shm_ref *ref);
+ * that dies between the two leaves a reference, never drops one twice.
+ * 1 when the caller drops it; 0 when the record was taken already (by a
+ * reclaimer that judged this VM dead and dropped it). */
+int tb_shm_owner_forget(tb_shm_ref *ref);
 
 /* Releases the tokens of creators that are gone, this build's excepted. */
 int tb_shm_owner_reclaim(void);
