@@ -58,7 +58,7 @@ static int private_shm(void)
         printf("test_shm: skipped the planted files: no mount namespace here (%s)\n", strerror(errno));
         return 0;
     }
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+    if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0 ||
         mount("tmpfs", TB_SHM_DIR, "tmpfs", 0, "size=4m") != 0) {
         printf("test_shm: skipped the planted files: cannot mount a tmpfs on " TB_SHM_DIR " (%s)\n", strerror(errno));
         return 0;
