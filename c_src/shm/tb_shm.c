@@ -230,26 +230,6 @@ static ERL_NIF_TERM torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     return region_zeros(env, &torch_format, argv);
 }
 
-/* Reserving the pages writes them: dirty when large. */
-static ERL_NIF_TERM run_zeros(ErlNifEnv *env, const char *what, tb_nif_fun *fun, int argc, const ERL_NIF_TERM argv[])
-{
-    tb_dense d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
-        return exc;
-    return tb_run_copy(env, what, d.check.byte_size, 0, fun, argc, argv);
-}
-
-ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    return run_zeros(env, "ipc_zeros", ipc_zeros, argc, argv);
-}
-
-ERL_NIF_TERM tb_nif_torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
-{
-    return run_zeros(env, "torch_shm_zeros", torch_shm_zeros, argc, argv);
-}
-
 /* ---- Opening a region ------------------------------------------------ */
 
 /* The name argument as shm_open takes it, in the format f: a PyTorch
@@ -388,24 +368,36 @@ static ERL_NIF_TERM torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     return region_open(env, &torch_format, argv);
 }
 
-/* Reserving the pages of a sparse region writes them: dirty when large. */
-static ERL_NIF_TERM run_open(ErlNifEnv *env, const char *what, tb_nif_fun *fun, int argc, const ERL_NIF_TERM argv[])
+/* Making a region, or reserving the pages of a sparse one, writes them:
+ * dirty when large. The shape and dtype are argv[shape] and argv[dtype]. */
+static ERL_NIF_TERM run(ErlNifEnv *env, const char *what, tb_nif_fun *fun, int shape, int dtype, int argc,
+                        const ERL_NIF_TERM argv[])
 {
     tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_dense(env, argv[2], argv[1], &d, &exc))
+    if (!tb_tensor_get_dense(env, argv[shape], argv[dtype], &d, &exc))
         return exc;
     return tb_run_copy(env, what, d.check.byte_size, 0, fun, argc, argv);
 }
 
+ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    return run(env, "ipc_zeros", ipc_zeros, 0, 1, argc, argv);
+}
+
+ERL_NIF_TERM tb_nif_torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    return run(env, "torch_shm_zeros", torch_shm_zeros, 0, 1, argc, argv);
+}
+
 ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    return run_open(env, "ipc_open", ipc_open, argc, argv);
+    return run(env, "ipc_open", ipc_open, 2, 1, argc, argv);
 }
 
 ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    return run_open(env, "torch_shm_open", torch_shm_open, argc, argv);
+    return run(env, "torch_shm_open", torch_shm_open, 2, 1, argc, argv);
 }
 
 /* ---- Names ----------------------------------------------------------- */
