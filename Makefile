@@ -92,8 +92,8 @@ LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT) | $(PRIV)
 	$(LINK_NIF)
 
-REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c
-$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h $(CONFIG_STAMP)
+REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c c_src/memory/tb_fault.c
+$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h c_src/memory/tb_fault.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -std=c11 -Wall -Wextra $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 

@@ -18,7 +18,7 @@ $(BUILD)/test/src/%.o: %.c $(CONFIG_STAMP)
 $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi
+C_TESTS := c_test c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # The interval set of the read-only and frozen registries, against a
@@ -31,8 +31,12 @@ c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb
 c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dtype
 # The CUDA logic that runs without a GPU (pointer-check decisions, the stream
 # contract, IPC handles), over a stand-in runtime defined in the test only.
-c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle src/tb_torch_cuda
+c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle src/tb_torch_cuda src/tb_shm_names src/tb_fault
 c_test_dlpack_abi_SOURCES := test_dlpack_abi
+# Region files (names, opening by name, PyTorch's header count under the
+# SIGBUS guard, what a dead VM left), in a private /dev/shm when the
+# machine allows one.
+c_test_shm_SOURCES := test_shm src/tb_shm_names src/tb_fault
 
 .SECONDEXPANSION:
 $(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o,$$($$*_SOURCES)))

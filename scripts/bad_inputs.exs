@@ -54,6 +54,24 @@ torch_share = fn changes ->
   )
 end
 
+# A file planted under a fresh name in /dev/shm (by kind: "mkfifo" or
+# "link") for the length of one call, then removed.
+planted = fn kind, call ->
+  name = "tb_planted_#{System.unique_integer([:positive])}"
+  path = "/dev/shm/" <> name
+  dest = if kind == "link", do: "/dev/shm/" <> "tb_planted_" <> name, else: nil
+
+  try do
+    if kind == "link", do: File.ln_s!(dest, path), else: {_, 0} = System.cmd("mkfifo", [path])
+    File.rm("/dev/shm/torch_" <> name)
+    if kind == "mkfifo", do: {_, 0} = System.cmd("mkfifo", ["/dev/shm/torch_" <> name])
+    call.(name)
+  after
+    File.rm(path)
+    File.rm("/dev/shm/torch_" <> name)
+  end
+end
+
 cases = [
   {"spec not a map", fn -> TensorBlob.from_blob(:nope) end},
   {"spec with no owner", fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {6}, dtype: :float32}) end},
@@ -201,7 +219,28 @@ cases = [
   {"Nodes: via region to a node that cannot be reached",
    fn -> TensorBlob.Nodes.pack(t, :"nowhere@127.0.0.1", via: :region) end},
   {"Nodes: a region unpacked after the sender freed it (keep: 0)", fn -> TensorBlob.Nodes.unpack(gone) end},
-  {"Nodes: same_host? of a string", fn -> TensorBlob.Nodes.same_host?("peer") end}
+  {"Nodes: same_host? of a string", fn -> TensorBlob.Nodes.same_host?("peer") end},
+  {"IPC: a FIFO under a region's name (planted by another program)",
+   fn -> planted.("mkfifo", fn name -> TensorBlob.IPC.open(name, :uint8, {1}) end) end},
+  {"IPC: a symbolic link under a region's name",
+   fn -> planted.("link", fn name -> TensorBlob.IPC.open(name, :uint8, {1}) end) end},
+  {"IPC: a FIFO under a PyTorch region's name",
+   fn -> planted.("mkfifo", fn name -> TensorBlob.IPC.open("torch_" <> name, :uint8, {1}) end) end},
+  {"Nodes: a forged packed term naming a plain region",
+   fn ->
+     plain = TensorBlob.IPC.export(TensorBlob.IPC.zeros({128}, :uint8)).handle
+     TensorBlob.Nodes.unpack(%{__tensor_blob_node__: 1, via: :region, handle: plain, dtype: :uint8, shape: {64}})
+   end},
+  {"Nodes: a forged packed term naming a Python block",
+   fn ->
+     TensorBlob.Nodes.unpack(%{
+       __tensor_blob_node__: 1,
+       via: :region,
+       handle: "/psm_0123abcd",
+       dtype: :uint8,
+       shape: {64}
+     })
+   end}
 ]
 
 IO.puts("# Bad inputs and the errors they get\n")

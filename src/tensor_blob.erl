@@ -403,11 +403,14 @@ dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 -spec ipc_zeros(shape(), dtype()) -> tensor().
 ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape, Dtype)).
 
-%% @doc Removes the shared-memory names of creators that are gone; returns
-%% how many. A creator is judged alive by a lock it holds on a file in the
-%% same /dev/shm, never by its pid. A reaper process removes a dead VM's
-%% names within moments; this covers what it could not (a VM that was its
-%% PID namespace's init takes its reaper with it). Done at load too.
+%% @doc Releases what creators that are gone left in shared memory: the
+%% references their journals list in PyTorch-format headers (each name
+%% whose count that takes to zero is removed), then their plain names;
+%% returns how many plain names were removed. A creator is judged alive by
+%% a lock it holds on a file in the same /dev/shm, never by its pid. A
+%% reaper process does this for a dead VM within moments; this covers what
+%% it could not (a VM that was its PID namespace's init takes its reaper
+%% with it). Done at load too.
 -spec ipc_reclaim() -> non_neg_integer().
 ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 
@@ -492,7 +495,7 @@ ipc_open(Name, Dtype, Shape) ->
 
 %% @doc A tensor of zeros in a new region of PyTorch's CPU sharing format
 %% (the file_system strategy: a 64-byte header holding a reference count,
-%% then the data), named "/torch_tensor_blob.PID.N.SALT" and created
+%% then the data), named "/torch_tensor_blob.TOKEN.N" and created
 %% with owner-only permissions. This tensor holds one reference.
 -spec ipc_torch_zeros(shape(), dtype()) -> tensor().
 ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_zeros(Shape, Dtype)).

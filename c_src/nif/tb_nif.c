@@ -15,14 +15,14 @@
 #include "tb_cuda_runtime.h"
 #include "tb_cuda_ipc.h"
 #include "tb_dlpack.h"
-#include "tb_ipc.h"
+#include "tb_fault.h"
 #include "tb_load.h"
 #include "tb_pin.h"
+#include "tb_shm.h"
 #include "tb_state.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
-#include "tb_torch_shm.h"
 #include "torch_shim.h"
 
 /* The baseline for benchmarks: a NIF call that does nothing. */
@@ -199,8 +199,11 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
     if (why != TB_LOAD_OK)
         return fail(why);
     *priv = tb_st;
+    /* The SIGBUS guard of every touch of region memory: copies (here and
+     * in the shim), PyTorch headers, the journal. */
+    tb_fault_install();
     tb_cuda_load();
-    tb_ipc_load();
+    tb_shm_load();
     if (tb_load_fault(TB_LOAD_BARE_TYPE) ||
         !(bare_resource_type =
               enif_open_resource_type(env, NULL, "tensor_blob_bare_resource", bare_resource_dtor, flags, NULL)))

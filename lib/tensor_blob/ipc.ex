@@ -90,10 +90,12 @@ defmodule TensorBlob.IPC do
   def zeros(shape, dtype), do: translating(do: Tensor.wrap(:tensor_blob.ipc_zeros(shape, dtype)))
 
   @doc """
-  Removes the shared-memory names of creators that are gone (their lock is
+  Releases what creators that are gone left in shared memory (their lock is
   free: a VM that halted runs no destructor, and its reaper may have died
-  with it, as when it was its PID namespace's init) and returns how many.
-  Done at load too.
+  with it, as when it was its PID namespace's init): the references their
+  journals list in PyTorch-format headers (a name whose count that takes to
+  zero is removed), then their plain names; returns how many plain names
+  were removed. Done at load too.
   """
   @spec reclaim() :: non_neg_integer()
   def reclaim, do: :tensor_blob.ipc_reclaim()
