@@ -316,8 +316,10 @@ void tb_cuda_load(void)
     fill_runtime_ops();
 }
 
-/* Asked once, at load: from_blob consults it on every call, and the
- * runtime's answer costs far more than the rest of from_blob. */
+/* Asked once, on the first call (at load, where a runtime was found), and
+ * kept: from_blob consults it on every call, and the runtime's answer costs
+ * far more than the rest of from_blob. A GPU that appears later is seen by
+ * the next build loaded, not by this one. */
 static int device_count = -1;
 
 int tb_cuda_device_count(void)

@@ -134,11 +134,6 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
     return NULL;
 }
 
-int64_t tb_torch_counter_value(const tb_torch_counter *c)
-{
-    return atomic_load(counter_of(c));
-}
-
 int64_t tb_torch_counter_release(tb_torch_counter *c)
 {
     atomic_llong *counter = counter_of(c);
