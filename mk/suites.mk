@@ -69,10 +69,12 @@ docs-test: nif
 	    MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
 	done; exit $$status
 
-# Source checks: the include layers of c_src, and no test of a term that
-# enif_raise_exception returned.
+# Source checks: the include layers of c_src, no test of a term that
+# enif_raise_exception returned, and the NIF stubs produced from the list
+# of NIFs (c_src/nif/tb_nifs.h) up to date.
 check-c:
 	scripts/check_c.sh
+	scripts/gen_nifs.py --check
 
 # Sharing with Python processes (test/python/sharing_test.py): PyTorch's
 # file_system strategy where torch imports, multiprocessing.shared_memory

@@ -21,6 +21,7 @@
 
 #include "tb_fault.h"
 #include "tb_layout.h"
+#include "tb_nifs.h"
 #include "tb_shm_names.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
@@ -213,9 +214,8 @@ void tb_ipc_load(void)
     reclaim_stale();
 }
 
-ERL_NIF_TERM tb_nif_ipc_reclaim(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_reclaim(TB_NIF_PARAMS)
 {
-    (void)argc;
     (void)argv;
     return enif_make_int(env, reclaim_stale());
 }
@@ -263,7 +263,7 @@ static ERL_NIF_TERM ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return make_tensor(env, r, &d);
 }
 
-ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_zeros(TB_NIF_PARAMS)
 {
     /* Reserving the pages writes them: dirty when large. */
     tb_dense d;
@@ -273,9 +273,8 @@ ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return tb_run_copy(env, "ipc_zeros", d.check.byte_size, 0, ipc_zeros, argc, argv);
 }
 
-ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_name(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
@@ -375,7 +374,7 @@ static ERL_NIF_TERM ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     return make_tensor(env, r, &d);
 }
 
-ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_open(TB_NIF_PARAMS)
 {
     /* Reserving the pages of a sparse region writes them: dirty when large. */
     tb_dense d;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tb_layout.h"
+#include "tb_nifs.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -123,7 +124,7 @@ static ERL_NIF_TERM torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM
     return make_tensor(env, r, &d);
 }
 
-ERL_NIF_TERM tb_nif_torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_torch_shm_zeros(TB_NIF_PARAMS)
 {
     tb_dense d;
     ERL_NIF_TERM exc;
@@ -147,9 +148,8 @@ static int region_name(const ErlNifBinary *bin, char *out, size_t size)
     return 1;
 }
 
-ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_torch_shm_open(TB_NIF_PARAMS)
 {
-    (void)argc;
     ErlNifBinary bin;
     char name[NAME_MAX + 2];
     if (!enif_inspect_binary(env, argv[0], &bin) || !region_name(&bin, name, sizeof name))
@@ -193,9 +193,8 @@ ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     return make_tensor(env, r, &d);
 }
 
-ERL_NIF_TERM tb_nif_torch_shm_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_torch_shm_name(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))

@@ -11,11 +11,4 @@
 /* The bytes before the data: PyTorch's map_alloc_alignment. */
 #define TB_TORCH_SHM_HEADER 64
 
-/* torch_shm_zeros(Shape, Dtype) -> a tensor of zeros in a new region of PyTorch's format */
-ERL_NIF_TERM tb_nif_torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* torch_shm_open(Name, Dtype, Shape) -> a tensor over the data of a region, holding one reference */
-ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* torch_shm_name(Tensor) -> {Name, ByteSize} when the tensor is a whole region's data, or nil */
-ERL_NIF_TERM tb_nif_torch_shm_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-
 #endif
