@@ -16,6 +16,7 @@
     stats/0,
     torch_version/0,
     dtypes/0,
+    tables/0,
     zeros/2,
     from_binary/3,
     to_binary/1,
@@ -60,6 +61,7 @@ bare_resource() -> ?NOT_LOADED.
 stats() -> ?NOT_LOADED.
 torch_version() -> ?NOT_LOADED.
 dtypes() -> ?NOT_LOADED.
+tables() -> ?NOT_LOADED.
 zeros(_, _) -> ?NOT_LOADED.
 from_binary(_, _, _) -> ?NOT_LOADED.
 to_binary(_) -> ?NOT_LOADED.

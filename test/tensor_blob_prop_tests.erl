@@ -97,25 +97,10 @@ check(Prop, N) ->
 %% The model: dtypes and row-major bytes, independent of the NIF
 %%====================================================================
 
-%% Bytes per element of every canonical dtype.
-esize(bool) -> 1;
-esize(uint8) -> 1;
-esize(int8) -> 1;
-esize(int16) -> 2;
-esize(int32) -> 4;
-esize(int64) -> 8;
-esize(uint16) -> 2;
-esize(uint32) -> 4;
-esize(uint64) -> 8;
-esize(float16) -> 2;
-esize(bfloat16) -> 2;
-esize(float32) -> 4;
-esize(float64) -> 8;
-esize(complex32) -> 4;
-esize(complex64) -> 8;
-esize(complex128) -> 16;
-esize(float8_e4m3fn) -> 1;
-esize(float8_e5m2) -> 1.
+%% Bytes per element of a canonical dtype: the library's dtype table
+%% (tensor_blob:tables/0), whose sizes tensor_blob_tests checks against
+%% their DLPack bits and the shim against libtorch's.
+esize(D) -> maps:get(element_size, tensor_blob:dtype_info(D)).
 
 numel(Shape) -> lists:foldl(fun(N, Acc) -> N * Acc end, 1, Shape).
 

@@ -75,6 +75,13 @@ typedef struct {
 
 extern const tb_dtype tb_dtypes[TB_DT_COUNT];
 
+/* The libtorch release that brought each dtype ("1.13", ...): its group. */
+extern const char *const tb_dtype_since[TB_DT_COUNT];
+
+/* What a dtype's elements are, from its DLPack code: "bool", "uint",
+ * "int", "float" (IEEE), "bfloat", "complex" (two IEEE floats) or "float8". */
+const char *tb_dtype_kind(tb_dtype_id id);
+
 typedef struct {
     const char *name;
     tb_dtype_id id;

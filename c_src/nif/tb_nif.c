@@ -76,6 +76,61 @@ ERL_NIF_TERM tb_nif_dtypes(TB_NIF_PARAMS)
     return list;
 }
 
+/* A map of keys and values made here (keys as atoms). */
+static ERL_NIF_TERM make_map(ErlNifEnv *env, const char *const *keys, const ERL_NIF_TERM *values, unsigned n)
+{
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    for (unsigned i = 0; i < n; i++)
+        enif_make_map_put(env, map, enif_make_atom(env, keys[i]), values[i], &map);
+    return map;
+}
+
+static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
+{
+    const tb_dtype *d = &tb_dtypes[id];
+    ERL_NIF_TERM aliases = enif_make_list(env, 0);
+    for (int a = TB_DT_ALIAS_COUNT - 1; a >= 0; a--)
+        if (tb_dtype_aliases[a].id == id)
+            aliases = enif_make_list_cell(env, enif_make_atom(env, tb_dtype_aliases[a].name), aliases);
+    static const char *const keys[] = {"name", "element_size", "dlpack", "kind", "bits", "nx", "aliases", "since",
+                                       "available"};
+    ERL_NIF_TERM values[] = {
+        tb_atoms.dtypes[id],
+        enif_make_uint(env, d->element_size),
+        enif_make_tuple3(env, enif_make_uint(env, d->dl_code), enif_make_uint(env, d->dl_bits),
+                         enif_make_uint(env, d->dl_lanes)),
+        enif_make_atom(env, tb_dtype_kind(id)),
+        enif_make_uint(env, d->dl_bits),
+        d->nx_kind ? enif_make_tuple2(env, enif_make_atom(env, d->nx_kind), enif_make_uint(env, d->nx_bits))
+                   : tb_atoms.nil,
+        aliases,
+        tb_make_string(env, tb_dtype_since[id]),
+        tb_shim_has_scalar_type(d->torch_scalar_type) ? tb_atoms.true_ : tb_atoms.false_,
+    };
+    return make_map(env, keys, values, sizeof values / sizeof values[0]);
+}
+
+/* The dtype and device tables (tb_dtype.h, tb_device.h) as the facades and
+ * the tests read them: #{dtypes => [Dtype], devices => [Device]}, in table
+ * order. Called once; the Erlang facade keeps the answer. */
+ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
+{
+    ERL_NIF_TERM dtypes = enif_make_list(env, 0);
+    for (int i = TB_DT_COUNT - 1; i >= 0; i--)
+        dtypes = enif_make_list_cell(env, make_dtype(env, (tb_dtype_id)i), dtypes);
+    ERL_NIF_TERM devices = enif_make_list(env, 0);
+    static const char *const device_keys[] = {"name", "dlpack", "indexed"};
+    for (int t = TB_DEVICE_COUNT - 1; t >= 0; t--) {
+        /* A device type other than the CPU takes an index: {cuda, 0}. */
+        ERL_NIF_TERM values[] = {tb_atoms.devices[t], enif_make_int(env, tb_device_dlpack_type(t)),
+                                 t == TB_DEVICE_CPU ? tb_atoms.false_ : tb_atoms.true_};
+        devices = enif_make_list_cell(env, make_map(env, device_keys, values, 3), devices);
+    }
+    static const char *const keys[] = {"dtypes", "devices"};
+    ERL_NIF_TERM values[] = {dtypes, devices};
+    return make_map(env, keys, values, 2);
+}
+
 /* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
 ERL_NIF_TERM tb_nif_nx_type(TB_NIF_PARAMS)
 {
