@@ -377,7 +377,7 @@ probe_complex128_copies() ->
             Port = open_port({spawn_executable, Erl},
                              [{args, ["-noshell", "-pa" | Dirs] ++ ["-eval", Code]},
                               exit_status, stderr_to_stdout, binary]),
-            {Status, Output} = wait_port(Port, []),
+            {Status, Output} = tensor_blob_test_util:wait_port(Port, 50000),
             case Status of
                 0 ->
                     false;
@@ -391,15 +391,6 @@ probe_complex128_copies() ->
                     %% Not a crash: the probe itself could not run.
                     erlang:error({complex128_probe_failed, Status, Output})
             end
-    end.
-
-wait_port(Port, Acc) ->
-    receive
-        {Port, {data, Data}} -> wait_port(Port, [Acc, Data]);
-        {Port, {exit_status, Status}} -> {Status, iolist_to_binary(Acc)}
-    after 50000 ->
-            catch port_close(Port),
-            {timeout, iolist_to_binary(Acc)}
     end.
 
 %%====================================================================

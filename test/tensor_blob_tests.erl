@@ -47,19 +47,17 @@ base_dtypes() -> [N || #{name := N, since := <<"1.13">>} <- dtype_rows()].
 %% Helpers
 %%====================================================================
 
-badarg_message(Fun) ->
+%% The message of the error {Kind, Message} that Fun raises.
+error_message(Kind, Fun) ->
     try Fun() of
-        Result -> erlang:error({expected_badarg, Result})
+        Result -> erlang:error({expected_error, Kind, Result})
     catch
-        error:{badarg, Msg} -> Msg
+        error:{Kind, Msg} -> Msg
     end.
 
-tensor_blob_message(Fun) ->
-    try Fun() of
-        Result -> erlang:error({expected_tensor_blob_error, Result})
-    catch
-        error:{tensor_blob, Msg} -> Msg
-    end.
+badarg_message(Fun) -> error_message(badarg, Fun).
+
+tensor_blob_message(Fun) -> error_message(tensor_blob, Fun).
 
 assert_names_field(Field, Words, Msg) ->
     ?assert(is_binary(Msg)),
