@@ -4,8 +4,9 @@
  * In C, a dtype is one line of the list of the libtorch release that
  * brought it (TB_DTYPE_LIST below): the enum, the table, the shim's
  * compile-time checks of the scalar-type numbers and its "does the linked
- * libtorch have it" answer are all derived from these lists. The Elixir
- * docs, Inspect's preview and the tests' lists change too: ARCHITECTURE.md,
+ * libtorch have it" answer are all derived from these lists, and so are
+ * what Erlang and Elixir see of them (tables/0: Inspect, the tests' lists);
+ * the dtypes guide's table is checked against them: ARCHITECTURE.md,
  * "Adding a dtype". */
 #ifndef TB_DTYPE_H
 #define TB_DTYPE_H
