@@ -44,7 +44,8 @@
 #define TB_DTYPE_LIST(X) TB_DTYPES_TORCH_1_13(X) TB_DTYPES_TORCH_2_1(X) TB_DTYPES_TORCH_2_3(X)
 
 /* Other names accepted on input: A(name, ID). ExTorch's (and libtorch's)
- * names, and Nx's shorthands. */
+ * names, and Nx's shorthands, a few a line (clang-format leaves them so). */
+/* clang-format off */
 #define TB_DTYPE_ALIASES(A)                                                                       \
     A("byte", UINT8) A("char", INT8) A("short", INT16) A("int", INT32) A("long", INT64)         \
     A("half", FLOAT16) A("float", FLOAT32) A("double", FLOAT64)                                   \
@@ -54,6 +55,7 @@
     A("s8", INT8) A("s16", INT16) A("s32", INT32) A("s64", INT64)                                 \
     A("f16", FLOAT16) A("bf16", BFLOAT16) A("f32", FLOAT32) A("f64", FLOAT64)                     \
     A("c64", COMPLEX64) A("c128", COMPLEX128)
+/* clang-format on */
 
 #define TB_DTYPE_ENUM_(id, ...) TB_DT_##id,
 typedef enum { TB_DTYPE_LIST(TB_DTYPE_ENUM_) TB_DT_COUNT } tb_dtype_id;
