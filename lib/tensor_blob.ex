@@ -30,7 +30,8 @@ defmodule TensorBlob do
 
   ## dtypes
 
-  Canonical atoms: #{Enum.map_join(~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 complex32 complex64 complex128 float8_e4m3fn float8_e5m2), ", ", &"`:#{&1}`")}.
+  The canonical atoms are the names of `tables/0` (the dtypes guide shows
+  the table); `dtypes/0` lists those the linked libtorch holds.
   Also accepted on input: ExTorch's names (`:float`, `:double`, `:half`,
   `:byte`, `:char`, `:short`, `:int`, `:long`, `:complex_half`, `:chalf`,
   `:complex_float`, `:complex_double`, `:cfloat`, `:cdouble`), Nx types (`{:f, 32}`,
@@ -142,6 +143,15 @@ defmodule TensorBlob do
   @doc "The canonical dtypes the linked libtorch can hold."
   @spec dtypes() :: [atom()]
   def dtypes, do: :tensor_blob.dtypes()
+
+  @doc """
+  The library's dtype and device tables, in table order: every dtype it
+  knows (`available: true` where the linked libtorch holds it), with its
+  element size, kind and bits, DLPack `{code, bits, lanes}`, Nx type, other
+  names and the libtorch release that brought it; and every device type.
+  """
+  @spec tables() :: %{dtypes: [:tensor_blob.dtype_info()], devices: [:tensor_blob.device_info()]}
+  def tables, do: :tensor_blob.tables()
 
   @doc "The version of the linked libtorch."
   @spec torch_version() :: String.t()

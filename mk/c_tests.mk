@@ -26,12 +26,12 @@ c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 c_test_intervals_SOURCES := test_intervals src/tb_intervals
 # The registry of guarded memory and the counters, against a model and
 # raced from threads (make tsan-test runs it under ThreadSanitizer).
-c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count
+c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count src/tb_stripe
 # The DLPack import checks.
 c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dtype
 # The CUDA logic that runs without a GPU (pointer-check decisions, the stream
 # contract, IPC handles), over a stand-in runtime defined in the test only.
-c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle src/tb_torch_cuda src/tb_shm_names src/tb_fault
+c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle src/tb_torch_cuda src/tb_shm_names src/tb_fault src/tb_cuda_ops
 c_test_dlpack_abi_SOURCES := test_dlpack_abi
 # Region files (names, opening by name, PyTorch's header count under the
 # SIGBUS guard, what a dead VM left), in a private /dev/shm when the

@@ -8,7 +8,7 @@ packages=(
   erlang-dev erlang-nox erlang-eunit erlang-proper erlang-dialyzer
   elixir rebar3
   libtorch-dev
-  clang-14 libclang-rt-14-dev valgrind
+  clang-14 libclang-rt-14-dev valgrind clang-format-14
 )
 # make bench compares with PyTorch's own DLPack round trip, in Debian's python.
 if [ "${1:-}" = "--bench" ]; then

@@ -23,7 +23,7 @@
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
-         stats/0, dtypes/0, nx_type/1, torch_version/0,
+         stats/0, dtypes/0, nx_type/1, torch_version/0, tables/0, dtype_info/1,
          cuda_info/0, cuda_synchronize/1, cuda_memory/1, dlpack_info/1,
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
          ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
@@ -64,6 +64,7 @@
         catch error:{Kind__, {message, _} = Cause__}:Stack__ -> dtype_error(Dtype, Kind__, Cause__, Stack__)
         end).
 
+-export_type([dtype_info/0, device_info/0]).
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
 
@@ -75,6 +76,18 @@
 -type shape() :: tuple().
 -type device() :: cpu | {cuda, non_neg_integer()}.
 -type dtype() :: atom() | {atom(), pos_integer()}.
+%% A row of the dtype table: its canonical name, what its elements are
+%% (kind and bits), its DLPack {Code, Bits, Lanes}, its Nx type, the other
+%% names it is known by, the libtorch release that brought it, and whether
+%% the linked libtorch holds it.
+-type dtype_info() :: #{name := atom(), element_size := pos_integer(),
+                        dlpack := {non_neg_integer(), pos_integer(), pos_integer()},
+                        kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
+                        nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
+                        available := boolean()}.
+%% A row of the device table: a device type, its DLPack device code, and
+%% whether its devices are numbered ({cuda, 0}) or not (cpu).
+-type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
 %% A blob; to_blob/2 with the struct option tags it with '__struct__' (the
 %% Elixir facade's %TensorBlob.Blob{}).
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
@@ -361,6 +374,30 @@ stats() -> tensor_blob_nif:stats().
 %% @doc The canonical dtypes the linked libtorch can hold.
 -spec dtypes() -> [atom()].
 dtypes() -> tensor_blob_nif:dtypes().
+
+%% @doc The library's dtype and device tables, in table order: every dtype
+%% it knows (`available` says whether the linked libtorch holds it) and
+%% every device type. The C tables are the one source of truth; Inspect,
+%% the guides' tables and the tests derive from this answer.
+-spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()]}.
+tables() ->
+    case persistent_term:get({?MODULE, tables}, undefined) of
+        undefined ->
+            Tables = tensor_blob_nif:tables(),
+            persistent_term:put({?MODULE, tables}, Tables),
+            Tables;
+        Tables ->
+            Tables
+    end.
+
+%% @doc The row of tables() of a canonical dtype.
+-spec dtype_info(atom()) -> dtype_info().
+dtype_info(Name) ->
+    #{dtypes := Dtypes} = tables(),
+    case [D || #{name := N} = D <- Dtypes, N =:= Name] of
+        [Info] -> Info;
+        [] -> badarg(["dtype: expected a canonical dtype, got ", {term, Name}])
+    end.
 
 %% @doc The Nx type {Kind, Bits} of a dtype (from the one dtype table), or
 %% nil when Nx has none (bool, complex32).

@@ -4,6 +4,7 @@ defmodule TensorBlob.NodesTest do
 
   alias TensorBlob.{IPC, Nodes, Tensor}
   alias TensorBlob.Test.Holder
+  import TensorBlob.Test.Shm, only: [floats: 1, path: 1, refcount: 1, eventually: 1]
 
   setup_all do
     started =
@@ -27,26 +28,6 @@ defmodule TensorBlob.NodesTest do
     end)
 
     %{peer: node}
-  end
-
-  defp floats(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
-
-  defp shm(name), do: "/dev/shm/" <> String.trim_leading(name, "/")
-
-  # The reference count in PyTorch's header of the region: how many
-  # mappings hold it.
-  defp refcount(name) do
-    <<count::signed-native-32, _::binary>> = File.read!(shm(name))
-    count
-  end
-
-  # Destructors run shortly after the collection that frees a tensor.
-  defp eventually(fun, tries \\ 200) do
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(10) && eventually(fun, tries - 1)
-    end
   end
 
   test "a tensor sent as it is is a dead reference there, and the error says what to do", %{peer: peer} do
@@ -125,7 +106,7 @@ defmodule TensorBlob.NodesTest do
       assert eventually(fn -> refcount(name) == 1 end)
       assert Holder.call(kept, Tensor, :to_binary) == floats([5.0, 6.0, 7.0, 8.0])
       Holder.drop(kept)
-      assert eventually(fn -> not File.exists?(shm(name)) end), "the last user removes the name"
+      assert eventually(fn -> not File.exists?(path(name)) end), "the last user removes the name"
     end
   end
 
@@ -219,7 +200,7 @@ defmodule TensorBlob.NodesTest do
     # Unpacked too late: the error says what happened and what to do.
     late = :erpc.call(peer, Holder, :pack_fresh, [data, node(), [keep: 0]])
     :erpc.call(peer, :tensor_blob_test_util, :gc_all, [])
-    assert eventually(fn -> not File.exists?(shm(late.handle)) end)
+    assert eventually(fn -> not File.exists?(path(late.handle)) end)
     e = assert_raise ArgumentError, fn -> Nodes.unpack(late) end
     assert e.message =~ "is gone"
     assert e.message =~ "keep"

@@ -91,7 +91,7 @@ child(Library, Env, Step) ->
                      [{args, ["-noshell", "-pa" | Dirs] ++ ["-eval", Code]},
                       {env, [{"TENSOR_BLOB_NIF", filename:absname(Library)}, {"TB_LOAD_FAULT", false} | Env]},
                       exit_status, stderr_to_stdout, binary]),
-    {0, Output} = wait_port(Port, []),
+    {0, Output} = tensor_blob_test_util:wait_port(Port, 100000),
     Text = unicode:characters_to_list(Output),
     {match, [Encoded]} = re:run(Text, "RESULT:([A-Za-z0-9+/=]*)", [{capture, all_but_first, list}]),
     {Result, Reports} = binary_to_term(base64:decode(Encoded)),
@@ -177,13 +177,4 @@ library() ->
     case os:getenv("TENSOR_BLOB_NIF") of
         Path when is_list(Path), Path =/= "" -> Path;
         _ -> filename:join(code:priv_dir(tensor_blob), "tensor_blob_nif")
-    end.
-
-wait_port(Port, Acc) ->
-    receive
-        {Port, {data, Data}} -> wait_port(Port, [Acc, Data]);
-        {Port, {exit_status, Status}} -> {Status, iolist_to_binary(Acc)}
-    after 100000 ->
-            catch port_close(Port),
-            {timeout, iolist_to_binary(Acc)}
     end.

@@ -22,17 +22,12 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(false_, "false");
     ATOM(nil, "nil");
     ATOM(undefined, "undefined");
-    ATOM(none, "none");
     ATOM(ptr, "ptr");
     ATOM(shape, "shape");
     ATOM(strides, "strides");
     ATOM(dtype, "dtype");
     ATOM(device, "device");
-    ATOM(element_size, "element_size");
-    ATOM(byte_size, "byte_size");
-    ATOM(owner, "owner");
     ATOM(struct_, "__struct__");
-    ATOM(alignment, "alignment");
     ATOM(ref, "ref");
     ATOM(read_only, "read_only");
     ATOM(cpu, "cpu");

@@ -17,9 +17,9 @@
 #include "tb_raise.h"
 
 typedef struct {
-    ERL_NIF_TERM ok, true_, false_, nil, undefined, none;
+    ERL_NIF_TERM ok, true_, false_, nil, undefined;
     /* blob keys */
-    ERL_NIF_TERM ptr, shape, strides, dtype, device, element_size, byte_size, owner, struct_, alignment;
+    ERL_NIF_TERM ptr, shape, strides, dtype, device, struct_;
     ERL_NIF_TERM ref, read_only;
     ERL_NIF_TERM cpu, cuda;
     /* DLPack device types beyond cpu and cuda; memory the runtime cannot place */

@@ -51,4 +51,9 @@ typedef struct {
     void (*torch_destroy_event)(int device, void *event);
 } tb_cuda_ops;
 
+/* "what: the runtime's message" for a call that failed, or NULL when the
+ * call succeeded (error is NULL). The text lives in a buffer of the
+ * calling thread, until its next failure. */
+const char *tb_cuda_failed(const char *what, const char *error);
+
 #endif

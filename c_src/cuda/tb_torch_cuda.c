@@ -143,11 +143,6 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
     return NULL;
 }
 
-int64_t tb_torch_counter_value(const tb_torch_counter *c)
-{
-    return counter_access(c, 0);
-}
-
 int64_t tb_torch_counter_release(tb_torch_counter *c)
 {
     int64_t next = counter_access(c, 1);

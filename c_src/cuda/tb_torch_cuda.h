@@ -68,8 +68,6 @@ typedef struct {
  * the name or slot given are at fault. Nothing stays mapped on failure. */
 const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t slot, tb_torch_counter *out,
                                   int *caller_fault);
-/* The counter's value now. */
-int64_t tb_torch_counter_value(const tb_torch_counter *c);
 /* Drops the share's reference (the counter, never below zero) and the
  * file's (unlinking the file when that was the last); unmaps. Returns the
  * counter's new value, or -1 when it was already 0. */

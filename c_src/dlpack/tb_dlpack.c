@@ -9,6 +9,7 @@
 #include "tb_dlpack_device.h"
 #include "tb_dlpack_check.h"
 #include "tb_intervals.h"
+#include "tb_nifs.h"
 #include "tb_rtype.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
@@ -304,9 +305,8 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     return &e->m;
 }
 
-ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
@@ -355,9 +355,8 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return term;
 }
 
-ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_consume_dlpack(TB_NIF_PARAMS)
 {
-    (void)argc;
     ERL_NIF_TERM exc;
     tb_capsule *c = capsule_arg(env, argv[0], &exc);
     void *m = c ? capsule_managed(env, c, 1, NULL, &exc) : NULL;
@@ -370,9 +369,8 @@ ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 /* dlpack_info(Capsule) -> the metadata of its managed tensor, read without
  * consuming it and without touching the memory: #{device, ptr, shape,
  * strides, dtype, read_only}. For any device, CUDA included. */
-ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_dlpack_info(TB_NIF_PARAMS)
 {
-    (void)argc;
     ERL_NIF_TERM exc;
     tb_dlpack_checked chk;
     tb_capsule *c = capsule_arg(env, argv[0], &exc);
@@ -396,9 +394,8 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return map;
 }
 
-ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_dlpack_version(TB_NIF_PARAMS)
 {
-    (void)argc;
     ERL_NIF_TERM exc;
     tb_capsule *c = capsule_arg(env, argv[0], &exc);
     if (!c)
@@ -570,7 +567,7 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
     return 0;
 }
 
-ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM version = argv[1];
     int read_only;

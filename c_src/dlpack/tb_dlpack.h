@@ -22,17 +22,4 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
  * vouches for it). */
 void tb_dlpack_hand_out(void *managed);
 
-/* to_dlpack(Tensor, versioned | legacy, ReadOnly :: boolean(), Stream) -> capsule;
- * Stream: undefined, or the consumer's stream (tb_stream.h) */
-ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* from_dlpack(Capsule | Address, versioned | legacy | undefined, ReadOnly, Stream) -> tensor;
- * Stream: undefined, or the producer's stream (tb_stream.h) */
-ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* consume_dlpack(Capsule) -> Address */
-ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* dlpack_info(Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */
-ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* dlpack_version(Capsule) -> versioned | legacy */
-ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-
 #endif

@@ -95,7 +95,8 @@ static int claim_slot(void)
 
 /* Dimensions with their strides in bytes, without those of size 1, and
  * with each pair that is one run of memory merged: a contiguous tensor is
- * one dimension. 0 when the tensor has no elements. */
+ * one dimension. -1 when the tensor has no elements; 0 for one element
+ * (every size is 1). */
 static int coalesce(int ndim, const int64_t *sizes, const int64_t *strides, size_t element_size, int64_t *n,
                     int64_t *step)
 {

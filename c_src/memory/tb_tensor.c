@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tb_count.h"
+#include "tb_nifs.h"
 #include "tb_rtype.h"
 
 static tb_rtype tensor_type;
@@ -60,6 +61,13 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle)
     if (!tb_tensor_make(env, handle, &term, &exc))
         return exc;
     return term;
+}
+
+ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out)
+{
+    if (!ok)
+        return tb_raise_error(env, "%s: %s", what, out->err.message);
+    return tb_tensor_return(env, out->handle);
 }
 
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
@@ -181,7 +189,7 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
 
 /* ---- Copies ------------------------------------------------------------ */
 
-ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_zeros(TB_NIF_PARAMS)
 {
     tb_dense d;
     ERL_NIF_TERM exc;
@@ -189,14 +197,13 @@ ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return exc;
     if (tb_reschedule_copy(env, "zeros", d.check.byte_size, 0, tb_nif_zeros, argc, argv, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-        return tb_raise_error(env, "zeros: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok =
+        tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle, &out.err);
+    return tb_tensor_result(env, "zeros", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_binary(TB_NIF_PARAMS)
 {
     ErlNifBinary bin;
     tb_dense d;
@@ -205,14 +212,13 @@ ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         return exc;
     if (tb_reschedule_copy(env, "from_binary", bin.size, 0, tb_nif_from_binary, argc, argv, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-        return tb_raise_error(env, "from_binary: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type,
+                                &out.handle, &out.err);
+    return tb_tensor_result(env, "from_binary", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_binary(TB_NIF_PARAMS)
 {
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
@@ -266,7 +272,7 @@ static int dense_on_host(const tb_shim_info *info)
  * copied into a new region) a tensor of the same dtype and element count,
  * read in place, with no binary made of it, so the source is left as it
  * was; the target of a tensor source is then a contiguous CPU tensor. */
-ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
 {
     tb_tensor_desc d, src;
     ERL_NIF_TERM exc;
@@ -320,7 +326,7 @@ ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 
 /* to_device(Tensor, Device) -> a copy on Device: the explicit copy between
  * the host and a GPU (or within one). */
-ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
 {
     tb_tensor_desc d;
     tb_device device;
@@ -335,18 +341,15 @@ ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                               argv[1]);
     if (tb_reschedule_copy(env, "to_device", d.dense_bytes, on_device, tb_nif_to_device, argc, argv, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_to_device(d.tensor->handle, device.type, device.index, &h, &err))
-        return tb_raise_error(env, "to_device: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_to_device(d.tensor->handle, device.type, device.index, &out.handle, &out.err);
+    return tb_tensor_result(env, "to_device", ok, &out);
 }
 
 /* ---- Views ------------------------------------------------------------- */
 
-ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_narrow(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     int dim;
@@ -360,16 +363,13 @@ ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     if (!enif_get_int64(env, argv[3], &length) || length < 0 || length > size - start)
         return tb_raise_badarg(env, "length: expected an integer in 0..%ld (start %ld, size %ld), got %T",
                                (long)(size - start), (long)start, (long)size, argv[3]);
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_narrow(d.tensor->handle, dim, start, length, &h, &err))
-        return tb_raise_error(env, "narrow: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_narrow(d.tensor->handle, dim, start, length, &out.handle, &out.err);
+    return tb_tensor_result(env, "narrow", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_transpose(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     int dim0, dim1;
@@ -377,11 +377,9 @@ ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         !tb_get_dim(env, argv[1], "dim0", d.info.ndim, &dim0, &exc) ||
         !tb_get_dim(env, argv[2], "dim1", d.info.ndim, &dim1, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_transpose(d.tensor->handle, dim0, dim1, &h, &err))
-        return tb_raise_error(env, "transpose: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_transpose(d.tensor->handle, dim0, dim1, &out.handle, &out.err);
+    return tb_tensor_result(env, "transpose", ok, &out);
 }
 
 /* ---- Accessors --------------------------------------------------------- */
@@ -420,15 +418,27 @@ static ERL_NIF_TERM accessor(ErlNifEnv *env, ERL_NIF_TERM term, access_what what
     return memory_atom(&d.info);
 }
 
-#define TB_ACCESSOR(nif, what)                                                                                 \
-    ERL_NIF_TERM nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])                                   \
-    {                                                                                                        \
-        (void)argc;                                                                                          \
-        return accessor(env, argv[0], what);                                                                 \
-    }
+ERL_NIF_TERM tb_nif_shape(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_SHAPE);
+}
 
-TB_ACCESSOR(tb_nif_shape, ACCESS_SHAPE)
-TB_ACCESSOR(tb_nif_strides, ACCESS_STRIDES)
-TB_ACCESSOR(tb_nif_dtype, ACCESS_DTYPE)
-TB_ACCESSOR(tb_nif_device, ACCESS_DEVICE)
-TB_ACCESSOR(tb_nif_memory, ACCESS_MEMORY)
+ERL_NIF_TERM tb_nif_strides(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_STRIDES);
+}
+
+ERL_NIF_TERM tb_nif_dtype(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_DTYPE);
+}
+
+ERL_NIF_TERM tb_nif_device(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_DEVICE);
+}
+
+ERL_NIF_TERM tb_nif_memory(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_MEMORY);
+}

@@ -1,5 +1,6 @@
 #include "tb_binary.h"
 
+#include "tb_nifs.h"
 #include "tb_pin.h"
 #include "tb_rtype.h"
 #include "tb_storage.h"
@@ -35,9 +36,8 @@ int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
     return tb_rtype_open(env, "tensor_blob_binary_view", &init, flags, &view_type);
 }
 
-ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
@@ -99,7 +99,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 
 /* ---- Tensor views of binaries ------------------------------------------ */
 
-ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_binary_view(TB_NIF_PARAMS)
 {
     ErlNifBinary bin;
     tb_dense d;
@@ -122,8 +122,7 @@ ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
     ErlNifBinary pinned;
     tb_pin_binary(pin, &pinned);
     uint64_t alignment = tb_pointer_alignment((uint64_t)(uintptr_t)pinned.data);
-    tb_shim_tensor *h;
-    tb_shim_error err;
+    tb_shim_out out;
     if (d.check.numel > 0 && alignment < l->element_size) {
         tb_storage_release(&pin->header);
         if (argv[3] != tb_atoms.true_)
@@ -133,12 +132,11 @@ ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
                                    (unsigned)alignment, tb_dtypes[d.dtype].name, (unsigned)l->element_size,
                                    "#{copy => true} or #{copy => if_needed}", "copy: true or copy: :if_needed");
         /* copy: :if_needed: a copy is what the caller asked for here. */
-        if (!tb_shim_from_bytes(bin.data, l->ndim, l->shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-            return tb_raise_error(env, "from_binary: %s", err.message);
-        return tb_tensor_return(env, h);
+        int ok = tb_shim_from_bytes(bin.data, l->ndim, l->shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle,
+                                    &out.err);
+        return tb_tensor_result(env, "from_binary", ok, &out);
     }
-    if (!tb_shim_from_blob(pinned.data, l->ndim, l->shape, l->strides, tb_dtypes[d.dtype].torch_scalar_type,
-                           TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &h, &err))
-        return tb_raise_error(env, "from_binary: %s", err.message);
-    return tb_tensor_return(env, h);
+    int ok = tb_shim_from_blob(pinned.data, l->ndim, l->shape, l->strides, tb_dtypes[d.dtype].torch_scalar_type,
+                               TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &out.handle, &out.err);
+    return tb_tensor_result(env, "from_binary", ok, &out);
 }

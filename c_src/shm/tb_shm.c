@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tb_layout.h"
+#include "tb_nifs.h"
 #include "tb_shm_names.h"
 #include "tb_shm_owner.h"
 #include "tb_storage.h"
@@ -134,10 +135,8 @@ void tb_shm_load(void)
     tb_shm_owner_reclaim();
 }
 
-ERL_NIF_TERM tb_nif_ipc_reclaim(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_reclaim(TB_NIF_PARAMS)
 {
-    (void)argc;
-    (void)argv;
     return enif_make_int(env, tb_shm_owner_reclaim());
 }
 
@@ -218,15 +217,13 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const E
     return make_tensor(env, r, &d);
 }
 
-static ERL_NIF_TERM ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+static ERL_NIF_TERM ipc_zeros(TB_NIF_PARAMS)
 {
-    (void)argc;
     return region_zeros(env, &posix_format, argv);
 }
 
-static ERL_NIF_TERM torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+static ERL_NIF_TERM torch_shm_zeros(TB_NIF_PARAMS)
 {
-    (void)argc;
     return region_zeros(env, &torch_format, argv);
 }
 
@@ -356,15 +353,13 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
     return make_tensor(env, r, &d);
 }
 
-static ERL_NIF_TERM ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+static ERL_NIF_TERM ipc_open(TB_NIF_PARAMS)
 {
-    (void)argc;
     return region_open(env, &posix_format, argv);
 }
 
-static ERL_NIF_TERM torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+static ERL_NIF_TERM torch_shm_open(TB_NIF_PARAMS)
 {
-    (void)argc;
     return region_open(env, &torch_format, argv);
 }
 
@@ -380,22 +375,22 @@ static ERL_NIF_TERM run(ErlNifEnv *env, const char *what, tb_nif_fun *fun, int s
     return tb_run_copy(env, what, d.check.byte_size, 0, fun, argc, argv);
 }
 
-ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_zeros(TB_NIF_PARAMS)
 {
     return run(env, "ipc_zeros", ipc_zeros, 0, 1, argc, argv);
 }
 
-ERL_NIF_TERM tb_nif_torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_torch_shm_zeros(TB_NIF_PARAMS)
 {
     return run(env, "torch_shm_zeros", torch_shm_zeros, 0, 1, argc, argv);
 }
 
-ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_open(TB_NIF_PARAMS)
 {
     return run(env, "ipc_open", ipc_open, 2, 1, argc, argv);
 }
 
-ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_torch_shm_open(TB_NIF_PARAMS)
 {
     return run(env, "torch_shm_open", torch_shm_open, 2, 1, argc, argv);
 }
@@ -418,14 +413,12 @@ static ERL_NIF_TERM region_name_of(ErlNifEnv *env, const region_format *f, ERL_N
     return enif_make_tuple2(env, tb_make_string(env, r->name), enif_make_uint64(env, r->byte_size));
 }
 
-ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_ipc_name(TB_NIF_PARAMS)
 {
-    (void)argc;
     return region_name_of(env, &posix_format, argv[0]);
 }
 
-ERL_NIF_TERM tb_nif_torch_shm_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_torch_shm_name(TB_NIF_PARAMS)
 {
-    (void)argc;
     return region_name_of(env, &torch_format, argv[0]);
 }

@@ -18,20 +18,6 @@
 /* At load: releases what creators that are gone left. */
 void tb_shm_load(void);
 
-/* ipc_zeros(Shape, Dtype) -> a tensor in a new shared-memory region */
-ERL_NIF_TERM tb_nif_ipc_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* ipc_name(Tensor) -> {Name, ByteSize} when the tensor is a whole region, or nil */
-ERL_NIF_TERM tb_nif_ipc_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* ipc_open(Name, Dtype, Shape) -> a tensor over the named region */
-ERL_NIF_TERM tb_nif_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* ipc_reclaim() -> how many names of creators that are gone were removed */
-ERL_NIF_TERM tb_nif_ipc_reclaim(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-
-/* torch_shm_zeros(Shape, Dtype) -> a tensor of zeros in a new region of PyTorch's format */
-ERL_NIF_TERM tb_nif_torch_shm_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* torch_shm_open(Name, Dtype, Shape) -> a tensor over the data of a region, holding one reference */
-ERL_NIF_TERM tb_nif_torch_shm_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* torch_shm_name(Tensor) -> {Name, ByteSize} when the tensor is a whole region's data, or nil */
-ERL_NIF_TERM tb_nif_torch_shm_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* The region NIFs (ipc_* and torch_shm_*) are in the list of nif/tb_nifs.h. */
 
 #endif

@@ -247,10 +247,11 @@ defmodule TensorBlob.Tensor do
 
     defp preview(tensor, shape, :cpu, dtype, limit) do
       numel = shape |> Tuple.to_list() |> Enum.product()
-      size = :tensor_blob.to_blob(tensor.ref).element_size
+      # What the elements are comes from the library's dtype table.
+      %{element_size: size, kind: kind, bits: bits} = :tensor_blob.dtype_info(dtype)
       bytes = first_elements(tensor, shape, min(numel, limit))
 
-      case decode(dtype, size, bytes) do
+      case decode(decoder(kind, bits), size, bytes) do
         nil ->
           nil
 
@@ -287,33 +288,25 @@ defmodule TensorBlob.Tensor do
       |> elem(0)
     end
 
-    defp decode(dtype, size, bytes) do
-      if decoder = decoder(dtype), do: for(<<e::binary-size(size) <- bytes>>, do: decoder.(e))
-    end
+    defp decode(nil, _size, _bytes), do: nil
+    defp decode(decoder, size, bytes), do: for(<<e::binary-size(size) <- bytes>>, do: decoder.(e))
 
-    defp decoder(:bool), do: fn <<b>> -> to_string(b != 0) end
-    defp decoder(:uint8), do: fn <<x::8>> -> Integer.to_string(x) end
-    defp decoder(:int8), do: fn <<x::8-signed>> -> Integer.to_string(x) end
-
-    defp decoder(dtype) when dtype in [:uint16, :uint32, :uint64],
-      do: fn e -> e |> :binary.decode_unsigned(endianness()) |> Integer.to_string() end
-
-    defp decoder(dtype) when dtype in [:int16, :int32, :int64] do
-      fn e ->
-        bits = bit_size(e)
-        <<x::size(bits)-signed-native>> = e
-        Integer.to_string(x)
-      end
-    end
-
-    defp decoder(dtype) when dtype in [:float16, :float32, :float64], do: &float/1
+    # A decoder by what the elements are (the table's kind and bits), so a
+    # dtype the table gains is shown without a clause of its own.
+    defp decoder(:bool, _bits), do: fn <<b>> -> to_string(b != 0) end
+    defp decoder(:uint, bits), do: fn <<x::size(bits)-unsigned-native>> -> Integer.to_string(x) end
+    defp decoder(:int, bits), do: fn <<x::size(bits)-signed-native>> -> Integer.to_string(x) end
+    defp decoder(:float, bits) when bits in [16, 32, 64], do: &float/1
     # bfloat16 is the high half of a float32.
-    defp decoder(:bfloat16), do: fn <<x::16-native>> -> float(<<x::16, 0::16>>, :big) end
+    defp decoder(:bfloat, 16), do: fn <<x::16-native>> -> float(<<x::16, 0::16>>, :big) end
 
-    defp decoder(:complex32), do: fn <<re::binary-2, im::binary-2>> -> complex(float(re), float(im)) end
-    defp decoder(:complex64), do: fn <<re::binary-4, im::binary-4>> -> complex(float(re), float(im)) end
-    defp decoder(:complex128), do: fn <<re::binary-8, im::binary-8>> -> complex(float(re), float(im)) end
-    defp decoder(_float8), do: nil
+    defp decoder(:complex, bits) when bits in [32, 64, 128] do
+      half = div(bits, 16)
+      fn <<re::binary-size(half), im::binary-size(half)>> -> complex(float(re), float(im)) end
+    end
+
+    # 8-bit floats have no bit syntax: no preview.
+    defp decoder(_kind, _bits), do: nil
 
     defp complex(re, "-" <> im), do: "#{re}-#{im}i"
     defp complex(re, im), do: "#{re}+#{im}i"
