@@ -4,29 +4,12 @@ defmodule TensorBlob.NodesTest do
 
   alias TensorBlob.{IPC, Nodes, Tensor}
   alias TensorBlob.Test.Holder
-  import TensorBlob.Test.Shm, only: [floats: 1, path: 1, refcount: 1, eventually: 1]
+  import TensorBlob.Test.Shm, only: [floats: 1, path: 1, refcount: 1, eventually: 1, start_peer: 1]
 
   setup_all do
-    started =
-      if Node.alive?() do
-        false
-      else
-        {_, 0} = System.cmd("epmd", ["-daemon"])
-        {:ok, _} = :net_kernel.start([:"tb_nodes_#{System.pid()}@127.0.0.1", :longnames])
-        true
-      end
-
-    paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-
-    {:ok, peer, node} = :peer.start(%{name: :peer.random_name(), host: ~c"127.0.0.1", longnames: true, args: paths})
-
+    {_peer, node, stop} = start_peer("tb_nodes")
     {:ok, _} = :erpc.call(node, :application, :ensure_all_started, [:elixir])
-
-    on_exit(fn ->
-      :peer.stop(peer)
-      if started, do: Node.stop()
-    end)
-
+    on_exit(stop)
     %{peer: node}
   end
 

@@ -9,31 +9,16 @@ defmodule TensorBlob.ShmSurfaceTest do
   use ExUnit.Case, async: false
 
   alias TensorBlob.{IPC, Nodes, Tensor}
-  alias TensorBlob.Test.Lifetime
+  alias TensorBlob.Test.{Lifetime, Shm}
 
   @header 64
 
   defp ebin, do: Path.dirname(:code.which(:tensor_blob))
-  defp shm(name), do: "/dev/shm/" <> String.trim_leading(name, "/")
   defp skipped(why), do: IO.puts("\n  skipped: " <> why)
-
-  defp refcount(name) do
-    case File.read(shm(name)) do
-      {:ok, <<count::signed-native-32, _::binary>>} -> count
-      _ -> nil
-    end
-  end
-
+  defp shm(name), do: Shm.path(name)
+  defp refcount(name), do: Shm.refcount(name)
   # Waits up to ~10 s for a condition.
-  defp eventually(fun, tries \\ 200) do
-    Lifetime.collect()
-
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(50) && eventually(fun, tries - 1)
-    end
-  end
+  defp eventually(fun), do: Shm.eventually(fun, 200, 50)
 
   # A region laid out as PyTorch lays it out: its process holds one reference.
   defp pytorch_region(data) do
@@ -249,17 +234,7 @@ defmodule TensorBlob.ShmSurfaceTest do
 
   describe "4. a peer node stopped mid-use" do
     test "its reference in the region is dropped, and this node reads on" do
-      started =
-        if Node.alive?() do
-          false
-        else
-          {_, 0} = System.cmd("epmd", ["-daemon"])
-          {:ok, _} = :net_kernel.start([:"tb_shm_#{System.pid()}@127.0.0.1", :longnames])
-          true
-        end
-
-      paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-      {:ok, peer, node} = :peer.start(%{name: :peer.random_name(), host: ~c"127.0.0.1", longnames: true, args: paths})
+      {_peer, node, stop} = Shm.start_peer("tb_shm")
 
       try do
         t = IPC.torch_zeros({1024}, :uint8)
@@ -273,8 +248,7 @@ defmodule TensorBlob.ShmSurfaceTest do
         assert eventually(fn -> refcount(packed.handle) == 1 end), "the peer's reference stayed"
         assert Tensor.to_binary(t) == :binary.copy(<<9>>, 1024)
       after
-        catch_exit(:peer.stop(peer))
-        if started, do: Node.stop()
+        stop.()
       end
     end
   end
