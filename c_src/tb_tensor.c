@@ -68,8 +68,13 @@ tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
     if (tb_rtype_get(env, term, &tensor_type, (void **)&t))
         return t;
     ERL_NIF_TERM name, ref;
-    if (enif_is_map(env, term) && enif_get_map_value(env, term, tb_atoms.struct_, &name) &&
-        name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
+    if (!enif_is_map(env, term) || !enif_get_map_value(env, term, tb_atoms.struct_, &name))
+        return NULL;
+    /* What the Elixir facade's from_blob returns: its tensor. */
+    if (name == tb_atoms.blob_view_struct && enif_get_map_value(env, term, tb_atoms.tensor, &term) &&
+        (!enif_is_map(env, term) || !enif_get_map_value(env, term, tb_atoms.struct_, &name)))
+        return NULL;
+    if (name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
         tb_rtype_get(env, ref, &tensor_type, (void **)&t))
         return t;
     return NULL;

@@ -39,7 +39,8 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
 /* The same, for a NIF's return: the term, or the raised exception. */
 ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle);
 
-/* The tensor behind a resource term or a %TensorBlob.Tensor{}, or NULL. */
+/* The tensor behind a resource term, a %TensorBlob.Tensor{} or a
+ * %TensorBlob.BlobView{}, or NULL. */
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 
 /* Describes a handle; 0 when libtorch holds a scalar type the dtype

@@ -54,6 +54,8 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(versioned, "versioned");
     ATOM(legacy, "legacy");
     ATOM(tensor_struct, "Elixir.TensorBlob.Tensor");
+    ATOM(blob_view_struct, "Elixir.TensorBlob.BlobView");
+    ATOM(tensor, "tensor");
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)
         a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);

@@ -34,7 +34,7 @@ defmodule TensorBlob.Nodes do
   tensor goes to a node on this host as a region, anything else as a
   binary.
   """
-  @spec pack(Tensor.t(), node(), via: :region | :binary) :: packed()
+  @spec pack(Tensor.input(), node(), via: :region | :binary) :: packed()
   def pack(tensor, node, opts \\ []) do
     translating(do: :tensor_blob.node_pack(Tensor.ref(tensor), node, Map.new(opts)))
   end
