@@ -65,7 +65,7 @@ defmodule TensorBlob.MixProject do
       prune_code_paths: @nx_ebins == [],
       # Nx is an optional dependency only when tensor_blob is someone's
       # dependency (see deps/0).
-      xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend]],
+      xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend, Nx.LazyContainer]],
       description: "Zero-copy tensor exchange for the BEAM",
       package: [
         licenses: ["Apache-2.0"],

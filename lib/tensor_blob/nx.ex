@@ -17,6 +17,18 @@ if Code.ensure_loaded?(Nx) do
     float16 per element) has no Nx type, and `to_nx/2` refuses it. Axis names do not cross: a tensor
     from `to_nx/2` has no names, and `from_nx/2` drops them.
 
+    ## Nx functions and `defn` take tensor_blob tensors
+
+    `TensorBlob.Tensor` and `TensorBlob.BlobView` implement
+    `Nx.LazyContainer`, as Explorer's series do: `Nx.add(t, 1)`, `Nx.sum(t)`
+    and a `defn` called with `t` take it as it is. Nx sees its shape and type
+    first, and asks for the data only when it needs it; the tensor it then
+    gets is `to_nx(t)`, for `Nx.default_backend()` (see "To Nx" below): a
+    zero-copy view for `Nx.BinaryBackend`, and for Torchx (or EXLA) a copy
+    of their own, or a zero-copy mapping of a whole shared-memory region.
+    Tensors Nx cannot take (not on the CPU, a dimension of size 0,
+    `:complex32`) raise `ArgumentError` before any data is read.
+
     ## From Nx
 
         t = TensorBlob.Nx.from_nx(Nx.iota({2, 3}, type: :f32))
@@ -62,7 +74,11 @@ if Code.ensure_loaded?(Nx) do
       * `Nx.BinaryBackend`: `%Nx.Tensor{}` over a binary that shows the
         tensor's memory (`TensorBlob.Tensor.to_binary(t, copy: false)`),
         zero-copy; the binary pins the memory. A non-contiguous tensor is
-        copied. Only CPU tensors.
+        copied. A tensor in a shared-memory region (`TensorBlob.IPC`) is
+        copied too: another program can shrink the region, and reading a
+        binary over the lost pages would kill the VM with SIGBUS (see
+        `TensorBlob.Tensor.to_binary/2`); `unsafe_view: true` views it
+        anyway, accepting that risk. Only CPU tensors.
       * another backend (Torchx, EXLA): such a backend cannot be made to keep
         our memory alive, so it gets memory of its own. A tensor that is a
         whole shared-memory region (`TensorBlob.IPC.zeros/2`,
@@ -96,6 +112,9 @@ if Code.ensure_loaded?(Nx) do
     backends other than the binary backend, Torchx and EXLA), `ipc: true`
     (share through a region that tensor_blob maps itself; see the module
     doc).
+
+    Anything but an `Nx.Tensor` (a tensor_blob tensor included, which Nx
+    functions take as it is) raises `ArgumentError` saying what to pass.
     """
     @spec from_nx(Nx.Tensor.t(), keyword()) :: Tensor.t()
     def from_nx(nx, opts \\ [])
@@ -118,6 +137,18 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
+      raise ArgumentError,
+            "from_nx: expected an Nx tensor (%Nx.Tensor{}), got a tensor_blob #{kind(t)}: " <>
+              "it needs no conversion (to_nx/2 makes an Nx tensor of it, and Nx functions take it as it is)"
+    end
+
+    def from_nx(other, _opts) do
+      raise ArgumentError,
+            "from_nx: expected an Nx tensor (%Nx.Tensor{}), got #{inspect(other, limit: 8, printable_limit: 64)}; " <>
+              "make one first (Nx.tensor/2, Nx.from_binary/3)"
+    end
+
     @doc """
     An `Nx.Tensor` of a tensor_blob tensor's contents (see the module doc).
     Takes a `%Tensor{}`, a `%BlobView{}` or a `%Blob{}` (viewed with its
@@ -126,7 +157,11 @@ if Code.ensure_loaded?(Nx) do
 
       * `backend:` the Nx backend, `Nx.default_backend()` by default;
       * `unsafe_view: true`: give a backend other than the binary backend a
-        bare pointer to our memory (see the module doc); `false` by default.
+        bare pointer to our memory, and the binary backend a view of a
+        shared-memory region (see the module doc); `false` by default.
+
+    Anything but a tensor_blob tensor (an `Nx.Tensor` included) raises
+    `ArgumentError` saying what to pass.
     """
     @spec to_nx(Tensor.t() | BlobView.t() | Blob.t(), atom() | {atom(), keyword()} | keyword()) :: Nx.Tensor.t()
     def to_nx(tensor_or_blob, backend_or_opts \\ [])
@@ -134,14 +169,46 @@ if Code.ensure_loaded?(Nx) do
     def to_nx(%BlobView{tensor: t}, arg), do: to_nx(t, arg)
     def to_nx(%Blob{} = blob, arg), do: to_nx(TensorBlob.from_blob(blob).tensor, arg)
 
+    def to_nx(%Nx.Tensor{}, _arg) do
+      raise ArgumentError,
+            "to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
+              "%TensorBlob.Blob{}), got an Nx tensor: it needs no conversion (from_nx/2 makes a tensor_blob tensor of it)"
+    end
+
+    def to_nx(other, _arg) when not is_struct(other, Tensor) do
+      raise ArgumentError,
+            "to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
+              "%TensorBlob.Blob{}), got #{inspect(other, limit: 8, printable_limit: 64)}"
+    end
+
     def to_nx(%Tensor{} = t, arg) do
       {backend, unsafe_view} = to_nx_options!(arg)
-      # One call for the layout: shape, strides, dtype and device.
+      {shape, type} = layout!(t)
+
+      cond do
+        elem(backend, 0) == Nx.BinaryBackend ->
+          # A view where it is safe: a region another program can shrink is
+          # copied (a read of a view would die of SIGBUS), unless unsafe_view.
+          bytes = Tensor.to_binary(t, copy: :if_needed, unsafe_shared_memory: unsafe_view)
+          %Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}
+
+        unsafe_view ->
+          unguarded_view(t, backend, type, shape)
+
+        true ->
+          region_handover(t, backend, type, shape) || copy_to(t, backend, type, shape)
+      end
+    end
+
+    # The shape and Nx type of a tensor Nx can take (one call for the
+    # layout: shape, strides, dtype and device), or ArgumentError.
+    defp layout!(t) do
       {_ptr, shape, _strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
       type = cached_nx_type!(dtype)
 
       if device != :cpu do
-        raise ArgumentError, "tensor: on #{inspect(device)}; to_nx takes CPU tensors"
+        raise ArgumentError,
+              "tensor: on #{inspect(device)}; to_nx takes CPU tensors (copy it with TensorBlob.Tensor.to_device(t, :cpu))"
       end
 
       # Nx refuses dimensions of size 0 (Nx.iota({0}) raises): no tensor it
@@ -152,19 +219,20 @@ if Code.ensure_loaded?(Nx) do
                 "there is nothing to hand to Nx"
       end
 
-      cond do
-        elem(backend, 0) == Nx.BinaryBackend ->
-          # A view where it is safe (not a region another program can shrink).
-          bytes = Tensor.to_binary(t, copy: :if_needed)
-          %Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}
-
-        unsafe_view ->
-          unguarded_view(t, backend, type, shape)
-
-        true ->
-          region_handover(t, backend, type, shape) || copy_to(t, backend, type, shape)
-      end
+      {shape, type}
     end
+
+    @doc false
+    # Nx.LazyContainer: the template Nx sees before the tensor is made.
+    @spec template!(Tensor.input()) :: Nx.Tensor.t()
+    def template!(tensor) do
+      {shape, type} = layout!(tensor)
+      Nx.template(shape, type)
+    end
+
+    defp kind(%Tensor{}), do: "tensor (%TensorBlob.Tensor{})"
+    defp kind(%BlobView{}), do: "view (%TensorBlob.BlobView{})"
+    defp kind(%Blob{}), do: "blob (%TensorBlob.Blob{})"
 
     defp to_nx_options!(backend) when is_atom(backend) and backend != nil, do: {{backend, []}, false}
     defp to_nx_options!({backend, opts} = b) when is_atom(backend) and is_list(opts), do: {b, false}
@@ -465,6 +533,20 @@ if Code.ensure_loaded?(Nx) do
         vsn -> to_string(vsn)
       end
     end
+  end
+
+  # Nx functions and defn take tensor_blob tensors as they are, as
+  # Explorer's series: Nx sees a template (shape and type) first and asks
+  # for the tensor only when it needs the data, which to_nx/1 then makes
+  # for Nx.default_backend() (see TensorBlob.Nx: a view for the binary
+  # backend, a copy or a region for the others).
+  defimpl Nx.LazyContainer, for: TensorBlob.Tensor do
+    def traverse(tensor, acc, fun),
+      do: fun.(TensorBlob.Nx.template!(tensor), fn -> TensorBlob.Nx.to_nx(tensor) end, acc)
+  end
+
+  defimpl Nx.LazyContainer, for: TensorBlob.BlobView do
+    def traverse(%{tensor: tensor}, acc, fun), do: Nx.LazyContainer.traverse(tensor, acc, fun)
   end
 else
   defmodule TensorBlob.Nx.Absent do
