@@ -56,6 +56,8 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(tensor_struct, "Elixir.TensorBlob.Tensor");
     ATOM(blob_view_struct, "Elixir.TensorBlob.BlobView");
     ATOM(tensor, "tensor");
+    ATOM(not_contiguous, "not_contiguous");
+    ATOM(shared_memory, "shared_memory");
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)
         a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);

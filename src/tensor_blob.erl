@@ -36,6 +36,10 @@
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
 
+%% Copies and views that report telemetry events in the caller's name
+%% (TensorBlob.Nx).
+-export([copy_from_binary/5, copy_to_binary/3, binary_of/3, data_bytes/1]).
+
 %% An owner term that from_blob pins: none asks for an unpinned view;
 %% undefined and nil (and no owner key) name no owner, which is refused.
 %% What to_dlpack accepts as a tensor: the reference, or the Elixir struct
@@ -199,7 +203,17 @@ view(Spec, _NoOwner) ->
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
 from_binary(Binary, Dtype, Shape) ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)).
+    copy_from_binary(Binary, Dtype, Shape, {?MODULE, from_binary, 3}, requested).
+
+%% @hidden from_binary/3, reported as a copy made by Function for Reason
+%% (a [tensor_blob, copy] event; see tensor_blob_telemetry).
+-spec copy_from_binary(binary(), dtype(), shape(), {module(), atom(), arity()},
+                       tensor_blob_telemetry:reason()) -> tensor().
+copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
+    Start = tensor_blob_telemetry:start(),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)),
+    tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+    T.
 
 %% @doc from_binary/3, or with #{copy => false} a read-only tensor over
 %% Binary's own bytes: no copy, and the tensor pins the binary. write/2
@@ -213,7 +227,12 @@ from_binary(Binary, Dtype, Shape) ->
 from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false));
 from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opts) =:= 1 ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true));
+    Start = tensor_blob_telemetry:start(),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true)),
+    %% Misaligned bytes were copied into an owned tensor.
+    _ = Start =:= undefined orelse memory(T) =/= owned orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, from_binary, 4}, misaligned, byte_size(Binary), T) =:= ok,
+    T;
 from_binary(Binary, Dtype, Shape, Opts) ->
     check_copy_option(Opts),
     from_binary(Binary, Dtype, Shape).
@@ -221,9 +240,38 @@ from_binary(Binary, Dtype, Shape, Opts) ->
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
 to_binary(T) when is_reference(T) ->
-    ?NIF(tensor_blob_nif:to_binary(T));
+    copy_to_binary(T, {?MODULE, to_binary, 1}, requested);
 to_binary(T) ->
     not_a_tensor(T).
+
+%% @hidden to_binary/1, reported as a copy made by Function for Reason.
+-spec copy_to_binary(tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
+copy_to_binary(T, Function, Reason) ->
+    case tensor_blob_telemetry:start() of
+        undefined ->
+            ?NIF(tensor_blob_nif:to_binary(T));
+        Start ->
+            Binary = ?NIF(tensor_blob_nif:to_binary(T)),
+            tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+            Binary
+    end.
+
+%% @hidden {Binary, Copied}: a view of T's bytes where one can be made
+%% (to_binary/2, copy if_needed, unsafe_shared_memory Unguarded), else a
+%% copy, reported as made by Function for the reason no view could be:
+%% not_contiguous, device or shared_memory.
+-spec binary_of(tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
+binary_of(T, Unguarded, Function) ->
+    case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
+        Reason when is_atom(Reason) -> {copy_to_binary(T, Function, Reason), true};
+        Binary -> {Binary, false}
+    end.
+
+%% @hidden The bytes T's elements take (what a transfer event reports).
+-spec data_bytes(tensor()) -> non_neg_integer().
+data_bytes(T) ->
+    {_, Shape, _, _, _, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    lists:foldl(fun(D, N) -> D * N end, ElementSize, tuple_to_list(Shape)).
 
 %% @doc to_binary/1, or with #{copy => false} a binary over T's own memory:
 %% no copy, and the binary keeps the memory alive. T must be a contiguous CPU
@@ -250,13 +298,9 @@ to_binary(T, Opts) when is_map(Opts) ->
                     U -> badarg(["unsafe_shared_memory: expected a boolean, got ", {term, U}])
                 end,
     case maps:get(copy, Opts, true) of
-        true -> to_binary(T);
+        true -> copy_to_binary(T, {?MODULE, to_binary, 2}, requested);
         false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
-        if_needed ->
-            case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
-                false -> to_binary(T);
-                Binary -> Binary
-            end;
+        if_needed -> element(1, binary_of(T, Unguarded, {?MODULE, to_binary, 2}));
         Other -> badarg(["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
     end;
 to_binary(_T, Opts) ->
@@ -279,14 +323,26 @@ zeros(Shape, Dtype) ->
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
 write(T, Binary) when is_reference(T) ->
-    ?NIF(tensor_blob_nif:write(T, Binary));
+    case tensor_blob_telemetry:start() of
+        undefined ->
+            ?NIF(tensor_blob_nif:write(T, Binary));
+        Start ->
+            T = ?NIF(tensor_blob_nif:write(T, Binary)),
+            tensor_blob_telemetry:copy(Start, {?MODULE, write, 2}, requested, byte_size(Binary), T),
+            T
+    end;
 write(T, _Binary) ->
     not_a_tensor(T).
 
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
-to_device(T, Device) when is_reference(T) -> ?NIF(tensor_blob_nif:to_device(T, Device));
+to_device(T, Device) when is_reference(T) ->
+    Start = tensor_blob_telemetry:start(),
+    Copy = ?NIF(tensor_blob_nif:to_device(T, Device)),
+    _ = Start =:= undefined orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, to_device, 2}, requested, data_bytes(Copy), Copy) =:= ok,
+    Copy;
 to_device(T, _Device) -> not_a_tensor(T).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
@@ -434,26 +490,49 @@ ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
-    case device(T) of
-        cpu -> ipc_export_region(T);
-        {cuda, _} -> ipc_export_cuda(T)
-    end.
+    Start = tensor_blob_telemetry:start(),
+    Function = {?MODULE, ipc_export, 1},
+    Handle = case device(T) of
+                 cpu -> ipc_export_region(T, Function);
+                 {cuda, _} -> ipc_export_cuda(T, Function)
+             end,
+    exported(Start, Function, T, Handle).
 
-ipc_export_cuda(T) ->
+ipc_export_cuda(T, Function) ->
+    Start = tensor_blob_telemetry:start(),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
+    %% Not contiguous: a contiguous copy on the device is shared.
+    _ = Shared =:= T orelse tensor_blob_telemetry:copy(Start, Function, not_contiguous, Size, Shared) =:= ok,
     #{kind => ipc, handle => Handle, address => Device, data_size => Size, tensor => Shared}.
 
-ipc_export_region(T) ->
+ipc_export_region(T, Function) ->
     Shared = case ipc_name(T) of
-                 nil ->
-                     S = ipc_zeros(shape(T), dtype(T)),
-                     _ = write(S, to_binary(T)),
-                     S;
-                 _ ->
-                     T
+                 nil -> copy_into(T, ipc_zeros(shape(T), dtype(T)), Function);
+                 _ -> T
              end,
     {Name, Size} = ipc_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+
+%% T's elements written into Region, a new region of its shape and dtype:
+%% one copy (not_a_region), after another when T's bytes cannot be viewed.
+copy_into(T, Region, Function) ->
+    {Bytes, _} = binary_of(T, false, Function),
+    Start = tensor_blob_telemetry:start(),
+    _ = ?NIF(tensor_blob_nif:write(Region, Bytes)),
+    tensor_blob_telemetry:copy(Start, Function, not_a_region, byte_size(Bytes), T),
+    Region.
+
+%% An export's transfer event: zero-copy when its tensor is T itself.
+exported(undefined, _Function, _T, Export) ->
+    Export;
+exported(Start, Function, T, #{tensor := Shared} = Export) ->
+    Bytes = data_bytes(T),
+    Copied = case Shared of
+                 T -> 0;
+                 _ -> Bytes
+             end,
+    tensor_blob_telemetry:transfer(Start, Function, Bytes, Copied, #{dtype => dtype(T), shape => shape(T)}),
+    Export.
 
 %% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or
 %% ipc_open/3, contiguous, from its start): what ipc_export/1 shares without
@@ -507,13 +586,14 @@ ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm
 ipc_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_torch_export(T) ->
+    Start = tensor_blob_telemetry:start(),
+    Function = {?MODULE, ipc_torch_export, 1},
+    exported(Start, Function, T, torch_export(T, Function)).
+
+torch_export(T, Function) ->
     Shared = case torch_shm_name(T) of
-                 nil ->
-                     S = ipc_torch_zeros(shape(T), dtype(T)),
-                     _ = write(S, node_binary(T)),
-                     S;
-                 _ ->
-                     T
+                 nil -> copy_into(T, ipc_torch_zeros(shape(T), dtype(T)), Function);
+                 _ -> T
              end,
     {Name, Size} = torch_shm_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
@@ -592,7 +672,10 @@ cuda_torch_open(Share, _Dtype, _Shape) ->
 cuda_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 cuda_torch_export(T) ->
+    Start = tensor_blob_telemetry:start(),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
+    _ = Shared =:= T orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, cuda_torch_export, 1}, not_contiguous, Size, Shared) =:= ok,
     {Raw, Offset} = case Handle of
                         <<R:64/binary>> -> {R, 0};
                         <<R:64/binary, O:64/little-unsigned>> -> {R, O}
@@ -648,19 +731,26 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
               #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
               #{} -> default_via(T, Node)
           end,
+    Start = tensor_blob_telemetry:start(),
+    Function = {?MODULE, node_pack, 3},
     Base = #{'__tensor_blob_node__' => 1, dtype => dtype(T), shape => shape(T)},
-    case Via of
-        region ->
-            case {same_host(Node), device(T)} of
-                {false, _} -> badarg(["options: via region needs a node on this host; ", {term, Node}, " is not"]);
-                {true, cpu} -> ok;
-                {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
-            end,
-            #{handle := Name, tensor := Shared} = ipc_torch_export(T),
-            Base#{via => region, handle => Name, tensor => Shared};
-        binary ->
-            Base#{via => binary, binary => node_binary(T)}
-    end;
+    {Packed, Copied} =
+        case Via of
+            region ->
+                case {same_host(Node), device(T)} of
+                    {false, _} -> badarg(["options: via region needs a node on this host; ", {term, Node}, " is not"]);
+                    {true, cpu} -> ok;
+                    {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
+                end,
+                #{handle := Name, tensor := Shared} = torch_export(T, Function),
+                {Base#{via => region, handle => Name, tensor => Shared}, Shared =/= T};
+            binary ->
+                %% A view when T is a contiguous CPU tensor, else a copy.
+                {Binary, C} = binary_of(T, false, Function),
+                {Base#{via => binary, binary => Binary}, C}
+        end,
+    _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
+    Packed;
 node_pack(_T, Node, Opts) ->
     badarg(["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
 
@@ -670,13 +760,14 @@ default_via(T, Node) ->
         false -> binary
     end.
 
-%% T's bytes: a view when T is a contiguous CPU tensor, else a copy.
-node_binary(T) ->
-    try
-        to_binary(T, #{copy => false})
-    catch
-        error:{badarg, _} -> to_binary(T) %% not contiguous, or not on the CPU: one copy
-    end.
+%% A transfer event for T, whose bytes were copied on the way or not.
+transferred(Start, Function, T, Copied, Meta) ->
+    Bytes = data_bytes(T),
+    CopiedBytes = case Copied of
+                      true -> Bytes;
+                      false -> 0
+                  end,
+    tensor_blob_telemetry:transfer(Start, Function, Bytes, CopiedBytes, Meta#{dtype => dtype(T), shape => shape(T)}).
 
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was
 %% sent to: a mapping of the same region (it holds its own reference), or
@@ -690,12 +781,26 @@ node_unpack(Packed) -> node_unpack(Packed, #{}).
 
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
 node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
-    ipc_torch_open(Name, Dtype, Shape);
+    Start = tensor_blob_telemetry:start(),
+    T = ipc_torch_open(Name, Dtype, Shape),
+    _ = Start =:= undefined orelse
+        transferred(Start, {?MODULE, node_unpack, 2}, T, false, #{node => node(), via => region}) =:= ok,
+    T;
 node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
-    case Opts of
-        #{copy := true} -> from_binary(Bin, Dtype, Shape);
-        _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
-    end;
+    Start = tensor_blob_telemetry:start(),
+    Function = {?MODULE, node_unpack, 2},
+    T = case Opts of
+            #{copy := true} -> copy_from_binary(Bin, Dtype, Shape, Function, requested);
+            _ ->
+                V = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Bin, Dtype, Shape, true)),
+                %% Misaligned bytes were copied into an owned tensor.
+                _ = Start =:= undefined orelse memory(V) =/= owned orelse
+                    tensor_blob_telemetry:copy(Start, Function, misaligned, byte_size(Bin), V) =:= ok,
+                V
+        end,
+    _ = Start =:= undefined orelse
+        transferred(Start, Function, T, memory(T) =:= owned, #{node => node(), via => binary}) =:= ok,
+    T;
 node_unpack(Other, _Opts) ->
     badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).

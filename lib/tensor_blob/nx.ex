@@ -126,15 +126,20 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
+      start = :tensor_blob_telemetry.start()
       {copy, device, ipc} = options!(opts)
       dtype = dtype!(nx.type)
 
-      cond do
-        copy == :always -> copy_of(nx, dtype)
-        match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
-        ipc -> region_view(nx, dtype)
-        true -> pointer_view(nx, dtype, copy, device)
-      end
+      t =
+        cond do
+          copy == :always -> copy_of(nx, dtype, :requested)
+          match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
+          ipc -> region_view(nx, dtype)
+          true -> pointer_view(nx, dtype, copy, device)
+        end
+
+      transferred(start, :from_nx, t, start != :undefined and Tensor.memory(t) == :owned, nx.data.__struct__)
+      t
     end
 
     def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
@@ -182,22 +187,42 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def to_nx(%Tensor{} = t, arg) do
+      start = :tensor_blob_telemetry.start()
       {backend, unsafe_view} = to_nx_options!(arg)
       {shape, type} = layout!(t)
 
-      cond do
-        elem(backend, 0) == Nx.BinaryBackend ->
-          # A view where it is safe: a region another program can shrink is
-          # copied (a read of a view would die of SIGBUS), unless unsafe_view.
-          bytes = Tensor.to_binary(t, copy: :if_needed, unsafe_shared_memory: unsafe_view)
-          %Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}
+      {nx, copied} =
+        cond do
+          elem(backend, 0) == Nx.BinaryBackend ->
+            # A view where it is safe: a region another program can shrink is
+            # copied (a read of a view would die of SIGBUS), unless unsafe_view.
+            {bytes, copied} =
+              translating(do: :tensor_blob.binary_of(Tensor.ref(t), unsafe_view, {__MODULE__, :to_nx, 2}))
 
-        unsafe_view ->
-          unguarded_view(t, backend, type, shape)
+            {%Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}, copied}
 
-        true ->
-          region_handover(t, backend, type, shape) || copy_to(t, backend, type, shape)
-      end
+          unsafe_view ->
+            {unguarded_view(t, backend, type, shape), false}
+
+          nx = region_handover(t, backend, type, shape) ->
+            {nx, false}
+
+          true ->
+            {copy_to(t, backend, type, shape), true}
+        end
+
+      transferred(start, :to_nx, t, copied, elem(backend, 0))
+      nx
+    end
+
+    # A [:tensor_blob, :transfer] event (guides/telemetry.md).
+    defp transferred(:undefined, _function, _t, _copied, _backend), do: :ok
+
+    defp transferred(start, function, t, copied, backend) do
+      ref = Tensor.ref(t)
+      bytes = :tensor_blob.data_bytes(ref)
+      meta = %{dtype: Tensor.dtype(t), shape: Tensor.shape(t), backend: backend}
+      :tensor_blob_telemetry.transfer(start, {__MODULE__, function, 2}, bytes, if(copied, do: bytes, else: 0), meta)
     end
 
     # The shape and Nx type of a tensor Nx can take (one call for the
@@ -278,7 +303,8 @@ if Code.ensure_loaded?(Nx) do
 
     defp copy_to(t, {module, opts}, type, shape) do
       template = %Nx.Tensor{data: nil, type: type, shape: shape, names: names(shape)}
-      module.from_binary(template, Tensor.to_binary(t), opts)
+      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, :backend))
+      module.from_binary(template, bytes, opts)
     end
 
     defp unguarded_view(t, backend, type, shape) do
@@ -412,7 +438,14 @@ if Code.ensure_loaded?(Nx) do
       row_major(shape, i - 1, step * max(elem(shape, i - 1), 1), [step | strides])
     end
 
-    defp copy_of(nx, dtype), do: Tensor.from_binary(Nx.to_binary(nx), dtype, nx.shape)
+    # reason: :requested (copy: :always) or :backend (no view can be made).
+    defp copy_of(nx, dtype, reason) do
+      bytes = Nx.to_binary(nx)
+
+      translating(
+        do: Tensor.wrap(:tensor_blob.copy_from_binary(bytes, dtype, nx.shape, {__MODULE__, :from_nx, 2}, reason))
+      )
+    end
 
     defp refuse_copy!(nx, why) do
       raise ArgumentError, "copy: :never, but #{inspect(nx.data.__struct__)} tensor data cannot be viewed: #{why}"
@@ -444,7 +477,7 @@ if Code.ensure_loaded?(Nx) do
             "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
               "not #{expected}), so no view can show them as #{inspect(nx.type)}"
 
-          if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype)
+          if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
         end
       else
         {:deallocated, message} ->
@@ -456,7 +489,7 @@ if Code.ensure_loaded?(Nx) do
         _ ->
           if copy == :never,
             do: refuse_copy!(nx, "it gives no host pointer (pass device: :cpu if its pointers are host memory)"),
-            else: copy_of(nx, dtype)
+            else: copy_of(nx, dtype, :backend)
       end
     end
 
