@@ -112,8 +112,9 @@ to_blob(T, Opts) when is_map(Opts) ->
 to_blob(_T, Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
-%% @hidden to_blob(T, #{owner => Owner, struct => Struct}) for the Elixir
-%% facade, whose every call gives both.
+%% @doc to_blob(T, #{owner => Owner, struct => Struct}), the blob tagged as
+%% the struct Struct (for the Elixir facade, whose every call gives both:
+%% TensorBlob.to_blob/1 names the tensor as the owner and the Blob struct).
 -spec to_blob_struct(tensor(), term(), atom()) -> blob().
 to_blob_struct(T, Owner, Struct) when is_reference(T) ->
     %% blob/2's map with '__struct__' in the literal: added afterwards, the
@@ -124,9 +125,9 @@ to_blob_struct(T, Owner, Struct) when is_reference(T) ->
 to_blob_struct(T, _Owner, _Struct) ->
     not_a_tensor(T).
 
-%% @hidden The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype,
-%% Device, ElementSize, ByteSize, Alignment}. For the Elixir facade, which
-%% reads a tensor's layout in one call.
+%% @doc The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype,
+%% Device, ElementSize, ByteSize, Alignment}, with no map to build: a
+%% tensor's whole layout in one call (the Elixir facade reads it so).
 -spec blob_fields(tensor()) -> {non_neg_integer(), shape(), [non_neg_integer()], atom(), device(),
                                 pos_integer(), non_neg_integer(), pos_integer()}.
 blob_fields(T) when is_reference(T) ->
@@ -205,8 +206,10 @@ view(Spec, _NoOwner) ->
 from_binary(Binary, Dtype, Shape) ->
     copy_from_binary(Binary, Dtype, Shape, {?MODULE, from_binary, 3}, requested).
 
-%% @hidden from_binary/3, reported as a copy made by Function for Reason
-%% (a [tensor_blob, copy] event; see tensor_blob_telemetry).
+%% @doc from_binary/3, reported (where telemetry is loaded) as a
+%% [tensor_blob, copy] event made by Function ({Module, Name, Arity}) for
+%% Reason (guides/telemetry.md): for code that copies in its caller's name,
+%% as TensorBlob.Nx does.
 -spec copy_from_binary(binary(), dtype(), shape(), {module(), atom(), arity()},
                        tensor_blob_telemetry:reason()) -> tensor().
 copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
@@ -244,7 +247,9 @@ to_binary(T) when is_reference(T) ->
 to_binary(T) ->
     not_a_tensor(T).
 
-%% @hidden to_binary/1, reported as a copy made by Function for Reason.
+%% @doc to_binary/1, reported (where telemetry is loaded) as a
+%% [tensor_blob, copy] event made by Function for Reason, as
+%% copy_from_binary/5.
 -spec copy_to_binary(tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
 copy_to_binary(T, Function, Reason) ->
     case tensor_blob_telemetry:start() of
@@ -256,7 +261,7 @@ copy_to_binary(T, Function, Reason) ->
             Binary
     end.
 
-%% @hidden {Binary, Copied}: a view of T's bytes where one can be made
+%% @doc {Binary, Copied}: a view of T's bytes where one can be made
 %% (to_binary/2, copy if_needed, unsafe_shared_memory Unguarded), else a
 %% copy, reported as made by Function for the reason no view could be:
 %% not_contiguous, device or shared_memory.
@@ -267,7 +272,8 @@ binary_of(T, Unguarded, Function) ->
         Binary -> {Binary, false}
     end.
 
-%% @hidden The bytes T's elements take (what a transfer event reports).
+%% @doc The bytes T's elements take: the product of its shape and its
+%% element size (what a [tensor_blob, transfer] event reports).
 -spec data_bytes(tensor()) -> non_neg_integer().
 data_bytes(T) ->
     {_, Shape, _, _, _, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
@@ -315,6 +321,7 @@ check_copy_option(Opts) when is_map(Opts) ->
 check_copy_option(Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
+%% @doc A new tensor of zeros.
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:zeros(Shape, Dtype)).
@@ -359,6 +366,7 @@ transpose(T, Dim0, Dim1) when is_reference(T) ->
 transpose(T, _Dim0, _Dim1) ->
     not_a_tensor(T).
 
+%% @doc T's dimensions, as a tuple ({} for a scalar).
 -spec shape(tensor()) -> shape().
 shape(T) when is_reference(T) -> ?NIF(tensor_blob_nif:shape(T));
 shape(T) -> not_a_tensor(T).
@@ -368,10 +376,12 @@ shape(T) -> not_a_tensor(T).
 strides(T) when is_reference(T) -> ?NIF(tensor_blob_nif:strides(T));
 strides(T) -> not_a_tensor(T).
 
+%% @doc T's canonical dtype atom.
 -spec dtype(tensor()) -> atom().
 dtype(T) when is_reference(T) -> ?NIF(tensor_blob_nif:dtype(T));
 dtype(T) -> not_a_tensor(T).
 
+%% @doc Where T's memory is: cpu, or {cuda, Index} for a GPU's.
 -spec device(tensor()) -> device().
 device(T) when is_reference(T) -> ?NIF(tensor_blob_nif:device(T));
 device(T) -> not_a_tensor(T).
@@ -722,6 +732,9 @@ cuda_torch_pending(#{counter := Counter, ref_counter_offset := Slot}) ->
 -spec node_pack(tensor(), node()) -> map().
 node_pack(T, Node) -> node_pack(T, Node, #{}).
 
+%% @doc node_pack/2, with options: via => region (a shared-memory region,
+%% only to a node on this host) or via => binary (the bytes in a binary)
+%% forces the path.
 -spec node_pack(tensor(), node(), #{via => region | binary}) -> map().
 node_pack(T, _Node, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
@@ -779,6 +792,8 @@ transferred(Start, Function, T, Copied, Meta) ->
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
+%% @doc node_unpack/1, with options: copy => true copies the received
+%% binary into a writable tensor.
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
 node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
     Start = tensor_blob_telemetry:start(),
@@ -827,6 +842,7 @@ same_host(Node) ->
         _ -> try erpc:call(Node, tensor_blob, host_id, []) =:= Local catch _:_ -> false end
     end.
 
+%% @doc The version of the linked libtorch, such as `<<"2.6.0">>'.
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
 
@@ -1188,15 +1204,15 @@ more_text(_Shown, false, _Separator) -> "";
 more_text([], true, _Separator) -> "...";
 more_text(_Shown, true, Separator) -> [Separator, "..."].
 
-%% @private The error_info callback of erl_error (the Erlang shell): the
-%% message, as the general explanation.
+%% @doc The error_info callback of erl_error (the Erlang shell): an
+%% error's message, as the general explanation.
 -spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
 format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
     #{general => Message};
 format_error(_Reason, _Stack) ->
     #{}.
 
-%% @private The segments of an error raised by this module or by the NIF
+%% @doc The segments of an error raised by this module or by the NIF
 %% through it (from the top frame's error_info), its terms pruned, or none:
 %% what the Elixir facade renders.
 -spec error_message(term(), erlang:stacktrace()) -> [binary() | {term, pruned()} | {code, binary(), binary()}] | none.
