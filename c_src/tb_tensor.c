@@ -247,8 +247,9 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
                                "to_binary(T, #{copy => false})", "to_binary(copy: false)", "write/2", "write!");
     case TB_GUARD_READ_ONLY:
         return tb_raise_badarg(env, "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
-                                    "%C refuses it",
-                               "write/2", "write!");
+                                    "%C refuses it. To change the values, copy it first (%C) and write the copy",
+                               "write/2", "write!", "tensor_blob:to_device(T, tensor_blob:device(T))",
+                               "Tensor.to_device(t, Tensor.device(t))");
     default:
         return tb_raise_badarg(env, "tensor: %C refuses it", "write/2", "write!");
     }
@@ -267,8 +268,10 @@ ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
                            &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
-        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it", tb_storage_read_only_reason(&d.info),
-                               "write/2", "write!");
+        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
+                                    "(%C) and write the copy",
+                               tb_storage_read_only_reason(&d.info), "write/2", "write!",
+                               "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
     if (bin.size != d.dense_bytes)
         return tb_raise_badarg(env, "binary: the tensor holds %lu bytes, got a binary of %lu bytes",
                                (unsigned long)d.dense_bytes, (unsigned long)bin.size);

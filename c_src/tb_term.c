@@ -137,8 +137,9 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
         return 0;
     }
     if (len != (unsigned)ndim) {
-        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T", field, ndim,
-                               len, term);
+        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T; strides left from "
+                                    "another shape (a blob's, reshaped) can be dropped for row-major ones: %C",
+                               field, ndim, len, term, "Blob#{strides => undefined}", "%{blob | strides: nil}");
         return 0;
     }
     ERL_NIF_TERM head, tail = term;

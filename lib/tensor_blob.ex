@@ -146,15 +146,15 @@ defmodule TensorBlob do
           capsules: non_neg_integer(),
           binaries: non_neg_integer()
         }
-  def stats, do: :tensor_blob.stats()
+  def stats, do: translating(do: :tensor_blob.stats())
 
   @doc "The canonical dtypes the linked libtorch can hold."
   @spec dtypes() :: [atom()]
-  def dtypes, do: :tensor_blob.dtypes()
+  def dtypes, do: translating(do: :tensor_blob.dtypes())
 
   @doc "The version of the linked libtorch."
   @spec torch_version() :: String.t()
-  def torch_version, do: :tensor_blob.torch_version()
+  def torch_version, do: translating(do: :tensor_blob.torch_version())
 
   @doc false
   # The benchmark baseline: a NIF call that returns its argument.

@@ -14,7 +14,34 @@
 -on_load(init/0).
 
 init() ->
-    erlang:load_nif(library(), 0).
+    case erlang:load_nif(library(), 0) of
+        {error, {load_failed, Why}} ->
+            %% The dynamic loader refused the library, most often for a
+            %% shared library it needs (libtorch) that is not where it
+            %% looks. The module loads all the same, so that every call
+            %% says why and what to do, rather than "not available".
+            Message = unicode:characters_to_binary(load_failed_message(Why)),
+            io:format(standard_error, "tensor_blob: ~ts~n", [Message]),
+            persistent_term:put({?MODULE, load_failed}, Message),
+            ok;
+        Result ->
+            _ = Result =:= ok andalso persistent_term:get({?MODULE, load_failed}, undefined) =/= undefined
+                andalso persistent_term:erase({?MODULE, load_failed}),
+            Result
+    end.
+
+load_failed_message(Why) ->
+    Text = unicode:characters_to_list(io_lib:format("~ts", [Why])),
+    Fix = case string:find(Text, "libtorch") =/= nomatch orelse string:find(Text, "libc10") =/= nomatch of
+              true ->
+                  "it needs libtorch's shared libraries (libtorch.so, libtorch_cpu.so, libc10.so) where the "
+                  "dynamic loader finds them: install the libtorch it was built against on this machine, or "
+                  "set LD_LIBRARY_PATH to its lib folder";
+              false ->
+                  "build it (make, or mix compile) for this machine"
+          end,
+    ["the NIF library did not load (", Text, "); ", Fix,
+     ". See \"Deployment\" in guides/building.md"].
 
 %% TENSOR_BLOB_NIF names another build of the library (without .so), for
 %% example the AddressSanitizer build that make asan-test runs.
@@ -33,7 +60,15 @@ priv_dir() ->
             Dir
     end.
 
--define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
+-define(NOT_LOADED, not_loaded()).
+
+%% A stub's answer: why the library did not load, where init/0 knows it.
+-spec not_loaded() -> no_return().
+not_loaded() ->
+    case persistent_term:get({?MODULE, load_failed}, undefined) of
+        undefined -> erlang:nif_error({not_loaded, ?MODULE});
+        Message -> erlang:error({tensor_blob, Message})
+    end.
 
 identity(_) -> ?NOT_LOADED.
 load_failures() -> ?NOT_LOADED.

@@ -518,6 +518,14 @@ defmodule TensorBlobTest do
 
     test "strides", %{blob: blob} do
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: [1]}) end, ~r/strides.*2/)
+
+      # A blob reshaped keeps its old strides: the message says how to drop them, and that works.
+      assert_badarg(
+        fn -> TensorBlob.from_blob(%{blob | shape: {6}}) end,
+        "can be dropped for row-major ones: %{blob | strides: nil}"
+      )
+
+      assert Tensor.shape(TensorBlob.from_blob(%{blob | shape: {6}, strides: nil})) == {6}
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: {3, 1}}) end, "strides")
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: [3, -1]}) end, ~r/strides.*-1/)
 
