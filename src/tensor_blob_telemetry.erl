@@ -82,7 +82,9 @@ reset() ->
 layout({Dtype, Shape}) ->
     {Dtype, Shape};
 layout(T) ->
-    try {tensor_blob_nif:dtype(T), tensor_blob_nif:shape(T)}
+    %% One NIF call for both.
+    try tensor_blob_nif:blob_fields(T) of
+        {_Ptr, Shape, _Strides, Dtype, _Device, _ElementSize, _ByteSize, _Alignment} -> {Dtype, Shape}
     catch error:_ -> {undefined, undefined}
     end.
 
