@@ -213,7 +213,7 @@ from_binary(Binary, Dtype, Shape) ->
 -spec copy_from_binary(binary(), dtype(), shape(), {module(), atom(), arity()},
                        tensor_blob_telemetry:reason()) -> tensor().
 copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(copy),
     T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)),
     tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
     T.
@@ -230,7 +230,7 @@ copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
 from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false));
 from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opts) =:= 1 ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(copy),
     T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true)),
     %% Misaligned bytes were copied into an owned tensor.
     _ = Start =:= undefined orelse memory(T) =/= owned orelse
@@ -252,7 +252,7 @@ to_binary(T) ->
 %% copy_from_binary/5.
 -spec copy_to_binary(tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
 copy_to_binary(T, Function, Reason) ->
-    case tensor_blob_telemetry:start() of
+    case tensor_blob_telemetry:start(copy) of
         undefined ->
             ?NIF(tensor_blob_nif:to_binary(T));
         Start ->
@@ -276,8 +276,12 @@ binary_of(T, Unguarded, Function) ->
 %% element size (what a [tensor_blob, transfer] event reports).
 -spec data_bytes(tensor()) -> non_neg_integer().
 data_bytes(T) ->
-    {_, Shape, _, _, _, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
-    lists:foldl(fun(D, N) -> D * N end, ElementSize, tuple_to_list(Shape)).
+    element(1, transfer_facts(T)).
+
+%% {Bytes, Dtype, Shape} of T, in one NIF call.
+transfer_facts(T) ->
+    {_, Shape, _, Dtype, _, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    {lists:foldl(fun(D, N) -> D * N end, ElementSize, tuple_to_list(Shape)), Dtype, Shape}.
 
 %% @doc to_binary/1, or with #{copy => false} a binary over T's own memory:
 %% no copy, and the binary keeps the memory alive. T must be a contiguous CPU
@@ -330,7 +334,7 @@ zeros(Shape, Dtype) ->
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
 write(T, Binary) when is_reference(T) ->
-    case tensor_blob_telemetry:start() of
+    case tensor_blob_telemetry:start(copy) of
         undefined ->
             ?NIF(tensor_blob_nif:write(T, Binary));
         Start ->
@@ -345,7 +349,7 @@ write(T, _Binary) ->
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
 to_device(T, Device) when is_reference(T) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(copy),
     Copy = ?NIF(tensor_blob_nif:to_device(T, Device)),
     _ = Start =:= undefined orelse
         tensor_blob_telemetry:copy(Start, {?MODULE, to_device, 2}, requested, data_bytes(Copy), Copy) =:= ok,
@@ -500,7 +504,7 @@ ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(transfer),
     Function = {?MODULE, ipc_export, 1},
     Handle = case device(T) of
                  cpu -> ipc_export_region(T, Function);
@@ -509,7 +513,7 @@ ipc_export(T) ->
     exported(Start, Function, T, Handle).
 
 ipc_export_cuda(T, Function) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(copy),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
     %% Not contiguous: a contiguous copy on the device is shared.
     _ = Shared =:= T orelse tensor_blob_telemetry:copy(Start, Function, not_contiguous, Size, Shared) =:= ok,
@@ -527,7 +531,7 @@ ipc_export_region(T, Function) ->
 %% one copy (not_a_region), after another when T's bytes cannot be viewed.
 copy_into(T, Region, Function) ->
     {Bytes, _} = binary_of(T, false, Function),
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(copy),
     _ = ?NIF(tensor_blob_nif:write(Region, Bytes)),
     tensor_blob_telemetry:copy(Start, Function, not_a_region, byte_size(Bytes), T),
     Region.
@@ -536,12 +540,7 @@ copy_into(T, Region, Function) ->
 exported(undefined, _Function, _T, Export) ->
     Export;
 exported(Start, Function, T, #{tensor := Shared} = Export) ->
-    Bytes = data_bytes(T),
-    Copied = case Shared of
-                 T -> 0;
-                 _ -> Bytes
-             end,
-    tensor_blob_telemetry:transfer(Start, Function, Bytes, Copied, #{dtype => dtype(T), shape => shape(T)}),
+    transferred(Start, Function, T, Shared =/= T, #{}),
     Export.
 
 %% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or
@@ -596,7 +595,7 @@ ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm
 ipc_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_torch_export(T) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(transfer),
     Function = {?MODULE, ipc_torch_export, 1},
     exported(Start, Function, T, torch_export(T, Function)).
 
@@ -682,7 +681,7 @@ cuda_torch_open(Share, _Dtype, _Shape) ->
 cuda_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 cuda_torch_export(T) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(copy),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
     _ = Shared =:= T orelse
         tensor_blob_telemetry:copy(Start, {?MODULE, cuda_torch_export, 1}, not_contiguous, Size, Shared) =:= ok,
@@ -744,7 +743,7 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
               #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
               #{} -> default_via(T, Node)
           end,
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(transfer),
     Function = {?MODULE, node_pack, 3},
     Base = #{'__tensor_blob_node__' => 1, dtype => dtype(T), shape => shape(T)},
     {Packed, Copied} =
@@ -775,12 +774,12 @@ default_via(T, Node) ->
 
 %% A transfer event for T, whose bytes were copied on the way or not.
 transferred(Start, Function, T, Copied, Meta) ->
-    Bytes = data_bytes(T),
+    {Bytes, Dtype, Shape} = transfer_facts(T),
     CopiedBytes = case Copied of
                       true -> Bytes;
                       false -> 0
                   end,
-    tensor_blob_telemetry:transfer(Start, Function, Bytes, CopiedBytes, Meta#{dtype => dtype(T), shape => shape(T)}).
+    tensor_blob_telemetry:transfer(Start, Function, Bytes, CopiedBytes, Meta#{dtype => Dtype, shape => Shape}).
 
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was
 %% sent to: a mapping of the same region (it holds its own reference), or
@@ -796,21 +795,22 @@ node_unpack(Packed) -> node_unpack(Packed, #{}).
 %% binary into a writable tensor.
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
 node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(transfer),
     T = ipc_torch_open(Name, Dtype, Shape),
     _ = Start =:= undefined orelse
         transferred(Start, {?MODULE, node_unpack, 2}, T, false, #{node => node(), via => region}) =:= ok,
     T;
 node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
-    Start = tensor_blob_telemetry:start(),
+    Start = tensor_blob_telemetry:start(transfer),
     Function = {?MODULE, node_unpack, 2},
     T = case Opts of
             #{copy := true} -> copy_from_binary(Bin, Dtype, Shape, Function, requested);
             _ ->
+                CopyStart = tensor_blob_telemetry:start(copy),
                 V = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Bin, Dtype, Shape, true)),
                 %% Misaligned bytes were copied into an owned tensor.
-                _ = Start =:= undefined orelse memory(V) =/= owned orelse
-                    tensor_blob_telemetry:copy(Start, Function, misaligned, byte_size(Bin), V) =:= ok,
+                _ = CopyStart =:= undefined orelse memory(V) =/= owned orelse
+                    tensor_blob_telemetry:copy(CopyStart, Function, misaligned, byte_size(Bin), V) =:= ok,
                 V
         end,
     _ = Start =:= undefined orelse

@@ -6,7 +6,9 @@
 %% of tensor data and every transfer of a tensor to another framework,
 %% OS process or node is reported through telemetry:execute/3; where it is
 %% not, nothing is reported and nothing fails. Whether it is there is
-%% decided once, at the first event, and kept in persistent_term.
+%% decided once, at the first event, and kept in persistent_term. An event
+%% nobody listens to costs a lookup in telemetry's handler table, and is
+%% neither measured nor built.
 %%
 %% Events:
 %%
@@ -19,35 +21,61 @@
 %% duration is in native time units (erlang:convert_time_unit/3).
 -module(tensor_blob_telemetry).
 
--export([enabled/0, start/0, copy/5, transfer/5, reset/0]).
+-export([enabled/0, start/1, copy/5, transfer/5, reset/0]).
 
 -export_type([reason/0]).
 
 %% Why a copy was made.
 -type reason() :: requested | not_contiguous | shared_memory | device | misaligned | not_a_region | backend.
 
--define(KEY, {?MODULE, enabled}).
+-define(KEY, {?MODULE, mode}).
 
 %% @doc Whether events are emitted: the telemetry module can be loaded.
 %% Decided once, at the first call, and kept.
 -spec enabled() -> boolean().
 enabled() ->
+    mode() =/= off.
+
+%% off: no telemetry. handlers: telemetry, whose handler table says which
+%% events have handlers. always: telemetry without that table (another
+%% version): every event is emitted.
+mode() ->
     case persistent_term:get(?KEY, undefined) of
         undefined ->
-            Enabled = code:ensure_loaded(telemetry) =:= {module, telemetry},
-            persistent_term:put(?KEY, Enabled),
-            Enabled;
-        Enabled ->
-            Enabled
+            Mode = case code:ensure_loaded(telemetry) of
+                       {module, telemetry} ->
+                           _ = code:ensure_loaded(telemetry_handler_table),
+                           case erlang:function_exported(telemetry_handler_table, list_for_event, 1) of
+                               true -> handlers;
+                               false -> always
+                           end;
+                       _ ->
+                           off
+                   end,
+            persistent_term:put(?KEY, Mode),
+            Mode;
+        Mode ->
+            Mode
     end.
 
-%% @doc The start time to pass to copy/5 or transfer/5, or undefined where
-%% events are not emitted (then they do nothing).
--spec start() -> integer() | undefined.
-start() ->
-    case enabled() of
-        true -> erlang:monotonic_time();
-        false -> undefined
+%% @doc The start time to pass to copy/5 (Kind copy) or transfer/5 (Kind
+%% transfer), or undefined where that event has no handler or telemetry
+%% is absent: then they do nothing, and nothing is measured.
+-spec start(copy | transfer) -> integer() | undefined.
+start(Kind) ->
+    case mode() of
+        off -> undefined;
+        always -> erlang:monotonic_time();
+        handlers -> listened(Kind)
+    end.
+
+listened(Kind) ->
+    %% telemetry's own lookup (what telemetry:execute/3 does first), called
+    %% by name: telemetry is not a dependency.
+    Table = telemetry_handler_table,
+    case Table:list_for_event([tensor_blob, Kind]) of
+        [] -> undefined;
+        _ -> erlang:monotonic_time()
     end.
 
 %% @doc Reports a copy of Bytes bytes of the tensor T, made by Function

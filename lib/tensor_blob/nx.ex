@@ -126,7 +126,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
-      start = :tensor_blob_telemetry.start()
+      start = :tensor_blob_telemetry.start(:transfer)
       {copy, device, ipc} = options!(opts)
       dtype = dtype!(nx.type)
 
@@ -187,7 +187,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def to_nx(%Tensor{} = t, arg) do
-      start = :tensor_blob_telemetry.start()
+      start = :tensor_blob_telemetry.start(:transfer)
       {backend, unsafe_view} = to_nx_options!(arg)
       {shape, type} = layout!(t)
 
@@ -219,9 +219,10 @@ if Code.ensure_loaded?(Nx) do
     defp transferred(:undefined, _function, _t, _copied, _backend), do: :ok
 
     defp transferred(start, function, t, copied, backend) do
-      ref = Tensor.ref(t)
-      bytes = :tensor_blob.data_bytes(ref)
-      meta = %{dtype: Tensor.dtype(t), shape: Tensor.shape(t), backend: backend}
+      # One call for the layout.
+      {_, shape, _, dtype, _, element_size, _, _} = :tensor_blob.blob_fields(Tensor.ref(t))
+      bytes = shape |> Tuple.to_list() |> Enum.reduce(element_size, &(&1 * &2))
+      meta = %{dtype: dtype, shape: shape, backend: backend}
       :tensor_blob_telemetry.transfer(start, {__MODULE__, function, 2}, bytes, if(copied, do: bytes, else: 0), meta)
     end
 
