@@ -44,6 +44,13 @@ defmodule TensorBlob do
 
   Bad input raises `ArgumentError` naming the field and the value; failures
   that are not the caller's raise `TensorBlob.Error`.
+
+  ## Telemetry
+
+  Where the telemetry library is loaded, every copy of tensor data and
+  every transfer to another framework, process or node emits a
+  `[:tensor_blob, :copy]` or `[:tensor_blob, :transfer]` event with its
+  bytes, duration and reason (guides/telemetry.md).
   """
   import TensorBlob.Raise
 

@@ -12,7 +12,9 @@
 %% storage; any other owner term is pinned). to_dlpack/1,2 and from_dlpack/1,2 exchange tensors
 %% as DLPack managed tensors (see the DLPack section below). Bad input
 %% raises error({badarg, Message}); failures that are not the caller's raise
-%% error({tensor_blob, Message}).
+%% error({tensor_blob, Message}). Where the telemetry library is loaded,
+%% every copy and transfer emits a [tensor_blob, copy] or
+%% [tensor_blob, transfer] event (guides/telemetry.md).
 -module(tensor_blob).
 
 -include_lib("kernel/include/file.hrl").
