@@ -105,7 +105,6 @@ cases = [
   {"not a tensor", fn -> Tensor.shape(make_ref()) end},
   {"an Nx tensor where a tensor is expected",
    fn -> TensorBlob.to_blob(%{__struct__: Nx.Tensor, shape: {2}, type: {:f, 32}}) end},
-  {"a blob view where a tensor is expected", fn -> Tensor.to_binary(TensorBlob.from_blob(b)) end},
   {"dtype given as a string", fn -> Tensor.zeros({2}, "float32") end},
   {"from_binary: wrong byte count", fn -> Tensor.from_binary(<<1, 2, 3>>, :float32, {1}) end},
   {"from_binary: not a binary", fn -> Tensor.from_binary([1, 2], :uint8, {2}) end},

@@ -13,6 +13,8 @@
 #                    no CUDA (the errors it gives), parsed only elsewhere
 #   ```elixir nx     (or torchx) run where Nx (Torchx) is loaded, parsed
 #                    only elsewhere
+#   ```elixir telemetry  run where the telemetry library is on the code
+#                    path, parsed only elsewhere
 #   ```elixir norun  (or erlang norun) parsed only: a snippet that is not a
 #                    program (a mix.exs deps list, rebar.config)
 #   ```c             compiled (-fsyntax-only) against priv/include
@@ -91,6 +93,7 @@ defmodule DocsTest do
     # Nx from NX_PATH is on the code path, not a dependency: start it as a
     # project depending on it would.
     if loaded?.(Nx), do: {:ok, _} = Application.ensure_all_started(:nx)
+    if loaded?.(:telemetry), do: {:ok, _} = Application.ensure_all_started(:telemetry)
 
     decide = fn tags ->
       cond do
@@ -99,6 +102,7 @@ defmodule DocsTest do
         "nocuda" in tags and cuda_torch? -> :parse
         "nx" in tags and not loaded?.(Nx) -> :parse
         "torchx" in tags and not loaded?.(Torchx) -> :parse
+        "telemetry" in tags and not loaded?.(:telemetry) -> :parse
         true -> :run
       end
     end

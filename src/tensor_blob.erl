@@ -12,7 +12,9 @@
 %% storage; any other owner term is pinned). to_dlpack/1,2 and from_dlpack/1,2 exchange tensors
 %% as DLPack managed tensors (see the DLPack section below). Bad input
 %% raises error({badarg, Message}); failures that are not the caller's raise
-%% error({tensor_blob, Message}).
+%% error({tensor_blob, Message}). Where the telemetry library is loaded,
+%% every copy and transfer emits a [tensor_blob, copy] or
+%% [tensor_blob, transfer] event (guides/telemetry.md).
 -module(tensor_blob).
 
 -include_lib("kernel/include/file.hrl").
@@ -36,6 +38,10 @@
 
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
+
+%% Copies and views that report telemetry events in the caller's name
+%% (TensorBlob.Nx).
+-export([copy_from_binary/5, copy_to_binary/3, binary_of/3, data_bytes/1]).
 
 %% An owner term that from_blob pins: none asks for an unpinned view;
 %% undefined and nil (and no owner key) name no owner, which is refused.
@@ -122,8 +128,9 @@ to_blob(T, Opts) when is_map(Opts) ->
 to_blob(_T, Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
-%% @hidden to_blob(T, #{owner => Owner, struct => Struct}) for the Elixir
-%% facade, whose every call gives both.
+%% @doc to_blob(T, #{owner => Owner, struct => Struct}), the blob tagged as
+%% the struct Struct (for the Elixir facade, whose every call gives both:
+%% TensorBlob.to_blob/1 names the tensor as the owner and the Blob struct).
 -spec to_blob_struct(tensor(), term(), atom()) -> blob().
 to_blob_struct(T, Owner, Struct) when is_reference(T) ->
     %% blob/2's map with '__struct__' in the literal: added afterwards, the
@@ -134,9 +141,9 @@ to_blob_struct(T, Owner, Struct) when is_reference(T) ->
 to_blob_struct(T, _Owner, _Struct) ->
     not_a_tensor(T).
 
-%% @hidden The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype,
-%% Device, ElementSize, ByteSize, Alignment}. For the Elixir facade, which
-%% reads a tensor's layout in one call.
+%% @doc The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype,
+%% Device, ElementSize, ByteSize, Alignment}, with no map to build: a
+%% tensor's whole layout in one call (the Elixir facade reads it so).
 -spec blob_fields(tensor()) -> {non_neg_integer(), shape(), [non_neg_integer()], atom(), device(),
                                 pos_integer(), non_neg_integer(), pos_integer()}.
 blob_fields(T) when is_reference(T) ->
@@ -213,7 +220,19 @@ view(Spec, _NoOwner) ->
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
 from_binary(Binary, Dtype, Shape) ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)).
+    copy_from_binary(Binary, Dtype, Shape, {?MODULE, from_binary, 3}, requested).
+
+%% @doc from_binary/3, reported (where telemetry is loaded) as a
+%% [tensor_blob, copy] event made by Function ({Module, Name, Arity}) for
+%% Reason (guides/telemetry.md): for code that copies in its caller's name,
+%% as TensorBlob.Nx does.
+-spec copy_from_binary(binary(), dtype(), shape(), {module(), atom(), arity()},
+                       tensor_blob_telemetry:reason()) -> tensor().
+copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
+    Start = tensor_blob_telemetry:start(copy),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)),
+    tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+    T.
 
 %% @doc from_binary/3, or with #{copy => false} a read-only tensor over
 %% Binary's own bytes: no copy, and the tensor pins the binary. write/2
@@ -227,7 +246,12 @@ from_binary(Binary, Dtype, Shape) ->
 from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false));
 from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opts) =:= 1 ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true));
+    Start = tensor_blob_telemetry:start(copy),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true)),
+    %% Misaligned bytes were copied into an owned tensor.
+    _ = Start =:= undefined orelse memory(T) =/= owned orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, from_binary, 4}, misaligned, byte_size(Binary), T) =:= ok,
+    T;
 from_binary(Binary, Dtype, Shape, Opts) ->
     check_copy_option(Opts),
     from_binary(Binary, Dtype, Shape).
@@ -235,9 +259,45 @@ from_binary(Binary, Dtype, Shape, Opts) ->
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
 to_binary(T) when is_reference(T) ->
-    ?NIF(tensor_blob_nif:to_binary(T));
+    copy_to_binary(T, {?MODULE, to_binary, 1}, requested);
 to_binary(T) ->
     not_a_tensor(T).
+
+%% @doc to_binary/1, reported (where telemetry is loaded) as a
+%% [tensor_blob, copy] event made by Function for Reason, as
+%% copy_from_binary/5.
+-spec copy_to_binary(tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
+copy_to_binary(T, Function, Reason) ->
+    case tensor_blob_telemetry:start(copy) of
+        undefined ->
+            ?NIF(tensor_blob_nif:to_binary(T));
+        Start ->
+            Binary = ?NIF(tensor_blob_nif:to_binary(T)),
+            tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+            Binary
+    end.
+
+%% @doc {Binary, Copied}: a view of T's bytes where one can be made
+%% (to_binary/2, copy if_needed, unsafe_shared_memory Unguarded), else a
+%% copy, reported as made by Function for the reason no view could be:
+%% not_contiguous, device or shared_memory.
+-spec binary_of(tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
+binary_of(T, Unguarded, Function) ->
+    case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
+        Reason when is_atom(Reason) -> {copy_to_binary(T, Function, Reason), true};
+        Binary -> {Binary, false}
+    end.
+
+%% @doc The bytes T's elements take: the product of its shape and its
+%% element size (what a [tensor_blob, transfer] event reports).
+-spec data_bytes(tensor()) -> non_neg_integer().
+data_bytes(T) ->
+    element(1, transfer_facts(T)).
+
+%% {Bytes, Dtype, Shape} of T, in one NIF call.
+transfer_facts(T) ->
+    {_, Shape, _, Dtype, _, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    {lists:foldl(fun(D, N) -> D * N end, ElementSize, tuple_to_list(Shape)), Dtype, Shape}.
 
 %% @doc to_binary/1, or with #{copy => false} a binary over T's own memory:
 %% no copy, and the binary keeps the memory alive. T must be a contiguous CPU
@@ -264,13 +324,9 @@ to_binary(T, Opts) when is_map(Opts) ->
                     U -> badarg(["unsafe_shared_memory: expected a boolean, got ", {term, U}])
                 end,
     case maps:get(copy, Opts, true) of
-        true -> to_binary(T);
+        true -> copy_to_binary(T, {?MODULE, to_binary, 2}, requested);
         false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
-        if_needed ->
-            case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
-                false -> to_binary(T);
-                Binary -> Binary
-            end;
+        if_needed -> element(1, binary_of(T, Unguarded, {?MODULE, to_binary, 2}));
         Other -> badarg(["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
     end;
 to_binary(_T, Opts) ->
@@ -285,6 +341,7 @@ check_copy_option(Opts) when is_map(Opts) ->
 check_copy_option(Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
+%% @doc A new tensor of zeros.
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:zeros(Shape, Dtype)).
@@ -293,7 +350,14 @@ zeros(Shape, Dtype) ->
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
 write(T, Binary) when is_reference(T), is_binary(Binary) ->
-    ?NIF(tensor_blob_nif:write(T, Binary));
+    case tensor_blob_telemetry:start(copy) of
+        undefined ->
+            ?NIF(tensor_blob_nif:write(T, Binary));
+        Start ->
+            T = ?NIF(tensor_blob_nif:write(T, Binary)),
+            tensor_blob_telemetry:copy(Start, {?MODULE, write, 2}, requested, byte_size(Binary), T),
+            T
+    end;
 write(T, Other) when is_reference(T) ->
     badarg(["binary: expected a binary, got ", {term, Other}]);
 write(T, _Binary) ->
@@ -302,7 +366,12 @@ write(T, _Binary) ->
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
-to_device(T, Device) when is_reference(T) -> ?NIF(tensor_blob_nif:to_device(T, Device));
+to_device(T, Device) when is_reference(T) ->
+    Start = tensor_blob_telemetry:start(copy),
+    Copy = ?NIF(tensor_blob_nif:to_device(T, Device)),
+    _ = Start =:= undefined orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, to_device, 2}, requested, data_bytes(Copy), Copy) =:= ok,
+    Copy;
 to_device(T, _Device) -> not_a_tensor(T).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
@@ -319,6 +388,7 @@ transpose(T, Dim0, Dim1) when is_reference(T) ->
 transpose(T, _Dim0, _Dim1) ->
     not_a_tensor(T).
 
+%% @doc T's dimensions, as a tuple ({} for a scalar).
 -spec shape(tensor()) -> shape().
 shape(T) when is_reference(T) -> ?NIF(tensor_blob_nif:shape(T));
 shape(T) -> not_a_tensor(T).
@@ -328,10 +398,12 @@ shape(T) -> not_a_tensor(T).
 strides(T) when is_reference(T) -> ?NIF(tensor_blob_nif:strides(T));
 strides(T) -> not_a_tensor(T).
 
+%% @doc T's canonical dtype atom.
 -spec dtype(tensor()) -> atom().
 dtype(T) when is_reference(T) -> ?NIF(tensor_blob_nif:dtype(T));
 dtype(T) -> not_a_tensor(T).
 
+%% @doc Where T's memory is: cpu, or {cuda, Index} for a GPU's.
 -spec device(tensor()) -> device().
 device(T) when is_reference(T) -> ?NIF(tensor_blob_nif:device(T));
 device(T) -> not_a_tensor(T).
@@ -477,26 +549,46 @@ ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
-    case device(T) of
-        cpu -> ipc_export_region(T);
-        {cuda, _} -> ipc_export_cuda(T)
-    end.
+    Start = tensor_blob_telemetry:start(transfer),
+    Function = {?MODULE, ipc_export, 1},
+    Handle = case device(T) of
+                 cpu -> ipc_export_region(T, Function);
+                 {cuda, _} -> ipc_export_cuda(T, Function)
+             end,
+    exported(Start, Function, T, Handle).
 
-ipc_export_cuda(T) ->
+ipc_export_cuda(T, Function) ->
+    Start = tensor_blob_telemetry:start(copy),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
+    %% Not contiguous: a contiguous copy on the device is shared.
+    _ = Shared =:= T orelse tensor_blob_telemetry:copy(Start, Function, not_contiguous, Size, Shared) =:= ok,
     #{kind => ipc, handle => Handle, address => Device, data_size => Size, tensor => Shared}.
 
-ipc_export_region(T) ->
+ipc_export_region(T, Function) ->
     Shared = case ipc_name(T) of
-                 nil ->
-                     S = ipc_zeros(shape(T), dtype(T)),
-                     _ = write(S, to_binary(T)),
-                     S;
-                 _ ->
-                     T
+                 nil -> copy_into(T, ipc_zeros(shape(T), dtype(T)), Function);
+                 _ -> T
              end,
     {Name, Size} = ipc_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+
+%% T's elements written into Region, a new region of its shape and dtype:
+%% one copy (not_a_region), read in place.
+copy_into(T, Region, Function) ->
+    Start = tensor_blob_telemetry:start(copy),
+    %% The NIF reads T in place: a binary view of T would freeze it (write/2
+    %% refuses it) until the view is collected.
+    _ = ?NIF(tensor_blob_nif:write(Region, T)),
+    _ = Start =:= undefined orelse
+        tensor_blob_telemetry:copy(Start, Function, not_a_region, data_bytes(T), T) =:= ok,
+    Region.
+
+%% An export's transfer event: zero-copy when its tensor is T itself.
+exported(undefined, _Function, _T, Export) ->
+    Export;
+exported(Start, Function, T, #{tensor := Shared} = Export) ->
+    transferred(Start, Function, T, Shared =/= T, #{}),
+    Export.
 
 %% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or
 %% ipc_open/3, contiguous, from its start): what ipc_export/1 shares without
@@ -550,15 +642,14 @@ ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm
 ipc_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_torch_export(T) ->
+    Start = tensor_blob_telemetry:start(transfer),
+    Function = {?MODULE, ipc_torch_export, 1},
+    exported(Start, Function, T, torch_export(T, Function)).
+
+torch_export(T, Function) ->
     Shared = case torch_shm_name(T) of
-                 nil ->
-                     %% Copied tensor to region, no binary made of T: a
-                     %% binary view would freeze T until it is collected.
-                     S = ipc_torch_zeros(shape(T), dtype(T)),
-                     _ = ?NIF(tensor_blob_nif:write(S, T)),
-                     S;
-                 _ ->
-                     T
+                 nil -> copy_into(T, ipc_torch_zeros(shape(T), dtype(T)), Function);
+                 _ -> T
              end,
     {Name, Size} = torch_shm_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
@@ -637,7 +728,10 @@ cuda_torch_open(Share, _Dtype, _Shape) ->
 cuda_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 cuda_torch_export(T) ->
+    Start = tensor_blob_telemetry:start(copy),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
+    _ = Shared =:= T orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, cuda_torch_export, 1}, not_contiguous, Size, Shared) =:= ok,
     {Raw, Offset} = case Handle of
                         <<R:64/binary>> -> {R, 0};
                         <<R:64/binary, O:64/little-unsigned>> -> {R, O}
@@ -693,6 +787,11 @@ node_pack(T, Node) -> node_pack(T, Node, #{}).
 
 -define(NODE_KEEP_MS, 30000).
 
+%% @doc node_pack/2, with options: via => region (a shared-memory region,
+%% only to a node that can open this node's shared memory) or via => binary
+%% (the bytes in a binary) forces the path; keep => Milliseconds (default
+%% 30000) bounds how long this node keeps a region alive for a receiver
+%% that has not unpacked it yet.
 -spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
 node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
@@ -707,22 +806,30 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
               #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
               #{} -> default_via(T, Node)
           end,
+    Start = tensor_blob_telemetry:start(transfer),
+    Function = {?MODULE, node_pack, 3},
     Base = #{'__tensor_blob_node__' => 1, dtype => dtype(T), shape => shape(T)},
-    case Via of
-        region ->
-            case {same_host(Node), device(T)} of
-                {false, _} ->
-                    badarg(["options: via region needs a node that can open this node's shared memory (the same "
-                            "host, /dev/shm and user); ", {term, Node}, " cannot"]);
-                {true, cpu} -> ok;
-                {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
-            end,
-            #{handle := Name, tensor := Shared} = ipc_torch_export(T),
-            Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
-                  keep => Keep};
-        binary ->
-            Base#{via => binary, binary => node_binary(T)}
-    end;
+    {Packed, Copied} =
+        case Via of
+            region ->
+                case {same_host(Node), device(T)} of
+                    {false, _} ->
+                        badarg(["options: via region needs a node that can open this node's shared memory (the "
+                                "same host, /dev/shm and user); ", {term, Node}, " cannot"]);
+                    {true, cpu} -> ok;
+                    {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
+                end,
+                #{handle := Name, tensor := Shared} = torch_export(T, Function),
+                {Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
+                       keep => Keep},
+                 Shared =/= T};
+            binary ->
+                %% A view when T is a contiguous CPU tensor, else a copy.
+                {Binary, C} = binary_of(T, false, Function),
+                {Base#{via => binary, binary => Binary}, C}
+        end,
+    _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
+    Packed;
 node_pack(_T, Node, Opts) ->
     badarg(["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
 
@@ -744,13 +851,14 @@ node_keeper(Shared, Keep) ->
                   end
           end).
 
-%% T's bytes: a view when T is a contiguous CPU tensor, else a copy.
-node_binary(T) ->
-    try
-        to_binary(T, #{copy => false})
-    catch
-        error:{badarg, _} -> to_binary(T) %% not contiguous, or not on the CPU: one copy
-    end.
+%% A transfer event for T, whose bytes were copied on the way or not.
+transferred(Start, Function, T, Copied, Meta) ->
+    {Bytes, Dtype, Shape} = transfer_facts(T),
+    CopiedBytes = case Copied of
+                      true -> Bytes;
+                      false -> 0
+                  end,
+    tensor_blob_telemetry:transfer(Start, Function, Bytes, CopiedBytes, Meta#{dtype => Dtype, shape => Shape}).
 
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was
 %% sent to: a mapping of the same region (it holds its own reference), or
@@ -763,6 +871,8 @@ node_binary(T) ->
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
+%% @doc node_unpack/1, with options: copy => true copies the received
+%% binary into a writable tensor.
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
 node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
@@ -770,7 +880,12 @@ node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
                C when is_boolean(C) -> C;
                C -> badarg(["copy: expected a boolean, got ", {term, C}])
            end,
-    node_unpack_checked(Packed, Copy);
+    Start = tensor_blob_telemetry:start(transfer),
+    T = node_unpack_checked(Packed, Copy),
+    _ = Start =:= undefined orelse
+        transferred(Start, {?MODULE, node_unpack, 2}, T, memory(T) =:= owned,
+                    #{node => node(), via => maps:get(via, Packed, undefined)}) =:= ok,
+    T;
 node_unpack(#{'__tensor_blob_node__' := 1}, Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]);
 node_unpack(Other, _Opts) ->
@@ -864,6 +979,7 @@ same_host(Node) when is_atom(Node) ->
 same_host(Node) ->
     badarg(["node: expected a node name (an atom), got ", {term, Node}]).
 
+%% @doc The version of the linked libtorch, such as `<<"2.6.0">>'.
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
 
@@ -1216,7 +1332,7 @@ erlang_segment(Text, Chars) -> {Text, Chars}.
 bit_length(0) -> 0;
 bit_length(N) -> 1 + bit_length(N bsr 1).
 
-%% What both facades show for {big_integer, Sign, Bits}.
+%% @private What both facades show for {big_integer, Sign, Bits}.
 -spec big_integer_text(1 | -1, pos_integer()) -> binary().
 big_integer_text(Sign, Bits) ->
     Text = io_lib:format("<~s integer of ~b bits>", [case Sign of -1 -> "a negative"; 1 -> "an" end, Bits]),
@@ -1270,15 +1386,15 @@ more_text(_Shown, false, _Separator) -> "";
 more_text([], true, _Separator) -> "...";
 more_text(_Shown, true, Separator) -> [Separator, "..."].
 
-%% @private The error_info callback of erl_error (the Erlang shell): the
-%% message, as the general explanation.
+%% @doc The error_info callback of erl_error (the Erlang shell): an
+%% error's message, as the general explanation.
 -spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
 format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
     #{general => Message};
 format_error(_Reason, _Stack) ->
     #{}.
 
-%% @private The segments of an error raised by this module or by the NIF
+%% @doc The segments of an error raised by this module or by the NIF
 %% through it (from the top frame's error_info), its terms pruned, or none:
 %% what the Elixir facade renders.
 -spec error_message(term(), erlang:stacktrace()) -> [binary() | {term, pruned()} | {code, binary(), binary()}] | none.

@@ -5,7 +5,7 @@
 
 -on_load(init/0).
 
--define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
+-define(NOT_LOADED, erlang:nif_error(not_loaded())).
 
 %% The NIFs of c_src/nif/tb_nifs.h, written by scripts/gen_nifs.py: edit the list, not these lines.
 -export([
@@ -100,7 +100,34 @@ cuda_torch_open(_, _, _, _, _, _, _, _, _, _) -> ?NOT_LOADED.
 %% End of the NIFs of c_src/nif/tb_nifs.h.
 
 init() ->
-    erlang:load_nif(library(), 0).
+    case erlang:load_nif(library(), 0) of
+        {error, {load_failed, Why}} ->
+            %% The dynamic loader refused the library, most often for a
+            %% shared library it needs (libtorch) that is not where it
+            %% looks. The module loads all the same, so that every call
+            %% says why and what to do, rather than "not available".
+            Message = unicode:characters_to_binary(load_failed_message(Why)),
+            io:format(standard_error, "tensor_blob: ~ts~n", [Message]),
+            persistent_term:put({?MODULE, load_failed}, Message),
+            ok;
+        Result ->
+            _ = Result =:= ok andalso persistent_term:get({?MODULE, load_failed}, undefined) =/= undefined
+                andalso persistent_term:erase({?MODULE, load_failed}),
+            Result
+    end.
+
+load_failed_message(Why) ->
+    Text = unicode:characters_to_list(io_lib:format("~ts", [Why])),
+    Fix = case string:find(Text, "libtorch") =/= nomatch orelse string:find(Text, "libc10") =/= nomatch of
+              true ->
+                  "it needs libtorch's shared libraries (libtorch.so, libtorch_cpu.so, libc10.so) where the "
+                  "dynamic loader finds them: install the libtorch it was built against on this machine, or "
+                  "set LD_LIBRARY_PATH to its lib folder";
+              false ->
+                  "build it (make, or mix compile) for this machine"
+          end,
+    ["the NIF library did not load (", Text, "); ", Fix,
+     ". See \"Deployment\" in guides/building.md"].
 
 %% TENSOR_BLOB_NIF names another build of the library (without .so), for
 %% example the AddressSanitizer build that make asan-test runs.
@@ -117,4 +144,13 @@ priv_dir() ->
             filename:join(filename:dirname(filename:dirname(code:which(?MODULE))), "priv");
         Dir ->
             Dir
+    end.
+
+%% A stub raises why the library did not load, where init/0 knows it
+%% (erlang:nif_error/1 raises its argument, and tells dialyzer that the
+%% NIF returns what its spec says).
+not_loaded() ->
+    case persistent_term:get({?MODULE, load_failed}, undefined) of
+        undefined -> {not_loaded, ?MODULE};
+        Message -> {tensor_blob, Message}
     end.

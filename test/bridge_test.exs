@@ -91,10 +91,17 @@ defmodule TensorBlob.BridgeTest do
   end
 
   describe "the bridge header (enif_dynamic_resource_call)" do
-    test "takes a %Tensor{} or its resource: same bytes, same address, read-only when asked" do
+    test "takes a %Tensor{}, its resource or a %BlobView{}: same bytes, same address, read-only when asked" do
       t = Tensor.from_binary(payload(), :float32, {4, 16})
+      blob = TensorBlob.to_blob(t)
 
-      for term <- [t, t.ref] do
+      views = [
+        TensorBlob.from_blob(blob),
+        TensorBlob.from_blob(blob, owner: {:keep, t}),
+        TensorBlob.from_blob(blob, owner: :none)
+      ]
+
+      for term <- [t, t.ref | views] do
         assert {:ok, address} = @foreign.take(term, false)
         assert @foreign.read(address) == {payload(), [4, 16], false}
         # The address points at our memory: importing it back shares it.

@@ -90,17 +90,53 @@ defmodule TensorBlobTest do
     test "owner: :none asks for an unpinned tensor; the caller answers for the memory" do
       t = t23()
       blob = TensorBlob.to_blob(t)
-      bare = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2, 3}, dtype: :float32}, owner: :none)
+      view = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2, 3}, dtype: :float32}, owner: :none)
 
-      assert %Tensor{} = bare
+      assert %BlobView{tensor: %Tensor{} = bare, owner: :none} = view
       assert Tensor.memory(bare) == :unpinned
       refute Tensor.pinned?(bare)
       assert inspect(bare) =~ "cpu unpinned"
       assert Tensor.to_binary(bare) == @f32
-      assert %Tensor{} = unpinned = TensorBlob.from_blob(%{blob | owner: :none})
+      assert %BlobView{owner: :none} = unpinned = TensorBlob.from_blob(%{blob | owner: :none})
       assert Tensor.memory(unpinned) == :unpinned
       # The option takes precedence over the blob's owner.
       assert Tensor.memory(TensorBlob.from_blob(blob, owner: :none)) == :unpinned
+    end
+
+    test "from_blob has one result, and every function that takes a tensor takes it" do
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+      spec = %{ptr: blob.ptr, shape: {3, 2}, dtype: :float32}
+
+      results = [
+        TensorBlob.from_blob(blob),
+        TensorBlob.from_blob(spec, owner: t),
+        TensorBlob.from_blob(spec, owner: {:keep, t}),
+        TensorBlob.from_blob(spec, owner: :none)
+      ]
+
+      for view <- results do
+        assert %BlobView{tensor: %Tensor{} = tensor} = view
+        # The previous round's packed binary showed the memory: let it go.
+        Lifetime.collect()
+        assert Tensor.write!(view, @f32) == view
+        assert Tensor.to_binary(view) == @f32
+        assert Tensor.shape(view) == Tensor.shape(tensor)
+        assert Tensor.strides(view) == Tensor.strides(tensor)
+        assert Tensor.dtype(view) == :float32
+        assert Tensor.device(view) == :cpu
+        assert Tensor.memory(view) == Tensor.memory(tensor)
+        assert Tensor.pinned?(view) == Tensor.pinned?(tensor)
+        assert Tensor.to_binary(Tensor.narrow(view, 0, 0, 1)) == binary_part(@f32, 0, 4 * elem(Tensor.shape(view), 1))
+        assert Tensor.shape(Tensor.transpose(view, 0, 1)) == view |> Tensor.shape() |> then(&{elem(&1, 1), elem(&1, 0)})
+        assert Tensor.to_binary(Tensor.to_device(view, :cpu)) == @f32
+        # Its blob names the tensor (not the struct) as the owner.
+        assert %Blob{ptr: ptr, owner: ^tensor} = TensorBlob.to_blob(view)
+        assert ptr == blob.ptr
+        assert Tensor.to_binary(TensorBlob.DLPack.import(TensorBlob.DLPack.export(view))) == @f32
+        assert Tensor.to_binary(TensorBlob.IPC.export(view).tensor) == @f32
+        assert Tensor.to_binary(TensorBlob.Nodes.unpack(TensorBlob.Nodes.pack(view, node(), via: :binary))) == @f32
+      end
     end
 
     test "a map with no owner raises, saying how to pin or to ask for an unpinned view" do
@@ -554,6 +590,14 @@ defmodule TensorBlobTest do
 
     test "strides", %{blob: blob} do
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: [1]}) end, ~r/strides.*2/)
+
+      # A blob reshaped keeps its old strides: the message says how to drop them, and that works.
+      assert_badarg(
+        fn -> TensorBlob.from_blob(%{blob | shape: {6}}) end,
+        "can be dropped for row-major ones: %{blob | strides: nil}"
+      )
+
+      assert Tensor.shape(TensorBlob.from_blob(%{blob | shape: {6}, strides: nil})) == {6}
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: {3, 1}}) end, "strides")
       assert_badarg(fn -> TensorBlob.from_blob(%{blob | strides: [3, -1]}) end, ~r/strides.*-1/)
 
@@ -809,8 +853,10 @@ defmodule TensorBlobTest do
         refute error.message =~ "'Elixir."
       end
 
+      # The Erlang API takes the bare tensor; the Elixir facade unwraps a view.
       view = TensorBlob.from_blob(TensorBlob.to_blob(t))
-      assert_badarg(fn -> Tensor.to_binary(view) end, "view.tensor")
+      assert {:error, {:badarg, message}} = catch_error(:tensor_blob.shape(view)) |> then(&{:error, &1})
+      assert message =~ "maps:get(tensor, View)"
       assert_badarg(fn -> Tensor.shape(TensorBlob.to_blob(t)) end, "TensorBlob.from_blob/2")
       assert_badarg(fn -> Tensor.shape(TensorBlob.DLPack.export(t)) end, "TensorBlob.DLPack.import/2")
     end

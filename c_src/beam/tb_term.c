@@ -50,6 +50,10 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(legacy, "legacy");
     ATOM(unsafe_address, "unsafe_address");
     ATOM(tensor_struct, "Elixir.TensorBlob.Tensor");
+    ATOM(blob_view_struct, "Elixir.TensorBlob.BlobView");
+    ATOM(tensor, "tensor");
+    ATOM(not_contiguous, "not_contiguous");
+    ATOM(shared_memory, "shared_memory");
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)
         a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);
@@ -129,8 +133,9 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
         return 0;
     }
     if (len != (unsigned)ndim) {
-        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T", field, ndim,
-                               len, term);
+        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T; strides left from "
+                                    "another shape (a blob's, reshaped) can be dropped for row-major ones: %C",
+                               field, ndim, len, term, "Blob#{strides => undefined}", "%{blob | strides: nil}");
         return 0;
     }
     ERL_NIF_TERM head, tail = term;

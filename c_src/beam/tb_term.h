@@ -31,6 +31,8 @@ typedef struct {
     /* DLPack kinds */
     ERL_NIF_TERM versioned, legacy, unsafe_address;
     ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
+    ERL_NIF_TERM blob_view_struct, tensor; /* 'Elixir.TensorBlob.BlobView' and its key */
+    ERL_NIF_TERM not_contiguous, shared_memory; /* why to_binary_view made no view */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
     ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */
 } tb_atom_table;

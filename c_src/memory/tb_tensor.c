@@ -76,8 +76,13 @@ tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
     if (tb_rtype_get(env, term, &tensor_type, (void **)&t))
         return t;
     ERL_NIF_TERM name, ref;
-    if (enif_is_map(env, term) && enif_get_map_value(env, term, tb_atoms.struct_, &name) &&
-        name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
+    if (!enif_is_map(env, term) || !enif_get_map_value(env, term, tb_atoms.struct_, &name))
+        return NULL;
+    /* What the Elixir facade's from_blob returns: its tensor. */
+    if (name == tb_atoms.blob_view_struct && enif_get_map_value(env, term, tb_atoms.tensor, &term) &&
+        (!enif_is_map(env, term) || !enif_get_map_value(env, term, tb_atoms.struct_, &name)))
+        return NULL;
+    if (name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
         tb_rtype_get(env, ref, &tensor_type, (void **)&t))
         return t;
     return NULL;
@@ -248,8 +253,9 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
                                "to_binary(T, #{copy => false})", "to_binary(copy: false)", "write/2", "write!");
     case TB_GUARD_READ_ONLY:
         return tb_raise_badarg(env, "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
-                                    "%C refuses it",
-                               "write/2", "write!");
+                                    "%C refuses it. To change the values, copy it first (%C) and write the copy",
+                               "write/2", "write!", "tensor_blob:to_device(T, tensor_blob:device(T))",
+                               "Tensor.to_device(t, Tensor.device(t))");
     default:
         return tb_raise_badarg(env, "tensor: %C refuses it", "write/2", "write!");
     }
@@ -292,8 +298,10 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
     if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
-        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it", tb_storage_read_only_reason(&d.info),
-                               "write/2", "write!");
+        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
+                                    "(%C) and write the copy",
+                               tb_storage_read_only_reason(&d.info), "write/2", "write!",
+                               "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
     /* Two indices of one element: which write would win is undefined. */
     if (tb_layout_self_overlaps(d.info.ndim, d.info.sizes, d.info.strides))
         return tb_raise_badarg(env, "tensor: some of its elements are the same memory (a stride of 0, or strides "

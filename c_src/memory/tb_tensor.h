@@ -48,7 +48,8 @@ typedef struct {
  * raises "what: the shim's message" (a tensor_blob error). */
 ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out);
 
-/* The tensor behind a resource term or a %TensorBlob.Tensor{}, or NULL. */
+/* The tensor behind a resource term, a %TensorBlob.Tensor{} or a
+ * %TensorBlob.BlobView{}, or NULL. */
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 
 /* Describes a handle; 0 when libtorch holds a scalar type the dtype

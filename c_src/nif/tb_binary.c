@@ -43,10 +43,13 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     int unguarded = argv[1] == tb_atoms.true_;
-    /* if_needed: false where no view can be made, and the caller copies. */
+    /* if_needed: where no view can be made, the reason (device,
+     * not_contiguous, shared_memory), and the caller copies. */
     int if_needed = argv[2] == tb_atoms.true_;
-    if (if_needed && (d.info.device_type != TB_DEVICE_CPU || !d.info.is_contiguous))
-        return tb_atoms.false_;
+    if (if_needed && d.info.device_type != TB_DEVICE_CPU)
+        return tb_atoms.device;
+    if (if_needed && !d.info.is_contiguous)
+        return tb_atoms.not_contiguous;
     if (d.info.device_type != TB_DEVICE_CPU)
         return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
                                tb_make_device(env, d.info.device_type, d.info.device_index));
@@ -68,7 +71,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
      * guarded (tb_fault.h); a binary's readers cannot be. */
     if (span.file_ino && !unguarded) {
         if (if_needed)
-            return tb_atoms.false_;
+            return tb_atoms.shared_memory;
         return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
                                     "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
                                     "it (%C), or accept that risk with %C",

@@ -168,7 +168,7 @@ defmodule TensorBlob.DLPack do
     * `:stream` - the consumer's CUDA stream (see "Streams"); CUDA tensors
       only.
   """
-  @spec export(Tensor.t(), keyword()) :: t()
+  @spec export(Tensor.input(), keyword()) :: t()
   def export(tensor, opts \\ [])
 
   # No options: a versioned export, with no option map to build and read.

@@ -105,12 +105,12 @@ defmodule TensorBlob.IPC do
   (copied once unless it was made by `zeros/2` or `open/3`), a CUDA IPC
   handle for a CUDA tensor (no copy unless it is not contiguous).
   """
-  @spec export(Tensor.t()) :: Handle.t()
+  @spec export(Tensor.input()) :: Handle.t()
   def export(tensor) do
     %{handle: handle, address: address, data_size: size, tensor: shared} =
       translating(do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
 
-    shared = if shared == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(shared)
+    shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     address = if address == :undefined, do: nil, else: address
     %Handle{handle: handle, address: address, data_size: size, tensor: shared}
   end
@@ -133,12 +133,12 @@ defmodule TensorBlob.IPC do
   Each side holds one reference in the region's header while it maps it;
   whoever drops the last one removes the name, whichever side that is.
   """
-  @spec export_torch(Tensor.t()) :: Handle.t()
+  @spec export_torch(Tensor.input()) :: Handle.t()
   def export_torch(tensor) do
     %{handle: handle, data_size: size, tensor: shared} =
       translating(do: :tensor_blob.ipc_torch_export(Tensor.ref(tensor)))
 
-    shared = if shared == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(shared)
+    shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     %Handle{handle: handle, address: nil, data_size: size, tensor: shared}
   end
 

@@ -40,7 +40,7 @@ defmodule TensorBlob.Nodes do
   sending node keeps a region alive for a receiver that has not unpacked
   yet.
   """
-  @spec pack(Tensor.t(), node(), via: :region | :binary, keep: non_neg_integer()) :: packed()
+  @spec pack(Tensor.input(), node(), via: :region | :binary, keep: non_neg_integer()) :: packed()
   def pack(tensor, node, opts \\ []) do
     translating(do: :tensor_blob.node_pack(Tensor.ref(tensor), node, Map.new(opts)))
   end

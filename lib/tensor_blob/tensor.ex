@@ -19,6 +19,12 @@ defmodule TensorBlob.Tensor do
   defstruct [:ref]
 
   @type t :: %__MODULE__{ref: reference()}
+  @typedoc """
+  What every function that takes a tensor takes: a `%TensorBlob.Tensor{}`,
+  or what `TensorBlob.from_blob/2` returns (a `%TensorBlob.BlobView{}`,
+  whose tensor is used).
+  """
+  @type input :: t() | TensorBlob.BlobView.t()
   @type shape :: tuple()
   @type dtype :: atom() | {atom(), pos_integer()}
 
@@ -30,7 +36,11 @@ defmodule TensorBlob.Tensor do
   defp struct_of(module, ref), do: %{__struct__: module, ref: ref}
 
   @doc false
+  # The reference behind what a function was given as a tensor: a
+  # %Tensor{}, a %BlobView{} (what from_blob/2 returns), or anything else,
+  # passed on for the Erlang API to say what it is.
   def ref(%__MODULE__{ref: ref}), do: ref
+  def ref(%{__struct__: TensorBlob.BlobView, tensor: %__MODULE__{ref: ref}}), do: ref
   def ref(other), do: other
 
   @doc """
@@ -46,7 +56,7 @@ defmodule TensorBlob.Tensor do
       iex> TensorBlob.Tensor.memory(t)
       :binary
       iex> TensorBlob.Tensor.write!(t, payload)
-      ** (ArgumentError) tensor: read-only (a view of a binary's bytes; binaries are immutable); write! refuses it
+      ** (ArgumentError) tensor: read-only (a view of a binary's bytes; binaries are immutable); write! refuses it. To change the values, copy it first (Tensor.to_device(t, Tensor.device(t))) and write the copy
 
   A binary of 64 bytes or less lives on a process heap, so the pin holds a
   copy of it and the tensor views that copy (read-only all the same).
@@ -98,7 +108,7 @@ defmodule TensorBlob.Tensor do
       iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
       <<1, 3, 2, 4>>
   """
-  @spec to_binary(t(), copy: boolean() | :if_needed, unsafe_shared_memory: boolean()) :: binary()
+  @spec to_binary(input(), copy: boolean() | :if_needed, unsafe_shared_memory: boolean()) :: binary()
   def to_binary(tensor, opts \\ [])
   def to_binary(tensor, []), do: translating(do: :tensor_blob.to_binary(ref(tensor)))
 
@@ -141,7 +151,7 @@ defmodule TensorBlob.Tensor do
   their slices), and while a binary made by `to_binary(t, copy: false)`
   shows any of the memory it would write.
   """
-  @spec write!(t(), binary()) :: t()
+  @spec write!(tensor, binary()) :: tensor when tensor: input()
   def write!(tensor, binary) do
     translating(do: :tensor_blob.write(ref(tensor), binary))
     tensor
@@ -152,33 +162,35 @@ defmodule TensorBlob.Tensor do
   the host and a GPU. Always a new tensor, even on the same device.
   `to_binary/1` and `write!/2` also copy to and from a CUDA tensor.
   """
-  @spec to_device(t(), :cpu | {:cuda, non_neg_integer()}) :: t()
+  @spec to_device(input(), :cpu | {:cuda, non_neg_integer()}) :: t()
   def to_device(tensor, device), do: translating(do: wrap(:tensor_blob.to_device(ref(tensor), device)))
 
   @doc "A view of `length` elements of dimension `dim` from `start`; shares memory."
-  @spec narrow(t(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
+  @spec narrow(input(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
   def narrow(tensor, dim, start, length) do
     translating(do: wrap(:tensor_blob.narrow(ref(tensor), dim, start, length)))
   end
 
   @doc "A view with dimensions `dim0` and `dim1` swapped; shares memory."
-  @spec transpose(t(), non_neg_integer(), non_neg_integer()) :: t()
+  @spec transpose(input(), non_neg_integer(), non_neg_integer()) :: t()
   def transpose(tensor, dim0, dim1) do
     translating(do: wrap(:tensor_blob.transpose(ref(tensor), dim0, dim1)))
   end
 
-  @spec shape(t()) :: shape()
+  @doc "The dimensions, as a tuple (`{}` for a scalar)."
+  @spec shape(input()) :: shape()
   def shape(tensor), do: translating(do: :tensor_blob.shape(ref(tensor)))
 
   @doc "Element strides, one per dimension."
-  @spec strides(t()) :: [non_neg_integer()]
+  @spec strides(input()) :: [non_neg_integer()]
   def strides(tensor), do: translating(do: :tensor_blob.strides(ref(tensor)))
 
   @doc "The canonical dtype atom."
-  @spec dtype(t()) :: atom()
+  @spec dtype(input()) :: atom()
   def dtype(tensor), do: translating(do: :tensor_blob.dtype(ref(tensor)))
 
-  @spec device(t()) :: :cpu | {:cuda, non_neg_integer()}
+  @doc "Where the memory is: `:cpu`, or `{:cuda, index}` for a GPU's."
+  @spec device(input()) :: :cpu | {:cuda, non_neg_integer()}
   def device(tensor), do: translating(do: :tensor_blob.device(ref(tensor)))
 
   @doc """
@@ -190,11 +202,11 @@ defmodule TensorBlob.Tensor do
   mapping of a shared-memory region, or of another process's CUDA memory opened
   with `TensorBlob.IPC.open/3`). Slices answer as what they view.
   """
-  @spec memory(t()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
+  @spec memory(input()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
   def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))
 
   @doc "True when the tensor views memory whose owner it keeps alive (`:pinned`, `:dlpack` or `:binary`)."
-  @spec pinned?(t()) :: boolean()
+  @spec pinned?(input()) :: boolean()
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
   @doc false
