@@ -115,14 +115,18 @@ $(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
+# A build folder made before c_src had folders holds dependency files that
+# name sources at their old paths: such a source is remade (so its objects
+# rebuild and their dependency files are rewritten) instead of stopping make.
+c_src/%.c c_src/%.cpp: ;
 
 LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT)
 	@mkdir -p $(dir $@)
 	$(LINK_NIF)
 
-REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c
-$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h $(CONFIG_STAMP)
+REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c c_src/memory/tb_fault.c
+$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h c_src/memory/tb_fault.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -std=c11 -Wall -Wextra $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 

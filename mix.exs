@@ -42,6 +42,11 @@ end
 defmodule TensorBlob.MixProject do
   use Mix.Project
 
+  @version "0.1.0"
+  # The repository: the package's link, and where the docs' "source" links
+  # point (at the tag of this version).
+  @source_url "https://github.com/tensor-blob/tensor_blob"
+
   # NX_PATH: directories holding an Nx build (an ebin, or folders with
   # */ebin: Nx and its dependencies), colon-separated. With it, TensorBlob.Nx
   # is compiled and the :nx tests run; the build goes to _build/nx so that
@@ -55,7 +60,7 @@ defmodule TensorBlob.MixProject do
   def project do
     [
       app: :tensor_blob,
-      version: "0.1.0",
+      version: @version,
       elixir: "~> 1.14",
       compilers: [:tensor_blob_nif] ++ Mix.compilers(),
       erlc_paths: erlc_paths(Mix.env()),
@@ -68,12 +73,49 @@ defmodule TensorBlob.MixProject do
       prune_code_paths: @nx_ebins == [],
       # Nx is an optional dependency only when tensor_blob is someone's
       # dependency (see deps/0).
-      xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend]],
-      description: "Zero-copy tensor exchange for the BEAM",
-      package: [
-        licenses: ["Apache-2.0"],
-        files:
-          ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile mix.exs rebar.config README.md CHANGELOG.md LICENSE)
+      xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend, Nx.LazyContainer]],
+      description:
+        "Zero-copy tensor exchange for the BEAM: libtorch tensors shared by pointer with Nx/Torchx, " <>
+          "ExTorch, DLPack, binaries, shared memory and other NIFs",
+      source_url: @source_url,
+      package: package(),
+      docs: docs()
+    ]
+  end
+
+  defp package do
+    [
+      licenses: ["Apache-2.0"],
+      links: %{"Source" => @source_url, "Changelog" => "#{@source_url}/blob/v#{@version}/CHANGELOG.md"},
+      # What building needs (the Makefile's own files included), and the
+      # documentation; not the tests, benchmarks or fuzzers.
+      files:
+        ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile mix.exs rebar.config README.md CHANGELOG.md LICENSE)
+    ]
+  end
+
+  # ExDoc's settings (`mix docs` where ex_doc is installed; tensor_blob
+  # depends on it nowhere, so the offline build needs nothing).
+  defp docs do
+    guides = Path.wildcard(Path.join(__DIR__, "guides/*.md")) |> Enum.map(&Path.relative_to(&1, __DIR__)) |> Enum.sort()
+
+    [
+      main: "readme",
+      source_url: @source_url,
+      source_ref: "v#{@version}",
+      extras: ["README.md" | guides] ++ ["ARCHITECTURE.md", "CHANGELOG.md"],
+      groups_for_extras: [Guides: guides, Project: ["ARCHITECTURE.md", "CHANGELOG.md"]],
+      groups_for_modules: [
+        Exchange: [TensorBlob, TensorBlob.Tensor, TensorBlob.Blob, TensorBlob.BlobView, TensorBlob.Error],
+        Interop: [
+          TensorBlob.DLPack,
+          TensorBlob.Nx,
+          TensorBlob.IPC,
+          TensorBlob.IPC.Handle,
+          TensorBlob.Nodes,
+          TensorBlob.CUDA
+        ],
+        Erlang: [:tensor_blob]
       ]
     ]
   end

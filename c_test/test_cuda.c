@@ -215,6 +215,12 @@ static const char *stream_synchronize(uintptr_t stream)
     return maybe_fail("stream_synchronize");
 }
 
+static const char *device_synchronize(void)
+{
+    logged("device_synchronize(on %llu)", (unsigned long long)rt.device, 0);
+    return maybe_fail("device_synchronize");
+}
+
 static int torch_stream_is_default(int device)
 {
     (void)device;
@@ -262,6 +268,7 @@ static const tb_cuda_ops fake = {
     .event_destroy = event_destroy,
     .stream_wait_event = stream_wait_event,
     .stream_synchronize = stream_synchronize,
+    .device_synchronize = device_synchronize,
     .torch_stream_is_default = torch_stream_is_default,
     .torch_record_event = torch_record_event,
     .torch_wait_event = torch_wait_event,
@@ -531,6 +538,33 @@ static void test_stream_import(void)
     CHECK_EQ(rt.events_live, 0);
 }
 
+/* cuda_synchronize(Index): the device's work is waited for on that device,
+ * and the calling thread's current device is the one it had before, on
+ * success and on failure alike. */
+static void test_device_wait(void)
+{
+    reset();
+    rt.device = 1;
+    CHECK(tb_stream_device_wait(&fake, 0) == NULL);
+    CHECK_LOG("set_device(0) device_synchronize(on 0) set_device(1) ");
+    CHECK_EQ(rt.device, 1);
+
+    reset();
+    rt.device = 1;
+    rt.fail = "device_synchronize";
+    CHECK_CONTAINS(tb_stream_device_wait(&fake, 0), "cudaDeviceSynchronize: injected failure");
+    CHECK_EQ(rt.device, 1);
+
+    /* Already current: nothing to put back. */
+    reset();
+    CHECK(tb_stream_device_wait(&fake, 0) == NULL);
+    CHECK_LOG("set_device(0) device_synchronize(on 0) ");
+
+    tb_cuda_ops partial = fake;
+    partial.device_synchronize = NULL;
+    CHECK_CONTAINS(tb_stream_device_wait(&partial, 0), "lacks the call device_synchronize");
+}
+
 /* ---- CUDA IPC handles ---------------------------------------------------- */
 
 static void test_handle_encoding(void)
@@ -690,6 +724,12 @@ static void test_torch_mem_handle(void)
  * the producer's reference, and slot `slot` the receiver's share. */
 static char counter_name[64];
 
+/* A share's counter, read through the library's own mapping. */
+static int64_t counter_value(const tb_torch_counter *c)
+{
+    return atomic_load((atomic_llong *)((char *)c->base + TB_TORCH_COUNTER_HEADER) + c->slot);
+}
+
 static void *make_counter_file(int slot, int64_t value)
 {
     snprintf(counter_name, sizeof counter_name, "/tb_test_counters.%d", (int)getpid());
@@ -725,7 +765,7 @@ static void test_torch_counter(void)
     CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 3, &c, &caller_fault) == NULL);
     CHECK_EQ(*file_count, 2);
     CHECK_EQ(slots[3], 1);
-    CHECK_EQ(tb_torch_counter_value(&c), 1);
+    CHECK_EQ(counter_value(&c), 1);
     /* The release drops the share once, and the file's reference. */
     CHECK_EQ(tb_torch_counter_release(&c), 0);
     CHECK_EQ(slots[3], 0);
@@ -798,6 +838,7 @@ int main(void)
     test_stream_parse();
     test_stream_export();
     test_stream_import();
+    test_device_wait();
     test_handle_encoding();
     test_handle_export_open();
     test_torch_mem_handle();

@@ -158,6 +158,24 @@ static void null_strides_overflow(tb_DLTensor *t, fixture *f)
     numel_overflow(t, f);
     t->strides = NULL;
 }
+/* Row-major strides that overflow in the middle dimension: the outer
+ * dimension's stride is never computed. */
+static void null_strides_overflow_inner(tb_DLTensor *t, fixture *f)
+{
+    t->ndim = 3;
+    t->strides = NULL;
+    f->shape[0] = 2;
+    f->shape[1] = INT64_C(1) << 31;
+    f->shape[2] = INT64_C(1) << 32;
+}
+/* Leaves the stack below the caller full of negative garbage, where the
+ * next call's locals will lie. */
+static __attribute__((noinline)) void dirty_stack(void)
+{
+    volatile unsigned char junk[8192];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = 0xff;
+}
 static void extent_overflow(tb_DLTensor *t, fixture *f) { (void)t; f->strides[0] = INT64_MAX / 2; }
 static void null_shape(tb_DLTensor *t, fixture *f) { (void)f; t->shape = NULL; }
 static void ndim_negative(tb_DLTensor *t, fixture *f) { (void)f; t->ndim = -1; }
@@ -261,6 +279,15 @@ static void test_layouts(void)
     check_both(null_strides_overflow, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);
     CHECK_EQ(rv.spec.status, TB_LAYOUT_NUMEL_OVERFLOW);
+
+    /* Every stride is defined whatever the stack held: the shape is at
+     * fault, never a stride read from garbage. */
+    dirty_stack();
+    check_both(null_strides_overflow_inner, &rv, &rl);
+    CHECK_EQ(rv.status, TB_DLC_LAYOUT);
+    CHECK_EQ(rv.spec.status, TB_LAYOUT_NUMEL_OVERFLOW);
+    CHECK_EQ(rl.spec.status, TB_LAYOUT_NUMEL_OVERFLOW);
+    CHECK(rv.layout.strides[0] >= 0);
 
     check_both(extent_overflow, &rv, &rl);
     CHECK_EQ(rv.status, TB_DLC_LAYOUT);

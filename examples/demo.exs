@@ -50,5 +50,5 @@ IO.puts(
 %BlobView{tensor: tv} = TensorBlob.from_blob(tblob)
 IO.puts("   viewed back, row-major: #{inspect(read.(tv))}")
 
-bare = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {6}, dtype: :float32}, owner: :none)
+%BlobView{tensor: bare} = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {6}, dtype: :float32}, owner: :none)
 IO.puts("7. owner: :none:        #{inspect(bare)} (the caller answers for the memory)")

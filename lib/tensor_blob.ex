@@ -16,9 +16,10 @@ defmodule TensorBlob do
        storage, as a slice does (`Tensor.memory/1` answers as the tensor
        does); any other owner term is *pinned*: held by the view's storage
        (`Tensor.memory/1` says `:pinned`, `stats().pins` counts it). An
-       unpinned view must be asked for: `owner: :none` returns a bare
-       `%Tensor{}`, and the caller answers for the memory (its inspect shows
-       `unpinned`). A map with no owner at all raises `ArgumentError`.
+       unpinned view must be asked for: `owner: :none` gives a view that
+       keeps nothing alive (`owner: :none` in the `%BlobView{}`), and the
+       caller answers for the memory (its inspect shows `unpinned`). A map
+       with no owner at all raises `ArgumentError`.
     3. The owner is released only when libtorch frees the storage: after the
        last tensor that uses the memory is gone, slices and transposes
        included. Dropping the `%BlobView{}` while keeping `view.tensor` is
@@ -30,7 +31,8 @@ defmodule TensorBlob do
 
   ## dtypes
 
-  Canonical atoms: #{Enum.map_join(~w(bool uint8 int8 int16 int32 int64 uint16 uint32 uint64 float16 bfloat16 float32 float64 complex32 complex64 complex128 float8_e4m3fn float8_e5m2), ", ", &"`:#{&1}`")}.
+  The canonical atoms are the names of `tables/0` (the dtypes guide shows
+  the table); `dtypes/0` lists those the linked libtorch holds.
   Also accepted on input: ExTorch's names (`:float`, `:double`, `:half`,
   `:byte`, `:char`, `:short`, `:int`, `:long`, `:complex_half`, `:chalf`,
   `:complex_float`, `:complex_double`, `:cfloat`, `:cdouble`), Nx types (`{:f, 32}`,
@@ -43,6 +45,13 @@ defmodule TensorBlob do
 
   Bad input raises `ArgumentError` naming the field and the value; failures
   that are not the caller's raise `TensorBlob.Error`.
+
+  ## Telemetry
+
+  Where the telemetry library is loaded, every copy of tensor data and
+  every transfer to another framework, process or node emits a
+  `[:tensor_blob, :copy]` or `[:tensor_blob, :transfer]` event with its
+  bytes, duration and reason (guides/telemetry.md).
   """
   import TensorBlob.Raise
 
@@ -60,7 +69,9 @@ defmodule TensorBlob do
       iex> TensorBlob.to_blob(TensorBlob.Tensor.transpose(t, 0, 1)).strides
       [1, 3]
   """
-  @spec to_blob(Tensor.t()) :: Blob.t()
+  @spec to_blob(Tensor.input()) :: Blob.t()
+  def to_blob(%BlobView{tensor: tensor}), do: to_blob(tensor)
+
   def to_blob(tensor) do
     translating(do: :tensor_blob.to_blob_struct(Tensor.ref(tensor), tensor, Blob))
   end
@@ -75,14 +86,20 @@ defmodule TensorBlob do
   `:owner` (a `%Blob{}` from `to_blob/1` names its tensor) or from the
   `owner:` option, which takes precedence:
 
-    * an owner term: returns `%BlobView{tensor, owner}`; the owner is kept
-      alive until the last tensor using the memory is freed (one of our
-      tensors by sharing its storage, any other term by a pin).
-    * `owner: :none`: returns an unpinned `%Tensor{}`; nothing is kept alive
-      and **the caller answers for the memory** (its inspect shows
-      `unpinned`).
+    * an owner term: the owner is kept alive until the last tensor using
+      the memory is freed (one of our tensors by sharing its storage, any
+      other term by a pin).
+    * `owner: :none`: an unpinned view; nothing is kept alive and **the
+      caller answers for the memory** (its inspect shows `unpinned`).
     * no owner at all (or `nil`): raises `ArgumentError`, which says how to
       pin.
+
+  The result is always a `%BlobView{tensor, owner}` (`owner` is `:none` for
+  an unpinned view). Every function that takes a tensor takes it as it is
+  (the `TensorBlob.Tensor` functions, `to_blob/1`, `TensorBlob.DLPack`,
+  `TensorBlob.IPC`, `TensorBlob.Nodes`, `TensorBlob.Nx`, Nx itself, and
+  other NIF libraries through `priv/include/tensor_blob.h`); `view.tensor`
+  is the bare `%TensorBlob.Tensor{}`.
 
   A spec that describes one of our tensors exactly (a blob from
   `to_blob/1`, unchanged) gives that tensor back, as `numpy.asarray` gives
@@ -99,17 +116,18 @@ defmodule TensorBlob do
       iex> blob = TensorBlob.to_blob(t)
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: t).owner == t
       true
-      iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: :none)
+      iex> unpinned = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: :none)
+      iex> unpinned.tensor
       #TensorBlob.Tensor<uint8[2] cpu unpinned [1, 2]>
+      iex> TensorBlob.Tensor.to_binary(unpinned)
+      <<1, 2>>
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8})
       ** (ArgumentError) owner: the spec names no owner. To pin the term that keeps the memory alive, pass owner: term; to ask for an unpinned view, for which the caller answers, pass owner: :none
   """
-  @spec from_blob(Blob.t() | map(), owner: term()) :: BlobView.t() | Tensor.t()
+  @spec from_blob(Blob.t() | map(), owner: term()) :: BlobView.t()
   def from_blob(spec, opts \\ []) do
-    case translating(do: :tensor_blob.blob_view(spec, options(opts))) do
-      {ref, :none} -> Tensor.wrap(ref)
-      {ref, owner} -> BlobView.new(Tensor.wrap(ref), owner)
-    end
+    {ref, owner} = translating(do: :tensor_blob.blob_view(spec, options(opts)))
+    BlobView.new(Tensor.wrap(ref), owner)
   end
 
   defp options([]), do: %{}
@@ -119,7 +137,8 @@ defmodule TensorBlob do
     if Keyword.keyword?(opts) do
       Map.new(opts)
     else
-      raise ArgumentError, "options: expected a keyword list such as [owner: term], got #{inspect(opts)}"
+      raise ArgumentError,
+            "options: expected a keyword list such as [owner: term], got #{TensorBlob.Raise.inspect_term(opts)}"
     end
   end
 
@@ -136,15 +155,24 @@ defmodule TensorBlob do
           capsules: non_neg_integer(),
           binaries: non_neg_integer()
         }
-  def stats, do: :tensor_blob.stats()
+  def stats, do: translating(do: :tensor_blob.stats())
 
   @doc "The canonical dtypes the linked libtorch can hold."
   @spec dtypes() :: [atom()]
-  def dtypes, do: :tensor_blob.dtypes()
+  def dtypes, do: translating(do: :tensor_blob.dtypes())
+
+  @doc """
+  The library's dtype and device tables, in table order: every dtype it
+  knows (`available: true` where the linked libtorch holds it), with its
+  element size, kind and bits, DLPack `{code, bits, lanes}`, Nx type, other
+  names and the libtorch release that brought it; and every device type.
+  """
+  @spec tables() :: %{dtypes: [:tensor_blob.dtype_info()], devices: [:tensor_blob.device_info()]}
+  def tables, do: :tensor_blob.tables()
 
   @doc "The version of the linked libtorch."
   @spec torch_version() :: String.t()
-  def torch_version, do: :tensor_blob.torch_version()
+  def torch_version, do: translating(do: :tensor_blob.torch_version())
 
   @doc false
   # The benchmark baseline: a NIF call that returns its argument.

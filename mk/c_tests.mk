@@ -18,7 +18,7 @@ $(BUILD)/test/src/%.o: %.c $(CONFIG_STAMP)
 $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi
+C_TESTS := c_test c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # The interval set of the read-only and frozen registries, against a
@@ -26,13 +26,17 @@ c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 c_test_intervals_SOURCES := test_intervals src/tb_intervals
 # The registry of guarded memory and the counters, against a model and
 # raced from threads (make tsan-test runs it under ThreadSanitizer).
-c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count
+c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count src/tb_stripe
 # The DLPack import checks.
 c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dtype
 # The CUDA logic that runs without a GPU (pointer-check decisions, the stream
 # contract, IPC handles), over a stand-in runtime defined in the test only.
-c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle src/tb_torch_cuda
+c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle src/tb_torch_cuda src/tb_shm_names src/tb_fault src/tb_cuda_ops
 c_test_dlpack_abi_SOURCES := test_dlpack_abi
+# Region files (names, opening by name, PyTorch's header count under the
+# SIGBUS guard, what a dead VM left), in a private /dev/shm when the
+# machine allows one.
+c_test_shm_SOURCES := test_shm src/tb_shm_names src/tb_fault
 
 .SECONDEXPANSION:
 $(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o,$$($$*_SOURCES)))
@@ -55,12 +59,11 @@ $(BUILD)/shim_test: $(BUILD)/test/test_shim.o $(BUILD)/test/src/tb_dtype.o $(BUI
 shim-test: $(BUILD)/shim_test
 	$(BUILD)/shim_test
 
-# memcheck over the pure-C tests and the shim's tests.
+# memcheck over every C test program (C_TESTS, so a new one is never left
+# out) and the shim's tests.
 VALGRIND := valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite
-valgrind-test: $(BUILD)/c_test $(BUILD)/c_test_cuda $(BUILD)/c_test_intervals $(BUILD)/shim_test
-	$(VALGRIND) $(BUILD)/c_test
-	$(VALGRIND) $(BUILD)/c_test_cuda
-	$(VALGRIND) $(BUILD)/c_test_intervals
+valgrind-test: $(C_TESTS:%=$(BUILD)/%) $(BUILD)/shim_test
+	@set -e; for t in $(C_TESTS); do echo "valgrind $(BUILD)/$$t"; $(VALGRIND) $(BUILD)/$$t; done
 	scripts/valgrind_shim.sh $(VALGRIND) --suppressions=c_test/valgrind.supp $(BUILD)/shim_test
 
 # Two more builds of the library for the load tests

@@ -4,12 +4,14 @@
 # ebin folders (Nx, complex, telemetry), colon-separated. Unset, Nx is built
 # under $(BUILD) once from the source archives in NX_SOURCES
 # (scripts/build_nx.sh: Nx 0.9.2 on Elixir < 1.17, Nx and Torchx main on
-# newer). The Nx guide's code blocks run too.
+# newer). The Nx guide's code blocks run too, and the :telemetry tests and
+# the telemetry guide's blocks (NX_PATH holds telemetry, which Nx needs).
 nx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
-	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx"; \
-	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx && \
-	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
+	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only nx --only telemetry"; \
+	NX_PATH="$$nx_path" MIX_ENV=test mix test --only nx --only telemetry && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md && \
+	NX_PATH="$$nx_path" MIX_ENV=test mix run --no-compile scripts/docs_test.exs guides/telemetry.md
 
 # Scratch Mix projects that depend on tensor_blob and Nx (path dependencies,
 # no Hex): TensorBlob.Nx is there exactly when the consumer has Nx, after a

@@ -48,10 +48,22 @@ dialyzer: nif $(DIALYZER_DIR)/elixir.plt
 	dialyzer -pa $(ELIXIR_EBIN) --plt $(DIALYZER_DIR)/elixir.plt $(DIALYZER_FLAGS) \
 		_build/dev/lib/tensor_blob/ebin $(DIALYZER_DIR)/scratch
 
-# Static checks, run by CI: dialyzer, mix format, and that nx-test builds
-# the foreign NIF its bridge tests load.
+# The C style of .clang-format: check-format lists the files that differ
+# (scripts/check_format.sh; FILES=... for some only), format rewrites them.
+# lint runs check-format where LINT_FORMAT=1: the default once the tree has
+# been formatted in one commit.
+LINT_FORMAT ?= 0
+check-format:
+	scripts/check_format.sh $(FILES)
+format:
+	clang-format-14 --style=file -i $(or $(FILES),$(shell find c_src c_test -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \)))
+
+# Static checks, run by CI: dialyzer, mix format, the C style (with
+# LINT_FORMAT=1), and that nx-test builds the foreign NIF its bridge tests
+# load.
 lint: dialyzer
 	mix format --check-formatted
+	@if [ "$(LINT_FORMAT)" = 1 ]; then scripts/check_format.sh; fi
 	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
 	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
 
@@ -69,10 +81,12 @@ docs-test: nif
 	    PYTHON=$(PYTHON) MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
 	done; exit $$status
 
-# Source checks: the include layers of c_src, and no test of a term that
-# enif_raise_exception returned.
+# Source checks: the include layers of c_src, no test of a term that
+# enif_raise_exception returned, and the NIF stubs produced from the list
+# of NIFs (c_src/nif/tb_nifs.h) up to date.
 check-c:
 	scripts/check_c.sh
+	scripts/gen_nifs.py --check
 
 # Sharing with Python processes (test/python/*_test.py): PyTorch's
 # file_system strategy and multiprocessing.shared_memory, by hand
@@ -131,15 +145,11 @@ ASAN_ENV := LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-fi
 
 asan-test: setup nif foreign-nif load-test-builds
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
-		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/tensor_blob_reaper $(ASAN_BUILD)/c_test $(ASAN_BUILD)/c_test_cuda $(ASAN_BUILD)/c_test_intervals \
-		$(ASAN_BUILD)/c_test_registry $(ASAN_BUILD)/shim_test
-	$(ASAN_BUILD)/c_test
-	$(ASAN_BUILD)/c_test_intervals
-	$(ASAN_BUILD)/c_test_registry
-	$(ASAN_BUILD)/c_test_cuda
+		$(ASAN_BUILD)/tensor_blob_nif.so $(ASAN_BUILD)/tensor_blob_reaper $(C_TESTS:%=$(ASAN_BUILD)/%) $(ASAN_BUILD)/shim_test
+	@set -e; for t in $(C_TESTS); do echo "$(ASAN_BUILD)/$$t"; $(ASAN_BUILD)/$$t; done
 	ASAN_OPTIONS=detect_leaks=1 $(ASAN_BUILD)/shim_test
 	MIX_ENV=test mix compile
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint consumer-test docs-test python-test check-c suites test demo bench asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench asan-test

@@ -11,6 +11,32 @@ nest = fn n, wrap, term -> Enum.reduce(1..n, term, fn _, acc -> wrap.(acc) end) 
 deep = nest.(1_000_000, &[&1], [])
 wide = nest.(40, &List.duplicate(&1, 40), 0)
 
+import Bitwise
+huge = 1 <<< 200_000
+fifty_mb = :binary.copy("k", 50_000_000)
+
+view = fn shape, strides ->
+  case TensorBlob.from_blob(%{ptr: b.ptr, shape: shape, strides: strides, dtype: :float32}, owner: t) do
+    %TensorBlob.BlobView{tensor: v} -> v
+    v -> v
+  end
+end
+
+broadcast = view.({4}, [0])
+windows = view.({2, 2}, [1, 1])
+twice = DLPack.consume(DLPack.export(t))
+_imported_once = DLPack.import(twice)
+packed = TensorBlob.Nodes.pack(t, node(), via: :binary)
+
+# A region whose last holder is gone before the unpack.
+gone =
+  Task.async(fn -> Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), keep: 0), :tensor) end)
+  |> Task.await()
+
+Process.sleep(100)
+:erlang.garbage_collect()
+Process.sleep(100)
+
 # The fields of a PyTorch CUDA share (storage._share_cuda_()), with changes.
 torch_share = fn changes ->
   Map.merge(
@@ -26,6 +52,24 @@ torch_share = fn changes ->
     },
     changes
   )
+end
+
+# A file planted under a fresh name in /dev/shm (by kind: "mkfifo" or
+# "link") for the length of one call, then removed.
+planted = fn kind, call ->
+  name = "tb_planted_#{System.unique_integer([:positive])}"
+  path = "/dev/shm/" <> name
+  dest = if kind == "link", do: "/dev/shm/" <> "tb_planted_" <> name, else: nil
+
+  try do
+    if kind == "link", do: File.ln_s!(dest, path), else: {_, 0} = System.cmd("mkfifo", [path])
+    File.rm("/dev/shm/torch_" <> name)
+    if kind == "mkfifo", do: {_, 0} = System.cmd("mkfifo", ["/dev/shm/torch_" <> name])
+    call.(name)
+  after
+    File.rm(path)
+    File.rm("/dev/shm/torch_" <> name)
+  end
 end
 
 cases = [
@@ -61,7 +105,6 @@ cases = [
   {"not a tensor", fn -> Tensor.shape(make_ref()) end},
   {"an Nx tensor where a tensor is expected",
    fn -> TensorBlob.to_blob(%{__struct__: Nx.Tensor, shape: {2}, type: {:f, 32}}) end},
-  {"a blob view where a tensor is expected", fn -> Tensor.to_binary(TensorBlob.from_blob(b)) end},
   {"dtype given as a string", fn -> Tensor.zeros({2}, "float32") end},
   {"from_binary: wrong byte count", fn -> Tensor.from_binary(<<1, 2, 3>>, :float32, {1}) end},
   {"from_binary: not a binary", fn -> Tensor.from_binary([1, 2], :uint8, {2}) end},
@@ -156,7 +199,47 @@ cases = [
   {"DLPack: a CPU capsule imported with stream 0 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 0) end},
   {"DLPack: a CPU capsule imported with stream 1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 1) end},
   {"DLPack: a CPU capsule imported with stream 2 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: 2) end},
-  {"DLPack: a CPU capsule imported with stream -1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: -1) end}
+  {"DLPack: a CPU capsule imported with stream -1 (left armed)", fn -> DLPack.import(DLPack.export(t), stream: -1) end},
+  {"a 200,000-bit integer as a dimension", fn -> Tensor.zeros({huge}, :float32) end},
+  {"a 200,000-bit integer as ptr", fn -> TensorBlob.from_blob(%{b | ptr: huge}) end},
+  {"a 200,000-bit integer as a stride", fn -> TensorBlob.from_blob(%{b | strides: [huge, 1]}) end},
+  {"a negative 200,000-bit integer as narrow's start", fn -> Tensor.narrow(t, 0, -huge, 1) end},
+  {"a 200,000-bit integer as a CUDA index", fn -> Tensor.to_device(t, {:cuda, huge}) end},
+  {"a 200,000-bit integer as an option value", fn -> Tensor.to_binary(t, copy: huge) end},
+  {"a 50 MB binary as an option key", fn -> Tensor.to_binary(t, [{:copy, true}, {fifty_mb, 1}]) end},
+  {"a 50 MB binary as an option value", fn -> Tensor.to_binary(t, copy: fifty_mb) end},
+  {"write! through a view with stride 0", fn -> Tensor.write!(broadcast, :binary.copy(<<0::32>>, 4)) end},
+  {"write! through a view whose rows overlap", fn -> Tensor.write!(windows, :binary.copy(<<0::32>>, 4)) end},
+  {"DLPack: an address imported twice", fn -> DLPack.import(twice) end},
+  {"DLPack: an address no import may take (another producer's, without unsafe_address)", fn -> DLPack.import(4096) end},
+  {"DLPack: unsafe_address not a boolean", fn -> DLPack.import(4096, unsafe_address: 1) end},
+  {"Nodes: unpack with copy not a boolean", fn -> TensorBlob.Nodes.unpack(packed, copy: :yes) end},
+  {"Nodes: pack with a negative keep", fn -> TensorBlob.Nodes.pack(t, node(), keep: -1) end},
+  {"Nodes: via region to a node that cannot be reached",
+   fn -> TensorBlob.Nodes.pack(t, :"nowhere@127.0.0.1", via: :region) end},
+  {"Nodes: a region unpacked after the sender freed it (keep: 0)", fn -> TensorBlob.Nodes.unpack(gone) end},
+  {"Nodes: same_host? of a string", fn -> TensorBlob.Nodes.same_host?("peer") end},
+  {"IPC: a FIFO under a region's name (planted by another program)",
+   fn -> planted.("mkfifo", fn name -> TensorBlob.IPC.open(name, :uint8, {1}) end) end},
+  {"IPC: a symbolic link under a region's name",
+   fn -> planted.("link", fn name -> TensorBlob.IPC.open(name, :uint8, {1}) end) end},
+  {"IPC: a FIFO under a PyTorch region's name",
+   fn -> planted.("mkfifo", fn name -> TensorBlob.IPC.open("torch_" <> name, :uint8, {1}) end) end},
+  {"Nodes: a forged packed term naming a plain region",
+   fn ->
+     plain = TensorBlob.IPC.export(TensorBlob.IPC.zeros({128}, :uint8)).handle
+     TensorBlob.Nodes.unpack(%{__tensor_blob_node__: 1, via: :region, handle: plain, dtype: :uint8, shape: {64}})
+   end},
+  {"Nodes: a forged packed term naming a Python block",
+   fn ->
+     TensorBlob.Nodes.unpack(%{
+       __tensor_blob_node__: 1,
+       via: :region,
+       handle: "/psm_0123abcd",
+       dtype: :uint8,
+       shape: {64}
+     })
+   end}
 ]
 
 IO.puts("# Bad inputs and the errors they get\n")

@@ -15,6 +15,8 @@
 #                    only elsewhere
 #   ```elixir torch  run where the file's Python blocks have torch (they
 #                    made what it opens), parsed only elsewhere
+#   ```elixir telemetry  run where the telemetry library is on the code
+#                    path, parsed only elsewhere
 #   ```elixir norun  (or erlang norun) parsed only: a snippet that is not a
 #                    program (a mix.exs deps list, rebar.config)
 #   ```c             compiled (-fsyntax-only) against priv/include
@@ -116,6 +118,7 @@ defmodule DocsTest do
     # Nx from NX_PATH is on the code path, not a dependency: start it as a
     # project depending on it would.
     if loaded?.(Nx), do: {:ok, _} = Application.ensure_all_started(:nx)
+    if loaded?.(:telemetry), do: {:ok, _} = Application.ensure_all_started(:telemetry)
 
     decide = fn tags ->
       cond do
@@ -125,6 +128,7 @@ defmodule DocsTest do
         "nx" in tags and not loaded?.(Nx) -> :parse
         "torchx" in tags and not loaded?.(Torchx) -> :parse
         "torch" in tags and not (python() != nil and python_torch?()) -> :parse
+        "telemetry" in tags and not loaded?.(:telemetry) -> :parse
         true -> :run
       end
     end

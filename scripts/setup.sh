@@ -8,7 +8,7 @@ packages=(
   erlang-dev erlang-nox erlang-eunit erlang-proper erlang-dialyzer
   elixir rebar3
   libtorch-dev
-  clang-14 libclang-rt-14-dev valgrind
+  clang-14 libclang-rt-14-dev valgrind clang-format-14
   # PyTorch in Debian's python: make python-test shares tensors with it,
   # make bench compares with its own DLPack round trip.
   python3-torch

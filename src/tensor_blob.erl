@@ -12,7 +12,9 @@
 %% storage; any other owner term is pinned). to_dlpack/1,2 and from_dlpack/1,2 exchange tensors
 %% as DLPack managed tensors (see the DLPack section below). Bad input
 %% raises error({badarg, Message}); failures that are not the caller's raise
-%% error({tensor_blob, Message}).
+%% error({tensor_blob, Message}). Where the telemetry library is loaded,
+%% every copy and transfer emits a [tensor_blob, copy] or
+%% [tensor_blob, transfer] event (guides/telemetry.md).
 -module(tensor_blob).
 
 -include_lib("kernel/include/file.hrl").
@@ -23,18 +25,23 @@
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
-         stats/0, dtypes/0, nx_type/1, torch_version/0,
+         stats/0, dtypes/0, nx_type/1, torch_version/0, tables/0, dtype_info/1,
          cuda_info/0, cuda_synchronize/1, cuda_memory/1, dlpack_info/1,
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
          ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
          cuda_torch_open/3, cuda_torch_export/1, cuda_torch_pending/1,
-         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0]).
+         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0, same_host/1,
+         shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
--export([format_error/2, error_message/2]).
+-export([format_error/2, error_message/2, prune/1, big_integer_text/2]).
 
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
+
+%% Copies and views that report telemetry events in the caller's name
+%% (TensorBlob.Nx).
+-export([copy_from_binary/5, copy_to_binary/3, binary_of/3, data_bytes/1]).
 
 %% An owner term that from_blob pins: none asks for an unpinned view;
 %% undefined and nil (and no owner key) name no owner, which is refused.
@@ -63,6 +70,7 @@
         catch error:{Kind__, {message, _} = Cause__}:Stack__ -> dtype_error(Dtype, Kind__, Cause__, Stack__)
         end).
 
+-export_type([dtype_info/0, device_info/0]).
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
 
@@ -74,6 +82,18 @@
 -type shape() :: tuple().
 -type device() :: cpu | {cuda, non_neg_integer()}.
 -type dtype() :: atom() | {atom(), pos_integer()}.
+%% A row of the dtype table: its canonical name, what its elements are
+%% (kind and bits), its DLPack {Code, Bits, Lanes}, its Nx type, the other
+%% names it is known by, the libtorch release that brought it, and whether
+%% the linked libtorch holds it.
+-type dtype_info() :: #{name := atom(), element_size := pos_integer(),
+                        dlpack := {non_neg_integer(), pos_integer(), pos_integer()},
+                        kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
+                        nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
+                        available := boolean()}.
+%% A row of the device table: a device type, its DLPack device code, and
+%% whether its devices are numbered ({cuda, 0}) or not (cpu).
+-type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
 %% A blob; to_blob/2 with the struct option tags it with '__struct__' (the
 %% Elixir facade's %TensorBlob.Blob{}).
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
@@ -108,8 +128,9 @@ to_blob(T, Opts) when is_map(Opts) ->
 to_blob(_T, Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
-%% @hidden to_blob(T, #{owner => Owner, struct => Struct}) for the Elixir
-%% facade, whose every call gives both.
+%% @doc to_blob(T, #{owner => Owner, struct => Struct}), the blob tagged as
+%% the struct Struct (for the Elixir facade, whose every call gives both:
+%% TensorBlob.to_blob/1 names the tensor as the owner and the Blob struct).
 -spec to_blob_struct(tensor(), term(), atom()) -> blob().
 to_blob_struct(T, Owner, Struct) when is_reference(T) ->
     %% blob/2's map with '__struct__' in the literal: added afterwards, the
@@ -120,9 +141,9 @@ to_blob_struct(T, Owner, Struct) when is_reference(T) ->
 to_blob_struct(T, _Owner, _Struct) ->
     not_a_tensor(T).
 
-%% @hidden The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype,
-%% Device, ElementSize, ByteSize, Alignment}. For the Elixir facade, which
-%% reads a tensor's layout in one call.
+%% @doc The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype,
+%% Device, ElementSize, ByteSize, Alignment}, with no map to build: a
+%% tensor's whole layout in one call (the Elixir facade reads it so).
 -spec blob_fields(tensor()) -> {non_neg_integer(), shape(), [non_neg_integer()], atom(), device(),
                                 pos_integer(), non_neg_integer(), pos_integer()}.
 blob_fields(T) when is_reference(T) ->
@@ -199,7 +220,19 @@ view(Spec, _NoOwner) ->
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
 from_binary(Binary, Dtype, Shape) ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)).
+    copy_from_binary(Binary, Dtype, Shape, {?MODULE, from_binary, 3}, requested).
+
+%% @doc from_binary/3, reported (where telemetry is loaded) as a
+%% [tensor_blob, copy] event made by Function ({Module, Name, Arity}) for
+%% Reason (guides/telemetry.md): for code that copies in its caller's name,
+%% as TensorBlob.Nx does.
+-spec copy_from_binary(binary(), dtype(), shape(), {module(), atom(), arity()},
+                       tensor_blob_telemetry:reason()) -> tensor().
+copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
+    Start = tensor_blob_telemetry:start(copy),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)),
+    tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+    T.
 
 %% @doc from_binary/3, or with #{copy => false} a read-only tensor over
 %% Binary's own bytes: no copy, and the tensor pins the binary. write/2
@@ -213,7 +246,12 @@ from_binary(Binary, Dtype, Shape) ->
 from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false));
 from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opts) =:= 1 ->
-    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true));
+    Start = tensor_blob_telemetry:start(copy),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true)),
+    %% Misaligned bytes were copied into an owned tensor.
+    _ = Start =:= undefined orelse memory(T) =/= owned orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, from_binary, 4}, misaligned, byte_size(Binary), T) =:= ok,
+    T;
 from_binary(Binary, Dtype, Shape, Opts) ->
     check_copy_option(Opts),
     from_binary(Binary, Dtype, Shape).
@@ -221,9 +259,45 @@ from_binary(Binary, Dtype, Shape, Opts) ->
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
 to_binary(T) when is_reference(T) ->
-    ?NIF(tensor_blob_nif:to_binary(T));
+    copy_to_binary(T, {?MODULE, to_binary, 1}, requested);
 to_binary(T) ->
     not_a_tensor(T).
+
+%% @doc to_binary/1, reported (where telemetry is loaded) as a
+%% [tensor_blob, copy] event made by Function for Reason, as
+%% copy_from_binary/5.
+-spec copy_to_binary(tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
+copy_to_binary(T, Function, Reason) ->
+    case tensor_blob_telemetry:start(copy) of
+        undefined ->
+            ?NIF(tensor_blob_nif:to_binary(T));
+        Start ->
+            Binary = ?NIF(tensor_blob_nif:to_binary(T)),
+            tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+            Binary
+    end.
+
+%% @doc {Binary, Copied}: a view of T's bytes where one can be made
+%% (to_binary/2, copy if_needed, unsafe_shared_memory Unguarded), else a
+%% copy, reported as made by Function for the reason no view could be:
+%% not_contiguous, device or shared_memory.
+-spec binary_of(tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
+binary_of(T, Unguarded, Function) ->
+    case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
+        Reason when is_atom(Reason) -> {copy_to_binary(T, Function, Reason), true};
+        Binary -> {Binary, false}
+    end.
+
+%% @doc The bytes T's elements take: the product of its shape and its
+%% element size (what a [tensor_blob, transfer] event reports).
+-spec data_bytes(tensor()) -> non_neg_integer().
+data_bytes(T) ->
+    element(1, transfer_facts(T)).
+
+%% {Bytes, Dtype, Shape} of T, in one NIF call.
+transfer_facts(T) ->
+    {_, Shape, _, Dtype, _, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    {lists:foldl(fun(D, N) -> D * N end, ElementSize, tuple_to_list(Shape)), Dtype, Shape}.
 
 %% @doc to_binary/1, or with #{copy => false} a binary over T's own memory:
 %% no copy, and the binary keeps the memory alive. T must be a contiguous CPU
@@ -250,13 +324,9 @@ to_binary(T, Opts) when is_map(Opts) ->
                     U -> badarg(["unsafe_shared_memory: expected a boolean, got ", {term, U}])
                 end,
     case maps:get(copy, Opts, true) of
-        true -> to_binary(T);
+        true -> copy_to_binary(T, {?MODULE, to_binary, 2}, requested);
         false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
-        if_needed ->
-            case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
-                false -> to_binary(T);
-                Binary -> Binary
-            end;
+        if_needed -> element(1, binary_of(T, Unguarded, {?MODULE, to_binary, 2}));
         Other -> badarg(["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
     end;
 to_binary(_T, Opts) ->
@@ -271,6 +341,7 @@ check_copy_option(Opts) when is_map(Opts) ->
 check_copy_option(Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
+%% @doc A new tensor of zeros.
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:zeros(Shape, Dtype)).
@@ -278,15 +349,29 @@ zeros(Shape, Dtype) ->
 %% @doc Overwrites T's elements in place with Binary (row-major order), so
 %% every view of the same memory sees the new values. Returns T.
 -spec write(tensor(), binary()) -> tensor().
-write(T, Binary) when is_reference(T) ->
-    ?NIF(tensor_blob_nif:write(T, Binary));
+write(T, Binary) when is_reference(T), is_binary(Binary) ->
+    case tensor_blob_telemetry:start(copy) of
+        undefined ->
+            ?NIF(tensor_blob_nif:write(T, Binary));
+        Start ->
+            T = ?NIF(tensor_blob_nif:write(T, Binary)),
+            tensor_blob_telemetry:copy(Start, {?MODULE, write, 2}, requested, byte_size(Binary), T),
+            T
+    end;
+write(T, Other) when is_reference(T) ->
+    badarg(["binary: expected a binary, got ", {term, Other}]);
 write(T, _Binary) ->
     not_a_tensor(T).
 
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy
 %% between the host and a GPU. Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
-to_device(T, Device) when is_reference(T) -> ?NIF(tensor_blob_nif:to_device(T, Device));
+to_device(T, Device) when is_reference(T) ->
+    Start = tensor_blob_telemetry:start(copy),
+    Copy = ?NIF(tensor_blob_nif:to_device(T, Device)),
+    _ = Start =:= undefined orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, to_device, 2}, requested, data_bytes(Copy), Copy) =:= ok,
+    Copy;
 to_device(T, _Device) -> not_a_tensor(T).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
@@ -303,6 +388,7 @@ transpose(T, Dim0, Dim1) when is_reference(T) ->
 transpose(T, _Dim0, _Dim1) ->
     not_a_tensor(T).
 
+%% @doc T's dimensions, as a tuple ({} for a scalar).
 -spec shape(tensor()) -> shape().
 shape(T) when is_reference(T) -> ?NIF(tensor_blob_nif:shape(T));
 shape(T) -> not_a_tensor(T).
@@ -312,10 +398,12 @@ shape(T) -> not_a_tensor(T).
 strides(T) when is_reference(T) -> ?NIF(tensor_blob_nif:strides(T));
 strides(T) -> not_a_tensor(T).
 
+%% @doc T's canonical dtype atom.
 -spec dtype(tensor()) -> atom().
 dtype(T) when is_reference(T) -> ?NIF(tensor_blob_nif:dtype(T));
 dtype(T) -> not_a_tensor(T).
 
+%% @doc Where T's memory is: cpu, or {cuda, Index} for a GPU's.
 -spec device(tensor()) -> device().
 device(T) when is_reference(T) -> ?NIF(tensor_blob_nif:device(T));
 device(T) -> not_a_tensor(T).
@@ -359,6 +447,30 @@ stats() -> tensor_blob_nif:stats().
 -spec dtypes() -> [atom()].
 dtypes() -> tensor_blob_nif:dtypes().
 
+%% @doc The library's dtype and device tables, in table order: every dtype
+%% it knows (`available` says whether the linked libtorch holds it) and
+%% every device type. The C tables are the one source of truth; Inspect,
+%% the guides' tables and the tests derive from this answer.
+-spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()]}.
+tables() ->
+    case persistent_term:get({?MODULE, tables}, undefined) of
+        undefined ->
+            Tables = tensor_blob_nif:tables(),
+            persistent_term:put({?MODULE, tables}, Tables),
+            Tables;
+        Tables ->
+            Tables
+    end.
+
+%% @doc The row of tables() of a canonical dtype.
+-spec dtype_info(atom()) -> dtype_info().
+dtype_info(Name) ->
+    #{dtypes := Dtypes} = tables(),
+    case [D || #{name := N} = D <- Dtypes, N =:= Name] of
+        [Info] -> Info;
+        [] -> badarg(["dtype: expected a canonical dtype, got ", {term, Name}])
+    end.
+
 %% @doc The Nx type {Kind, Bits} of a dtype (from the one dtype table), or
 %% nil when Nx has none (bool, complex32).
 -spec nx_type(dtype()) -> {atom(), pos_integer()} | nil.
@@ -400,11 +512,14 @@ dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 -spec ipc_zeros(shape(), dtype()) -> tensor().
 ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape, Dtype)).
 
-%% @doc Removes the shared-memory names of creators that are gone; returns
-%% how many. A creator is judged alive by a lock it holds on a file in the
-%% same /dev/shm, never by its pid. A reaper process removes a dead VM's
-%% names within moments; this covers what it could not (a VM that was its
-%% PID namespace's init takes its reaper with it). Done at load too.
+%% @doc Releases what creators that are gone left in shared memory: the
+%% references their journals list in PyTorch-format headers (each name
+%% whose count that takes to zero is removed), then their plain names;
+%% returns how many plain names were removed. A creator is judged alive by
+%% a lock it holds on a file in the same /dev/shm, never by its pid. A
+%% reaper process does this for a dead VM within moments; this covers what
+%% it could not (a VM that was its PID namespace's init takes its reaper
+%% with it). Done at load too.
 -spec ipc_reclaim() -> non_neg_integer().
 ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 
@@ -434,26 +549,46 @@ ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
-    case device(T) of
-        cpu -> ipc_export_region(T);
-        {cuda, _} -> ipc_export_cuda(T)
-    end.
+    Start = tensor_blob_telemetry:start(transfer),
+    Function = {?MODULE, ipc_export, 1},
+    Handle = case device(T) of
+                 cpu -> ipc_export_region(T, Function);
+                 {cuda, _} -> ipc_export_cuda(T, Function)
+             end,
+    exported(Start, Function, T, Handle).
 
-ipc_export_cuda(T) ->
+ipc_export_cuda(T, Function) ->
+    Start = tensor_blob_telemetry:start(copy),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
+    %% Not contiguous: a contiguous copy on the device is shared.
+    _ = Shared =:= T orelse tensor_blob_telemetry:copy(Start, Function, not_contiguous, Size, Shared) =:= ok,
     #{kind => ipc, handle => Handle, address => Device, data_size => Size, tensor => Shared}.
 
-ipc_export_region(T) ->
+ipc_export_region(T, Function) ->
     Shared = case ipc_name(T) of
-                 nil ->
-                     S = ipc_zeros(shape(T), dtype(T)),
-                     _ = write(S, to_binary(T)),
-                     S;
-                 _ ->
-                     T
+                 nil -> copy_into(T, ipc_zeros(shape(T), dtype(T)), Function);
+                 _ -> T
              end,
     {Name, Size} = ipc_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+
+%% T's elements written into Region, a new region of its shape and dtype:
+%% one copy (not_a_region), read in place.
+copy_into(T, Region, Function) ->
+    Start = tensor_blob_telemetry:start(copy),
+    %% The NIF reads T in place: a binary view of T would freeze it (write/2
+    %% refuses it) until the view is collected.
+    _ = ?NIF(tensor_blob_nif:write(Region, T)),
+    _ = Start =:= undefined orelse
+        tensor_blob_telemetry:copy(Start, Function, not_a_region, data_bytes(T), T) =:= ok,
+    Region.
+
+%% An export's transfer event: zero-copy when its tensor is T itself.
+exported(undefined, _Function, _T, Export) ->
+    Export;
+exported(Start, Function, T, #{tensor := Shared} = Export) ->
+    transferred(Start, Function, T, Shared =/= T, #{}),
+    Export.
 
 %% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or
 %% ipc_open/3, contiguous, from its start): what ipc_export/1 shares without
@@ -489,7 +624,7 @@ ipc_open(Name, Dtype, Shape) ->
 
 %% @doc A tensor of zeros in a new region of PyTorch's CPU sharing format
 %% (the file_system strategy: a 64-byte header holding a reference count,
-%% then the data), named "/torch_tensor_blob.PID.N.SALT" and created
+%% then the data), named "/torch_tensor_blob.TOKEN.N" and created
 %% with owner-only permissions. This tensor holds one reference.
 -spec ipc_torch_zeros(shape(), dtype()) -> tensor().
 ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_zeros(Shape, Dtype)).
@@ -507,13 +642,14 @@ ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm
 ipc_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_torch_export(T) ->
+    Start = tensor_blob_telemetry:start(transfer),
+    Function = {?MODULE, ipc_torch_export, 1},
+    exported(Start, Function, T, torch_export(T, Function)).
+
+torch_export(T, Function) ->
     Shared = case torch_shm_name(T) of
-                 nil ->
-                     S = ipc_torch_zeros(shape(T), dtype(T)),
-                     _ = write(S, node_binary(T)),
-                     S;
-                 _ ->
-                     T
+                 nil -> copy_into(T, ipc_torch_zeros(shape(T), dtype(T)), Function);
+                 _ -> T
              end,
     {Name, Size} = torch_shm_name(Shared),
     #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
@@ -592,7 +728,10 @@ cuda_torch_open(Share, _Dtype, _Shape) ->
 cuda_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 cuda_torch_export(T) ->
+    Start = tensor_blob_telemetry:start(copy),
     {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
+    _ = Shared =:= T orelse
+        tensor_blob_telemetry:copy(Start, {?MODULE, cuda_torch_export, 1}, not_contiguous, Size, Shared) =:= ok,
     {Raw, Offset} = case Handle of
                         <<R:64/binary>> -> {R, 0};
                         <<R:64/binary, O:64/little-unsigned>> -> {R, O}
@@ -619,48 +758,78 @@ cuda_torch_pending(#{counter := Counter, ref_counter_offset := Slot}) ->
     N.
 
 %% @doc A plain term that carries T to Node, where node_unpack/1 makes it
-%% a tensor again: send it by any means (a message, erpc). A tensor is a
-%% resource of the OS process that made it; on any other node it is only a
-%% dead reference, so it never travels as itself.
+%% a tensor again: send it by any means (a message, erpc, a call's reply).
+%% A tensor is a resource of the OS process that made it; on any other node
+%% it is only a dead reference, so it never travels as itself.
 %%
-%% When Node runs on this host (it sees the same /dev/shm: host_id/0), T's
-%% memory travels as a shared-memory region in PyTorch's format, which both
-%% nodes map: no copy when T was made by ipc_torch_zeros/2 (or opened from
-%% such a region), one copy into a new region otherwise. Elsewhere, T's
-%% bytes travel as one binary: a view of T's memory when it is a contiguous
-%% CPU tensor (no copy here), and the distribution carries it as it carries
-%% any binary. Opts: #{via => region | binary} forces a path (region only
-%% for a node on this host).
+%% When Node can open this node's shared memory (same_host/1: the same
+%% host, /dev/shm and user), T's memory travels as a shared-memory region
+%% in PyTorch's format, which both nodes map: no copy when T was made by
+%% ipc_torch_zeros/2 (or opened from such a region), one copy into a new
+%% region otherwise (T is left as it was). Elsewhere, T's bytes travel as
+%% one binary: a view of T's memory when it is a contiguous CPU tensor (no
+%% copy here; T is frozen while that binary lives on this node), and the
+%% distribution carries it as it carries any binary. Opts: #{via => region
+%% | binary} forces a path (region only for a node that can open it);
+%% #{keep => Milliseconds} (default 30000): see below.
 %%
-%% Lifetime: the packed term holds the sender's tensor. Keep it (or T) on
-%% this node until Node has unpacked it; from then on each node holds its
-%% own reference to the region, and either may drop first: the last one
-%% removes the name.
+%% Lifetime: a region's name lives while some tensor over it does. The
+%% packed term holds the sender's tensor (its tensor key), and a keeper
+%% process of this node holds it too, until the first node_unpack/1 of the
+%% term (wherever it runs) or Keep milliseconds, whichever comes first: so
+%% the process that packed may end at once (a term returned by erpc:call,
+%% or a gen_server reply), and the receiver still finds the region. After
+%% the unpack each node holds its own reference, and either may drop
+%% first: the last one removes the name. A term unpacked later than Keep
+%% after pack, with the sender's tensor gone, finds no region, and says so.
 -spec node_pack(tensor(), node()) -> map().
 node_pack(T, Node) -> node_pack(T, Node, #{}).
 
--spec node_pack(tensor(), node(), #{via => region | binary}) -> map().
-node_pack(T, _Node, _Opts) when not is_reference(T) ->
+-define(NODE_KEEP_MS, 30000).
+
+%% @doc node_pack/2, with options: via => region (a shared-memory region,
+%% only to a node that can open this node's shared memory) or via => binary
+%% (the bytes in a binary) forces the path; keep => Milliseconds (default
+%% 30000) bounds how long this node keeps a region alive for a receiver
+%% that has not unpacked it yet.
+-spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
+node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
 node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
+    check_options(Opts, [via, keep]),
+    Keep = case maps:get(keep, Opts, ?NODE_KEEP_MS) of
+               K when is_integer(K), K >= 0, K =< 16#FFFFFFFF -> K;
+               K -> badarg(["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
+           end,
     Via = case Opts of
               #{via := V} when V =:= region; V =:= binary -> V;
               #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
               #{} -> default_via(T, Node)
           end,
+    Start = tensor_blob_telemetry:start(transfer),
+    Function = {?MODULE, node_pack, 3},
     Base = #{'__tensor_blob_node__' => 1, dtype => dtype(T), shape => shape(T)},
-    case Via of
-        region ->
-            case {same_host(Node), device(T)} of
-                {false, _} -> badarg(["options: via region needs a node on this host; ", {term, Node}, " is not"]);
-                {true, cpu} -> ok;
-                {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
-            end,
-            #{handle := Name, tensor := Shared} = ipc_torch_export(T),
-            Base#{via => region, handle => Name, tensor => Shared};
-        binary ->
-            Base#{via => binary, binary => node_binary(T)}
-    end;
+    {Packed, Copied} =
+        case Via of
+            region ->
+                case {same_host(Node), device(T)} of
+                    {false, _} ->
+                        badarg(["options: via region needs a node that can open this node's shared memory (the "
+                                "same host, /dev/shm and user); ", {term, Node}, " cannot"]);
+                    {true, cpu} -> ok;
+                    {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
+                end,
+                #{handle := Name, tensor := Shared} = torch_export(T, Function),
+                {Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
+                       keep => Keep},
+                 Shared =/= T};
+            binary ->
+                %% A view when T is a contiguous CPU tensor, else a copy.
+                {Binary, C} = binary_of(T, false, Function),
+                {Base#{via => binary, binary => Binary}, C}
+        end,
+    _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
+    Packed;
 node_pack(_T, Node, Opts) ->
     badarg(["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
 
@@ -670,38 +839,101 @@ default_via(T, Node) ->
         false -> binary
     end.
 
-%% T's bytes: a view when T is a contiguous CPU tensor, else a copy.
-node_binary(T) ->
-    try
-        to_binary(T, #{copy => false})
-    catch
-        error:{badarg, _} -> to_binary(T) %% not contiguous, or not on the CPU: one copy
-    end.
+%% A process that holds Shared until a node_unpack/1 of its packed term
+%% says it has its own reference, or Keep milliseconds pass: the region
+%% outlives the process that packed it, for a bounded time.
+node_keeper(Shared, Keep) ->
+    spawn(fun() ->
+                  put(tensor_blob_kept, Shared),
+                  receive
+                      {tensor_blob_unpacked, _} -> ok
+                  after Keep -> ok
+                  end
+          end).
+
+%% A transfer event for T, whose bytes were copied on the way or not.
+transferred(Start, Function, T, Copied, Meta) ->
+    {Bytes, Dtype, Shape} = transfer_facts(T),
+    CopiedBytes = case Copied of
+                      true -> Bytes;
+                      false -> 0
+                  end,
+    tensor_blob_telemetry:transfer(Start, Function, Bytes, CopiedBytes, Meta#{dtype => Dtype, shape => Shape}).
 
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was
 %% sent to: a mapping of the same region (it holds its own reference), or
 %% a read-only view of the binary the distribution delivered. That binary
 %% lies inside the buffer the message arrived in, at whatever address the
 %% encoding put it: when it is not aligned for the dtype, it is copied once
-%% into a new tensor (memory/1 says owned). With #{copy => true} it is
-%% always copied, into a writable tensor.
+%% into a new tensor (memory/1 says owned). With #{copy => true} the result
+%% is always a private, writable copy, whichever way the data came (a
+%% region is mapped only while it is copied).
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
+%% @doc node_unpack/1, with options: copy => true copies the received
+%% binary into a writable tensor.
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
-node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
-    ipc_torch_open(Name, Dtype, Shape);
-node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
-    case Opts of
-        #{copy := true} -> from_binary(Bin, Dtype, Shape);
-        _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
-    end;
+node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
+    check_options(Opts, [copy]),
+    Copy = case maps:get(copy, Opts, false) of
+               C when is_boolean(C) -> C;
+               C -> badarg(["copy: expected a boolean, got ", {term, C}])
+           end,
+    Start = tensor_blob_telemetry:start(transfer),
+    T = node_unpack_checked(Packed, Copy),
+    _ = Start =:= undefined orelse
+        transferred(Start, {?MODULE, node_unpack, 2}, T, memory(T) =:= owned,
+                    #{node => node(), via => maps:get(via, Packed, undefined)}) =:= ok,
+    T;
+node_unpack(#{'__tensor_blob_node__' := 1}, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]);
 node_unpack(Other, _Opts) ->
+    node_unpack_checked(Other, false).
+
+node_unpack_checked(#{via := region, handle := Name, dtype := Dtype, shape := Shape} = Packed, Copy) ->
+    Mapped = node_open(Packed, Name, Dtype, Shape),
+    _ = case Packed of
+            #{keeper := Keeper} when is_pid(Keeper) -> Keeper ! {tensor_blob_unpacked, node()};
+            #{} -> ok
+        end,
+    case Copy of
+        true -> to_device(Mapped, cpu);
+        false -> Mapped
+    end;
+node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, true) ->
+    from_binary(Bin, Dtype, Shape);
+node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, false) ->
+    from_binary(Bin, Dtype, Shape, #{copy => if_needed});
+node_unpack_checked(Other, _Copy) ->
     badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).
 
+%% The region's mapping; a region that is gone says why it may be.
+node_open(Packed, Name, Dtype, Shape) ->
+    try
+        ipc_torch_open(Name, Dtype, Shape)
+    catch
+        error:{Kind, Message}:Stack when is_binary(Message) ->
+            case binary:match(Message, <<"no shared memory named">>) of
+                nomatch ->
+                    erlang:raise(error, {Kind, Message}, Stack);
+                _ ->
+                    Keep = maps:get(keep, Packed, 0),
+                    raise(Kind,
+                          ["packed: its region ", {term, Name}, " is gone: every tensor over it on the sending node ",
+                           "was freed before this node unpacked it (the packed term holds the sender's tensor ",
+                           "only while the term lives on the sending node, and its keeper only until ",
+                           integer_to_list(Keep), " ms after ",
+                           {code, "tensor_blob:node_pack/3", "TensorBlob.Nodes.pack/3"},
+                           " or the first unpack). Unpack it sooner, pack it with a longer keep, or keep the ",
+                           "tensor on the sending node until it is unpacked"])
+            end
+    end.
+
 %% @doc What makes two nodes share shared memory: this host's boot id and
 %% the identity of its /dev/shm (containers on one host have their own).
+%% See same_host/1, which also asks for the same user.
 -spec host_id() -> {binary(), integer(), integer()}.
 host_id() ->
     Boot = case file:read_file("/proc/sys/kernel/random/boot_id") of
@@ -713,15 +945,41 @@ host_id() ->
         {error, _} -> {Boot, 0, 0}
     end.
 
-same_host(Node) when Node =:= node() ->
-    true;
-same_host(Node) ->
-    Local = host_id(),
-    case Local of
-        {<<>>, _, _} -> false;
-        _ -> try erpc:call(Node, tensor_blob, host_id, []) =:= Local catch _:_ -> false end
+%% @private What another node compares with its own: host_id/0 and this
+%% VM's effective user (a region is its creator's, mode 0600).
+-spec shm_identity() -> {{binary(), integer(), integer()}, integer()}.
+shm_identity() ->
+    {host_id(), effective_uid()}.
+
+effective_uid() ->
+    %% "Uid:\treal\teffective\tsaved\tfs" in /proc/self/status.
+    case file:read_file("/proc/self/status") of
+        {ok, Status} ->
+            case re:run(Status, "^Uid:\\s+\\d+\\s+(\\d+)", [multiline, {capture, all_but_first, binary}]) of
+                {match, [Uid]} -> binary_to_integer(Uid);
+                nomatch -> -1
+            end;
+        {error, _} -> -1
     end.
 
+%% @doc Whether Node can open the shared memory this node makes, which is
+%% what node_pack/2 asks before it sends a region: the same host (a boot
+%% id both can read), the same /dev/shm, and the same effective user
+%% (regions are mode 0600). False for a node that cannot be reached, or
+%% when no boot id can be read here.
+-spec same_host(node()) -> boolean().
+same_host(Node) when Node =:= node() ->
+    true;
+same_host(Node) when is_atom(Node) ->
+    case shm_identity() of
+        {{<<>>, _, _}, _} -> false;
+        {_, -1} -> false;
+        Local -> try erpc:call(Node, tensor_blob, shm_identity, [], 5000) =:= Local catch _:_ -> false end
+    end;
+same_host(Node) ->
+    badarg(["node: expected a node name (an atom), got ", {term, Node}]).
+
+%% @doc The version of the linked libtorch, such as `<<"2.6.0">>'.
 -spec torch_version() -> binary().
 torch_version() -> tensor_blob_nif:torch_version().
 
@@ -735,8 +993,12 @@ torch_version() -> tensor_blob_nif:torch_version().
 %% consume_dlpack/1 disarms it and returns the address for a consumer, which
 %% then owes the deleter one call. from_dlpack/1,2 imports a capsule
 %% (consuming it) or an address; the producer's deleter runs exactly once,
-%% when libtorch frees the imported storage. An address is trusted: a forged
-%% or freed one cannot be detected.
+%% when libtorch frees the imported storage. An address this library handed
+%% out (consume_dlpack/1, the C bridge) is known until one import takes it
+%% or its deleter runs: imported once, refused after. Any other address is
+%% refused unless #{unsafe_address => true} says the caller answers for it:
+%% then it is trusted, and a forged, freed or twice-imported one cannot be
+%% detected.
 %%--------------------------------------------------------------------
 
 %% @doc Exports T as a versioned DLPack managed tensor (DLPack 1.3).
@@ -780,7 +1042,9 @@ to_dlpack(_T, Opts) ->
 
 %% @doc A tensor over the memory of a DLPack capsule or managed tensor
 %% address. A capsule is consumed, whether the import succeeds or not.
-%% An address is read as a DLManagedTensorVersioned.
+%% An address is read as a DLManagedTensorVersioned; it must be one this
+%% library handed out and that no import took yet (see from_dlpack/2 for
+%% others).
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) ->
     ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
@@ -788,6 +1052,11 @@ from_dlpack(Source) ->
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address (a capsule knows).
 %%   read_only: true makes the tensor read-only even without the flag.
+%%   unsafe_address: true imports an address of another producer (a
+%%     foreign NIF, a C library): nothing can tell a live managed tensor
+%%     from a freed one, or one already imported, whose deleter would then
+%%     run twice. The caller answers for it. Without it, only addresses
+%%     this library handed out and still holds are imported, once each.
 %%   stream: the producer's CUDA stream, where its last writes to the
 %%     memory were queued (an integer, as to_dlpack/2 takes it). A kDLCUDA
 %%     or kDLCUDAManaged tensor: libtorch's current stream of the device
@@ -807,14 +1076,19 @@ from_dlpack(Source) ->
 %% dtype), its deleter is called and the call raises; when it does not look
 %% like a DLPack tensor at all, nothing in it is called.
 -spec from_dlpack(capsule() | non_neg_integer(),
-                  #{version => dlpack_version(), read_only => boolean()}) -> tensor().
+                  #{version => dlpack_version(), read_only => boolean(), stream => integer(),
+                    unsafe_address => boolean()}) -> tensor().
 from_dlpack(Source, Opts) when is_map(Opts) ->
-    check_options(Opts, [version, read_only, stream]),
+    check_options(Opts, [version, read_only, stream, unsafe_address]),
     Version = case maps:get(version, Opts, undefined) of
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
                   Other -> badarg(["version: expected versioned or legacy, got ", {term, Other}])
               end,
-    ?NIF(tensor_blob_nif:from_dlpack(Source, Version, boolean_option(read_only, Opts), stream_option(Opts)));
+    Given = case boolean_option(unsafe_address, Opts) of
+                true when is_integer(Source) -> {unsafe_address, Source};
+                _ -> Source
+            end,
+    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 from_dlpack(_Source, Opts) ->
     badarg(["options: expected a map, got ", {term, Opts}]).
 
@@ -893,11 +1167,15 @@ check_options(Opts, Known) ->
 %%                              shown) or {tail, Node} (an improper tail)
 %%   {tuple, [Node], More}      More: true when elements are not shown
 %%   {map, [{Node, Node}], More}
+%%   {big_integer, Sign, Bits}  an integer too large to print (printing
+%%                              one of 200,000 bits takes most of a second
+%%                              and 60 KB): its sign (1 or -1) and size
 %%--------------------------------------------------------------------
 
 -type segment() :: unicode:chardata() | {term, term()} | {code, unicode:chardata(), unicode:chardata()}.
 -type pruned() :: {whole, term()} | elided | {list, [pruned()], [] | more | {tail, pruned()}}
-                | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}.
+                | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}
+                | {big_integer, 1 | -1, pos_integer()}.
 -type cause() :: {message, [binary() | {term, pruned()} | {code, binary(), binary()}]}.
 
 -define(TERM_ITEMS, 50).
@@ -923,12 +1201,16 @@ raise(Kind, Message) ->
 %% cause as raise/2's errors do, and the arity in place of the arguments:
 %% an argument may be any term, and a huge or deep one in a stacktrace
 %% costs whoever formats or normalizes it (Elixir's rescue does). A
-%% reference of another node where a tensor was expected says so.
+%% reference of another node where a tensor was expected says so; a
+%% message about any other argument is left as it is.
 -spec nif_error(badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) -> no_return().
-nif_error(badarg, {message, Message}, Stack) ->
-    case [R || {term, R} <- Message, is_reference(R), node(R) =/= node()] of
-        [Ref | _] -> nif_raise(badarg, other_node(Ref), Stack);
-        [] -> nif_raise(badarg, Message, Stack)
+nif_error(badarg, {message, [Text, {term, Ref}] = Message}, Stack) when is_binary(Text), is_reference(Ref),
+                                                                        node(Ref) =/= node() ->
+    Expected = <<": expected a tensor, got ">>,
+    Size = byte_size(Text) - byte_size(Expected),
+    case Text of
+        <<Field:Size/binary, Expected/binary>> when Size > 0 -> nif_raise(badarg, other_node(Field, Ref), Stack);
+        _ -> nif_raise(badarg, Message, Stack)
     end;
 nif_error(Kind, {message, Message}, Stack) ->
     nif_raise(Kind, Message, Stack).
@@ -951,13 +1233,22 @@ segment({term, Term}) -> {term, prune(Term)};
 segment({code, Erlang, Elixir}) -> {code, unicode:characters_to_binary(Erlang), unicode:characters_to_binary(Elixir)};
 segment(Text) -> unicode:characters_to_binary(Text).
 
-%% Term cut down to a tree of bounded size (see Errors above); the work is
-%% bounded by that size, whatever Term is.
+%% @private Term cut down to a tree of bounded size (see Errors above); the
+%% work is bounded by that size, whatever Term is. The Elixir facade prints
+%% terms of its own messages through it too.
 -spec prune(term()) -> pruned().
 prune(Term) ->
     element(1, prune(Term, ?TERM_DEPTH, ?TERM_NODES)).
 
+%% Integers of more bits than this are shown by their size alone.
+-define(BIG_INTEGER, (1 bsl 256)).
+
 %% {Pruned, NodesLeft}
+prune(Term, _Depth, Nodes) when is_integer(Term), (Term >= ?BIG_INTEGER orelse Term =< -?BIG_INTEGER) ->
+    Sign = if Term < 0 -> -1; true -> 1 end,
+    <<Top, _/binary>> = Bytes = binary:encode_unsigned(abs(Term)),
+    Bits = (byte_size(Bytes) - 1) * 8 + bit_length(Top),
+    {{big_integer, Sign, Bits}, Nodes - 1};
 prune(Term, Depth, Nodes) ->
     case is_container(Term) of
         false -> {{whole, Term}, Nodes - 1};
@@ -1038,9 +1329,21 @@ erlang_segment({term, Node}, Chars) -> erlang_term(Node, Chars);
 erlang_segment({code, Erlang, _Elixir}, Chars) -> {Erlang, Chars};
 erlang_segment(Text, Chars) -> {Text, Chars}.
 
+bit_length(0) -> 0;
+bit_length(N) -> 1 + bit_length(N bsr 1).
+
+%% @private What both facades show for {big_integer, Sign, Bits}.
+-spec big_integer_text(1 | -1, pos_integer()) -> binary().
+big_integer_text(Sign, Bits) ->
+    Text = io_lib:format("<~s integer of ~b bits>", [case Sign of -1 -> "a negative"; 1 -> "an" end, Bits]),
+    unicode:characters_to_binary(Text).
+
 %% {Text, CharsLeft}
 erlang_term(elided, Chars) ->
     {"...", Chars - 3};
+erlang_term({big_integer, Sign, Bits}, Chars) ->
+    Text = big_integer_text(Sign, Bits),
+    {Text, Chars - byte_size(Text)};
 erlang_term(_Node, Chars) when Chars =< 0 ->
     {"...", Chars};
 erlang_term({whole, Term}, Chars) ->
@@ -1083,15 +1386,15 @@ more_text(_Shown, false, _Separator) -> "";
 more_text([], true, _Separator) -> "...";
 more_text(_Shown, true, Separator) -> [Separator, "..."].
 
-%% @private The error_info callback of erl_error (the Erlang shell): the
-%% message, as the general explanation.
+%% @doc The error_info callback of erl_error (the Erlang shell): an
+%% error's message, as the general explanation.
 -spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
 format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
     #{general => Message};
 format_error(_Reason, _Stack) ->
     #{}.
 
-%% @private The segments of an error raised by this module or by the NIF
+%% @doc The segments of an error raised by this module or by the NIF
 %% through it (from the top frame's error_info), its terms pruned, or none:
 %% what the Elixir facade renders.
 -spec error_message(term(), erlang:stacktrace()) -> [binary() | {term, pruned()} | {code, binary(), binary()}] | none.
@@ -1103,10 +1406,10 @@ error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_bin
 error_message(_Reason, _Stack) ->
     none.
 
-%% A reference made on another node, where a tensor was expected: a
-%% tensor that was sent as it is.
-other_node(Ref) ->
-    ["tensor: ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
+%% A reference made on another node, where a tensor was expected (the
+%% argument Field): a tensor that was sent as it is.
+other_node(Field, Ref) ->
+    [Field, ": ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
      ": a tensor belongs to the node (the OS process) that made it, and reaches any other only as a dead "
      "reference. Move it with ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"},
      " on the sending node and ", {code, "tensor_blob:node_unpack/1", "TensorBlob.Nodes.unpack/1"}, " on this one"].

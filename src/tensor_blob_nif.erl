@@ -3,18 +3,131 @@
 %% tensor_blob module instead.
 -module(tensor_blob_nif).
 
--export([identity/1, load_failures/0, bare_resource/0, nx_type/1, stats/0, torch_version/0, dtypes/0,
-         zeros/2, from_binary/3, to_binary/1, from_binary_view/4, to_binary_view/3, write/2, to_device/2, narrow/4, transpose/3,
-         shape/1, strides/1, dtype/1, device/1, memory/1,
-         blob_fields/1, from_blob/3, from_blob_fields/7,
-         to_dlpack/4, from_dlpack/4, consume_dlpack/1, dlpack_version/1,
-         ipc_zeros/2, ipc_name/1, ipc_open/3, ipc_reclaim/0, torch_shm_zeros/2, torch_shm_open/3, torch_shm_name/1, cuda_info/0, cuda_synchronize/1, dlpack_info/1,
-         cuda_memory/1, cuda_ipc_export/1, cuda_ipc_open/4, cuda_torch_open/10]).
-
 -on_load(init/0).
 
+-define(NOT_LOADED, erlang:nif_error(not_loaded())).
+
+%% The NIFs of c_src/nif/tb_nifs.h, written by scripts/gen_nifs.py: edit the list, not these lines.
+-export([
+    load_failures/0,
+    nx_type/1,
+    identity/1,
+    bare_resource/0,
+    stats/0,
+    torch_version/0,
+    dtypes/0,
+    tables/0,
+    zeros/2,
+    from_binary/3,
+    to_binary/1,
+    write/2,
+    to_device/2,
+    narrow/4,
+    transpose/3,
+    shape/1,
+    strides/1,
+    dtype/1,
+    device/1,
+    memory/1,
+    from_binary_view/4,
+    to_binary_view/3,
+    blob_fields/1,
+    from_blob/3,
+    from_blob_fields/7,
+    to_dlpack/4,
+    from_dlpack/4,
+    consume_dlpack/1,
+    dlpack_version/1,
+    dlpack_info/1,
+    ipc_zeros/2,
+    ipc_name/1,
+    ipc_open/3,
+    ipc_reclaim/0,
+    torch_shm_zeros/2,
+    torch_shm_open/3,
+    torch_shm_name/1,
+    cuda_info/0,
+    cuda_synchronize/1,
+    cuda_memory/1,
+    cuda_ipc_export/1,
+    cuda_ipc_open/4,
+    cuda_torch_open/10
+]).
+
+load_failures() -> ?NOT_LOADED.
+nx_type(_) -> ?NOT_LOADED.
+identity(_) -> ?NOT_LOADED.
+bare_resource() -> ?NOT_LOADED.
+stats() -> ?NOT_LOADED.
+torch_version() -> ?NOT_LOADED.
+dtypes() -> ?NOT_LOADED.
+tables() -> ?NOT_LOADED.
+zeros(_, _) -> ?NOT_LOADED.
+from_binary(_, _, _) -> ?NOT_LOADED.
+to_binary(_) -> ?NOT_LOADED.
+write(_, _) -> ?NOT_LOADED.
+to_device(_, _) -> ?NOT_LOADED.
+narrow(_, _, _, _) -> ?NOT_LOADED.
+transpose(_, _, _) -> ?NOT_LOADED.
+shape(_) -> ?NOT_LOADED.
+strides(_) -> ?NOT_LOADED.
+dtype(_) -> ?NOT_LOADED.
+device(_) -> ?NOT_LOADED.
+memory(_) -> ?NOT_LOADED.
+from_binary_view(_, _, _, _) -> ?NOT_LOADED.
+to_binary_view(_, _, _) -> ?NOT_LOADED.
+blob_fields(_) -> ?NOT_LOADED.
+from_blob(_, _, _) -> ?NOT_LOADED.
+from_blob_fields(_, _, _, _, _, _, _) -> ?NOT_LOADED.
+to_dlpack(_, _, _, _) -> ?NOT_LOADED.
+from_dlpack(_, _, _, _) -> ?NOT_LOADED.
+consume_dlpack(_) -> ?NOT_LOADED.
+dlpack_version(_) -> ?NOT_LOADED.
+dlpack_info(_) -> ?NOT_LOADED.
+ipc_zeros(_, _) -> ?NOT_LOADED.
+ipc_name(_) -> ?NOT_LOADED.
+ipc_open(_, _, _) -> ?NOT_LOADED.
+ipc_reclaim() -> ?NOT_LOADED.
+torch_shm_zeros(_, _) -> ?NOT_LOADED.
+torch_shm_open(_, _, _) -> ?NOT_LOADED.
+torch_shm_name(_) -> ?NOT_LOADED.
+cuda_info() -> ?NOT_LOADED.
+cuda_synchronize(_) -> ?NOT_LOADED.
+cuda_memory(_) -> ?NOT_LOADED.
+cuda_ipc_export(_) -> ?NOT_LOADED.
+cuda_ipc_open(_, _, _, _) -> ?NOT_LOADED.
+cuda_torch_open(_, _, _, _, _, _, _, _, _, _) -> ?NOT_LOADED.
+%% End of the NIFs of c_src/nif/tb_nifs.h.
+
 init() ->
-    erlang:load_nif(library(), 0).
+    case erlang:load_nif(library(), 0) of
+        {error, {load_failed, Why}} ->
+            %% The dynamic loader refused the library, most often for a
+            %% shared library it needs (libtorch) that is not where it
+            %% looks. The module loads all the same, so that every call
+            %% says why and what to do, rather than "not available".
+            Message = unicode:characters_to_binary(load_failed_message(Why)),
+            io:format(standard_error, "tensor_blob: ~ts~n", [Message]),
+            persistent_term:put({?MODULE, load_failed}, Message),
+            ok;
+        Result ->
+            _ = Result =:= ok andalso persistent_term:get({?MODULE, load_failed}, undefined) =/= undefined
+                andalso persistent_term:erase({?MODULE, load_failed}),
+            Result
+    end.
+
+load_failed_message(Why) ->
+    Text = unicode:characters_to_list(io_lib:format("~ts", [Why])),
+    Fix = case string:find(Text, "libtorch") =/= nomatch orelse string:find(Text, "libc10") =/= nomatch of
+              true ->
+                  "it needs libtorch's shared libraries (libtorch.so, libtorch_cpu.so, libc10.so) where the "
+                  "dynamic loader finds them: install the libtorch it was built against on this machine, or "
+                  "set LD_LIBRARY_PATH to its lib folder";
+              false ->
+                  "build it (make, or mix compile) for this machine"
+          end,
+    ["the NIF library did not load (", Text, "); ", Fix,
+     ". See \"Deployment\" in guides/building.md"].
 
 %% TENSOR_BLOB_NIF names another build of the library (without .so), for
 %% example the AddressSanitizer build that make asan-test runs.
@@ -33,47 +146,11 @@ priv_dir() ->
             Dir
     end.
 
--define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
-
-identity(_) -> ?NOT_LOADED.
-load_failures() -> ?NOT_LOADED.
-bare_resource() -> ?NOT_LOADED.
-nx_type(_) -> ?NOT_LOADED.
-stats() -> ?NOT_LOADED.
-torch_version() -> ?NOT_LOADED.
-dtypes() -> ?NOT_LOADED.
-zeros(_, _) -> ?NOT_LOADED.
-from_binary(_, _, _) -> ?NOT_LOADED.
-to_binary(_) -> ?NOT_LOADED.
-from_binary_view(_, _, _, _) -> ?NOT_LOADED.
-to_binary_view(_, _, _) -> ?NOT_LOADED.
-write(_, _) -> ?NOT_LOADED.
-to_device(_, _) -> ?NOT_LOADED.
-narrow(_, _, _, _) -> ?NOT_LOADED.
-transpose(_, _, _) -> ?NOT_LOADED.
-shape(_) -> ?NOT_LOADED.
-strides(_) -> ?NOT_LOADED.
-dtype(_) -> ?NOT_LOADED.
-device(_) -> ?NOT_LOADED.
-memory(_) -> ?NOT_LOADED.
-blob_fields(_) -> ?NOT_LOADED.
-from_blob(_, _, _) -> ?NOT_LOADED.
-from_blob_fields(_, _, _, _, _, _, _) -> ?NOT_LOADED.
-to_dlpack(_, _, _, _) -> ?NOT_LOADED.
-from_dlpack(_, _, _, _) -> ?NOT_LOADED.
-consume_dlpack(_) -> ?NOT_LOADED.
-dlpack_version(_) -> ?NOT_LOADED.
-ipc_zeros(_, _) -> ?NOT_LOADED.
-ipc_name(_) -> ?NOT_LOADED.
-ipc_open(_, _, _) -> ?NOT_LOADED.
-ipc_reclaim() -> ?NOT_LOADED.
-torch_shm_zeros(_, _) -> ?NOT_LOADED.
-torch_shm_open(_, _, _) -> ?NOT_LOADED.
-torch_shm_name(_) -> ?NOT_LOADED.
-cuda_info() -> ?NOT_LOADED.
-cuda_synchronize(_) -> ?NOT_LOADED.
-dlpack_info(_) -> ?NOT_LOADED.
-cuda_memory(_) -> ?NOT_LOADED.
-cuda_ipc_export(_) -> ?NOT_LOADED.
-cuda_ipc_open(_, _, _, _) -> ?NOT_LOADED.
-cuda_torch_open(_, _, _, _, _, _, _, _, _, _) -> ?NOT_LOADED.
+%% A stub raises why the library did not load, where init/0 knows it
+%% (erlang:nif_error/1 raises its argument, and tells dialyzer that the
+%% NIF returns what its spec says).
+not_loaded() ->
+    case persistent_term:get({?MODULE, load_failed}, undefined) of
+        undefined -> {not_loaded, ?MODULE};
+        Message -> {tensor_blob, Message}
+    end.

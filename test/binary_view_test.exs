@@ -39,6 +39,20 @@ defmodule TensorBlob.BinaryViewTest do
       assert Tensor.to_binary(t) == payload()
     end
 
+    test "the read-only error says to copy it first, and the copy it names can be written" do
+      t = Tensor.from_binary(payload(), :float32, {16, 16}, copy: false)
+
+      assert_badarg(
+        fn -> Tensor.write!(t, payload()) end,
+        "To change the values, copy it first (Tensor.to_device(t, Tensor.device(t))) and write the copy"
+      )
+
+      copy = Tensor.to_device(t, Tensor.device(t))
+      zeros = f32s(List.duplicate(0.0, 256))
+      assert Tensor.to_binary(Tensor.write!(copy, zeros)) == zeros
+      assert Tensor.to_binary(t) == payload()
+    end
+
     test "a from_blob view with a binary owner is read-only too" do
       bin = payload()
       t = Tensor.from_binary(bin, :float32, {256}, copy: false)

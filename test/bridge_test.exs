@@ -31,7 +31,7 @@ defmodule TensorBlob.BridgeTest do
 
         slice =
           Lifetime.in_process(fn ->
-            t = DLPack.import(@foreign.produce(payload(), unquote(kind)), version: unquote(kind))
+            t = DLPack.import(@foreign.produce(payload(), unquote(kind)), version: unquote(kind), unsafe_address: true)
             assert Tensor.to_binary(t) == payload()
             assert Tensor.memory(t) == :dlpack
             Tensor.narrow(t, 0, 60, 4)
@@ -52,7 +52,7 @@ defmodule TensorBlob.BridgeTest do
     end
 
     test "a READ_ONLY tensor from it refuses write!" do
-      t = DLPack.import(@foreign.produce(payload(), :read_only))
+      t = DLPack.import(@foreign.produce(payload(), :read_only), unsafe_address: true)
       assert_raise ArgumentError, ~r/read-only/, fn -> Tensor.write!(t, payload()) end
       assert Tensor.to_binary(t) == payload()
     end
@@ -91,10 +91,17 @@ defmodule TensorBlob.BridgeTest do
   end
 
   describe "the bridge header (enif_dynamic_resource_call)" do
-    test "takes a %Tensor{} or its resource: same bytes, same address, read-only when asked" do
+    test "takes a %Tensor{}, its resource or a %BlobView{}: same bytes, same address, read-only when asked" do
       t = Tensor.from_binary(payload(), :float32, {4, 16})
+      blob = TensorBlob.to_blob(t)
 
-      for term <- [t, t.ref] do
+      views = [
+        TensorBlob.from_blob(blob),
+        TensorBlob.from_blob(blob, owner: {:keep, t}),
+        TensorBlob.from_blob(blob, owner: :none)
+      ]
+
+      for term <- [t, t.ref | views] do
         assert {:ok, address} = @foreign.take(term, false)
         assert @foreign.read(address) == {payload(), [4, 16], false}
         # The address points at our memory: importing it back shares it.

@@ -525,6 +525,44 @@ defmodule TensorBlob.DLPackTest do
       assert_badarg(fn -> DLPack.consume(123) end, "capsule")
     end
 
+    test "an address this library handed out is imported once; a second import is refused", %{before: before} do
+      t = t46()
+      a = DLPack.consume(DLPack.export(t))
+      u = DLPack.import(a)
+      error = assert_badarg(fn -> DLPack.import(a) end, "not a managed tensor this library handed out")
+      assert error.message =~ "nothing in it was called"
+      assert error.message =~ "unsafe_address: true"
+      # The same once the first import is freed (the address may be reused
+      # by then): still refused, never read.
+      assert Tensor.to_binary(u) == @f32
+      u = nil
+      _ = u
+      :tensor_blob_test_util.gc_all()
+      assert_badarg(fn -> DLPack.import(a) end, "not a managed tensor this library handed out")
+
+      # Consumed and deleted by its consumer (the DLPack rule): gone from
+      # the library's list too.
+      b = DLPack.consume(DLPack.export(t, version: :legacy))
+      {:ok, _} = {:ok, DLPack.import(b, version: :legacy)}
+      assert_badarg(fn -> DLPack.import(b, version: :legacy) end, "not a managed tensor this library handed out")
+
+      t = nil
+      _ = t
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "an address of another producer needs unsafe_address: true, and is left alone without it" do
+      t = t46()
+      {address, v} = exported(t, :versioned)
+      {holder, forged} = Managed.forge(v, :versioned, [4, 6], [6, 1])
+      error = assert_badarg(fn -> DLPack.import(forged) end, "not a managed tensor this library handed out")
+      assert error.message =~ "nothing in it was called"
+      # Nothing was called: the real export is still held, and imports once.
+      assert Tensor.to_binary(DLPack.import(address)) == @f32
+      assert Tensor.shape(holder) == {1024}
+      assert_badarg(fn -> DLPack.import(forged, unsafe_address: :yes) end, "unsafe_address: expected a boolean")
+    end
+
     test "a versioned tensor read as legacy, and the reverse, is refused untouched", %{before: before} do
       t = t46()
 
@@ -566,7 +604,7 @@ defmodule TensorBlob.DLPackTest do
     # Imports a forged variant; returns the raised exception.
     defp forged_refusal(fields, kind, shape, strides, exception) do
       {holder, address} = Managed.forge(fields, kind, shape, strides)
-      error = assert_raise exception, fn -> DLPack.import(address, version: kind) end
+      error = assert_raise exception, fn -> DLPack.import(address, version: kind, unsafe_address: true) end
       # The forged struct must outlive the import call.
       assert Tensor.shape(holder) == {1024}
       error
@@ -630,7 +668,7 @@ defmodule TensorBlob.DLPackTest do
       # memory so labelled is host-readable too; where there is a GPU, the
       # runtime refuses device memory only.)
       {holder, address} = Managed.forge(%{ctx.v | device: 3, device_id: 0}, :versioned, [4, 6], [6, 1])
-      t = DLPack.import(address)
+      t = DLPack.import(address, unsafe_address: true)
       assert {Tensor.device(t), Tensor.memory(t)} == {:cpu, :dlpack}
       assert Tensor.to_binary(t) == @f32
       # Re-exported as what libtorch sees.
@@ -678,13 +716,16 @@ defmodule TensorBlob.DLPackTest do
       ctx = forged_setup(before)
       # A kDLCPU tensor has no stream.
       {holder, address} = Managed.forge(ctx.v, :versioned, [4, 6], [6, 1])
-      error = assert_raise ArgumentError, fn -> DLPack.import(address, stream: 1) end
+      error = assert_raise ArgumentError, fn -> DLPack.import(address, stream: 1, unsafe_address: true) end
       assert error.message =~ "stream: a kDLCPU tensor has no stream"
       assert error.message =~ "the producer's deleter was called"
 
       # 0 is ambiguous for CUDA streams: refused, released.
       {holder2, address} = Managed.forge(%{ctx.l | device: 3}, :legacy, [4, 6], [6, 1])
-      error = assert_raise ArgumentError, fn -> DLPack.import(address, version: :legacy, stream: 0) end
+
+      error =
+        assert_raise ArgumentError, fn -> DLPack.import(address, version: :legacy, stream: 0, unsafe_address: true) end
+
       assert error.message =~ "stream: 0 is ambiguous for CUDA"
       assert error.message =~ "the producer's deleter was called"
       assert {Tensor.shape(holder), Tensor.shape(holder2)} == {{1024}, {1024}}
@@ -705,7 +746,7 @@ defmodule TensorBlob.DLPackTest do
 
       # Any 1.x minor is read.
       {holder, address} = Managed.forge(%{ctx.v | minor: 7, deleter: 0}, :versioned, [4, 6], [6, 1])
-      assert Tensor.to_binary(DLPack.import(address)) == @f32
+      assert Tensor.to_binary(DLPack.import(address, unsafe_address: true)) == @f32
       assert Tensor.shape(holder) == {1024}
       finish(ctx, [:versioned])
     end
@@ -785,7 +826,7 @@ defmodule TensorBlob.DLPackTest do
       # NULL strides: row-major. Its deleter is the real one: released when
       # the imported tensor dies.
       {holder, address} = Managed.forge(v, :versioned, [4, 6], nil)
-      u = DLPack.import(address)
+      u = DLPack.import(address, unsafe_address: true)
       assert Tensor.strides(u) == [6, 1]
       assert Tensor.to_binary(u) == @f32
       u = nil
@@ -795,25 +836,25 @@ defmodule TensorBlob.DLPackTest do
       # byte_offset: rows 2..3 of the legacy export, with a NULL deleter.
       l = %{ctx.l | deleter: 0}
       {holder2, address2} = Managed.forge(%{l | byte_offset: 2 * 6 * 4}, :legacy, [2, 6], [6, 1])
-      u = DLPack.import(address2, version: :legacy)
+      u = DLPack.import(address2, version: :legacy, unsafe_address: true)
       assert Tensor.to_binary(u) == binary_part(@f32, 48, 48)
       assert ptr(u) == l.data + 48
 
       # Size-1 dimensions may have any stride, negative included.
       {holder3, address3} = Managed.forge(l, :legacy, [1, 6], [-7, 1])
-      u = DLPack.import(address3, version: :legacy)
+      u = DLPack.import(address3, version: :legacy, unsafe_address: true)
       assert Tensor.to_binary(u) == binary_part(@f32, 0, 24)
 
       # No elements: data may be NULL.
       {holder4, address4} = Managed.forge(%{l | data: 0}, :legacy, [0, 6], [6, 1])
-      u = DLPack.import(address4, version: :legacy)
+      u = DLPack.import(address4, version: :legacy, unsafe_address: true)
       assert Tensor.shape(u) == {0, 6}
       assert Tensor.to_binary(u) == ""
 
       # READ_ONLY in a forged struct.
       {holder5, address5} = Managed.forge(%{ctx.v | deleter: 0, flags: 1}, :versioned, [4, 6], [6, 1])
 
-      u = DLPack.import(address5)
+      u = DLPack.import(address5, unsafe_address: true)
       assert_badarg(fn -> Tensor.write!(u, @f32) end, "read-only")
 
       u = nil

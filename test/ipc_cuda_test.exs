@@ -310,7 +310,7 @@ defmodule TensorBlob.IPCTest do
     test "with a GPU: a freed device pointer and a wrong device index are refused, saying why" do
       {_, freed} = :foreign_tensor_nif.counters()
       data = f32s(Enum.to_list(1..8))
-      t = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda))
+      t = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda), unsafe_address: true)
       spec = %{ptr: TensorBlob.to_blob(t).ptr, shape: {8}, dtype: :float32, device: {:cuda, 0}}
       # Live device memory: an unpinned view reads it; device 1 is refused.
       assert Tensor.to_binary(TensorBlob.from_blob(spec, owner: :none)) == data
@@ -465,17 +465,17 @@ defmodule TensorBlob.IPCTest do
       {_, freed} = :foreign_tensor_nif.counters()
       data = f32s(Enum.to_list(1..8))
 
-      pinned = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_host))
+      pinned = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_host), unsafe_address: true)
       assert {Tensor.device(pinned), Tensor.memory(pinned)} == {:cpu, :dlpack}
       assert Tensor.to_binary(pinned) == data
       assert CUDA.memory(TensorBlob.to_blob(pinned).ptr) == :cuda_host
       assert CUDA.info(TensorBlob.to_blob(pinned)).memory == :cuda_host
       # A stream of the producer's: the host waits for it.
       stream = :foreign_tensor_nif.cuda_stream()
-      waited = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_host), stream: stream)
+      waited = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_host), stream: stream, unsafe_address: true)
       assert Tensor.to_binary(waited) == data
 
-      managed = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_managed))
+      managed = DLPack.import(:foreign_tensor_nif.cuda_produce(data, :cuda_managed), unsafe_address: true)
       assert {Tensor.device(managed), Tensor.memory(managed)} == {{:cuda, 0}, :dlpack}
       assert Tensor.to_binary(managed) == data
       assert CUDA.memory(TensorBlob.to_blob(managed).ptr) == :cuda_managed

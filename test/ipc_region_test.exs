@@ -21,13 +21,7 @@ defmodule TensorBlob.IPCRegionTest do
   defp skipped(why), do: IO.puts("\n  skipped: " <> why)
 
   # Waits up to ~5 s for a condition.
-  defp eventually(fun, tries \\ 100) do
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(50) && eventually(fun, tries - 1)
-    end
-  end
+  defp eventually(fun), do: TensorBlob.Test.Shm.eventually(fun, 100, 50)
 
   # A region opened here that another program shrinks to nothing.
   defp shrunk_region(shape) do

@@ -143,9 +143,7 @@ defmodule TensorBlob.MemoryTest do
 
   describe "chains of views" do
     test "30,000 DLPack round trips, dropped at once, are freed without overflowing the stack" do
-      start = Lifetime.settled_stats()
-
-      Lifetime.in_process(fn ->
+      Lifetime.assert_freed_after(fn ->
         t0 = Tensor.from_binary(f32s([1, 2, 3, 4]), :float32, {4})
 
         # Through the address: each import holds the previous tensor's
@@ -159,14 +157,10 @@ defmodule TensorBlob.MemoryTest do
         assert Tensor.to_binary(t) == f32s([1, 2, 3, 4])
         :ok
       end)
-
-      assert Lifetime.await_stats(start) == start
     end
 
     test "30,000 pins of pins, dropped at once" do
-      start = Lifetime.settled_stats()
-
-      Lifetime.in_process(fn ->
+      Lifetime.assert_freed_after(fn ->
         t0 = Tensor.from_binary(f32s([1, 2, 3, 4]), :float32, {4})
 
         t =
@@ -180,8 +174,6 @@ defmodule TensorBlob.MemoryTest do
         assert Tensor.to_binary(t) == f32s([1, 2, 3, 4])
         :ok
       end)
-
-      assert Lifetime.await_stats(start) == start
     end
   end
 

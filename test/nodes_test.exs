@@ -4,49 +4,13 @@ defmodule TensorBlob.NodesTest do
 
   alias TensorBlob.{IPC, Nodes, Tensor}
   alias TensorBlob.Test.Holder
+  import TensorBlob.Test.Shm, only: [floats: 1, path: 1, refcount: 1, eventually: 1, start_peer: 1]
 
   setup_all do
-    started =
-      if Node.alive?() do
-        false
-      else
-        {_, 0} = System.cmd("epmd", ["-daemon"])
-        {:ok, _} = :net_kernel.start([:"tb_nodes_#{System.pid()}@127.0.0.1", :longnames])
-        true
-      end
-
-    paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-
-    {:ok, peer, node} = :peer.start(%{name: :peer.random_name(), host: ~c"127.0.0.1", longnames: true, args: paths})
-
+    {_peer, node, stop} = start_peer("tb_nodes")
     {:ok, _} = :erpc.call(node, :application, :ensure_all_started, [:elixir])
-
-    on_exit(fn ->
-      :peer.stop(peer)
-      if started, do: Node.stop()
-    end)
-
+    on_exit(stop)
     %{peer: node}
-  end
-
-  defp floats(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
-
-  defp shm(name), do: "/dev/shm/" <> String.trim_leading(name, "/")
-
-  # The reference count in PyTorch's header of the region: how many
-  # mappings hold it.
-  defp refcount(name) do
-    <<count::signed-native-32, _::binary>> = File.read!(shm(name))
-    count
-  end
-
-  # Destructors run shortly after the collection that frees a tensor.
-  defp eventually(fun, tries \\ 200) do
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(10) && eventually(fun, tries - 1)
-    end
   end
 
   test "a tensor sent as it is is a dead reference there, and the error says what to do", %{peer: peer} do
@@ -66,6 +30,36 @@ defmodule TensorBlob.NodesTest do
     e = assert_raise ArgumentError, fn -> Tensor.shape(Tensor.wrap(make_ref())) end
     assert e.message =~ "expected a tensor, got #Reference<"
     refute e.message =~ "made on node"
+  end
+
+  test "a dead remote reference is blamed only where it is the faulty argument", %{peer: peer} do
+    ref = :erpc.call(peer, :tensor_blob, :zeros, [{2}, :float32])
+    t = Tensor.zeros({2}, :float32)
+
+    # Where it is the tensor: said, with the argument's own name.
+    e = assert_raise ArgumentError, fn -> Tensor.narrow(Tensor.wrap(ref), 0, 0, 1) end
+    assert e.message =~ ~r/^tensor: #Reference<.*> is a reference made on node/
+
+    # Where another argument is at fault, that argument is named.
+    e = assert_raise ArgumentError, fn -> Tensor.write!(t, ref) end
+    assert e.message =~ "binary: expected a binary"
+    refute e.message =~ "made on node"
+    e = assert_raise ArgumentError, fn -> Tensor.zeros(ref, :float32) end
+    assert e.message =~ "shape"
+    refute e.message =~ "made on node"
+    e = assert_raise ArgumentError, fn -> Tensor.to_device(t, ref) end
+    assert e.message =~ "device"
+    refute e.message =~ "made on node"
+    e = assert_raise ArgumentError, fn -> IPC.open(%{kind: :ipc, handle: ref}, :float32, {2}) end
+    refute e.message =~ "made on node"
+  end
+
+  test "inspect of a tensor made on another node shows it as a tensor of that node", %{peer: peer} do
+    sent = :erpc.call(peer, Tensor, :zeros, [{2}, :float32])
+    shown = inspect(sent)
+    assert shown =~ "#TensorBlob.Tensor<on node #{inspect(peer)} #Reference<"
+    # Inside other terms too (IEx prints results this way).
+    assert inspect(%{t: sent}) =~ "on node"
   end
 
   for first <- [:sender, :receiver] do
@@ -95,7 +89,7 @@ defmodule TensorBlob.NodesTest do
       assert eventually(fn -> refcount(name) == 1 end)
       assert Holder.call(kept, Tensor, :to_binary) == floats([5.0, 6.0, 7.0, 8.0])
       Holder.drop(kept)
-      assert eventually(fn -> not File.exists?(shm(name)) end), "the last user removes the name"
+      assert eventually(fn -> not File.exists?(path(name)) end), "the last user removes the name"
     end
   end
 
@@ -124,6 +118,146 @@ defmodule TensorBlob.NodesTest do
 
     copied = Holder.start(peer, {Nodes, :unpack, [packed, [copy: true]]})
     assert Holder.call(copied, Tensor, :memory) == :owned
+  end
+
+  test "unpack(copy: true) of a region is a private writable copy", %{peer: peer} do
+    t = IPC.torch_zeros({2}, :float32)
+    Tensor.write!(t, floats([1.0, 2.0]))
+    packed = Nodes.pack(t, peer)
+    assert packed.via == :region
+
+    copied = Holder.start(peer, {Nodes, :unpack, [Map.delete(packed, :tensor), [copy: true]]})
+    assert Holder.call(copied, Tensor, :memory) == :owned
+    Holder.call(copied, Tensor, :write!, [floats([7.0, 8.0])])
+    assert Holder.call(copied, Tensor, :to_binary) == floats([7.0, 8.0])
+    # The sender's tensor is as it was.
+    assert Tensor.to_binary(t) == floats([1.0, 2.0])
+    Holder.drop(copied)
+    # The mapping made for the copy holds no reference once it is freed.
+    assert eventually(fn -> refcount(packed.handle) == 1 end)
+
+    # The same on this node, and with the binary path.
+    assert Tensor.memory(Nodes.unpack(packed, copy: true)) == :owned
+    assert Tensor.memory(Nodes.unpack(Nodes.pack(t, peer, via: :binary), copy: true)) == :owned
+    assert_raise ArgumentError, ~r/copy: expected a boolean/, fn -> Nodes.unpack(packed, copy: :yes) end
+  end
+
+  test "a copy into a region leaves its source as it was", %{peer: peer} do
+    t = Tensor.from_binary(floats([1.0, 2.0]), :float32, {2})
+    binaries = TensorBlob.stats().binaries
+
+    exported = IPC.export_torch(t)
+    packed = Nodes.pack(t, peer)
+    assert packed.via == :region
+    # No hidden binary view of t: it stays writable at once.
+    assert TensorBlob.stats().binaries == binaries
+    Tensor.write!(t, floats([3.0, 4.0]))
+    assert Tensor.to_binary(exported.tensor) == floats([1.0, 2.0])
+    assert Tensor.to_binary(Nodes.unpack(packed)) == floats([1.0, 2.0])
+
+    # A non-contiguous source is copied in order.
+    m = Tensor.from_binary(floats([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), :float32, {2, 3})
+
+    assert Tensor.to_binary(IPC.export_torch(Tensor.transpose(m, 0, 1)).tensor) ==
+             floats([1.0, 4.0, 2.0, 5.0, 3.0, 6.0])
+
+    # write!/2 itself still takes binaries only.
+    assert_raise ArgumentError, ~r/binary: expected a binary/, fn -> Tensor.write!(exported.tensor, t) end
+  end
+
+  test "a packed region returned by a remote call outlives the process that packed it", %{peer: peer} do
+    data = floats([1.0, 2.0, 3.0])
+    packed = :erpc.call(peer, Holder, :pack_fresh, [data, node(), []])
+    # The call's process on the peer is gone; collect everything there.
+    :erpc.call(peer, :tensor_blob_test_util, :gc_all, [])
+    assert packed.via == :region
+
+    t = Nodes.unpack(packed)
+    assert Tensor.to_binary(t) == data
+    # The keeper lets go once the receiver holds its own reference.
+    keeper = packed.keeper
+    assert eventually(fn -> not :erpc.call(peer, Process, :alive?, [keeper]) end)
+    assert refcount(packed.handle) == 1
+    assert Tensor.to_binary(t) == data
+
+    # Unpacked too late: the error says what happened and what to do.
+    late = :erpc.call(peer, Holder, :pack_fresh, [data, node(), [keep: 0]])
+    :erpc.call(peer, :tensor_blob_test_util, :gc_all, [])
+    assert eventually(fn -> not File.exists?(path(late.handle)) end)
+    e = assert_raise ArgumentError, fn -> Nodes.unpack(late) end
+    assert e.message =~ "is gone"
+    assert e.message =~ "keep"
+    assert byte_size(e.message) < 2048
+  end
+
+  test "same_host? is false for a node that cannot be reached, and agrees with pack" do
+    refute Nodes.same_host?(:"nobody_here@127.0.0.1")
+    assert Nodes.same_host?(node())
+    assert_raise ArgumentError, ~r/expected a node name/, fn -> Nodes.same_host?("peer") end
+  end
+
+  test "a peer run by another user gets the binary path by default", %{peer: peer} do
+    case other_user_peer() do
+      {:skip, why} ->
+        IO.puts("\nskipped: a peer of another user: #{why}")
+
+      {:ok, other, other_node} ->
+        try do
+          assert Nodes.same_host?(peer)
+          refute Nodes.same_host?(other_node)
+          t = Tensor.from_binary(floats([1.0, 2.0]), :float32, {2})
+          packed = Nodes.pack(t, other_node)
+          assert packed.via == :binary
+          receiver = Holder.start(other_node, {Nodes, :unpack, [packed]})
+          assert Holder.call(receiver, Tensor, :to_binary) == floats([1.0, 2.0])
+
+          assert_raise ArgumentError, ~r/via region needs a node that can open/, fn ->
+            Nodes.pack(t, other_node, via: :region)
+          end
+        after
+          :peer.stop(other)
+        end
+    end
+  end
+
+  # A peer whose OS process runs as user nobody: only root can start one.
+  defp other_user_peer do
+    setpriv = System.find_executable("setpriv")
+    {uid, 0} = System.cmd("id", ["-u"])
+
+    cond do
+      String.trim(uid) != "0" ->
+        {:skip, "not root"}
+
+      setpriv == nil ->
+        {:skip, "no setpriv"}
+
+      true ->
+        paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
+        erl = System.find_executable("erl")
+
+        args = [
+          ~c"--reuid=65534",
+          ~c"--regid=65534",
+          ~c"--clear-groups",
+          ~c"env",
+          ~c"HOME=/tmp",
+          String.to_charlist(erl)
+        ]
+
+        {:ok, pid, node} =
+          :peer.start(%{
+            name: :peer.random_name(),
+            host: ~c"127.0.0.1",
+            longnames: true,
+            exec: {String.to_charlist(setpriv), args},
+            # Its home is not this user's: the cookie is given.
+            args: paths ++ [~c"-setcookie", Atom.to_charlist(Node.get_cookie()), ~c"-connect_all", ~c"false"]
+          })
+
+        {:ok, _} = :erpc.call(node, :application, :ensure_all_started, [:elixir])
+        {:ok, pid, node}
+    end
   end
 
   test "bad inputs", %{peer: peer} do

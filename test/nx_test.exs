@@ -34,7 +34,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_pointer(%Nx.Pointer{kind: :local, address: address}, type, shape, backend_opts, _opts) do
-      t = TensorBlob.from_blob(%{ptr: address, shape: shape, dtype: type}, owner: :none)
+      %TensorBlob.BlobView{tensor: t} = TensorBlob.from_blob(%{ptr: address, shape: shape, dtype: type}, owner: :none)
       reply(wrap(t, backend_opts[:style]), backend_opts[:style])
     end
 
@@ -53,6 +53,14 @@ if Code.ensure_loaded?(Nx) do
     defp reply(value, style) when style in [:bare, nil], do: value
   end
 
+  defmodule TensorBlob.Test.Defns do
+    @moduledoc false
+    import Nx.Defn
+
+    defn(scale_add(x, y), do: x * 2 + y)
+    defn(total(x), do: Nx.sum(x))
+  end
+
   defmodule TensorBlob.NxTest do
     use ExUnit.Case, async: false
     @moduletag :nx
@@ -61,23 +69,17 @@ if Code.ensure_loaded?(Nx) do
     alias TensorBlob.Nx, as: TNx
     alias TensorBlob.Test.Lifetime
 
-    @pairs [
-      {{:u, 8}, :uint8},
-      {{:s, 8}, :int8},
-      {{:s, 16}, :int16},
-      {{:s, 32}, :int32},
-      {{:s, 64}, :int64},
-      {{:u, 16}, :uint16},
-      {{:u, 32}, :uint32},
-      {{:u, 64}, :uint64},
-      {{:f, 16}, :float16},
-      {{:bf, 16}, :bfloat16},
-      {{:f, 32}, :float32},
-      {{:f, 64}, :float64},
-      {{:c, 64}, :complex64},
-      {{:c, 128}, :complex128},
-      {{:f, 8}, :float8_e5m2}
-    ]
+    # Every dtype with an Nx type in the library's table, that this Nx has.
+    defp pairs do
+      for %{name: dtype, nx: type} <- TensorBlob.tables().dtypes, type != nil, nx_has?(type), do: {type, dtype}
+    end
+
+    defp nx_has?(type) do
+      Nx.Type.normalize!(type)
+      true
+    rescue
+      ArgumentError -> false
+    end
 
     setup_all do
       {:ok, _} = Application.ensure_all_started(:nx)
@@ -96,7 +98,7 @@ if Code.ensure_loaded?(Nx) do
 
     describe "from_nx" do
       test "every mapped type: the BinaryBackend's binary is viewed in place, read-only" do
-        for {type, dtype} <- @pairs do
+        for {type, dtype} <- pairs() do
           # Over 64 bytes, so the binary is shared, not on a process heap.
           nx = nx_of(type, {16, 8})
 
@@ -343,6 +345,75 @@ if Code.ensure_loaded?(Nx) do
         assert %Nx.BinaryBackend{} = TNx.to_nx(t).data
         assert_raise ArgumentError, ~r/options/, fn -> TNx.to_nx(t, backend: PointerBackend, view: true) end
         assert_raise ArgumentError, ~r/options/, fn -> TNx.to_nx(t, unsafe_view: :yes) end
+      end
+    end
+
+    describe "Nx takes tensor_blob tensors (Nx.LazyContainer)" do
+      test "Nx.add, Nx.sum and a defn take a %Tensor{} and what from_blob returns" do
+        t = Tensor.from_binary(Nx.to_binary(Nx.iota({2, 3}, type: {:f, 32})), :float32, {2, 3})
+        view = TensorBlob.from_blob(TensorBlob.to_blob(t), owner: :none)
+
+        for x <- [t, view] do
+          assert Nx.to_flat_list(Nx.add(x, 1)) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+          assert Nx.to_number(Nx.sum(x)) == 15.0
+          assert Nx.to_flat_list(TensorBlob.Test.Defns.scale_add(x, t)) == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
+          assert Nx.to_number(TensorBlob.Test.Defns.total(x)) == 15.0
+          assert Nx.to_flat_list(Nx.Defn.jit(&Nx.multiply/2).(x, x)) == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
+        end
+
+        # What defn sees before it asks for the data: the shape and type.
+        assert %Nx.Tensor{shape: {2, 3}, type: {:f, 32}, data: %Nx.TemplateBackend{}} = TNx.template!(t)
+      end
+
+      test "with the binary backend the tensor Nx gets is a view of our memory: zero-copy" do
+        t = Tensor.from_binary(Nx.to_binary(Nx.iota({64}, type: {:s, 32})), :int32, {64})
+        nx = Nx.to_tensor(t)
+        assert %Nx.BinaryBackend{} = nx.data
+        # The BinaryBackend's binary is at our tensor's address.
+        assert ptr(TNx.from_nx(nx)) == ptr(t)
+        assert Nx.to_number(Nx.sum(t)) == Enum.sum(0..63)
+      end
+
+      test "a region is copied for the binary backend (another program can shrink it); unsafe_view: true views it" do
+        region = TensorBlob.IPC.zeros({4}, :float32)
+        Tensor.write!(region, Nx.to_binary(Nx.tensor([1.0, 2.0, 3.0, 4.0], type: {:f, 32})))
+        assert Nx.to_flat_list(Nx.add(region, 1)) == [2.0, 3.0, 4.0, 5.0]
+
+        copied = TNx.to_nx(region, Nx.BinaryBackend)
+        refute ptr(TNx.from_nx(copied)) == ptr(region)
+        viewed = TNx.to_nx(region, backend: Nx.BinaryBackend, unsafe_view: true)
+        assert ptr(TNx.from_nx(viewed)) == ptr(region)
+      end
+
+      test "what Nx cannot take is refused before any data is asked for, saying why" do
+        assert_raise ArgumentError, ~r/complex32 has no Nx type/, fn -> Nx.add(Tensor.zeros({2}, :complex32), 1) end
+        assert_raise ArgumentError, ~r/size 0/, fn -> Nx.sum(Tensor.zeros({0, 2}, :float32)) end
+      end
+    end
+
+    describe "wrong arguments to TensorBlob.Nx say what to pass" do
+      test "to_nx of an Nx tensor or of anything else" do
+        nx = Nx.iota({3})
+        error = assert_raise ArgumentError, fn -> TNx.to_nx(nx) end
+        assert error.message =~ "to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}"
+        assert error.message =~ "got an Nx tensor: it needs no conversion"
+        error = assert_raise ArgumentError, fn -> TNx.to_nx(:nope, Nx.BinaryBackend) end
+        assert error.message =~ "to_nx: expected a tensor_blob tensor"
+        assert error.message =~ "got :nope"
+      end
+
+      test "from_nx of a tensor_blob tensor, view or blob, or of anything else" do
+        t = Tensor.zeros({2}, :float32)
+        view = TensorBlob.from_blob(TensorBlob.to_blob(t))
+
+        for {arg, kind} <- [{t, "tensor"}, {view, "view"}, {TensorBlob.to_blob(t), "blob"}] do
+          error = assert_raise ArgumentError, fn -> TNx.from_nx(arg) end
+          assert error.message =~ "from_nx: expected an Nx tensor (%Nx.Tensor{}), got a tensor_blob #{kind}"
+          assert error.message =~ "needs no conversion"
+        end
+
+        error = assert_raise ArgumentError, fn -> TNx.from_nx([1, 2], copy: :always) end
+        assert error.message =~ "from_nx: expected an Nx tensor (%Nx.Tensor{}), got [1, 2]; make one first"
       end
     end
 

@@ -101,7 +101,7 @@ foreign_produce_import_exactly_once_test() ->
     {_, Freed0} = foreign_tensor_nif:counters(),
     Self = self(),
     run_isolated(fun() ->
-                         T = tensor_blob:from_dlpack(foreign_tensor_nif:produce(payload(), versioned)),
+                         T = tensor_blob:from_dlpack(foreign_tensor_nif:produce(payload(), versioned), #{unsafe_address => true}),
                          ?assertEqual(payload(), tensor_blob:to_binary(T)),
                          Self ! {slice, tensor_blob:narrow(T, 0, 0, 4)}
                  end),

@@ -10,7 +10,7 @@
 %%                    TB_LOAD_FAULT (both test builds: make load-test-builds).
 -module(tensor_blob_load_tests).
 
--export([first_load/0, reload_each/1, reload_copies/3, log/2]).
+-export([first_load/0, first_call/0, reload_each/1, reload_copies/3, log/2]).
 
 -include_lib("eunit/include/eunit.hrl").
 
@@ -27,6 +27,38 @@ failures() ->
 
 failure(Name) ->
     lists:keyfind(Name, 1, failures()).
+
+%% A library the dynamic loader refuses, for a libtorch it needs and cannot
+%% find: the module loads all the same, says why on stderr, and every call
+%% raises a tensor_blob error that says what to do and where to read more,
+%% not the bare "not loaded".
+missing_libtorch_test_() ->
+    {timeout, 120, fun missing_libtorch/0}.
+
+missing_libtorch() ->
+    Dir = filename:absname(filename:join([?LOAD_TEST, "missing_libtorch", os:getpid()])),
+    ok = filelib:ensure_dir(filename:join(Dir, "x")),
+    try
+        ok = file:write_file(filename:join(Dir, "dep.c"), "int tb_load_test_dep(void) { return 1; }\n"),
+        ok = file:write_file(filename:join(Dir, "nif.c"),
+                             "int tb_load_test_dep(void);\nint tb_load_test_nif(void) { return tb_load_test_dep(); }\n"),
+        Cc = os:getenv("CC", "cc"),
+        Build = lists:flatten(io_lib:format(
+                                "cd '~ts' && ~ts -shared -fPIC -o libtorch_tb_load_test.so dep.c && "
+                                "~ts -shared -fPIC -o tensor_blob_nif.so nif.c -L. -ltorch_tb_load_test && "
+                                "rm libtorch_tb_load_test.so && echo built", [Dir, Cc, Cc])),
+        ?assertEqual("built\n", os:cmd(Build)),
+        {{Loaded, Call}, [], Output} = child(filename:join(Dir, "tensor_blob_nif"), [], first_call),
+        ?assertEqual({module, ?M}, Loaded),
+        {error, {tensor_blob, Message}} = Call,
+        Text = unicode:characters_to_list(Message),
+        [?assertNotEqual(nomatch, string:find(Text, Part), Text)
+         || Part <- ["the NIF library did not load", "libtorch_tb_load_test.so", "libtorch's shared libraries",
+                     "LD_LIBRARY_PATH", "\"Deployment\" in guides/building.md"]],
+        ?assertNotEqual(nomatch, string:find(Output, "tensor_blob: the NIF library did not load"), Output)
+    after
+        file:del_dir_r(Dir)
+    end.
 
 %% The codes are distinct and none is 0 (success).
 codes_test() ->
@@ -83,6 +115,7 @@ child(Library, Env, Step) ->
     Dirs = lists:usort([filename:dirname(code:which(M)) || M <- [?M, ?MODULE]]),
     Code = case Step of
                first_load -> "tensor_blob_load_tests:first_load().";
+               first_call -> "tensor_blob_load_tests:first_call().";
                {reload_each, Paths} -> lists:flatten(io_lib:format("tensor_blob_load_tests:reload_each(~w).", [Paths]));
                {reload_copies, Source, Dir, N} ->
                    lists:flatten(io_lib:format("tensor_blob_load_tests:reload_copies(~w, ~w, ~w).", [Source, Dir, N]))
@@ -91,7 +124,7 @@ child(Library, Env, Step) ->
                      [{args, ["-noshell", "-pa" | Dirs] ++ ["-eval", Code]},
                       {env, [{"TENSOR_BLOB_NIF", filename:absname(Library)}, {"TB_LOAD_FAULT", false} | Env]},
                       exit_status, stderr_to_stdout, binary]),
-    {0, Output} = wait_port(Port, []),
+    {0, Output} = tensor_blob_test_util:wait_port(Port, 100000),
     Text = unicode:characters_to_list(Output),
     {match, [Encoded]} = re:run(Text, "RESULT:([A-Za-z0-9+/=]*)", [{capture, all_but_first, list}]),
     {Result, Reports} = binary_to_term(base64:decode(Encoded)),
@@ -105,6 +138,17 @@ first_load() ->
     capture_reports(),
     Result = code:ensure_loaded(?M),
     report(Result, [Result]).
+
+%% In the child: loads the NIF module, then calls the API.
+first_call() ->
+    capture_reports(),
+    Result = code:ensure_loaded(?M),
+    Call = try tensor_blob:stats() of
+               Stats -> {ok, Stats}
+           catch
+               error:Reason -> {error, Reason}
+           end,
+    report({Result, Call}, [Result]).
 
 %% In the child: loads the NIF module, then upgrades it to each build in
 %% turn (purging the one before), up to the first that fails.
@@ -177,13 +221,4 @@ library() ->
     case os:getenv("TENSOR_BLOB_NIF") of
         Path when is_list(Path), Path =/= "" -> Path;
         _ -> filename:join(code:priv_dir(tensor_blob), "tensor_blob_nif")
-    end.
-
-wait_port(Port, Acc) ->
-    receive
-        {Port, {data, Data}} -> wait_port(Port, [Acc, Data]);
-        {Port, {exit_status, Status}} -> {Status, iolist_to_binary(Acc)}
-    after 100000 ->
-            catch port_close(Port),
-            {timeout, iolist_to_binary(Acc)}
     end.

@@ -97,25 +97,10 @@ check(Prop, N) ->
 %% The model: dtypes and row-major bytes, independent of the NIF
 %%====================================================================
 
-%% Bytes per element of every canonical dtype.
-esize(bool) -> 1;
-esize(uint8) -> 1;
-esize(int8) -> 1;
-esize(int16) -> 2;
-esize(int32) -> 4;
-esize(int64) -> 8;
-esize(uint16) -> 2;
-esize(uint32) -> 4;
-esize(uint64) -> 8;
-esize(float16) -> 2;
-esize(bfloat16) -> 2;
-esize(float32) -> 4;
-esize(float64) -> 8;
-esize(complex32) -> 4;
-esize(complex64) -> 8;
-esize(complex128) -> 16;
-esize(float8_e4m3fn) -> 1;
-esize(float8_e5m2) -> 1.
+%% Bytes per element of a canonical dtype: the library's dtype table
+%% (tensor_blob:tables/0), whose sizes tensor_blob_tests checks against
+%% their DLPack bits and the shim against libtorch's.
+esize(D) -> maps:get(element_size, tensor_blob:dtype_info(D)).
 
 numel(Shape) -> lists:foldl(fun(N, Acc) -> N * Acc end, 1, Shape).
 
@@ -392,7 +377,7 @@ probe_complex128_copies() ->
             Port = open_port({spawn_executable, Erl},
                              [{args, ["-noshell", "-pa" | Dirs] ++ ["-eval", Code]},
                               exit_status, stderr_to_stdout, binary]),
-            {Status, Output} = wait_port(Port, []),
+            {Status, Output} = tensor_blob_test_util:wait_port(Port, 50000),
             case Status of
                 0 ->
                     false;
@@ -406,15 +391,6 @@ probe_complex128_copies() ->
                     %% Not a crash: the probe itself could not run.
                     erlang:error({complex128_probe_failed, Status, Output})
             end
-    end.
-
-wait_port(Port, Acc) ->
-    receive
-        {Port, {data, Data}} -> wait_port(Port, [Acc, Data]);
-        {Port, {exit_status, Status}} -> {Status, iolist_to_binary(Acc)}
-    after 50000 ->
-            catch port_close(Port),
-            {timeout, iolist_to_binary(Acc)}
     end.
 
 %%====================================================================

@@ -11,14 +11,21 @@
 
 -include_lib("eunit/include/eunit.hrl").
 
-%% Every canonical dtype of the design, supported by the linked libtorch or not.
+%% Every canonical dtype of the design, supported by the linked libtorch or
+%% not: the contract that the library's table (tensor_blob:tables/0) must
+%% meet. Every other list of dtypes in the tests derives from that table.
 -define(CANONICAL, [bool, uint8, int8, int16, int32, int64, uint16, uint32, uint64,
                     float16, bfloat16, float32, float64, complex32, complex64, complex128,
                     float8_e4m3fn, float8_e5m2]).
 
+%% The device types of the design: the contract of the device table.
+-define(DEVICE_TYPES, [cpu, cuda]).
+
+%% The rows of the library's dtype table.
+dtype_rows() -> maps:get(dtypes, tensor_blob:tables()).
+
 %% What libtorch 1.13 (the oldest supported) holds: always in dtypes().
--define(BASE_DTYPES, [bool, uint8, int8, int16, int32, int64, float16, bfloat16,
-                      float32, float64, complex32, complex64, complex128]).
+base_dtypes() -> [N || #{name := N, since := <<"1.13">>} <- dtype_rows()].
 
 %% Expr raises error({badarg, Msg}): Msg is a binary that leads with the
 %% name of the offending field ("Field: ..."), and mentions each of Words.
@@ -40,19 +47,17 @@
 %% Helpers
 %%====================================================================
 
-badarg_message(Fun) ->
+%% The message of the error {Kind, Message} that Fun raises.
+error_message(Kind, Fun) ->
     try Fun() of
-        Result -> erlang:error({expected_badarg, Result})
+        Result -> erlang:error({expected_error, Kind, Result})
     catch
-        error:{badarg, Msg} -> Msg
+        error:{Kind, Msg} -> Msg
     end.
 
-tensor_blob_message(Fun) ->
-    try Fun() of
-        Result -> erlang:error({expected_tensor_blob_error, Result})
-    catch
-        error:{tensor_blob, Msg} -> Msg
-    end.
+badarg_message(Fun) -> error_message(badarg, Fun).
+
+tensor_blob_message(Fun) -> error_message(tensor_blob, Fun).
 
 assert_names_field(Field, Words, Msg) ->
     ?assert(is_binary(Msg)),
@@ -132,7 +137,39 @@ dtypes_test() ->
     Ds = tensor_blob:dtypes(),
     ?assertEqual(length(Ds), length(lists:usort(Ds))),
     ?assertEqual([], Ds -- ?CANONICAL),
-    ?assertEqual([], ?BASE_DTYPES -- Ds).
+    ?assertEqual([], base_dtypes() -- Ds),
+    ?assertNotEqual([], base_dtypes()).
+
+%% The tables hold every canonical dtype once, and every device type; what they say of a dtype agrees with itself and with
+%% the library's other answers.
+tables_test() ->
+    #{dtypes := Rows, devices := Devices} = tensor_blob:tables(),
+    ?assertEqual(lists:sort(?CANONICAL), lists:sort([N || #{name := N} <- Rows])),
+    ?assertEqual(length(?CANONICAL), length(Rows)),
+    ?assertEqual(tensor_blob:dtypes(), [N || #{name := N, available := true} <- Rows]),
+    [begin
+         {_Code, Bits, Lanes} = Dl,
+         ?assertEqual(Size * 8, Bits * Lanes),
+         ?assertEqual(Bits, B),
+         ?assertEqual(Nx, tensor_blob:nx_type(N)),
+         [?assertEqual(N, canonical_of(A)) || A <- Aliases]
+     end
+     || #{name := N, element_size := Size, dlpack := Dl, bits := B, nx := Nx, aliases := Aliases} <- Rows],
+    ?assertEqual(?DEVICE_TYPES, [N || #{name := N} <- Devices]),
+    ?assertMatch([#{name := cpu, dlpack := 1, indexed := false}, #{name := cuda, dlpack := 2, indexed := true}],
+                 Devices),
+    ?assertEqual(tensor_blob:tables(), tensor_blob:tables()),
+    ?assertMatch(#{name := float32, element_size := 4, kind := float}, tensor_blob:dtype_info(float32)),
+    ?assertBadarg(<<"dtype">>, tensor_blob:dtype_info(float)).
+
+%% The canonical dtype an alias names: through a tensor where the linked
+%% libtorch holds it, else through its Nx type.
+canonical_of(Alias) ->
+    [Row] = [R || #{aliases := As} = R <- dtype_rows(), lists:member(Alias, As)],
+    case Row of
+        #{available := true} -> tensor_blob:dtype(tensor_blob:zeros({1}, Alias));
+        #{name := N, nx := Nx} -> ?assertEqual(Nx, tensor_blob:nx_type(Alias)), N
+    end.
 
 %% Canonical dtypes the linked libtorch lacks raise a tensor_blob error naming
 %% the dtype, from every entry point, and never become another dtype.
@@ -148,9 +185,7 @@ unsupported_dtype(D) ->
 
 unsupported_nx_dtype_test() ->
     [?assertTensorBlobError(Name, tensor_blob:zeros({1}, Nx))
-     || {Nx, Name} <- [{{u, 16}, uint16}, {{u, 32}, uint32}, {{u, 64}, uint64},
-                       {{f, 8}, float8_e5m2}],
-        not lists:member(Name, tensor_blob:dtypes())].
+     || #{name := Name, nx := Nx, available := false} <- dtype_rows(), Nx =/= nil].
 
 %% from_binary then to_binary gives the bytes back, with the dtype, shape and
 %% strides asked for; a transposed view reads the elements transposed, which

@@ -6,33 +6,9 @@ defmodule TensorBlob.TorchShmTest do
 
   alias TensorBlob.{IPC, Tensor}
   alias TensorBlob.Test.{Holder, Lifetime}
+  import TensorBlob.Test.Shm
 
   @header 64
-
-  defp floats(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
-  defp path(name), do: "/dev/shm/" <> String.trim_leading(name, "/")
-
-  defp refcount(name) do
-    <<count::signed-native-32, _::binary>> = File.read!(path(name))
-    count
-  end
-
-  defp set_refcount(name, count) do
-    {:ok, f} = :file.open(path(name), [:read, :write, :raw, :binary])
-    :ok = :file.pwrite(f, 0, <<count::signed-native-32>>)
-    :ok = :file.close(f)
-  end
-
-  # Destructors run shortly after the collection that frees a tensor.
-  defp eventually(fun, tries \\ 200) do
-    Lifetime.collect()
-
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(10) && eventually(fun, tries - 1)
-    end
-  end
 
   # A region laid out as PyTorch lays it out, written here byte by byte:
   # PyTorch's process holds one reference.

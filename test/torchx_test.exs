@@ -269,6 +269,36 @@ if Code.ensure_loaded?(Torchx.Backend) do
       end
     end
 
+    test "Nx functions and defn take our tensors with Torchx the default backend: a copy, or a region mapped" do
+      t = Tensor.from_binary(Nx.to_binary(Nx.iota({2, 3}, type: {:f, 32})), :float32, {2, 3})
+      view = TensorBlob.from_blob(TensorBlob.to_blob(t), owner: :none)
+      scale_add = Nx.Defn.jit(fn x, y -> Nx.add(Nx.multiply(x, 2), y) end)
+      previous = Nx.default_backend(Torchx.Backend)
+
+      try do
+        for x <- [t, view] do
+          sum = Nx.add(x, 1)
+          assert %Torchx.Backend{} = sum.data
+          assert Nx.to_flat_list(sum) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+          assert Nx.to_number(Nx.sum(x)) == 15.0
+          assert Nx.to_flat_list(scale_add.(x, t)) == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
+          # Torchx cannot keep our memory alive: it gets a copy of its own.
+          tx = Nx.to_tensor(x)
+          assert %Torchx.Backend{} = tx.data
+          refute address(tx) == ptr(t)
+        end
+
+        # A whole region: Torchx maps it, zero-copy, and sees our writes.
+        region = IPC.zeros({4}, :int32)
+        tx = Nx.to_tensor(region)
+        Tensor.write!(region, <<1::32-native, 2::32-native, 3::32-native, 4::32-native>>)
+        assert Nx.to_flat_list(tx) == [1, 2, 3, 4]
+        assert Nx.to_number(Nx.sum(region)) == 10
+      after
+        Nx.default_backend(previous)
+      end
+    end
+
     test "to_nx/1 follows Nx.default_backend(Torchx.Backend)" do
       t = Tensor.from_binary(Nx.to_binary(Nx.iota({3}, type: {:f, 32})), :float32, {3})
       previous = Nx.default_backend(Torchx.Backend)

@@ -18,13 +18,15 @@
 #include "tb_load.h"
 #include "tb_registry.h"
 
-/* 6: frozen memory is kept by thread (tb_registry.h);
+/* 7: one region container for both formats (tb_shm.c), read by the
+ * name NIFs of every build;
+ * 6: frozen memory is kept by thread (tb_registry.h);
  * 5: shared-memory regions and CUDA IPC mappings are two storage kinds;
  * 4: the registry is sharded by address, the state found across builds;
  * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
  * keeps its tensor resource */
 #ifndef TB_ABI /* the load tests build one with another */
-#define TB_ABI 6u
+#define TB_ABI 7u
 #endif
 #define TB_MAX_BUILDS 16
 

@@ -22,17 +22,12 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(false_, "false");
     ATOM(nil, "nil");
     ATOM(undefined, "undefined");
-    ATOM(none, "none");
     ATOM(ptr, "ptr");
     ATOM(shape, "shape");
     ATOM(strides, "strides");
     ATOM(dtype, "dtype");
     ATOM(device, "device");
-    ATOM(element_size, "element_size");
-    ATOM(byte_size, "byte_size");
-    ATOM(owner, "owner");
     ATOM(struct_, "__struct__");
-    ATOM(alignment, "alignment");
     ATOM(ref, "ref");
     ATOM(read_only, "read_only");
     ATOM(cpu, "cpu");
@@ -53,7 +48,12 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(binaries, "binaries");
     ATOM(versioned, "versioned");
     ATOM(legacy, "legacy");
+    ATOM(unsafe_address, "unsafe_address");
     ATOM(tensor_struct, "Elixir.TensorBlob.Tensor");
+    ATOM(blob_view_struct, "Elixir.TensorBlob.BlobView");
+    ATOM(tensor, "tensor");
+    ATOM(not_contiguous, "not_contiguous");
+    ATOM(shared_memory, "shared_memory");
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)
         a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);
@@ -133,8 +133,9 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
         return 0;
     }
     if (len != (unsigned)ndim) {
-        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T", field, ndim,
-                               len, term);
+        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T; strides left from "
+                                    "another shape (a blob's, reshaped) can be dropped for row-major ones: %C",
+                               field, ndim, len, term, "Blob#{strides => undefined}", "%{blob | strides: nil}");
         return 0;
     }
     ERL_NIF_TERM head, tail = term;

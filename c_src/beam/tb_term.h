@@ -17,9 +17,9 @@
 #include "tb_raise.h"
 
 typedef struct {
-    ERL_NIF_TERM ok, true_, false_, nil, undefined, none;
+    ERL_NIF_TERM ok, true_, false_, nil, undefined;
     /* blob keys */
-    ERL_NIF_TERM ptr, shape, strides, dtype, device, element_size, byte_size, owner, struct_, alignment;
+    ERL_NIF_TERM ptr, shape, strides, dtype, device, struct_;
     ERL_NIF_TERM ref, read_only;
     ERL_NIF_TERM cpu, cuda;
     /* DLPack device types beyond cpu and cuda; memory the runtime cannot place */
@@ -29,8 +29,10 @@ typedef struct {
     /* stats keys */
     ERL_NIF_TERM tensors, pins, capsules, binaries;
     /* DLPack kinds */
-    ERL_NIF_TERM versioned, legacy;
+    ERL_NIF_TERM versioned, legacy, unsafe_address;
     ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
+    ERL_NIF_TERM blob_view_struct, tensor; /* 'Elixir.TensorBlob.BlobView' and its key */
+    ERL_NIF_TERM not_contiguous, shared_memory; /* why to_binary_view made no view */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
     ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */
 } tb_atom_table;

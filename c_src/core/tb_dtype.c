@@ -7,6 +7,26 @@
 const tb_dtype tb_dtypes[TB_DT_COUNT] = {TB_DTYPE_LIST(TB_DTYPE_ROW_)};
 #undef TB_DTYPE_ROW_
 
+#define TB_DTYPE_SINCE_1_13(id, ...) [TB_DT_##id] = "1.13",
+#define TB_DTYPE_SINCE_2_1(id, ...) [TB_DT_##id] = "2.1",
+#define TB_DTYPE_SINCE_2_3(id, ...) [TB_DT_##id] = "2.3",
+const char *const tb_dtype_since[TB_DT_COUNT] = {TB_DTYPES_TORCH_1_13(TB_DTYPE_SINCE_1_13)
+                                                     TB_DTYPES_TORCH_2_1(TB_DTYPE_SINCE_2_1)
+                                                         TB_DTYPES_TORCH_2_3(TB_DTYPE_SINCE_2_3)};
+
+const char *tb_dtype_kind(tb_dtype_id id)
+{
+    switch (tb_dtypes[id].dl_code) {
+    case tb_kDLBool: return "bool";
+    case tb_kDLUInt: return "uint";
+    case tb_kDLInt: return "int";
+    case tb_kDLFloat: return "float";
+    case tb_kDLBfloat: return "bfloat";
+    case tb_kDLComplex: return "complex";
+    default: return "float8";
+    }
+}
+
 #define TB_DTYPE_ALIAS_ROW_(name, id) {name, TB_DT_##id},
 const tb_dtype_alias tb_dtype_aliases[TB_DT_ALIAS_COUNT] = {TB_DTYPE_ALIASES(TB_DTYPE_ALIAS_ROW_)};
 #undef TB_DTYPE_ALIAS_ROW_

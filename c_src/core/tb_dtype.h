@@ -4,8 +4,9 @@
  * In C, a dtype is one line of the list of the libtorch release that
  * brought it (TB_DTYPE_LIST below): the enum, the table, the shim's
  * compile-time checks of the scalar-type numbers and its "does the linked
- * libtorch have it" answer are all derived from these lists. The Elixir
- * docs, Inspect's preview and the tests' lists change too: ARCHITECTURE.md,
+ * libtorch have it" answer are all derived from these lists, and so are
+ * what Erlang and Elixir see of them (tables/0: Inspect, the tests' lists);
+ * the dtypes guide's table is checked against them: ARCHITECTURE.md,
  * "Adding a dtype". */
 #ifndef TB_DTYPE_H
 #define TB_DTYPE_H
@@ -43,7 +44,8 @@
 #define TB_DTYPE_LIST(X) TB_DTYPES_TORCH_1_13(X) TB_DTYPES_TORCH_2_1(X) TB_DTYPES_TORCH_2_3(X)
 
 /* Other names accepted on input: A(name, ID). ExTorch's (and libtorch's)
- * names, and Nx's shorthands. */
+ * names, and Nx's shorthands, a few a line (clang-format leaves them so). */
+/* clang-format off */
 #define TB_DTYPE_ALIASES(A)                                                                       \
     A("byte", UINT8) A("char", INT8) A("short", INT16) A("int", INT32) A("long", INT64)         \
     A("half", FLOAT16) A("float", FLOAT32) A("double", FLOAT64)                                   \
@@ -53,6 +55,7 @@
     A("s8", INT8) A("s16", INT16) A("s32", INT32) A("s64", INT64)                                 \
     A("f16", FLOAT16) A("bf16", BFLOAT16) A("f32", FLOAT32) A("f64", FLOAT64)                     \
     A("c64", COMPLEX64) A("c128", COMPLEX128)
+/* clang-format on */
 
 #define TB_DTYPE_ENUM_(id, ...) TB_DT_##id,
 typedef enum { TB_DTYPE_LIST(TB_DTYPE_ENUM_) TB_DT_COUNT } tb_dtype_id;
@@ -74,6 +77,13 @@ typedef struct {
 } tb_dtype;
 
 extern const tb_dtype tb_dtypes[TB_DT_COUNT];
+
+/* The libtorch release that brought each dtype ("1.13", ...): its group. */
+extern const char *const tb_dtype_since[TB_DT_COUNT];
+
+/* What a dtype's elements are, from its DLPack code: "bool", "uint",
+ * "int", "float" (IEEE), "bfloat", "complex" (two IEEE floats) or "float8". */
+const char *tb_dtype_kind(tb_dtype_id id);
 
 typedef struct {
     const char *name;

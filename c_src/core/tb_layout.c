@@ -2,14 +2,19 @@
 
 int tb_row_major_strides(int ndim, const int64_t *shape, int64_t *strides)
 {
+    /* Every stride is written, even past an overflow (saturated): a caller
+     * that goes on to check the layout never reads an unset one. */
     int64_t step = 1;
+    int ok = 1;
     for (int i = ndim - 1; i >= 0; i--) {
         strides[i] = step;
         int64_t n = shape[i] > 1 ? shape[i] : 1;
-        if (__builtin_mul_overflow(step, n, &step))
-            return 0;
+        if (ok && __builtin_mul_overflow(step, n, &step))
+            ok = 0;
+        if (!ok)
+            step = INT64_MAX;
     }
-    return 1;
+    return ok;
 }
 
 uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *strides, size_t element_size)
@@ -21,6 +26,25 @@ uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *stri
         last += (uint64_t)(shape[i] - 1) * (uint64_t)strides[i];
     }
     return (last + 1) * element_size;
+}
+
+int tb_layout_self_overlaps(int ndim, const int64_t *shape, const int64_t *strides)
+{
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0)
+            return 0; /* no elements at all */
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 2)
+            continue;
+        if (strides[i] == 0)
+            return 1;
+        /* Index k along i (1 <= k < shape[i]) lands where index 1 along j
+         * does when strides[j] == k * strides[i]. */
+        for (int j = 0; j < ndim; j++)
+            if (j != i && shape[j] >= 2 && strides[j] % strides[i] == 0 && strides[j] / strides[i] < shape[i])
+                return 1;
+    }
+    return 0;
 }
 
 tb_layout_result tb_layout_check(const tb_layout *l)

@@ -1,13 +1,14 @@
-#include "tb_cuda.h"
+/* The CUDA NIFs: cuda_info, cuda_synchronize, cuda_memory, over the
+ * runtime (tb_cuda_runtime). */
 
 #include "tb_cuda_runtime.h"
+#include "tb_nifs.h"
 #include "tb_term.h"
 #include "torch_shim.h"
 
 /* cuda_info() -> #{built, devices, libtorch, runtime, runtime_path, ipc_mappings} */
-ERL_NIF_TERM tb_nif_cuda_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_cuda_info(TB_NIF_PARAMS)
 {
-    (void)argc;
     (void)argv;
     ERL_NIF_TERM keys[] = {enif_make_atom(env, "built"),        enif_make_atom(env, "devices"),
                            enif_make_atom(env, "ipc_mappings"), enif_make_atom(env, "libtorch"),
@@ -25,9 +26,8 @@ ERL_NIF_TERM tb_nif_cuda_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
 
 /* cuda_synchronize(Index): waits for the device's work; registered on a
  * dirty I/O scheduler in the function table. */
-ERL_NIF_TERM tb_nif_cuda_synchronize(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_cuda_synchronize(TB_NIF_PARAMS)
 {
-    (void)argc;
     int index;
     int count = tb_cuda_device_count();
     if (!enif_get_int(env, argv[0], &index) || index < 0)
@@ -42,9 +42,8 @@ ERL_NIF_TERM tb_nif_cuda_synchronize(ErlNifEnv *env, int argc, const ERL_NIF_TER
     return tb_atoms.ok;
 }
 
-ERL_NIF_TERM tb_nif_cuda_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_cuda_memory(TB_NIF_PARAMS)
 {
-    (void)argc;
     ErlNifUInt64 ptr;
     if (!enif_get_uint64(env, argv[0], &ptr))
         return tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", argv[0]);

@@ -27,21 +27,13 @@ int tb_cuda_handle_decode(const unsigned char *bytes, size_t size, tb_cuda_handl
 
 static _Thread_local char message[400];
 
-static const char *failed(const char *what, const char *error)
-{
-    if (!error)
-        return NULL;
-    snprintf(message, sizeof message, "%s: %s", what, error);
-    return message;
-}
-
 const char *tb_cuda_handle_export(const tb_cuda_ops *ops, uint64_t data, uint64_t bytes, tb_cuda_handle *out)
 {
     if (!ops->address_range || !ops->ipc_get_handle)
         return "the CUDA runtime in use cannot tell an allocation's base (cuMemGetAddressRange) or lacks "
                "cudaIpcGetMemHandle";
     uint64_t base, size;
-    const char *e = failed("cuMemGetAddressRange", ops->address_range(data, &base, &size));
+    const char *e = tb_cuda_failed("cuMemGetAddressRange", ops->address_range(data, &base, &size));
     if (e)
         return e;
     /* What the runtime says must hold the tensor, or the offset is wrong. */
@@ -52,7 +44,7 @@ const char *tb_cuda_handle_export(const tb_cuda_ops *ops, uint64_t data, uint64_
                  (unsigned long long)bytes);
         return message;
     }
-    if ((e = failed("cudaIpcGetMemHandle", ops->ipc_get_handle(base, out->raw))))
+    if ((e = tb_cuda_failed("cudaIpcGetMemHandle", ops->ipc_get_handle(base, out->raw))))
         return e;
     out->offset = data - base;
     return NULL;
@@ -67,7 +59,7 @@ const char *tb_cuda_handle_open(const tb_cuda_ops *ops, const tb_cuda_handle *h,
     int saved = -1;
     int restore = ops->get_device && !ops->get_device(&saved) && saved != device;
     /* cudaIpcOpenMemHandle maps on the current device. */
-    const char *e = failed("cudaSetDevice", ops->set_device(device));
+    const char *e = tb_cuda_failed("cudaSetDevice", ops->set_device(device));
     uint64_t base = 0;
     if (!e) {
         const char *error = ops->ipc_open_handle(h->raw, &base);
@@ -85,7 +77,7 @@ const char *tb_cuda_handle_open(const tb_cuda_ops *ops, const tb_cuda_handle *h,
         return e;
 
     uint64_t range_base, size;
-    if ((e = failed("cuMemGetAddressRange of the opened handle", ops->address_range(base, &range_base, &size)))) {
+    if ((e = tb_cuda_failed("cuMemGetAddressRange of the opened handle", ops->address_range(base, &range_base, &size)))) {
         (void)ops->ipc_close_handle(base);
         return e;
     }

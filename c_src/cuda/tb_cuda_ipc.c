@@ -1,10 +1,16 @@
-#include "tb_cuda_ipc.h"
+/* CUDA IPC: a CUDA tensor shared with another OS process through a
+ * cudaIpcMemHandle_t, in Nx's %Nx.Pointer{kind: :ipc, address: DeviceIndex,
+ * handle: Bytes} convention (Torchx's); the bytes carry the tensor's offset
+ * in its allocation when it has one (tb_cuda_handle.h). The opened tensor's
+ * storage (memory kind ipc, on a CUDA device) closes the mapping once, when
+ * libtorch frees it (tb_storage_release). */
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "tb_cuda_runtime.h"
 #include "tb_cuda_handle.h"
+#include "tb_nifs.h"
 #include "tb_storage.h"
 #include "tb_stream.h"
 #include "tb_tensor.h"
@@ -46,9 +52,8 @@ static const tb_cuda_ipc *mapping_of(const tb_shim_info *info)
     return s && s->kind == TB_MEMORY_CUDA_IPC ? (const tb_cuda_ipc *)s : NULL;
 }
 
-ERL_NIF_TERM tb_nif_cuda_ipc_export(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_cuda_ipc_export(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
@@ -95,9 +100,8 @@ ERL_NIF_TERM tb_nif_cuda_ipc_export(ErlNifEnv *env, int argc, const ERL_NIF_TERM
                             shared);
 }
 
-ERL_NIF_TERM tb_nif_cuda_ipc_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_cuda_ipc_open(TB_NIF_PARAMS)
 {
-    (void)argc;
     /* A build or machine that cannot open any handle says so first. */
     const char *e = tb_cuda_ipc_unavailable();
     if (e)
@@ -141,18 +145,15 @@ static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_cuda_ipc *m, const tb_dense *
     tb_storage_init(&m->header, TB_MEMORY_CUDA_IPC, 0, release_mapping);
     tb_cuda_mappings_add(1);
     const tb_layout *l = &d->layout;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_from_blob((void *)(uintptr_t)m->map.data, l->ndim, l->shape, l->strides,
-                           tb_dtypes[d->dtype].torch_scalar_type, TB_DEVICE_CUDA, m->map.device, &m->header,
-                           tb_storage_release, &h, &err))
-        return tb_raise_error(env, "ipc: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_from_blob((void *)(uintptr_t)m->map.data, l->ndim, l->shape, l->strides,
+                               tb_dtypes[d->dtype].torch_scalar_type, TB_DEVICE_CUDA, m->map.device, &m->header,
+                               tb_storage_release, &out.handle, &out.err);
+    return tb_tensor_result(env, "ipc", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_cuda_torch_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_cuda_torch_open(TB_NIF_PARAMS)
 {
-    (void)argc;
     /* The fields of storage._share_cuda_(), in its order, then dtype and shape. */
     int device;
     ErlNifBinary handle_bin, name, event;

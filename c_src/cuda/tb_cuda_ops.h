@@ -40,6 +40,8 @@ typedef struct {
     const char *(*event_destroy)(void *event);
     const char *(*stream_wait_event)(uintptr_t stream, void *event);
     const char *(*stream_synchronize)(uintptr_t stream);
+    /* Waits for all work of the current device. */
+    const char *(*device_synchronize)(void);
     /* libtorch's current stream of a device, as the calling thread sees it. */
     int (*torch_stream_is_default)(int device);
     /* Records a new event (a cudaEvent_t) on it. */
@@ -48,5 +50,10 @@ typedef struct {
     const char *(*torch_wait_event)(int device, void *event);
     void (*torch_destroy_event)(int device, void *event);
 } tb_cuda_ops;
+
+/* "what: the runtime's message" for a call that failed, or NULL when the
+ * call succeeded (error is NULL). The text lives in a buffer of the
+ * calling thread, until its next failure. */
+const char *tb_cuda_failed(const char *what, const char *error);
 
 #endif

@@ -51,6 +51,7 @@ static void fill_torch_ops(void)
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 #include <string.h>
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == TB_CUDA_IPC_HANDLE_SIZE, "cudaIpcMemHandle_t is 64 bytes");
@@ -69,7 +70,7 @@ _Static_assert((uintptr_t)cudaStreamPerThread == TB_STREAM_PER_THREAD, "cudaStre
 #define TB_CUDA_RUNTIME_CALLS(X)                                                                                   \
     X(get_device_count, cudaGetDeviceCount, cudaError_t, (int *), NEEDED)                                          \
     X(set_device, cudaSetDevice, cudaError_t, (int), NEEDED_OP)                                                    \
-    X(device_synchronize, cudaDeviceSynchronize, cudaError_t, (void), NEEDED)                                      \
+    X(device_synchronize, cudaDeviceSynchronize, cudaError_t, (void), NEEDED_OP)                                   \
     X(pointer_type, cudaPointerGetAttributes, cudaError_t, (struct cudaPointerAttributes *, const void *),        \
       NEEDED_OP)                                                                                                   \
     X(get_last_error, cudaGetLastError, cudaError_t, (void), NEEDED)                                               \
@@ -142,6 +143,11 @@ static const char *op_get_device(int *device)
 static const char *op_set_device(int device)
 {
     return rt_error(rt.set_device(device));
+}
+
+static const char *op_device_synchronize(void)
+{
+    return rt_error(rt.device_synchronize());
 }
 
 static const char *op_pointer_type(uint64_t ptr, tb_mem_type *type, int *device)
@@ -316,14 +322,15 @@ void tb_cuda_load(void)
     fill_runtime_ops();
 }
 
-/* Asked once, at load: from_blob consults it on every call, and the
- * runtime's answer costs far more than the rest of from_blob. */
-static int device_count = -1;
+/* Asked once (at load, after the runtime is opened): from_blob consults it
+ * on every call, and the runtime's answer costs far more than the rest of
+ * from_blob. Any scheduler may ask first: pthread_once makes the one ask,
+ * and publishes its answer to every thread. */
+static int device_count;
+static pthread_once_t device_count_once = PTHREAD_ONCE_INIT;
 
-int tb_cuda_device_count(void)
+static void ask_device_count(void)
 {
-    if (device_count >= 0)
-        return device_count;
     int n = 0;
     if (!rt.loaded || rt.get_device_count(&n) != cudaSuccess) {
         if (rt.loaded)
@@ -331,7 +338,16 @@ int tb_cuda_device_count(void)
         n = 0;
     }
     device_count = n;
-    return n;
+}
+
+int tb_cuda_device_count(void)
+{
+    /* Before the runtime is loaded there is nothing to ask, and nothing
+     * to remember. */
+    if (!rt.loaded)
+        return 0;
+    pthread_once(&device_count_once, ask_device_count);
+    return device_count;
 }
 
 tb_mem_type tb_cuda_pointer_type(uint64_t ptr, int *device, const char **error)
@@ -364,8 +380,7 @@ int tb_cuda_runtime_loaded(void)
 
 const char *tb_cuda_synchronize(int index)
 {
-    const char *e = rt_error(rt.set_device(index));
-    return e ? e : rt_error(rt.device_synchronize());
+    return tb_stream_device_wait(&ops, index);
 }
 #else
 const char *tb_cuda_runtime_path(void)

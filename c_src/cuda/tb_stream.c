@@ -25,17 +25,6 @@ int tb_stream_parse(int given, int64_t value, tb_stream *out, const char **why)
     return 1;
 }
 
-static _Thread_local char message[320];
-
-/* "what: the runtime's message", or NULL when it said nothing. */
-static const char *failed(const char *what, const char *error)
-{
-    if (!error)
-        return NULL;
-    snprintf(message, sizeof message, "%s: %s", what, error);
-    return message;
-}
-
 #define MISSING(ops, call)                                                                                     \
     ((ops)->call ? NULL : "the CUDA runtime in use lacks the call " #call)
 
@@ -47,7 +36,7 @@ typedef struct {
 static const char *enter(const tb_cuda_ops *ops, int device, device_scope *scope)
 {
     scope->restore = ops->get_device && !ops->get_device(&scope->saved) && scope->saved != device;
-    return ops->set_device ? failed("cudaSetDevice", ops->set_device(device)) : MISSING(ops, set_device);
+    return ops->set_device ? tb_cuda_failed("cudaSetDevice", ops->set_device(device)) : MISSING(ops, set_device);
 }
 
 static void leave(const tb_cuda_ops *ops, const device_scope *scope)
@@ -72,13 +61,13 @@ const char *tb_stream_export(const tb_cuda_ops *ops, int device, const tb_stream
     if (e)
         return e;
     void *event = NULL;
-    if ((e = failed("recording an event on libtorch's current stream", ops->torch_record_event(device, &event))))
+    if ((e = tb_cuda_failed("recording an event on libtorch's current stream", ops->torch_record_event(device, &event))))
         return e;
     device_scope scope;
     /* The legacy and per-thread streams are those of the current device. */
     e = enter(ops, device, &scope);
     if (!e)
-        e = failed("cudaStreamWaitEvent on the consumer's stream", ops->stream_wait_event(consumer->handle, event));
+        e = tb_cuda_failed("cudaStreamWaitEvent on the consumer's stream", ops->stream_wait_event(consumer->handle, event));
     leave(ops, &scope);
     ops->torch_destroy_event(device, event);
     return e;
@@ -99,12 +88,12 @@ const char *tb_stream_import(const tb_cuda_ops *ops, int device, const tb_stream
     void *event = NULL;
     e = enter(ops, device, &scope);
     if (!e)
-        e = failed("cudaEventCreateWithFlags", ops->event_create(&event));
+        e = tb_cuda_failed("cudaEventCreateWithFlags", ops->event_create(&event));
     if (!e)
-        e = failed("cudaEventRecord on the producer's stream", ops->event_record(event, producer->handle));
+        e = tb_cuda_failed("cudaEventRecord on the producer's stream", ops->event_record(event, producer->handle));
     leave(ops, &scope);
     if (!e)
-        e = failed("making libtorch's current stream wait", ops->torch_wait_event(device, event));
+        e = tb_cuda_failed("making libtorch's current stream wait", ops->torch_wait_event(device, event));
     /* Destroying an event whose wait is queued is allowed: the runtime
      * releases it once the wait is done. */
     if (event && ops->event_destroy)
@@ -122,7 +111,7 @@ const char *tb_stream_host_wait(const tb_cuda_ops *ops, int device, const tb_str
     device_scope scope;
     e = enter(ops, device, &scope);
     if (!e)
-        e = failed("cudaStreamSynchronize on the producer's stream", ops->stream_synchronize(producer->handle));
+        e = tb_cuda_failed("cudaStreamSynchronize on the producer's stream", ops->stream_synchronize(producer->handle));
     leave(ops, &scope);
     return e;
 }
@@ -135,9 +124,22 @@ const char *tb_stream_host_wait_torch(const tb_cuda_ops *ops, int device)
     if (e)
         return e;
     void *event = NULL;
-    if ((e = failed("recording an event on libtorch's current stream", ops->torch_record_event(device, &event))))
+    if ((e = tb_cuda_failed("recording an event on libtorch's current stream", ops->torch_record_event(device, &event))))
         return e;
-    e = failed("cudaEventSynchronize", ops->event_synchronize(event));
+    e = tb_cuda_failed("cudaEventSynchronize", ops->event_synchronize(event));
     ops->torch_destroy_event(device, event);
+    return e;
+}
+
+const char *tb_stream_device_wait(const tb_cuda_ops *ops, int device)
+{
+    const char *e = MISSING(ops, device_synchronize);
+    if (e)
+        return e;
+    device_scope scope;
+    e = enter(ops, device, &scope);
+    if (!e)
+        e = tb_cuda_failed("cudaDeviceSynchronize", ops->device_synchronize());
+    leave(ops, &scope);
     return e;
 }

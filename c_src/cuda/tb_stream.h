@@ -51,5 +51,9 @@ const char *tb_stream_host_wait(const tb_cuda_ops *ops, int device, const tb_str
 /* The calling thread waits for libtorch's current stream of `device` (an
  * IPC export: another process reads the memory next). */
 const char *tb_stream_host_wait_torch(const tb_cuda_ops *ops, int device);
+/* The calling thread waits for all work of `device`; its current device is
+ * put back afterwards (a scheduler thread's current device is libtorch's
+ * and other NIFs' business too). */
+const char *tb_stream_device_wait(const tb_cuda_ops *ops, int device);
 
 #endif

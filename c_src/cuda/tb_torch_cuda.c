@@ -1,4 +1,4 @@
-#define _GNU_SOURCE /* shm_open */
+#define _GNU_SOURCE /* shm_unlink */
 #include "tb_torch_cuda.h"
 
 #include <errno.h>
@@ -11,11 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tb_fault.h"
+#include "tb_shm_names.h"
+
 _Static_assert(TB_TORCH_COUNTER_NAME_SIZE >= NAME_MAX, "room for any shared-memory name");
 
-/* The header's count is PyTorch's std::atomic<int>; the counters are
- * int64_t, which PyTorch's consumers decrement in place. */
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the header's count must be a lock-free int, as PyTorch's is");
+/* The counters are int64_t, which PyTorch's consumers decrement in place
+ * (the header's count is tb_shm_names.h's). */
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "a share's counter must be a lock-free 64-bit int");
 _Static_assert(sizeof(atomic_llong) == sizeof(int64_t), "a share's counter is 64 bits");
 
@@ -48,30 +50,41 @@ const char *tb_torch_cuda_mem_handle(const unsigned char *bytes, size_t size,
     return NULL;
 }
 
-static atomic_int *file_refcount(const tb_torch_counter *c)
-{
-    return (atomic_int *)c->base;
-}
-
 static atomic_llong *counter_of(const tb_torch_counter *c)
 {
     return (atomic_llong *)((char *)c->base + TB_TORCH_COUNTER_HEADER) + c->slot;
 }
 
-int tb_torch_take_reference(atomic_int *count, int *seen)
+/* The share's counter, read or dropped, under the SIGBUS guard: the file
+ * is a region another program can shrink. */
+typedef struct {
+    atomic_llong *counter;
+    int64_t value;
+    int drop;
+} counter_op;
+
+static void counter_run(void *arg)
 {
-    int c = atomic_load(count);
-    do {
-        *seen = c;
-        if (c <= 0 || c == INT_MAX)
-            return 0;
-    } while (!atomic_compare_exchange_weak(count, &c, c + 1));
-    return 1;
+    counter_op *op = arg;
+    long long v = atomic_load(op->counter);
+    if (op->drop) {
+        while (v > 0 && !atomic_compare_exchange_weak(op->counter, &v, v - 1))
+            ;
+        op->value = v > 0 ? v - 1 : -1;
+    } else {
+        op->value = v;
+    }
+}
+
+static int64_t counter_access(const tb_torch_counter *c, int drop)
+{
+    counter_op op = {.counter = counter_of(c), .value = -1, .drop = drop};
+    return tb_fault_run(counter_run, &op) ? op.value : -1;
 }
 
 static void drop_file_reference(tb_torch_counter *c)
 {
-    if (atomic_fetch_sub(file_refcount(c), 1) == 1)
+    if (tb_shm_header_drop(c->base) == 1)
         shm_unlink(c->name); /* ENOENT: the producer's shm manager removed it already */
     munmap(c->base, c->length);
     c->base = NULL;
@@ -81,26 +94,22 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
                                   int *caller_fault)
 {
     *caller_fault = 1;
-    if (name_size > 0 && name[0] == '/')
-        name++, name_size--;
-    int dots = (name_size == 1 && name[0] == '.') || (name_size == 2 && name[0] == '.' && name[1] == '.');
-    if (name_size == 0 || name_size > NAME_MAX - 2 || dots || memchr(name, '/', name_size) ||
-        memchr(name, '\0', name_size))
+    if (!tb_shm_name(name, name_size, out->name, sizeof out->name))
         return "ref_counter_handle: not a shared-memory name";
     if (slot < 0 || slot >= (int64_t)((SIZE_MAX - TB_TORCH_COUNTER_HEADER) / sizeof(int64_t)))
         return "ref_counter_offset: not a counter index";
-    snprintf(out->name, sizeof out->name, "/%.*s", (int)name_size, name);
     out->slot = slot;
 
-    int fd = shm_open(out->name, O_RDWR, 0);
+    struct stat st;
+    int error;
+    int fd = tb_shm_open(out->name, 0, &st, &error);
     if (fd < 0) {
-        snprintf(message, sizeof message, "ref_counter_handle: cannot open %s: %s%s", out->name, strerror(errno),
-                 errno == ENOENT ? " (its producer ended, or released every share in it)" : "");
+        snprintf(message, sizeof message, "ref_counter_handle: cannot open %s: %s%s", out->name,
+                 tb_shm_strerror(error), error == ENOENT ? " (its producer ended, or released every share in it)" : "");
         return message;
     }
-    struct stat st;
     size_t needed = TB_TORCH_COUNTER_HEADER + ((size_t)slot + 1) * sizeof(int64_t);
-    if (fstat(fd, &st) != 0 || st.st_size < 0 || (uint64_t)st.st_size < needed) {
+    if ((uint64_t)st.st_size < needed) {
         close(fd);
         snprintf(message, sizeof message, "ref_counter_offset: counter %lld is past the end of %s (%lld bytes)",
                  (long long)slot, out->name, (long long)st.st_size);
@@ -108,7 +117,7 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
     }
     out->length = (size_t)st.st_size;
     out->base = mmap(NULL, out->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int error = errno;
+    error = errno;
     close(fd);
     if (out->base == MAP_FAILED) {
         *caller_fault = 0;
@@ -116,12 +125,12 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
         return message;
     }
     int seen;
-    if (!tb_torch_take_reference(file_refcount(out), &seen)) {
+    if (!tb_shm_header_take(out->base, &seen)) {
         munmap(out->base, out->length);
         snprintf(message, sizeof message, "ref_counter_handle: %s is being freed by its last user", out->name);
         return message;
     }
-    int64_t value = atomic_load(counter_of(out));
+    int64_t value = counter_access(out, 0);
     if (value < 1) {
         drop_file_reference(out);
         snprintf(message, sizeof message,
@@ -134,18 +143,9 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
     return NULL;
 }
 
-int64_t tb_torch_counter_value(const tb_torch_counter *c)
-{
-    return atomic_load(counter_of(c));
-}
-
 int64_t tb_torch_counter_release(tb_torch_counter *c)
 {
-    atomic_llong *counter = counter_of(c);
-    long long v = atomic_load(counter), next;
-    do {
-        next = v > 0 ? v - 1 : -1;
-    } while (v > 0 && !atomic_compare_exchange_weak(counter, &v, v - 1));
+    int64_t next = counter_access(c, 1);
     drop_file_reference(c);
     return next;
 }

@@ -24,12 +24,14 @@
  * The file itself is reference-counted by its header, like any region of
  * PyTorch's file_system format.
  *
- * Pure C over tb_cuda_ops.h and POSIX shared memory: unit-tested with the
- * stand-in runtime of c_test/test_cuda.c. */
+ * Pure C over tb_cuda_ops.h and POSIX shared memory (the counter file is
+ * opened and counted as every region is, tb_shm_names.h): unit-tested
+ * with the stand-in runtime of c_test/test_cuda.c. What a VM that dies
+ * holds in a counter file is not released by its reaper: the producer's
+ * torch_shm_manager removes the file when the producer ends. */
 #ifndef TB_TORCH_CUDA_H
 #define TB_TORCH_CUDA_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,20 +62,12 @@ typedef struct {
     char name[TB_TORCH_COUNTER_NAME_SIZE]; /* "/" and the name */
 } tb_torch_counter;
 
-/* Takes a reference in the atomic count of a PyTorch shared-memory file's
- * header (its file_system format) unless the count is already zero (the
- * last holder is unlinking the name) or not a count at all; *seen is the
- * count found. Used for the CUDA counter file and for CPU regions alike. */
-int tb_torch_take_reference(atomic_int *count, int *seen);
-
 /* Maps the counter `slot` of the file `name` (a shared-memory name, with or
  * without its leading "/") and checks that it holds a share not yet
  * released (at least 1). NULL, or what is wrong; *caller_fault is 1 when
  * the name or slot given are at fault. Nothing stays mapped on failure. */
 const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t slot, tb_torch_counter *out,
                                   int *caller_fault);
-/* The counter's value now. */
-int64_t tb_torch_counter_value(const tb_torch_counter *c);
 /* Drops the share's reference (the counter, never below zero) and the
  * file's (unlinking the file when that was the last); unmaps. Returns the
  * counter's new value, or -1 when it was already 0. */

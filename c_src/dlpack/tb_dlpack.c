@@ -8,6 +8,8 @@
 #include "tb_cuda_runtime.h"
 #include "tb_dlpack_device.h"
 #include "tb_dlpack_check.h"
+#include "tb_intervals.h"
+#include "tb_nifs.h"
 #include "tb_rtype.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
@@ -27,11 +29,88 @@ typedef struct {
         tb_DLManagedTensor legacy;
     } m;
     tb_shim_tensor *ref;
+    /* Its address, while handed out (tb_dlpack_hand_out) and not yet
+     * imported or deleted: in the set of handed-out addresses. */
+    tb_range out;
+    _Atomic int handed;
     int64_t dims[]; /* shape[ndim], then strides[ndim] */
 } tb_export;
 
+/* ---- Addresses handed out ------------------------------------------------ */
+
+/* The addresses of our managed tensors given out as integers (consumed
+ * capsules, the C bridge), until one import takes each or its deleter
+ * runs: an import of an address finds out here whether it is ours and
+ * still unclaimed, without reading it. Sharded by address, each shard a
+ * spinlock held for one O(log n) step, so exchanges on different
+ * schedulers seldom meet. */
+#define HANDED_SHARDS 64
+static struct {
+    _Atomic int busy;
+    tb_range *root;
+} handed_out[HANDED_SHARDS];
+
+static unsigned handed_shard(uintptr_t address)
+{
+    return (unsigned)(((uint64_t)address >> 4) * UINT64_C(0x9E3779B97F4A7C15) >> 58) % HANDED_SHARDS;
+}
+
+static void shard_hold(unsigned s)
+{
+    int free_ = 0;
+    while (!atomic_compare_exchange_weak_explicit(&handed_out[s].busy, &free_, 1, memory_order_acquire,
+                                                  memory_order_relaxed))
+        free_ = 0;
+}
+
+static void shard_let_go(unsigned s)
+{
+    atomic_store_explicit(&handed_out[s].busy, 0, memory_order_release);
+}
+
+void tb_dlpack_hand_out(void *managed)
+{
+    tb_export *e = managed; /* the managed tensor is the export's first member */
+    uintptr_t a = (uintptr_t)managed;
+    unsigned s = handed_shard(a);
+    e->out.lo = a;
+    e->out.hi = a + 1;
+    e->out.file_dev = e->out.file_ino = 0;
+    shard_hold(s);
+    tb_intervals_insert(&handed_out[s].root, &e->out);
+    atomic_store_explicit(&e->handed, 1, memory_order_relaxed);
+    shard_let_go(s);
+}
+
+/* 1 when address is one of ours, handed out and unclaimed: it is now
+ * claimed by the caller, who owes its deleter one call. */
+static int claim_handed_out(uintptr_t address)
+{
+    unsigned s = handed_shard(address);
+    shard_hold(s);
+    const tb_range *r = tb_intervals_find(handed_out[s].root, address, address + 1);
+    tb_export *e = NULL;
+    if (r && r->lo == address) {
+        e = (tb_export *)((char *)r - offsetof(tb_export, out));
+        tb_intervals_remove(&handed_out[s].root, &e->out);
+        atomic_store_explicit(&e->handed, 0, memory_order_relaxed);
+    }
+    shard_let_go(s);
+    return e != NULL;
+}
+
 static void export_free(tb_export *e)
 {
+    /* A consumer that was handed the address deletes it: it leaves the set. */
+    if (atomic_load_explicit(&e->handed, memory_order_relaxed)) {
+        unsigned s = handed_shard(e->out.lo);
+        shard_hold(s);
+        if (atomic_load_explicit(&e->handed, memory_order_relaxed)) {
+            tb_intervals_remove(&handed_out[s].root, &e->out);
+            atomic_store_explicit(&e->handed, 0, memory_order_relaxed);
+        }
+        shard_let_go(s);
+    }
     tb_shim_release(e->ref);
     free(e);
     tb_count_add(&tb_st->capsules, -1);
@@ -207,6 +286,7 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     dl.byte_offset = 0;
 
     e->ref = tb_shim_retain(handle);
+    atomic_init(&e->handed, 0);
     if (versioned) {
         tb_DLManagedTensorVersioned *v = &e->m.versioned;
         v->version.major = TB_DLPACK_MAJOR_VERSION;
@@ -225,9 +305,8 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     return &e->m;
 }
 
-ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
@@ -276,23 +355,22 @@ ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return term;
 }
 
-ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_consume_dlpack(TB_NIF_PARAMS)
 {
-    (void)argc;
     ERL_NIF_TERM exc;
     tb_capsule *c = capsule_arg(env, argv[0], &exc);
     void *m = c ? capsule_managed(env, c, 1, NULL, &exc) : NULL;
     if (!m)
         return exc;
+    tb_dlpack_hand_out(m); /* a capsule holds only our exports */
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
 }
 
 /* dlpack_info(Capsule) -> the metadata of its managed tensor, read without
  * consuming it and without touching the memory: #{device, ptr, shape,
  * strides, dtype, read_only}. For any device, CUDA included. */
-ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_dlpack_info(TB_NIF_PARAMS)
 {
-    (void)argc;
     ERL_NIF_TERM exc;
     tb_dlpack_checked chk;
     tb_capsule *c = capsule_arg(env, argv[0], &exc);
@@ -316,9 +394,8 @@ ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return map;
 }
 
-ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_dlpack_version(TB_NIF_PARAMS)
 {
-    (void)argc;
     ERL_NIF_TERM exc;
     tb_capsule *c = capsule_arg(env, argv[0], &exc);
     if (!c)
@@ -412,11 +489,12 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
  * or at an address whose producer answers for it. 1, or 0 with *answer set:
  * the error, or the tensor already (our own export, back as it was). */
 static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only, void **m, int *versioned,
-                        int *from_capsule, ERL_NIF_TERM *answer)
+                        int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
 {
     ERL_NIF_TERM version = argv[1];
     tb_capsule *c = get_capsule(env, argv[0]);
     ErlNifUInt64 address;
+    *claimed = 0;
     if (c) {
         *versioned = c->versioned;
         if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != *versioned) {
@@ -444,7 +522,16 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
         *from_capsule = 1;
         return 1;
     }
-    if (enif_get_uint64(env, argv[0], &address)) {
+    /* {unsafe_address, Address}: the caller vouches for a foreign address. */
+    int unsafe = 0;
+    const ERL_NIF_TERM *pair;
+    int arity;
+    ERL_NIF_TERM source = argv[0];
+    if (enif_get_tuple(env, source, &arity, &pair) && arity == 2 && pair[0] == tb_atoms.unsafe_address) {
+        unsafe = 1;
+        source = pair[1];
+    }
+    if (enif_get_uint64(env, source, &address)) {
         /* Only what can be checked without reading: the rest is trusted. */
         if (address == 0) {
             *answer = tb_raise_badarg(env, "address: NULL is not a DLPack managed tensor");
@@ -455,9 +542,24 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
                                       (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
             return 0;
         }
+        /* Ours, handed out and not yet taken: taken now, once; trusted as
+         * a capsule is. Anything else is read only when the caller says
+         * it answers for it: a second import of an address, or a freed
+         * one, would call its deleter twice. */
+        int ours = claim_handed_out((uintptr_t)address);
+        if (!ours && !unsafe) {
+            *answer = tb_raise_badarg(env, "address: %lu is not a managed tensor this library handed out and still "
+                                           "holds (it was imported already, deleted, or made by another "
+                                           "producer); nothing in it was called. An address from another producer "
+                                           "is trusted blindly (imported twice, or after it was freed, its deleter "
+                                           "runs twice): to accept that risk, pass %C",
+                                      (unsigned long)address, "#{unsafe_address => true}", "unsafe_address: true");
+            return 0;
+        }
         *m = (void *)(uintptr_t)address;
         *versioned = version != tb_atoms.legacy;
         *from_capsule = 0;
+        *claimed = ours;
         return 1;
     }
     *answer = tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T",
@@ -465,7 +567,7 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
     return 0;
 }
 
-ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM version = argv[1];
     int read_only;
@@ -479,17 +581,22 @@ ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
 
     void *m;
-    int versioned, from_capsule;
+    int versioned, from_capsule, claimed;
     ERL_NIF_TERM answer;
-    if (!take_managed(env, argv, read_only, &m, &versioned, &from_capsule, &answer))
+    if (!take_managed(env, argv, read_only, &m, &versioned, &from_capsule, &claimed, &answer))
         return answer;
 
     tb_dlpack_checked chk;
     check_managed(m, versioned, &chk);
     /* Our own capsules are always trusted: they hold our exports. */
     int owned = chk.owned || from_capsule;
-    if (chk.status != TB_DLC_OK)
+    if (chk.status != TB_DLC_OK) {
+        /* Refused unread (read as the wrong version): the address stays
+         * the caller's, and one later import may still take it. */
+        if (claimed && !owned)
+            tb_dlpack_hand_out(m);
         return refuse(env, m, versioned, owned, &chk);
+    }
     int st = tb_dtypes[chk.dtype].torch_scalar_type;
     if (!tb_shim_has_scalar_type(st)) {
         release_managed(m, versioned);

@@ -17,18 +17,9 @@ long tb_dlpack_live(void);
  * tensor's memory, holding its own libtorch reference until its deleter
  * runs. NULL when out of memory or the scalar type has no dtype. */
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
-
-/* to_dlpack(Tensor, versioned | legacy, ReadOnly :: boolean(), Stream) -> capsule;
- * Stream: undefined, or the consumer's stream (tb_stream.h) */
-ERL_NIF_TERM tb_nif_to_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* from_dlpack(Capsule | Address, versioned | legacy | undefined, ReadOnly, Stream) -> tensor;
- * Stream: undefined, or the producer's stream (tb_stream.h) */
-ERL_NIF_TERM tb_nif_from_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* consume_dlpack(Capsule) -> Address */
-ERL_NIF_TERM tb_nif_consume_dlpack(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* dlpack_info(Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */
-ERL_NIF_TERM tb_nif_dlpack_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-/* dlpack_version(Capsule) -> versioned | legacy */
-ERL_NIF_TERM tb_nif_dlpack_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
+/* An export's address is given out as an integer: one import by address
+ * may take it (from_dlpack refuses any other address unless the caller
+ * vouches for it). */
+void tb_dlpack_hand_out(void *managed);
 
 #endif

@@ -95,7 +95,8 @@ static int claim_slot(void)
 
 /* Dimensions with their strides in bytes, without those of size 1, and
  * with each pair that is one run of memory merged: a contiguous tensor is
- * one dimension. 0 when the tensor has no elements. */
+ * one dimension. -1 when the tensor has no elements; 0 for one element
+ * (every size is 1). */
 static int coalesce(int ndim, const int64_t *sizes, const int64_t *strides, size_t element_size, int64_t *n,
                     int64_t *step)
 {
@@ -188,16 +189,38 @@ typedef struct {
     int64_t n[TB_FAULT_MAX_DIMS], step[TB_FAULT_MAX_DIMS];
 } copy_job;
 
-/* The copy with the slot's jump set: 0 when a fault ended it. Nothing
+static void run_copy(void *arg)
+{
+    const copy_job *job = arg;
+    copy_strided(job->base, job->ndim, job->n, job->step, job->element_size, job->dense, job->to_dense);
+}
+
+/* fn(arg) with the slot's jump set: 0 when a fault ended it. Nothing
  * here changes after sigsetjmp, so nothing is lost to the jump. */
-static int run_guarded(fault_slot *slot, const copy_job *job)
+static int run_guarded(fault_slot *slot, void (*fn)(void *), void *arg)
 {
     if (sigsetjmp(slot->jump, 0) != 0)
         return 0;
     atomic_signal_fence(memory_order_seq_cst);
-    copy_strided(job->base, job->ndim, job->n, job->step, job->element_size, job->dense, job->to_dense);
+    fn(arg);
     atomic_signal_fence(memory_order_seq_cst);
     return 1;
+}
+
+int tb_fault_run(void (*fn)(void *), void *arg)
+{
+    fault_slot *slot = &slots[claim_slot()];
+    int ok = run_guarded(slot, fn, arg);
+    atomic_store(&slot->tid, 0);
+    if (!ok) {
+        /* The handler ran with SIGBUS blocked, and the jump kept the mask
+         * (saving it would cost a system call per call): unblock it. */
+        sigset_t bus;
+        sigemptyset(&bus);
+        sigaddset(&bus, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+    }
+    return ok;
 }
 
 int tb_fault_copy_strided(void *base, int ndim, const int64_t *sizes, const int64_t *strides, size_t element_size,
@@ -209,16 +232,5 @@ int tb_fault_copy_strided(void *base, int ndim, const int64_t *sizes, const int6
     job.ndim = coalesce(ndim, sizes, strides, element_size, job.n, job.step);
     if (job.ndim < 0)
         return 1; /* no elements */
-    fault_slot *slot = &slots[claim_slot()];
-    int ok = run_guarded(slot, &job);
-    atomic_store(&slot->tid, 0);
-    if (!ok) {
-        /* The handler ran with SIGBUS blocked, and the jump kept the mask
-         * (saving it would cost a system call per copy): unblock it. */
-        sigset_t bus;
-        sigemptyset(&bus);
-        sigaddset(&bus, SIGBUS);
-        pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
-    }
-    return ok;
+    return tb_fault_run(run_copy, &job);
 }

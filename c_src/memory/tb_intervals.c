@@ -131,8 +131,3 @@ const tb_range *tb_intervals_find(const tb_range *n, uintptr_t lo, uintptr_t hi)
     }
     return NULL;
 }
-
-int tb_intervals_overlap(const tb_range *root, uintptr_t lo, uintptr_t hi)
-{
-    return tb_intervals_find(root, lo, hi) != NULL;
-}

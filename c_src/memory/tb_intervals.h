@@ -27,8 +27,6 @@ typedef struct tb_range {
 void tb_intervals_insert(tb_range **root, tb_range *r);
 /* r must be in the set. */
 void tb_intervals_remove(tb_range **root, tb_range *r);
-/* 1 when some range of the set overlaps [lo, hi). */
-int tb_intervals_overlap(const tb_range *root, uintptr_t lo, uintptr_t hi);
 /* A range of the set that overlaps [lo, hi), or NULL. */
 const tb_range *tb_intervals_find(const tb_range *root, uintptr_t lo, uintptr_t hi);
 

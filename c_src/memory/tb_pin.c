@@ -148,6 +148,51 @@ static int overlaps(const ErlNifBinary *b, uintptr_t lo, uintptr_t hi)
     return b->size > 0 && start < hi && lo < start + b->size;
 }
 
+int tb_pin_term_is_small(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    ERL_NIF_TERM stack[64], head, tail, key, value;
+    int depth = 0, budget = TB_PIN_SMALL_TERMS;
+    stack[depth++] = term;
+    while (depth > 0) {
+        ERL_NIF_TERM t = stack[--depth];
+        const ERL_NIF_TERM *elements;
+        int arity;
+        size_t size;
+        if (--budget < 0)
+            return 0;
+        if (enif_get_tuple(env, t, &arity, &elements)) {
+            if (arity > budget || depth + arity > (int)(sizeof stack / sizeof stack[0]))
+                return 0;
+            for (int i = 0; i < arity; i++)
+                stack[depth++] = elements[i];
+        } else if (enif_get_list_cell(env, t, &head, &tail)) {
+            if (depth + 2 > (int)(sizeof stack / sizeof stack[0]))
+                return 0;
+            stack[depth++] = tail;
+            stack[depth++] = head;
+        } else if (enif_get_map_size(env, t, &size) && size > 0) {
+            if (size > (size_t)budget / 2)
+                return 0;
+            ErlNifMapIterator it;
+            if (!enif_map_iterator_create(env, t, &it, ERL_NIF_MAP_ITERATOR_FIRST))
+                return 0;
+            int room = 1;
+            while (room && enif_map_iterator_get_pair(env, &it, &key, &value)) {
+                room = depth + 2 <= (int)(sizeof stack / sizeof stack[0]);
+                if (room) {
+                    stack[depth++] = key;
+                    stack[depth++] = value;
+                }
+                enif_map_iterator_next(env, &it);
+            }
+            enif_map_iterator_destroy(env, &it);
+            if (!room)
+                return 0;
+        }
+    }
+    return 1;
+}
+
 int tb_pin_holds_binary_over(tb_pin *pin, uintptr_t lo, uintptr_t hi)
 {
     ErlNifEnv *env = pin->env;

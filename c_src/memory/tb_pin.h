@@ -33,6 +33,12 @@ int tb_pin_binary(const tb_pin *pin, ErlNifBinary *bin);
  * tensor views are the binary's own, so no new binary need be made. */
 int tb_pin_binary_part(ErlNifEnv *env, const tb_storage *storage, const tb_range *span, ERL_NIF_TERM *out);
 
+/* 1 when the term is small enough to copy and walk on a normal scheduler
+ * (at most TB_PIN_SMALL_TERMS terms, nested at most 64 deep); the count
+ * stops as soon as it knows, so it costs little whatever the term. */
+#define TB_PIN_SMALL_TERMS 4096
+int tb_pin_term_is_small(ErlNifEnv *env, ERL_NIF_TERM term);
+
 /* 1 when a binary inside a pinned term (a tuple, list or map holding it, at
  * any depth) has bytes in [lo, hi): a view of them is read-only, as a view
  * pinning the binary itself is. */

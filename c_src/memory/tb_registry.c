@@ -1,5 +1,7 @@
 #include "tb_registry.h"
 
+#include "tb_stripe.h"
+
 /* log2 of the chunk of each level but the last, which is one chunk. */
 static const unsigned level_shift[TB_REG_LEVELS - 1] = {20, 30};
 
@@ -17,17 +19,6 @@ static unsigned shard_of_chunk(uintptr_t chunk)
     return (unsigned)(((uint64_t)chunk * 0x9E3779B97F4A7C15ull) >> 58) % TB_REG_SHARDS;
 }
 
-/* Threads take stripes in turn as they first freeze memory. */
-static unsigned next_stripe;
-static _Thread_local unsigned my_stripe_plus_one;
-
-static unsigned my_stripe(void)
-{
-    if (!my_stripe_plus_one)
-        my_stripe_plus_one = __atomic_fetch_add(&next_stripe, 1, __ATOMIC_RELAXED) % TB_REG_STRIPES + 1;
-    return my_stripe_plus_one - 1;
-}
-
 static int by_thread(tb_reg_kind kind)
 {
     return kind == TB_REG_FROZEN;
@@ -38,7 +29,7 @@ static tb_reg_shard *home_of(tb_registry *reg, tb_reg_kind kind, tb_range *r, in
 {
     if (by_thread(kind)) {
         if (set_home)
-            r->home = my_stripe();
+            r->home = tb_stripe(TB_REG_STRIPES);
         return &reg->stripes[r->home];
     }
     unsigned l = level_of(r);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tb_count.h"
+#include "tb_nifs.h"
 #include "tb_rtype.h"
 
 static tb_rtype tensor_type;
@@ -62,14 +63,26 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle)
     return term;
 }
 
+ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out)
+{
+    if (!ok)
+        return tb_raise_error(env, "%s: %s", what, out->err.message);
+    return tb_tensor_return(env, out->handle);
+}
+
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     tb_tensor *t;
     if (tb_rtype_get(env, term, &tensor_type, (void **)&t))
         return t;
     ERL_NIF_TERM name, ref;
-    if (enif_is_map(env, term) && enif_get_map_value(env, term, tb_atoms.struct_, &name) &&
-        name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
+    if (!enif_is_map(env, term) || !enif_get_map_value(env, term, tb_atoms.struct_, &name))
+        return NULL;
+    /* What the Elixir facade's from_blob returns: its tensor. */
+    if (name == tb_atoms.blob_view_struct && enif_get_map_value(env, term, tb_atoms.tensor, &term) &&
+        (!enif_is_map(env, term) || !enif_get_map_value(env, term, tb_atoms.struct_, &name)))
+        return NULL;
+    if (name == tb_atoms.tensor_struct && enif_get_map_value(env, term, tb_atoms.ref, &ref) &&
         tb_rtype_get(env, ref, &tensor_type, (void **)&t))
         return t;
     return NULL;
@@ -181,7 +194,7 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
 
 /* ---- Copies ------------------------------------------------------------ */
 
-ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_zeros(TB_NIF_PARAMS)
 {
     tb_dense d;
     ERL_NIF_TERM exc;
@@ -189,14 +202,13 @@ ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
         return exc;
     if (tb_reschedule_copy(env, "zeros", d.check.byte_size, 0, tb_nif_zeros, argc, argv, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-        return tb_raise_error(env, "zeros: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok =
+        tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle, &out.err);
+    return tb_tensor_result(env, "zeros", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_binary(TB_NIF_PARAMS)
 {
     ErlNifBinary bin;
     tb_dense d;
@@ -205,14 +217,13 @@ ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         return exc;
     if (tb_reschedule_copy(env, "from_binary", bin.size, 0, tb_nif_from_binary, argc, argv, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-        return tb_raise_error(env, "from_binary: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type,
+                                &out.handle, &out.err);
+    return tb_tensor_result(env, "from_binary", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_binary(TB_NIF_PARAMS)
 {
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
@@ -242,31 +253,70 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
                                "to_binary(T, #{copy => false})", "to_binary(copy: false)", "write/2", "write!");
     case TB_GUARD_READ_ONLY:
         return tb_raise_badarg(env, "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
-                                    "%C refuses it",
-                               "write/2", "write!");
+                                    "%C refuses it. To change the values, copy it first (%C) and write the copy",
+                               "write/2", "write!", "tensor_blob:to_device(T, tensor_blob:device(T))",
+                               "Tensor.to_device(t, Tensor.device(t))");
     default:
         return tb_raise_badarg(env, "tensor: %C refuses it", "write/2", "write!");
     }
 }
 
-ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* A contiguous CPU tensor: its elements are its dense bytes, in order. */
+static int dense_on_host(const tb_shim_info *info)
 {
-    tb_tensor_desc d;
+    int64_t row_major[TB_MAX_DIMS];
+    if (info->device_type != TB_DEVICE_CPU || !tb_row_major_strides(info->ndim, info->sizes, row_major))
+        return 0;
+    for (int i = 0; i < info->ndim; i++)
+        if (info->sizes[i] > 1 && info->strides[i] != row_major[i])
+            return 0;
+    return 1;
+}
+
+/* write(Tensor, Source): Source's bytes into Tensor's elements. Source is a
+ * binary of the dense bytes, or (for the library's own copies: a tensor
+ * copied into a new region) a tensor of the same dtype and element count,
+ * read in place, with no binary made of it, so the source is left as it
+ * was; the target of a tensor source is then a contiguous CPU tensor. */
+ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
+{
+    tb_tensor_desc d, src;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     ErlNifBinary bin;
-    if (!enif_inspect_binary(env, argv[1], &bin))
+    int from_tensor = tb_tensor_get(env, argv[1]) != NULL;
+    if (from_tensor) {
+        if (!tb_tensor_arg(env, argv[1], "source", &src, &exc))
+            return exc;
+        bin.size = src.dense_bytes;
+        bin.data = NULL;
+    } else if (!enif_inspect_binary(env, argv[1], &bin)) {
         return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[1]);
-    if (tb_reschedule_copy(env, "write", bin.size, d.info.device_type != TB_DEVICE_CPU, tb_nif_write, argc, argv,
-                           &exc))
+    }
+    int on_device = d.info.device_type != TB_DEVICE_CPU || (from_tensor && src.info.device_type != TB_DEVICE_CPU);
+    if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
-        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it", tb_storage_read_only_reason(&d.info),
-                               "write/2", "write!");
+        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
+                                    "(%C) and write the copy",
+                               tb_storage_read_only_reason(&d.info), "write/2", "write!",
+                               "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
+    /* Two indices of one element: which write would win is undefined. */
+    if (tb_layout_self_overlaps(d.info.ndim, d.info.sizes, d.info.strides))
+        return tb_raise_badarg(env, "tensor: some of its elements are the same memory (a stride of 0, or strides "
+                                    "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
+                                    "as libtorch refuses in-place writes to it. Write to the tensor it views",
+                               tb_make_shape(env, d.info.ndim, d.info.sizes),
+                               tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!");
+    if (from_tensor && (src.dtype != d.dtype || !dense_on_host(&d.info)))
+        return tb_raise_badarg(env, "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "
+                                    "CPU target",
+                               tb_dtypes[d.dtype].name, tb_dtypes[src.dtype].name);
     if (bin.size != d.dense_bytes)
-        return tb_raise_badarg(env, "binary: the tensor holds %lu bytes, got a binary of %lu bytes",
-                               (unsigned long)d.dense_bytes, (unsigned long)bin.size);
+        return tb_raise_badarg(env, "%s: the tensor holds %lu bytes, got %s of %lu bytes",
+                               from_tensor ? "source" : "binary", (unsigned long)d.dense_bytes,
+                               from_tensor ? "a tensor" : "a binary", (unsigned long)bin.size);
     tb_range guard;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &guard))
         return argv[0]; /* no elements: nothing to write */
@@ -274,7 +324,8 @@ ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     if (status != TB_GUARD_OK)
         return raise_guard_refusal(env, status);
     tb_shim_error err;
-    int ok = tb_shim_write_bytes(d.tensor->handle, bin.data, &err);
+    int ok = from_tensor ? tb_shim_to_bytes(src.tensor->handle, d.info.data, &err)
+                         : tb_shim_write_bytes(d.tensor->handle, bin.data, &err);
     tb_storage_write_end(&guard);
     if (!ok)
         return tb_raise_error(env, "%C: %s", "write", "write!", err.message);
@@ -283,7 +334,7 @@ ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 
 /* to_device(Tensor, Device) -> a copy on Device: the explicit copy between
  * the host and a GPU (or within one). */
-ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
 {
     tb_tensor_desc d;
     tb_device device;
@@ -298,18 +349,15 @@ ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
                               argv[1]);
     if (tb_reschedule_copy(env, "to_device", d.dense_bytes, on_device, tb_nif_to_device, argc, argv, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_to_device(d.tensor->handle, device.type, device.index, &h, &err))
-        return tb_raise_error(env, "to_device: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_to_device(d.tensor->handle, device.type, device.index, &out.handle, &out.err);
+    return tb_tensor_result(env, "to_device", ok, &out);
 }
 
 /* ---- Views ------------------------------------------------------------- */
 
-ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_narrow(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     int dim;
@@ -323,16 +371,13 @@ ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     if (!enif_get_int64(env, argv[3], &length) || length < 0 || length > size - start)
         return tb_raise_badarg(env, "length: expected an integer in 0..%ld (start %ld, size %ld), got %T",
                                (long)(size - start), (long)start, (long)size, argv[3]);
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_narrow(d.tensor->handle, dim, start, length, &h, &err))
-        return tb_raise_error(env, "narrow: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_narrow(d.tensor->handle, dim, start, length, &out.handle, &out.err);
+    return tb_tensor_result(env, "narrow", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_transpose(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     int dim0, dim1;
@@ -340,11 +385,9 @@ ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         !tb_get_dim(env, argv[1], "dim0", d.info.ndim, &dim0, &exc) ||
         !tb_get_dim(env, argv[2], "dim1", d.info.ndim, &dim1, &exc))
         return exc;
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    if (!tb_shim_transpose(d.tensor->handle, dim0, dim1, &h, &err))
-        return tb_raise_error(env, "transpose: %s", err.message);
-    return tb_tensor_return(env, h);
+    tb_shim_out out;
+    int ok = tb_shim_transpose(d.tensor->handle, dim0, dim1, &out.handle, &out.err);
+    return tb_tensor_result(env, "transpose", ok, &out);
 }
 
 /* ---- Accessors --------------------------------------------------------- */
@@ -383,15 +426,27 @@ static ERL_NIF_TERM accessor(ErlNifEnv *env, ERL_NIF_TERM term, access_what what
     return memory_atom(&d.info);
 }
 
-#define TB_ACCESSOR(nif, what)                                                                                 \
-    ERL_NIF_TERM nif(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])                                   \
-    {                                                                                                        \
-        (void)argc;                                                                                          \
-        return accessor(env, argv[0], what);                                                                 \
-    }
+ERL_NIF_TERM tb_nif_shape(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_SHAPE);
+}
 
-TB_ACCESSOR(tb_nif_shape, ACCESS_SHAPE)
-TB_ACCESSOR(tb_nif_strides, ACCESS_STRIDES)
-TB_ACCESSOR(tb_nif_dtype, ACCESS_DTYPE)
-TB_ACCESSOR(tb_nif_device, ACCESS_DEVICE)
-TB_ACCESSOR(tb_nif_memory, ACCESS_MEMORY)
+ERL_NIF_TERM tb_nif_strides(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_STRIDES);
+}
+
+ERL_NIF_TERM tb_nif_dtype(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_DTYPE);
+}
+
+ERL_NIF_TERM tb_nif_device(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_DEVICE);
+}
+
+ERL_NIF_TERM tb_nif_memory(TB_NIF_PARAMS)
+{
+    return accessor(env, argv[0], ACCESS_MEMORY);
+}

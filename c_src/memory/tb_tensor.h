@@ -39,7 +39,17 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
 /* The same, for a NIF's return: the term, or the raised exception. */
 ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle);
 
-/* The tensor behind a resource term or a %TensorBlob.Tensor{}, or NULL. */
+/* What a shim call that makes a tensor gives back. */
+typedef struct {
+    tb_shim_tensor *handle;
+    tb_shim_error err;
+} tb_shim_out;
+/* A NIF's return after such a call: the new tensor when `ok`, else it
+ * raises "what: the shim's message" (a tensor_blob error). */
+ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out);
+
+/* The tensor behind a resource term, a %TensorBlob.Tensor{} or a
+ * %TensorBlob.BlobView{}, or NULL. */
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
 
 /* Describes a handle; 0 when libtorch holds a scalar type the dtype
@@ -83,18 +93,5 @@ ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int d
                          const ERL_NIF_TERM argv[]);
 
 long tb_tensor_live(void);
-
-ERL_NIF_TERM tb_nif_zeros(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_from_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_to_binary(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_to_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_narrow(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_transpose(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_shape(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_strides(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_dtype(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_device(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
-ERL_NIF_TERM tb_nif_memory(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]);
 
 #endif

@@ -1,5 +1,6 @@
 #include "tb_binary.h"
 
+#include "tb_nifs.h"
 #include "tb_pin.h"
 #include "tb_rtype.h"
 #include "tb_storage.h"
@@ -35,18 +36,20 @@ int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
     return tb_rtype_open(env, "tensor_blob_binary_view", &init, flags, &view_type);
 }
 
-ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     int unguarded = argv[1] == tb_atoms.true_;
-    /* if_needed: false where no view can be made, and the caller copies. */
+    /* if_needed: where no view can be made, the reason (device,
+     * not_contiguous, shared_memory), and the caller copies. */
     int if_needed = argv[2] == tb_atoms.true_;
-    if (if_needed && (d.info.device_type != TB_DEVICE_CPU || !d.info.is_contiguous))
-        return tb_atoms.false_;
+    if (if_needed && d.info.device_type != TB_DEVICE_CPU)
+        return tb_atoms.device;
+    if (if_needed && !d.info.is_contiguous)
+        return tb_atoms.not_contiguous;
     if (d.info.device_type != TB_DEVICE_CPU)
         return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
                                tb_make_device(env, d.info.device_type, d.info.device_index));
@@ -68,7 +71,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
      * guarded (tb_fault.h); a binary's readers cannot be. */
     if (span.file_ino && !unguarded) {
         if (if_needed)
-            return tb_atoms.false_;
+            return tb_atoms.shared_memory;
         return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
                                     "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
                                     "it (%C), or accept that risk with %C",
@@ -99,7 +102,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 
 /* ---- Tensor views of binaries ------------------------------------------ */
 
-ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_binary_view(TB_NIF_PARAMS)
 {
     ErlNifBinary bin;
     tb_dense d;
@@ -122,8 +125,7 @@ ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
     ErlNifBinary pinned;
     tb_pin_binary(pin, &pinned);
     uint64_t alignment = tb_pointer_alignment((uint64_t)(uintptr_t)pinned.data);
-    tb_shim_tensor *h;
-    tb_shim_error err;
+    tb_shim_out out;
     if (d.check.numel > 0 && alignment < l->element_size) {
         tb_storage_release(&pin->header);
         if (argv[3] != tb_atoms.true_)
@@ -133,12 +135,11 @@ ERL_NIF_TERM tb_nif_from_binary_view(ErlNifEnv *env, int argc, const ERL_NIF_TER
                                    (unsigned)alignment, tb_dtypes[d.dtype].name, (unsigned)l->element_size,
                                    "#{copy => true} or #{copy => if_needed}", "copy: true or copy: :if_needed");
         /* copy: :if_needed: a copy is what the caller asked for here. */
-        if (!tb_shim_from_bytes(bin.data, l->ndim, l->shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-            return tb_raise_error(env, "from_binary: %s", err.message);
-        return tb_tensor_return(env, h);
+        int ok = tb_shim_from_bytes(bin.data, l->ndim, l->shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle,
+                                    &out.err);
+        return tb_tensor_result(env, "from_binary", ok, &out);
     }
-    if (!tb_shim_from_blob(pinned.data, l->ndim, l->shape, l->strides, tb_dtypes[d.dtype].torch_scalar_type,
-                           TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &h, &err))
-        return tb_raise_error(env, "from_binary: %s", err.message);
-    return tb_tensor_return(env, h);
+    int ok = tb_shim_from_blob(pinned.data, l->ndim, l->shape, l->strides, tb_dtypes[d.dtype].torch_scalar_type,
+                               TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &out.handle, &out.err);
+    return tb_tensor_result(env, "from_binary", ok, &out);
 }

@@ -1,16 +1,17 @@
-#include "tb_blob.h"
+/* to_blob and from_blob: describing a tensor's memory, and viewing described
+ * memory as a tensor with its owner pinned. */
 
 #include "tb_cuda_runtime.h"
 #include "tb_layout.h"
+#include "tb_nifs.h"
 #include "tb_pin.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
 #include "torch_shim.h"
 
-ERL_NIF_TERM tb_nif_blob_fields(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_blob_fields(TB_NIF_PARAMS)
 {
-    (void)argc;
     tb_tensor_desc d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
@@ -283,29 +284,43 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
         return tb_raise_badarg(env, "ptr: %s", why);
     }
 
-    tb_shim_tensor *h;
-    tb_shim_error err;
+    tb_shim_out out;
     /* The shim owns the storage from here: released when libtorch frees it. */
-    if (!tb_shim_from_blob((void *)(uintptr_t)l->ptr, l->ndim, l->shape, l->strides,
-                           tb_dtypes[v.dtype].torch_scalar_type, v.device.type, v.device.index, storage,
-                           tb_storage_release, &h, &err))
-        return tb_raise_error(env, "from_blob: %s", err.message);
-    return tb_tensor_return(env, h);
+    int ok = tb_shim_from_blob((void *)(uintptr_t)l->ptr, l->ndim, l->shape, l->strides,
+                               tb_dtypes[v.dtype].torch_scalar_type, v.device.type, v.device.index, storage,
+                               tb_storage_release, &out.handle, &out.err);
+    return tb_tensor_result(env, "from_blob", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_from_blob(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* An owner term of many terms is pinned on a dirty scheduler: the pin
+ * copies it, and may walk it, in time that grows with its size. */
+static int reschedule_large_owner(ErlNifEnv *env, const char *name, tb_nif_fun *self, int argc,
+                                  const ERL_NIF_TERM argv[], ERL_NIF_TERM owner, ERL_NIF_TERM pin_term,
+                                  ERL_NIF_TERM *out)
 {
-    (void)argc;
+    if (pin_term != tb_atoms.true_ || enif_thread_type() != ERL_NIF_THR_NORMAL_SCHEDULER ||
+        tb_pin_term_is_small(env, owner))
+        return 0;
+    *out = enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
+    return 1;
+}
+
+ERL_NIF_TERM tb_nif_from_blob(TB_NIF_PARAMS)
+{
     spec_terms terms;
     ERL_NIF_TERM exc;
     if (!get_spec_terms(env, argv[0], &terms, &exc))
         return exc;
+    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob, argc, argv, argv[1], argv[2], &exc))
+        return exc;
     return view(env, &terms, argv[1], argv[2]);
 }
 
-ERL_NIF_TERM tb_nif_from_blob_fields(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_from_blob_fields(TB_NIF_PARAMS)
 {
-    (void)argc;
     spec_terms terms = {argv[0], argv[1], argv[2], argv[3], argv[4]};
+    ERL_NIF_TERM exc;
+    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob_fields, argc, argv, argv[5], argv[6], &exc))
+        return exc;
     return view(env, &terms, argv[5], argv[6]);
 }

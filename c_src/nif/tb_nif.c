@@ -9,27 +9,23 @@
 #include <string.h>
 
 #include "tb_binary.h"
-#include "tb_blob.h"
 #include "tb_bridge.h"
-#include "tb_cuda.h"
 #include "tb_cuda_runtime.h"
-#include "tb_cuda_ipc.h"
 #include "tb_dlpack.h"
-#include "tb_ipc.h"
+#include "tb_fault.h"
 #include "tb_load.h"
+#include "tb_nifs.h"
 #include "tb_pin.h"
+#include "tb_shm.h"
 #include "tb_state.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
-#include "tb_torch_shm.h"
 #include "torch_shim.h"
 
 /* The baseline for benchmarks: a NIF call that does nothing. */
-static ERL_NIF_TERM nif_identity(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_identity(TB_NIF_PARAMS)
 {
-    (void)env;
-    (void)argc;
     return argv[0];
 }
 
@@ -44,10 +40,8 @@ static void bare_resource_dtor(ErlNifEnv *env, void *obj)
     (void)obj;
 }
 
-static ERL_NIF_TERM nif_bare_resource(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_bare_resource(TB_NIF_PARAMS)
 {
-    (void)argc;
-    (void)argv;
     void *obj = enif_alloc_resource(bare_resource_type, sizeof(void *));
     if (!obj)
         return tb_raise_error(env, "out of memory allocating a resource");
@@ -56,10 +50,8 @@ static ERL_NIF_TERM nif_bare_resource(ErlNifEnv *env, int argc, const ERL_NIF_TE
     return term;
 }
 
-static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_stats(TB_NIF_PARAMS)
 {
-    (void)argc;
-    (void)argv;
     ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins, tb_atoms.capsules, tb_atoms.binaries};
     ERL_NIF_TERM values[] = {enif_make_long(env, tb_tensor_live()), enif_make_long(env, tb_pin_live()),
                              enif_make_long(env, tb_dlpack_live()), enif_make_long(env, tb_storage_binary_views())};
@@ -68,18 +60,14 @@ static ERL_NIF_TERM nif_stats(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
     return map;
 }
 
-static ERL_NIF_TERM nif_torch_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_torch_version(TB_NIF_PARAMS)
 {
-    (void)argc;
-    (void)argv;
     return tb_make_string(env, tb_shim_torch_version());
 }
 
 /* Canonical dtypes the linked libtorch can hold. */
-static ERL_NIF_TERM nif_dtypes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_dtypes(TB_NIF_PARAMS)
 {
-    (void)argc;
-    (void)argv;
     ERL_NIF_TERM list = enif_make_list(env, 0);
     for (int i = TB_DT_COUNT - 1; i >= 0; i--) {
         if (tb_shim_has_scalar_type(tb_dtypes[i].torch_scalar_type))
@@ -88,10 +76,64 @@ static ERL_NIF_TERM nif_dtypes(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     return list;
 }
 
-/* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
-static ERL_NIF_TERM nif_nx_type(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* A map of keys and values made here (keys as atoms). */
+static ERL_NIF_TERM make_map(ErlNifEnv *env, const char *const *keys, const ERL_NIF_TERM *values, unsigned n)
 {
-    (void)argc;
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    for (unsigned i = 0; i < n; i++)
+        enif_make_map_put(env, map, enif_make_atom(env, keys[i]), values[i], &map);
+    return map;
+}
+
+static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
+{
+    const tb_dtype *d = &tb_dtypes[id];
+    ERL_NIF_TERM aliases = enif_make_list(env, 0);
+    for (int a = TB_DT_ALIAS_COUNT - 1; a >= 0; a--)
+        if (tb_dtype_aliases[a].id == id)
+            aliases = enif_make_list_cell(env, enif_make_atom(env, tb_dtype_aliases[a].name), aliases);
+    static const char *const keys[] = {"name", "element_size", "dlpack", "kind", "bits", "nx", "aliases", "since",
+                                       "available"};
+    ERL_NIF_TERM values[] = {
+        tb_atoms.dtypes[id],
+        enif_make_uint(env, d->element_size),
+        enif_make_tuple3(env, enif_make_uint(env, d->dl_code), enif_make_uint(env, d->dl_bits),
+                         enif_make_uint(env, d->dl_lanes)),
+        enif_make_atom(env, tb_dtype_kind(id)),
+        enif_make_uint(env, d->dl_bits),
+        d->nx_kind ? enif_make_tuple2(env, enif_make_atom(env, d->nx_kind), enif_make_uint(env, d->nx_bits))
+                   : tb_atoms.nil,
+        aliases,
+        tb_make_string(env, tb_dtype_since[id]),
+        tb_shim_has_scalar_type(d->torch_scalar_type) ? tb_atoms.true_ : tb_atoms.false_,
+    };
+    return make_map(env, keys, values, sizeof values / sizeof values[0]);
+}
+
+/* The dtype and device tables (tb_dtype.h, tb_device.h) as the facades and
+ * the tests read them: #{dtypes => [Dtype], devices => [Device]}, in table
+ * order. Called once; the Erlang facade keeps the answer. */
+ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
+{
+    ERL_NIF_TERM dtypes = enif_make_list(env, 0);
+    for (int i = TB_DT_COUNT - 1; i >= 0; i--)
+        dtypes = enif_make_list_cell(env, make_dtype(env, (tb_dtype_id)i), dtypes);
+    ERL_NIF_TERM devices = enif_make_list(env, 0);
+    static const char *const device_keys[] = {"name", "dlpack", "indexed"};
+    for (int t = TB_DEVICE_COUNT - 1; t >= 0; t--) {
+        /* A device type other than the CPU takes an index: {cuda, 0}. */
+        ERL_NIF_TERM values[] = {tb_atoms.devices[t], enif_make_int(env, tb_device_dlpack_type(t)),
+                                 t == TB_DEVICE_CPU ? tb_atoms.false_ : tb_atoms.true_};
+        devices = enif_make_list_cell(env, make_map(env, device_keys, values, 3), devices);
+    }
+    static const char *const keys[] = {"dtypes", "devices"};
+    ERL_NIF_TERM values[] = {dtypes, devices};
+    return make_map(env, keys, values, 2);
+}
+
+/* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
+ERL_NIF_TERM tb_nif_nx_type(TB_NIF_PARAMS)
+{
     tb_dtype_id id;
     if (!tb_dtype_of_term(env, argv[0], &id))
         return tb_raise_badarg(env, "dtype: unknown dtype %T", argv[0]);
@@ -102,10 +144,8 @@ static ERL_NIF_TERM nif_nx_type(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 }
 
 /* Why a load can fail: [{Name, Code, Message}], for the load tests. */
-static ERL_NIF_TERM nif_load_failures(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+ERL_NIF_TERM tb_nif_load_failures(TB_NIF_PARAMS)
 {
-    (void)argc;
-    (void)argv;
     ERL_NIF_TERM list = enif_make_list(env, 0);
 #define TB_LOAD_ENTRY(name, code, atom, message)                                                               \
     list = enif_make_list_cell(env, enif_make_tuple3(env, enif_make_atom(env, #atom), enif_make_int(env, code), \
@@ -116,51 +156,9 @@ static ERL_NIF_TERM nif_load_failures(ErlNifEnv *env, int argc, const ERL_NIF_TE
     return list;
 }
 
-static ErlNifFunc nif_funcs[] = {
-    {"load_failures", 0, nif_load_failures, 0},
-    {"nx_type", 1, nif_nx_type, 0},
-    {"identity", 1, nif_identity, 0},
-    {"bare_resource", 0, nif_bare_resource, 0},
-    {"stats", 0, nif_stats, 0},
-    {"torch_version", 0, nif_torch_version, 0},
-    {"dtypes", 0, nif_dtypes, 0},
-    {"zeros", 2, tb_nif_zeros, 0},
-    {"from_binary", 3, tb_nif_from_binary, 0},
-    {"to_binary", 1, tb_nif_to_binary, 0},
-    {"from_binary_view", 4, tb_nif_from_binary_view, 0},
-    {"to_binary_view", 3, tb_nif_to_binary_view, 0},
-    {"write", 2, tb_nif_write, 0},
-    {"to_device", 2, tb_nif_to_device, 0},
-    {"narrow", 4, tb_nif_narrow, 0},
-    {"transpose", 3, tb_nif_transpose, 0},
-    {"shape", 1, tb_nif_shape, 0},
-    {"strides", 1, tb_nif_strides, 0},
-    {"dtype", 1, tb_nif_dtype, 0},
-    {"device", 1, tb_nif_device, 0},
-    {"memory", 1, tb_nif_memory, 0},
-    {"blob_fields", 1, tb_nif_blob_fields, 0},
-    {"from_blob", 3, tb_nif_from_blob, 0},
-    {"from_blob_fields", 7, tb_nif_from_blob_fields, 0},
-    {"to_dlpack", 4, tb_nif_to_dlpack, 0},
-    {"from_dlpack", 4, tb_nif_from_dlpack, 0},
-    {"consume_dlpack", 1, tb_nif_consume_dlpack, 0},
-    {"dlpack_version", 1, tb_nif_dlpack_version, 0},
-    {"cuda_info", 0, tb_nif_cuda_info, 0},
-    {"dlpack_info", 1, tb_nif_dlpack_info, 0},
-    {"cuda_synchronize", 1, tb_nif_cuda_synchronize, ERL_NIF_DIRTY_JOB_IO_BOUND},
-    {"ipc_zeros", 2, tb_nif_ipc_zeros, 0},
-    {"ipc_name", 1, tb_nif_ipc_name, 0},
-    {"ipc_open", 3, tb_nif_ipc_open, 0},
-    {"ipc_reclaim", 0, tb_nif_ipc_reclaim, ERL_NIF_DIRTY_JOB_IO_BOUND},
-    {"torch_shm_zeros", 2, tb_nif_torch_shm_zeros, 0},
-    {"torch_shm_open", 3, tb_nif_torch_shm_open, 0},
-    {"torch_shm_name", 1, tb_nif_torch_shm_name, 0},
-    {"cuda_memory", 1, tb_nif_cuda_memory, 0},
-    /* Both wait for the GPU (a stream, the mapping of an allocation). */
-    {"cuda_ipc_export", 1, tb_nif_cuda_ipc_export, ERL_NIF_DIRTY_JOB_IO_BOUND},
-    {"cuda_ipc_open", 4, tb_nif_cuda_ipc_open, ERL_NIF_DIRTY_JOB_IO_BOUND},
-    {"cuda_torch_open", 10, tb_nif_cuda_torch_open, ERL_NIF_DIRTY_JOB_IO_BOUND},
-};
+#define TB_NIF_ENTRY(name, arity, fun, flags) {#name, arity, fun, flags},
+static ErlNifFunc nif_funcs[] = {TB_NIFS(TB_NIF_ENTRY)};
+#undef TB_NIF_ENTRY
 
 /* libtorch storages made by this build call its functions when they are
  * freed, which may be long after a newer build took over: this build's
@@ -199,8 +197,11 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
     if (why != TB_LOAD_OK)
         return fail(why);
     *priv = tb_st;
+    /* The SIGBUS guard of every touch of region memory: copies (here and
+     * in the shim), PyTorch headers, the journal. */
+    tb_fault_install();
     tb_cuda_load();
-    tb_ipc_load();
+    tb_shm_load();
     if (tb_load_fault(TB_LOAD_BARE_TYPE) ||
         !(bare_resource_type =
               enif_open_resource_type(env, NULL, "tensor_blob_bare_resource", bare_resource_dtor, flags, NULL)))

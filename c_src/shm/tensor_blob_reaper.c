@@ -1,10 +1,13 @@
-/* tensor_blob_reaper LOCK: removes a VM's shared-memory names once the VM
- * is gone, however it went (halt, kill -9), without waiting for another VM
- * to load tensor_blob. The library starts it with its first region. It
- * leaves at once (so the VM has no child to reap later) and its child
- * waits to take the VM's lock (tb_shm_names.h), which the kernel frees
- * when the VM dies; then it unlinks the VM's names. Mappings other
- * processes hold stay valid: unlinking removes only the name. */
+/* tensor_blob_reaper LOCK: releases what a VM held in shared memory once
+ * the VM is gone, however it went (halt, kill -9), without waiting for
+ * another VM to load tensor_blob. The library starts it with its first
+ * region. It leaves at once (so the VM has no child to reap later) and its
+ * child waits to take the VM's lock (tb_shm_names.h), which the kernel
+ * frees when the VM dies; then it drops the references the VM's journal
+ * lists in PyTorch-format headers (unlinking each name whose count that
+ * takes to zero: other holders keep theirs), and unlinks the VM's plain
+ * names. Mappings other processes hold stay valid: unlinking removes only
+ * the name. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +17,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "tb_fault.h"
 #include "tb_shm_names.h"
 
 int main(int argc, char **argv)
@@ -43,12 +47,15 @@ int main(int argc, char **argv)
     int dir_fd = open(TB_SHM_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd < 0)
         return 1;
-    int fd = openat(dir_fd, lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    /* Never blocks on a FIFO planted under the lock's name. */
+    int fd = tb_shm_open_at(dir_fd, lock, O_RDONLY);
     if (fd < 0)
         return errno == ENOENT ? 0 : 1; /* already reclaimed */
     while (flock(fd, LOCK_EX) != 0)
         if (errno != EINTR)
             return 1;
-    tb_shm_unlink_token(dir_fd, lock + prefix, token);
+    /* A header shrunk by another program ends that drop, not the reaper. */
+    tb_fault_install();
+    tb_shm_release_token(dir_fd, lock + prefix, token);
     return 0;
 }

@@ -73,7 +73,8 @@ defmodule TensorBlob.CUDA do
     blob |> Map.take([:device, :ptr, :shape, :strides, :dtype]) |> Map.put(:memory, memory(blob.ptr))
   end
 
-  def info(other), do: raise(ArgumentError, "expected a DLPack capsule or a blob, got #{inspect(other)}")
+  def info(other),
+    do: raise(ArgumentError, "expected a DLPack capsule or a blob, got #{TensorBlob.Raise.inspect_term(other)}")
 
   @typedoc "What the CUDA runtime says memory is: the names of DLPack's device types, or `:unknown`."
   @type memory :: :cpu | :cuda_host | :cuda | :cuda_managed | :unknown
@@ -136,11 +137,14 @@ defmodule TensorBlob.CUDA do
   The work libtorch queued on the memory is finished before this returns,
   so `event_sync_required` is false. Not yet run on a GPU.
   """
-  @spec export_torch_share(Tensor.t()) ::
+  @spec export_torch_share(Tensor.input()) ::
           %{:tensor => Tensor.t(), :counter => Tensor.t(), optional(atom()) => term()}
   def export_torch_share(tensor) do
     export = translating(do: :tensor_blob.cuda_torch_export(Tensor.ref(tensor)))
-    shared = if export.tensor == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(export.tensor)
+
+    shared =
+      if export.tensor == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(export.tensor)
+
     %{export | tensor: shared, counter: Tensor.wrap(export.counter)}
   end
 

@@ -112,14 +112,18 @@ defmodule TensorBlob.DLPack do
       versioned) is left alone: nothing in it is called, since its deleter
       field may be garbage, and the message says the caller still owns it.
 
-  ## Raw addresses are trusted
+  ## Raw addresses
 
-  Importing an integer address trusts the caller. The library checks that
-  the address is not `NULL` and is aligned, and the fields it reads, but it
-  cannot tell a forged address, a freed one, or one already imported, from a
-  live managed tensor: any of those is undefined behaviour, up to a crash of
-  the VM. Pass an address only once, and only one you got from `consume/1` or
-  from a DLPack producer that handed its ownership to you.
+  An address this library handed out (`consume/1`, the C bridge) is known
+  until one import takes it or its deleter runs: it is imported once, and
+  refused after (a second import would free it twice). Any other address
+  is refused unless the call says `unsafe_address: true`: then the caller
+  is trusted. The library checks that the address is not `NULL` and is
+  aligned, and the fields it reads, but it cannot tell a forged address, a
+  freed one, or one already imported, from a live managed tensor: any of
+  those is undefined behaviour, up to a crash of the VM. Pass such an
+  address only once, and only one a DLPack producer handed to you with its
+  ownership.
 
   ## Examples
 
@@ -164,7 +168,7 @@ defmodule TensorBlob.DLPack do
     * `:stream` - the consumer's CUDA stream (see "Streams"); CUDA tensors
       only.
   """
-  @spec export(Tensor.t(), keyword()) :: t()
+  @spec export(Tensor.input(), keyword()) :: t()
   def export(tensor, opts \\ [])
 
   # No options: a versioned export, with no option map to build and read.
@@ -184,7 +188,7 @@ defmodule TensorBlob.DLPack do
 
   @doc """
   A tensor over the memory of a capsule (which this consumes) or of a managed
-  tensor's integer address (see "Raw addresses are trusted").
+  tensor's integer address (see "Raw addresses").
 
   A capsule from `export/2` imported with no options gives the exported
   tensor back: the capsule keeps that tensor, and nothing new is made.
@@ -196,6 +200,8 @@ defmodule TensorBlob.DLPack do
     * `:read_only` - make the tensor read-only even without the flag.
     * `:stream` - the producer's CUDA stream (see "Streams"); not for
       `kDLCPU` tensors.
+    * `:unsafe_address` - `true` imports an address another producer made
+      (see "Raw addresses"): the caller answers for it.
   """
   @spec import(t() | reference() | non_neg_integer(), keyword()) :: Tensor.t()
   def import(capsule_or_address, opts \\ [])
@@ -234,11 +240,12 @@ defmodule TensorBlob.DLPack do
     if Keyword.keyword?(opts) do
       Map.new(opts)
     else
-      raise ArgumentError, "options: expected a keyword list, got #{inspect(opts)}"
+      raise ArgumentError, "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}"
     end
   end
 
-  defp options(opts), do: raise(ArgumentError, "options: expected a keyword list, got #{inspect(opts)}")
+  defp options(opts),
+    do: raise(ArgumentError, "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}")
 
   defimpl Inspect do
     # The capsule's version, dtype, shape, device and state (armed, read-only,

@@ -90,10 +90,12 @@ defmodule TensorBlob.IPC do
   def zeros(shape, dtype), do: translating(do: Tensor.wrap(:tensor_blob.ipc_zeros(shape, dtype)))
 
   @doc """
-  Removes the shared-memory names of creators that are gone (their lock is
+  Releases what creators that are gone left in shared memory (their lock is
   free: a VM that halted runs no destructor, and its reaper may have died
-  with it, as when it was its PID namespace's init) and returns how many.
-  Done at load too.
+  with it, as when it was its PID namespace's init): the references their
+  journals list in PyTorch-format headers (a name whose count that takes to
+  zero is removed), then their plain names; returns how many plain names
+  were removed. Done at load too.
   """
   @spec reclaim() :: non_neg_integer()
   def reclaim, do: :tensor_blob.ipc_reclaim()
@@ -103,12 +105,12 @@ defmodule TensorBlob.IPC do
   (copied once unless it was made by `zeros/2` or `open/3`), a CUDA IPC
   handle for a CUDA tensor (no copy unless it is not contiguous).
   """
-  @spec export(Tensor.t()) :: Handle.t()
+  @spec export(Tensor.input()) :: Handle.t()
   def export(tensor) do
     %{handle: handle, address: address, data_size: size, tensor: shared} =
       translating(do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
 
-    shared = if shared == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(shared)
+    shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     address = if address == :undefined, do: nil, else: address
     %Handle{handle: handle, address: address, data_size: size, tensor: shared}
   end
@@ -131,12 +133,12 @@ defmodule TensorBlob.IPC do
   Each side holds one reference in the region's header while it maps it;
   whoever drops the last one removes the name, whichever side that is.
   """
-  @spec export_torch(Tensor.t()) :: Handle.t()
+  @spec export_torch(Tensor.input()) :: Handle.t()
   def export_torch(tensor) do
     %{handle: handle, data_size: size, tensor: shared} =
       translating(do: :tensor_blob.ipc_torch_export(Tensor.ref(tensor)))
 
-    shared = if shared == Tensor.ref(tensor), do: tensor, else: Tensor.wrap(shared)
+    shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     %Handle{handle: handle, address: nil, data_size: size, tensor: shared}
   end
 

@@ -8,16 +8,20 @@ defmodule TensorBlob.Nodes do
   term to send by any means; `unpack/1`, on the receiving node, makes it a
   tensor again.
 
-  To a node on the same host (the same `/dev/shm`), the memory travels as
-  a shared-memory region that both nodes map: no copy of the data when the
-  tensor was made by `TensorBlob.IPC.torch_zeros/2`, one copy into a new
-  region otherwise. To a node elsewhere, the bytes travel as one binary: a
+  To a node that can open this node's shared memory (`same_host?/1`: the
+  same host, `/dev/shm` and user), the memory travels as a shared-memory
+  region that both nodes map: no copy of the data when the tensor was made
+  by `TensorBlob.IPC.torch_zeros/2`, one copy into a new region otherwise
+  (the tensor is left as it was). To a node elsewhere, the bytes travel as one binary: a
   view of the tensor's memory when it is a contiguous CPU tensor, which the
   distribution sends as it sends any binary, and which the receiver views
   without a copy when it arrives aligned for the dtype (else one copy).
 
-  Lifetime: the packed term holds the sender's tensor. Keep it until the
-  receiver has unpacked it; after that each node holds its own reference
+  Lifetime: the packed term holds the sender's tensor, and so does a
+  keeper process on the sending node, until the first `unpack/1` of the
+  term or `keep:` milliseconds (30 s by default), whichever comes first:
+  the process that packed may end at once (a reply to `:erpc.call/4` or
+  `GenServer.call/3`). After the unpack each node holds its own reference
   to the region, and either may drop its tensors first.
   """
 
@@ -30,11 +34,13 @@ defmodule TensorBlob.Nodes do
 
   @doc """
   A term that carries `tensor` to `node`. `via: :region` or `via: :binary`
-  forces a path (`:region` only to a node on this host); by default a CPU
-  tensor goes to a node on this host as a region, anything else as a
-  binary.
+  forces a path (`:region` only to a node for which `same_host?/1` holds);
+  by default a CPU tensor goes to such a node as a region, anything else
+  as a binary. `keep:` (milliseconds, default 30000) bounds how long the
+  sending node keeps a region alive for a receiver that has not unpacked
+  yet.
   """
-  @spec pack(Tensor.t(), node(), via: :region | :binary) :: packed()
+  @spec pack(Tensor.input(), node(), via: :region | :binary, keep: non_neg_integer()) :: packed()
   def pack(tensor, node, opts \\ []) do
     translating(do: :tensor_blob.node_pack(Tensor.ref(tensor), node, Map.new(opts)))
   end
@@ -45,14 +51,19 @@ defmodule TensorBlob.Nodes do
   binary lies inside the buffer the message arrived in, wherever the
   encoding put it: when its address is not aligned for the dtype, it is
   copied once into a new tensor (`Tensor.memory/1` says `:owned`).
-  `copy: true` always copies it, into a writable tensor.
+  `copy: true` always gives a private writable copy, whichever way the
+  data came (a region is mapped only while it is copied).
   """
   @spec unpack(packed(), copy: boolean()) :: Tensor.t()
   def unpack(packed, opts \\ []) do
     translating(do: Tensor.wrap(:tensor_blob.node_unpack(packed, Map.new(opts))))
   end
 
-  @doc "Whether `node` sees this host's `/dev/shm` (what `pack/2` asks)."
+  @doc """
+  Whether `node` can open the shared memory this node makes (what `pack/2`
+  asks): the same host and `/dev/shm`, and the same effective user
+  (regions are mode 0600). `false` for a node that cannot be reached.
+  """
   @spec same_host?(node()) :: boolean()
-  def same_host?(node), do: :erpc.call(node, :tensor_blob, :host_id, []) == :tensor_blob.host_id()
+  def same_host?(node), do: translating(do: :tensor_blob.same_host(node))
 end

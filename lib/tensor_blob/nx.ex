@@ -17,6 +17,18 @@ if Code.ensure_loaded?(Nx) do
     float16 per element) has no Nx type, and `to_nx/2` refuses it. Axis names do not cross: a tensor
     from `to_nx/2` has no names, and `from_nx/2` drops them.
 
+    ## Nx functions and `defn` take tensor_blob tensors
+
+    `TensorBlob.Tensor` and `TensorBlob.BlobView` implement
+    `Nx.LazyContainer`, as Explorer's series do: `Nx.add(t, 1)`, `Nx.sum(t)`
+    and a `defn` called with `t` take it as it is. Nx sees its shape and type
+    first, and asks for the data only when it needs it; the tensor it then
+    gets is `to_nx(t)`, for `Nx.default_backend()` (see "To Nx" below): a
+    zero-copy view for `Nx.BinaryBackend`, and for Torchx (or EXLA) a copy
+    of their own, or a zero-copy mapping of a whole shared-memory region.
+    Tensors Nx cannot take (not on the CPU, a dimension of size 0,
+    `:complex32`) raise `ArgumentError` before any data is read.
+
     ## From Nx
 
         t = TensorBlob.Nx.from_nx(Nx.iota({2, 3}, type: :f32))
@@ -62,7 +74,11 @@ if Code.ensure_loaded?(Nx) do
       * `Nx.BinaryBackend`: `%Nx.Tensor{}` over a binary that shows the
         tensor's memory (`TensorBlob.Tensor.to_binary(t, copy: false)`),
         zero-copy; the binary pins the memory. A non-contiguous tensor is
-        copied. Only CPU tensors.
+        copied. A tensor in a shared-memory region (`TensorBlob.IPC`) is
+        copied too: another program can shrink the region, and reading a
+        binary over the lost pages would kill the VM with SIGBUS (see
+        `TensorBlob.Tensor.to_binary/2`); `unsafe_view: true` views it
+        anyway, accepting that risk. Only CPU tensors.
       * another backend (Torchx, EXLA): such a backend cannot be made to keep
         our memory alive, so it gets memory of its own. A tensor that is a
         whole shared-memory region (`TensorBlob.IPC.zeros/2`,
@@ -96,6 +112,9 @@ if Code.ensure_loaded?(Nx) do
     backends other than the binary backend, Torchx and EXLA), `ipc: true`
     (share through a region that tensor_blob maps itself; see the module
     doc).
+
+    Anything but an `Nx.Tensor` (a tensor_blob tensor included, which Nx
+    functions take as it is) raises `ArgumentError` saying what to pass.
     """
     @spec from_nx(Nx.Tensor.t(), keyword()) :: Tensor.t()
     def from_nx(nx, opts \\ [])
@@ -107,15 +126,32 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
+      start = :tensor_blob_telemetry.start(:transfer)
       {copy, device, ipc} = options!(opts)
       dtype = dtype!(nx.type)
 
-      cond do
-        copy == :always -> copy_of(nx, dtype)
-        match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
-        ipc -> region_view(nx, dtype)
-        true -> pointer_view(nx, dtype, copy, device)
-      end
+      t =
+        cond do
+          copy == :always -> copy_of(nx, dtype, :requested)
+          match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
+          ipc -> region_view(nx, dtype)
+          true -> pointer_view(nx, dtype, copy, device)
+        end
+
+      transferred(start, :from_nx, t, start != :undefined and Tensor.memory(t) == :owned, nx.data.__struct__)
+      t
+    end
+
+    def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
+      raise ArgumentError,
+            "from_nx: expected an Nx tensor (%Nx.Tensor{}), got a tensor_blob #{kind(t)}: " <>
+              "it needs no conversion (to_nx/2 makes an Nx tensor of it, and Nx functions take it as it is)"
+    end
+
+    def from_nx(other, _opts) do
+      raise ArgumentError,
+            "from_nx: expected an Nx tensor (%Nx.Tensor{}), got #{inspect(other, limit: 8, printable_limit: 64)}; " <>
+              "make one first (Nx.tensor/2, Nx.from_binary/3)"
     end
 
     @doc """
@@ -126,7 +162,11 @@ if Code.ensure_loaded?(Nx) do
 
       * `backend:` the Nx backend, `Nx.default_backend()` by default;
       * `unsafe_view: true`: give a backend other than the binary backend a
-        bare pointer to our memory (see the module doc); `false` by default.
+        bare pointer to our memory, and the binary backend a view of a
+        shared-memory region (see the module doc); `false` by default.
+
+    Anything but a tensor_blob tensor (an `Nx.Tensor` included) raises
+    `ArgumentError` saying what to pass.
     """
     @spec to_nx(Tensor.t() | BlobView.t() | Blob.t(), atom() | {atom(), keyword()} | keyword()) :: Nx.Tensor.t()
     def to_nx(tensor_or_blob, backend_or_opts \\ [])
@@ -134,14 +174,67 @@ if Code.ensure_loaded?(Nx) do
     def to_nx(%BlobView{tensor: t}, arg), do: to_nx(t, arg)
     def to_nx(%Blob{} = blob, arg), do: to_nx(TensorBlob.from_blob(blob).tensor, arg)
 
+    def to_nx(%Nx.Tensor{}, _arg) do
+      raise ArgumentError,
+            "to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
+              "%TensorBlob.Blob{}), got an Nx tensor: it needs no conversion (from_nx/2 makes a tensor_blob tensor of it)"
+    end
+
+    def to_nx(other, _arg) when not is_struct(other, Tensor) do
+      raise ArgumentError,
+            "to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
+              "%TensorBlob.Blob{}), got #{inspect(other, limit: 8, printable_limit: 64)}"
+    end
+
     def to_nx(%Tensor{} = t, arg) do
+      start = :tensor_blob_telemetry.start(:transfer)
       {backend, unsafe_view} = to_nx_options!(arg)
-      # One call for the layout: shape, strides, dtype and device.
+      {shape, type} = layout!(t)
+
+      {nx, copied} =
+        cond do
+          elem(backend, 0) == Nx.BinaryBackend ->
+            # A view where it is safe: a region another program can shrink is
+            # copied (a read of a view would die of SIGBUS), unless unsafe_view.
+            {bytes, copied} =
+              translating(do: :tensor_blob.binary_of(Tensor.ref(t), unsafe_view, {__MODULE__, :to_nx, 2}))
+
+            {%Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}, copied}
+
+          unsafe_view ->
+            {unguarded_view(t, backend, type, shape), false}
+
+          nx = region_handover(t, backend, type, shape) ->
+            {nx, false}
+
+          true ->
+            {copy_to(t, backend, type, shape), true}
+        end
+
+      transferred(start, :to_nx, t, copied, elem(backend, 0))
+      nx
+    end
+
+    # A [:tensor_blob, :transfer] event (guides/telemetry.md).
+    defp transferred(:undefined, _function, _t, _copied, _backend), do: :ok
+
+    defp transferred(start, function, t, copied, backend) do
+      # One call for the layout.
+      {_, shape, _, dtype, _, element_size, _, _} = :tensor_blob.blob_fields(Tensor.ref(t))
+      bytes = shape |> Tuple.to_list() |> Enum.reduce(element_size, &(&1 * &2))
+      meta = %{dtype: dtype, shape: shape, backend: backend}
+      :tensor_blob_telemetry.transfer(start, {__MODULE__, function, 2}, bytes, if(copied, do: bytes, else: 0), meta)
+    end
+
+    # The shape and Nx type of a tensor Nx can take (one call for the
+    # layout: shape, strides, dtype and device), or ArgumentError.
+    defp layout!(t) do
       {_ptr, shape, _strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
       type = cached_nx_type!(dtype)
 
       if device != :cpu do
-        raise ArgumentError, "tensor: on #{inspect(device)}; to_nx takes CPU tensors"
+        raise ArgumentError,
+              "tensor: on #{inspect(device)}; to_nx takes CPU tensors (copy it with TensorBlob.Tensor.to_device(t, :cpu))"
       end
 
       # Nx refuses dimensions of size 0 (Nx.iota({0}) raises): no tensor it
@@ -152,19 +245,20 @@ if Code.ensure_loaded?(Nx) do
                 "there is nothing to hand to Nx"
       end
 
-      cond do
-        elem(backend, 0) == Nx.BinaryBackend ->
-          # A view where it is safe (not a region another program can shrink).
-          bytes = Tensor.to_binary(t, copy: :if_needed)
-          %Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}
-
-        unsafe_view ->
-          unguarded_view(t, backend, type, shape)
-
-        true ->
-          region_handover(t, backend, type, shape) || copy_to(t, backend, type, shape)
-      end
+      {shape, type}
     end
+
+    @doc false
+    # Nx.LazyContainer: the template Nx sees before the tensor is made.
+    @spec template!(Tensor.input()) :: Nx.Tensor.t()
+    def template!(tensor) do
+      {shape, type} = layout!(tensor)
+      Nx.template(shape, type)
+    end
+
+    defp kind(%Tensor{}), do: "tensor (%TensorBlob.Tensor{})"
+    defp kind(%BlobView{}), do: "view (%TensorBlob.BlobView{})"
+    defp kind(%Blob{}), do: "blob (%TensorBlob.Blob{})"
 
     defp to_nx_options!(backend) when is_atom(backend) and backend != nil, do: {{backend, []}, false}
     defp to_nx_options!({backend, opts} = b) when is_atom(backend) and is_list(opts), do: {b, false}
@@ -186,7 +280,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp to_nx_options!(other) do
-      raise ArgumentError, "to_nx: expected a backend (module or {module, keyword}) or options, got #{inspect(other)}"
+      raise ArgumentError,
+            "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
     end
 
     # The backend maps the region itself: its mapping is its own.
@@ -210,7 +305,8 @@ if Code.ensure_loaded?(Nx) do
 
     defp copy_to(t, {module, opts}, type, shape) do
       template = %Nx.Tensor{data: nil, type: type, shape: shape, names: names(shape)}
-      module.from_binary(template, Tensor.to_binary(t), opts)
+      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, :backend))
+      module.from_binary(template, bytes, opts)
     end
 
     defp unguarded_view(t, backend, type, shape) do
@@ -322,12 +418,13 @@ if Code.ensure_loaded?(Nx) do
               key -> key
             end)
 
-          raise ArgumentError, "options: unknown option(s) #{inspect(unknown)}; known: #{inspect(keys)}"
+          raise ArgumentError,
+                "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
       end
     end
 
     defp invalid_option!(key, value, expected) do
-      raise ArgumentError, "options: invalid #{key}: #{inspect(value)}; expected #{expected}"
+      raise ArgumentError, "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
     end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
@@ -344,7 +441,14 @@ if Code.ensure_loaded?(Nx) do
       row_major(shape, i - 1, step * max(elem(shape, i - 1), 1), [step | strides])
     end
 
-    defp copy_of(nx, dtype), do: Tensor.from_binary(Nx.to_binary(nx), dtype, nx.shape)
+    # reason: :requested (copy: :always) or :backend (no view can be made).
+    defp copy_of(nx, dtype, reason) do
+      bytes = Nx.to_binary(nx)
+
+      translating(
+        do: Tensor.wrap(:tensor_blob.copy_from_binary(bytes, dtype, nx.shape, {__MODULE__, :from_nx, 2}, reason))
+      )
+    end
 
     defp refuse_copy!(nx, why) do
       raise ArgumentError, "copy: :never, but #{inspect(nx.data.__struct__)} tensor data cannot be viewed: #{why}"
@@ -376,7 +480,7 @@ if Code.ensure_loaded?(Nx) do
             "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
               "not #{expected}), so no view can show them as #{inspect(nx.type)}"
 
-          if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype)
+          if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
         end
       else
         {:deallocated, message} ->
@@ -388,7 +492,7 @@ if Code.ensure_loaded?(Nx) do
         _ ->
           if copy == :never,
             do: refuse_copy!(nx, "it gives no host pointer (pass device: :cpu if its pointers are host memory)"),
-            else: copy_of(nx, dtype)
+            else: copy_of(nx, dtype, :backend)
       end
     end
 
@@ -465,6 +569,20 @@ if Code.ensure_loaded?(Nx) do
         vsn -> to_string(vsn)
       end
     end
+  end
+
+  # Nx functions and defn take tensor_blob tensors as they are, as
+  # Explorer's series: Nx sees a template (shape and type) first and asks
+  # for the tensor only when it needs the data, which to_nx/1 then makes
+  # for Nx.default_backend() (see TensorBlob.Nx: a view for the binary
+  # backend, a copy or a region for the others).
+  defimpl Nx.LazyContainer, for: TensorBlob.Tensor do
+    def traverse(tensor, acc, fun),
+      do: fun.(TensorBlob.Nx.template!(tensor), fn -> TensorBlob.Nx.to_nx(tensor) end, acc)
+  end
+
+  defimpl Nx.LazyContainer, for: TensorBlob.BlobView do
+    def traverse(%{tensor: tensor}, acc, fun), do: Nx.LazyContainer.traverse(tensor, acc, fun)
   end
 else
   defmodule TensorBlob.Nx.Absent do

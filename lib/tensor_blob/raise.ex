@@ -46,6 +46,13 @@ defmodule TensorBlob.Raise do
     end)
   end
 
+  @doc false
+  # Any term, for a message of the facade's own: bounded in size and in the
+  # time it takes, as the Erlang API's messages are (a 50 MB binary, an
+  # integer of 200,000 bits, a million-element list).
+  @spec inspect_term(term()) :: String.t()
+  def inspect_term(term), do: inspect_bounded(:tensor_blob.prune(term))
+
   # A term any caller may have passed (a whole struct, a huge binary),
   # already cut down to a bounded tree: inspected with limits, smaller ones
   # until it fits in about @term_bytes, so a message is never cut in the
@@ -63,6 +70,7 @@ defmodule TensorBlob.Raise do
   # A pruned term (:tensor_blob's pruned()): whole terms as inspect/2 shows
   # them, the rest as inspect/2 shows a term it cut short.
   defp term(:elided, _opts), do: "..."
+  defp term({:big_integer, sign, bits}, _opts), do: :tensor_blob.big_integer_text(sign, bits)
   defp term({:whole, term}, opts), do: inspect(term, opts)
 
   defp term({:list, items, tail}, opts) do

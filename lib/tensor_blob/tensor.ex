@@ -19,6 +19,12 @@ defmodule TensorBlob.Tensor do
   defstruct [:ref]
 
   @type t :: %__MODULE__{ref: reference()}
+  @typedoc """
+  What every function that takes a tensor takes: a `%TensorBlob.Tensor{}`,
+  or what `TensorBlob.from_blob/2` returns (a `%TensorBlob.BlobView{}`,
+  whose tensor is used).
+  """
+  @type input :: t() | TensorBlob.BlobView.t()
   @type shape :: tuple()
   @type dtype :: atom() | {atom(), pos_integer()}
 
@@ -30,7 +36,11 @@ defmodule TensorBlob.Tensor do
   defp struct_of(module, ref), do: %{__struct__: module, ref: ref}
 
   @doc false
+  # The reference behind what a function was given as a tensor: a
+  # %Tensor{}, a %BlobView{} (what from_blob/2 returns), or anything else,
+  # passed on for the Erlang API to say what it is.
   def ref(%__MODULE__{ref: ref}), do: ref
+  def ref(%{__struct__: TensorBlob.BlobView, tensor: %__MODULE__{ref: ref}}), do: ref
   def ref(other), do: other
 
   @doc """
@@ -46,7 +56,7 @@ defmodule TensorBlob.Tensor do
       iex> TensorBlob.Tensor.memory(t)
       :binary
       iex> TensorBlob.Tensor.write!(t, payload)
-      ** (ArgumentError) tensor: read-only (a view of a binary's bytes; binaries are immutable); write! refuses it
+      ** (ArgumentError) tensor: read-only (a view of a binary's bytes; binaries are immutable); write! refuses it. To change the values, copy it first (Tensor.to_device(t, Tensor.device(t))) and write the copy
 
   A binary of 64 bytes or less lives on a process heap, so the pin holds a
   copy of it and the tensor views that copy (read-only all the same).
@@ -98,7 +108,7 @@ defmodule TensorBlob.Tensor do
       iex> t |> TensorBlob.Tensor.transpose(0, 1) |> TensorBlob.Tensor.to_binary()
       <<1, 3, 2, 4>>
   """
-  @spec to_binary(t(), copy: boolean() | :if_needed, unsafe_shared_memory: boolean()) :: binary()
+  @spec to_binary(input(), copy: boolean() | :if_needed, unsafe_shared_memory: boolean()) :: binary()
   def to_binary(tensor, opts \\ [])
   def to_binary(tensor, []), do: translating(do: :tensor_blob.to_binary(ref(tensor)))
 
@@ -115,14 +125,18 @@ defmodule TensorBlob.Tensor do
       map
     else
       raise ArgumentError,
-            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{inspect(opts)}"
+            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{TensorBlob.Raise.inspect_term(opts)}"
     end
   end
 
   defp copy_option(copy: copy), do: %{copy: copy}
 
   defp copy_option(opts),
-    do: raise(ArgumentError, "options: expected [copy: boolean or :if_needed], got #{inspect(opts)}")
+    do:
+      raise(
+        ArgumentError,
+        "options: expected [copy: boolean or :if_needed], got #{TensorBlob.Raise.inspect_term(opts)}"
+      )
 
   @doc "A new tensor of zeros."
   @spec zeros(shape(), dtype()) :: t()
@@ -137,7 +151,7 @@ defmodule TensorBlob.Tensor do
   their slices), and while a binary made by `to_binary(t, copy: false)`
   shows any of the memory it would write.
   """
-  @spec write!(t(), binary()) :: t()
+  @spec write!(tensor, binary()) :: tensor when tensor: input()
   def write!(tensor, binary) do
     translating(do: :tensor_blob.write(ref(tensor), binary))
     tensor
@@ -148,33 +162,35 @@ defmodule TensorBlob.Tensor do
   the host and a GPU. Always a new tensor, even on the same device.
   `to_binary/1` and `write!/2` also copy to and from a CUDA tensor.
   """
-  @spec to_device(t(), :cpu | {:cuda, non_neg_integer()}) :: t()
+  @spec to_device(input(), :cpu | {:cuda, non_neg_integer()}) :: t()
   def to_device(tensor, device), do: translating(do: wrap(:tensor_blob.to_device(ref(tensor), device)))
 
   @doc "A view of `length` elements of dimension `dim` from `start`; shares memory."
-  @spec narrow(t(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
+  @spec narrow(input(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
   def narrow(tensor, dim, start, length) do
     translating(do: wrap(:tensor_blob.narrow(ref(tensor), dim, start, length)))
   end
 
   @doc "A view with dimensions `dim0` and `dim1` swapped; shares memory."
-  @spec transpose(t(), non_neg_integer(), non_neg_integer()) :: t()
+  @spec transpose(input(), non_neg_integer(), non_neg_integer()) :: t()
   def transpose(tensor, dim0, dim1) do
     translating(do: wrap(:tensor_blob.transpose(ref(tensor), dim0, dim1)))
   end
 
-  @spec shape(t()) :: shape()
+  @doc "The dimensions, as a tuple (`{}` for a scalar)."
+  @spec shape(input()) :: shape()
   def shape(tensor), do: translating(do: :tensor_blob.shape(ref(tensor)))
 
   @doc "Element strides, one per dimension."
-  @spec strides(t()) :: [non_neg_integer()]
+  @spec strides(input()) :: [non_neg_integer()]
   def strides(tensor), do: translating(do: :tensor_blob.strides(ref(tensor)))
 
   @doc "The canonical dtype atom."
-  @spec dtype(t()) :: atom()
+  @spec dtype(input()) :: atom()
   def dtype(tensor), do: translating(do: :tensor_blob.dtype(ref(tensor)))
 
-  @spec device(t()) :: :cpu | {:cuda, non_neg_integer()}
+  @doc "Where the memory is: `:cpu`, or `{:cuda, index}` for a GPU's."
+  @spec device(input()) :: :cpu | {:cuda, non_neg_integer()}
   def device(tensor), do: translating(do: :tensor_blob.device(ref(tensor)))
 
   @doc """
@@ -186,11 +202,11 @@ defmodule TensorBlob.Tensor do
   mapping of a shared-memory region, or of another process's CUDA memory opened
   with `TensorBlob.IPC.open/3`). Slices answer as what they view.
   """
-  @spec memory(t()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
+  @spec memory(input()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
   def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))
 
   @doc "True when the tensor views memory whose owner it keeps alive (`:pinned`, `:dlpack` or `:binary`)."
-  @spec pinned?(t()) :: boolean()
+  @spec pinned?(input()) :: boolean()
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
   @doc false
@@ -201,7 +217,7 @@ defmodule TensorBlob.Tensor do
   def format_device({type, index}) when is_atom(type) and is_integer(index), do: "#{type}:#{index}"
 
   def format_device(other),
-    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{inspect(other)}")
+    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{TensorBlob.Raise.inspect_term(other)}")
 
   defimpl Inspect do
     # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first
@@ -213,6 +229,12 @@ defmodule TensorBlob.Tensor do
 
     # A struct built by hand without :ref is shown as a plain map.
     def inspect(tensor, opts) when not is_map_key(tensor, :ref), do: Inspect.Any.inspect(tensor, opts)
+
+    # A tensor of another node arrives here as a dead reference: shown as
+    # that, with the node it belongs to (nothing of it can be read here).
+    def inspect(%{ref: ref}, opts) when is_reference(ref) and node(ref) != node() do
+      concat(["#TensorBlob.Tensor<on node ", to_doc(node(ref), opts), " ", to_doc(ref, opts), ">"])
+    end
 
     def inspect(%{ref: ref} = tensor, opts) do
       if is_reference(ref) do
@@ -237,10 +259,11 @@ defmodule TensorBlob.Tensor do
 
     defp preview(tensor, shape, :cpu, dtype, limit) do
       numel = shape |> Tuple.to_list() |> Enum.product()
-      size = :tensor_blob.to_blob(tensor.ref).element_size
+      # What the elements are comes from the library's dtype table.
+      %{element_size: size, kind: kind, bits: bits} = :tensor_blob.dtype_info(dtype)
       bytes = first_elements(tensor, shape, min(numel, limit))
 
-      case decode(dtype, size, bytes) do
+      case decode(decoder(kind, bits), size, bytes) do
         nil ->
           nil
 
@@ -277,33 +300,25 @@ defmodule TensorBlob.Tensor do
       |> elem(0)
     end
 
-    defp decode(dtype, size, bytes) do
-      if decoder = decoder(dtype), do: for(<<e::binary-size(size) <- bytes>>, do: decoder.(e))
-    end
+    defp decode(nil, _size, _bytes), do: nil
+    defp decode(decoder, size, bytes), do: for(<<e::binary-size(size) <- bytes>>, do: decoder.(e))
 
-    defp decoder(:bool), do: fn <<b>> -> to_string(b != 0) end
-    defp decoder(:uint8), do: fn <<x::8>> -> Integer.to_string(x) end
-    defp decoder(:int8), do: fn <<x::8-signed>> -> Integer.to_string(x) end
-
-    defp decoder(dtype) when dtype in [:uint16, :uint32, :uint64],
-      do: fn e -> e |> :binary.decode_unsigned(endianness()) |> Integer.to_string() end
-
-    defp decoder(dtype) when dtype in [:int16, :int32, :int64] do
-      fn e ->
-        bits = bit_size(e)
-        <<x::size(bits)-signed-native>> = e
-        Integer.to_string(x)
-      end
-    end
-
-    defp decoder(dtype) when dtype in [:float16, :float32, :float64], do: &float/1
+    # A decoder by what the elements are (the table's kind and bits), so a
+    # dtype the table gains is shown without a clause of its own.
+    defp decoder(:bool, _bits), do: fn <<b>> -> to_string(b != 0) end
+    defp decoder(:uint, bits), do: fn <<x::size(bits)-unsigned-native>> -> Integer.to_string(x) end
+    defp decoder(:int, bits), do: fn <<x::size(bits)-signed-native>> -> Integer.to_string(x) end
+    defp decoder(:float, bits) when bits in [16, 32, 64], do: &float/1
     # bfloat16 is the high half of a float32.
-    defp decoder(:bfloat16), do: fn <<x::16-native>> -> float(<<x::16, 0::16>>, :big) end
+    defp decoder(:bfloat, 16), do: fn <<x::16-native>> -> float(<<x::16, 0::16>>, :big) end
 
-    defp decoder(:complex32), do: fn <<re::binary-2, im::binary-2>> -> complex(float(re), float(im)) end
-    defp decoder(:complex64), do: fn <<re::binary-4, im::binary-4>> -> complex(float(re), float(im)) end
-    defp decoder(:complex128), do: fn <<re::binary-8, im::binary-8>> -> complex(float(re), float(im)) end
-    defp decoder(_float8), do: nil
+    defp decoder(:complex, bits) when bits in [32, 64, 128] do
+      half = div(bits, 16)
+      fn <<re::binary-size(half), im::binary-size(half)>> -> complex(float(re), float(im)) end
+    end
+
+    # 8-bit floats have no bit syntax: no preview.
+    defp decoder(_kind, _bits), do: nil
 
     defp complex(re, "-" <> im), do: "#{re}-#{im}i"
     defp complex(re, im), do: "#{re}+#{im}i"

@@ -89,12 +89,17 @@ static inline int tensor_blob_dyncall(ErlNifEnv *env, ERL_NIF_TERM term, tensor_
 }
 
 /* A DLManagedTensorVersioned over the memory of the tensor term (a tensor
- * resource or a %TensorBlob.Tensor{}). Returns TENSOR_BLOB_BRIDGE_OK and
+ * resource, a %TensorBlob.Tensor{}, or a %TensorBlob.BlobView{}: what the
+ * Elixir facade's from_blob returns). Returns TENSOR_BLOB_BRIDGE_OK and
  * sets *out, or another status and leaves *out alone. */
 static inline int tensor_blob_to_dlpack(ErlNifEnv *env, ERL_NIF_TERM term, uint32_t flags,
                                         tb_DLManagedTensorVersioned **out)
 {
     ERL_NIF_TERM name, ref;
+    if (enif_is_map(env, term) && enif_get_map_value(env, term, enif_make_atom(env, "__struct__"), &name) &&
+        enif_compare(name, enif_make_atom(env, "Elixir.TensorBlob.BlobView")) == 0 &&
+        !enif_get_map_value(env, term, enif_make_atom(env, "tensor"), &term))
+        return TENSOR_BLOB_BRIDGE_NOT_A_TENSOR;
     if (enif_is_map(env, term)) {
         if (!enif_get_map_value(env, term, enif_make_atom(env, "__struct__"), &name) ||
             enif_compare(name, enif_make_atom(env, "Elixir.TensorBlob.Tensor")) != 0 ||

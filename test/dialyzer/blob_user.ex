@@ -19,8 +19,15 @@ defmodule TensorBlob.DialyzerScratch do
 
   @spec unpinned_view(Blob.t()) :: Tensor.t()
   def unpinned_view(blob) do
-    %Tensor{} = view = TensorBlob.from_blob(blob, owner: :none)
+    %BlobView{tensor: view, owner: :none} = TensorBlob.from_blob(blob, owner: :none)
     view
+  end
+
+  # What from_blob/2 returns goes to every function that takes a tensor.
+  @spec view_facts(Blob.t()) :: {binary(), tuple(), Blob.t(), Tensor.t()}
+  def view_facts(blob) do
+    view = TensorBlob.from_blob(blob, owner: :none)
+    {Tensor.to_binary(view), Tensor.shape(view), TensorBlob.to_blob(view), Tensor.transpose(view, 0, 0)}
   end
 
   @spec capsule_version(Tensor.t()) :: :versioned | :legacy

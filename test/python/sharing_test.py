@@ -116,6 +116,31 @@ def untyped(t):
     return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage().untyped()
 
 
+def write_then_drop(peer, name, held, python_drops_first, i, python_value, beam_value):
+    """Both mapped: each side's write is seen by the other (Python writes
+    element i, the BEAM element 0); then one side drops its tensor and the
+    other still reads the data, until the last user removes the name.
+    held: a list of the one reference to Python's tensor, taken over."""
+    t = held.pop()
+    t[i] = python_value
+    check(peer.floats(f"read {name}")[i] == python_value, "Python's write is seen by the BEAM")
+    peer.call(f"set {name} 0 {beam_value}")
+    check(t[0].item() == beam_value, "the BEAM's write is seen by Python")
+    check(refcount(name) == 2, "writing element 0 leaves the header's count alone")
+
+    if python_drops_first:
+        del t
+        check(refcount(name) == 1, "Python's drop leaves the BEAM's reference")
+        check(peer.floats(f"read {name}")[i] == python_value, "the BEAM still reads the data")
+        peer.call(f"drop {name}")
+    else:
+        peer.call(f"drop {name}")
+        check(refcount(name) == 1, "the BEAM's drop leaves PyTorch's reference")
+        check(t[i].item() == python_value and t[0].item() == beam_value, "Python still reads the data")
+        del t
+    check(not exists(name), "the last user removed the name")
+
+
 def torch_to_beam(peer, python_drops_first):
     """PyTorch shares a tensor; the BEAM opens it as PyTorch's consumers do."""
     t = torch.arange(16, dtype=torch.float32)
@@ -130,23 +155,9 @@ def torch_to_beam(peer, python_drops_first):
     check(refcount(name) == 2, "the BEAM takes a reference")
     check(peer.call(f"memory {name}") == ["ipc"], "the BEAM's tensor is a mapping")
 
-    t[3] = 42.0
-    check(peer.floats(f"read {name}")[3] == 42.0, "Python's write is seen by the BEAM")
-    peer.call(f"set {name} 0 -7.5")
-    check(t[0].item() == -7.5, "the BEAM's write is seen by Python")
-    check(refcount(name) == 2, "writing element 0 leaves the header's count alone")
-
-    if python_drops_first:
-        del t
-        check(refcount(name) == 1, "Python's drop leaves the BEAM's reference")
-        check(peer.floats(f"read {name}")[3] == 42.0, "the BEAM still reads the data")
-        peer.call(f"drop {name}")
-    else:
-        peer.call(f"drop {name}")
-        check(refcount(name) == 1, "the BEAM's drop leaves PyTorch's reference")
-        check(t[3].item() == 42.0 and t[0].item() == -7.5, "Python still reads the data")
-        del t
-    check(not exists(name), "the last user removed the name")
+    held = [t]
+    del t  # write_then_drop holds the only reference
+    write_then_drop(peer, name, held, python_drops_first, 3, 42.0, -7.5)
     try:
         peer.call(f"open {name} 16")
         raise AssertionError("opened a freed region")
@@ -168,23 +179,9 @@ def beam_to_torch(peer, python_drops_first):
     check(t.tolist() == [float(i) for i in range(16)], f"PyTorch reads the data: {t.tolist()}")
     check(refcount(name) == 2, "PyTorch takes a reference")
 
-    t[1] = 11.0
-    check(peer.floats(f"read {name}")[1] == 11.0, "Python's write is seen by the BEAM")
-    peer.call(f"set {name} 0 99.0")
-    check(t[0].item() == 99.0, "the BEAM's write is seen by Python")
-    check(refcount(name) == 2, "writing element 0 leaves the header's count alone")
-
-    if python_drops_first:
-        del t
-        check(refcount(name) == 1, "Python's drop leaves the BEAM's reference")
-        check(peer.floats(f"read {name}")[1] == 11.0, "the BEAM still reads the data")
-        peer.call(f"drop {name}")
-    else:
-        peer.call(f"drop {name}")
-        check(refcount(name) == 1, "the BEAM's drop leaves PyTorch's reference")
-        check(t[0].item() == 99.0, "Python still reads the data")
-        del t
-    check(not exists(name), "the last user removed the name")
+    held = [t]
+    del t  # write_then_drop holds the only reference
+    write_then_drop(peer, name, held, python_drops_first, 1, 11.0, 99.0)
 
 
 # ---- multiprocessing.shared_memory ----------------------------------------

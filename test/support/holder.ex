@@ -35,6 +35,18 @@ defmodule TensorBlob.Test.Holder do
   @doc "Whether the holder's OS process maps a file whose path contains name."
   def maps?(name), do: File.read!("/proc/self/maps") |> String.contains?(name)
 
+  @doc """
+  A region tensor of `bytes` (float32) made in the calling process and
+  returned packed for `to` (`TensorBlob.Nodes.pack/3` with `opts`): run
+  remotely (`:erpc.call/4`), nothing but the packed term keeps the tensor
+  once the call's process ends.
+  """
+  def pack_fresh(bytes, to, opts) do
+    t = TensorBlob.IPC.torch_zeros({div(byte_size(bytes), 4)}, :float32)
+    TensorBlob.Tensor.write!(t, bytes)
+    TensorBlob.Nodes.pack(t, to, opts)
+  end
+
   defp init(parent, m, f, a) do
     tensor = apply(m, f, a)
     send(parent, {self(), :ready})

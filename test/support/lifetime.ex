@@ -48,4 +48,15 @@ defmodule TensorBlob.Test.Lifetime do
       await_stats(expected, tries - 1)
     end
   end
+
+  @doc """
+  Runs fun in a process that exits (in_process/1), then asserts that every
+  count of stats/0 returns to where it was before.
+  """
+  def assert_freed_after(fun) do
+    require ExUnit.Assertions
+    start = settled_stats()
+    in_process(fun)
+    ExUnit.Assertions.assert(await_stats(start) == start)
+  end
 end

@@ -1,7 +1,7 @@
 %% Helpers shared by the EUnit suites: leak checks and isolated work.
 -module(tensor_blob_test_util).
 
--export([run_isolated/1, gc_all/0, settled_stats/0, wait_for_stats/1]).
+-export([run_isolated/1, gc_all/0, settled_stats/0, wait_for_stats/1, wait_port/2]).
 
 %% No eunit.hrl: Mix compiles this module too (for ExUnit), and Mix on
 %% Elixir 1.15+ does not put eunit on its code path.
@@ -59,4 +59,18 @@ wait_for_stats(Expected, N) ->
     case tensor_blob:stats() of
         Expected -> ok;
         _ -> timer:sleep(10), wait_for_stats(Expected, N - 1)
+    end.
+
+%% The exit status and output of a port opened with exit_status, or
+%% {timeout, Output} (the port closed) when no data comes for Timeout ms.
+wait_port(Port, Timeout) ->
+    wait_port(Port, Timeout, []).
+
+wait_port(Port, Timeout, Acc) ->
+    receive
+        {Port, {data, Data}} -> wait_port(Port, Timeout, [Acc, Data]);
+        {Port, {exit_status, Status}} -> {Status, iolist_to_binary(Acc)}
+    after Timeout ->
+            catch port_close(Port),
+            {timeout, iolist_to_binary(Acc)}
     end.

@@ -1,0 +1,47 @@
+defmodule TensorBlob.TablesTest do
+  # The guides' tables derive from the library's tables: a dtype the C table
+  # gains (or a fact about one that changes) fails here until the guide
+  # says so too.
+  use ExUnit.Case, async: true
+
+  @guide "guides/dtypes.md"
+
+  # The rows of the guide's dtype table: the cells of each line that starts
+  # with a canonical dtype in backquotes.
+  defp guide_rows do
+    for "| `" <> _ = line <- String.split(File.read!(@guide), "\n") do
+      line |> String.trim() |> String.trim("|") |> String.split("|") |> Enum.map(&String.trim/1)
+    end
+  end
+
+  # The names and Nx types a cell shows in backquotes (a module named in
+  # passing, as `TensorBlob.Nx`, is neither).
+  defp terms(cell) do
+    for [_, code] <- Regex.scan(~r/`([^`]+)`/, cell),
+        term = code |> Code.eval_string() |> elem(0),
+        not (is_atom(term) and match?("Elixir." <> _, Atom.to_string(term))),
+        do: term
+  end
+
+  test "the dtypes guide's table is the library's dtype table" do
+    # In the guide's order, which groups them for the reader.
+    rows = Map.new(guide_rows(), fn [name | _] = row -> {name, row} end)
+    table = TensorBlob.tables().dtypes
+    assert Enum.sort(Map.keys(rows)) == Enum.sort(Enum.map(table, &"`#{&1.name}`"))
+    assert map_size(rows) == length(guide_rows())
+
+    for d <- table do
+      [_name, bytes, dlpack, nx, names, libtorch] = rows["`#{d.name}`"]
+      {code, bits, 1} = d.dlpack
+      assert bytes == "#{d.element_size}", "#{d.name}: bytes"
+      assert dlpack == "{#{code}, #{bits}}", "#{d.name}: DLPack"
+      shown = terms(nx) ++ terms(names)
+      # Its Nx type (where it has one) and its other names, nothing more.
+      assert Enum.sort(shown -- [d.name]) == Enum.sort(List.wrap(d.nx) ++ d.aliases), "#{d.name}: names"
+
+      if d.since == "1.13",
+        do: assert(libtorch == "yes", "#{d.name}: libtorch 1.13"),
+        else: assert(libtorch =~ "libtorch #{d.since}+", "#{d.name}: libtorch #{d.since}")
+    end
+  end
+end
