@@ -28,7 +28,7 @@
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
          ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
          cuda_torch_open/3, cuda_torch_export/1, cuda_torch_pending/1,
-         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0]).
+         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, node_learn_pad/2, host_id/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
 -export([format_error/2, error_message/2]).
@@ -659,7 +659,10 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
             #{handle := Name, tensor := Shared} = ipc_torch_export(T),
             Base#{via => region, handle => Name, tensor => Shared};
         binary ->
-            Base#{via => binary, binary => node_binary(T)}
+            %% The pad goes before the bytes in the message (a tuple keeps
+            %% its order): see node_learn_pad/2.
+            Pad = persistent_term:get({?MODULE, node_pad, Node}, 0),
+            Base#{via => binary, binary => {binary:copy(<<0>>, Pad), node_binary(T)}, from => node()}
     end;
 node_pack(_T, Node, Opts) ->
     badarg(["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
@@ -681,24 +684,60 @@ node_binary(T) ->
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was
 %% sent to: a mapping of the same region (it holds its own reference), or
 %% a read-only view of the binary the distribution delivered. That binary
-%% lies inside the buffer the message arrived in, at whatever address the
-%% encoding put it: when it is not aligned for the dtype, it is copied once
-%% into a new tensor (memory/1 says owned). With #{copy => true} it is
-%% always copied, into a writable tensor.
+%% lies inside the buffer the message arrived in, where what comes before it
+%% in the message puts it: when it is not aligned for the dtype, it is
+%% copied once into a new tensor (memory/1 says owned), and the sender is
+%% told the pad that lands the next one on this path aligned (a view). With
+%% #{copy => true} it is always copied, into a writable tensor.
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
 node_unpack(#{'__tensor_blob_node__' := 1, via := region, handle := Name, dtype := Dtype, shape := Shape}, _Opts) ->
     ipc_torch_open(Name, Dtype, Shape);
-node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := Bin, dtype := Dtype, shape := Shape}, Opts) ->
+node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := {Pad, Bin}, dtype := Dtype, shape := Shape} = P,
+            Opts) when is_binary(Pad), is_binary(Bin) ->
     case Opts of
-        #{copy := true} -> from_binary(Bin, Dtype, Shape);
-        _ -> from_binary(Bin, Dtype, Shape, #{copy => if_needed})
+        #{copy := true} ->
+            from_binary(Bin, Dtype, Shape);
+        _ ->
+            T = from_binary(Bin, Dtype, Shape, #{copy => if_needed}),
+            memory(T) =:= owned andalso node_misaligned(P, byte_size(Pad), Bin),
+            T
     end;
 node_unpack(Other, _Opts) ->
     badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).
+
+%% Where the distribution puts a binary's bytes in the buffer a message
+%% arrives in depends on what the message holds before them (its header,
+%% the control message, the terms ahead), which stays the same from one
+%% message to the next on one path (erpc, a send), but is not known to the
+%% sender. So node_pack/3 puts a pad before the bytes, and a receiver that
+%% had to copy them tells the sender the pad that would have landed them on
+%% a multiple of ?NODE_ALIGN: from the next message on that path, the
+%% receiver's tensor views them. Only for bytes that make up most of the
+%% message (the distribution copies a small binary into its own buffer).
+-define(NODE_ALIGN, 64).
+-define(NODE_LEARN_BYTES, 1048576).
+
+node_misaligned(#{from := From}, PadBytes, Bin) when is_atom(From), From =/= node(),
+                                                      byte_size(Bin) >= ?NODE_LEARN_BYTES ->
+    #{ptr := Ptr} = to_blob(from_binary(Bin, uint8, {byte_size(Bin)}, #{copy => false})),
+    Pad = (PadBytes + ?NODE_ALIGN - Ptr rem ?NODE_ALIGN) rem ?NODE_ALIGN,
+    erpc:cast(From, ?MODULE, node_learn_pad, [node(), Pad]);
+node_misaligned(_, _, _) ->
+    false.
+
+%% @private On the sender: the pad that lands the bytes of node_pack/3's
+%% binary aligned on Node. Written only when it changes.
+-spec node_learn_pad(node(), 0..63) -> ok.
+node_learn_pad(Node, Pad) when is_atom(Node), is_integer(Pad), Pad >= 0, Pad < ?NODE_ALIGN ->
+    Key = {?MODULE, node_pad, Node},
+    case persistent_term:get(Key, 0) of
+        Pad -> ok;
+        _ -> persistent_term:put(Key, Pad)
+    end.
 
 %% @doc What makes two nodes share shared memory: this host's boot id and
 %% the identity of its /dev/shm (containers on one host have their own).
