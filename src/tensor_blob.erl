@@ -702,7 +702,10 @@ node_unpack(#{'__tensor_blob_node__' := 1, via := binary, binary := {Pad, Bin}, 
             from_binary(Bin, Dtype, Shape);
         _ ->
             T = from_binary(Bin, Dtype, Shape, #{copy => if_needed}),
-            memory(T) =:= owned andalso node_misaligned(P, byte_size(Pad), Bin),
+            ok = case memory(T) of
+                     owned -> node_misaligned(P, byte_size(Pad), Bin);
+                     _ -> ok
+                 end,
             T
     end;
 node_unpack(Other, _Opts) ->
@@ -727,7 +730,7 @@ node_misaligned(#{from := From}, PadBytes, Bin) when is_atom(From), From =/= nod
     Pad = (PadBytes + ?NODE_ALIGN - Ptr rem ?NODE_ALIGN) rem ?NODE_ALIGN,
     erpc:cast(From, ?MODULE, node_learn_pad, [node(), Pad]);
 node_misaligned(_, _, _) ->
-    false.
+    ok.
 
 %% @private On the sender: the pad that lands the bytes of node_pack/3's
 %% binary aligned on Node. Written only when it changes.
