@@ -8,6 +8,11 @@
 # Prints the median of 5 runs of each, in milliseconds. The peer is a second
 # BEAM started with OTP's :peer on 127.0.0.1; "there" is this node to the
 # peer, "back" the peer to this node; each includes the other node's unpack.
+#
+# make bench (bench/bench.exs) runs NodesBench.floors/2 instead: each path
+# beside its floor, in one run, best of several: the binary path against
+# the same bytes sent as a plain binary, the copy into a region against a
+# copy of the same bytes into new memory.
 defmodule NodesBench do
   alias TensorBlob.{IPC, Nodes, Tensor}
 
@@ -22,6 +27,8 @@ defmodule NodesBench do
       TensorBlob.Tensor.shape(t)
     end
 
+    def unpack_memory(packed), do: TensorBlob.Tensor.memory(TensorBlob.Nodes.unpack(packed))
+    def receive_binary(bin), do: byte_size(bin)
     def decode(etf), do: map_size(:erlang.binary_to_term(etf))
     def receive_term(term), do: map_size(term)
     def deserialize(bin), do: Nx.size(Nx.deserialize(bin))
@@ -128,6 +135,77 @@ defmodule NodesBench do
     end
   end
 
+  # Each path beside its floor, alternating, the best of `runs` each (ms):
+  # the binary path (pack, send, unpack there) against the same bytes sent
+  # as a plain binary the same way (erpc); the copy into a region
+  # (Nodes.pack of an ordinary tensor, here) against from_binary's copy of
+  # the same bytes into new memory (a memcpy, and the new pages' faults).
+  def floors(mib, runs) do
+    bytes = mib * 1024 * 1024
+    n = div(bytes, 4)
+    peer = start_peer()
+    :erpc.call(peer, Code, :compile_string, [@remote])
+    remote = NodesBench.Remote
+    owned = Tensor.zeros({n}, :float32)
+    region = IPC.torch_zeros({n}, :float32)
+    payload = Tensor.to_binary(owned)
+
+    timed = fn fun ->
+      :erlang.garbage_collect()
+      t0 = System.monotonic_time(:microsecond)
+      result = fun.()
+      {(System.monotonic_time(:microsecond) - t0) / 1000, result}
+    end
+
+    binary_path = fn -> :erpc.call(peer, remote, :unpack_memory, [Nodes.pack(owned, peer, via: :binary)]) end
+    # The first message on this path teaches the sender its pad.
+    first_memory = binary_path.()
+
+    samples =
+      for i <- 1..runs do
+        # Each goes first in turn: what one leaves to free falls on the other alike.
+        plain_first = rem(i, 2) == 1
+        {binary, memory} = if plain_first, do: {nil, nil}, else: timed.(binary_path)
+        {plain, _} = timed.(fn -> :erpc.call(peer, remote, :receive_binary, [payload]) end)
+        {binary, memory} = if plain_first, do: timed.(binary_path), else: {binary, memory}
+        {copy, _} = timed.(fn -> Nodes.pack(owned, peer, via: :region) end)
+        {memcpy, _} = timed.(fn -> Tensor.from_binary(payload, :float32, {n}) end)
+        {name, _} = timed.(fn -> :erpc.call(peer, remote, :unpack, [Nodes.pack(region, peer)]) end)
+        %{plain: plain, binary: binary, memory: memory, copy: copy, memcpy: memcpy, name: name}
+      end
+
+    best = fn key -> samples |> Enum.map(& &1[key]) |> Enum.min() end
+    :peer.stop(peer_pid(peer))
+
+    %{
+      mib: mib,
+      runs: runs,
+      plain_binary_ms: best.(:plain),
+      binary_path_ms: best.(:binary),
+      binary_path_over_plain: best.(:binary) / best.(:plain),
+      receiver_memory_first: first_memory,
+      receiver_memory: samples |> Enum.map(& &1.memory) |> Enum.uniq(),
+      region_copy_ms: best.(:copy),
+      memcpy_ms: best.(:memcpy),
+      region_copy_over_memcpy: best.(:copy) / best.(:memcpy),
+      region_name_ms: best.(:name)
+    }
+  end
+
+  def print_floors(f) do
+    IO.puts(
+      "Between nodes, #{f.mib} MiB float32, best of #{f.runs}, ms: one binary (pack, send, unpack there) " <>
+        "#{ms(f.binary_path_ms)} against the same bytes as a plain binary #{ms(f.plain_binary_ms)} " <>
+        "(#{ratio(f.binary_path_over_plain)}x, goal <= 1.2; the receiver's tensor: #{inspect(f.receiver_memory)}, " <>
+        "#{inspect(f.receiver_memory_first)} on the path's first message); the copy into a region " <>
+        "#{ms(f.region_copy_ms)} against a copy into new memory #{ms(f.memcpy_ms)} " <>
+        "(#{ratio(f.region_copy_over_memcpy)}x, goal <= 1.3); a region's name #{ms(f.region_name_ms)}"
+    )
+  end
+
+  defp ms(x), do: :erlang.float_to_binary(x / 1, decimals: 1)
+  defp ratio(x), do: :erlang.float_to_binary(x / 1, decimals: 2)
+
   defp cell(nil), do: String.pad_leading("-", 10)
   defp cell(fun), do: String.pad_leading(:erlang.float_to_binary(median_ms(fun), decimals: 1), 10)
 
@@ -154,16 +232,22 @@ defmodule NodesBench do
     end
 
     paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-    {:ok, _pid, node} = :peer.start(%{name: :peer.random_name(), host: ~c"127.0.0.1", longnames: true, args: paths})
+    {:ok, pid, node} = :peer.start(%{name: :peer.random_name(), host: ~c"127.0.0.1", longnames: true, args: paths})
     {:ok, _} = :erpc.call(node, :application, :ensure_all_started, [:tensor_blob])
+    Process.put({:peer, node}, pid)
     node
   end
+
+  defp peer_pid(node), do: Process.get({:peer, node})
 end
 
-mib =
-  case System.argv() do
-    [m] -> String.to_integer(m)
-    [] -> 256
-  end
+# bench.exs requires this file for NodesBench.floors/2 alone.
+unless System.get_env("TB_NODES_LIBRARY") do
+  mib =
+    case System.argv() do
+      [m] -> String.to_integer(m)
+      [] -> 256
+    end
 
-NodesBench.run(mib)
+  NodesBench.run(mib)
+end

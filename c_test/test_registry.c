@@ -3,17 +3,23 @@
  *
  * - against a brute-force model, on one thread: ranges of every size (each
  *   level), named by file or not, added and removed in random order, every
- *   query compared with a scan;
+ *   query compared with a scan, narrow and wide (read through the levels'
+ *   summaries); after every step, each shard holding ranges of a kind has
+ *   its summary bit set, and a wide query over everything, once nothing is
+ *   left, clears every bit;
  * - from many threads at once (run under ThreadSanitizer by make
  *   tsan-test, and under AddressSanitizer): each thread keeps ranges in a
  *   window of its own, whose shards it shares with the others, and its
  *   queries there must match its own model exactly; pairs of threads race
  *   a write against a binary view of the same memory, and never both get
- *   in; counters moved by every thread sum to what was added. */
+ *   in, also where the view is a gigabyte whose query reads a summary that
+ *   other threads' small ranges set and its own queries clear; counters
+ *   moved by every thread sum to what was added. */
 #define _GNU_SOURCE /* pthread barriers */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "tb_count.h"
@@ -76,12 +82,29 @@ static void random_range(uint64_t *rng, tb_range *r)
     }
 }
 
+/* Every shard holding ranges of a kind has its bit in the summary set (the
+ * promise a wide query relies on to skip the others); the shards whose bits
+ * are set, counted into *set. */
+static int summary_holds(int *set)
+{
+    int ok = 1;
+    *set = 0;
+    for (int l = 0; l < TB_REG_LEVELS; l++)
+        for (int k = 0; k < TB_REG_KINDS; k++)
+            for (int i = 0; i < TB_REG_SHARDS; i++) {
+                int bit = (int)((reg.summary[l][k] >> i) & 1);
+                ok &= reg.shards[l][i].count[k] == 0 || bit;
+                *set += bit;
+            }
+    return ok;
+}
+
 static void test_model(void)
 {
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < MODEL_N; i++)
         kind_of[i] = -1;
-    int mismatches = 0, hits = 0, mapping_mismatches = 0;
+    int mismatches = 0, hits = 0, mapping_mismatches = 0, summary_broken = 0, most_set = 0;
     for (int step = 0; step < 40000; step++) {
         int i = (int)(next_random(&rng) % MODEL_N);
         if (kind_of[i] >= 0) {
@@ -108,15 +131,28 @@ static void test_model(void)
             model_at |= kind_of[j] == TB_REG_MAPPED && ranges[j].lo <= q.lo && q.lo < ranges[j].hi;
         if (at != model_at || (at && !(found.lo <= q.lo && q.lo < found.hi)))
             mapping_mismatches++;
+        int set;
+        summary_broken += !summary_holds(&set);
+        most_set = set > most_set ? set : most_set;
     }
+    CHECK_EQ(summary_broken, 0);
+    CHECK(most_set > 64); /* the summaries were used, on more than one level or kind */
     CHECK_EQ(mismatches, 0);
     CHECK_EQ(mapping_mismatches, 0);
     CHECK(hits > 1000); /* the queries did find ranges, of every level */
     for (int i = 0; i < MODEL_N; i++)
         if (kind_of[i] >= 0)
             tb_registry_remove(&reg, (tb_reg_kind)kind_of[i], &ranges[i]);
+    int set;
+    CHECK(summary_holds(&set));
+    CHECK(set > 0); /* bits outlive their ranges until a wide query passes */
     tb_range everything = {.lo = 0, .hi = UINTPTR_MAX};
     CHECK_EQ(tb_registry_overlap(&reg, 0xF, &everything), -1);
+    /* Every level but the last is covered wide, so each of their bits was
+     * looked at and cleared; the last level's one shard keeps its bits. */
+    for (int l = 0; l < TB_REG_LEVELS - 1; l++)
+        for (int k = 0; k < TB_REG_KINDS; k++)
+            CHECK_EQ(reg.summary[l][k], 0);
 }
 
 /* ---- Many threads ---------------------------------------------------------- */
@@ -177,6 +213,7 @@ typedef struct {
 } pair_state;
 
 static pair_state pairs[THREADS / 2];
+static int wide_views; /* the binary views are a gigabyte each */
 
 static void *racer(void *p)
 {
@@ -184,10 +221,20 @@ static void *racer(void *p)
     pair_state *ps = &pairs[a->id / 2];
     int writer = a->id % 2 == 0;
     uintptr_t lo = ((uintptr_t)0x77 << 36) + (uintptr_t)(a->id / 2) * 4096;
+    if (wide_views)
+        lo = ((uintptr_t)0x78 + (uintptr_t)(a->id / 2)) << 36;
+    uint64_t rng = 0xABCDEFull * (uint64_t)(a->id + 1);
     pthread_barrier_wait(&start);
     for (int round = 0; round < ROUNDS; round++) {
         /* Overlapping, not equal: each offset differently. */
         tb_range r = {.lo = lo + (writer ? 0 : 100), .hi = lo + (writer ? 200 : 300)};
+        if (wide_views) {
+            /* A small write anywhere in a gigabyte view: each in another
+             * chunk, so its shard's bit comes and goes while the view's
+             * queries read and clear the summary. */
+            uintptr_t at = lo + next_random(&rng) % ((uint64_t)1 << 30);
+            r = writer ? (tb_range){.lo = at, .hi = at + 64} : (tb_range){.lo = lo, .hi = lo + ((uint64_t)1 << 30)};
+        }
         tb_reg_kind mine = writer ? TB_REG_WRITING : TB_REG_FROZEN, theirs = writer ? TB_REG_FROZEN : TB_REG_WRITING;
         tb_registry_add(&reg, mine, &r);
         if (tb_registry_overlap(&reg, TB_REG_BIT(theirs), &r) < 0) {
@@ -226,16 +273,22 @@ int main(void)
     CHECK_EQ(atomic_load(&errors), 0);
     CHECK_EQ(tb_count_read(&counter), 0);
 
-    atomic_int both_inside = 0;
-    run_threads(racer, &both_inside);
-    CHECK_EQ(atomic_load(&both_inside), 0);
     int writes = 0, freezes = 0;
-    for (int i = 0; i < THREADS / 2; i++) {
-        writes += atomic_load(&pairs[i].writes);
-        freezes += atomic_load(&pairs[i].freezes);
+    for (wide_views = 0; wide_views < 2; wide_views++) {
+        atomic_int both_inside = 0;
+        memset(pairs, 0, sizeof pairs);
+        run_threads(racer, &both_inside);
+        CHECK_EQ(atomic_load(&both_inside), 0);
+        int w = 0, f = 0;
+        for (int i = 0; i < THREADS / 2; i++) {
+            w += atomic_load(&pairs[i].writes);
+            f += atomic_load(&pairs[i].freezes);
+        }
+        /* Both sides got in, many times: the race was run, not avoided. */
+        CHECK(w > 0 && f > 0);
+        writes += w;
+        freezes += f;
     }
-    /* Both sides got in, many times: the race was run, not avoided. */
-    CHECK(writes > 0 && freezes > 0);
 
     tb_range everything = {.lo = 0, .hi = UINTPTR_MAX};
     CHECK_EQ(tb_registry_overlap(&reg, 0xF, &everything), -1);

@@ -30,7 +30,7 @@
          ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
          ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
          cuda_torch_open/3, cuda_torch_export/1, cuda_torch_pending/1,
-         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, host_id/0, same_host/1,
+         node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, node_learn_pad/2, host_id/0, same_host/1,
          shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
@@ -825,8 +825,11 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
                  Shared =/= T};
             binary ->
                 %% A view when T is a contiguous CPU tensor, else a copy.
+                %% The pad goes before the bytes in the message (a tuple
+                %% keeps its order): see node_learn_pad/2.
                 {Binary, C} = binary_of(T, false, Function),
-                {Base#{via => binary, binary => Binary}, C}
+                Pad = persistent_term:get({?MODULE, node_pad, Node}, 0),
+                {Base#{via => binary, binary => {binary:copy(<<0>>, Pad), Binary}, from => node()}, C}
         end,
     _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
     Packed;
@@ -863,11 +866,13 @@ transferred(Start, Function, T, Copied, Meta) ->
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was
 %% sent to: a mapping of the same region (it holds its own reference), or
 %% a read-only view of the binary the distribution delivered. That binary
-%% lies inside the buffer the message arrived in, at whatever address the
-%% encoding put it: when it is not aligned for the dtype, it is copied once
-%% into a new tensor (memory/1 says owned). With #{copy => true} the result
-%% is always a private, writable copy, whichever way the data came (a
-%% region is mapped only while it is copied).
+%% lies inside the buffer the message arrived in, where what comes before it
+%% in the message puts it: when it is not aligned for the dtype, it is
+%% copied once into a new tensor (memory/1 says owned), and the sender is
+%% told the pad that lands the next one on this path aligned (a view). With
+%% #{copy => true} the result is always a private, writable copy,
+%% whichever way the data came (a region is mapped only while it is
+%% copied).
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> node_unpack(Packed, #{}).
 
@@ -901,11 +906,28 @@ node_unpack_checked(#{via := region, handle := Name, dtype := Dtype, shape := Sh
         true -> to_device(Mapped, cpu);
         false -> Mapped
     end;
-node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, true) ->
-    from_binary(Bin, Dtype, Shape);
-node_unpack_checked(#{via := binary, binary := Bin, dtype := Dtype, shape := Shape}, false) ->
-    from_binary(Bin, Dtype, Shape, #{copy => if_needed});
+node_unpack_checked(#{via := binary, binary := {Pad, Bin}} = Packed, Copy) when is_binary(Pad), is_binary(Bin) ->
+    node_unpack_binary(Packed, byte_size(Pad), Bin, Copy);
+node_unpack_checked(#{via := binary, binary := Bin} = Packed, Copy) when is_binary(Bin) ->
+    %% From a node that sends no pad.
+    node_unpack_binary(Packed, 0, Bin, Copy);
 node_unpack_checked(Other, _Copy) ->
+    node_unpack_bad(Other).
+
+node_unpack_binary(#{dtype := Dtype, shape := Shape}, _PadBytes, Bin, true) ->
+    from_binary(Bin, Dtype, Shape);
+node_unpack_binary(#{dtype := Dtype, shape := Shape} = Packed, PadBytes, Bin, false) ->
+    T = from_binary(Bin, Dtype, Shape, #{copy => if_needed}),
+    ok = case memory(T) of
+             owned -> node_misaligned(Packed, PadBytes, Bin);
+             _ -> ok
+         end,
+    T;
+node_unpack_binary(Other, _PadBytes, _Bin, _Copy) ->
+    node_unpack_bad(Other).
+
+-spec node_unpack_bad(term()) -> no_return().
+node_unpack_bad(Other) ->
     badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).
 
@@ -929,6 +951,36 @@ node_open(Packed, Name, Dtype, Shape) ->
                            " or the first unpack). Unpack it sooner, pack it with a longer keep, or keep the ",
                            "tensor on the sending node until it is unpacked"])
             end
+    end.
+
+%% Where the distribution puts a binary's bytes in the buffer a message
+%% arrives in depends on what the message holds before them (its header,
+%% the control message, the terms ahead), which stays the same from one
+%% message to the next on one path (erpc, a send), but is not known to the
+%% sender. So node_pack/3 puts a pad before the bytes, and a receiver that
+%% had to copy them tells the sender the pad that would have landed them on
+%% a multiple of ?NODE_ALIGN: from the next message on that path, the
+%% receiver's tensor views them. Only for bytes that make up most of the
+%% message (the distribution copies a small binary into its own buffer).
+-define(NODE_ALIGN, 64).
+-define(NODE_LEARN_BYTES, 1048576).
+
+node_misaligned(#{from := From}, PadBytes, Bin) when is_atom(From), From =/= node(),
+                                                      byte_size(Bin) >= ?NODE_LEARN_BYTES ->
+    #{ptr := Ptr} = to_blob(from_binary(Bin, uint8, {byte_size(Bin)}, #{copy => false})),
+    Pad = (PadBytes + ?NODE_ALIGN - Ptr rem ?NODE_ALIGN) rem ?NODE_ALIGN,
+    erpc:cast(From, ?MODULE, node_learn_pad, [node(), Pad]);
+node_misaligned(_, _, _) ->
+    ok.
+
+%% @private On the sender: the pad that lands the bytes of node_pack/3's
+%% binary aligned on Node. Written only when it changes.
+-spec node_learn_pad(node(), 0..63) -> ok.
+node_learn_pad(Node, Pad) when is_atom(Node), is_integer(Pad), Pad >= 0, Pad < ?NODE_ALIGN ->
+    Key = {?MODULE, node_pad, Node},
+    case persistent_term:get(Key, 0) of
+        Pad -> ok;
+        _ -> persistent_term:put(Key, Pad)
     end.
 
 %% @doc What makes two nodes share shared memory: this host's boot id and

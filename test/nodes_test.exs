@@ -260,6 +260,32 @@ defmodule TensorBlob.NodesTest do
     end
   end
 
+  test "a large tensor sent as one binary is viewed where it lands, from the second message on a path", %{peer: peer} do
+    n = 1024 * 1024
+    bytes = for i <- 0..(n - 1), into: <<>>, do: <<i::float-32-native>>
+    t = Tensor.from_binary(bytes, :float32, {n})
+
+    # A path: a spawn carrying a prefix of k bytes, then the packed term, so
+    # the bytes land at four different offsets, three of them misaligned for
+    # float32. On each path the first message tells the sender the pad that
+    # lands its bytes aligned; the last ones there are views.
+    for k <- 0..3 do
+      memories =
+        for _ <- 1..4 do
+          packed = Nodes.pack(t, peer, via: :binary)
+          receiver = Holder.start(peer, {Holder, :unpack_after, [:binary.copy(<<7>>, k), packed]})
+          memory = Holder.call(receiver, Tensor, :memory)
+          assert Holder.call(receiver, Tensor, :to_binary) == bytes
+          Holder.drop(receiver)
+          # The sender learns the pad from a cast: let it arrive.
+          Process.sleep(50)
+          memory
+        end
+
+      assert List.last(memories) == :binary, "prefix of #{k} bytes: #{inspect(memories)}"
+    end
+  end
+
   test "bad inputs", %{peer: peer} do
     t = Tensor.zeros({2}, :uint8)
     assert_raise ArgumentError, ~r/via must be region or binary/, fn -> Nodes.pack(t, peer, via: :pigeon) end

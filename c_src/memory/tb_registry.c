@@ -2,6 +2,11 @@
 
 #include "tb_stripe.h"
 
+_Static_assert(TB_REG_SHARDS == 64, "a level's summary is one 64-bit word");
+
+/* A query covering more chunks of a level than this reads its summary. */
+#define NARROW_CHUNKS 4
+
 /* log2 of the chunk of each level but the last, which is one chunk. */
 static const unsigned level_shift[TB_REG_LEVELS - 1] = {20, 30};
 
@@ -24,18 +29,23 @@ static int by_thread(tb_reg_kind kind)
     return kind == TB_REG_FROZEN;
 }
 
-/* Where r is kept; set_home: it is being added, on this thread. */
-static tb_reg_shard *home_of(tb_registry *reg, tb_reg_kind kind, tb_range *r, int set_home)
+/* Where r is kept; set_home: it is being added, on this thread. *summary
+ * is the word holding its shard's bit (NULL for a stripe), *bit that bit. */
+static tb_reg_shard *home_of(tb_registry *reg, tb_reg_kind kind, tb_range *r, int set_home, uint64_t **summary,
+                             uint64_t *bit)
 {
+    *summary = NULL;
+    *bit = 0;
     if (by_thread(kind)) {
         if (set_home)
             r->home = tb_stripe(TB_REG_STRIPES);
         return &reg->stripes[r->home];
     }
     unsigned l = level_of(r);
-    if (l == TB_REG_LEVELS - 1)
-        return &reg->shards[l][0];
-    return &reg->shards[l][shard_of_chunk(r->lo >> level_shift[l])];
+    unsigned i = l == TB_REG_LEVELS - 1 ? 0 : shard_of_chunk(r->lo >> level_shift[l]);
+    *summary = &reg->summary[l][kind];
+    *bit = (uint64_t)1 << i;
+    return &reg->shards[l][i];
 }
 
 static void list_init(tb_range *head)
@@ -65,21 +75,31 @@ int tb_registry_init(tb_registry *reg)
         if (pthread_mutex_init(&s->lock, NULL) != 0)
             return 0;
     }
+    for (int l = 0; l < TB_REG_LEVELS; l++)
+        for (int k = 0; k < TB_REG_KINDS; k++)
+            reg->summary[l][k] = 0;
     for (int k = 0; k < TB_REG_KINDS; k++)
         list_init(&reg->files[k]);
     reg->file_count = 0;
     return pthread_mutex_init(&reg->files_lock, NULL) == 0;
 }
 
-/* Counts change and are read sequentially consistent: of an add followed
- * by a query on one thread and the same on another, at least one query
- * sees the other's range (write! against a new binary view). */
+/* Counts and summaries change and are read sequentially consistent: of an
+ * add followed by a query on one thread and the same on another, at least
+ * one query sees the other's range (write! against a new binary view).
+ * Whenever a shard's lock is free, a shard holding ranges of a kind has its
+ * bit set: a query reading the bit clear may skip the shard. */
 void tb_registry_add(tb_registry *reg, tb_reg_kind kind, tb_range *r)
 {
-    tb_reg_shard *s = home_of(reg, kind, r, 1);
+    uint64_t *summary, bit;
+    tb_reg_shard *s = home_of(reg, kind, r, 1, &summary, &bit);
     pthread_mutex_lock(&s->lock);
     tb_intervals_insert(&s->sets[kind], r);
     __atomic_add_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
+    /* Only this shard's lock holders change its bit: a plain look suffices,
+     * and a bit already set is not written again. */
+    if (summary && !(__atomic_load_n(summary, __ATOMIC_RELAXED) & bit))
+        __atomic_fetch_or(summary, bit, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&s->lock);
     if (r->file_ino) {
         pthread_mutex_lock(&reg->files_lock);
@@ -103,7 +123,8 @@ void tb_registry_remove(tb_registry *reg, tb_reg_kind kind, tb_range *r)
         __atomic_sub_fetch(&reg->file_count, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&reg->files_lock);
     }
-    tb_reg_shard *s = home_of(reg, kind, r, 0);
+    uint64_t *summary, bit;
+    tb_reg_shard *s = home_of(reg, kind, r, 0, &summary, &bit);
     pthread_mutex_lock(&s->lock);
     tb_intervals_remove(&s->sets[kind], r);
     __atomic_sub_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
@@ -135,6 +156,31 @@ static int search_shard(tb_reg_shard *s, unsigned kinds, uintptr_t lo, uintptr_t
     return kind;
 }
 
+/* Of a wide query: the shards of level l whose bits for `kind` are in
+ * `covered`, searched, and the bits of those found empty cleared (under
+ * their locks, so no add is missed). */
+static int search_summary(tb_registry *reg, unsigned l, int kind, uint64_t covered, uintptr_t lo, uintptr_t hi,
+                          tb_range *hit_out)
+{
+    uint64_t *summary = &reg->summary[l][kind];
+    uint64_t bits = __atomic_load_n(summary, __ATOMIC_SEQ_CST) & covered;
+    while (bits) {
+        unsigned i = (unsigned)__builtin_ctzll(bits);
+        bits &= bits - 1;
+        tb_reg_shard *s = &reg->shards[l][i];
+        if (__atomic_load_n(&s->count[kind], __ATOMIC_SEQ_CST) != 0) {
+            if (search_shard(s, TB_REG_BIT(kind), lo, hi, hit_out) >= 0)
+                return kind;
+            continue;
+        }
+        pthread_mutex_lock(&s->lock);
+        if (__atomic_load_n(&s->count[kind], __ATOMIC_RELAXED) == 0)
+            __atomic_fetch_and(summary, ~((uint64_t)1 << i), __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return -1;
+}
+
 /* The first kind in `kinds` with a range overlapping [lo, hi) by address,
  * copied to *hit_out; -1 when none. */
 static int find(tb_registry *reg, unsigned kinds, uintptr_t lo, uintptr_t hi, tb_range *hit_out)
@@ -157,11 +203,25 @@ static int find(tb_registry *reg, unsigned kinds, uintptr_t lo, uintptr_t hi, tb
             first = first ? first - 1 : 0; /* a range that starts there may reach here */
             chunks = ((hi - 1) >> level_shift[l]) - first + 1;
         }
-        int every_shard = chunks >= TB_REG_SHARDS;
-        unsigned n = every_shard ? TB_REG_SHARDS : (unsigned)chunks;
-        for (unsigned i = 0; i < n; i++) {
-            tb_reg_shard *s = &reg->shards[l][last_level || every_shard ? i : shard_of_chunk(first + i)];
-            int kind = search_shard(s, kinds, lo, hi, hit_out);
+        if (chunks <= NARROW_CHUNKS) {
+            for (unsigned i = 0; i < chunks; i++) {
+                tb_reg_shard *s = &reg->shards[l][last_level ? 0 : shard_of_chunk(first + i)];
+                int kind = search_shard(s, kinds, lo, hi, hit_out);
+                if (kind >= 0)
+                    return kind;
+            }
+            continue;
+        }
+        uint64_t covered = ~(uint64_t)0;
+        if (chunks < TB_REG_SHARDS) {
+            covered = 0;
+            for (uintptr_t c = 0; c < chunks; c++)
+                covered |= (uint64_t)1 << shard_of_chunk(first + c);
+        }
+        for (int k = 0; k < TB_REG_KINDS; k++) {
+            if (!(kinds & TB_REG_BIT(k)))
+                continue;
+            int kind = search_summary(reg, l, k, covered, lo, hi, hit_out);
             if (kind >= 0)
                 return kind;
         }

@@ -11,9 +11,15 @@
  * A range lives in one shard: at the smallest level whose chunk (1 MiB,
  * 1 GiB, everything) holds its size, in the shard of the chunk where it
  * starts; so it reaches at most into the next chunk, and a query visits
- * the shards of the chunks it covers and of the one before, at each level,
- * at most TB_REG_SHARDS per level, whatever its size. A shard with no range
- * of the kinds asked is skipped by atomic loads, without its lock.
+ * the shards of the chunks it covers and of the one before, at each level.
+ * A shard with no range of the kinds asked is skipped by atomic loads,
+ * without its lock. A query that covers more than a few chunks of a level
+ * (a large tensor) first reads that level's summary: a bit per shard that
+ * may hold ranges of the kind, so that it visits only those, in one load
+ * when there are none, whatever its size. A bit is set by the first range
+ * of its shard and kind, and cleared only by such a query, which finds the
+ * shard empty: ranges coming and going in one shard (a binary viewed again
+ * and again) never write the summary, which every thread reads.
  *
  * Memory a binary shows (frozen) is kept by thread instead: each thread
  * adds to a stripe of its own, so processes taking binary views of memory
@@ -45,6 +51,9 @@ typedef struct {
 
 typedef struct {
     tb_reg_shard shards[TB_REG_LEVELS][TB_REG_SHARDS];
+    /* Bit i: shard i of the level may hold ranges of the kind (set under
+     * its lock whenever it holds some; read without). */
+    _Alignas(64) uint64_t summary[TB_REG_LEVELS][TB_REG_KINDS];
     tb_reg_shard stripes[TB_REG_STRIPES]; /* frozen ranges, by thread */
     _Alignas(64) pthread_mutex_t files_lock;
     tb_range files[TB_REG_KINDS]; /* list heads */

@@ -16,6 +16,10 @@ defmodule TensorBlob.Nodes do
   view of the tensor's memory when it is a contiguous CPU tensor, which the
   distribution sends as it sends any binary, and which the receiver views
   without a copy when it arrives aligned for the dtype (else one copy).
+  Where the bytes land depends on what precedes them in the message, the
+  same from one message to the next on one path (erpc, a send): a receiver
+  that had to copy tells the sender the pad to put before the bytes, so
+  that from the next message on that path they land aligned.
 
   Lifetime: the packed term holds the sender's tensor, and so does a
   keeper process on the sending node, until the first `unpack/1` of the
@@ -48,9 +52,10 @@ defmodule TensorBlob.Nodes do
   @doc """
   The tensor a packed term carries, on the node it was sent to: a mapping
   of the same region, or a read-only view of the received binary. The
-  binary lies inside the buffer the message arrived in, wherever the
-  encoding put it: when its address is not aligned for the dtype, it is
-  copied once into a new tensor (`Tensor.memory/1` says `:owned`).
+  binary lies inside the buffer the message arrived in, where what precedes
+  it in the message puts it: when its address is not aligned for the dtype,
+  it is copied once into a new tensor (`Tensor.memory/1` says `:owned`),
+  and the sender learns the pad that aligns the next one on this path.
   `copy: true` always gives a private writable copy, whichever way the
   data came (a region is mapped only while it is copied).
   """

@@ -29,6 +29,12 @@ defmodule TensorBlob.Test.Holder do
     end
   end
 
+  @doc """
+  Nodes.unpack(packed), for a holder started with a prefix of any size
+  ahead of the packed term in the message that starts it.
+  """
+  def unpack_after(_prefix, packed), do: TensorBlob.Nodes.unpack(packed)
+
   @doc "Forgets the tensor and collects; returns once it is freed."
   def drop(pid), do: call(pid, __MODULE__, :forget)
 
