@@ -4,13 +4,19 @@ defmodule TensorBlob.NodesTest do
 
   alias TensorBlob.{IPC, Nodes, Tensor}
   alias TensorBlob.Test.Holder
-  import TensorBlob.Test.Shm, only: [floats: 1, path: 1, refcount: 1, eventually: 1, start_peer: 1]
+  import TensorBlob.Test.Shm, only: [floats: 1, path: 1, refcount: 1, eventually: 1, start_peer: 1, drop_keepers: 0]
 
   setup_all do
     {_peer, node, stop} = start_peer("tb_nodes")
     {:ok, _} = :erpc.call(node, :application, :ensure_all_started, [:elixir])
     on_exit(stop)
     %{peer: node}
+  end
+
+  # A test that packs a region without unpacking it leaves a keeper holding
+  # the tensor for keep: ms; end them with the test.
+  setup do
+    on_exit(&drop_keepers/0)
   end
 
   test "a tensor sent as it is is a dead reference there, and the error says what to do", %{peer: peer} do

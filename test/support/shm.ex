@@ -72,4 +72,22 @@ defmodule TensorBlob.Test.Shm do
 
     {peer, node, stop}
   end
+
+  @doc """
+  Ends the keepers on this node (`TensorBlob.Nodes.pack/3` to a region
+  spawns one, which holds the tensor until an unpack or `keep:` ms), so
+  that a packed term no test unpacks frees its tensor now, not in the
+  middle of a later test that counts live tensors.
+  """
+  def drop_keepers do
+    for pid <- Process.list(),
+        {:dictionary, dict} <- [Process.info(pid, :dictionary)],
+        Keyword.has_key?(dict, :tensor_blob_kept) do
+      ref = Process.monitor(pid)
+      Process.exit(pid, :kill)
+      receive do: ({:DOWN, ^ref, _, _, _} -> :ok)
+    end
+
+    :ok
+  end
 end
