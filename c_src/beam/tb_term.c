@@ -1,11 +1,34 @@
 #include "tb_term.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "torch_shim.h"
 
 tb_atom_table tb_atoms;
 static tb_dtype_index dtype_index;
+
+/* The device terms tb_get_device takes, as each language writes them
+ * ("cpu or {cuda, Index}", ":cpu or {:cuda, index}"): made from the table
+ * at load. */
+static char device_forms_erl[256], device_forms_ex[256];
+
+static void device_forms(void)
+{
+    size_t e = 0, x = 0;
+    device_forms_erl[0] = device_forms_ex[0] = 0;
+    for (int t = 0; t < TB_DEVICE_COUNT; t++) {
+        const char *sep = t == 0 ? "" : t == TB_DEVICE_COUNT - 1 ? " or " : ", ";
+        const char *n = tb_devices[t].name;
+        if (tb_devices[t].indexed) {
+            e += snprintf(device_forms_erl + e, sizeof device_forms_erl - e, "%s{%s, Index}", sep, n);
+            x += snprintf(device_forms_ex + x, sizeof device_forms_ex - x, "%s{:%s, index}", sep, n);
+        } else {
+            e += snprintf(device_forms_erl + e, sizeof device_forms_erl - e, "%s%s", sep, n);
+            x += snprintf(device_forms_ex + x, sizeof device_forms_ex - x, "%s:%s", sep, n);
+        }
+    }
+}
 
 static tb_dtype_key intern_atom(const char *name, void *env)
 {
@@ -57,9 +80,11 @@ void tb_term_load(ErlNifEnv *env)
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)
         a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);
-#define TB_DEVICE_ATOM(id, atom, c10, torch, dlpack) a->devices[id] = enif_make_atom(env, #atom);
-    TB_DEVICE_TYPES(TB_DEVICE_ATOM)
-#undef TB_DEVICE_ATOM
+    for (int t = 0; t < TB_DEVICE_COUNT; t++)
+        a->devices[t] = enif_make_atom(env, tb_devices[t].name);
+    for (int i = 0; i < TB_DLPACK_DEVICE_COUNT; i++)
+        a->dlpack_devices[i] = enif_make_atom(env, tb_dlpack_devices[i].name);
+    device_forms();
     tb_dtype_index_build(&dtype_index, intern_atom, env);
 }
 
@@ -167,24 +192,25 @@ int tb_get_dtype(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_dtype_
 
 int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_device *out, ERL_NIF_TERM *exc)
 {
-    /* The CPU is an atom; every other device type of the table {Type, Index}. */
-    if (term == tb_atoms.devices[TB_DEVICE_CPU]) {
-        *out = (tb_device){TB_DEVICE_CPU, 0};
-        return 1;
-    }
+    /* A device type that is not indexed is its atom; an indexed one {Type, Index}. */
     int arity;
     const ERL_NIF_TERM *elems;
     int index;
-    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) &&
-        index >= 0 && index < 1024) {
-        for (int type = 0; type < TB_DEVICE_COUNT; type++) {
-            if (type != TB_DEVICE_CPU && elems[0] == tb_atoms.devices[type]) {
+    if (enif_is_atom(env, term)) {
+        for (int type = 0; type < TB_DEVICE_COUNT; type++)
+            if (!tb_devices[type].indexed && term == tb_atoms.devices[type]) {
+                *out = (tb_device){type, 0};
+                return 1;
+            }
+    } else if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) &&
+               index >= 0 && index < 1024) {
+        for (int type = 0; type < TB_DEVICE_COUNT; type++)
+            if (tb_devices[type].indexed && elems[0] == tb_atoms.devices[type]) {
                 *out = (tb_device){type, index};
                 return 1;
             }
-        }
     }
-    *exc = tb_raise_badarg(env, "%s: expected %C, got %T", field, "cpu or {cuda, Index}", ":cpu or {:cuda, index}", term);
+    *exc = tb_raise_badarg(env, "%s: expected %C, got %T", field, device_forms_erl, device_forms_ex, term);
     return 0;
 }
 
@@ -230,9 +256,9 @@ ERL_NIF_TERM tb_make_device(ErlNifEnv *env, int type, int index)
 {
     /* Never another: tb_tensor_describe refuses a tensor on a device type
      * the table lacks, and every other device here was read from it. */
-    if (type < 0 || type >= TB_DEVICE_COUNT)
+    if (!tb_device_valid(type))
         return tb_atoms.unknown;
-    if (type == TB_DEVICE_CPU)
+    if (!tb_devices[type].indexed)
         return tb_atoms.devices[type];
     return enif_make_tuple2(env, tb_atoms.devices[type], enif_make_int(env, index));
 }

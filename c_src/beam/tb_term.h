@@ -35,6 +35,7 @@ typedef struct {
     ERL_NIF_TERM not_contiguous, shared_memory; /* why to_binary_view made no view */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
     ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */
+    ERL_NIF_TERM dlpack_devices[TB_DLPACK_DEVICE_COUNT]; /* the names of the DLPack devices an import takes */
 } tb_atom_table;
 
 extern tb_atom_table tb_atoms;

@@ -276,7 +276,7 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     /* The spec asks for NULL data when there are no elements. */
     dl.data = no_elements ? NULL : info.data;
     dl.device.device_type = tb_device_dlpack_type(info.device_type);
-    dl.device.device_id = info.device_type == TB_DEVICE_CPU ? 0 : info.device_index;
+    dl.device.device_id = tb_device_indexed(info.device_type) ? info.device_index : 0;
     dl.ndim = info.ndim;
     dl.dtype.code = tb_dtypes[id].dl_code;
     dl.dtype.bits = tb_dtypes[id].dl_bits;
@@ -328,8 +328,8 @@ ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
                                    tb_storage_read_only_reason(&d.info));
         read_only = 1;
     }
-    /* The stream contract (tb_stream.h); CPU tensors without a stream skip it. */
-    if ((d.info.device_type != TB_DEVICE_CPU || argv[3] != tb_atoms.undefined) &&
+    /* The stream contract (tb_stream.h); host tensors without a stream skip it. */
+    if ((tb_device_runtime(d.info.device_type) != TB_RUNTIME_HOST || argv[3] != tb_atoms.undefined) &&
         !tb_dlpack_export_stream(env, &d.info, argv[3], &exc))
         return exc;
     tb_tensor *t = d.tensor;
@@ -434,9 +434,9 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     case TB_DLC_UNKNOWN_DEVICE:
         return tb_raise_badarg(env, "device: unknown DLPack device type %d; %s", (int)c->device_type, fate);
     case TB_DLC_UNSUPPORTED_DEVICE:
-        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only kDLCPU, kDLCUDA, "
-                                   "kDLCUDAHost and kDLCUDAManaged tensors can be imported; %s",
-                              dev, (int)c->device_type, (int)c->device_id, fate);
+        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only %s tensors can be "
+                                   "imported; %s",
+                              dev, (int)c->device_type, (int)c->device_id, tb_dlpack_imported_devices(), fate);
     case TB_DLC_UNKNOWN_DTYPE:
         return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
                                c->dl_dtype.code, c->dl_dtype.bits, c->dl_dtype.lanes, fate);

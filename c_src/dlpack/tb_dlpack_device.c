@@ -36,13 +36,13 @@ static int get_stream(ErlNifEnv *env, ERL_NIF_TERM term, const char *suffix, tb_
 
 int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TERM stream, ERL_NIF_TERM *exc)
 {
-    if (info->device_type != TB_DEVICE_CUDA) {
+    if (tb_device_runtime(info->device_type) == TB_RUNTIME_HOST) {
         if (stream == tb_atoms.undefined)
             return 1;
         /* The array API: on CPU and devices without streams only None. */
-        *exc = tb_raise_badarg(env, "stream: a CPU tensor has no stream (the array API takes none for CPU "
+        *exc = tb_raise_badarg(env, "stream: a %s tensor has no stream (the array API takes none for CPU "
                                     "memory), got %T",
-                               stream);
+                               tb_devices[info->device_type].c10_name, stream);
         return 0;
     }
     tb_stream s;
@@ -59,10 +59,11 @@ int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TE
 int tb_dlpack_device_import_stream_check(ErlNifEnv *env, int32_t dl_type, ERL_NIF_TERM stream, const char *suffix,
                                          ERL_NIF_TERM *exc)
 {
-    if (dl_type == tb_kDLCPU && stream != tb_atoms.undefined) {
-        *exc = tb_raise_badarg(env, "stream: a kDLCPU tensor has no stream (the array API takes none for CPU "
+    int row = tb_dlpack_device_row_of(dl_type);
+    if (row >= 0 && tb_dlpack_devices[row].check == TB_DLCHECK_HOST && stream != tb_atoms.undefined) {
+        *exc = tb_raise_badarg(env, "stream: a %s tensor has no stream (the array API takes none for CPU "
                                     "memory), got %T%s",
-                               stream, suffix);
+                               tb_dlpack_device_name(dl_type), stream, suffix);
         return 0;
     }
     tb_stream s;
@@ -75,10 +76,11 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
     const char *name = tb_dlpack_device_name(dl_type);
     tb_dl_placement place;
     tb_devmem_dlpack_placement(dl_type, dl_id, &place);
-    if (place.needs_cuda_torch && !tb_shim_cuda_built()) {
-        *exc = tb_raise_error(env, "device: a %s tensor (device %d): this libtorch was built without CUDA, so it "
+    if (!tb_shim_runtime_built(place.runtime)) {
+        *exc = tb_raise_error(env, "device: a %s tensor (device %d): this libtorch was built without %s, so it "
                                    "cannot be imported (%C reads its metadata)%s",
-                              name, (int)dl_id, "tensor_blob:dlpack_info/1", "TensorBlob.CUDA.info/1", suffix);
+                              name, (int)dl_id, tb_devices[place.type].c10_name, "tensor_blob:dlpack_info/1",
+                              "TensorBlob.CUDA.info/1", suffix);
         return 0;
     }
     if (!tb_dlpack_device_import_stream_check(env, dl_type, stream, suffix, exc))
@@ -98,9 +100,9 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
         }
     }
     const char *e = NULL;
-    if (place.type == TB_DEVICE_CUDA)
+    if (place.runtime == TB_RUNTIME_CUDA)
         e = tb_stream_import(tb_cuda_ops_get(), place.index, &s);
-    else if (dl_type == tb_kDLCUDAHost)
+    else if (tb_dlpack_devices[tb_dlpack_device_row_of(dl_type)].check == TB_DLCHECK_PAGE_LOCKED)
         e = tb_stream_host_wait(tb_cuda_ops_get(), dl_id >= 0 && dl_id < count ? dl_id : 0, &s);
     if (e) {
         *exc = tb_raise_error(env, "stream: waiting for the producer's stream failed: %s%s", e, suffix);
@@ -112,12 +114,8 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
 
 ERL_NIF_TERM tb_dlpack_device_term(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, ERL_NIF_TERM *device_type)
 {
-    switch (dl_type) {
-    case tb_kDLCUDA: *device_type = tb_atoms.cuda; break;
-    case tb_kDLCUDAHost: *device_type = tb_atoms.cuda_host; break;
-    case tb_kDLCUDAManaged: *device_type = tb_atoms.cuda_managed; break;
-    default: *device_type = tb_atoms.cpu; break;
-    }
+    int row = tb_dlpack_device_row_of(dl_type);
+    *device_type = tb_atoms.dlpack_devices[row < 0 ? 0 : row];
     tb_dl_placement place;
     tb_devmem_dlpack_placement(dl_type, dl_id, &place);
     return tb_make_device(env, place.type, place.index);

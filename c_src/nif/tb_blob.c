@@ -254,11 +254,13 @@ static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM o
         return exc;
     if (!tb_get_boolean(pin_term, &pin))
         return tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
-    if (v.device.type == TB_DEVICE_CUDA && !tb_shim_cuda_built())
-        return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so CUDA memory cannot be "
+    if (!tb_shim_runtime_built(tb_device_runtime(v.device.type))) {
+        const char *name = tb_devices[v.device.type].c10_name;
+        return tb_raise_error(env, "device %T: this libtorch was built without %s, so %s memory cannot be "
                                    "viewed (never as CPU memory); %C",
-                              tb_make_device(env, v.device.type, v.device.index), "the blob's keys hold its metadata",
-                              "TensorBlob.CUDA.info/1 reads its metadata");
+                              tb_make_device(env, v.device.type, v.device.index), name, name,
+                              "the blob's keys hold its metadata", "TensorBlob.CUDA.info/1 reads its metadata");
+    }
 
     /* The storage: a pin of the owner, or nothing for an unpinned view.
      * An owner whose extent is known (our tensor, a binary) also proves
