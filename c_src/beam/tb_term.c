@@ -236,6 +236,81 @@ int tb_get_boolean(ERL_NIF_TERM term, int *out)
     return 0;
 }
 
+/* An optional key's value: nil and undefined mean "use the default". */
+static int given(ERL_NIF_TERM value)
+{
+    return value != tb_atoms.nil && value != tb_atoms.undefined;
+}
+
+/* A required key of a spec map; `name` is the key's, which leads the
+ * message as every field name does (as text, never as an atom term). */
+static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, const char *name, ERL_NIF_TERM *value,
+                   ERL_NIF_TERM *exc)
+{
+    if (enif_get_map_value(env, spec, key, value))
+        return 1;
+    *exc = tb_raise_badarg(env, "%s: missing key in blob spec %T", name, spec);
+    return 0;
+}
+
+int tb_get_spec_map(ErlNifEnv *env, ERL_NIF_TERM map, tb_spec *out, ERL_NIF_TERM *exc)
+{
+    tb_spec_terms t;
+    if (!enif_is_map(env, map)) {
+        *exc = tb_raise_badarg(env, "spec: expected a map with ptr, shape and dtype, got %T", map);
+        return 0;
+    }
+    if (!get_key(env, map, tb_atoms.ptr, "ptr", &t.ptr, exc) ||
+        !get_key(env, map, tb_atoms.shape, "shape", &t.shape, exc) ||
+        !get_key(env, map, tb_atoms.dtype, "dtype", &t.dtype, exc))
+        return 0;
+    if (!enif_get_map_value(env, map, tb_atoms.strides, &t.strides))
+        t.strides = tb_atoms.undefined;
+    if (!enif_get_map_value(env, map, tb_atoms.device, &t.device))
+        t.device = tb_atoms.undefined;
+    return tb_get_spec(env, &t, out, exc);
+}
+
+int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TERM *exc)
+{
+    tb_layout *l = &out->l;
+    ErlNifUInt64 ptr;
+    if (!enif_get_uint64(env, t->ptr, &ptr)) {
+        *exc = tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", t->ptr);
+        return 0;
+    }
+    l->ptr = ptr;
+    if (!tb_get_shape(env, t->shape, "shape", &l->ndim, l->shape, exc) ||
+        !tb_get_dtype(env, t->dtype, "dtype", &out->dtype, exc))
+        return 0;
+    l->element_size = tb_dtypes[out->dtype].element_size;
+    if (given(t->strides)) {
+        if (!tb_get_strides(env, t->strides, "strides", l->ndim, l->strides, exc))
+            return 0;
+    } else if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
+        *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T",
+                               tb_make_shape(env, l->ndim, l->shape));
+        return 0;
+    }
+    out->device = (tb_device){TB_DEVICE_CPU, 0}; /* the default of an absent device */
+    if (given(t->device) && !tb_get_device(env, t->device, "device", &out->device, exc))
+        return 0;
+    out->r = tb_layout_check(l);
+    if (out->r.status != TB_LAYOUT_OK) {
+        *exc = tb_raise_layout(env, "ptr", l, out->r, tb_dtypes[out->dtype].name, "");
+        return 0;
+    }
+    if (!tb_shim_runtime_built(tb_device_runtime(out->device.type))) {
+        const char *name = tb_devices[out->device.type].c10_name;
+        *exc = tb_raise_error(env, "device %T: this libtorch was built without %s, so %s memory cannot be viewed "
+                                   "(never as CPU memory); %C",
+                              tb_make_device(env, out->device.type, out->device.index), name, name,
+                              "the blob's keys hold its metadata", "TensorBlob.CUDA.info/1 reads its metadata");
+        return 0;
+    }
+    return 1;
+}
+
 ERL_NIF_TERM tb_make_shape(ErlNifEnv *env, int ndim, const int64_t *shape)
 {
     ERL_NIF_TERM elems[TB_MAX_DIMS];

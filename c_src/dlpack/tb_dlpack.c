@@ -488,8 +488,8 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
 /* The managed tensor an import takes: out of our capsule (*from_capsule),
  * or at an address whose producer answers for it. 1, or 0 with *answer set:
  * the error, or the tensor already (our own export, back as it was). */
-static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only, void **m, int *versioned,
-                        int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
+static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only, const tb_dlpack_stream *stream,
+                        void **m, int *versioned, int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
 {
     ERL_NIF_TERM version = argv[1];
     tb_capsule *c = get_capsule(env, argv[0]);
@@ -505,9 +505,9 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
         /* The options are checked first, against what the capsule holds
          * (read as dlpack_info reads it): a refused option leaves it armed. */
         tb_dlpack_checked held;
-        if (argv[3] != tb_atoms.undefined && capsule_managed(env, c, 0, &held, answer) &&
+        if (stream->term != tb_atoms.undefined && capsule_managed(env, c, 0, &held, answer) &&
             held.status == TB_DLC_OK &&
-            !tb_dlpack_device_import_stream_check(env, held.device_type, argv[3], "; the capsule is still armed",
+            !tb_dlpack_device_import_stream_check(env, held.device_type, stream, "; the capsule is still armed",
                                                   answer))
             return 0;
         /* Taken whatever happens next: a refused capsule is released, not
@@ -515,7 +515,7 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
         if (!(*m = capsule_managed(env, c, 1, NULL, answer)))
             return 0;
         /* With a stream, the stream contract runs for ours too. */
-        if (argv[3] == tb_atoms.undefined && own_export(*m, *versioned, read_only)) {
+        if (stream->term == tb_atoms.undefined && own_export(*m, *versioned, read_only)) {
             *answer = import_own_export(env, c, *m);
             return 0;
         }
@@ -579,11 +579,15 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
         return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
     if (!tb_get_boolean(argv[2], &read_only))
         return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+    /* Decoded once here; what is wrong with it is said where the import
+     * would use it (before the capsule is taken, or after the deleter). */
+    tb_dlpack_stream stream;
+    tb_dlpack_stream_decode(env, argv[3], &stream);
 
     void *m;
     int versioned, from_capsule, claimed;
     ERL_NIF_TERM answer;
-    if (!take_managed(env, argv, read_only, &m, &versioned, &from_capsule, &claimed, &answer))
+    if (!take_managed(env, argv, read_only, &stream, &m, &versioned, &from_capsule, &claimed, &answer))
         return answer;
 
     tb_dlpack_checked chk;
@@ -609,9 +613,9 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
      * wait for the producer's stream. */
     tb_device device = {TB_DEVICE_CPU, 0};
     ERL_NIF_TERM exc;
-    if ((chk.device_type != tb_kDLCPU || argv[3] != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
-        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, argv[3],
-                               "; the producer's deleter was called", &device, &exc)) {
+    if ((chk.device_type != tb_kDLCPU || stream.s.given || tb_cuda_device_count() > 0) &&
+        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, &stream,
+                                 "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);
         return exc;
     }

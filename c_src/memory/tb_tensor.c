@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tb_count.h"
+#include "tb_cuda_runtime.h"
 #include "tb_nifs.h"
 #include "tb_rtype.h"
 
@@ -68,6 +69,22 @@ ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb
     if (!ok)
         return tb_raise_error(env, "%s: %s", what, out->err.message);
     return tb_tensor_return(env, out->handle);
+}
+
+ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storage, int proven)
+{
+    const tb_layout *l = &s->l;
+    char why[200];
+    if (!proven && s->r.byte_size > 0 && !tb_cuda_check_pointer(l->ptr, &s->device, why, sizeof why)) {
+        tb_storage_release(storage);
+        return tb_raise_badarg(env, "ptr: %s", why);
+    }
+    tb_shim_out out;
+    /* The shim owns the storage from here: released when libtorch frees it. */
+    int ok = tb_shim_from_blob((void *)(uintptr_t)l->ptr, l->ndim, l->shape, l->strides,
+                               tb_dtypes[s->dtype].torch_scalar_type, s->device.type, s->device.index, storage,
+                               tb_storage_release, &out.handle, &out.err);
+    return tb_tensor_result(env, "from_blob", ok, &out);
 }
 
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
