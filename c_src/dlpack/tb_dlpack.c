@@ -613,7 +613,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
      * wait for the producer's stream. */
     tb_device device = {TB_DEVICE_CPU, 0};
     ERL_NIF_TERM exc;
-    if ((chk.device_type != tb_kDLCPU || stream.s.given || tb_cuda_device_count() > 0) &&
+    if ((chk.device_type != tb_kDLCPU || stream.term != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
         !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, &stream,
                                  "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);
