@@ -167,21 +167,6 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
     return 1;
 }
 
-/* from_blob's arguments, decoded once into *a (the spec by tb_term's
- * decoder); otherwise *exc. */
-static int get_args(ErlNifEnv *env, const tb_spec_terms *fields, ERL_NIF_TERM map, ERL_NIF_TERM owner,
-                    ERL_NIF_TERM pin_term, view_args *a, ERL_NIF_TERM *exc)
-{
-    if (!(fields ? tb_get_spec(env, fields, &a->s, exc) : tb_get_spec_map(env, map, &a->s, exc)))
-        return 0;
-    if (!tb_get_boolean(pin_term, &a->pin)) {
-        *exc = tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
-        return 0;
-    }
-    a->owner = owner;
-    return 1;
-}
-
 /* A view of the memory the decoded spec describes; the owner is pinned
  * when a->pin. */
 static ERL_NIF_TERM view(ErlNifEnv *env, view_args *v)
@@ -207,36 +192,45 @@ static ERL_NIF_TERM view(ErlNifEnv *env, view_args *v)
     return tb_tensor_view(env, &v->s, storage, proven);
 }
 
-/* An owner term of many terms is pinned on a dirty scheduler: the pin
- * copies it, and may walk it, in time that grows with its size. */
-static int reschedule_large_owner(ErlNifEnv *env, const char *name, tb_nif_fun *self, int argc,
-                                  const ERL_NIF_TERM argv[], ERL_NIF_TERM owner, ERL_NIF_TERM pin_term,
-                                  ERL_NIF_TERM *out)
+/* from_blob's arguments, decoded once into *a, in one pass: the pin flag,
+ * then the spec (tb_term's decoder: from its map, or from the fields the
+ * Erlang facade matched out of it). 0 with *out set when the call answers
+ * now: a raised error, or the call rescheduled on a dirty scheduler, which
+ * pins an owner term of many terms (the pin copies it, and may walk it,
+ * in time that grows with its size) before the spec is read. */
+static int get_args(ErlNifEnv *env, tb_nif_fun *self, int argc, const ERL_NIF_TERM argv[],
+                    const tb_spec_terms *fields, view_args *a, ERL_NIF_TERM *out)
 {
-    if (pin_term != tb_atoms.true_ || enif_thread_type() != ERL_NIF_THR_NORMAL_SCHEDULER ||
-        tb_pin_term_is_small(env, owner))
+    ERL_NIF_TERM pin_term = argv[argc - 1];
+    a->owner = argv[argc - 2];
+    if (!tb_get_boolean(pin_term, &a->pin)) {
+        *out = tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
         return 0;
-    *out = enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
-    return 1;
+    }
+    if (a->pin && enif_thread_type() == ERL_NIF_THR_NORMAL_SCHEDULER && !tb_pin_term_is_small(env, a->owner)) {
+        *out = enif_schedule_nif(env, "from_blob", ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
+        return 0;
+    }
+    return fields ? tb_get_spec(env, fields, &a->s, out) : tb_get_spec_map(env, argv[0], &a->s, out);
 }
 
+/* from_blob(Spec, Owner, Pin) */
 ERL_NIF_TERM tb_nif_from_blob(TB_NIF_PARAMS)
 {
-    ERL_NIF_TERM exc;
+    ERL_NIF_TERM answer;
     view_args a;
-    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob, argc, argv, argv[1], argv[2], &exc) ||
-        !get_args(env, NULL, argv[0], argv[1], argv[2], &a, &exc))
-        return exc;
+    if (!get_args(env, tb_nif_from_blob, argc, argv, NULL, &a, &answer))
+        return answer;
     return view(env, &a);
 }
 
+/* from_blob_fields(Ptr, Shape, Dtype, Strides, Device, Owner, Pin) */
 ERL_NIF_TERM tb_nif_from_blob_fields(TB_NIF_PARAMS)
 {
     tb_spec_terms fields = {argv[0], argv[1], argv[2], argv[3], argv[4]};
-    ERL_NIF_TERM exc;
+    ERL_NIF_TERM answer;
     view_args a;
-    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob_fields, argc, argv, argv[5], argv[6], &exc) ||
-        !get_args(env, &fields, 0, argv[5], argv[6], &a, &exc))
-        return exc;
+    if (!get_args(env, tb_nif_from_blob_fields, argc, argv, &fields, &a, &answer))
+        return answer;
     return view(env, &a);
 }
