@@ -485,21 +485,52 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
     return term;
 }
 
+/* from_dlpack's options, decoded once before any work. */
+typedef struct {
+    enum { VERSION_ANY, VERSION_VERSIONED, VERSION_LEGACY } version; /* undefined: as the capsule holds */
+    int read_only;
+    tb_dlpack_stream stream;
+} import_args;
+
+/* 0 with *exc set when an option is refused; what is wrong with the stream
+ * is kept in the struct, said where the import uses it. */
+static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_args *a, ERL_NIF_TERM *exc)
+{
+    ERL_NIF_TERM version = argv[1];
+    if (version == tb_atoms.versioned)
+        a->version = VERSION_VERSIONED;
+    else if (version == tb_atoms.legacy)
+        a->version = VERSION_LEGACY;
+    else if (version == tb_atoms.undefined)
+        a->version = VERSION_ANY;
+    else {
+        *exc = tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
+        return 0;
+    }
+    if (!tb_get_boolean(argv[2], &a->read_only)) {
+        *exc = tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+        return 0;
+    }
+    tb_dlpack_stream_decode(env, argv[3], &a->stream);
+    return 1;
+}
+
 /* The managed tensor an import takes: out of our capsule (*from_capsule),
  * or at an address whose producer answers for it. 1, or 0 with *answer set:
  * the error, or the tensor already (our own export, back as it was). */
-static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only, const tb_dlpack_stream *stream,
-                        void **m, int *versioned, int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
+static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, void **m, int *versioned,
+                        int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
 {
-    ERL_NIF_TERM version = argv[1];
+    const tb_dlpack_stream *stream = &a->stream;
+    int read_only = a->read_only;
     tb_capsule *c = get_capsule(env, argv[0]);
     ErlNifUInt64 address;
     *claimed = 0;
     if (c) {
         *versioned = c->versioned;
-        if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != *versioned) {
+        if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != *versioned) {
             *answer = tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
-                                      *versioned ? "versioned" : "legacy", version);
+                                      *versioned ? "versioned" : "legacy", argv[1]);
             return 0;
         }
         /* The options are checked first, against what the capsule holds
@@ -557,7 +588,7 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
             return 0;
         }
         *m = (void *)(uintptr_t)address;
-        *versioned = version != tb_atoms.legacy;
+        *versioned = a->version != VERSION_LEGACY;
         *from_capsule = 0;
         *claimed = ours;
         return 1;
@@ -569,25 +600,20 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
 
 ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
 {
-    ERL_NIF_TERM version = argv[1];
-    int read_only;
     /* With a stream the import may wait for the GPU: on a dirty scheduler,
      * before anything is taken. */
     if (argv[3] != tb_atoms.undefined && enif_thread_type() != ERL_NIF_THR_DIRTY_IO_SCHEDULER)
         return enif_schedule_nif(env, "from_dlpack", ERL_NIF_DIRTY_JOB_IO_BOUND, tb_nif_from_dlpack, argc, argv);
-    if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.undefined)
-        return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
-    if (!tb_get_boolean(argv[2], &read_only))
-        return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
-    /* Decoded once here; what is wrong with it is said where the import
-     * would use it (before the capsule is taken, or after the deleter). */
-    tb_dlpack_stream stream;
-    tb_dlpack_stream_decode(env, argv[3], &stream);
+    import_args args;
+    ERL_NIF_TERM answer;
+    if (!get_import_args(env, argv, &args, &answer))
+        return answer;
+    int read_only = args.read_only;
+    tb_dlpack_stream *stream = &args.stream;
 
     void *m;
     int versioned, from_capsule, claimed;
-    ERL_NIF_TERM answer;
-    if (!take_managed(env, argv, read_only, &stream, &m, &versioned, &from_capsule, &claimed, &answer))
+    if (!take_managed(env, argv, &args, &m, &versioned, &from_capsule, &claimed, &answer))
         return answer;
 
     tb_dlpack_checked chk;
@@ -613,8 +639,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
      * wait for the producer's stream. */
     tb_device device = {TB_DEVICE_CPU, 0};
     ERL_NIF_TERM exc;
-    if ((chk.device_type != tb_kDLCPU || stream.term != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
-        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, &stream,
+    if ((chk.device_type != tb_kDLCPU || stream->term != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
+        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, stream,
                                  "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);
         return exc;
