@@ -359,11 +359,15 @@ ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_get_device(env, argv[1], "device", &device, &exc))
         return exc;
     int on_device = d.info.device_type != TB_DEVICE_CPU || device.type != TB_DEVICE_CPU;
-    /* Said here, as from_blob says it: libtorch's own text is long and cut. */
-    if (on_device && !tb_shim_cuda_built())
-        return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so to_device cannot copy to or "
-                                   "from a GPU; link a libtorch with CUDA (LIBTORCH_DIR)",
-                              argv[1]);
+    /* Said here, as from_blob says it: libtorch's own text is long and cut.
+     * The target's runtime, or else the source's, the linked libtorch lacks. */
+    int lacking = !tb_shim_runtime_built(tb_device_runtime(device.type)) ? device.type : d.info.device_type;
+    if (!tb_shim_runtime_built(tb_device_runtime(lacking))) {
+        const char *name = tb_devices[lacking].c10_name;
+        return tb_raise_error(env, "device %T: this libtorch was built without %s, so to_device cannot copy to or "
+                                   "from a GPU; link a libtorch with %s (LIBTORCH_DIR)",
+                              argv[1], name, name);
+    }
     if (tb_reschedule_copy(env, "to_device", d.dense_bytes, on_device, tb_nif_to_device, argc, argv, &exc))
         return exc;
     tb_shim_out out;

@@ -142,6 +142,8 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
     ErlNifBinary bin;
     if (tb_pin_binary(p, &bin)) {
         uint64_t base = (uint64_t)(uintptr_t)bin.data;
+        /* A binary's bytes are the CPU's, whatever other device types the
+         * table holds. */
         if (v->s.device.type != TB_DEVICE_CPU) {
             tb_storage_release(&p->header);
             *answer = owner_elsewhere(env, &v->s.device, TB_DEVICE_CPU, 0);
