@@ -196,13 +196,12 @@ int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_devic
     int arity;
     const ERL_NIF_TERM *elems;
     int index;
-    if (enif_is_atom(env, term)) {
-        for (int type = 0; type < TB_DEVICE_COUNT; type++)
-            if (!tb_devices[type].indexed && term == tb_atoms.devices[type]) {
-                *out = (tb_device){type, 0};
-                return 1;
-            }
-    } else if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) &&
+    for (int type = 0; type < TB_DEVICE_COUNT; type++)
+        if (term == tb_atoms.devices[type] && !tb_devices[type].indexed) {
+            *out = (tb_device){type, 0};
+            return 1;
+        }
+    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) &&
                index >= 0 && index < 1024) {
         for (int type = 0; type < TB_DEVICE_COUNT; type++)
             if (tb_devices[type].indexed && elems[0] == tb_atoms.devices[type]) {
@@ -300,7 +299,9 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
         *exc = tb_raise_layout(env, "ptr", l, out->r, tb_dtypes[out->dtype].name, "");
         return 0;
     }
-    if (!tb_shim_runtime_built(tb_device_runtime(out->device.type))) {
+    /* The host's memory needs nothing of libtorch: no call for it. */
+    int runtime = tb_device_runtime(out->device.type);
+    if (runtime != TB_RUNTIME_HOST && !tb_shim_runtime_built(runtime)) {
         const char *name = tb_devices[out->device.type].c10_name;
         *exc = tb_raise_error(env, "device %T: this libtorch was built without %s, so %s memory cannot be viewed "
                                    "(never as CPU memory); %C",
