@@ -57,14 +57,16 @@ static const tb_device_row tb_devices[TB_DEVICE_COUNT] = {
 };
 
 /* Our device type of a libtorch device type value: 0 when it is none of
- * ours. */
+ * ours. (Unrolled from the table: libtorch's tensor info asks it.) */
 static inline int tb_device_of_torch(int torch_type, int *out)
 {
-    for (int t = 0; t < TB_DEVICE_COUNT; t++)
-        if (tb_devices[t].torch_type == torch_type) {
-            *out = t;
-            return 1;
-        }
+#define TB_DEVICE_FROM_TORCH(id, atom, c10, torch, dlpack, indexed, runtime) \
+    if (torch_type == (torch)) {                                         \
+        *out = id;                                                       \
+        return 1;                                                        \
+    }
+    TB_DEVICE_TYPES(TB_DEVICE_FROM_TORCH)
+#undef TB_DEVICE_FROM_TORCH
     return 0;
 }
 
