@@ -359,14 +359,14 @@ static void test_dlpack_devices(void)
     tb_mem_answer a;
 
     tb_devmem_dlpack_placement(tb_kDLCPU, 0, &p);
-    CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && !p.needs_cuda_torch);
+    CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && p.runtime == TB_RUNTIME_HOST);
     tb_devmem_dlpack_placement(tb_kDLCUDA, 1, &p);
-    CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.needs_cuda_torch);
+    CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.runtime == TB_RUNTIME_CUDA);
     /* Page-locked host memory is a CPU tensor; managed memory a CUDA one. */
     tb_devmem_dlpack_placement(tb_kDLCUDAHost, 0, &p);
-    CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && !p.needs_cuda_torch);
+    CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && p.runtime == TB_RUNTIME_HOST);
     tb_devmem_dlpack_placement(tb_kDLCUDAManaged, 1, &p);
-    CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.needs_cuda_torch);
+    CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.runtime == TB_RUNTIME_CUDA);
 
     /* kDLCUDAHost: host memory of any type, never device memory. */
     CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAHost, 0, 0), 0);

@@ -3,6 +3,7 @@
  * managed tensors are built here, in memory this file owns; no deleter is
  * ever called (the check never calls anything; it says who must). */
 #include "tensor_blob_dlpack.h"
+#include "tb_device.h"
 #include "tb_dlpack_check.h"
 #include "tb_dtype.h"
 #include "tb_layout.h"
@@ -378,6 +379,23 @@ static void test_devices(void)
     }
     CHECK(strcmp(tb_dlpack_device_name(tb_kDLCPU), "kDLCPU") == 0);
     CHECK(strcmp(tb_dlpack_device_name(tb_kDLTrn), "kDLTrn") == 0);
+
+    /* The devices an import takes are TB_DLPACK_DEVICES, listed so in its
+     * messages; each device type's export code is one of them, imported
+     * back onto that device type. */
+    CHECK(strcmp(tb_dlpack_imported_devices(), "kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged") == 0);
+    CHECK(strcmp(tb_dlpack_status_text(TB_DLC_UNSUPPORTED_DEVICE),
+                 "only kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged tensors can be imported") == 0);
+    for (int i = 0; i < TB_DLPACK_DEVICE_COUNT; i++) {
+        device_type = tb_dlpack_devices[i].code;
+        device_id = 0;
+        check_both(set_device, &rv, &rl);
+        CHECK_EQ(rv.status, TB_DLC_OK);
+    }
+    for (int t = 0; t < TB_DEVICE_COUNT; t++) {
+        int row = tb_dlpack_device_row_of(tb_device_dlpack_type(t));
+        CHECK(row >= 0 && tb_dlpack_devices[row].device == t);
+    }
 
     /* The CPU device index is not checked: producers disagree on it. */
     device_type = tb_kDLCPU;

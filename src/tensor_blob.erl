@@ -80,6 +80,9 @@
 
 -type tensor() :: reference().
 -type shape() :: tuple().
+%% A device: one term per row of the device table (tables/0), an indexed
+%% device type with its index. Every spec here and in the Elixir facade
+%% (TensorBlob.Tensor.device()) names this type.
 -type device() :: cpu | {cuda, non_neg_integer()}.
 -type dtype() :: atom() | {atom(), pos_integer()}.
 %% A row of the dtype table: its canonical name, what its elements are

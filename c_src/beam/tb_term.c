@@ -1,11 +1,34 @@
 #include "tb_term.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "torch_shim.h"
 
 tb_atom_table tb_atoms;
 static tb_dtype_index dtype_index;
+
+/* The device terms tb_get_device takes, as each language writes them
+ * ("cpu or {cuda, Index}", ":cpu or {:cuda, index}"): made from the table
+ * at load. */
+static char device_forms_erl[256], device_forms_ex[256];
+
+static void device_forms(void)
+{
+    size_t e = 0, x = 0;
+    device_forms_erl[0] = device_forms_ex[0] = 0;
+    for (int t = 0; t < TB_DEVICE_COUNT; t++) {
+        const char *sep = t == 0 ? "" : t == TB_DEVICE_COUNT - 1 ? " or " : ", ";
+        const char *n = tb_devices[t].name;
+        if (tb_devices[t].indexed) {
+            e += snprintf(device_forms_erl + e, sizeof device_forms_erl - e, "%s{%s, Index}", sep, n);
+            x += snprintf(device_forms_ex + x, sizeof device_forms_ex - x, "%s{:%s, index}", sep, n);
+        } else {
+            e += snprintf(device_forms_erl + e, sizeof device_forms_erl - e, "%s%s", sep, n);
+            x += snprintf(device_forms_ex + x, sizeof device_forms_ex - x, "%s:%s", sep, n);
+        }
+    }
+}
 
 static tb_dtype_key intern_atom(const char *name, void *env)
 {
@@ -57,9 +80,11 @@ void tb_term_load(ErlNifEnv *env)
 #undef ATOM
     for (int i = 0; i < TB_DT_COUNT; i++)
         a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);
-#define TB_DEVICE_ATOM(id, atom, c10, torch, dlpack) a->devices[id] = enif_make_atom(env, #atom);
-    TB_DEVICE_TYPES(TB_DEVICE_ATOM)
-#undef TB_DEVICE_ATOM
+    for (int t = 0; t < TB_DEVICE_COUNT; t++)
+        a->devices[t] = enif_make_atom(env, tb_devices[t].name);
+    for (int i = 0; i < TB_DLPACK_DEVICE_COUNT; i++)
+        a->dlpack_devices[i] = enif_make_atom(env, tb_dlpack_devices[i].name);
+    device_forms();
     tb_dtype_index_build(&dtype_index, intern_atom, env);
 }
 
@@ -167,24 +192,24 @@ int tb_get_dtype(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_dtype_
 
 int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_device *out, ERL_NIF_TERM *exc)
 {
-    /* The CPU is an atom; every other device type of the table {Type, Index}. */
-    if (term == tb_atoms.devices[TB_DEVICE_CPU]) {
-        *out = (tb_device){TB_DEVICE_CPU, 0};
-        return 1;
-    }
+    /* A device type that is not indexed is its atom; an indexed one {Type, Index}. */
     int arity;
     const ERL_NIF_TERM *elems;
     int index;
+    for (int type = 0; type < TB_DEVICE_COUNT; type++)
+        if (term == tb_atoms.devices[type] && !tb_devices[type].indexed) {
+            *out = (tb_device){type, 0};
+            return 1;
+        }
     if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) &&
-        index >= 0 && index < 1024) {
-        for (int type = 0; type < TB_DEVICE_COUNT; type++) {
-            if (type != TB_DEVICE_CPU && elems[0] == tb_atoms.devices[type]) {
+               index >= 0 && index < 1024) {
+        for (int type = 0; type < TB_DEVICE_COUNT; type++)
+            if (tb_devices[type].indexed && elems[0] == tb_atoms.devices[type]) {
                 *out = (tb_device){type, index};
                 return 1;
             }
-        }
     }
-    *exc = tb_raise_badarg(env, "%s: expected %C, got %T", field, "cpu or {cuda, Index}", ":cpu or {:cuda, index}", term);
+    *exc = tb_raise_badarg(env, "%s: expected %C, got %T", field, device_forms_erl, device_forms_ex, term);
     return 0;
 }
 
@@ -210,6 +235,83 @@ int tb_get_boolean(ERL_NIF_TERM term, int *out)
     return 0;
 }
 
+/* An optional key's value: nil and undefined mean "use the default". */
+static int given(ERL_NIF_TERM value)
+{
+    return value != tb_atoms.nil && value != tb_atoms.undefined;
+}
+
+/* A required key of a spec map; `name` is the key's, which leads the
+ * message as every field name does (as text, never as an atom term). */
+static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, const char *name, ERL_NIF_TERM *value,
+                   ERL_NIF_TERM *exc)
+{
+    if (enif_get_map_value(env, spec, key, value))
+        return 1;
+    *exc = tb_raise_badarg(env, "%s: missing key in blob spec %T", name, spec);
+    return 0;
+}
+
+int tb_get_spec_map(ErlNifEnv *env, ERL_NIF_TERM map, tb_spec *out, ERL_NIF_TERM *exc)
+{
+    tb_spec_terms t;
+    if (!enif_is_map(env, map)) {
+        *exc = tb_raise_badarg(env, "spec: expected a map with ptr, shape and dtype, got %T", map);
+        return 0;
+    }
+    if (!get_key(env, map, tb_atoms.ptr, "ptr", &t.ptr, exc) ||
+        !get_key(env, map, tb_atoms.shape, "shape", &t.shape, exc) ||
+        !get_key(env, map, tb_atoms.dtype, "dtype", &t.dtype, exc))
+        return 0;
+    if (!enif_get_map_value(env, map, tb_atoms.strides, &t.strides))
+        t.strides = tb_atoms.undefined;
+    if (!enif_get_map_value(env, map, tb_atoms.device, &t.device))
+        t.device = tb_atoms.undefined;
+    return tb_get_spec(env, &t, out, exc);
+}
+
+int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TERM *exc)
+{
+    tb_layout *l = &out->l;
+    ErlNifUInt64 ptr;
+    if (!enif_get_uint64(env, t->ptr, &ptr)) {
+        *exc = tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", t->ptr);
+        return 0;
+    }
+    l->ptr = ptr;
+    if (!tb_get_shape(env, t->shape, "shape", &l->ndim, l->shape, exc) ||
+        !tb_get_dtype(env, t->dtype, "dtype", &out->dtype, exc))
+        return 0;
+    l->element_size = tb_dtypes[out->dtype].element_size;
+    if (given(t->strides)) {
+        if (!tb_get_strides(env, t->strides, "strides", l->ndim, l->strides, exc))
+            return 0;
+    } else if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
+        *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T",
+                               tb_make_shape(env, l->ndim, l->shape));
+        return 0;
+    }
+    out->device = (tb_device){TB_DEVICE_CPU, 0}; /* the default of an absent device */
+    if (given(t->device) && !tb_get_device(env, t->device, "device", &out->device, exc))
+        return 0;
+    out->r = tb_layout_check(l);
+    if (out->r.status != TB_LAYOUT_OK) {
+        *exc = tb_raise_layout(env, "ptr", l, out->r, tb_dtypes[out->dtype].name, "");
+        return 0;
+    }
+    /* The host's memory needs nothing of libtorch: no call for it. */
+    int runtime = tb_device_runtime(out->device.type);
+    if (runtime != TB_RUNTIME_HOST && !tb_shim_runtime_built(runtime)) {
+        const char *name = tb_devices[out->device.type].c10_name;
+        *exc = tb_raise_error(env, "device %T: this libtorch was built without %s, so %s memory cannot be viewed "
+                                   "(never as CPU memory); %C",
+                              tb_make_device(env, out->device.type, out->device.index), name, name,
+                              "the blob's keys hold its metadata", "TensorBlob.CUDA.info/1 reads its metadata");
+        return 0;
+    }
+    return 1;
+}
+
 ERL_NIF_TERM tb_make_shape(ErlNifEnv *env, int ndim, const int64_t *shape)
 {
     ERL_NIF_TERM elems[TB_MAX_DIMS];
@@ -230,9 +332,9 @@ ERL_NIF_TERM tb_make_device(ErlNifEnv *env, int type, int index)
 {
     /* Never another: tb_tensor_describe refuses a tensor on a device type
      * the table lacks, and every other device here was read from it. */
-    if (type < 0 || type >= TB_DEVICE_COUNT)
+    if (!tb_device_valid(type))
         return tb_atoms.unknown;
-    if (type == TB_DEVICE_CPU)
+    if (!tb_devices[type].indexed)
         return tb_atoms.devices[type];
     return enif_make_tuple2(env, tb_atoms.devices[type], enif_make_int(env, index));
 }

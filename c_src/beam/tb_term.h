@@ -35,6 +35,7 @@ typedef struct {
     ERL_NIF_TERM not_contiguous, shared_memory; /* why to_binary_view made no view */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
     ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */
+    ERL_NIF_TERM dlpack_devices[TB_DLPACK_DEVICE_COUNT]; /* the names of the DLPack devices an import takes */
 } tb_atom_table;
 
 extern tb_atom_table tb_atoms;
@@ -65,6 +66,29 @@ int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_devic
 /* A dimension index in [0, ndim). */
 int tb_get_dim(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int *out, ERL_NIF_TERM *exc);
 int tb_get_boolean(ERL_NIF_TERM term, int *out);
+
+/* A blob spec, decoded: the memory's layout (pointer, shape, strides,
+ * element size), its dtype and device, and what tb_layout_check says of it
+ * (its byte size). */
+typedef struct {
+    tb_layout l;
+    tb_dtype_id dtype;
+    tb_device device;
+    tb_layout_result r;
+} tb_spec;
+
+/* The terms of a spec, one per field; strides and device may be nil or
+ * undefined (their defaults: row-major, the first device type). */
+typedef struct {
+    ERL_NIF_TERM ptr, shape, dtype, strides, device;
+} tb_spec_terms;
+
+/* A spec, decoded in one pass: from a map with ptr, shape and dtype (and
+ * optional strides and device; other keys ignored), or from its terms.
+ * Refuses, by field, a bad value, a layout tb_layout_check refuses, and a
+ * dtype or device the linked libtorch cannot hold. */
+int tb_get_spec_map(ErlNifEnv *env, ERL_NIF_TERM map, tb_spec *out, ERL_NIF_TERM *exc);
+int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TERM *exc);
 
 ERL_NIF_TERM tb_make_shape(ErlNifEnv *env, int ndim, const int64_t *shape);
 ERL_NIF_TERM tb_make_strides(ErlNifEnv *env, int ndim, const int64_t *strides);

@@ -2,7 +2,6 @@
 
 #include <stdio.h>
 
-#include "tensor_blob_dlpack.h"
 #include "tb_device.h"
 
 const char *tb_devmem_type_name(tb_mem_type type)
@@ -19,7 +18,7 @@ const char *tb_devmem_type_name(tb_mem_type type)
 int tb_devmem_needs_answer(int declared_type, int declared_index, int device_count)
 {
     /* Asking costs a runtime call: only where a GPU could own the pointer. */
-    if (declared_type == TB_DEVICE_CPU)
+    if (tb_device_runtime(declared_type) == TB_RUNTIME_HOST)
         return device_count > 0;
     return declared_index >= 0 && declared_index < device_count;
 }
@@ -33,11 +32,12 @@ static int no_such_device(int index, int device_count, char *why, size_t why_siz
 int tb_devmem_verdict(int declared_type, int declared_index, int device_count, const tb_mem_answer *a, char *why,
                       size_t why_size)
 {
-    if (declared_type == TB_DEVICE_CUDA && (declared_index < 0 || declared_index >= device_count))
+    int host = tb_device_runtime(declared_type) == TB_RUNTIME_HOST;
+    if (!host && (declared_index < 0 || declared_index >= device_count))
         return no_such_device(declared_index, device_count, why, why_size);
     if (!tb_devmem_needs_answer(declared_type, declared_index, device_count))
         return 1;
-    if (a->type == TB_MEM_UNKNOWN && a->error && declared_type == TB_DEVICE_CUDA) {
+    if (a->type == TB_MEM_UNKNOWN && a->error && !host) {
         /* A freed device pointer, for one: say what the runtime said. */
         snprintf(why, why_size, "the CUDA runtime does not know it as memory of CUDA device %d: %s", declared_index,
                  a->error);
@@ -45,7 +45,7 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
     }
     if (a->type == TB_MEM_UNKNOWN || a->type == TB_MEM_MANAGED)
         return 1; /* managed memory is valid on the host and on its device */
-    if (declared_type == TB_DEVICE_CPU) {
+    if (host) {
         if (a->type != TB_MEM_DEVICE)
             return 1;
         snprintf(why, why_size, "memory of CUDA device %d, declared as CPU memory", a->device);
@@ -71,40 +71,42 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
     return 1;
 }
 
+/* The row of a DLPack device code; an import reaches here only with one
+ * the table takes (tb_dlpack_check), else the first row. */
+static const tb_dlpack_device_row *dl_row(int32_t dl_type)
+{
+    int i = tb_dlpack_device_row_of(dl_type);
+    return &tb_dlpack_devices[i < 0 ? 0 : i];
+}
+
 void tb_devmem_dlpack_placement(int32_t dl_type, int32_t dl_id, tb_dl_placement *out)
 {
-    int cuda = dl_type == tb_kDLCUDA || dl_type == tb_kDLCUDAManaged;
-    *out = (tb_dl_placement){.type = cuda ? TB_DEVICE_CUDA : TB_DEVICE_CPU,
-                             .index = cuda ? dl_id : 0,
-                             .needs_cuda_torch = cuda};
+    int type = dl_row(dl_type)->device;
+    *out = (tb_dl_placement){.type = type, .index = tb_device_indexed(type) ? dl_id : 0, .runtime = tb_device_runtime(type)};
 }
 
 int tb_devmem_dlpack_needs_answer(int32_t dl_type, int32_t dl_id, int device_count)
 {
-    switch (dl_type) {
-    case tb_kDLCUDA:
-    case tb_kDLCUDAManaged:
-        return tb_devmem_needs_answer(TB_DEVICE_CUDA, dl_id, device_count);
-    default:
-        return tb_devmem_needs_answer(TB_DEVICE_CPU, 0, device_count);
-    }
+    tb_dl_placement p;
+    tb_devmem_dlpack_placement(dl_type, dl_id, &p);
+    return tb_devmem_needs_answer(p.type, p.index, device_count);
 }
 
 int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int device_count, const tb_mem_answer *a, char *why,
                              size_t why_size)
 {
-    switch (dl_type) {
-    case tb_kDLCUDA:
-        return tb_devmem_verdict(TB_DEVICE_CUDA, dl_id, device_count, a, why, why_size);
-    case tb_kDLCUDAHost:
+    tb_dl_placement p;
+    tb_devmem_dlpack_placement(dl_type, dl_id, &p);
+    switch (dl_row(dl_type)->check) {
+    case TB_DLCHECK_PAGE_LOCKED:
         /* Host-readable unless the runtime says it is on a device. */
-        if (tb_devmem_needs_answer(TB_DEVICE_CPU, 0, device_count) && a->type == TB_MEM_DEVICE) {
+        if (tb_devmem_needs_answer(p.type, p.index, device_count) && a->type == TB_MEM_DEVICE) {
             snprintf(why, why_size, "memory of CUDA device %d, labelled kDLCUDAHost (page-locked host memory)",
                      a->device);
             return 0;
         }
         return 1;
-    case tb_kDLCUDAManaged:
+    case TB_DLCHECK_MANAGED:
         if (dl_id < 0 || dl_id >= device_count)
             return no_such_device(dl_id, device_count, why, why_size);
         if (a->type == TB_MEM_MANAGED)
@@ -115,7 +117,7 @@ int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int device_count, c
         else
             snprintf(why, why_size, "%s memory, labelled kDLCUDAManaged", tb_devmem_type_name(a->type));
         return 0;
-    default:
-        return tb_devmem_verdict(TB_DEVICE_CPU, 0, device_count, a, why, why_size);
+    default: /* TB_DLCHECK_HOST, TB_DLCHECK_DEVICE: as from_blob's */
+        return tb_devmem_verdict(p.type, p.index, device_count, a, why, why_size);
     }
 }

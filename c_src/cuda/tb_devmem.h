@@ -1,9 +1,11 @@
 /* Which memory a pointer must be, and whether the CUDA runtime's answer
  * says it is: the decisions of the pointer checks of from_blob and of
  * DLPack imports, apart from the runtime that answers (tb_cuda.c asks it).
- * Pure C; unit-tested in c_test/test_cuda.c.
+ * Each decides by the device table's columns (tb_device.h: the runtime of
+ * a device type, the check of a DLPack device code), never by naming a
+ * device type. Pure C; unit-tested in c_test/test_cuda.c.
  *
- * DLPack devices and the device libtorch sees:
+ * DLPack devices (TB_DLPACK_DEVICES) and the device libtorch sees:
  *   kDLCPU          :cpu; refused when the runtime says device memory
  *   kDLCUDA         {:cuda, device_id}; the runtime must say device memory
  *                   of that device
@@ -20,6 +22,7 @@
 #include <stdint.h>
 
 #include "tb_cuda_ops.h"
+#include "tb_device.h"
 
 /* The runtime's answer about a pointer: type TB_MEM_UNKNOWN when it could
  * not tell, with its message in error when it answered with one. */
@@ -33,8 +36,8 @@ typedef struct {
 const char *tb_devmem_type_name(tb_mem_type type);
 
 /* 1 when the runtime must be asked about memory declared as a device
- * (TB_DEVICE_CPU or TB_DEVICE_CUDA, index): not for CPU memory on a
- * machine without GPUs, nor for a CUDA device that does not exist. */
+ * (type, index): not for host memory on a machine without GPUs, nor for a
+ * CUDA device that does not exist. */
 int tb_devmem_needs_answer(int declared_type, int declared_index, int device_count);
 /* from_blob: 1 when the memory may be viewed as the declared device;
  * otherwise 0 and why. `a` is ignored when no answer was needed. */
@@ -44,8 +47,8 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
 /* Where libtorch sees the memory of a DLPack device type (one that
  * tb_dlpack_check accepts). */
 typedef struct {
-    int type, index;     /* TB_DEVICE_CPU or TB_DEVICE_CUDA, and its index */
-    int needs_cuda_torch; /* the view is a CUDA tensor */
+    int type, index; /* our device type, and its index */
+    int runtime;     /* its runtime (TB_RUNTIME_*): what libtorch must have */
 } tb_dl_placement;
 
 void tb_devmem_dlpack_placement(int32_t dl_type, int32_t dl_id, tb_dl_placement *out);

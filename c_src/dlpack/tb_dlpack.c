@@ -276,7 +276,7 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     /* The spec asks for NULL data when there are no elements. */
     dl.data = no_elements ? NULL : info.data;
     dl.device.device_type = tb_device_dlpack_type(info.device_type);
-    dl.device.device_id = info.device_type == TB_DEVICE_CPU ? 0 : info.device_index;
+    dl.device.device_id = tb_device_indexed(info.device_type) ? info.device_index : 0;
     dl.ndim = info.ndim;
     dl.dtype.code = tb_dtypes[id].dl_code;
     dl.dtype.bits = tb_dtypes[id].dl_bits;
@@ -328,8 +328,8 @@ ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
                                    tb_storage_read_only_reason(&d.info));
         read_only = 1;
     }
-    /* The stream contract (tb_stream.h); CPU tensors without a stream skip it. */
-    if ((d.info.device_type != TB_DEVICE_CPU || argv[3] != tb_atoms.undefined) &&
+    /* The stream contract (tb_stream.h); host tensors without a stream skip it. */
+    if ((tb_device_runtime(d.info.device_type) != TB_RUNTIME_HOST || argv[3] != tb_atoms.undefined) &&
         !tb_dlpack_export_stream(env, &d.info, argv[3], &exc))
         return exc;
     tb_tensor *t = d.tensor;
@@ -434,9 +434,9 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     case TB_DLC_UNKNOWN_DEVICE:
         return tb_raise_badarg(env, "device: unknown DLPack device type %d; %s", (int)c->device_type, fate);
     case TB_DLC_UNSUPPORTED_DEVICE:
-        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only kDLCPU, kDLCUDA, "
-                                   "kDLCUDAHost and kDLCUDAManaged tensors can be imported; %s",
-                              dev, (int)c->device_type, (int)c->device_id, fate);
+        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only %s tensors can be "
+                                   "imported; %s",
+                              dev, (int)c->device_type, (int)c->device_id, tb_dlpack_imported_devices(), fate);
     case TB_DLC_UNKNOWN_DTYPE:
         return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
                                c->dl_dtype.code, c->dl_dtype.bits, c->dl_dtype.lanes, fate);
@@ -485,29 +485,60 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
     return term;
 }
 
+/* from_dlpack's options, decoded once before any work. */
+typedef struct {
+    enum { VERSION_ANY, VERSION_VERSIONED, VERSION_LEGACY } version; /* undefined: as the capsule holds */
+    int read_only;
+    tb_dlpack_stream stream;
+} import_args;
+
+/* 0 with *exc set when an option is refused; what is wrong with the stream
+ * is kept in the struct, said where the import uses it. */
+static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_args *a, ERL_NIF_TERM *exc)
+{
+    ERL_NIF_TERM version = argv[1];
+    if (version == tb_atoms.versioned)
+        a->version = VERSION_VERSIONED;
+    else if (version == tb_atoms.legacy)
+        a->version = VERSION_LEGACY;
+    else if (version == tb_atoms.undefined)
+        a->version = VERSION_ANY;
+    else {
+        *exc = tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
+        return 0;
+    }
+    if (!tb_get_boolean(argv[2], &a->read_only)) {
+        *exc = tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+        return 0;
+    }
+    tb_dlpack_stream_decode(env, argv[3], &a->stream);
+    return 1;
+}
+
 /* The managed tensor an import takes: out of our capsule (*from_capsule),
  * or at an address whose producer answers for it. 1, or 0 with *answer set:
  * the error, or the tensor already (our own export, back as it was). */
-static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only, void **m, int *versioned,
+static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, void **m, int *versioned,
                         int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
 {
-    ERL_NIF_TERM version = argv[1];
+    const tb_dlpack_stream *stream = &a->stream;
+    int read_only = a->read_only;
     tb_capsule *c = get_capsule(env, argv[0]);
     ErlNifUInt64 address;
     *claimed = 0;
     if (c) {
         *versioned = c->versioned;
-        if (version != tb_atoms.undefined && (version == tb_atoms.versioned) != *versioned) {
+        if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != *versioned) {
             *answer = tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
-                                      *versioned ? "versioned" : "legacy", version);
+                                      *versioned ? "versioned" : "legacy", argv[1]);
             return 0;
         }
         /* The options are checked first, against what the capsule holds
          * (read as dlpack_info reads it): a refused option leaves it armed. */
         tb_dlpack_checked held;
-        if (argv[3] != tb_atoms.undefined && capsule_managed(env, c, 0, &held, answer) &&
+        if (stream->term != tb_atoms.undefined && capsule_managed(env, c, 0, &held, answer) &&
             held.status == TB_DLC_OK &&
-            !tb_dlpack_device_import_stream_check(env, held.device_type, argv[3], "; the capsule is still armed",
+            !tb_dlpack_device_import_stream_check(env, held.device_type, stream, "; the capsule is still armed",
                                                   answer))
             return 0;
         /* Taken whatever happens next: a refused capsule is released, not
@@ -515,7 +546,7 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
         if (!(*m = capsule_managed(env, c, 1, NULL, answer)))
             return 0;
         /* With a stream, the stream contract runs for ours too. */
-        if (argv[3] == tb_atoms.undefined && own_export(*m, *versioned, read_only)) {
+        if (stream->term == tb_atoms.undefined && own_export(*m, *versioned, read_only)) {
             *answer = import_own_export(env, c, *m);
             return 0;
         }
@@ -557,7 +588,7 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
             return 0;
         }
         *m = (void *)(uintptr_t)address;
-        *versioned = version != tb_atoms.legacy;
+        *versioned = a->version != VERSION_LEGACY;
         *from_capsule = 0;
         *claimed = ours;
         return 1;
@@ -569,21 +600,20 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], int read_only
 
 ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
 {
-    ERL_NIF_TERM version = argv[1];
-    int read_only;
     /* With a stream the import may wait for the GPU: on a dirty scheduler,
      * before anything is taken. */
     if (argv[3] != tb_atoms.undefined && enif_thread_type() != ERL_NIF_THR_DIRTY_IO_SCHEDULER)
         return enif_schedule_nif(env, "from_dlpack", ERL_NIF_DIRTY_JOB_IO_BOUND, tb_nif_from_dlpack, argc, argv);
-    if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.undefined)
-        return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
-    if (!tb_get_boolean(argv[2], &read_only))
-        return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+    import_args args;
+    ERL_NIF_TERM answer;
+    if (!get_import_args(env, argv, &args, &answer))
+        return answer;
+    int read_only = args.read_only;
+    tb_dlpack_stream *stream = &args.stream;
 
     void *m;
     int versioned, from_capsule, claimed;
-    ERL_NIF_TERM answer;
-    if (!take_managed(env, argv, read_only, &m, &versioned, &from_capsule, &claimed, &answer))
+    if (!take_managed(env, argv, &args, &m, &versioned, &from_capsule, &claimed, &answer))
         return answer;
 
     tb_dlpack_checked chk;
@@ -609,9 +639,9 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
      * wait for the producer's stream. */
     tb_device device = {TB_DEVICE_CPU, 0};
     ERL_NIF_TERM exc;
-    if ((chk.device_type != tb_kDLCPU || argv[3] != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
-        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, argv[3],
-                               "; the producer's deleter was called", &device, &exc)) {
+    if ((chk.device_type != tb_kDLCPU || stream->term != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
+        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, stream,
+                                 "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);
         return exc;
     }

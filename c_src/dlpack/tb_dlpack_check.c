@@ -1,6 +1,10 @@
 #include "tb_dlpack_check.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+
+#include "tb_device.h"
 
 static const char *const device_names[TB_DLPACK_LAST_DEVICE_TYPE + 1] = {
     [tb_kDLCPU] = "kDLCPU",
@@ -49,6 +53,29 @@ const char *tb_dlpack_device_name(int32_t device_type)
     return device_names[device_type];
 }
 
+/* The DLPack devices an import takes, as messages list them ("kDLCPU,
+ * kDLCUDA, kDLCUDAHost and kDLCUDAManaged"): made once from
+ * TB_DLPACK_DEVICES. */
+static char imported[200], unsupported_text[240];
+static pthread_once_t imported_once = PTHREAD_ONCE_INIT;
+
+static void list_imported(void)
+{
+    size_t n = 0;
+    for (int i = 0; i < TB_DLPACK_DEVICE_COUNT && n < sizeof imported; i++) {
+        const char *sep = i == 0 ? "" : i == TB_DLPACK_DEVICE_COUNT - 1 ? " and " : ", ";
+        const char *name = tb_dlpack_device_name(tb_dlpack_devices[i].code);
+        n += snprintf(imported + n, sizeof imported - n, "%s%s", sep, name ? name : "?");
+    }
+    snprintf(unsupported_text, sizeof unsupported_text, "only %s tensors can be imported", imported);
+}
+
+const char *tb_dlpack_imported_devices(void)
+{
+    pthread_once(&imported_once, list_imported);
+    return imported;
+}
+
 const char *tb_dlpack_type_code_name(unsigned code)
 {
     return code <= TB_DLPACK_LAST_TYPE_CODE ? type_code_names[code] : NULL;
@@ -76,12 +103,11 @@ static void check_tensor(const tb_DLTensor *t, tb_dlpack_checked *out)
         out->status = TB_DLC_UNKNOWN_DEVICE;
         return;
     }
-    /* CPU and CUDA memory: kDLCPU, kDLCUDA, kDLCUDAHost (pinned host
-     * memory) and kDLCUDAManaged. Where libtorch sees each, and what the
-     * CUDA runtime must confirm, is tb_devmem's; a producer still writing
-     * on a stream names it (tb_stream). Other devices are refused. */
-    if (t->device.device_type != tb_kDLCPU && t->device.device_type != tb_kDLCUDA &&
-        t->device.device_type != tb_kDLCUDAHost && t->device.device_type != tb_kDLCUDAManaged) {
+    /* The device codes of TB_DLPACK_DEVICES (tb_device.h): where libtorch
+     * sees each, and what the runtime must confirm, is tb_devmem's; a
+     * producer still writing on a stream names it (tb_stream). Other
+     * devices are refused. */
+    if (tb_dlpack_device_row_of(t->device.device_type) < 0) {
         out->status = TB_DLC_UNSUPPORTED_DEVICE;
         return;
     }
@@ -198,7 +224,7 @@ const char *tb_dlpack_status_text(tb_dlc_status status)
     case TB_DLC_UNKNOWN_FLAGS: return "flag bits DLPack 1.3 does not define";
     case TB_DLC_NDIM: return "ndim out of range (0 to 64)";
     case TB_DLC_UNKNOWN_DEVICE: return "unknown DLPack device type";
-    case TB_DLC_UNSUPPORTED_DEVICE: return "only kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged tensors can be imported";
+    case TB_DLC_UNSUPPORTED_DEVICE: tb_dlpack_imported_devices(); return unsupported_text;
     case TB_DLC_UNKNOWN_DTYPE: return "unknown DLPack type code";
     case TB_DLC_LANES: return "vector types (lanes != 1) are not supported";
     case TB_DLC_UNSUPPORTED_DTYPE: return "no dtype here has this DLPack {code, bits}";

@@ -62,6 +62,9 @@ void tb_dlpack_check_legacy(const tb_DLManagedTensor *m, tb_dlpack_checked *out)
 
 /* Names of codes for messages ("kDLCUDA"); NULL for unknown codes. */
 const char *tb_dlpack_device_name(int32_t device_type);
+/* The DLPack devices an import takes, as a message lists them: "kDLCPU,
+ * kDLCUDA, kDLCUDAHost and kDLCUDAManaged" (TB_DLPACK_DEVICES). */
+const char *tb_dlpack_imported_devices(void);
 const char *tb_dlpack_type_code_name(unsigned code);
 
 /* A short phrase for a status, for error messages. */

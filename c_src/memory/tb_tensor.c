@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tb_count.h"
+#include "tb_cuda_runtime.h"
 #include "tb_nifs.h"
 #include "tb_rtype.h"
 
@@ -68,6 +69,22 @@ ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb
     if (!ok)
         return tb_raise_error(env, "%s: %s", what, out->err.message);
     return tb_tensor_return(env, out->handle);
+}
+
+ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storage, int proven)
+{
+    const tb_layout *l = &s->l;
+    char why[200];
+    if (!proven && s->r.byte_size > 0 && !tb_cuda_check_pointer(l->ptr, &s->device, why, sizeof why)) {
+        tb_storage_release(storage);
+        return tb_raise_badarg(env, "ptr: %s", why);
+    }
+    tb_shim_out out;
+    /* The shim owns the storage from here: released when libtorch frees it. */
+    int ok = tb_shim_from_blob((void *)(uintptr_t)l->ptr, l->ndim, l->shape, l->strides,
+                               tb_dtypes[s->dtype].torch_scalar_type, s->device.type, s->device.index, storage,
+                               tb_storage_release, &out.handle, &out.err);
+    return tb_tensor_result(env, "from_blob", ok, &out);
 }
 
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
@@ -342,11 +359,15 @@ ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) || !tb_get_device(env, argv[1], "device", &device, &exc))
         return exc;
     int on_device = d.info.device_type != TB_DEVICE_CPU || device.type != TB_DEVICE_CPU;
-    /* Said here, as from_blob says it: libtorch's own text is long and cut. */
-    if (on_device && !tb_shim_cuda_built())
-        return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so to_device cannot copy to or "
-                                   "from a GPU; link a libtorch with CUDA (LIBTORCH_DIR)",
-                              argv[1]);
+    /* Said here, as from_blob says it: libtorch's own text is long and cut.
+     * The target's runtime, or else the source's, the linked libtorch lacks. */
+    int lacking = !tb_shim_runtime_built(tb_device_runtime(device.type)) ? device.type : d.info.device_type;
+    if (!tb_shim_runtime_built(tb_device_runtime(lacking))) {
+        const char *name = tb_devices[lacking].c10_name;
+        return tb_raise_error(env, "device %T: this libtorch was built without %s, so to_device cannot copy to or "
+                                   "from a GPU; link a libtorch with %s (LIBTORCH_DIR)",
+                              argv[1], name, name);
+    }
     if (tb_reschedule_copy(env, "to_device", d.dense_bytes, on_device, tb_nif_to_device, argc, argv, &exc))
         return exc;
     tb_shim_out out;

@@ -48,6 +48,12 @@ typedef struct {
  * raises "what: the shim's message" (a tensor_blob error). */
 ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out);
 
+/* from_blob's last step: a tensor over the memory a decoded spec
+ * describes, whose storage is `storage` (owned from the call on). Unless
+ * `proven` (an owner whose extent is known placed it) or empty, the
+ * runtime of the spec's device checks the pointer first. */
+ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storage, int proven);
+
 /* The tensor behind a resource term, a %TensorBlob.Tensor{} or a
  * %TensorBlob.BlobView{}, or NULL. */
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);

@@ -1,7 +1,6 @@
 /* to_blob and from_blob: describing a tensor's memory, and viewing described
  * memory as a tensor with its owner pinned. */
 
-#include "tb_cuda_runtime.h"
 #include "tb_layout.h"
 #include "tb_nifs.h"
 #include "tb_pin.h"
@@ -33,80 +32,6 @@ ERL_NIF_TERM tb_nif_blob_fields(TB_NIF_PARAMS)
         enif_make_uint64(env, tb_pointer_alignment(ptr)),
     };
     return enif_make_tuple_from_array(env, fields, 8);
-}
-
-/* A required key of the spec map; `name` is the key's, which leads the
- * message as every field name does (as text, never as an atom term). */
-static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, const char *name, ERL_NIF_TERM *value,
-                   ERL_NIF_TERM *exc)
-{
-    if (enif_get_map_value(env, spec, key, value))
-        return 1;
-    *exc = tb_raise_badarg(env, "%s: missing key in blob spec %T", name, spec);
-    return 0;
-}
-
-/* The terms of a spec: ptr, shape and dtype are required; strides and
- * device may be absent (read as undefined), nil or undefined. */
-typedef struct {
-    ERL_NIF_TERM ptr, shape, dtype, strides, device;
-} spec_terms;
-
-/* An optional key's value: nil and undefined mean "use the default". */
-static int given(ERL_NIF_TERM value)
-{
-    return value != tb_atoms.nil && value != tb_atoms.undefined;
-}
-
-/* The layout and device a spec's terms describe; otherwise *exc. */
-static int get_spec(ErlNifEnv *env, const spec_terms *t, tb_layout *l, tb_dtype_id *dtype, tb_device *device,
-                    tb_layout_result *r, ERL_NIF_TERM *exc)
-{
-    ErlNifUInt64 ptr;
-    if (!enif_get_uint64(env, t->ptr, &ptr)) {
-        *exc = tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", t->ptr);
-        return 0;
-    }
-    l->ptr = ptr;
-    if (!tb_get_shape(env, t->shape, "shape", &l->ndim, l->shape, exc) ||
-        !tb_get_dtype(env, t->dtype, "dtype", dtype, exc))
-        return 0;
-    l->element_size = tb_dtypes[*dtype].element_size;
-    if (given(t->strides)) {
-        if (!tb_get_strides(env, t->strides, "strides", l->ndim, l->strides, exc))
-            return 0;
-    } else if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
-        *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T",
-                               tb_make_shape(env, l->ndim, l->shape));
-        return 0;
-    }
-    *device = (tb_device){TB_DEVICE_CPU, 0};
-    if (given(t->device) && !tb_get_device(env, t->device, "device", device, exc))
-        return 0;
-    *r = tb_layout_check(l);
-    if (r->status != TB_LAYOUT_OK) {
-        *exc = tb_raise_layout(env, "ptr", l, *r, tb_dtypes[*dtype].name, "");
-        return 0;
-    }
-    return 1;
-}
-
-/* The terms of a spec map; otherwise *exc. */
-static int get_spec_terms(ErlNifEnv *env, ERL_NIF_TERM spec, spec_terms *t, ERL_NIF_TERM *exc)
-{
-    if (!enif_is_map(env, spec)) {
-        *exc = tb_raise_badarg(env, "spec: expected a map with ptr, shape and dtype, got %T", spec);
-        return 0;
-    }
-    if (!get_key(env, spec, tb_atoms.ptr, "ptr", &t->ptr, exc) ||
-        !get_key(env, spec, tb_atoms.shape, "shape", &t->shape, exc) ||
-        !get_key(env, spec, tb_atoms.dtype, "dtype", &t->dtype, exc))
-        return 0;
-    if (!enif_get_map_value(env, spec, tb_atoms.strides, &t->strides))
-        t->strides = tb_atoms.undefined;
-    if (!enif_get_map_value(env, spec, tb_atoms.device, &t->device))
-        t->device = tb_atoms.undefined;
-    return 1;
 }
 
 /* The owner proves where its memory is; a spec that declares another
@@ -145,32 +70,32 @@ static int describes(const tb_layout *l, tb_dtype_id dtype, const tb_device *dev
     return 1;
 }
 
-/* What a view is of: the spec read, and whether its memory is registered
- * read-only. */
+/* from_blob's arguments, decoded once before any work: the spec, the
+ * owner term and whether to pin it; then whether the memory is
+ * registered read-only. */
 typedef struct {
-    tb_layout l;
-    tb_dtype_id dtype;
-    tb_device device;
-    tb_layout_result r;
+    tb_spec s;
+    ERL_NIF_TERM owner;
+    int pin;
     int read_only;
-} view_spec;
+} view_args;
 
 /* The storage of a view pinning our tensor `owner`: 1, or 0 with *answer
  * set (the owner itself, a tensor sharing its storage, or an error). Its
  * extent is known, so it proves which device the memory is on. */
-static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_spec *v, tb_storage **storage,
+static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_args *v, tb_storage **storage,
                                 ERL_NIF_TERM *answer)
 {
-    const tb_layout *l = &v->l;
+    const tb_layout *l = &v->s.l;
     tb_shim_info o;
     tb_shim_info_of(owner->handle, &o);
     uint64_t base = (uint64_t)(uintptr_t)o.storage_data, size = o.storage_bytes;
-    if (o.device_type != v->device.type || o.device_index != v->device.index) {
-        *answer = owner_elsewhere(env, &v->device, o.device_type, o.device_index);
+    if (o.device_type != v->s.device.type || o.device_index != v->s.device.index) {
+        *answer = owner_elsewhere(env, &v->s.device, o.device_type, o.device_index);
         return 0;
     }
-    if (!inside(l, &v->r, base, size)) {
-        *answer = outside_owner(env, l, v->r.byte_size, base, size);
+    if (!inside(l, &v->s.r, base, size)) {
+        *answer = outside_owner(env, l, v->s.r.byte_size, base, size);
         return 0;
     }
     /* Inside the owner's storage at a whole element: the view shares
@@ -178,8 +103,8 @@ static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_spe
      * says what the memory is. Only memory that another storage
      * registered read-only needs a pin of its own to carry the flag. */
     int owner_read_only = tb_storage_read_only(&o);
-    int shares = v->r.byte_size > 0 && (!v->read_only || owner_read_only);
-    if (shares && describes(l, v->dtype, &v->device, &o)) {
+    int shares = v->s.r.byte_size > 0 && (!v->read_only || owner_read_only);
+    if (shares && describes(l, v->s.dtype, &v->s.device, &o)) {
         /* The spec is the owner's own layout (a round trip through
          * to_blob): the owner is that tensor already. No new tensor,
          * as numpy.asarray answers an array with itself. */
@@ -190,7 +115,7 @@ static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_spe
         tb_shim_tensor *h;
         tb_shim_error err;
         if (!tb_shim_alias(owner->handle, l->ptr - base, l->ndim, l->shape, l->strides,
-                           tb_dtypes[v->dtype].torch_scalar_type, &h, &err))
+                           tb_dtypes[v->s.dtype].torch_scalar_type, &h, &err))
             *answer = tb_raise_error(env, "from_blob: %s", err.message);
         else
             *answer = tb_tensor_return(env, h);
@@ -203,7 +128,7 @@ static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_spe
 /* The storage of a view pinning any other term: 1 (*proven when the
  * owner is a binary whose extent covers the view; read-only over a binary
  * nested in it), or 0 with *answer set to the error. */
-static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const view_spec *v, tb_storage **storage,
+static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const view_args *v, tb_storage **storage,
                               int *proven, ERL_NIF_TERM *answer)
 {
     int read_only = v->read_only;
@@ -217,22 +142,24 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
     ErlNifBinary bin;
     if (tb_pin_binary(p, &bin)) {
         uint64_t base = (uint64_t)(uintptr_t)bin.data;
-        if (v->device.type != TB_DEVICE_CPU) {
+        /* A binary's bytes are the CPU's, whatever other device types the
+         * table holds. */
+        if (v->s.device.type != TB_DEVICE_CPU) {
             tb_storage_release(&p->header);
-            *answer = owner_elsewhere(env, &v->device, TB_DEVICE_CPU, 0);
+            *answer = owner_elsewhere(env, &v->s.device, TB_DEVICE_CPU, 0);
             return 0;
         }
-        if (!inside(&v->l, &v->r, base, bin.size)) {
+        if (!inside(&v->s.l, &v->s.r, base, bin.size)) {
             tb_storage_release(&p->header);
-            *answer = outside_owner(env, &v->l, v->r.byte_size, base, bin.size);
+            *answer = outside_owner(env, &v->s.l, v->s.r.byte_size, base, bin.size);
             return 0;
         }
         *proven = 1;
-    } else if (v->r.byte_size > 0 && v->device.type == TB_DEVICE_CPU &&
-               tb_pin_holds_binary_over(p, (uintptr_t)v->l.ptr, (uintptr_t)v->l.ptr + v->r.byte_size)) {
+    } else if (v->s.r.byte_size > 0 && v->s.device.type == TB_DEVICE_CPU &&
+               tb_pin_holds_binary_over(p, (uintptr_t)v->s.l.ptr, (uintptr_t)v->s.l.ptr + v->s.r.byte_size)) {
         /* A binary nested in the owner: its bytes are immutable, and
          * guarded against every other tensor while this view lives. */
-        tb_range span = {.lo = (uintptr_t)v->l.ptr, .hi = (uintptr_t)v->l.ptr + v->r.byte_size};
+        tb_range span = {.lo = (uintptr_t)v->s.l.ptr, .hi = (uintptr_t)v->s.l.ptr + v->s.r.byte_size};
         tb_storage_guard_read_only(&p->header, &span);
         read_only = 1;
     }
@@ -242,85 +169,70 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
     return 1;
 }
 
-/* A view of the memory the spec's terms describe; owner_term is pinned when
- * pin_term is true. */
-static ERL_NIF_TERM view(ErlNifEnv *env, const spec_terms *terms, ERL_NIF_TERM owner_term, ERL_NIF_TERM pin_term)
+/* A view of the memory the decoded spec describes; the owner is pinned
+ * when a->pin. */
+static ERL_NIF_TERM view(ErlNifEnv *env, view_args *v)
 {
-    view_spec v;
-    const tb_layout *l = &v.l;
     ERL_NIF_TERM exc;
-    int pin;
-    if (!get_spec(env, terms, &v.l, &v.dtype, &v.device, &v.r, &exc))
-        return exc;
-    if (!tb_get_boolean(pin_term, &pin))
-        return tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
-    if (v.device.type == TB_DEVICE_CUDA && !tb_shim_cuda_built())
-        return tb_raise_error(env, "device %T: this libtorch was built without CUDA, so CUDA memory cannot be "
-                                   "viewed (never as CPU memory); %C",
-                              tb_make_device(env, v.device.type, v.device.index), "the blob's keys hold its metadata",
-                              "TensorBlob.CUDA.info/1 reads its metadata");
-
     /* The storage: a pin of the owner, or nothing for an unpinned view.
      * An owner whose extent is known (our tensor, a binary) also proves
-     * which device the memory is on: the CUDA runtime need not be asked. */
-    v.read_only = tb_storage_overlaps_read_only((uintptr_t)l->ptr, v.r.byte_size);
+     * which device the memory is on: the runtime need not be asked. */
+    v->read_only = tb_storage_overlaps_read_only((uintptr_t)v->s.l.ptr, v->s.r.byte_size);
     tb_storage *storage;
     int proven = 0;
-    tb_tensor *owner = pin ? tb_tensor_get(env, owner_term) : NULL;
+    tb_tensor *owner = v->pin ? tb_tensor_get(env, v->owner) : NULL;
     if (owner) {
-        if (!tensor_owner_storage(env, owner, &v, &storage, &exc))
+        if (!tensor_owner_storage(env, owner, v, &storage, &exc))
             return exc;
         proven = 1;
-    } else if (pin) {
-        if (!term_owner_storage(env, owner_term, &v, &storage, &proven, &exc))
+    } else if (v->pin) {
+        if (!term_owner_storage(env, v->owner, v, &storage, &proven, &exc))
             return exc;
     } else {
-        storage = tb_pin_none(v.read_only);
+        storage = tb_pin_none(v->read_only);
     }
-
-    char why[200];
-    if (!proven && v.r.byte_size > 0 && !tb_cuda_check_pointer(l->ptr, &v.device, why, sizeof why)) {
-        tb_storage_release(storage);
-        return tb_raise_badarg(env, "ptr: %s", why);
-    }
-
-    tb_shim_out out;
-    /* The shim owns the storage from here: released when libtorch frees it. */
-    int ok = tb_shim_from_blob((void *)(uintptr_t)l->ptr, l->ndim, l->shape, l->strides,
-                               tb_dtypes[v.dtype].torch_scalar_type, v.device.type, v.device.index, storage,
-                               tb_storage_release, &out.handle, &out.err);
-    return tb_tensor_result(env, "from_blob", ok, &out);
+    return tb_tensor_view(env, &v->s, storage, proven);
 }
 
-/* An owner term of many terms is pinned on a dirty scheduler: the pin
- * copies it, and may walk it, in time that grows with its size. */
-static int reschedule_large_owner(ErlNifEnv *env, const char *name, tb_nif_fun *self, int argc,
-                                  const ERL_NIF_TERM argv[], ERL_NIF_TERM owner, ERL_NIF_TERM pin_term,
-                                  ERL_NIF_TERM *out)
+/* from_blob's arguments, decoded once into *a, in one pass: the pin flag,
+ * then the spec (tb_term's decoder: from its map, or from the fields the
+ * Erlang facade matched out of it). 0 with *out set when the call answers
+ * now: a raised error, or the call rescheduled on a dirty scheduler, which
+ * pins an owner term of many terms (the pin copies it, and may walk it,
+ * in time that grows with its size) before the spec is read. */
+static int get_args(ErlNifEnv *env, tb_nif_fun *self, int argc, const ERL_NIF_TERM argv[],
+                    const tb_spec_terms *fields, view_args *a, ERL_NIF_TERM *out)
 {
-    if (pin_term != tb_atoms.true_ || enif_thread_type() != ERL_NIF_THR_NORMAL_SCHEDULER ||
-        tb_pin_term_is_small(env, owner))
+    ERL_NIF_TERM pin_term = argv[argc - 1];
+    a->owner = argv[argc - 2];
+    if (!tb_get_boolean(pin_term, &a->pin)) {
+        *out = tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
         return 0;
-    *out = enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
-    return 1;
+    }
+    if (a->pin && enif_thread_type() == ERL_NIF_THR_NORMAL_SCHEDULER && !tb_pin_term_is_small(env, a->owner)) {
+        *out = enif_schedule_nif(env, "from_blob", ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
+        return 0;
+    }
+    return fields ? tb_get_spec(env, fields, &a->s, out) : tb_get_spec_map(env, argv[0], &a->s, out);
 }
 
+/* from_blob(Spec, Owner, Pin) */
 ERL_NIF_TERM tb_nif_from_blob(TB_NIF_PARAMS)
 {
-    spec_terms terms;
-    ERL_NIF_TERM exc;
-    if (!get_spec_terms(env, argv[0], &terms, &exc))
-        return exc;
-    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob, argc, argv, argv[1], argv[2], &exc))
-        return exc;
-    return view(env, &terms, argv[1], argv[2]);
+    ERL_NIF_TERM answer;
+    view_args a;
+    if (!get_args(env, tb_nif_from_blob, argc, argv, NULL, &a, &answer))
+        return answer;
+    return view(env, &a);
 }
 
+/* from_blob_fields(Ptr, Shape, Dtype, Strides, Device, Owner, Pin) */
 ERL_NIF_TERM tb_nif_from_blob_fields(TB_NIF_PARAMS)
 {
-    spec_terms terms = {argv[0], argv[1], argv[2], argv[3], argv[4]};
-    ERL_NIF_TERM exc;
-    if (reschedule_large_owner(env, "from_blob", tb_nif_from_blob_fields, argc, argv, argv[5], argv[6], &exc))
-        return exc;
-    return view(env, &terms, argv[5], argv[6]);
+    tb_spec_terms fields = {argv[0], argv[1], argv[2], argv[3], argv[4]};
+    ERL_NIF_TERM answer;
+    view_args a;
+    if (!get_args(env, tb_nif_from_blob_fields, argc, argv, &fields, &a, &answer))
+        return answer;
+    return view(env, &a);
 }

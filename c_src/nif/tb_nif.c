@@ -121,9 +121,9 @@ ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
     ERL_NIF_TERM devices = enif_make_list(env, 0);
     static const char *const device_keys[] = {"name", "dlpack", "indexed"};
     for (int t = TB_DEVICE_COUNT - 1; t >= 0; t--) {
-        /* A device type other than the CPU takes an index: {cuda, 0}. */
-        ERL_NIF_TERM values[] = {tb_atoms.devices[t], enif_make_int(env, tb_device_dlpack_type(t)),
-                                 t == TB_DEVICE_CPU ? tb_atoms.false_ : tb_atoms.true_};
+        /* An indexed device type's devices are numbered: {cuda, 0}. */
+        ERL_NIF_TERM values[] = {tb_atoms.devices[t], enif_make_int(env, tb_devices[t].dlpack_type),
+                                 tb_devices[t].indexed ? tb_atoms.true_ : tb_atoms.false_};
         devices = enif_make_list_cell(env, make_map(env, device_keys, values, 3), devices);
     }
     static const char *const keys[] = {"dtypes", "devices"};

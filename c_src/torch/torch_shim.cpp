@@ -92,21 +92,21 @@ c10::Device cuda_device(int device_index)
 }
 
 // The device table (tb_device.h) agrees with libtorch.
-#define TB_DEVICE_CHECK(id, atom, c10name, torch, dlpack) \
+#define TB_DEVICE_CHECK(id, atom, c10name, torch, dlpack, indexed, runtime) \
     static_assert(static_cast<int>(c10::DeviceType::c10name) == (torch), "tb_device.h: " #atom);
 TB_DEVICE_TYPES(TB_DEVICE_CHECK)
 #undef TB_DEVICE_CHECK
 
-// Our device as libtorch's; a device type the table lacks throws. The CPU
-// has no index.
+// Our device as libtorch's; a device type the table lacks throws. A device
+// type that is not indexed (the CPU) takes no index.
 c10::Device torch_device(int device_type, int device_index)
 {
     int torch_type = tb_device_torch_type(device_type);
     if (torch_type < 0)
         throw std::invalid_argument("device type " + std::to_string(device_type) + " is not in tb_device.h");
     auto type = static_cast<c10::DeviceType>(torch_type);
-    return type == c10::DeviceType::CPU ? c10::Device(type)
-                                        : c10::Device(type, static_cast<c10::DeviceIndex>(device_index));
+    return tb_device_indexed(device_type) ? c10::Device(type, static_cast<c10::DeviceIndex>(device_index))
+                                          : c10::Device(type);
 }
 
 // CUDA's implementation of c10's device guard interface, registered by
@@ -374,6 +374,15 @@ int tb_shim_cuda_built(void) noexcept
     } catch (...) {
         return 0;
     }
+}
+
+int tb_shim_runtime_built(int runtime) noexcept
+{
+    switch (runtime) {
+    case TB_RUNTIME_HOST: return 1;
+    case TB_RUNTIME_CUDA: return tb_shim_cuda_built();
+    }
+    return 0;
 }
 
 int tb_shim_cuda_stream_is_default(int device_index) noexcept

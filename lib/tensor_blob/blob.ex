@@ -23,7 +23,7 @@ defmodule TensorBlob.Blob do
           shape: tuple(),
           strides: [non_neg_integer()],
           dtype: atom(),
-          device: :cpu | {:cuda, non_neg_integer()},
+          device: TensorBlob.Tensor.device(),
           element_size: pos_integer(),
           byte_size: non_neg_integer(),
           alignment: pos_integer(),

@@ -54,7 +54,7 @@ defmodule TensorBlob.CUDA do
   capsule's info also has `device_type` and `read_only` (`DLPack.info/1`).
   """
   @spec info(DLPack.t() | Blob.t()) :: %{
-          :device => :cpu | {:cuda, non_neg_integer()},
+          :device => Tensor.device(),
           :ptr => non_neg_integer(),
           :shape => tuple(),
           :strides => [non_neg_integer()],

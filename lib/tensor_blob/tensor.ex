@@ -27,6 +27,11 @@ defmodule TensorBlob.Tensor do
   @type input :: t() | TensorBlob.BlobView.t()
   @type shape :: tuple()
   @type dtype :: atom() | {atom(), pos_integer()}
+  @typedoc """
+  A device: `:cpu`, or `{:cuda, index}`. The one definition is Erlang's
+  `:tensor_blob.device()`, written from the device table (`TensorBlob.tables/0`).
+  """
+  @type device :: :tensor_blob.device()
 
   @doc false
   def wrap(ref), do: struct_of(__MODULE__, ref)
@@ -162,7 +167,7 @@ defmodule TensorBlob.Tensor do
   the host and a GPU. Always a new tensor, even on the same device.
   `to_binary/1` and `write!/2` also copy to and from a CUDA tensor.
   """
-  @spec to_device(input(), :cpu | {:cuda, non_neg_integer()}) :: t()
+  @spec to_device(input(), device()) :: t()
   def to_device(tensor, device), do: translating(do: wrap(:tensor_blob.to_device(ref(tensor), device)))
 
   @doc "A view of `length` elements of dimension `dim` from `start`; shares memory."
@@ -190,7 +195,7 @@ defmodule TensorBlob.Tensor do
   def dtype(tensor), do: translating(do: :tensor_blob.dtype(ref(tensor)))
 
   @doc "Where the memory is: `:cpu`, or `{:cuda, index}` for a GPU's."
-  @spec device(input()) :: :cpu | {:cuda, non_neg_integer()}
+  @spec device(input()) :: device()
   def device(tensor), do: translating(do: :tensor_blob.device(ref(tensor)))
 
   @doc """
