@@ -27,7 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "priv", "python"))
 
 import tensor_blob  # noqa: E402
-from sharing_test import Peer, check, create_block, exists, left_behind, refcount, shm_names  # noqa: E402
+from sharing_test import Peer, check, create_block, exists, refcount, run, shm_names  # noqa: E402
 
 try:
     import torch
@@ -211,27 +211,7 @@ def main():
         drops = "python" if first else "beam"
         tests.append((f"module: shared_memory -> beam, {drops} drops first", python_region_to_beam, first))
 
-    peer = Peer()
-    failures = 0
-    for title, fun, arg in tests:
-        try:
-            fun(peer, arg)
-            print("ok     " + title)
-        except Exception as e:  # noqa: BLE001 - report every failure, then exit 1
-            failures += 1
-            print(f"FAILED {title}: {type(e).__name__}: {e}")
-    gc.collect()
-    check(peer.call("tensors") == ["0"], "the BEAM holds no tensor at the end")
-    peer_pid = peer.call("pid")[0]
-    peer.close()
-    left = left_behind(before, peer_pid)
-    if left:
-        failures += 1
-        print("FAILED /dev/shm is left with " + ", ".join(sorted(left)))
-    version = "torch %s" % torch.__version__ if torch is not None else "no torch"
-    print(f"{len(tests)} tests, {failures} failures (Python {sys.version.split()[0]}, {version})")
-    sys.exit(1 if failures else 0)
-
+    sys.exit(run(Peer(), tests, before))
 
 if __name__ == "__main__":
     main()

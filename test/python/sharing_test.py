@@ -12,6 +12,7 @@ both orders, reads the reference count from PyTorch's header, and checks
 that /dev/shm holds none of the regions the run made at its end.
 """
 
+import gc
 import os
 import re
 import struct
@@ -265,6 +266,31 @@ def tracker_caveat(peer):
     check(not exists(name), "the creator removed the name")
 
 
+def run(peer, tests, before):
+    """Runs each (title, fun, arg) against the peer, then checks that the
+    BEAM holds no tensor and that /dev/shm holds none of this run's names:
+    the exit status."""
+    failures = 0
+    for title, fun, arg in tests:
+        try:
+            fun(peer, arg)
+            print("ok     " + title)
+        except Exception as e:  # noqa: BLE001 - report every failure, then exit 1
+            failures += 1
+            print(f"FAILED {title}: {type(e).__name__}: {e}")
+    gc.collect()
+    check(peer.call("tensors") == ["0"], "the BEAM holds no tensor at the end")
+    peer_pid = peer.call("pid")[0]
+    peer.close()
+    left = left_behind(before, peer_pid)
+    if left:
+        failures += 1
+        print("FAILED /dev/shm is left with " + ", ".join(sorted(left)))
+    version = "torch %s" % torch.__version__ if torch is not None else "no torch"
+    print(f"{len(tests)} tests, {failures} failures (Python {sys.version.split()[0]}, {version})")
+    return 1 if failures else 0
+
+
 def main():
     before = shm_names()
     peer = Peer()
@@ -284,25 +310,7 @@ def main():
         tests.append((f"beam -> shared_memory, {'python' if first else 'beam'} drops first", beam_region_to_python, first))
     tests.append(("the resource tracker's caveat", lambda p, _: tracker_caveat(p), None))
 
-    failures = 0
-    for title, fun, arg in tests:
-        try:
-            fun(peer, arg)
-            print("ok     " + title)
-        except Exception as e:  # noqa: BLE001 - report every failure, then exit 1
-            failures += 1
-            print(f"FAILED {title}: {type(e).__name__}: {e}")
-    check(peer.call("tensors") == ["0"], "the BEAM holds no tensor at the end")
-    peer_pid = peer.call("pid")[0]
-    peer.close()
-    left = left_behind(before, peer_pid)
-    if left:
-        failures += 1
-        print("FAILED /dev/shm is left with " + ", ".join(sorted(left)))
-    version = "torch %s" % torch.__version__ if torch is not None else "no torch"
-    print(f"{len(tests)} tests, {failures} failures (Python {sys.version.split()[0]}, {version})")
-    sys.exit(1 if failures else 0)
-
+    sys.exit(run(peer, tests, before))
 
 if __name__ == "__main__":
     main()
