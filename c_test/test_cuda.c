@@ -36,11 +36,11 @@ typedef struct {
 static struct {
     fake_allocation allocations[8];
     int allocation_count;
-    int device;          /* current */
-    int torch_default;   /* libtorch's current stream is the default one */
-    int events_live;     /* created and not destroyed */
-    int opened, closed;  /* IPC handles */
-    const char *fail;    /* the call that fails next, by name */
+    int device;         /* current */
+    int torch_default;  /* libtorch's current stream is the default one */
+    int events_live;    /* created and not destroyed */
+    int opened, closed; /* IPC handles */
+    const char *fail;   /* the call that fails next, by name */
     char log[2048];
 } rt;
 
@@ -275,25 +275,24 @@ static const tb_cuda_ops fake = {
     .torch_destroy_event = torch_destroy_event,
 };
 
-#define CHECK_LOG(expected)                                                              \
-    do {                                                                                 \
-        checks++;                                                                        \
-        if (strcmp(rt.log, expected) != 0) {                                             \
-            failures++;                                                                  \
+#define CHECK_LOG(expected)                                                                       \
+    do {                                                                                          \
+        checks++;                                                                                 \
+        if (strcmp(rt.log, expected) != 0) {                                                      \
+            failures++;                                                                           \
             printf("%s:%d: log \"%s\", expected \"%s\"\n", __FILE__, __LINE__, rt.log, expected); \
-        }                                                                                \
+        }                                                                                         \
     } while (0)
 
 /* Evaluates text once: it may be a call. */
-#define CHECK_CONTAINS(text, part)                                                          \
-    do {                                                                                    \
-        const char *text_ = (text);                                                         \
-        checks++;                                                                           \
-        if (!text_ || !strstr(text_, (part))) {                                             \
-            failures++;                                                                     \
-            printf("%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,       \
-                   text_ ? text_ : "(null)", (part));                                      \
-        }                                                                                   \
+#define CHECK_CONTAINS(text, part)                                                                                   \
+    do {                                                                                                             \
+        const char *text_ = (text);                                                                                  \
+        checks++;                                                                                                    \
+        if (!text_ || !strstr(text_, (part))) {                                                                      \
+            failures++;                                                                                              \
+            printf("%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, text_ ? text_ : "(null)", (part)); \
+        }                                                                                                            \
     } while (0)
 
 /* ---- Pointer checks ----------------------------------------------------- */
@@ -786,8 +785,7 @@ static void test_torch_counter(void)
     CHECK_EQ(slots[5], 0);
 
     /* Counters past the file's end, and names that are none. */
-    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), TB_TORCH_COUNTER_SLOTS, &c,
-                                         &caller_fault),
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), TB_TORCH_COUNTER_SLOTS, &c, &caller_fault),
                    "past the end");
     CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), -1, &c, &caller_fault),
                    "not a counter index");

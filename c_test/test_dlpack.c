@@ -2,11 +2,11 @@
  * and for our DLPack declarations against the dtype table. Pure C: the
  * managed tensors are built here, in memory this file owns; no deleter is
  * ever called (the check never calls anything; it says who must). */
-#include "tensor_blob_dlpack.h"
 #include "tb_device.h"
 #include "tb_dlpack_check.h"
 #include "tb_dtype.h"
 #include "tb_layout.h"
+#include "tensor_blob_dlpack.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -30,8 +30,14 @@ typedef struct {
     int64_t strides[TB_MAX_DIMS + 2];
 } fixture;
 
-static void dummy_deleter_v(tb_DLManagedTensorVersioned *self) { (void)self; }
-static void dummy_deleter_l(tb_DLManagedTensor *self) { (void)self; }
+static void dummy_deleter_v(tb_DLManagedTensorVersioned *self)
+{
+    (void)self;
+}
+static void dummy_deleter_l(tb_DLManagedTensor *self)
+{
+    (void)self;
+}
 
 static tb_DLTensor base_tensor(fixture *f)
 {
@@ -92,7 +98,11 @@ static void check_both(edit_fn edit, tb_dlpack_checked *rv, tb_dlpack_checked *r
 
 static tb_dlpack_checked rv, rl;
 
-static void no_edit(tb_DLTensor *t, fixture *f) { (void)t; (void)f; }
+static void no_edit(tb_DLTensor *t, fixture *f)
+{
+    (void)t;
+    (void)f;
+}
 
 static void test_valid(void)
 {
@@ -119,7 +129,13 @@ static void test_valid(void)
     CHECK_EQU(rv.flags, 0);
 }
 
-static void null_strides(tb_DLTensor *t, fixture *f) { (void)f; t->strides = NULL; t->ndim = 3; f->shape[2] = 4; }
+static void null_strides(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->strides = NULL;
+    t->ndim = 3;
+    f->shape[2] = 4;
+}
 static void transposed(tb_DLTensor *t, fixture *f)
 {
     (void)t;
@@ -128,12 +144,36 @@ static void transposed(tb_DLTensor *t, fixture *f)
     f->strides[0] = 1;
     f->strides[1] = 3;
 }
-static void offset(tb_DLTensor *t, fixture *f) { (void)f; t->byte_offset = 64; }
-static void offset_overflow(tb_DLTensor *t, fixture *f) { (void)f; t->byte_offset = UINT64_MAX - 8; }
-static void empty_null_data(tb_DLTensor *t, fixture *f) { t->data = NULL; f->shape[0] = 0; }
-static void null_data(tb_DLTensor *t, fixture *f) { (void)f; t->data = NULL; }
-static void misaligned(tb_DLTensor *t, fixture *f) { (void)f; t->data = data + 2; }
-static void misaligned_offset(tb_DLTensor *t, fixture *f) { (void)f; t->byte_offset = 2; }
+static void offset(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->byte_offset = 64;
+}
+static void offset_overflow(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->byte_offset = UINT64_MAX - 8;
+}
+static void empty_null_data(tb_DLTensor *t, fixture *f)
+{
+    t->data = NULL;
+    f->shape[0] = 0;
+}
+static void null_data(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->data = NULL;
+}
+static void misaligned(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->data = data + 2;
+}
+static void misaligned_offset(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->byte_offset = 2;
+}
 static void scalar_null_shape(tb_DLTensor *t, fixture *f)
 {
     (void)f;
@@ -141,11 +181,34 @@ static void scalar_null_shape(tb_DLTensor *t, fixture *f)
     t->shape = NULL;
     t->strides = NULL;
 }
-static void size1_negative_stride(tb_DLTensor *t, fixture *f) { (void)t; f->shape[0] = 1; f->strides[0] = -5; }
-static void size1_huge_stride(tb_DLTensor *t, fixture *f) { (void)t; f->shape[0] = 1; f->strides[0] = INT64_MAX; }
-static void empty_negative_stride(tb_DLTensor *t, fixture *f) { (void)t; f->shape[0] = 0; f->strides[1] = -1; }
-static void negative_stride(tb_DLTensor *t, fixture *f) { (void)t; f->strides[1] = -1; }
-static void negative_dim(tb_DLTensor *t, fixture *f) { (void)t; f->shape[1] = -3; }
+static void size1_negative_stride(tb_DLTensor *t, fixture *f)
+{
+    (void)t;
+    f->shape[0] = 1;
+    f->strides[0] = -5;
+}
+static void size1_huge_stride(tb_DLTensor *t, fixture *f)
+{
+    (void)t;
+    f->shape[0] = 1;
+    f->strides[0] = INT64_MAX;
+}
+static void empty_negative_stride(tb_DLTensor *t, fixture *f)
+{
+    (void)t;
+    f->shape[0] = 0;
+    f->strides[1] = -1;
+}
+static void negative_stride(tb_DLTensor *t, fixture *f)
+{
+    (void)t;
+    f->strides[1] = -1;
+}
+static void negative_dim(tb_DLTensor *t, fixture *f)
+{
+    (void)t;
+    f->shape[1] = -3;
+}
 static void numel_overflow(tb_DLTensor *t, fixture *f)
 {
     (void)t;
@@ -177,10 +240,26 @@ static __attribute__((noinline)) void dirty_stack(void)
     for (size_t i = 0; i < sizeof junk; i++)
         junk[i] = 0xff;
 }
-static void extent_overflow(tb_DLTensor *t, fixture *f) { (void)t; f->strides[0] = INT64_MAX / 2; }
-static void null_shape(tb_DLTensor *t, fixture *f) { (void)f; t->shape = NULL; }
-static void ndim_negative(tb_DLTensor *t, fixture *f) { (void)f; t->ndim = -1; }
-static void ndim_too_big(tb_DLTensor *t, fixture *f) { (void)f; t->ndim = TB_MAX_DIMS + 1; }
+static void extent_overflow(tb_DLTensor *t, fixture *f)
+{
+    (void)t;
+    f->strides[0] = INT64_MAX / 2;
+}
+static void null_shape(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->shape = NULL;
+}
+static void ndim_negative(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->ndim = -1;
+}
+static void ndim_too_big(tb_DLTensor *t, fixture *f)
+{
+    (void)f;
+    t->ndim = TB_MAX_DIMS + 1;
+}
 static void ndim_max(tb_DLTensor *t, fixture *f)
 {
     t->ndim = TB_MAX_DIMS;
@@ -457,12 +536,26 @@ static void test_dtypes(void)
     }
 
     /* Known codes with no dtype here. */
-    static const struct { uint8_t code, bits; } unsupported[] = {
-        {tb_kDLOpaqueHandle, 64}, {tb_kDLFloat8_e3m4, 8}, {tb_kDLFloat8_e4m3, 8},
-        {tb_kDLFloat8_e4m3b11fnuz, 8}, {tb_kDLFloat8_e4m3fnuz, 8}, {tb_kDLFloat8_e5m2fnuz, 8},
-        {tb_kDLFloat8_e8m0fnu, 8}, {tb_kDLFloat6_e2m3fn, 6}, {tb_kDLFloat6_e3m2fn, 6},
-        {tb_kDLFloat4_e2m1fn, 4}, {tb_kDLInt, 24}, {tb_kDLInt, 128}, {tb_kDLFloat, 8},
-        {tb_kDLBool, 1}, {tb_kDLComplex, 16}, {tb_kDLBfloat, 32}, {tb_kDLFloat8_e4m3fn, 16},
+    static const struct {
+        uint8_t code, bits;
+    } unsupported[] = {
+        {tb_kDLOpaqueHandle, 64},
+        {tb_kDLFloat8_e3m4, 8},
+        {tb_kDLFloat8_e4m3, 8},
+        {tb_kDLFloat8_e4m3b11fnuz, 8},
+        {tb_kDLFloat8_e4m3fnuz, 8},
+        {tb_kDLFloat8_e5m2fnuz, 8},
+        {tb_kDLFloat8_e8m0fnu, 8},
+        {tb_kDLFloat6_e2m3fn, 6},
+        {tb_kDLFloat6_e3m2fn, 6},
+        {tb_kDLFloat4_e2m1fn, 4},
+        {tb_kDLInt, 24},
+        {tb_kDLInt, 128},
+        {tb_kDLFloat, 8},
+        {tb_kDLBool, 1},
+        {tb_kDLComplex, 16},
+        {tb_kDLBfloat, 32},
+        {tb_kDLFloat8_e4m3fn, 16},
     };
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         dl_dtype.code = unsupported[i].code;
@@ -515,8 +608,12 @@ static void test_versions(void)
 
     /* Headers no version has: nothing is owned, nothing may be called. */
     static const uint32_t impossible[][2] = {
-        {0, 0}, {0, 8}, {TB_DLPACK_MAX_PLAUSIBLE_MAJOR + 1, 0}, {2, TB_DLPACK_MAX_PLAUSIBLE_MINOR + 1},
-        {0x1000, 0x7fff}, {UINT32_MAX, UINT32_MAX},
+        {0, 0},
+        {0, 8},
+        {TB_DLPACK_MAX_PLAUSIBLE_MAJOR + 1, 0},
+        {2, TB_DLPACK_MAX_PLAUSIBLE_MINOR + 1},
+        {0x1000, 0x7fff},
+        {UINT32_MAX, UINT32_MAX},
     };
     for (size_t i = 0; i < sizeof impossible / sizeof impossible[0]; i++) {
         v = versioned(&f);

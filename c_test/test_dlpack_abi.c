@@ -12,19 +12,19 @@
 static int checks;
 static int failures;
 
-#define SAME(ours, theirs)                                                              \
-    do {                                                                                \
-        long a_ = (long)(ours), b_ = (long)(theirs);                                    \
-        checks++;                                                                       \
-        if (a_ != b_) {                                                                 \
-            failures++;                                                                 \
+#define SAME(ours, theirs)                                                                        \
+    do {                                                                                          \
+        long a_ = (long)(ours), b_ = (long)(theirs);                                              \
+        checks++;                                                                                 \
+        if (a_ != b_) {                                                                           \
+            failures++;                                                                           \
             printf("%s:%d: %s = %ld but %s = %ld\n", __FILE__, __LINE__, #ours, a_, #theirs, b_); \
-        }                                                                               \
+        }                                                                                         \
     } while (0)
 
-#define SAME_FIELD(ours, theirs, field)                              \
-    do {                                                             \
-        SAME(offsetof(ours, field), offsetof(theirs, field));        \
+#define SAME_FIELD(ours, theirs, field)                                 \
+    do {                                                                \
+        SAME(offsetof(ours, field), offsetof(theirs, field));           \
         SAME(sizeof(((ours *)0)->field), sizeof(((theirs *)0)->field)); \
     } while (0)
 

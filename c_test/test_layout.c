@@ -1,8 +1,8 @@
 /* Unit tests for the pure-C core: layout validation (tb_spec) and the dtype
  * table (tb_dtype). No framework: each CHECK counts, and a failure prints
  * where it happened; the exit status is non-zero when any check failed. */
-#include "tb_dtype.h"
 #include "intern.h"
+#include "tb_dtype.h"
 #include "tb_layout.h"
 
 #include <inttypes.h>
@@ -15,8 +15,7 @@
 #define P32 (INT64_C(1) << 32)
 
 /* A layout from literal arrays; strides NULL means row-major. */
-static tb_layout make_layout(uint64_t ptr, size_t element_size, int ndim,
-                             const int64_t *shape, const int64_t *strides)
+static tb_layout make_layout(uint64_t ptr, size_t element_size, int ndim, const int64_t *shape, const int64_t *strides)
 {
     tb_layout l;
     memset(&l, 0, sizeof l);
@@ -475,9 +474,12 @@ static void test_dtype_nx(void)
     check_nx("s", 64, TB_DT_INT64);
 
     /* Nx types libtorch has no dtype for, and nonsense. */
-    struct { const char *kind; unsigned long bits; } refused[] = {
-        {"u", 4}, {"s", 4}, {"u", 2}, {"bf", 32}, {"c", 32}, {"f", 128},
-        {"f8_e4m3fn", 16}, {"f", 8 + 256}, {"bool", 8}, {"", 8},
+    struct {
+        const char *kind;
+        unsigned long bits;
+    } refused[] = {
+        {"u", 4},   {"s", 4},          {"u", 2},       {"bf", 32},  {"c", 32},
+        {"f", 128}, {"f8_e4m3fn", 16}, {"f", 8 + 256}, {"bool", 8}, {"", 8},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         tb_dtype_id id = TB_DT_COUNT;
@@ -505,13 +507,13 @@ static void test_dtype_dlpack(void)
     CHECK_EQ(id, TB_DT_COMPLEX32);
 
     /* Vector lanes, unknown codes, and known codes at unknown widths. */
-    struct { unsigned code, bits, lanes; } refused[] = {
-        {2, 32, 0}, {2, 32, 2}, {2, 32, 4}, {0, 8, 65535},
-        {3, 64, 1},  /* opaque handle */
-        {7, 8, 1},   /* float8_e3m4 */
-        {17, 4, 1},  /* float4_e2m1fn */
-        {99, 32, 1},
-        {2, 8, 1}, {0, 128, 1}, {4, 32, 1}, {6, 1, 1}, {5, 16, 1},
+    struct {
+        unsigned code, bits, lanes;
+    } refused[] = {
+        {2, 32, 0},  {2, 32, 2}, {2, 32, 4},  {0, 8, 65535}, {3, 64, 1}, /* opaque handle */
+        {7, 8, 1},                                                       /* float8_e3m4 */
+        {17, 4, 1},                                                      /* float4_e2m1fn */
+        {99, 32, 1}, {2, 8, 1},  {0, 128, 1}, {4, 32, 1},    {6, 1, 1},  {5, 16, 1},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         id = TB_DT_COUNT;

@@ -66,8 +66,7 @@ static void test_alias_shares_the_storage(void)
     tb_shim_tensor *base, *alias;
     tb_shim_error err;
 
-    CHECK(tb_shim_from_blob(data, 1, sizes, strides, 3 /* Int */, TB_DEVICE_CPU, 0, &c, release_counter, &base,
-                            &err));
+    CHECK(tb_shim_from_blob(data, 1, sizes, strides, 3 /* Int */, TB_DEVICE_CPU, 0, &c, release_counter, &base, &err));
     int64_t alias_sizes[2] = {2, 4}, alias_strides[2] = {1, 2}; /* int16 elements 2..9, transposed */
     CHECK(tb_shim_alias(base, 4, 2, alias_sizes, alias_strides, 2 /* Short */, &alias, &err));
     tb_shim_release(base);

@@ -200,14 +200,17 @@ static void test_dead_vm(void)
     region("torch_tensor_blob." TOKEN ".1", 1, TB_TORCH_HEADER + 8);
     region("torch_tensor_blob." TOKEN ".2", 1, TB_TORCH_HEADER + 8);
     region("torch_9_9_9", 1, TB_TORCH_HEADER + 8);
-    region("torch_short", 1, 8); /* too short for a header: left */
+    region("torch_short", 1, 8);                   /* too short for a header: left */
     region("torch_tensor_blob." TOKEN ".5", 1, 0); /* its own, shrunk: removed */
     region(TB_NAME_PREFIX TOKEN ".3", 0, 8);
     region(TB_NAME_PREFIX TOKEN TB_LOCK_SUFFIX, 0, 0);
     const uint32_t states[] = {TB_SLOT_HELD, TB_SLOT_HELD, TB_SLOT_MADE, TB_SLOT_FREE, TB_SLOT_HELD, TB_SLOT_HELD};
-    const char *const names[] = {"torch_tensor_blob." TOKEN ".0", "torch_tensor_blob." TOKEN ".1",
-                                 "torch_tensor_blob." TOKEN ".2", "torch_9_9_9",
-                                 "torch_short",                  "torch_tensor_blob." TOKEN ".5"};
+    const char *const names[] = {"torch_tensor_blob." TOKEN ".0",
+                                 "torch_tensor_blob." TOKEN ".1",
+                                 "torch_tensor_blob." TOKEN ".2",
+                                 "torch_9_9_9",
+                                 "torch_short",
+                                 "torch_tensor_blob." TOKEN ".5"};
     journal(TOKEN, states, names, 6);
 
     /* Its lock is held (the VM lives): nothing is touched. */

@@ -96,9 +96,7 @@ static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, 
         char number[32];
         int n = -1;
         switch (*p) {
-        case '%':
-            add_text(&m, "%", 1);
-            break;
+        case '%': add_text(&m, "%", 1); break;
         case 'd':
         case 'i':
             n = longs == 0   ? snprintf(number, sizeof number, "%d", va_arg(ap, int))
@@ -122,9 +120,7 @@ static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, 
             add_text(&m, s, strlen(s));
             break;
         }
-        case 'T':
-            add_segment(&m, enif_make_tuple2(env, atom_term, va_arg(ap, ERL_NIF_TERM)));
-            break;
+        case 'T': add_segment(&m, enif_make_tuple2(env, atom_term, va_arg(ap, ERL_NIF_TERM))); break;
         case 'C': {
             const char *erlang = va_arg(ap, const char *);
             const char *elixir = va_arg(ap, const char *);

@@ -99,8 +99,8 @@ int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out)
            enif_get_ulong(env, elems[1], &bits) && tb_dtype_find_nx(&dtype_index, (tb_dtype_key)elems[0], bits, out);
 }
 
-ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_layout *l, tb_layout_result r, const char *dtype_name,
-                             const char *suffix)
+ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_layout *l, tb_layout_result r,
+                             const char *dtype_name, const char *suffix)
 {
     const char *text = tb_layout_status_text(r.status);
     switch (r.status) {
@@ -109,22 +109,19 @@ ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_lay
         return tb_raise_badarg(env, "%s: %s (%s %lu, dtype %s, element size %u)%s", ptr_field, text, ptr_field,
                                (unsigned long)l->ptr, dtype_name, (unsigned)l->element_size, suffix);
     case TB_LAYOUT_PTR_OVERFLOW:
-        return tb_raise_badarg(env, "%s: %s (%s %lu + %lu bytes, shape %T, strides %T)%s", ptr_field, text,
-                               ptr_field, (unsigned long)l->ptr, (unsigned long)r.byte_size,
-                               tb_make_shape(env, l->ndim, l->shape), tb_make_strides(env, l->ndim, l->strides),
-                               suffix);
+        return tb_raise_badarg(env, "%s: %s (%s %lu + %lu bytes, shape %T, strides %T)%s", ptr_field, text, ptr_field,
+                               (unsigned long)l->ptr, (unsigned long)r.byte_size, tb_make_shape(env, l->ndim, l->shape),
+                               tb_make_strides(env, l->ndim, l->strides), suffix);
     case TB_LAYOUT_NEGATIVE_STRIDE:
     case TB_LAYOUT_EXTENT_OVERFLOW:
         return tb_raise_badarg(env, "strides: %s for shape %T and strides %T%s", text,
                                tb_make_shape(env, l->ndim, l->shape), tb_make_strides(env, l->ndim, l->strides),
                                suffix);
-    default:
-        return tb_raise_badarg(env, "shape: %s in %T%s", text, tb_make_shape(env, l->ndim, l->shape), suffix);
+    default: return tb_raise_badarg(env, "shape: %s in %T%s", text, tb_make_shape(env, l->ndim, l->shape), suffix);
     }
 }
 
-int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim, int64_t *shape,
-                 ERL_NIF_TERM *exc)
+int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim, int64_t *shape, ERL_NIF_TERM *exc)
 {
     int arity;
     const ERL_NIF_TERM *elems;
@@ -139,8 +136,8 @@ int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim
     for (int i = 0; i < arity; i++) {
         ErlNifSInt64 n;
         if (!enif_get_int64(env, elems[i], &n) || n < 0) {
-            *exc = tb_raise_badarg(env, "%s: dimension %d must be a non-negative 64-bit integer, got %T in %T",
-                                   field, i, elems[i], term);
+            *exc = tb_raise_badarg(env, "%s: dimension %d must be a non-negative 64-bit integer, got %T in %T", field,
+                                   i, elems[i], term);
             return 0;
         }
         shape[i] = n;
@@ -149,8 +146,7 @@ int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim
     return 1;
 }
 
-int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int64_t *strides,
-                   ERL_NIF_TERM *exc)
+int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int64_t *strides, ERL_NIF_TERM *exc)
 {
     unsigned len;
     if (!enif_get_list_length(env, term, &len)) {
@@ -158,8 +154,9 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
         return 0;
     }
     if (len != (unsigned)ndim) {
-        *exc = tb_raise_badarg(env, "%s: expected %d strides (one per dimension), got %u in %T; strides left from "
-                                    "another shape (a blob's, reshaped) can be dropped for row-major ones: %C",
+        *exc = tb_raise_badarg(env,
+                               "%s: expected %d strides (one per dimension), got %u in %T; strides left from "
+                               "another shape (a blob's, reshaped) can be dropped for row-major ones: %C",
                                field, ndim, len, term, "Blob#{strides => undefined}", "%{blob | strides: nil}");
         return 0;
     }
@@ -167,8 +164,8 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
     for (int i = 0; enif_get_list_cell(env, tail, &head, &tail); i++) {
         ErlNifSInt64 s;
         if (!enif_get_int64(env, head, &s) || s < 0) {
-            *exc = tb_raise_badarg(env, "%s: stride %d must be a non-negative 64-bit integer, got %T in %T",
-                                   field, i, head, term);
+            *exc = tb_raise_badarg(env, "%s: stride %d must be a non-negative 64-bit integer, got %T in %T", field, i,
+                                   head, term);
             return 0;
         }
         strides[i] = s;
@@ -201,8 +198,8 @@ int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_devic
             *out = (tb_device){type, 0};
             return 1;
         }
-    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) &&
-               index >= 0 && index < 1024) {
+    if (enif_get_tuple(env, term, &arity, &elems) && arity == 2 && enif_get_int(env, elems[1], &index) && index >= 0 &&
+        index < 1024) {
         for (int type = 0; type < TB_DEVICE_COUNT; type++)
             if (tb_devices[type].indexed && elems[0] == tb_atoms.devices[type]) {
                 *out = (tb_device){type, index};
@@ -303,8 +300,9 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
     int runtime = tb_device_runtime(out->device.type);
     if (runtime != TB_RUNTIME_HOST && !tb_shim_runtime_built(runtime)) {
         const char *name = tb_devices[out->device.type].c10_name;
-        *exc = tb_raise_error(env, "device %T: this libtorch was built without %s, so %s memory cannot be viewed "
-                                   "(never as CPU memory); %C",
+        *exc = tb_raise_error(env,
+                              "device %T: this libtorch was built without %s, so %s memory cannot be viewed "
+                              "(never as CPU memory); %C",
                               tb_make_device(env, out->device.type, out->device.index), name, name,
                               "the blob's keys hold its metadata", "TensorBlob.CUDA.info/1 reads its metadata");
         return 0;

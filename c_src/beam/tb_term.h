@@ -30,11 +30,11 @@ typedef struct {
     ERL_NIF_TERM tensors, pins, capsules, binaries;
     /* DLPack kinds */
     ERL_NIF_TERM versioned, legacy, unsafe_address;
-    ERL_NIF_TERM tensor_struct; /* 'Elixir.TensorBlob.Tensor' */
-    ERL_NIF_TERM blob_view_struct, tensor; /* 'Elixir.TensorBlob.BlobView' and its key */
+    ERL_NIF_TERM tensor_struct;                 /* 'Elixir.TensorBlob.Tensor' */
+    ERL_NIF_TERM blob_view_struct, tensor;      /* 'Elixir.TensorBlob.BlobView' and its key */
     ERL_NIF_TERM not_contiguous, shared_memory; /* why to_binary_view made no view */
     ERL_NIF_TERM dtypes[TB_DT_COUNT];
-    ERL_NIF_TERM devices[TB_DEVICE_COUNT]; /* the device table's atoms */
+    ERL_NIF_TERM devices[TB_DEVICE_COUNT];               /* the device table's atoms */
     ERL_NIF_TERM dlpack_devices[TB_DLPACK_DEVICE_COUNT]; /* the names of the DLPack devices an import takes */
 } tb_atom_table;
 
@@ -46,20 +46,17 @@ void tb_term_load(ErlNifEnv *env);
 
 /* The one message for a refused layout: names the pointer (`ptr_field`),
  * strides or shape by the status, and ends with `suffix` (may be ""). */
-ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_layout *l, tb_layout_result r, const char *dtype_name,
-                             const char *suffix);
+ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_layout *l, tb_layout_result r,
+                             const char *dtype_name, const char *suffix);
 
 /* A dtype term: a canonical atom, an alias atom, or an Nx {Kind, Bits}.
  * The lookup is tb_dtype.h's index, keyed by atoms. */
 int tb_dtype_of_term(ErlNifEnv *env, ERL_NIF_TERM term, tb_dtype_id *out);
 
-
 /* Argument decoding. Each returns 1 on success; on bad input 0, with *exc
  * set to the raised exception naming the field and the value. */
-int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim, int64_t *shape,
-                 ERL_NIF_TERM *exc);
-int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int64_t *strides,
-                   ERL_NIF_TERM *exc);
+int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim, int64_t *shape, ERL_NIF_TERM *exc);
+int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int64_t *strides, ERL_NIF_TERM *exc);
 /* Also refuses dtypes the linked libtorch lacks (a tensor_blob error). */
 int tb_get_dtype(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_dtype_id *out, ERL_NIF_TERM *exc);
 int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_device *out, ERL_NIF_TERM *exc);

@@ -26,8 +26,8 @@
  * confirm, ordered by CUDA streams, viewable where libtorch has CUDA. */
 enum { TB_RUNTIME_HOST, TB_RUNTIME_CUDA };
 
-#define TB_DEVICE_TYPES(X)                                                        \
-    X(TB_DEVICE_CPU, cpu, CPU, 0, 1 /* kDLCPU */, 0, TB_RUNTIME_HOST)             \
+#define TB_DEVICE_TYPES(X)                                            \
+    X(TB_DEVICE_CPU, cpu, CPU, 0, 1 /* kDLCPU */, 0, TB_RUNTIME_HOST) \
     X(TB_DEVICE_CUDA, cuda, CUDA, 1, 2 /* kDLCUDA */, 1, TB_RUNTIME_CUDA)
 
 typedef enum {
@@ -61,9 +61,9 @@ static const tb_device_row tb_devices[TB_DEVICE_COUNT] = {
 static inline int tb_device_of_torch(int torch_type, int *out)
 {
 #define TB_DEVICE_FROM_TORCH(id, atom, c10, torch, dlpack, indexed, runtime) \
-    if (torch_type == (torch)) {                                         \
-        *out = id;                                                       \
-        return 1;                                                        \
+    if (torch_type == (torch)) {                                             \
+        *out = id;                                                           \
+        return 1;                                                            \
     }
     TB_DEVICE_TYPES(TB_DEVICE_FROM_TORCH)
 #undef TB_DEVICE_FROM_TORCH
@@ -114,10 +114,10 @@ enum {
     TB_DLCHECK_MANAGED      /* managed memory */
 };
 
-#define TB_DLPACK_DEVICES(X)                                                       \
-    X(1 /* kDLCPU */, cpu, TB_DEVICE_CPU, TB_DLCHECK_HOST)                         \
-    X(2 /* kDLCUDA */, cuda, TB_DEVICE_CUDA, TB_DLCHECK_DEVICE)                    \
-    X(3 /* kDLCUDAHost */, cuda_host, TB_DEVICE_CPU, TB_DLCHECK_PAGE_LOCKED)       \
+#define TB_DLPACK_DEVICES(X)                                                 \
+    X(1 /* kDLCPU */, cpu, TB_DEVICE_CPU, TB_DLCHECK_HOST)                   \
+    X(2 /* kDLCUDA */, cuda, TB_DEVICE_CUDA, TB_DLCHECK_DEVICE)              \
+    X(3 /* kDLCUDAHost */, cuda_host, TB_DEVICE_CPU, TB_DLCHECK_PAGE_LOCKED) \
     X(13 /* kDLCUDAManaged */, cuda_managed, TB_DEVICE_CUDA, TB_DLCHECK_MANAGED)
 
 enum {

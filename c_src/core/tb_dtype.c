@@ -10,9 +10,8 @@ const tb_dtype tb_dtypes[TB_DT_COUNT] = {TB_DTYPE_LIST(TB_DTYPE_ROW_)};
 #define TB_DTYPE_SINCE_1_13(id, ...) [TB_DT_##id] = "1.13",
 #define TB_DTYPE_SINCE_2_1(id, ...) [TB_DT_##id] = "2.1",
 #define TB_DTYPE_SINCE_2_3(id, ...) [TB_DT_##id] = "2.3",
-const char *const tb_dtype_since[TB_DT_COUNT] = {TB_DTYPES_TORCH_1_13(TB_DTYPE_SINCE_1_13)
-                                                     TB_DTYPES_TORCH_2_1(TB_DTYPE_SINCE_2_1)
-                                                         TB_DTYPES_TORCH_2_3(TB_DTYPE_SINCE_2_3)};
+const char *const tb_dtype_since[TB_DT_COUNT] = {TB_DTYPES_TORCH_1_13(TB_DTYPE_SINCE_1_13) TB_DTYPES_TORCH_2_1(
+    TB_DTYPE_SINCE_2_1) TB_DTYPES_TORCH_2_3(TB_DTYPE_SINCE_2_3)};
 
 const char *tb_dtype_kind(tb_dtype_id id)
 {

@@ -19,24 +19,24 @@
  * Grouped by the libtorch release that has them: the shim checks each group
  * only against a libtorch that declares it. Nx's {:f, 8} is E5M2. Nx has no
  * complex32 (two float16), nor bool. */
-#define TB_DTYPES_TORCH_1_13(X)                                                      \
-    X(BOOL, "bool", tb_kDLBool, 8, 1, 11, Bool, NULL, 0)                            \
-    X(UINT8, "uint8", tb_kDLUInt, 8, 1, 0, Byte, "u", 8)                            \
-    X(INT8, "int8", tb_kDLInt, 8, 1, 1, Char, "s", 8)                               \
-    X(INT16, "int16", tb_kDLInt, 16, 2, 2, Short, "s", 16)                          \
-    X(INT32, "int32", tb_kDLInt, 32, 4, 3, Int, "s", 32)                            \
-    X(INT64, "int64", tb_kDLInt, 64, 8, 4, Long, "s", 64)                           \
-    X(FLOAT16, "float16", tb_kDLFloat, 16, 2, 5, Half, "f", 16)                     \
-    X(BFLOAT16, "bfloat16", tb_kDLBfloat, 16, 2, 15, BFloat16, "bf", 16)            \
-    X(FLOAT32, "float32", tb_kDLFloat, 32, 4, 6, Float, "f", 32)                    \
-    X(FLOAT64, "float64", tb_kDLFloat, 64, 8, 7, Double, "f", 64)                   \
-    X(COMPLEX32, "complex32", tb_kDLComplex, 32, 4, 8, ComplexHalf, NULL, 0)        \
-    X(COMPLEX64, "complex64", tb_kDLComplex, 64, 8, 9, ComplexFloat, "c", 64)       \
+#define TB_DTYPES_TORCH_1_13(X)                                               \
+    X(BOOL, "bool", tb_kDLBool, 8, 1, 11, Bool, NULL, 0)                      \
+    X(UINT8, "uint8", tb_kDLUInt, 8, 1, 0, Byte, "u", 8)                      \
+    X(INT8, "int8", tb_kDLInt, 8, 1, 1, Char, "s", 8)                         \
+    X(INT16, "int16", tb_kDLInt, 16, 2, 2, Short, "s", 16)                    \
+    X(INT32, "int32", tb_kDLInt, 32, 4, 3, Int, "s", 32)                      \
+    X(INT64, "int64", tb_kDLInt, 64, 8, 4, Long, "s", 64)                     \
+    X(FLOAT16, "float16", tb_kDLFloat, 16, 2, 5, Half, "f", 16)               \
+    X(BFLOAT16, "bfloat16", tb_kDLBfloat, 16, 2, 15, BFloat16, "bf", 16)      \
+    X(FLOAT32, "float32", tb_kDLFloat, 32, 4, 6, Float, "f", 32)              \
+    X(FLOAT64, "float64", tb_kDLFloat, 64, 8, 7, Double, "f", 64)             \
+    X(COMPLEX32, "complex32", tb_kDLComplex, 32, 4, 8, ComplexHalf, NULL, 0)  \
+    X(COMPLEX64, "complex64", tb_kDLComplex, 64, 8, 9, ComplexFloat, "c", 64) \
     X(COMPLEX128, "complex128", tb_kDLComplex, 128, 16, 10, ComplexDouble, "c", 128)
-#define TB_DTYPES_TORCH_2_1(X)                                                                     \
+#define TB_DTYPES_TORCH_2_1(X)                                                                      \
     X(FLOAT8_E4M3FN, "float8_e4m3fn", tb_kDLFloat8_e4m3fn, 8, 1, 24, Float8_e4m3fn, "f8_e4m3fn", 8) \
     X(FLOAT8_E5M2, "float8_e5m2", tb_kDLFloat8_e5m2, 8, 1, 23, Float8_e5m2, "f", 8)
-#define TB_DTYPES_TORCH_2_3(X)                                 \
+#define TB_DTYPES_TORCH_2_3(X)                                  \
     X(UINT16, "uint16", tb_kDLUInt, 16, 2, 27, UInt16, "u", 16) \
     X(UINT32, "uint32", tb_kDLUInt, 32, 4, 28, UInt32, "u", 32) \
     X(UINT64, "uint64", tb_kDLUInt, 64, 8, 29, UInt64, "u", 64)
@@ -66,13 +66,13 @@ enum { TB_DT_ALIAS_COUNT = 0 TB_DTYPE_ALIASES(TB_DTYPE_COUNT_ALIAS_) };
 #undef TB_DTYPE_COUNT_ALIAS_
 
 typedef struct {
-    const char *name;          /* canonical atom */
-    uint8_t dl_code;           /* DLPack {code, bits, lanes}: codes from dlpack.h */
+    const char *name; /* canonical atom */
+    uint8_t dl_code;  /* DLPack {code, bits, lanes}: codes from dlpack.h */
     uint8_t dl_bits;
     uint16_t dl_lanes;
-    uint8_t element_size;      /* bytes */
-    int8_t torch_scalar_type;  /* c10::ScalarType value; checked in the shim */
-    const char *nx_kind;       /* Nx type {kind, bits}; NULL when Nx has none */
+    uint8_t element_size;     /* bytes */
+    int8_t torch_scalar_type; /* c10::ScalarType value; checked in the shim */
+    const char *nx_kind;      /* Nx type {kind, bits}; NULL when Nx has none */
     uint8_t nx_bits;
 } tb_dtype;
 

@@ -159,7 +159,8 @@ const char *tb_layout_status_text(tb_layout_status status)
     case TB_LAYOUT_NULL_POINTER: return "a null pointer cannot hold elements";
     case TB_LAYOUT_MISALIGNED: return "the pointer is not aligned to the element size";
     case TB_LAYOUT_PTR_OVERFLOW: return "the memory would wrap past the end of the address space";
-    case TB_LAYOUT_BYTES_OVERFLOW: return "the byte size of the elements (their number times the element size) overflows 64 bits";
+    case TB_LAYOUT_BYTES_OVERFLOW:
+        return "the byte size of the elements (their number times the element size) overflows 64 bits";
     }
     return "invalid layout";
 }

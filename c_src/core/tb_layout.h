@@ -34,7 +34,7 @@ typedef enum {
 
 typedef struct {
     tb_layout_status status;
-    int dim;            /* the offending dimension, or -1 */
+    int dim; /* the offending dimension, or -1 */
     int64_t numel;
     uint64_t byte_size; /* bytes from ptr to one past the farthest element */
     /* The same, counting dimensions of size 0 as if they held one element:

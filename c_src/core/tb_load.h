@@ -5,16 +5,16 @@
 #ifndef TB_LOAD_H
 #define TB_LOAD_H
 
-#define TB_LOAD_FAILURES(X)                                                                                  \
-    X(TB_LOAD_NOT_MAPPED, 1, not_mapped, "cannot keep this build's code mapped for the life of the VM")      \
+#define TB_LOAD_FAILURES(X)                                                                                    \
+    X(TB_LOAD_NOT_MAPPED, 1, not_mapped, "cannot keep this build's code mapped for the life of the VM")        \
     X(TB_LOAD_ABI, 2, abi, "the loaded build of tensor_blob has another ABI; restart the VM to load this one") \
-    X(TB_LOAD_NO_MEMORY, 3, no_memory, "out of memory allocating the library's state")                        \
-    X(TB_LOAD_NO_MUTEX, 4, no_mutex, "cannot create the library's mutex")                                     \
-    X(TB_LOAD_TOO_MANY_BUILDS, 5, too_many_builds, "too many builds of tensor_blob loaded in this VM")        \
-    X(TB_LOAD_BARE_TYPE, 6, bare_type, "cannot open the resource type tensor_blob_bare_resource")             \
-    X(TB_LOAD_TENSOR_TYPE, 7, tensor_type, "cannot open the resource type tensor_blob_tensor")                \
-    X(TB_LOAD_CAPSULE_TYPE, 8, capsule_type,                                                                  \
-      "cannot open the resource type tensor_blob_dlpack_capsule or create its mutex")                         \
+    X(TB_LOAD_NO_MEMORY, 3, no_memory, "out of memory allocating the library's state")                         \
+    X(TB_LOAD_NO_MUTEX, 4, no_mutex, "cannot create the library's mutex")                                      \
+    X(TB_LOAD_TOO_MANY_BUILDS, 5, too_many_builds, "too many builds of tensor_blob loaded in this VM")         \
+    X(TB_LOAD_BARE_TYPE, 6, bare_type, "cannot open the resource type tensor_blob_bare_resource")              \
+    X(TB_LOAD_TENSOR_TYPE, 7, tensor_type, "cannot open the resource type tensor_blob_tensor")                 \
+    X(TB_LOAD_CAPSULE_TYPE, 8, capsule_type,                                                                   \
+      "cannot open the resource type tensor_blob_dlpack_capsule or create its mutex")                          \
     X(TB_LOAD_BINARY_TYPE, 9, binary_type, "cannot open the resource type tensor_blob_binary_view")
 
 typedef enum {

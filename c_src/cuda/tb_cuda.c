@@ -14,7 +14,8 @@ ERL_NIF_TERM tb_nif_cuda_info(TB_NIF_PARAMS)
                            enif_make_atom(env, "ipc_mappings"), enif_make_atom(env, "libtorch"),
                            enif_make_atom(env, "runtime"),      enif_make_atom(env, "runtime_path")};
     int built = TB_CUDA, runtime = tb_cuda_runtime_loaded();
-    ERL_NIF_TERM values[] = {built ? tb_atoms.true_ : tb_atoms.false_, enif_make_int(env, tb_cuda_device_count()),
+    ERL_NIF_TERM values[] = {built ? tb_atoms.true_ : tb_atoms.false_,
+                             enif_make_int(env, tb_cuda_device_count()),
                              enif_make_long(env, tb_cuda_mappings()),
                              tb_shim_cuda_built() ? tb_atoms.true_ : tb_atoms.false_,
                              runtime ? tb_atoms.true_ : tb_atoms.false_,

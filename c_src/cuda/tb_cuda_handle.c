@@ -77,7 +77,8 @@ const char *tb_cuda_handle_open(const tb_cuda_ops *ops, const tb_cuda_handle *h,
         return e;
 
     uint64_t range_base, size;
-    if ((e = tb_cuda_failed("cuMemGetAddressRange of the opened handle", ops->address_range(base, &range_base, &size)))) {
+    if ((e = tb_cuda_failed("cuMemGetAddressRange of the opened handle",
+                            ops->address_range(base, &range_base, &size)))) {
         (void)ops->ipc_close_handle(base);
         return e;
     }

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tb_cuda_runtime.h"
 #include "tb_cuda_handle.h"
+#include "tb_cuda_runtime.h"
 #include "tb_nifs.h"
 #include "tb_storage.h"
 #include "tb_stream.h"
@@ -187,8 +187,7 @@ ERL_NIF_TERM tb_nif_cuda_torch_open(TB_NIF_PARAMS)
         return exc;
     if (d.check.byte_size > storage_bytes)
         return tb_raise_badarg(env, "shape: %T of %s needs %lu bytes; the storage holds %lu", argv[9],
-                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size,
-                               (unsigned long)storage_bytes);
+                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, (unsigned long)storage_bytes);
     if ((e = tb_cuda_ipc_unavailable()))
         return tb_raise_error(env, "handle: a PyTorch CUDA share (device %T): %s", argv[0], e);
     int count = tb_cuda_device_count();

@@ -67,32 +67,31 @@ _Static_assert((uintptr_t)cudaStreamPerThread == TB_STREAM_PER_THREAD, "cudaStre
  *   USED       used where present.
  * cudaGetDriverEntryPointByVersion is CUDA 12.5+; cudaGetDriverEntryPoint
  * 11.3+ (its fourth argument came with 12.0 and is ignored before). */
-#define TB_CUDA_RUNTIME_CALLS(X)                                                                                   \
-    X(get_device_count, cudaGetDeviceCount, cudaError_t, (int *), NEEDED)                                          \
-    X(set_device, cudaSetDevice, cudaError_t, (int), NEEDED_OP)                                                    \
-    X(device_synchronize, cudaDeviceSynchronize, cudaError_t, (void), NEEDED_OP)                                   \
-    X(pointer_type, cudaPointerGetAttributes, cudaError_t, (struct cudaPointerAttributes *, const void *),        \
-      NEEDED_OP)                                                                                                   \
-    X(get_last_error, cudaGetLastError, cudaError_t, (void), NEEDED)                                               \
-    X(get_error_string, cudaGetErrorString, const char *, (cudaError_t), NEEDED)                                   \
-    X(get_device, cudaGetDevice, cudaError_t, (int *), OP)                                                         \
-    X(ipc_get_handle, cudaIpcGetMemHandle, cudaError_t, (cudaIpcMemHandle_t *, void *), OP)                        \
-    X(ipc_open_handle, cudaIpcOpenMemHandle, cudaError_t, (void **, cudaIpcMemHandle_t, unsigned int), OP)         \
-    X(ipc_close_handle, cudaIpcCloseMemHandle, cudaError_t, (void *), OP)                                          \
-    X(ipc_open_event, cudaIpcOpenEventHandle, cudaError_t, (cudaEvent_t *, cudaIpcEventHandle_t), OP)             \
-    X(event_create, cudaEventCreateWithFlags, cudaError_t, (cudaEvent_t *, unsigned int), OP)                      \
-    X(event_record, cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t), OP)                                 \
-    X(event_synchronize, cudaEventSynchronize, cudaError_t, (cudaEvent_t), OP)                                     \
-    X(event_destroy, cudaEventDestroy, cudaError_t, (cudaEvent_t), OP)                                             \
-    X(stream_wait_event, cudaStreamWaitEvent, cudaError_t, (cudaStream_t, cudaEvent_t, unsigned int), OP)          \
-    X(stream_synchronize, cudaStreamSynchronize, cudaError_t, (cudaStream_t), OP)                                  \
-    X(entry_point_by_version, cudaGetDriverEntryPointByVersion, int,                                               \
-      (const char *, void **, unsigned int, unsigned long long, int *), USED)                                      \
+#define TB_CUDA_RUNTIME_CALLS(X)                                                                                      \
+    X(get_device_count, cudaGetDeviceCount, cudaError_t, (int *), NEEDED)                                             \
+    X(set_device, cudaSetDevice, cudaError_t, (int), NEEDED_OP)                                                       \
+    X(device_synchronize, cudaDeviceSynchronize, cudaError_t, (void), NEEDED_OP)                                      \
+    X(pointer_type, cudaPointerGetAttributes, cudaError_t, (struct cudaPointerAttributes *, const void *), NEEDED_OP) \
+    X(get_last_error, cudaGetLastError, cudaError_t, (void), NEEDED)                                                  \
+    X(get_error_string, cudaGetErrorString, const char *, (cudaError_t), NEEDED)                                      \
+    X(get_device, cudaGetDevice, cudaError_t, (int *), OP)                                                            \
+    X(ipc_get_handle, cudaIpcGetMemHandle, cudaError_t, (cudaIpcMemHandle_t *, void *), OP)                           \
+    X(ipc_open_handle, cudaIpcOpenMemHandle, cudaError_t, (void **, cudaIpcMemHandle_t, unsigned int), OP)            \
+    X(ipc_close_handle, cudaIpcCloseMemHandle, cudaError_t, (void *), OP)                                             \
+    X(ipc_open_event, cudaIpcOpenEventHandle, cudaError_t, (cudaEvent_t *, cudaIpcEventHandle_t), OP)                 \
+    X(event_create, cudaEventCreateWithFlags, cudaError_t, (cudaEvent_t *, unsigned int), OP)                         \
+    X(event_record, cudaEventRecord, cudaError_t, (cudaEvent_t, cudaStream_t), OP)                                    \
+    X(event_synchronize, cudaEventSynchronize, cudaError_t, (cudaEvent_t), OP)                                        \
+    X(event_destroy, cudaEventDestroy, cudaError_t, (cudaEvent_t), OP)                                                \
+    X(stream_wait_event, cudaStreamWaitEvent, cudaError_t, (cudaStream_t, cudaEvent_t, unsigned int), OP)             \
+    X(stream_synchronize, cudaStreamSynchronize, cudaError_t, (cudaStream_t), OP)                                     \
+    X(entry_point_by_version, cudaGetDriverEntryPointByVersion, int,                                                  \
+      (const char *, void **, unsigned int, unsigned long long, int *), USED)                                         \
     X(entry_point, cudaGetDriverEntryPoint, int, (const char *, void **, unsigned long long, int *), USED)
 
 /* The driver's, reached through the runtime (CUresult is an int); asked
  * only where there is a device to speak of. */
-#define TB_CUDA_DRIVER_CALLS(X)                                                                            \
+#define TB_CUDA_DRIVER_CALLS(X)                                                                           \
     X(address_range, cuMemGetAddressRange, int, (unsigned long long *, size_t *, unsigned long long), OP) \
     X(driver_error_string, cuGetErrorString, int, (int, const char **), USED)
 
@@ -439,4 +438,3 @@ int tb_cuda_check_pointer(uint64_t ptr, const tb_device *declared, char *why, si
         a = tb_cuda_ask(ptr);
     return tb_devmem_verdict(declared->type, declared->index, count, &a, why, why_size);
 }
-

@@ -61,11 +61,13 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
         return 0;
     }
     if (a->type != TB_MEM_DEVICE) {
-        snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d", tb_devmem_type_name(a->type), declared_index);
+        snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d", tb_devmem_type_name(a->type),
+                 declared_index);
         return 0;
     }
     if (a->device != declared_index) {
-        snprintf(why, why_size, "memory of CUDA device %d, declared as memory of CUDA device %d", a->device, declared_index);
+        snprintf(why, why_size, "memory of CUDA device %d, declared as memory of CUDA device %d", a->device,
+                 declared_index);
         return 0;
     }
     return 1;
@@ -82,7 +84,8 @@ static const tb_dlpack_device_row *dl_row(int32_t dl_type)
 void tb_devmem_dlpack_placement(int32_t dl_type, int32_t dl_id, tb_dl_placement *out)
 {
     int type = dl_row(dl_type)->device;
-    *out = (tb_dl_placement){.type = type, .index = tb_device_indexed(type) ? dl_id : 0, .runtime = tb_device_runtime(type)};
+    *out = (tb_dl_placement){
+        .type = type, .index = tb_device_indexed(type) ? dl_id : 0, .runtime = tb_device_runtime(type)};
 }
 
 int tb_devmem_dlpack_needs_answer(int32_t dl_type, int32_t dl_id, int device_count)

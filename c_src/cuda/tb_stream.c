@@ -25,8 +25,7 @@ int tb_stream_parse(int given, int64_t value, tb_stream *out, const char **why)
     return 1;
 }
 
-#define MISSING(ops, call)                                                                                     \
-    ((ops)->call ? NULL : "the CUDA runtime in use lacks the call " #call)
+#define MISSING(ops, call) ((ops)->call ? NULL : "the CUDA runtime in use lacks the call " #call)
 
 /* Runs with `device` current, and puts the caller's device back. */
 typedef struct {
@@ -61,13 +60,15 @@ const char *tb_stream_export(const tb_cuda_ops *ops, int device, const tb_stream
     if (e)
         return e;
     void *event = NULL;
-    if ((e = tb_cuda_failed("recording an event on libtorch's current stream", ops->torch_record_event(device, &event))))
+    if ((e = tb_cuda_failed("recording an event on libtorch's current stream",
+                            ops->torch_record_event(device, &event))))
         return e;
     device_scope scope;
     /* The legacy and per-thread streams are those of the current device. */
     e = enter(ops, device, &scope);
     if (!e)
-        e = tb_cuda_failed("cudaStreamWaitEvent on the consumer's stream", ops->stream_wait_event(consumer->handle, event));
+        e = tb_cuda_failed("cudaStreamWaitEvent on the consumer's stream",
+                           ops->stream_wait_event(consumer->handle, event));
     leave(ops, &scope);
     ops->torch_destroy_event(device, event);
     return e;
@@ -124,7 +125,8 @@ const char *tb_stream_host_wait_torch(const tb_cuda_ops *ops, int device)
     if (e)
         return e;
     void *event = NULL;
-    if ((e = tb_cuda_failed("recording an event on libtorch's current stream", ops->torch_record_event(device, &event))))
+    if ((e = tb_cuda_failed("recording an event on libtorch's current stream",
+                            ops->torch_record_event(device, &event))))
         return e;
     e = tb_cuda_failed("cudaEventSynchronize", ops->event_synchronize(event));
     ops->torch_destroy_event(device, event);

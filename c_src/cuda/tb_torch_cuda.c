@@ -104,8 +104,8 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
     int error;
     int fd = tb_shm_open(out->name, 0, &st, &error);
     if (fd < 0) {
-        snprintf(message, sizeof message, "ref_counter_handle: cannot open %s: %s%s", out->name,
-                 tb_shm_strerror(error), error == ENOENT ? " (its producer ended, or released every share in it)" : "");
+        snprintf(message, sizeof message, "ref_counter_handle: cannot open %s: %s%s", out->name, tb_shm_strerror(error),
+                 error == ENOENT ? " (its producer ended, or released every share in it)" : "");
         return message;
     }
     size_t needed = TB_TORCH_COUNTER_HEADER + ((size_t)slot + 1) * sizeof(int64_t);

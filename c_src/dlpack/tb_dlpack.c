@@ -6,8 +6,8 @@
 
 #include "tb_count.h"
 #include "tb_cuda_runtime.h"
-#include "tb_dlpack_device.h"
 #include "tb_dlpack_check.h"
+#include "tb_dlpack_device.h"
 #include "tb_intervals.h"
 #include "tb_nifs.h"
 #include "tb_rtype.h"
@@ -323,8 +323,9 @@ ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
     /* A read-only tensor stays read-only when passed on. */
     if (tb_storage_read_only(&d.info)) {
         if (!versioned)
-            return tb_raise_badarg(env, "version: the tensor is read-only (%s), and a legacy "
-                                        "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned",
+            return tb_raise_badarg(env,
+                                   "version: the tensor is read-only (%s), and a legacy "
+                                   "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned",
                                    tb_storage_read_only_reason(&d.info));
         read_only = 1;
     }
@@ -380,8 +381,8 @@ ERL_NIF_TERM tb_nif_dlpack_info(TB_NIF_PARAMS)
         return tb_raise_badarg(env, "capsule: %s", tb_dlpack_status_text(chk.status));
     ERL_NIF_TERM device_type;
     ERL_NIF_TERM device = tb_dlpack_device_term(env, chk.device_type, chk.device_id, &device_type);
-    ERL_NIF_TERM keys[] = {tb_atoms.device, tb_atoms.device_type, tb_atoms.dtype, tb_atoms.ptr, tb_atoms.read_only,
-                           tb_atoms.shape, tb_atoms.strides};
+    ERL_NIF_TERM keys[] = {tb_atoms.device,    tb_atoms.device_type, tb_atoms.dtype,  tb_atoms.ptr,
+                           tb_atoms.read_only, tb_atoms.shape,       tb_atoms.strides};
     ERL_NIF_TERM values[] = {device,
                              device_type,
                              tb_atoms.dtypes[chk.dtype],
@@ -417,11 +418,11 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     const tb_layout *l = &c->layout;
 
     switch (c->status) {
-    case TB_DLC_OK:
-        break;
+    case TB_DLC_OK: break;
     case TB_DLC_NOT_VERSIONED:
-        return tb_raise_badarg(env, "version: the address does not hold a DLManagedTensorVersioned "
-                                    "(its version reads %u.%u; a legacy DLManagedTensor needs version: legacy); %s",
+        return tb_raise_badarg(env,
+                               "version: the address does not hold a DLManagedTensorVersioned "
+                               "(its version reads %u.%u; a legacy DLManagedTensor needs version: legacy); %s",
                                c->version.major, c->version.minor, fate);
     case TB_DLC_MAJOR_VERSION:
         return tb_raise_error(env, "version: DLPack %u.%u is not supported, this library reads 1.x; %s",
@@ -434,23 +435,23 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     case TB_DLC_UNKNOWN_DEVICE:
         return tb_raise_badarg(env, "device: unknown DLPack device type %d; %s", (int)c->device_type, fate);
     case TB_DLC_UNSUPPORTED_DEVICE:
-        return tb_raise_error(env, "device: a %s tensor (device type %d, device %d): only %s tensors can be "
-                                   "imported; %s",
+        return tb_raise_error(env,
+                              "device: a %s tensor (device type %d, device %d): only %s tensors can be "
+                              "imported; %s",
                               dev, (int)c->device_type, (int)c->device_id, tb_dlpack_imported_devices(), fate);
     case TB_DLC_UNKNOWN_DTYPE:
-        return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
-                               c->dl_dtype.code, c->dl_dtype.bits, c->dl_dtype.lanes, fate);
+        return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s", c->dl_dtype.code,
+                               c->dl_dtype.bits, c->dl_dtype.lanes, fate);
     case TB_DLC_LANES:
-        return tb_raise_error(env, "dtype: %s with %u lanes (type code %u, bits %u): vector types are not "
-                                   "supported; %s",
+        return tb_raise_error(env,
+                              "dtype: %s with %u lanes (type code %u, bits %u): vector types are not "
+                              "supported; %s",
                               code, c->dl_dtype.lanes, c->dl_dtype.code, c->dl_dtype.bits, fate);
     case TB_DLC_UNSUPPORTED_DTYPE:
         return tb_raise_error(env, "dtype: %s with %u bits (type code %u) has no dtype here; %s", code,
                               c->dl_dtype.bits, c->dl_dtype.code, fate);
-    case TB_DLC_NULL_SHAPE:
-        return tb_raise_badarg(env, "shape: NULL with ndim %d; %s", (int)c->ndim, fate);
-    case TB_DLC_BYTE_OFFSET:
-        return tb_raise_badarg(env, "byte_offset: data + byte_offset overflows 64 bits; %s", fate);
+    case TB_DLC_NULL_SHAPE: return tb_raise_badarg(env, "shape: NULL with ndim %d; %s", (int)c->ndim, fate);
+    case TB_DLC_BYTE_OFFSET: return tb_raise_badarg(env, "byte_offset: data + byte_offset overflows 64 bits; %s", fate);
     case TB_DLC_LAYOUT: {
         char suffix[120];
         snprintf(suffix, sizeof suffix, "; %s", fate);
@@ -468,8 +469,7 @@ static tb_export *own_export(void *m, int versioned, int read_only)
         return NULL;
     if (versioned) {
         tb_DLManagedTensorVersioned *v = m;
-        return v->deleter == export_deleter_versioned && !(v->flags & TB_DLPACK_FLAG_READ_ONLY) ? v->manager_ctx
-                                                                                                : NULL;
+        return v->deleter == export_deleter_versioned && !(v->flags & TB_DLPACK_FLAG_READ_ONLY) ? v->manager_ctx : NULL;
     }
     tb_DLManagedTensor *l = m;
     return l->deleter == export_deleter_legacy ? l->manager_ctx : NULL;
@@ -579,11 +579,12 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
          * one, would call its deleter twice. */
         int ours = claim_handed_out((uintptr_t)address);
         if (!ours && !unsafe) {
-            *answer = tb_raise_badarg(env, "address: %lu is not a managed tensor this library handed out and still "
-                                           "holds (it was imported already, deleted, or made by another "
-                                           "producer); nothing in it was called. An address from another producer "
-                                           "is trusted blindly (imported twice, or after it was freed, its deleter "
-                                           "runs twice): to accept that risk, pass %C",
+            *answer = tb_raise_badarg(env,
+                                      "address: %lu is not a managed tensor this library handed out and still "
+                                      "holds (it was imported already, deleted, or made by another "
+                                      "producer); nothing in it was called. An address from another producer "
+                                      "is trusted blindly (imported twice, or after it was freed, its deleter "
+                                      "runs twice): to accept that risk, pass %C",
                                       (unsigned long)address, "#{unsafe_address => true}", "unsafe_address: true");
             return 0;
         }
@@ -593,8 +594,8 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
         *claimed = ours;
         return 1;
     }
-    *answer = tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T",
-                              argv[0]);
+    *answer =
+        tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T", argv[0]);
     return 0;
 }
 
@@ -630,8 +631,9 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     int st = tb_dtypes[chk.dtype].torch_scalar_type;
     if (!tb_shim_has_scalar_type(st)) {
         release_managed(m, versioned);
-        return tb_raise_error(env, "dtype: %s is not supported by the linked libtorch %s; "
-                                   "the producer's deleter was called",
+        return tb_raise_error(env,
+                              "dtype: %s is not supported by the linked libtorch %s; "
+                              "the producer's deleter was called",
                               tb_dtypes[chk.dtype].name, tb_shim_torch_version());
     }
 
@@ -659,9 +661,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     tb_shim_error err;
     /* The shim owns the storage from here: released when libtorch frees it,
      * or at once if the call fails. */
-    if (!tb_shim_from_blob((void *)(uintptr_t)chk.layout.ptr, chk.layout.ndim, chk.layout.shape,
-                           chk.layout.strides, st, device.type, device.index, &im->header, tb_storage_release, &h,
-                           &err))
+    if (!tb_shim_from_blob((void *)(uintptr_t)chk.layout.ptr, chk.layout.ndim, chk.layout.shape, chk.layout.strides, st,
+                           device.type, device.index, &im->header, tb_storage_release, &h, &err))
         return tb_raise_error(env, "from_dlpack: %s; the producer's deleter was called", err.message);
     return tb_tensor_return(env, h);
 }

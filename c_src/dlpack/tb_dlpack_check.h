@@ -11,9 +11,9 @@
 
 #include <stdint.h>
 
-#include "tensor_blob_dlpack.h"
 #include "tb_dtype.h"
 #include "tb_layout.h"
+#include "tensor_blob_dlpack.h"
 
 typedef enum {
     TB_DLC_OK = 0,

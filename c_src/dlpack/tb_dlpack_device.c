@@ -32,14 +32,16 @@ static int stream_ok(ErlNifEnv *env, const tb_dlpack_stream *st, const char *suf
     switch (st->status) {
     case TB_STREAM_OK: return 1;
     case TB_STREAM_NOT_INTEGER:
-        *exc = tb_raise_badarg(env, "stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
-                                    "-1 for no synchronization), got %T%s",
+        *exc = tb_raise_badarg(env,
+                               "stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
+                               "-1 for no synchronization), got %T%s",
                                st->term, suffix);
         return 0;
     case TB_STREAM_REFUSED: *exc = tb_raise_badarg(env, "stream: %s, got %T%s", st->why, st->term, suffix); return 0;
     default:
-        *exc = tb_raise_error(env, "stream: this build has no CUDA runtime calls (TB_CUDA=0), so it cannot order "
-                                   "work on CUDA streams; pass no stream, or -1%s",
+        *exc = tb_raise_error(env,
+                              "stream: this build has no CUDA runtime calls (TB_CUDA=0), so it cannot order "
+                              "work on CUDA streams; pass no stream, or -1%s",
                               suffix);
         return 0;
     }
@@ -51,8 +53,9 @@ int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TE
         if (stream == tb_atoms.undefined)
             return 1;
         /* The array API: on CPU and devices without streams only None. */
-        *exc = tb_raise_badarg(env, "stream: a %s tensor has no stream (the array API takes none for CPU "
-                                    "memory), got %T",
+        *exc = tb_raise_badarg(env,
+                               "stream: a %s tensor has no stream (the array API takes none for CPU "
+                               "memory), got %T",
                                tb_devices[info->device_type].c10_name, stream);
         return 0;
     }
@@ -73,8 +76,9 @@ int tb_dlpack_device_import_stream_check(ErlNifEnv *env, int32_t dl_type, const 
 {
     int row = tb_dlpack_device_row_of(dl_type);
     if (row >= 0 && tb_dlpack_devices[row].check == TB_DLCHECK_HOST && stream->term != tb_atoms.undefined) {
-        *exc = tb_raise_badarg(env, "stream: a %s tensor has no stream (the array API takes none for CPU "
-                                    "memory), got %T%s",
+        *exc = tb_raise_badarg(env,
+                               "stream: a %s tensor has no stream (the array API takes none for CPU "
+                               "memory), got %T%s",
                                tb_dlpack_device_name(dl_type), stream->term, suffix);
         return 0;
     }
@@ -88,8 +92,9 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
     tb_dl_placement place;
     tb_devmem_dlpack_placement(dl_type, dl_id, &place);
     if (!tb_shim_runtime_built(place.runtime)) {
-        *exc = tb_raise_error(env, "device: a %s tensor (device %d): this libtorch was built without %s, so it "
-                                   "cannot be imported (%C reads its metadata)%s",
+        *exc = tb_raise_error(env,
+                              "device: a %s tensor (device %d): this libtorch was built without %s, so it "
+                              "cannot be imported (%C reads its metadata)%s",
                               name, (int)dl_id, tb_devices[place.type].c10_name, "tensor_blob:dlpack_info/1",
                               "TensorBlob.CUDA.info/1", suffix);
         return 0;
@@ -129,4 +134,3 @@ ERL_NIF_TERM tb_dlpack_device_term(ErlNifEnv *env, int32_t dl_type, int32_t dl_i
     tb_devmem_dlpack_placement(dl_type, dl_id, &place);
     return tb_make_device(env, place.type, place.index);
 }
-

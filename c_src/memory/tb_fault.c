@@ -121,36 +121,27 @@ static int coalesce(int ndim, const int64_t *sizes, const int64_t *strides, size
 
 /* One strided row, element by element: each common size its own loop,
  * so the copy of an element is a move, not a call. */
-#define TB_COPY_ROW(size)                                                   \
-    for (int64_t i = 0; i < n; i++, p += step, dense += (size)) {           \
-        if (to_dense)                                                       \
-            memcpy(dense, p, (size));                                       \
-        else                                                                \
-            memcpy(p, dense, (size));                                       \
+#define TB_COPY_ROW(size)                                         \
+    for (int64_t i = 0; i < n; i++, p += step, dense += (size)) { \
+        if (to_dense)                                             \
+            memcpy(dense, p, (size));                             \
+        else                                                      \
+            memcpy(p, dense, (size));                             \
     }
 
 static void copy_elements(char *p, int64_t step, int64_t n, size_t element_size, char *dense, int to_dense)
 {
     switch (element_size) {
-    case 1:
-        TB_COPY_ROW(1)
-        break;
-    case 2:
-        TB_COPY_ROW(2)
-        break;
-    case 4:
-        TB_COPY_ROW(4)
-        break;
-    case 8:
-        TB_COPY_ROW(8)
-        break;
-    default:
-        TB_COPY_ROW(element_size)
+    case 1: TB_COPY_ROW(1) break;
+    case 2: TB_COPY_ROW(2) break;
+    case 4: TB_COPY_ROW(4) break;
+    case 8: TB_COPY_ROW(8) break;
+    default: TB_COPY_ROW(element_size)
     }
 }
 
-static void copy_strided(char *base, int ndim, const int64_t *n, const int64_t *step, size_t element_size,
-                         char *dense, int to_dense)
+static void copy_strided(char *base, int ndim, const int64_t *n, const int64_t *step, size_t element_size, char *dense,
+                         int to_dense)
 {
     /* The innermost dimension is copied as one run where it is contiguous. */
     int64_t inner = ndim ? n[ndim - 1] : 1;

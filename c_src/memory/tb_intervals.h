@@ -13,8 +13,8 @@
  * prev/next link it into a list; left/right/max_hi into an interval set. */
 typedef struct tb_range {
     struct tb_range *prev, *next;
-    uintptr_t lo, hi;    /* [lo, hi) in this process's address space */
-    uint64_t file_dev;   /* 0, or the region's st_dev and st_ino */
+    uintptr_t lo, hi;  /* [lo, hi) in this process's address space */
+    uint64_t file_dev; /* 0, or the region's st_dev and st_ino */
     uint64_t file_ino;
     uint64_t file_lo, file_hi; /* [file_lo, file_hi) in the region */
     struct tb_range *left, *right;

@@ -16,7 +16,7 @@ typedef struct tb_pin {
     tb_storage header;
     ErlNifEnv *env;
     struct tb_pin *next_free; /* in its thread's pool, once released */
-    ERL_NIF_TERM owner; /* the copy, living in env */
+    ERL_NIF_TERM owner;       /* the copy, living in env */
     /* A binary owner's bytes, read once when pinned: env is only read
      * after that, by any thread. */
     int is_binary;

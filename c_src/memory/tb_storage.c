@@ -185,12 +185,9 @@ int tb_storage_read_only(const tb_shim_info *info)
 const char *tb_storage_read_only_reason(const tb_shim_info *info)
 {
     switch (tb_storage_kind(info)) {
-    case TB_MEMORY_DLPACK:
-        return "a DLPack import with the READ_ONLY flag, or a view of one";
-    case TB_MEMORY_BINARY:
-        return "a view of a binary's bytes; binaries are immutable";
-    default:
-        return "a view of a binary's bytes (binaries are immutable), or of a read-only tensor";
+    case TB_MEMORY_DLPACK: return "a DLPack import with the READ_ONLY flag, or a view of one";
+    case TB_MEMORY_BINARY: return "a view of a binary's bytes; binaries are immutable";
+    default: return "a view of a binary's bytes (binaries are immutable), or of a read-only tensor";
     }
 }
 

@@ -46,7 +46,7 @@ typedef struct tb_storage {
     uint8_t flags;
     /* Frees what the kind holds, and the header's container if allocated. */
     void (*free)(struct tb_storage *self);
-    tb_range guard;              /* in the read-only set when TB_STORAGE_GUARDED */
+    tb_range guard;                           /* in the read-only set when TB_STORAGE_GUARDED */
     uint64_t file_dev, file_ino, file_offset; /* a region's file, or 0 */
 } tb_storage;
 

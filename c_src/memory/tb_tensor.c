@@ -24,9 +24,8 @@ static void tensor_dtor(ErlNifEnv *env, void *obj)
 /* A view pinning this tensor is gone: drop its reference. */
 static void release_as_owner(tb_storage *s)
 {
-    tb_tensor *t = s->flags & TB_STORAGE_READ_ONLY
-                       ? (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.read_only))
-                       : (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.writable));
+    tb_tensor *t = s->flags & TB_STORAGE_READ_ONLY ? (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.read_only))
+                                                   : (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.writable));
     enif_release_resource(t);
     tb_count_add(&tb_st->pins, -1);
 }
@@ -201,9 +200,9 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
     if (!tb_tensor_get_dense(env, argv[2], argv[1], out, exc))
         return 0;
     if (out->check.byte_size != bin->size) {
-        *exc = tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
-                               tb_dtypes[out->dtype].name, (unsigned long)out->check.byte_size,
-                               (unsigned long)bin->size);
+        *exc =
+            tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
+                            tb_dtypes[out->dtype].name, (unsigned long)out->check.byte_size, (unsigned long)bin->size);
         return 0;
     }
     return 1;
@@ -220,8 +219,7 @@ ERL_NIF_TERM tb_nif_zeros(TB_NIF_PARAMS)
     if (tb_reschedule_copy(env, "zeros", d.check.byte_size, 0, tb_nif_zeros, argc, argv, &exc))
         return exc;
     tb_shim_out out;
-    int ok =
-        tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle, &out.err);
+    int ok = tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle, &out.err);
     return tb_tensor_result(env, "zeros", ok, &out);
 }
 
@@ -246,8 +244,8 @@ ERL_NIF_TERM tb_nif_to_binary(TB_NIF_PARAMS)
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
-    if (tb_reschedule_copy(env, "to_binary", d.dense_bytes, d.info.device_type != TB_DEVICE_CPU, tb_nif_to_binary,
-                           argc, argv, &exc))
+    if (tb_reschedule_copy(env, "to_binary", d.dense_bytes, d.info.device_type != TB_DEVICE_CPU, tb_nif_to_binary, argc,
+                           argv, &exc))
         return exc;
     ErlNifBinary bin;
     if (!enif_alloc_binary(d.dense_bytes, &bin))
@@ -265,16 +263,17 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
 {
     switch (status) {
     case TB_GUARD_FROZEN:
-        return tb_raise_badarg(env, "tensor: its memory is shared with a binary made by %C, and binaries are "
-                                    "immutable; %C refuses it while that binary lives",
+        return tb_raise_badarg(env,
+                               "tensor: its memory is shared with a binary made by %C, and binaries are "
+                               "immutable; %C refuses it while that binary lives",
                                "to_binary(T, #{copy => false})", "to_binary(copy: false)", "write/2", "write!");
     case TB_GUARD_READ_ONLY:
-        return tb_raise_badarg(env, "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
-                                    "%C refuses it. To change the values, copy it first (%C) and write the copy",
+        return tb_raise_badarg(env,
+                               "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
+                               "%C refuses it. To change the values, copy it first (%C) and write the copy",
                                "write/2", "write!", "tensor_blob:to_device(T, tensor_blob:device(T))",
                                "Tensor.to_device(t, Tensor.device(t))");
-    default:
-        return tb_raise_badarg(env, "tensor: %C refuses it", "write/2", "write!");
+    default: return tb_raise_badarg(env, "tensor: %C refuses it", "write/2", "write!");
     }
 }
 
@@ -315,20 +314,24 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
     if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
-        return tb_raise_badarg(env, "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
-                                    "(%C) and write the copy",
+        return tb_raise_badarg(env,
+                               "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
+                               "(%C) and write the copy",
                                tb_storage_read_only_reason(&d.info), "write/2", "write!",
-                               "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
+                               "tensor_blob:to_device(T, tensor_blob:device(T))",
+                               "Tensor.to_device(t, Tensor.device(t))");
     /* Two indices of one element: which write would win is undefined. */
     if (tb_layout_self_overlaps(d.info.ndim, d.info.sizes, d.info.strides))
-        return tb_raise_badarg(env, "tensor: some of its elements are the same memory (a stride of 0, or strides "
-                                    "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
-                                    "as libtorch refuses in-place writes to it. Write to the tensor it views",
+        return tb_raise_badarg(env,
+                               "tensor: some of its elements are the same memory (a stride of 0, or strides "
+                               "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
+                               "as libtorch refuses in-place writes to it. Write to the tensor it views",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
                                tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!");
     if (from_tensor && (src.dtype != d.dtype || !dense_on_host(&d.info)))
-        return tb_raise_badarg(env, "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "
-                                    "CPU target",
+        return tb_raise_badarg(env,
+                               "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "
+                               "CPU target",
                                tb_dtypes[d.dtype].name, tb_dtypes[src.dtype].name);
     if (bin.size != d.dense_bytes)
         return tb_raise_badarg(env, "%s: the tensor holds %lu bytes, got %s of %lu bytes",
@@ -364,8 +367,9 @@ ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
     int lacking = !tb_shim_runtime_built(tb_device_runtime(device.type)) ? device.type : d.info.device_type;
     if (!tb_shim_runtime_built(tb_device_runtime(lacking))) {
         const char *name = tb_devices[lacking].c10_name;
-        return tb_raise_error(env, "device %T: this libtorch was built without %s, so to_device cannot copy to or "
-                                   "from a GPU; link a libtorch with %s (LIBTORCH_DIR)",
+        return tb_raise_error(env,
+                              "device %T: this libtorch was built without %s, so to_device cannot copy to or "
+                              "from a GPU; link a libtorch with %s (LIBTORCH_DIR)",
                               argv[1], name, name);
     }
     if (tb_reschedule_copy(env, "to_device", d.dense_bytes, on_device, tb_nif_to_device, argc, argv, &exc))

@@ -54,8 +54,9 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
         return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
                                tb_make_device(env, d.info.device_type, d.info.device_index));
     if (!d.info.is_contiguous)
-        return tb_raise_badarg(env, "tensor: not contiguous (shape %T, strides %T); a binary shows row-major "
-                                    "memory only, so copy it (%C)",
+        return tb_raise_badarg(env,
+                               "tensor: not contiguous (shape %T, strides %T); a binary shows row-major "
+                               "memory only, so copy it (%C)",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
                                tb_make_strides(env, d.info.ndim, d.info.strides), "#{copy => true}", "copy: true");
     tb_range span;
@@ -72,9 +73,10 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
     if (span.file_ino && !unguarded) {
         if (if_needed)
             return tb_atoms.shared_memory;
-        return tb_raise_badarg(env, "tensor: its memory is a shared-memory region, which another program can "
-                                    "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
-                                    "it (%C), or accept that risk with %C",
+        return tb_raise_badarg(env,
+                               "tensor: its memory is a shared-memory region, which another program can "
+                               "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
+                               "it (%C), or accept that risk with %C",
                                "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
                                "copy: false, unsafe_shared_memory: true");
     }
@@ -90,8 +92,9 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
     v->ref = NULL;
     if (tb_storage_freeze(&v->range) != TB_GUARD_OK) {
         enif_release_resource(v);
-        return tb_raise_badarg(env, "tensor: %C is writing its memory right now; a binary view of it "
-                                    "would change under the reader",
+        return tb_raise_badarg(env,
+                               "tensor: %C is writing its memory right now; a binary view of it "
+                               "would change under the reader",
                                "write/2", "write!");
     }
     v->ref = tb_shim_retain(d.tensor->handle);
@@ -129,9 +132,10 @@ ERL_NIF_TERM tb_nif_from_binary_view(TB_NIF_PARAMS)
     if (d.check.numel > 0 && alignment < l->element_size) {
         tb_storage_release(&pin->header);
         if (argv[3] != tb_atoms.true_)
-            return tb_raise_badarg(env, "binary: its bytes start at an address aligned to %u bytes, and %s needs %u "
-                                        "(a part of a larger binary, or a small one, may start anywhere); "
-                                        "use %C",
+            return tb_raise_badarg(env,
+                                   "binary: its bytes start at an address aligned to %u bytes, and %s needs %u "
+                                   "(a part of a larger binary, or a small one, may start anywhere); "
+                                   "use %C",
                                    (unsigned)alignment, tb_dtypes[d.dtype].name, (unsigned)l->element_size,
                                    "#{copy => true} or #{copy => if_needed}", "copy: true or copy: :if_needed");
         /* copy: :if_needed: a copy is what the caller asked for here. */

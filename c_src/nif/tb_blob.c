@@ -200,8 +200,8 @@ static ERL_NIF_TERM view(ErlNifEnv *env, view_args *v)
  * now: a raised error, or the call rescheduled on a dirty scheduler, which
  * pins an owner term of many terms (the pin copies it, and may walk it,
  * in time that grows with its size) before the spec is read. */
-static int get_args(ErlNifEnv *env, tb_nif_fun *self, int argc, const ERL_NIF_TERM argv[],
-                    const tb_spec_terms *fields, view_args *a, ERL_NIF_TERM *out)
+static int get_args(ErlNifEnv *env, tb_nif_fun *self, int argc, const ERL_NIF_TERM argv[], const tb_spec_terms *fields,
+                    view_args *a, ERL_NIF_TERM *out)
 {
     ERL_NIF_TERM pin_term = argv[argc - 1];
     a->owner = argv[argc - 2];

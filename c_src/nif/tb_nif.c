@@ -92,8 +92,8 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
     for (int a = TB_DT_ALIAS_COUNT - 1; a >= 0; a--)
         if (tb_dtype_aliases[a].id == id)
             aliases = enif_make_list_cell(env, enif_make_atom(env, tb_dtype_aliases[a].name), aliases);
-    static const char *const keys[] = {"name", "element_size", "dlpack", "kind", "bits", "nx", "aliases", "since",
-                                       "available"};
+    static const char *const keys[] = {"name", "element_size", "dlpack", "kind",     "bits",
+                                       "nx",   "aliases",      "since",  "available"};
     ERL_NIF_TERM values[] = {
         tb_atoms.dtypes[id],
         enif_make_uint(env, d->element_size),
@@ -147,10 +147,11 @@ ERL_NIF_TERM tb_nif_nx_type(TB_NIF_PARAMS)
 ERL_NIF_TERM tb_nif_load_failures(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM list = enif_make_list(env, 0);
-#define TB_LOAD_ENTRY(name, code, atom, message)                                                               \
-    list = enif_make_list_cell(env, enif_make_tuple3(env, enif_make_atom(env, #atom), enif_make_int(env, code), \
-                                                     tb_make_string(env, message)),                             \
-                               list);
+#define TB_LOAD_ENTRY(name, code, atom, message)                                                                   \
+    list = enif_make_list_cell(                                                                                    \
+        env,                                                                                                       \
+        enif_make_tuple3(env, enif_make_atom(env, #atom), enif_make_int(env, code), tb_make_string(env, message)), \
+        list);
     TB_LOAD_FAILURES(TB_LOAD_ENTRY)
 #undef TB_LOAD_ENTRY
     return list;
@@ -176,13 +177,12 @@ static int fail(tb_load_failure why)
 {
     switch (why) {
 #define TB_LOAD_REPORT(name, code, atom, message)                                                                \
-    case name:                                                                                                     \
+    case name:                                                                                                   \
         enif_fprintf(stderr, "tensor_blob: cannot load the NIF library (%d: %s): %s\r\n", code, #atom, message); \
         break;
         TB_LOAD_FAILURES(TB_LOAD_REPORT)
 #undef TB_LOAD_REPORT
-    case TB_LOAD_OK:
-        break;
+    case TB_LOAD_OK: break;
     }
     return (int)why;
 }

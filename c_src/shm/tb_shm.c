@@ -240,20 +240,23 @@ static int region_name(ErlNifEnv *env, const region_format *f, ERL_NIF_TERM term
     if (f->header) {
         if (ok && tb_shm_torch_format(name))
             return 1;
-        *exc = tb_raise_badarg(env, "handle: expected the name of a PyTorch shared-memory region (\"/torch_...\"), "
-                                    "got %T",
+        *exc = tb_raise_badarg(env,
+                               "handle: expected the name of a PyTorch shared-memory region (\"/torch_...\"), "
+                               "got %T",
                                term);
         return 0;
     }
     if (!enif_is_binary(env, term))
         *exc = tb_raise_badarg(env, "handle: expected a shared-memory name (a binary), got %T", term);
     else if (!ok)
-        *exc = tb_raise_badarg(env, "handle: %T is no shared-memory name (an optional leading slash, then 1 to %d "
-                                    "bytes with no slash or NUL)",
+        *exc = tb_raise_badarg(env,
+                               "handle: %T is no shared-memory name (an optional leading slash, then 1 to %d "
+                               "bytes with no slash or NUL)",
                                term, TB_SHM_NAME_MAX);
     else if (tb_shm_torch_format(name))
-        *exc = tb_raise_badarg(env, "handle: %T names a region of PyTorch's format (a counted header, then the "
-                                    "data): ipc_open/3 opens it as one, not as plain memory",
+        *exc = tb_raise_badarg(env,
+                               "handle: %T names a region of PyTorch's format (a counted header, then the "
+                               "data): ipc_open/3 opens it as one, not as plain memory",
                                term);
     else
         return 1;
@@ -296,13 +299,13 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
     if ((uint64_t)st.st_size < needed) {
         close(fd);
         if (f->header)
-            return tb_raise_badarg(env, "shape: %T of %s needs %lu bytes after PyTorch's %d-byte header; the shared "
-                                        "memory %T holds %ld in all",
-                                   argv[2], tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size,
-                                   (int)f->header, argv[0], (long)st.st_size);
+            return tb_raise_badarg(env,
+                                   "shape: %T of %s needs %lu bytes after PyTorch's %d-byte header; the shared "
+                                   "memory %T holds %ld in all",
+                                   argv[2], tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, (int)f->header,
+                                   argv[0], (long)st.st_size);
         return tb_raise_badarg(env, "shape: %T of %s needs %lu bytes; the shared memory %T holds %ld", argv[2],
-                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, argv[0],
-                               (long)st.st_size);
+                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, argv[0], (long)st.st_size);
     }
     /* An empty plain region is mapped one byte long, and unmapped as long. */
     if (st.st_size == 0) {
@@ -319,8 +322,9 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
         close(fd);
         struct statvfs vfs;
         if (error == ENOSPC && statvfs(TB_SHM_DIR, &vfs) == 0)
-            return tb_raise_error(env, "%s: the shared memory %T has %ld bytes, not all of them stored yet, and "
-                                       "they do not fit in " TB_SHM_DIR " (%lu bytes free); its writes would fail",
+            return tb_raise_error(env,
+                                  "%s: the shared memory %T has %ld bytes, not all of them stored yet, and "
+                                  "they do not fit in " TB_SHM_DIR " (%lu bytes free); its writes would fail",
                                   f->tag, argv[0], (long)st.st_size, (unsigned long)(vfs.f_bavail * vfs.f_frsize));
         return tb_raise_error(env, "%s: cannot reserve the %ld bytes of the shared memory %T: %s", f->tag,
                               (long)st.st_size, argv[0], strerror(error));
@@ -342,11 +346,12 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
             (void)tb_shm_owner_forget(&r->ref);
             unmap_region(r);
             if (seen == INT_MIN)
-                return tb_raise_error(env, "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "
-                                           "another program)",
+                return tb_raise_error(env,
+                                      "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "
+                                      "another program)",
                                       f->tag, argv[0]);
-            return tb_raise_badarg(env, "handle: %T holds no live PyTorch region (its reference count is %d)",
-                                   argv[0], seen);
+            return tb_raise_badarg(env, "handle: %T holds no live PyTorch region (its reference count is %d)", argv[0],
+                                   seen);
         }
         tb_shm_owner_hold(&r->ref);
     }

@@ -69,12 +69,9 @@ const char *tb_shm_strerror(int error)
     switch (error) {
     case TB_SHM_NOT_REGULAR:
         return "not a regular file (a FIFO, a device, a socket or a directory planted under that name), refused";
-    case TB_SHM_NOT_OURS:
-        return "the file belongs to another user, refused";
-    case ELOOP:
-        return "a symbolic link, refused";
-    default:
-        return strerror(error);
+    case TB_SHM_NOT_OURS: return "the file belongs to another user, refused";
+    case ELOOP: return "a symbolic link, refused";
+    default: return strerror(error);
     }
 }
 

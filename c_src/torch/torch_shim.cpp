@@ -5,10 +5,10 @@
 #include "tb_dtype.h"
 #include "tb_fault.h"
 
-#include <ATen/core/Tensor.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/ops/zeros.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/TensorImpl.h>
@@ -41,7 +41,8 @@ TB_DTYPES_TORCH_2_1(TB_ASSERT_SCALAR_TYPE)
 TB_DTYPES_TORCH_2_3(TB_ASSERT_SCALAR_TYPE)
 #endif
 
-namespace {
+namespace
+{
 
 void set_error(tb_shim_error *err, const char *what) noexcept
 {
@@ -50,8 +51,7 @@ void set_error(tb_shim_error *err, const char *what) noexcept
 }
 
 // Runs body; any exception becomes an error message and a 0 return.
-template <typename F>
-int guarded(tb_shim_error *err, F &&body) noexcept
+template <typename F> int guarded(tb_shim_error *err, F &&body) noexcept
 {
     try {
         body();
@@ -66,7 +66,10 @@ int guarded(tb_shim_error *err, F &&body) noexcept
     return 0;
 }
 
-c10::ScalarType scalar_type(int st) { return static_cast<c10::ScalarType>(st); }
+c10::ScalarType scalar_type(int st)
+{
+    return static_cast<c10::ScalarType>(st);
+}
 
 tb_shim_tensor *release_handle(at::Tensor &&t)
 {
@@ -113,9 +116,8 @@ c10::Device torch_device(int device_type, int device_index)
 // libc10_cuda when libtorch has CUDA; nullptr otherwise.
 const c10::impl::DeviceGuardImplInterface *cuda_guard()
 {
-    return c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)
-        ? c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
-        : nullptr;
+    return c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA) ? c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)
+                                                                : nullptr;
 }
 
 const c10::impl::DeviceGuardImplInterface &require_cuda_guard()
@@ -147,8 +149,7 @@ tb_shim_tensor *dense_tensor(c10::Storage storage, uint64_t byte_offset, int ndi
 at::Tensor host_bytes(void *data, size_t n)
 {
     c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
-        c10::StorageImpl::use_byte_size_t(), n, c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), nullptr,
-        false));
+        c10::StorageImpl::use_byte_size_t(), n, c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), nullptr, false));
     int64_t size = static_cast<int64_t>(n), stride = 1;
     tb_shim_tensor *h = dense_tensor(std::move(storage), 0, 1, &size, &stride, static_cast<int>(c10::ScalarType::Byte));
     return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(reinterpret_cast<c10::TensorImpl *>(h)));
@@ -198,18 +199,17 @@ extern "C" {
 int tb_shim_has_scalar_type(int st) noexcept
 {
     switch (st) {
-    TB_DTYPES_TORCH_1_13(TB_CASE_SCALAR_TYPE)
+        TB_DTYPES_TORCH_1_13(TB_CASE_SCALAR_TYPE)
         return 1;
 #if TB_TORCH_AT_LEAST(2, 1)
-    TB_DTYPES_TORCH_2_1(TB_CASE_SCALAR_TYPE)
+        TB_DTYPES_TORCH_2_1(TB_CASE_SCALAR_TYPE)
         return 1;
 #endif
 #if TB_TORCH_AT_LEAST(2, 3)
-    TB_DTYPES_TORCH_2_3(TB_CASE_SCALAR_TYPE)
+        TB_DTYPES_TORCH_2_3(TB_CASE_SCALAR_TYPE)
         return 1;
 #endif
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -218,10 +218,9 @@ const char *tb_shim_torch_version(void) noexcept
     return TORCH_VERSION;
 }
 
-int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t *strides,
-                      int st, int device_type, int device_index,
-                      void *ctx, void (*deleter)(void *),
-                      tb_shim_tensor **out, tb_shim_error *err) noexcept
+int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t *strides, int st, int device_type,
+                      int device_index, void *ctx, void (*deleter)(void *), tb_shim_tensor **out,
+                      tb_shim_error *err) noexcept
 {
     // The storage and the tensor are made here, as at::for_blob would make
     // them, without its options and checks: the layout, dtype and device
@@ -241,21 +240,18 @@ int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t 
 int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, const int64_t *sizes,
                   const int64_t *strides, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
-    return guarded(err, [&] {
-        *out = dense_tensor(impl_of(base)->storage(), byte_offset, ndim, sizes, strides, st);
-    });
+    return guarded(err, [&] { *out = dense_tensor(impl_of(base)->storage(), byte_offset, ndim, sizes, strides, st); });
 }
 
-int tb_shim_zeros(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out,
-                  tb_shim_error *err) noexcept
+int tb_shim_zeros(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
     return guarded(err, [&] {
         *out = release_handle(at::zeros(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st))));
     });
 }
 
-int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int st,
-                       tb_shim_tensor **out, tb_shim_error *err) noexcept
+int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int st, tb_shim_tensor **out,
+                       tb_shim_error *err) noexcept
 {
     return guarded(err, [&] {
         at::Tensor t = at::empty(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st)));
@@ -322,14 +318,13 @@ int tb_shim_contiguous(tb_shim_tensor *handle, tb_shim_tensor **out, tb_shim_err
     return guarded(err, [&] { *out = release_handle(borrow(handle).contiguous()); });
 }
 
-int tb_shim_narrow(tb_shim_tensor *handle, int dim, int64_t start, int64_t length,
-                   tb_shim_tensor **out, tb_shim_error *err) noexcept
+int tb_shim_narrow(tb_shim_tensor *handle, int dim, int64_t start, int64_t length, tb_shim_tensor **out,
+                   tb_shim_error *err) noexcept
 {
     return guarded(err, [&] { *out = release_handle(borrow(handle).narrow(dim, start, length)); });
 }
 
-int tb_shim_transpose(tb_shim_tensor *handle, int dim0, int dim1, tb_shim_tensor **out,
-                      tb_shim_error *err) noexcept
+int tb_shim_transpose(tb_shim_tensor *handle, int dim0, int dim1, tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
     return guarded(err, [&] { *out = release_handle(borrow(handle).transpose(dim0, dim1)); });
 }
@@ -353,7 +348,8 @@ void tb_shim_info_of(const tb_shim_tensor *handle, tb_shim_info *info) noexcept
     int64_t offset_bytes = 0;
     bool wraps = __builtin_mul_overflow(impl->storage_offset(), static_cast<int64_t>(impl->itemsize()), &offset_bytes);
     uintptr_t data = 0;
-    wraps = wraps || __builtin_add_overflow(reinterpret_cast<uintptr_t>(base), static_cast<uintptr_t>(offset_bytes), &data);
+    wraps =
+        wraps || __builtin_add_overflow(reinterpret_cast<uintptr_t>(base), static_cast<uintptr_t>(offset_bytes), &data);
     info->data = base && !wraps ? reinterpret_cast<void *>(data) : nullptr;
     info->scalar_type = static_cast<int>(st);
     info->torch_device_type = static_cast<int>(impl->device().type());

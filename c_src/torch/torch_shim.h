@@ -22,7 +22,6 @@ typedef struct {
     char message[256];
 } tb_shim_error;
 
-
 typedef struct {
     int ndim;
     const int64_t *sizes;   /* owned by the tensor: valid while it lives */
@@ -32,7 +31,7 @@ typedef struct {
     int device_type;        /* tb_device_type; -1: one tb_device.h lacks */
     int torch_device_type;  /* c10::DeviceType value */
     int device_index;
-    void *storage_data;     /* start of the storage that holds the data */
+    void *storage_data; /* start of the storage that holds the data */
     uint64_t storage_bytes;
     void (*storage_deleter)(void *); /* the deleter of the storage's memory */
     void *storage_context;           /* what that deleter is called with */
@@ -51,10 +50,9 @@ int tb_shim_runtime_built(int runtime) TB_NOEXCEPT;
 
 /* A tensor over foreign memory. The shim owns ctx from the call on: when the
  * storage dies, or at once if the call fails, it calls deleter(ctx). */
-int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t *strides,
-                      int scalar_type, int device_type, int device_index,
-                      void *ctx, void (*deleter)(void *),
-                      tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t *strides, int scalar_type,
+                      int device_type, int device_index, void *ctx, void (*deleter)(void *), tb_shim_tensor **out,
+                      tb_shim_error *err) TB_NOEXCEPT;
 
 /* A tensor over base's own storage: the layout (sizes and strides in
  * elements of scalar_type) starts byte_offset bytes into the storage, a
@@ -64,11 +62,11 @@ int tb_shim_from_blob(void *data, int ndim, const int64_t *sizes, const int64_t 
 int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, const int64_t *sizes,
                   const int64_t *strides, int scalar_type, tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
-int tb_shim_zeros(int ndim, const int64_t *sizes, int scalar_type,
-                  tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_zeros(int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,
+                  tb_shim_error *err) TB_NOEXCEPT;
 /* A new contiguous tensor holding a copy of bytes (row-major). */
-int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int scalar_type,
-                       tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,
+                       tb_shim_error *err) TB_NOEXCEPT;
 /* Copies the elements, in row-major order, into dst (numel * element size
  * bytes); from any device. write_bytes writes them back, to any device. */
 int tb_shim_to_bytes(tb_shim_tensor *t, void *dst, tb_shim_error *err) TB_NOEXCEPT;
@@ -76,16 +74,15 @@ int tb_shim_to_bytes(tb_shim_tensor *t, void *dst, tb_shim_error *err) TB_NOEXCE
 int tb_shim_write_bytes(tb_shim_tensor *t, const void *src, tb_shim_error *err) TB_NOEXCEPT;
 
 /* A copy of the tensor on another device (or the same: always a copy). */
-int tb_shim_to_device(tb_shim_tensor *t, int device_type, int device_index,
-                      tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_to_device(tb_shim_tensor *t, int device_type, int device_index, tb_shim_tensor **out,
+                      tb_shim_error *err) TB_NOEXCEPT;
 
 /* A contiguous copy of a tensor that is not contiguous, on its device. */
 int tb_shim_contiguous(tb_shim_tensor *t, tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
-int tb_shim_narrow(tb_shim_tensor *t, int dim, int64_t start, int64_t length,
-                   tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
-int tb_shim_transpose(tb_shim_tensor *t, int dim0, int dim1,
-                      tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_narrow(tb_shim_tensor *t, int dim, int64_t start, int64_t length, tb_shim_tensor **out,
+                   tb_shim_error *err) TB_NOEXCEPT;
+int tb_shim_transpose(tb_shim_tensor *t, int dim0, int dim1, tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
 void tb_shim_info_of(const tb_shim_tensor *t, tb_shim_info *info) TB_NOEXCEPT;
 /* libtorch's current CUDA stream of a device, as the calling thread sees
