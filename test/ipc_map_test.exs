@@ -32,6 +32,8 @@ defmodule TensorBlob.IPCMapTest do
     name = String.trim_leading(handle.handle, "/")
     line = ~s(  { "shape" : [3] ,"data_size":12, "dtype": "float32", "handle": "#{name}" } )
     assert Tensor.to_binary(IPC.open(line)) == <<0::96>>
+    # The exporter's tensor keeps the region's name until the open above.
+    assert Tensor.memory(handle.tensor) == :ipc
   end
 
   test "open/1 says what it expects" do
