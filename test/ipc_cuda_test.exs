@@ -104,6 +104,8 @@ defmodule TensorBlob.IPCTest do
       handle = IPC.export(IPC.zeros({8}, :int32))
       pointer = %{kind: :ipc, handle: handle.handle, address: nil, data_size: 32}
       assert Tensor.shape(IPC.open(pointer, :int32, {8})) == {8}
+      # The exporter's tensor keeps the name until the open above.
+      assert Tensor.memory(handle.tensor) == :ipc
       cuda = %{pointer | address: 0}
 
       if CUDA.available?() do

@@ -376,11 +376,13 @@ defmodule TensorBlob.ShmSurfaceTest do
       end
 
       # A plain open of a PyTorch-format name is refused the same way.
-      name = IPC.export_torch(IPC.torch_zeros({4}, :uint8)).handle
+      exported = IPC.export_torch(IPC.torch_zeros({4}, :uint8))
 
       assert_raise ArgumentError, ~r/names a region of PyTorch's format/, fn ->
-        :tensor_blob_nif.ipc_open(name, :uint8, {4})
+        :tensor_blob_nif.ipc_open(exported.handle, :uint8, {4})
       end
+
+      assert Tensor.memory(exported.tensor) == :ipc
     end
   end
 end

@@ -94,6 +94,9 @@ defmodule TensorBlob.TorchShmTest do
       IPC.open(handle.handle, :float32, {2})
     end
 
+    # The exporter's tensor lived through the open above.
+    assert Tensor.memory(handle.tensor) == :ipc
+
     assert refcount(handle.handle) == 0
     set_refcount(handle.handle, 1)
   end
