@@ -454,7 +454,7 @@ defmodule TensorBlob.IPCTest do
       # The producer's stream fills the memory with 7s after 300 ms; the
       # legacy default stream does not wait for it by itself.
       {address, stream} = :foreign_tensor_nif.cuda_produce_late(4096, 7, 300)
-      t = DLPack.import(address, stream: stream)
+      t = DLPack.import(address, stream: stream, unsafe_address: true)
       assert {Tensor.device(t), Tensor.dtype(t)} == {{:cuda, 0}, :uint8}
       assert Tensor.to_binary(t) == :binary.copy(<<7>>, 4096)
       t = nil
