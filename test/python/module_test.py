@@ -27,7 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "priv", "python"))
 
 import tensor_blob  # noqa: E402
-from sharing_test import Peer, check, create_block, exists, refcount, run, shm_names  # noqa: E402
+from sharing_test import Peer, check, create_block, drop_block, exists, refcount, run, shm_names  # noqa: E402
 
 try:
     import torch
@@ -168,16 +168,7 @@ def python_region_to_beam(peer, python_drops_first):
     shape, values = opened(peer, json.dumps(spec))
     check(shape == "3x2" and values == [float(i) for i in range(6)], f"the BEAM reads {shape} {values}")
     name = spec["handle"]
-    if python_drops_first:
-        shm.close()
-        shm.unlink()
-        check(peer.floats(f"read {name}")[5] == 5.0, "the BEAM's mapping outlives the name")
-        peer.call(f"drop {name}")
-    else:
-        peer.call(f"drop {name}")
-        check(struct.unpack_from("=f", shm.buf, 20)[0] == 5.0, "Python still uses its block")
-        shm.close()
-        shm.unlink()
+    drop_block(peer, shm, name, python_drops_first, 5, 5.0)
     check(not exists(name), "the creator removed the name")
     small = create_block(8)
     try:

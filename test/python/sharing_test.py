@@ -200,6 +200,22 @@ def attach(name):
     return shm
 
 
+def drop_block(peer, shm, name, python_drops_first, index, value):
+    """Drops Python's block and the BEAM's mapping of it (`name`), in the
+    order asked: the side that lets go last still reads float `index` as
+    `value`."""
+    if python_drops_first:
+        shm.close()
+        shm.unlink()
+        check(peer.floats(f"read {name}")[index] == value, "the BEAM's mapping outlives the name")
+        peer.call(f"drop {name}")
+    else:
+        peer.call(f"drop {name}")
+        check(struct.unpack_from("=f", shm.buf, 4 * index)[0] == value, "Python still uses its block")
+        shm.close()
+        shm.unlink()
+
+
 def python_region_to_beam(peer, python_drops_first):
     shm = create_block(16 * 4)
     struct.pack_into("=16f", shm.buf, 0, *[float(i) for i in range(16)])
@@ -207,17 +223,7 @@ def python_region_to_beam(peer, python_drops_first):
     check(peer.floats(f"open {name} 16") == [float(i) for i in range(16)], "the BEAM reads Python's region")
     peer.call(f"set {name} 2 5.5")
     check(struct.unpack_from("=f", shm.buf, 8)[0] == 5.5, "the BEAM's write is seen by Python")
-    if python_drops_first:
-        shm.close()
-        shm.unlink()
-        check(peer.floats(f"read {name}")[2] == 5.5, "the BEAM's mapping outlives the name")
-        peer.call(f"drop {name}")
-    else:
-        peer.call(f"drop {name}")
-        struct.pack_into("=f", shm.buf, 0, 1.25)
-        check(struct.unpack_from("=f", shm.buf, 0)[0] == 1.25, "Python still uses its region")
-        shm.close()
-        shm.unlink()
+    drop_block(peer, shm, name, python_drops_first, 2, 5.5)
     check(not exists(name), "the creator removed the name")
 
 
