@@ -73,12 +73,15 @@ CXXFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c++17 -Wall -Wextra $(SANIT
 LDFLAGS := -shared $(SANITIZE)
 
 # c_src's folders are its concerns (c_src/LAYERS); every folder is on the
-# include path, and make finds a unit's source in whichever folder holds it.
+# include path, and an object's source is the file of its name in whichever
+# folder holds it (SOURCE_OF_STEM, in a rule's prerequisites: the path
+# itself, so that a dependency file naming a unit's old folder cannot
+# send the compiler there).
 C_DIRS := $(patsubst %/,%,$(sort $(dir $(wildcard c_src/*/*.c c_src/*/*.h c_src/*/*.cpp))))
 C_INCLUDES := $(addprefix -I,$(C_DIRS))
-vpath %.c $(C_DIRS)
-vpath %.cpp $(C_DIRS)
 C_SOURCES := $(wildcard c_src/*/tb_*.c)
+SOURCE_OF_STEM = $$(or $$(wildcard $$(addsuffix /$$(notdir $$*).c,$$(C_DIRS))),no-source/$$*.c)
+.SECONDEXPANSION:
 C_OBJECTS := $(patsubst %.c,$(BUILD)/%.o,$(notdir $(C_SOURCES)))
 SHIM_OBJECT := $(BUILD)/torch_shim.o
 # -MMD -MP: each object depends on exactly the headers it includes.
@@ -100,7 +103,7 @@ $(CONFIG_STAMP): | $(BUILD)
 	@rm -f $(BUILD)/config-*
 	@printf '%s\n' '$(BUILD_CONFIG)' > $@
 
-$(BUILD)/%.o: %.c $(CONFIG_STAMP) | $(BUILD)
+$(BUILD)/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP) | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
 # A LIBTORCH_DIR that holds no libtorch is said so, not left to the
@@ -118,9 +121,9 @@ $(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
-# A build folder made before c_src had folders holds dependency files that
-# name sources at their old paths: such a source is remade (so its objects
-# rebuild and their dependency files are rewritten) instead of stopping make.
+# A dependency file made before a unit moved names its source at the old
+# path: that path is remade (so the object rebuilds from the source where
+# it is now, and the dependency file is rewritten) instead of stopping make.
 c_src/%.c c_src/%.cpp: ;
 
 LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl

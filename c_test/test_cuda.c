@@ -1,6 +1,6 @@
 /* Unit tests of the CUDA logic that runs without a GPU: the pointer-check
- * decisions (tb_devmem), the stream contract (tb_stream) and CUDA IPC
- * handles (tb_cuda_handle). The runtime and libtorch's stream calls are a
+ * decisions (tb_devmem) and the runtimes' dispatch of them (tb_runtime),
+ * the stream contract (tb_stream) and CUDA IPC handles (tb_cuda_handle). The runtime and libtorch's stream calls are a
  * stand-in defined here, compiled only into this test program: it keeps
  * fake allocations, a current device, events and a log of the calls, and
  * fails the call it is told to. What only a real GPU can show (that the
@@ -9,6 +9,7 @@
 #include "tb_cuda_handle.h"
 #include "tb_cuda_ops.h"
 #include "tb_devmem.h"
+#include "tb_runtime.h"
 #include "tb_stream.h"
 #include "tb_torch_cuda.h"
 #include "tensor_blob_dlpack.h"
@@ -309,11 +310,11 @@ static void test_pointer_checks(void)
 
     /* Without GPUs a CPU pointer is not asked about; a CUDA one is refused. */
     CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CPU, 0, 0), 0);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 0, NULL, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, TB_RUNTIME_CUDA, 0, NULL, why, sizeof why), 1);
     CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CUDA, 0, 0), 0);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 0, NULL, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, TB_RUNTIME_CUDA, 0, NULL, why, sizeof why), 0);
     CHECK_CONTAINS(why, "CUDA device 0 does not exist (0 found)");
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, -1, 2, NULL, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, -1, TB_RUNTIME_CUDA, 2, NULL, why, sizeof why), 0);
     CHECK_CONTAINS(why, "CUDA device -1 does not exist");
 
     /* With one, both are asked about. */
@@ -322,33 +323,33 @@ static void test_pointer_checks(void)
     CHECK_EQ(tb_devmem_needs_answer(TB_DEVICE_CUDA, 1, 1), 0);
 
     a = answer(TB_MEM_DEVICE, 0, NULL);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 1);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "memory of CUDA device 0, declared as CPU memory");
     a = answer(TB_MEM_DEVICE, 1, NULL);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 2, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, TB_RUNTIME_CUDA, 2, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "memory of CUDA device 1, declared as memory of CUDA device 0");
 
     a = answer(TB_MEM_PAGE_LOCKED_HOST, 0, NULL);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "page-locked host memory, declared as memory of CUDA device 0");
     a = answer(TB_MEM_HOST, -1, NULL);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "memory no CUDA device owns (host memory, or device memory already freed), declared as "
                         "memory of CUDA device 0");
 
     /* Managed memory is valid on both sides. */
     a = answer(TB_MEM_MANAGED, 0, NULL);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 1);
 
     /* A runtime error (a freed pointer) is told for CUDA memory; a CPU
      * pointer the runtime cannot place is host memory. */
     a = answer(TB_MEM_UNKNOWN, -1, "invalid argument");
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CUDA, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "does not know it as memory of CUDA device 0: invalid argument");
-    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_verdict(TB_DEVICE_CPU, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 1);
 }
 
 static void test_dlpack_devices(void)
@@ -364,48 +365,145 @@ static void test_dlpack_devices(void)
     /* Page-locked host memory is a CPU tensor; managed memory a CUDA one. */
     tb_devmem_dlpack_placement(tb_kDLCUDAHost, 0, &p);
     CHECK(p.type == TB_DEVICE_CPU && p.index == 0 && p.runtime == TB_RUNTIME_HOST);
+    /* ... which CUDA checks and orders; each other code its own runtime's. */
+    CHECK(p.checker == TB_RUNTIME_CUDA);
+    tb_devmem_dlpack_placement(tb_kDLCPU, 0, &p);
+    CHECK(p.checker == TB_RUNTIME_HOST);
+    tb_devmem_dlpack_placement(tb_kDLCUDAHost, 0, &p);
     tb_devmem_dlpack_placement(tb_kDLCUDAManaged, 1, &p);
     CHECK(p.type == TB_DEVICE_CUDA && p.index == 1 && p.runtime == TB_RUNTIME_CUDA);
 
     /* kDLCUDAHost: host memory of any type, never device memory. */
     CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAHost, 0, 0), 0);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, 0, NULL, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, TB_RUNTIME_CUDA, 0, NULL, why, sizeof why), 1);
     CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAHost, 0, 1), 1);
     for (tb_mem_type k = TB_MEM_UNKNOWN; k <= TB_MEM_MANAGED; k++) {
         a = answer(k, 0, NULL);
-        CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, 1, &a, why, sizeof why), k != TB_MEM_DEVICE);
+        CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAHost, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why),
+                 k != TB_MEM_DEVICE);
     }
     CHECK_CONTAINS(why, "memory of CUDA device 0, labelled kDLCUDAHost");
 
     /* kDLCUDAManaged: the runtime must say managed, on an existing device. */
     a = answer(TB_MEM_MANAGED, 0, NULL);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 1);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 1, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 1);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 1, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "CUDA device 1 does not exist (1 found)");
     CHECK_EQ(tb_devmem_dlpack_needs_answer(tb_kDLCUDAManaged, 0, 0), 0);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 0, NULL, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, TB_RUNTIME_CUDA, 0, NULL, why, sizeof why), 0);
     a = answer(TB_MEM_DEVICE, 0, NULL);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "device memory, labelled kDLCUDAManaged");
     a = answer(TB_MEM_HOST, -1, NULL);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "host memory, labelled kDLCUDAManaged");
     a = answer(TB_MEM_UNKNOWN, -1, "invalid argument");
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDAManaged, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "does not know it as managed memory: invalid argument");
 
     /* kDLCUDA and kDLCPU follow from_blob's checks. */
     a = answer(TB_MEM_PAGE_LOCKED_HOST, 0, NULL);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "page-locked host memory, declared as memory of CUDA device 0");
     a = answer(TB_MEM_DEVICE, 0, NULL);
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCPU, 0, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCPU, 0, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "declared as CPU memory");
-    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, -3, 1, &a, why, sizeof why), 0);
+    CHECK_EQ(tb_devmem_dlpack_verdict(tb_kDLCUDA, -3, TB_RUNTIME_CUDA, 1, &a, why, sizeof why), 0);
     CHECK_CONTAINS(why, "CUDA device -3 does not exist");
 }
 
 /* ---- The stream contract ------------------------------------------------ */
+
+/* ---- The runtimes of the device table ---------------------------------- */
+
+/* CUDA's entry of the table, as tb_cuda_runtime.c defines it, over the
+ * stand-in: tb_runtime.c finds it by its name in TB_RUNTIMES. */
+static int stand_in_devices;
+static int stand_in_device_count(void)
+{
+    return stand_in_devices;
+}
+
+static tb_mem_answer stand_in_ask(uint64_t ptr)
+{
+    tb_mem_answer a = {TB_MEM_UNKNOWN, -1, NULL};
+    a.error = pointer_type(ptr, &a.type, &a.device);
+    if (a.error)
+        a.type = TB_MEM_UNKNOWN;
+    logged("ask(%llx)", (unsigned long long)ptr, 0);
+    return a;
+}
+
+static const char *stand_in_host_wait(int device, const tb_stream *producer)
+{
+    return tb_stream_host_wait(&fake, device, producer);
+}
+
+const tb_runtime tb_runtime_cuda = {
+    .device_count = stand_in_device_count,
+    .ask = stand_in_ask,
+    .stream_host_wait = stand_in_host_wait,
+};
+
+static void test_runtimes(void)
+{
+    char why[200];
+
+    /* Every runtime of the table has its functions and a name. */
+    for (int r = 0; r < TB_RUNTIME_COUNT; r++) {
+        CHECK(tb_runtime_get(r) != NULL && tb_runtime_get(r)->device_count && tb_runtime_get(r)->ask);
+        CHECK(tb_runtime_names[r] && tb_runtime_names[r][0]);
+    }
+    CHECK(tb_runtime_get(TB_RUNTIME_CUDA) == &tb_runtime_cuda);
+    /* The host's sees no device and has no streams; so is a runtime not in
+     * the table. */
+    CHECK_EQ(tb_runtime_get(TB_RUNTIME_HOST)->device_count(), 0);
+    CHECK(tb_runtime_get(TB_RUNTIME_HOST)->stream_import == NULL);
+    CHECK(tb_runtime_get(-1) == tb_runtime_get(TB_RUNTIME_HOST));
+    CHECK(tb_runtime_get(TB_RUNTIME_COUNT) == tb_runtime_get(TB_RUNTIME_HOST));
+
+    /* Without devices nothing is asked: host memory passes, a device's is
+     * refused by the runtime the table names for it. */
+    reset();
+    stand_in_devices = 0;
+    CHECK_EQ(tb_runtime_devices_anywhere(), 0);
+    tb_device cpu = {TB_DEVICE_CPU, 0}, gpu0 = {TB_DEVICE_CUDA, 0}, gpu1 = {TB_DEVICE_CUDA, 1};
+    CHECK_EQ(tb_runtime_check_pointer(0x1000, &cpu, why, sizeof why), 1);
+    CHECK_EQ(tb_runtime_check_pointer(0x1000, &gpu0, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "CUDA device 0 does not exist (0 found)");
+    CHECK_LOG("");
+
+    /* With one, host memory is asked about by every device runtime, device
+     * memory by its own. */
+    stand_in_devices = 1;
+    CHECK_EQ(tb_runtime_devices_anywhere(), 1);
+    allocate(0x10000, 0x1000, TB_MEM_DEVICE, 0);
+    allocate(0x20000, 0x1000, TB_MEM_MANAGED, 0);
+    CHECK_EQ(tb_runtime_check_pointer(0x10010, &gpu0, why, sizeof why), 1);
+    CHECK_LOG("ask(10010) ");
+    CHECK_EQ(tb_runtime_check_pointer(0x10010, &cpu, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "memory of CUDA device 0, declared as CPU memory");
+    CHECK_EQ(tb_runtime_check_pointer(0x5000, &cpu, why, sizeof why), 1);
+    CHECK_EQ(tb_runtime_check_pointer(0x5000, &gpu0, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "memory no CUDA device owns");
+    CHECK_EQ(tb_runtime_check_pointer(0x10010, &gpu1, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "CUDA device 1 does not exist (1 found)");
+    rt.fail = "pointer_type";
+    CHECK_EQ(tb_runtime_check_pointer(0x10010, &gpu0, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "the CUDA runtime does not know it as memory of CUDA device 0: injected failure");
+
+    /* DLPack codes: each asks the runtime of its row. */
+    CHECK_EQ(tb_runtime_check_dlpack_pointer(tb_kDLCUDA, 0, 0x10010, why, sizeof why), 1);
+    CHECK_EQ(tb_runtime_check_dlpack_pointer(tb_kDLCPU, 0, 0x10010, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "memory of CUDA device 0, declared as CPU memory");
+    CHECK_EQ(tb_runtime_check_dlpack_pointer(tb_kDLCUDAHost, 0, 0x10010, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "memory of CUDA device 0, labelled kDLCUDAHost");
+    CHECK_EQ(tb_runtime_check_dlpack_pointer(tb_kDLCUDAHost, 0, 0x5000, why, sizeof why), 1);
+    CHECK_EQ(tb_runtime_check_dlpack_pointer(tb_kDLCUDAManaged, 0, 0x20010, why, sizeof why), 1);
+    CHECK_EQ(tb_runtime_check_dlpack_pointer(tb_kDLCUDAManaged, 0, 0x10010, why, sizeof why), 0);
+    CHECK_CONTAINS(why, "device memory, labelled kDLCUDAManaged");
+    stand_in_devices = 0;
+}
 
 static void test_stream_parse(void)
 {
@@ -833,6 +931,7 @@ int main(void)
 {
     test_pointer_checks();
     test_dlpack_devices();
+    test_runtimes();
     test_stream_parse();
     test_stream_export();
     test_stream_import();

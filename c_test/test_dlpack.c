@@ -466,6 +466,8 @@ static void test_devices(void)
     CHECK(strcmp(tb_dlpack_status_text(TB_DLC_UNSUPPORTED_DEVICE),
                  "only kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged tensors can be imported") == 0);
     for (int i = 0; i < TB_DLPACK_DEVICE_COUNT; i++) {
+        /* The table's name of each code is DLPack's. */
+        CHECK(strcmp(tb_dlpack_devices[i].dlpack_name, tb_dlpack_device_name(tb_dlpack_devices[i].code)) == 0);
         device_type = tb_dlpack_devices[i].code;
         device_id = 0;
         check_both(set_device, &rv, &rl);

@@ -9,7 +9,7 @@ TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/i
 $(BUILD)/test/%.o: c_test/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -c $< -o $@
-$(BUILD)/test/src/%.o: %.c $(CONFIG_STAMP)
+$(BUILD)/test/src/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(DEPFLAGS) -c $< -o $@
 -include $(wildcard $(BUILD)/test/*.d $(BUILD)/test/src/*.d)
@@ -29,9 +29,10 @@ c_test_intervals_SOURCES := test_intervals src/tb_intervals
 c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count src/tb_stripe
 # The DLPack import checks.
 c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dtype
-# The CUDA logic that runs without a GPU (pointer-check decisions, the stream
-# contract, IPC handles), over a stand-in runtime defined in the test only.
-c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_stream src/tb_cuda_handle src/tb_torch_cuda src/tb_shm_names src/tb_fault src/tb_cuda_ops
+# The CUDA logic that runs without a GPU (pointer-check decisions and the
+# runtimes' dispatch of them, the stream contract, IPC handles), over a
+# stand-in runtime defined in the test only.
+c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_runtime src/tb_stream src/tb_cuda_handle src/tb_torch_cuda src/tb_shm_names src/tb_fault src/tb_cuda_ops
 c_test_dlpack_abi_SOURCES := test_dlpack_abi
 # Region files (names, opening by name, PyTorch's header count under the
 # SIGBUS guard, what a dead VM left), in a private /dev/shm when the
@@ -72,10 +73,10 @@ valgrind-test: $(C_TESTS:%=$(BUILD)/%) $(BUILD)/shim_test
 # (c_src/core/tb_load.h). Only the objects that differ are rebuilt.
 LOAD_TEST := $(BUILD)/load_test
 LOAD_TEST_CFLAGS = $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE)
-$(LOAD_TEST)/abi/%.o: %.c $(CONFIG_STAMP)
+$(LOAD_TEST)/abi/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(LOAD_TEST_CFLAGS) -DTB_ABI=0x7e57u -c $< -o $@
-$(LOAD_TEST)/faults/%.o: %.c $(CONFIG_STAMP)
+$(LOAD_TEST)/faults/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(LOAD_TEST_CFLAGS) -DTB_LOAD_FAULTS -c $< -o $@
 -include $(wildcard $(LOAD_TEST)/*/*.d)

@@ -22,7 +22,7 @@ fuzz_dtype_SOURCES := fuzz_dtype src/tb_dtype
 $(BUILD)/fuzz/%.o: fuzz/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(DEPFLAGS) -c $< -o $@
-$(BUILD)/fuzz/src/%.o: %.c $(CONFIG_STAMP)
+$(BUILD)/fuzz/src/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(DEPFLAGS) -c $< -o $@
 -include $(wildcard $(BUILD)/fuzz/*.d $(BUILD)/fuzz/src/*.d)

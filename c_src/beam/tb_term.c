@@ -297,8 +297,7 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
         return 0;
     }
     /* The host's memory needs nothing of libtorch: no call for it. */
-    int runtime = tb_device_runtime(out->device.type);
-    if (runtime != TB_RUNTIME_HOST && !tb_shim_runtime_built(runtime)) {
+    if (!tb_shim_device_built(out->device.type)) {
         const char *name = tb_devices[out->device.type].c10_name;
         *exc = tb_raise_error(env,
                               "device %T: this libtorch was built without %s, so %s memory cannot be viewed "

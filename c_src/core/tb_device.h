@@ -20,11 +20,34 @@
 #ifndef TB_DEVICE_H
 #define TB_DEVICE_H
 
-/* The runtimes: TB_RUNTIME_HOST is memory the host reads (no streams;
- * where a CUDA runtime answers, it must not place the pointer on a GPU),
- * TB_RUNTIME_CUDA is memory of a CUDA device, which the CUDA runtime must
- * confirm, ordered by CUDA streams, viewable where libtorch has CUDA. */
-enum { TB_RUNTIME_HOST, TB_RUNTIME_CUDA };
+/* The runtimes that serve memory: one line each.
+ *
+ *   X(id, name, how messages name it)
+ *
+ * TB_RUNTIME_HOST is memory the host reads (no streams; where a device
+ * runtime answers, it must not place the pointer on its devices). Every
+ * other runtime's functions (tb_runtime.h: its devices, what it knows of
+ * a pointer, its streams) are defined by its own unit as
+ * tb_runtime_<name>; tb_runtime.c finds them by this list. */
+#define TB_RUNTIMES(X)               \
+    X(TB_RUNTIME_HOST, host, "host") \
+    X(TB_RUNTIME_CUDA, cuda, "CUDA")
+
+enum {
+#define TB_RUNTIME_ENUM(id, name, text) id,
+    TB_RUNTIMES(TB_RUNTIME_ENUM)
+#undef TB_RUNTIME_ENUM
+        TB_RUNTIME_COUNT
+};
+
+static const char *const tb_runtime_names[TB_RUNTIME_COUNT] = {
+#define TB_RUNTIME_NAME(id, name, text) text,
+    TB_RUNTIMES(TB_RUNTIME_NAME)
+#undef TB_RUNTIME_NAME
+};
+
+/* What a runtime says a pointer is. */
+typedef enum { TB_MEM_UNKNOWN, TB_MEM_HOST, TB_MEM_PAGE_LOCKED_HOST, TB_MEM_DEVICE, TB_MEM_MANAGED } tb_mem_type;
 
 #define TB_DEVICE_TYPES(X)                                            \
     X(TB_DEVICE_CPU, cpu, CPU, 0, 1 /* kDLCPU */, 0, TB_RUNTIME_HOST) \
@@ -101,12 +124,14 @@ static inline int tb_device_indexed(int type)
 
 /* The DLPack device codes an import takes:
  *
- *   X(code, atom, our device type, check)
+ *   X(code, DLPack's name of it, atom, our device type, check, runtime)
  *
  * The atom is the name dlpack_info/1 reports as device_type. The device is
  * where libtorch sees the memory, numbered by the DLPack device_id when
  * that type is indexed. The check is what the runtime must say of the
- * pointer (TB_DLCHECK_*, decided in tb_devmem.c). */
+ * pointer (TB_DLCHECK_*, decided in tb_devmem.c); the runtime is the one
+ * that answers it and orders the producer's stream (page-locked host
+ * memory is the CPU's, but CUDA's to check and to wait for). */
 enum {
     TB_DLCHECK_HOST,        /* not device memory */
     TB_DLCHECK_DEVICE,      /* device memory of that device */
@@ -114,14 +139,14 @@ enum {
     TB_DLCHECK_MANAGED      /* managed memory */
 };
 
-#define TB_DLPACK_DEVICES(X)                                                 \
-    X(1 /* kDLCPU */, cpu, TB_DEVICE_CPU, TB_DLCHECK_HOST)                   \
-    X(2 /* kDLCUDA */, cuda, TB_DEVICE_CUDA, TB_DLCHECK_DEVICE)              \
-    X(3 /* kDLCUDAHost */, cuda_host, TB_DEVICE_CPU, TB_DLCHECK_PAGE_LOCKED) \
-    X(13 /* kDLCUDAManaged */, cuda_managed, TB_DEVICE_CUDA, TB_DLCHECK_MANAGED)
+#define TB_DLPACK_DEVICES(X)                                                             \
+    X(1, kDLCPU, cpu, TB_DEVICE_CPU, TB_DLCHECK_HOST, TB_RUNTIME_HOST)                   \
+    X(2, kDLCUDA, cuda, TB_DEVICE_CUDA, TB_DLCHECK_DEVICE, TB_RUNTIME_CUDA)              \
+    X(3, kDLCUDAHost, cuda_host, TB_DEVICE_CPU, TB_DLCHECK_PAGE_LOCKED, TB_RUNTIME_CUDA) \
+    X(13, kDLCUDAManaged, cuda_managed, TB_DEVICE_CUDA, TB_DLCHECK_MANAGED, TB_RUNTIME_CUDA)
 
 enum {
-#define TB_DLPACK_DEVICE_ENUM(code, atom, device, check) TB_DL_##atom,
+#define TB_DLPACK_DEVICE_ENUM(code, dlname, atom, device, check, runtime) TB_DL_##atom,
     TB_DLPACK_DEVICES(TB_DLPACK_DEVICE_ENUM)
 #undef TB_DLPACK_DEVICE_ENUM
         TB_DLPACK_DEVICE_COUNT
@@ -129,12 +154,13 @@ enum {
 
 typedef struct {
     int code;
-    const char *name;
-    int device, check;
+    const char *dlpack_name; /* DLPack's name of the code: "kDLCUDAHost" */
+    const char *name;        /* the atom's text: "cuda_host" */
+    int device, check, runtime;
 } tb_dlpack_device_row;
 
 static const tb_dlpack_device_row tb_dlpack_devices[TB_DLPACK_DEVICE_COUNT] = {
-#define TB_DLPACK_DEVICE_ROW(code, atom, device, check) {code, #atom, device, check},
+#define TB_DLPACK_DEVICE_ROW(code, dlname, atom, device, check, runtime) {code, #dlname, #atom, device, check, runtime},
     TB_DLPACK_DEVICES(TB_DLPACK_DEVICE_ROW)
 #undef TB_DLPACK_DEVICE_ROW
 };

@@ -15,11 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tb_device.h" /* tb_mem_type */
+
 /* sizeof(cudaIpcMemHandle_t) (checked in tb_cuda.c). */
 #define TB_CUDA_IPC_HANDLE_SIZE 64
-
-/* What the runtime says a pointer is. */
-typedef enum { TB_MEM_UNKNOWN, TB_MEM_HOST, TB_MEM_PAGE_LOCKED_HOST, TB_MEM_DEVICE, TB_MEM_MANAGED } tb_mem_type;
 
 typedef struct {
     const char *(*get_device)(int *device);

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "tb_runtime.h"
 #include "tb_stream.h"
 #include "torch_shim.h"
 
@@ -430,11 +431,29 @@ tb_mem_answer tb_cuda_ask(uint64_t ptr)
     return a;
 }
 
-int tb_cuda_check_pointer(uint64_t ptr, const tb_device *declared, char *why, size_t why_size)
+/* ---- CUDA as a runtime of the device table (tb_runtime.h) -------------- */
+
+static const char *export_stream(int device, const tb_stream *consumer)
 {
-    int count = tb_cuda_device_count();
-    tb_mem_answer a = {TB_MEM_UNKNOWN, -1, NULL};
-    if (tb_devmem_needs_answer(declared->type, declared->index, count))
-        a = tb_cuda_ask(ptr);
-    return tb_devmem_verdict(declared->type, declared->index, count, &a, why, why_size);
+    return tb_stream_export(&ops, device, consumer);
 }
+
+static const char *import_stream(int device, const tb_stream *producer)
+{
+    return tb_stream_import(&ops, device, producer);
+}
+
+static const char *host_wait(int device, const tb_stream *producer)
+{
+    return tb_stream_host_wait(&ops, device, producer);
+}
+
+const tb_runtime tb_runtime_cuda = {
+    .load = tb_cuda_load,
+    .device_count = tb_cuda_device_count,
+    .ask = tb_cuda_ask,
+    .stream_export = export_stream,
+    .stream_import = import_stream,
+    .stream_host_wait = host_wait,
+    .streams_refused = TB_CUDA ? NULL : "this build has no CUDA runtime calls (TB_CUDA=0)",
+};

@@ -7,7 +7,8 @@
  *
  * The decisions are elsewhere and pure (tb_devmem: pointer checks and
  * DLPack devices; tb_stream: the stream contract; tb_cuda_handle: IPC
- * handles); this file asks the runtime. Its calls are listed once, in
+ * handles); this file asks the runtime, for the NIFs of CUDA and, as
+ * tb_runtime_cuda, for every check the device table sends to CUDA. Its calls are listed once, in
  * tb_cuda_runtime.c. No BEAM here: terms are made by tb_cuda (the NIFs)
  * and tb_dlpack_device (DLPack devices and streams). */
 #ifndef TB_CUDA_RUNTIME_H
@@ -42,8 +43,9 @@ tb_mem_type tb_cuda_pointer_type(uint64_t ptr, int *device, const char **error);
 /* The same, as an answer for tb_devmem's decisions. */
 tb_mem_answer tb_cuda_ask(uint64_t ptr);
 
-/* 0 and a message when ptr is not memory of the declared device. */
-int tb_cuda_check_pointer(uint64_t ptr, const tb_device *declared, char *why, size_t why_size);
+/* CUDA as a runtime of the device table, tb_runtime_cuda (tb_runtime.h),
+ * is defined in tb_cuda_runtime.c: its devices, its answers, and the
+ * stream contract over these calls. */
 
 /* Why CUDA IPC cannot work in this build, process or machine; NULL when
  * it can. */

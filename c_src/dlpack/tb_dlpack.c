@@ -5,12 +5,12 @@
 #include <stdlib.h>
 
 #include "tb_count.h"
-#include "tb_cuda_runtime.h"
 #include "tb_dlpack_check.h"
 #include "tb_dlpack_device.h"
 #include "tb_intervals.h"
 #include "tb_nifs.h"
 #include "tb_rtype.h"
+#include "tb_runtime.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -641,7 +641,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
      * wait for the producer's stream. */
     tb_device device = {TB_DEVICE_CPU, 0};
     ERL_NIF_TERM exc;
-    if ((chk.device_type != tb_kDLCPU || stream->term != tb_atoms.undefined || tb_cuda_device_count() > 0) &&
+    if ((chk.device_type != tb_kDLCPU || stream->term != tb_atoms.undefined || tb_runtime_devices_anywhere()) &&
         !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, stream,
                                  "; the producer's deleter was called", &device, &exc)) {
         release_managed(m, versioned);

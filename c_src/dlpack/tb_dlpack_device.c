@@ -1,8 +1,7 @@
 #include "tb_dlpack_device.h"
 
-#include "tb_cuda_runtime.h"
 #include "tb_dlpack_check.h"
-#include "tb_stream.h"
+#include "tb_runtime.h"
 #include "tb_term.h"
 #include "tensor_blob_dlpack.h"
 
@@ -19,37 +18,34 @@ void tb_dlpack_stream_decode(ErlNifEnv *env, ERL_NIF_TERM term, tb_dlpack_stream
         out->status = TB_STREAM_REFUSED;
     else
         out->status = TB_STREAM_OK;
-#if !TB_CUDA
-    if (out->status == TB_STREAM_OK && given && out->s.sync)
-        out->status = TB_STREAM_NO_RUNTIME;
-#endif
 }
 
-/* A decoded stream: 1, or 0 with *exc saying what is wrong with it, its
- * message ending with suffix. */
-static int stream_ok(ErlNifEnv *env, const tb_dlpack_stream *st, const char *suffix, ERL_NIF_TERM *exc)
+/* A decoded stream for a runtime (TB_RUNTIME_*): 1, or 0 with *exc saying
+ * what is wrong with it, its message ending with suffix. */
+static int stream_ok(ErlNifEnv *env, const tb_dlpack_stream *st, int runtime, const char *suffix, ERL_NIF_TERM *exc)
 {
+    const char *refused = tb_runtime_get(runtime)->streams_refused;
     switch (st->status) {
-    case TB_STREAM_OK: return 1;
+    case TB_STREAM_OK:
+        if (!refused || !st->s.given || !st->s.sync)
+            return 1;
+        *exc = tb_raise_error(env, "stream: %s, so it cannot order work on %s streams; pass no stream, or -1%s",
+                              refused, tb_runtime_names[runtime], suffix);
+        return 0;
     case TB_STREAM_NOT_INTEGER:
         *exc = tb_raise_badarg(env,
                                "stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
                                "-1 for no synchronization), got %T%s",
                                st->term, suffix);
         return 0;
-    case TB_STREAM_REFUSED: *exc = tb_raise_badarg(env, "stream: %s, got %T%s", st->why, st->term, suffix); return 0;
-    default:
-        *exc = tb_raise_error(env,
-                              "stream: this build has no CUDA runtime calls (TB_CUDA=0), so it cannot order "
-                              "work on CUDA streams; pass no stream, or -1%s",
-                              suffix);
-        return 0;
+    default: *exc = tb_raise_badarg(env, "stream: %s, got %T%s", st->why, st->term, suffix); return 0;
     }
 }
 
 int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TERM stream, ERL_NIF_TERM *exc)
 {
-    if (tb_device_runtime(info->device_type) == TB_RUNTIME_HOST) {
+    int runtime = tb_device_runtime(info->device_type);
+    if (runtime == TB_RUNTIME_HOST) {
         if (stream == tb_atoms.undefined)
             return 1;
         /* The array API: on CPU and devices without streams only None. */
@@ -61,9 +57,9 @@ int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TE
     }
     tb_dlpack_stream s;
     tb_dlpack_stream_decode(env, stream, &s);
-    if (!stream_ok(env, &s, "", exc))
+    if (!stream_ok(env, &s, runtime, "", exc))
         return 0;
-    const char *e = tb_stream_export(tb_cuda_ops_get(), info->device_index, &s.s);
+    const char *e = tb_runtime_get(runtime)->stream_export(info->device_index, &s.s);
     if (e) {
         *exc = tb_raise_error(env, "stream: making the consumer's stream wait for libtorch's failed: %s", e);
         return 0;
@@ -75,14 +71,16 @@ int tb_dlpack_device_import_stream_check(ErlNifEnv *env, int32_t dl_type, const 
                                          const char *suffix, ERL_NIF_TERM *exc)
 {
     int row = tb_dlpack_device_row_of(dl_type);
-    if (row >= 0 && tb_dlpack_devices[row].check == TB_DLCHECK_HOST && stream->term != tb_atoms.undefined) {
+    if (row < 0)
+        return stream_ok(env, stream, TB_RUNTIME_HOST, suffix, exc);
+    if (tb_dlpack_devices[row].check == TB_DLCHECK_HOST && stream->term != tb_atoms.undefined) {
         *exc = tb_raise_badarg(env,
                                "stream: a %s tensor has no stream (the array API takes none for CPU "
                                "memory), got %T%s",
                                tb_dlpack_device_name(dl_type), stream->term, suffix);
         return 0;
     }
-    return stream_ok(env, stream, suffix, exc);
+    return stream_ok(env, stream, tb_dlpack_devices[row].runtime, suffix, exc);
 }
 
 int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint64_t ptr, uint64_t bytes,
@@ -91,7 +89,7 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
     const char *name = tb_dlpack_device_name(dl_type);
     tb_dl_placement place;
     tb_devmem_dlpack_placement(dl_type, dl_id, &place);
-    if (!tb_shim_runtime_built(place.runtime)) {
+    if (!tb_shim_device_built(place.type)) {
         *exc = tb_raise_error(env,
                               "device: a %s tensor (device %d): this libtorch was built without %s, so it "
                               "cannot be imported (%C reads its metadata)%s",
@@ -102,22 +100,19 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
     if (!tb_dlpack_device_import_stream_check(env, dl_type, stream, suffix, exc))
         return 0;
 
-    int count = tb_cuda_device_count();
     char why[200];
-    if (bytes > 0) {
-        tb_mem_answer a = {TB_MEM_UNKNOWN, -1, NULL};
-        if (tb_devmem_dlpack_needs_answer(dl_type, dl_id, count))
-            a = tb_cuda_ask(ptr);
-        if (!tb_devmem_dlpack_verdict(dl_type, dl_id, count, &a, why, sizeof why)) {
-            *exc = tb_raise_badarg(env, "data: %s%s", why, suffix);
-            return 0;
-        }
+    if (bytes > 0 && !tb_runtime_check_dlpack_pointer(dl_type, dl_id, ptr, why, sizeof why)) {
+        *exc = tb_raise_badarg(env, "data: %s%s", why, suffix);
+        return 0;
     }
+    /* Device memory waits on its device's stream; host memory that a
+     * device runtime orders (page-locked) on the calling thread. */
+    const tb_runtime *own = tb_runtime_get(place.runtime), *checker = tb_runtime_get(place.checker);
     const char *e = NULL;
-    if (place.runtime == TB_RUNTIME_CUDA)
-        e = tb_stream_import(tb_cuda_ops_get(), place.index, &stream->s);
-    else if (tb_dlpack_devices[tb_dlpack_device_row_of(dl_type)].check == TB_DLCHECK_PAGE_LOCKED)
-        e = tb_stream_host_wait(tb_cuda_ops_get(), dl_id >= 0 && dl_id < count ? dl_id : 0, &stream->s);
+    if (own->stream_import)
+        e = own->stream_import(place.index, &stream->s);
+    else if (checker->stream_host_wait)
+        e = checker->stream_host_wait(dl_id >= 0 && dl_id < checker->device_count() ? dl_id : 0, &stream->s);
     if (e) {
         *exc = tb_raise_error(env, "stream: waiting for the producer's stream failed: %s%s", e, suffix);
         return 0;

@@ -1,4 +1,4 @@
-/* DLPack devices and streams, over the CUDA runtime: the device libtorch
+/* DLPack devices and streams, over the runtimes (tb_runtime.h): the device libtorch
  * sees a DLPack tensor on, the runtime's check of its pointer, and the
  * stream contract of an export or an import (tb_stream.h), as terms. */
 #ifndef TB_DLPACK_DEVICE_H
@@ -17,7 +17,7 @@
 typedef struct {
     ERL_NIF_TERM term;
     tb_stream s;
-    enum { TB_STREAM_OK, TB_STREAM_NOT_INTEGER, TB_STREAM_REFUSED, TB_STREAM_NO_RUNTIME } status;
+    enum { TB_STREAM_OK, TB_STREAM_NOT_INTEGER, TB_STREAM_REFUSED } status;
     const char *why; /* TB_STREAM_REFUSED: tb_stream_parse's reason */
 } tb_dlpack_stream;
 

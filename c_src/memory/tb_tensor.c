@@ -3,9 +3,9 @@
 #include <string.h>
 
 #include "tb_count.h"
-#include "tb_cuda_runtime.h"
 #include "tb_nifs.h"
 #include "tb_rtype.h"
+#include "tb_runtime.h"
 
 static tb_rtype tensor_type;
 
@@ -74,7 +74,7 @@ ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storag
 {
     const tb_layout *l = &s->l;
     char why[200];
-    if (!proven && s->r.byte_size > 0 && !tb_cuda_check_pointer(l->ptr, &s->device, why, sizeof why)) {
+    if (!proven && s->r.byte_size > 0 && !tb_runtime_check_pointer(l->ptr, &s->device, why, sizeof why)) {
         tb_storage_release(storage);
         return tb_raise_badarg(env, "ptr: %s", why);
     }
@@ -364,8 +364,8 @@ ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
     int on_device = d.info.device_type != TB_DEVICE_CPU || device.type != TB_DEVICE_CPU;
     /* Said here, as from_blob says it: libtorch's own text is long and cut.
      * The target's runtime, or else the source's, the linked libtorch lacks. */
-    int lacking = !tb_shim_runtime_built(tb_device_runtime(device.type)) ? device.type : d.info.device_type;
-    if (!tb_shim_runtime_built(tb_device_runtime(lacking))) {
+    int lacking = !tb_shim_device_built(device.type) ? device.type : d.info.device_type;
+    if (!tb_shim_device_built(lacking)) {
         const char *name = tb_devices[lacking].c10_name;
         return tb_raise_error(env,
                               "device %T: this libtorch was built without %s, so to_device cannot copy to or "

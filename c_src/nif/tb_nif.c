@@ -10,12 +10,12 @@
 
 #include "tb_binary.h"
 #include "tb_bridge.h"
-#include "tb_cuda_runtime.h"
 #include "tb_dlpack.h"
 #include "tb_fault.h"
 #include "tb_load.h"
 #include "tb_nifs.h"
 #include "tb_pin.h"
+#include "tb_runtime.h"
 #include "tb_shm.h"
 #include "tb_state.h"
 #include "tb_storage.h"
@@ -200,7 +200,7 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
     /* The SIGBUS guard of every touch of region memory: copies (here and
      * in the shim), PyTorch headers, the journal. */
     tb_fault_install();
-    tb_cuda_load();
+    tb_runtime_load();
     tb_shm_load();
     if (tb_load_fault(TB_LOAD_BARE_TYPE) ||
         !(bare_resource_type =

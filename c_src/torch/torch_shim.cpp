@@ -372,13 +372,16 @@ int tb_shim_cuda_built(void) noexcept
     }
 }
 
-int tb_shim_runtime_built(int runtime) noexcept
+int tb_shim_device_built(int device_type) noexcept
 {
-    switch (runtime) {
-    case TB_RUNTIME_HOST: return 1;
-    case TB_RUNTIME_CUDA: return tb_shim_cuda_built();
+    if (tb_device_runtime(device_type) == TB_RUNTIME_HOST)
+        return 1; // the host's memory needs nothing of libtorch
+    int torch_type = tb_device_torch_type(device_type);
+    try {
+        return torch_type >= 0 && c10::impl::hasDeviceGuardImpl(static_cast<c10::DeviceType>(torch_type)) ? 1 : 0;
+    } catch (...) {
+        return 0;
     }
-    return 0;
 }
 
 int tb_shim_cuda_stream_is_default(int device_index) noexcept

@@ -43,10 +43,10 @@ int tb_shim_has_scalar_type(int scalar_type) TB_NOEXCEPT;
 const char *tb_shim_torch_version(void) TB_NOEXCEPT;
 /* 1 when the linked libtorch was built with CUDA. */
 int tb_shim_cuda_built(void) TB_NOEXCEPT;
-/* 1 when the linked libtorch can hold memory that runtime serves
- * (TB_RUNTIME_*, tb_device.h): the host's always, CUDA's where it was
- * built with CUDA. */
-int tb_shim_runtime_built(int runtime) TB_NOEXCEPT;
+/* 1 when the linked libtorch can hold memory of that device type
+ * (tb_device.h): the host's always, another's where libtorch has its
+ * backend (which registers the type's device guard). */
+int tb_shim_device_built(int device_type) TB_NOEXCEPT;
 
 /* A tensor over foreign memory. The shim owns ctx from the call on: when the
  * storage dies, or at once if the call fails, it calls deleter(ctx). */

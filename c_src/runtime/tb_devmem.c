@@ -17,29 +17,36 @@ const char *tb_devmem_type_name(tb_mem_type type)
 
 int tb_devmem_needs_answer(int declared_type, int declared_index, int device_count)
 {
-    /* Asking costs a runtime call: only where a GPU could own the pointer. */
+    /* Asking costs a runtime call: only where a device could own the pointer. */
     if (tb_device_runtime(declared_type) == TB_RUNTIME_HOST)
         return device_count > 0;
     return declared_index >= 0 && declared_index < device_count;
 }
 
-static int no_such_device(int index, int device_count, char *why, size_t why_size)
+/* How messages name a runtime: "CUDA". */
+static const char *named(int runtime)
 {
-    snprintf(why, why_size, "CUDA device %d does not exist (%d found)", index, device_count);
+    return runtime >= 0 && runtime < TB_RUNTIME_COUNT ? tb_runtime_names[runtime] : "?";
+}
+
+static int no_such_device(int runtime, int index, int device_count, char *why, size_t why_size)
+{
+    snprintf(why, why_size, "%s device %d does not exist (%d found)", named(runtime), index, device_count);
     return 0;
 }
 
-int tb_devmem_verdict(int declared_type, int declared_index, int device_count, const tb_mem_answer *a, char *why,
-                      size_t why_size)
+int tb_devmem_verdict(int declared_type, int declared_index, int asked, int device_count, const tb_mem_answer *a,
+                      char *why, size_t why_size)
 {
     int host = tb_device_runtime(declared_type) == TB_RUNTIME_HOST;
+    const char *rt = named(asked);
     if (!host && (declared_index < 0 || declared_index >= device_count))
-        return no_such_device(declared_index, device_count, why, why_size);
+        return no_such_device(asked, declared_index, device_count, why, why_size);
     if (!tb_devmem_needs_answer(declared_type, declared_index, device_count))
         return 1;
     if (a->type == TB_MEM_UNKNOWN && a->error && !host) {
         /* A freed device pointer, for one: say what the runtime said. */
-        snprintf(why, why_size, "the CUDA runtime does not know it as memory of CUDA device %d: %s", declared_index,
+        snprintf(why, why_size, "the %s runtime does not know it as memory of %s device %d: %s", rt, rt, declared_index,
                  a->error);
         return 0;
     }
@@ -48,25 +55,26 @@ int tb_devmem_verdict(int declared_type, int declared_index, int device_count, c
     if (host) {
         if (a->type != TB_MEM_DEVICE)
             return 1;
-        snprintf(why, why_size, "memory of CUDA device %d, declared as CPU memory", a->device);
+        snprintf(why, why_size, "memory of %s device %d, declared as %s memory", rt, a->device,
+                 tb_devices[declared_type].c10_name);
         return 0;
     }
     if (a->type == TB_MEM_HOST) {
         /* The runtime answers "unregistered" for plain host memory and for
          * device memory already freed alike: name both. */
         snprintf(why, why_size,
-                 "memory no CUDA device owns (host memory, or device memory already freed), declared as memory of "
-                 "CUDA device %d",
-                 declared_index);
+                 "memory no %s device owns (host memory, or device memory already freed), declared as memory of "
+                 "%s device %d",
+                 rt, rt, declared_index);
         return 0;
     }
     if (a->type != TB_MEM_DEVICE) {
-        snprintf(why, why_size, "%s memory, declared as memory of CUDA device %d", tb_devmem_type_name(a->type),
+        snprintf(why, why_size, "%s memory, declared as memory of %s device %d", tb_devmem_type_name(a->type), rt,
                  declared_index);
         return 0;
     }
     if (a->device != declared_index) {
-        snprintf(why, why_size, "memory of CUDA device %d, declared as memory of CUDA device %d", a->device,
+        snprintf(why, why_size, "memory of %s device %d, declared as memory of %s device %d", rt, a->device, rt,
                  declared_index);
         return 0;
     }
@@ -83,9 +91,12 @@ static const tb_dlpack_device_row *dl_row(int32_t dl_type)
 
 void tb_devmem_dlpack_placement(int32_t dl_type, int32_t dl_id, tb_dl_placement *out)
 {
-    int type = dl_row(dl_type)->device;
-    *out = (tb_dl_placement){
-        .type = type, .index = tb_device_indexed(type) ? dl_id : 0, .runtime = tb_device_runtime(type)};
+    const tb_dlpack_device_row *row = dl_row(dl_type);
+    int type = row->device;
+    *out = (tb_dl_placement){.type = type,
+                             .index = tb_device_indexed(type) ? dl_id : 0,
+                             .runtime = tb_device_runtime(type),
+                             .checker = row->runtime};
 }
 
 int tb_devmem_dlpack_needs_answer(int32_t dl_type, int32_t dl_id, int device_count)
@@ -95,32 +106,34 @@ int tb_devmem_dlpack_needs_answer(int32_t dl_type, int32_t dl_id, int device_cou
     return tb_devmem_needs_answer(p.type, p.index, device_count);
 }
 
-int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int device_count, const tb_mem_answer *a, char *why,
-                             size_t why_size)
+int tb_devmem_dlpack_verdict(int32_t dl_type, int32_t dl_id, int asked, int device_count, const tb_mem_answer *a,
+                             char *why, size_t why_size)
 {
     tb_dl_placement p;
     tb_devmem_dlpack_placement(dl_type, dl_id, &p);
-    switch (dl_row(dl_type)->check) {
+    const tb_dlpack_device_row *row = dl_row(dl_type);
+    const char *rt = named(asked);
+    switch (row->check) {
     case TB_DLCHECK_PAGE_LOCKED:
         /* Host-readable unless the runtime says it is on a device. */
         if (tb_devmem_needs_answer(p.type, p.index, device_count) && a->type == TB_MEM_DEVICE) {
-            snprintf(why, why_size, "memory of CUDA device %d, labelled kDLCUDAHost (page-locked host memory)",
-                     a->device);
+            snprintf(why, why_size, "memory of %s device %d, labelled %s (page-locked host memory)", rt, a->device,
+                     row->dlpack_name);
             return 0;
         }
         return 1;
     case TB_DLCHECK_MANAGED:
         if (dl_id < 0 || dl_id >= device_count)
-            return no_such_device(dl_id, device_count, why, why_size);
+            return no_such_device(asked, dl_id, device_count, why, why_size);
         if (a->type == TB_MEM_MANAGED)
             return 1;
         if (a->type == TB_MEM_UNKNOWN)
-            snprintf(why, why_size, "the CUDA runtime does not know it as managed memory: %s",
+            snprintf(why, why_size, "the %s runtime does not know it as managed memory: %s", rt,
                      a->error ? a->error : "no answer");
         else
-            snprintf(why, why_size, "%s memory, labelled kDLCUDAManaged", tb_devmem_type_name(a->type));
+            snprintf(why, why_size, "%s memory, labelled %s", tb_devmem_type_name(a->type), row->dlpack_name);
         return 0;
     default: /* TB_DLCHECK_HOST, TB_DLCHECK_DEVICE: as from_blob's */
-        return tb_devmem_verdict(p.type, p.index, device_count, a, why, why_size);
+        return tb_devmem_verdict(p.type, p.index, asked, device_count, a, why, why_size);
     }
 }
