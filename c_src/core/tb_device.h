@@ -5,18 +5,19 @@
  *
  * The atom names the device in terms: an indexed device type is
  * {Type, Index} ({cuda, 0}), one that is not is its atom alone (cpu). The
- * runtime is the one that serves its memory: what checks a pointer
- * declared on it, whether it has streams, whether the linked libtorch can
- * hold it (see tb_device_runtime below). Every decision by device type
- * reads these columns; none names a device type.
+ * runtime is the one that serves its memory (TB_RUNTIMES below): what
+ * checks a pointer declared on it and orders its streams. Every decision
+ * by device type reads these columns; none names a device type.
  *
  * TB_DLPACK_DEVICES lists the DLPack device codes an import takes: the
- * device libtorch sees such memory on, and what the runtime must confirm.
+ * device libtorch sees such memory on, what a runtime must confirm, and
+ * which runtime that is.
  *
  * Adding a device type: its line here (and its DLPack codes below), its
  * name in ?DEVICE_TYPES of test/tensor_blob_tests.erl, its term in the
- * device() type of src/tensor_blob.erl, and, if no runtime of the list
- * serves it, the runtime that does. */
+ * device() type of src/tensor_blob.erl. If no runtime of TB_RUNTIMES
+ * serves it, also its runtime's line there, the unit that defines that
+ * runtime's functions (tb_runtime.h), and the unit's line in c_src/LAYERS. */
 #ifndef TB_DEVICE_H
 #define TB_DEVICE_H
 
