@@ -728,7 +728,34 @@ defmodule TensorBlob.DLPackTest do
 
       assert error.message =~ "stream: 0 is ambiguous for CUDA"
       assert error.message =~ "the producer's deleter was called"
-      assert {Tensor.shape(holder), Tensor.shape(holder2)} == {{1024}, {1024}}
+
+      # Page-locked memory waits on the calling thread for the producer's
+      # stream (1, the legacy default stream), through the runtime the
+      # device table names for kDLCUDAHost: CUDA's. A build without CUDA
+      # runtime calls refuses the stream; one with them waits, or, with no
+      # GPU to wait on, says so; the deleter runs once either way.
+      # (The forged struct carries the deleter and context of an export of
+      # its own, which that deleter releases.)
+      {_, v3} = exported(ctx.t, :versioned)
+      {holder3, address} = Managed.forge(%{v3 | device: 3}, :versioned, [4, 6], [6, 1])
+      cuda = TensorBlob.CUDA.runtime()
+
+      cond do
+        not cuda.built ->
+          error = assert_raise TensorBlob.Error, fn -> DLPack.import(address, stream: 1, unsafe_address: true) end
+          assert error.message =~ "stream: this build has no CUDA runtime calls (TB_CUDA=0), so it cannot order work"
+          assert error.message =~ "the producer's deleter was called"
+
+        cuda.devices == 0 ->
+          error = assert_raise TensorBlob.Error, fn -> DLPack.import(address, stream: 1, unsafe_address: true) end
+          assert error.message =~ "stream: waiting for the producer's stream failed"
+          assert error.message =~ "the producer's deleter was called"
+
+        true ->
+          assert address |> DLPack.import(stream: 1, unsafe_address: true) |> Tensor.to_binary() == @f32
+      end
+
+      assert {Tensor.shape(holder), Tensor.shape(holder2), Tensor.shape(holder3)} == {{1024}, {1024}, {1024}}
       finish(ctx, [:versioned, :legacy])
     end
 
