@@ -50,18 +50,26 @@ static int same_legacy_stream(const tb_cuda_ops *ops, int device, const tb_strea
     return s->handle == TB_STREAM_LEGACY && ops->torch_stream_is_default && ops->torch_stream_is_default(device);
 }
 
+/* Records an event on libtorch's current stream of `device`, once the
+ * runtime is known to have the call that will use it (`next_missing`:
+ * NULL when it has): NULL, or why not. The caller destroys the event. */
+static const char *record_torch_event(const tb_cuda_ops *ops, int device, const char *next_missing, void **event)
+{
+    const char *e = MISSING(ops, torch_record_event);
+    if (!e)
+        e = next_missing;
+    return e ? e
+             : tb_cuda_failed("recording an event on libtorch's current stream",
+                              ops->torch_record_event(device, event));
+}
+
 const char *tb_stream_export(const tb_cuda_ops *ops, int device, const tb_stream *consumer)
 {
     if (!consumer->sync || same_legacy_stream(ops, device, consumer))
         return NULL;
-    const char *e = MISSING(ops, torch_record_event);
-    if (!e)
-        e = MISSING(ops, stream_wait_event);
-    if (e)
-        return e;
     void *event = NULL;
-    if ((e = tb_cuda_failed("recording an event on libtorch's current stream",
-                            ops->torch_record_event(device, &event))))
+    const char *e = record_torch_event(ops, device, MISSING(ops, stream_wait_event), &event);
+    if (e)
         return e;
     device_scope scope;
     /* The legacy and per-thread streams are those of the current device. */
@@ -119,14 +127,9 @@ const char *tb_stream_host_wait(const tb_cuda_ops *ops, int device, const tb_str
 
 const char *tb_stream_host_wait_torch(const tb_cuda_ops *ops, int device)
 {
-    const char *e = MISSING(ops, torch_record_event);
-    if (!e)
-        e = MISSING(ops, event_synchronize);
-    if (e)
-        return e;
     void *event = NULL;
-    if ((e = tb_cuda_failed("recording an event on libtorch's current stream",
-                            ops->torch_record_event(device, &event))))
+    const char *e = record_torch_event(ops, device, MISSING(ops, event_synchronize), &event);
+    if (e)
         return e;
     e = tb_cuda_failed("cudaEventSynchronize", ops->event_synchronize(event));
     ops->torch_destroy_event(device, event);
