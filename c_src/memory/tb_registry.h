@@ -67,7 +67,8 @@ typedef struct {
 typedef struct {
     tb_reg_shard shards[TB_REG_LEVELS][TB_REG_SHARDS];
     /* Bit i: shard i of the level may hold ranges of the kind (set under
-     * its lock whenever it holds some; read without). */
+     * its lock whenever it holds some; read without). Not kept for
+     * handed-out addresses, which are found by start. */
     _Alignas(64) uint64_t summary[TB_REG_LEVELS][TB_REG_KINDS];
     tb_reg_shard stripes[TB_REG_STRIPES]; /* frozen ranges, by thread */
     _Alignas(64) pthread_mutex_t files_lock;
