@@ -1,7 +1,9 @@
 # Throughput of every exchange operation with 1, 2 (and, where there are
 # more, all) busy schedulers: one process per scheduler, each with its own
 # tensor, running for a fixed time; and the mixed loop of many processes at
-# once. `mix run bench/scaling.exs` prints it alone; bench.exs includes it.
+# once. `TB_SCALING_STANDALONE=1 mix run bench/scaling.exs` prints it
+# alone (TB_SCALING_ONLY=text: only the operations whose names hold it, and
+# no mixed loop); bench.exs includes it.
 defmodule Bench.Scaling do
   alias TensorBlob.{DLPack, Tensor}
 
@@ -16,6 +18,7 @@ defmodule Bench.Scaling do
       {"from_blob, term owner",
        fn t -> (b = TensorBlob.to_blob(t)) && fn -> TensorBlob.from_blob(b, owner: {:keep, t}) end end},
       {"DLPack export + import", fn t -> fn -> DLPack.import(DLPack.export(t)) end end},
+      {"DLPack through an address", fn t -> fn -> t |> DLPack.export() |> DLPack.consume() |> DLPack.import() end end},
       {"to_binary copy: false", fn t -> fn -> Tensor.to_binary(t, copy: false) end end},
       {"from_binary copy: false",
        fn t ->
@@ -68,10 +71,10 @@ defmodule Bench.Scaling do
   end
 
   # The best of `tries` runs of each (the machine may be busy).
-  def operations_table(ms \\ 300, tries \\ 3) do
+  def operations_table(ms \\ 300, tries \\ 3, only \\ nil) do
     counts = scheduler_counts()
 
-    for {name, make} <- operations() do
+    for {name, make} <- operations(), only == nil or String.contains?(name, only) do
       rates = for n <- counts, into: %{}, do: {n, best(tries, fn -> rate(make, n, ms) end)}
       {name, rates}
     end
@@ -123,6 +126,10 @@ defmodule Bench.Scaling do
       IO.puts("  #{String.pad_trailing(name, 28)} " <> Enum.join(cells, "   "))
     end
 
+    if mixed, do: print_mixed(mixed)
+  end
+
+  defp print_mixed(mixed) do
     IO.puts(
       "Mixed loop (a new view, a binary view each way, a DLPack round trip): 1 process " <>
         "#{fmt_k(mixed[1])}, 2 processes #{fmt_k(mixed[2])} (#{Float.round(mixed[2] / mixed[1], 2)}x), " <>
@@ -145,8 +152,9 @@ defmodule Bench.Scaling do
 end
 
 if System.get_env("TB_SCALING_STANDALONE") do
-  table = Bench.Scaling.operations_table()
-  mixed = Bench.Scaling.mixed_table()
+  only = System.get_env("TB_SCALING_ONLY")
+  table = Bench.Scaling.operations_table(300, 3, only)
+  mixed = if only, do: nil, else: Bench.Scaling.mixed_table()
   Bench.Scaling.print(table, mixed)
   stats = TensorBlob.stats()
   :erlang.garbage_collect()

@@ -1,7 +1,7 @@
-/* The interval set (the read-only and frozen registries) against a
- * brute-force model: random ranges inserted and removed in random order,
- * every query compared with a scan, and the depth of the treap kept
- * logarithmic. */
+/* The interval set (the registry's shards) against a brute-force model:
+ * random ranges inserted and removed in random order, every query (by
+ * overlap, and by exact start) compared with a scan, and the depth of the
+ * treap kept logarithmic. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -63,10 +63,25 @@ static void query_both(const tb_range *root, uintptr_t lo, uintptr_t hi, int *mi
         (*mismatches)++;
 }
 
+/* tb_intervals_at: a range of the set that starts at lo, whenever one does
+ * (among ranges that overlap lo, or share their start with others). */
+static void query_at(tb_range *root, uintptr_t lo, int *mismatches, int *found)
+{
+    const tb_range *r = tb_intervals_at(root, lo);
+    int want = 0, member = 0;
+    for (int i = 0; i < N; i++) {
+        want |= in_set[i] && ranges[i].lo == lo;
+        member |= in_set[i] && r == &ranges[i];
+    }
+    if ((r != NULL) != want || (r && (r->lo != lo || !member)))
+        (*mismatches)++;
+    *found += r != NULL;
+}
+
 static void test_random_against_model(void)
 {
     tb_range *root = NULL;
-    int mismatches = 0;
+    int mismatches = 0, found_at = 0;
     /* Small addresses and lengths: many overlaps, nested and equal starts. */
     for (int i = 0; i < N; i++) {
         uintptr_t lo = 4096 + rnd() % 200000;
@@ -81,7 +96,10 @@ static void test_random_against_model(void)
         in_set[i] = !in_set[i];
         uintptr_t lo = rnd() % 210000;
         query_both(root, lo, lo + 1 + rnd() % 300, &mismatches);
+        query_at(root, lo, &mismatches, &found_at);
+        query_at(root, ranges[rnd() % N].lo, &mismatches, &found_at);
     }
+    CHECK(found_at > N); /* starts were found, not only missed */
     uintptr_t m;
     int depth;
     CHECK(valid(root, &m, &depth));

@@ -4,9 +4,11 @@
  * - against a brute-force model, on one thread: ranges of every size (each
  *   level), named by file or not, added and removed in random order, every
  *   query compared with a scan, narrow and wide (read through the levels'
- *   summaries); after every step, each shard holding ranges of a kind has
- *   its summary bit set, and a wide query over everything, once nothing is
- *   left, clears every bit;
+ *   summaries), and takes by start too; after every step, each shard
+ *   holding ranges of a kind has its summary bit set, and a wide query over
+ *   everything, once nothing is left, clears every bit;
+ * - a take finds a range only at its exact start, once, and only of the
+ *   kind asked, with ranges of every other kind at the same addresses;
  * - from many threads at once (run under ThreadSanitizer by make
  *   tsan-test, and under AddressSanitizer): each thread keeps ranges in a
  *   window of its own, whose shards it shares with the others, and its
@@ -14,10 +16,14 @@
  *   a write against a binary view of the same memory, and never both get
  *   in, also where the view is a gigabyte whose query reads a summary that
  *   other threads' small ranges set and its own queries clear; counters
- *   moved by every thread sum to what was added. */
+ *   moved by every thread sum to what was added;
+ * - threads hand addresses out and take them back as DLPack imports and
+ *   deleters do, amid ranges of other kinds added and removed at the same
+ *   addresses: each address handed out is taken by exactly one thread. */
 #define _GNU_SOURCE /* pthread barriers */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,7 +99,8 @@ static int summary_holds(int *set)
         for (int k = 0; k < TB_REG_KINDS; k++)
             for (int i = 0; i < TB_REG_SHARDS; i++) {
                 int bit = (int)((reg.summary[l][k] >> i) & 1);
-                ok &= reg.shards[l][i].count[k] == 0 || bit;
+                /* Handed-out addresses are kept by start, with no bits. */
+                ok &= reg.shards[l][i].count[k] == 0 || bit || k == TB_REG_HANDED;
                 *set += bit;
             }
     return ok;
@@ -105,9 +112,26 @@ static void test_model(void)
     for (int i = 0; i < MODEL_N; i++)
         kind_of[i] = -1;
     int mismatches = 0, hits = 0, mapping_mismatches = 0, summary_broken = 0, most_set = 0;
+    int take_mismatches = 0, taken = 0;
     for (int step = 0; step < 40000; step++) {
         int i = (int)(next_random(&rng) % MODEL_N);
-        if (kind_of[i] >= 0) {
+        if (kind_of[i] >= 0 && next_random(&rng) % 2) {
+            /* Taken by its start, or missed one byte off it, with a kind
+             * asked that may not be its own. */
+            int off = (int)(next_random(&rng) % 3) - 1;
+            tb_reg_kind kind =
+                next_random(&rng) % 4 ? (tb_reg_kind)kind_of[i] : (tb_reg_kind)(next_random(&rng) % TB_REG_KINDS);
+            uintptr_t lo = ranges[i].lo + (uintptr_t)off;
+            tb_range *r = tb_registry_take(&reg, kind, lo);
+            int want = 0, j = r ? (int)(r - ranges) : -1;
+            for (int m = 0; m < MODEL_N; m++)
+                want |= kind_of[m] == (int)kind && ranges[m].lo == lo;
+            if ((r != NULL) != want || (r && (j < 0 || j >= MODEL_N || kind_of[j] != (int)kind || ranges[j].lo != lo)))
+                take_mismatches++;
+            else if (r)
+                kind_of[j] = -1;
+            taken += r != NULL;
+        } else if (kind_of[i] >= 0) {
             tb_registry_remove(&reg, (tb_reg_kind)kind_of[i], &ranges[i]);
             kind_of[i] = -1;
         } else {
@@ -139,7 +163,9 @@ static void test_model(void)
     CHECK(most_set > 64); /* the summaries were used, on more than one level or kind */
     CHECK_EQ(mismatches, 0);
     CHECK_EQ(mapping_mismatches, 0);
-    CHECK(hits > 1000); /* the queries did find ranges, of every level */
+    CHECK_EQ(take_mismatches, 0);
+    CHECK(hits > 1000);  /* the queries did find ranges, of every level */
+    CHECK(taken > 1000); /* and the takes took some */
     for (int i = 0; i < MODEL_N; i++)
         if (kind_of[i] >= 0)
             tb_registry_remove(&reg, (tb_reg_kind)kind_of[i], &ranges[i]);
@@ -153,6 +179,69 @@ static void test_model(void)
     for (int l = 0; l < TB_REG_LEVELS - 1; l++)
         for (int k = 0; k < TB_REG_KINDS; k++)
             CHECK_EQ(reg.summary[l][k], 0);
+}
+
+/* Handed-out addresses beside ranges of every other kind at the same
+ * addresses: a take finds only the kind asked, only at the exact start,
+ * and only once; the other kinds stay, found as before. */
+static void test_take_exact(void)
+{
+    const uintptr_t a = (uintptr_t)0x5A << 32;
+    tb_range handed[8], frozen = {.lo = a, .hi = a + 4096}, read_only = {.lo = a, .hi = a + 1},
+                        writing = {.lo = a - 16, .hi = a + 64};
+    tb_range big = {.lo = a,
+                    .hi = a + ((uint64_t)3 << 30),
+                    .file_dev = 1,
+                    .file_ino = 9,
+                    .file_lo = 0,
+                    .file_hi = (uint64_t)3 << 30};
+    for (int i = 0; i < 8; i++) {
+        handed[i] = (tb_range){.lo = a + 16 * (uintptr_t)i, .hi = a + 16 * (uintptr_t)i + 1};
+        tb_registry_add(&reg, TB_REG_HANDED, &handed[i]);
+    }
+    tb_registry_add(&reg, TB_REG_FROZEN, &frozen);
+    tb_registry_add(&reg, TB_REG_READ_ONLY, &read_only);
+    tb_registry_add(&reg, TB_REG_WRITING, &writing);
+    tb_registry_add(&reg, TB_REG_MAPPED, &big); /* the last level, and by file */
+
+    /* Inside a handed range's neighbours, or just off its start: nothing. */
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a + 1) == NULL);
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a - 1) == NULL);
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a + 8) == NULL);
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a + 16 * 8) == NULL);
+    /* The writing range covers a but starts before it. */
+    CHECK(tb_registry_take(&reg, TB_REG_WRITING, a) == NULL);
+    CHECK(tb_registry_take(&reg, TB_REG_MAPPED, a + 16) == NULL);
+
+    tb_range q = {.lo = a + 32, .hi = a + 33};
+    CHECK_EQ(tb_registry_overlap(&reg, TB_REG_BIT(TB_REG_HANDED), &q), TB_REG_HANDED);
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a + 32) == &handed[2]);
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a + 32) == NULL); /* once */
+    CHECK_EQ(tb_registry_overlap(&reg, TB_REG_BIT(TB_REG_HANDED), &q), -1);
+    /* The other kinds at that address are still there. */
+    for (int k = 0; k < TB_REG_KINDS; k++)
+        if (k != TB_REG_HANDED && k != TB_REG_READ_ONLY)
+            CHECK_EQ(tb_registry_overlap(&reg, TB_REG_BIT(k), &q), k);
+
+    /* Each kind takes its own range at a: the handed one first, and the
+     * others still found afterwards. */
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a) == &handed[0]);
+    tb_range at_a = {.lo = a, .hi = a + 1};
+    for (int k = 0; k < TB_REG_KINDS; k++)
+        CHECK_EQ(tb_registry_overlap(&reg, TB_REG_BIT(k), &at_a), k == TB_REG_HANDED ? -1 : k);
+    CHECK(tb_registry_take(&reg, TB_REG_READ_ONLY, a) == &read_only);
+    CHECK(tb_registry_take(&reg, TB_REG_FROZEN, a) == &frozen);
+    CHECK(tb_registry_take(&reg, TB_REG_MAPPED, a) == &big);
+    /* Taken, the mapped range is gone by file too. */
+    tb_range by_file = {.lo = 1, .hi = 2, .file_dev = 1, .file_ino = 9, .file_lo = 100, .file_hi = 200};
+    CHECK_EQ(tb_registry_overlap(&reg, TB_REG_BIT(TB_REG_MAPPED), &by_file), -1);
+    CHECK_EQ(tb_registry_overlap(&reg, TB_REG_BIT(TB_REG_WRITING), &at_a), TB_REG_WRITING);
+    CHECK(tb_registry_take(&reg, TB_REG_HANDED, a + 16) == &handed[1]);
+    for (int i = 3; i < 8; i++)
+        CHECK(tb_registry_take(&reg, TB_REG_HANDED, a + 16 * (uintptr_t)i) == &handed[i]);
+    tb_registry_remove(&reg, TB_REG_WRITING, &writing);
+    tb_range everything = {.lo = 0, .hi = UINTPTR_MAX};
+    CHECK_EQ(tb_registry_overlap(&reg, (1u << TB_REG_KINDS) - 1, &everything), -1);
 }
 
 /* ---- Many threads ---------------------------------------------------------- */
@@ -250,6 +339,150 @@ static void *racer(void *p)
     return NULL;
 }
 
+static void run_threads(void *(*fn)(void *), atomic_int *errors);
+
+/* Addresses handed out and taken back, as tb_dlpack.c does: a thread that
+ * owns a slot hands its address out (sets the slot's flag, then adds it);
+ * any thread may claim any address (an import: take it by address), or run
+ * a slot's deleter (if the flag reads set, take its own address). A take
+ * that succeeds makes its thread the owner, which may hand it out again (an
+ * address freed and reused). Each hand-out must be taken once: a thread
+ * whose take succeeds must find the slot owned by nobody. */
+enum { SLOTS = 256, HAND_ROUNDS = 40000 };
+
+typedef struct {
+    tb_range r;
+    atomic_int handed; /* tb_export's flag */
+    atomic_int owned;  /* 1 while a thread owns it (not in the registry) */
+    atomic_long hand_outs, takes;
+} slot;
+
+static slot slots[SLOTS];
+static const uintptr_t slot_base = (uintptr_t)0x6B << 32;
+
+static uintptr_t slot_address(int i)
+{
+    return slot_base + 16 * (uintptr_t)i; /* malloc'd neighbours */
+}
+
+static void hand_out(int i)
+{
+    slot *sl = &slots[i];
+    sl->r = (tb_range){.lo = slot_address(i), .hi = slot_address(i) + 1};
+    atomic_fetch_add(&sl->hand_outs, 1);
+    atomic_store(&sl->owned, 0);
+    atomic_store_explicit(&sl->handed, 1, memory_order_relaxed);
+    tb_registry_add(&reg, TB_REG_HANDED, &sl->r);
+}
+
+/* A take that succeeded: the slot must have been nobody's. Its index, or
+ * -1 when it was another thread's (which keeps it, so that a broken take
+ * shows in the counts rather than as a corrupted set). */
+static int took(tb_range *r, atomic_int *errors)
+{
+    int i = (int)(((slot *)((char *)r - offsetof(slot, r))) - slots);
+    slot *sl = &slots[i];
+    atomic_fetch_add(&sl->takes, 1);
+    if (atomic_exchange(&sl->owned, 1) != 0) {
+        atomic_fetch_add(errors, 1);
+        return -1;
+    }
+    atomic_store_explicit(&sl->handed, 0, memory_order_relaxed);
+    return i;
+}
+
+static void *hander(void *p)
+{
+    worker_arg *a = p;
+    uint64_t rng = 0x5151ull * (uint64_t)(a->id + 1);
+    int own[SLOTS], n = 0;
+    /* Each thread starts owning its share of the slots. */
+    for (int i = a->id; i < SLOTS; i += THREADS)
+        own[n++] = i;
+    /* Its ranges of other kinds start 1 to 16 bytes into a slot, where no
+     * other thread's start: its takes of them take only its own. */
+    tb_range other[2];
+    int other_live[2] = {0};
+    pthread_barrier_wait(&start);
+    for (int round = 0; round < HAND_ROUNDS; round++) {
+        uint64_t x = next_random(&rng);
+        int j = (int)(next_random(&rng) % SLOTS);
+        tb_range *r = NULL;
+        switch (x % 4) {
+        case 0: /* hand one out */
+            if (n > 0) {
+                int k = (int)(next_random(&rng) % (uint64_t)n);
+                int i = own[k];
+                own[k] = own[--n];
+                hand_out(i);
+            }
+            break;
+        case 1: /* an import claims an address */ r = tb_registry_take(&reg, TB_REG_HANDED, slot_address(j)); break;
+        case 2: /* a deleter, where the flag says the address is out */
+            if (atomic_load_explicit(&slots[j].handed, memory_order_relaxed))
+                r = tb_registry_take(&reg, TB_REG_HANDED, slot_address(j));
+            break;
+        default: { /* other kinds come and go at the same addresses */
+            int o = (int)((x >> 8) % 2);
+            tb_reg_kind kind = o ? TB_REG_READ_ONLY : TB_REG_WRITING;
+            if (other_live[o]) {
+                if (x >> 16 & 1)
+                    tb_registry_remove(&reg, kind, &other[o]);
+                else if (tb_registry_take(&reg, kind, other[o].lo) != &other[o])
+                    atomic_fetch_add(a->errors, 1);
+                other_live[o] = 0;
+            } else {
+                uintptr_t lo = slot_address(j) + 1 + (uintptr_t)(2 * a->id + o);
+                other[o] = (tb_range){.lo = lo, .hi = lo + 64};
+                tb_registry_add(&reg, kind, &other[o]);
+                other_live[o] = 1;
+            }
+            tb_range q = {.lo = slot_address(j), .hi = slot_address(j) + 1};
+            (void)tb_registry_overlap(&reg, TB_REG_BIT(TB_REG_HANDED) | TB_REG_BIT(kind), &q);
+        }
+        }
+        int i = r ? took(r, a->errors) : -1;
+        if (i >= 0)
+            own[n++] = i;
+    }
+    for (int o = 0; o < 2; o++)
+        if (other_live[o])
+            tb_registry_remove(&reg, o ? TB_REG_READ_ONLY : TB_REG_WRITING, &other[o]);
+    return NULL;
+}
+
+static void test_handed_race(void)
+{
+    atomic_int errors = 0;
+    for (int i = 0; i < SLOTS; i++)
+        atomic_store(&slots[i].owned, 1);
+    run_threads(hander, &errors);
+    CHECK_EQ(atomic_load(&errors), 0);
+    /* What is still out is taken once now, and nothing else is left. */
+    for (int i = 0; i < SLOTS; i++) {
+        tb_range *r = tb_registry_take(&reg, TB_REG_HANDED, slot_address(i));
+        if (r)
+            CHECK_EQ(took(r, &errors), i);
+        CHECK(tb_registry_take(&reg, TB_REG_HANDED, slot_address(i)) == NULL);
+    }
+    CHECK_EQ(atomic_load(&errors), 0);
+    long hand_outs = 0, takes = 0, wrong = 0;
+    for (int i = 0; i < SLOTS; i++) {
+        long h = atomic_load(&slots[i].hand_outs), t = atomic_load(&slots[i].takes);
+        wrong += h != t;
+        hand_outs += h;
+        takes += t;
+    }
+    CHECK_EQ(wrong, 0); /* every hand-out taken exactly once */
+    CHECK_EQ(takes, hand_outs);
+    CHECK(hand_outs > THREADS * HAND_ROUNDS / 8); /* the race was run */
+    long left = 0;
+    for (int i = 0; i < TB_REG_SHARDS; i++)
+        left += reg.shards[0][i].count[TB_REG_HANDED];
+    CHECK_EQ(left, 0);
+    printf("test_registry: %ld addresses handed out and taken back\n", hand_outs);
+}
+
 static void run_threads(void *(*fn)(void *), atomic_int *errors)
 {
     pthread_t threads[THREADS];
@@ -267,6 +500,7 @@ int main(void)
     CHECK(tb_registry_init(&reg));
     CHECK_EQ(pthread_barrier_init(&start, NULL, THREADS), 0);
     test_model();
+    test_take_exact();
 
     atomic_int errors = 0;
     run_threads(own_window, &errors);
@@ -290,8 +524,10 @@ int main(void)
         freezes += f;
     }
 
+    test_handed_race();
+
     tb_range everything = {.lo = 0, .hi = UINTPTR_MAX};
-    CHECK_EQ(tb_registry_overlap(&reg, 0xF, &everything), -1);
+    CHECK_EQ(tb_registry_overlap(&reg, (1u << TB_REG_KINDS) - 1, &everything), -1);
     printf("test_registry: %d checks, %d failures (writes %d, binary views %d)\n", checks, failures, writes, freezes);
     return failures != 0;
 }

@@ -18,7 +18,9 @@
 #include "tb_load.h"
 #include "tb_registry.h"
 
-/* 7: one region container for both formats (tb_shm.c), read by the
+/* 8: DLPack addresses handed out are a kind of the registry, which any
+ * build takes back (tb_dlpack.c's tb_export, up to its handed flag);
+ * 7: one region container for both formats (tb_shm.c), read by the
  * name NIFs of every build;
  * 6: frozen memory is kept by thread (tb_registry.h);
  * 5: shared-memory regions and CUDA IPC mappings are two storage kinds;
@@ -26,7 +28,7 @@
  * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
  * keeps its tensor resource */
 #ifndef TB_ABI /* the load tests build one with another */
-#define TB_ABI 7u
+#define TB_ABI 8u
 #endif
 #define TB_MAX_BUILDS 16
 

@@ -1,6 +1,7 @@
 #include "tb_dlpack.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -9,8 +10,10 @@
 #include "tb_dlpack_device.h"
 #include "tb_intervals.h"
 #include "tb_nifs.h"
+#include "tb_registry.h"
 #include "tb_rtype.h"
 #include "tb_runtime.h"
+#include "tb_state.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -30,7 +33,9 @@ typedef struct {
     } m;
     tb_shim_tensor *ref;
     /* Its address, while handed out (tb_dlpack_hand_out) and not yet
-     * imported or deleted: in the set of handed-out addresses. */
+     * imported or deleted: in the registry, of kind TB_REG_HANDED. An
+     * import by any build takes it, so the layout up to the flag below is
+     * part of the ABI (tb_state.h). */
     tb_range out;
     _Atomic int handed;
     int64_t dims[]; /* shape[ndim], then strides[ndim] */
@@ -40,77 +45,42 @@ typedef struct {
 
 /* The addresses of our managed tensors given out as integers (consumed
  * capsules, the C bridge), until one import takes each or its deleter
- * runs: an import of an address finds out here whether it is ours and
- * still unclaimed, without reading it. Sharded by address, each shard a
- * spinlock held for one O(log n) step, so exchanges on different
- * schedulers seldom meet. */
-#define HANDED_SHARDS 64
-static struct {
-    _Atomic int busy;
-    tb_range *root;
-} handed_out[HANDED_SHARDS];
-
-static unsigned handed_shard(uintptr_t address)
-{
-    return (unsigned)(((uint64_t)address >> 4) * UINT64_C(0x9E3779B97F4A7C15) >> 58) % HANDED_SHARDS;
-}
-
-static void shard_hold(unsigned s)
-{
-    int free_ = 0;
-    while (!atomic_compare_exchange_weak_explicit(&handed_out[s].busy, &free_, 1, memory_order_acquire,
-                                                  memory_order_relaxed))
-        free_ = 0;
-}
-
-static void shard_let_go(unsigned s)
-{
-    atomic_store_explicit(&handed_out[s].busy, 0, memory_order_release);
-}
-
+ * runs: a kind of the registry (tb_registry.h), so an import of an address
+ * finds out whether it is ours and still unclaimed without reading it, and
+ * takes it in the same step. */
 void tb_dlpack_hand_out(void *managed)
 {
     tb_export *e = managed; /* the managed tensor is the export's first member */
     uintptr_t a = (uintptr_t)managed;
-    unsigned s = handed_shard(a);
-    e->out.lo = a;
-    e->out.hi = a + 1;
-    e->out.file_dev = e->out.file_ino = 0;
-    shard_hold(s);
-    tb_intervals_insert(&handed_out[s].root, &e->out);
+    e->out = (tb_range){.lo = a, .hi = a + 1};
+    /* Set before the address can be found: see export_free. */
     atomic_store_explicit(&e->handed, 1, memory_order_relaxed);
-    shard_let_go(s);
+    tb_registry_add(&tb_st->registry, TB_REG_HANDED, &e->out);
 }
 
 /* 1 when address is one of ours, handed out and unclaimed: it is now
  * claimed by the caller, who owes its deleter one call. */
 static int claim_handed_out(uintptr_t address)
 {
-    unsigned s = handed_shard(address);
-    shard_hold(s);
-    const tb_range *r = tb_intervals_find(handed_out[s].root, address, address + 1);
-    tb_export *e = NULL;
-    if (r && r->lo == address) {
-        e = (tb_export *)((char *)r - offsetof(tb_export, out));
-        tb_intervals_remove(&handed_out[s].root, &e->out);
-        atomic_store_explicit(&e->handed, 0, memory_order_relaxed);
-    }
-    shard_let_go(s);
-    return e != NULL;
+    tb_range *r = tb_registry_take(&tb_st->registry, TB_REG_HANDED, address);
+    if (!r)
+        return 0;
+    tb_export *e = (tb_export *)((char *)r - offsetof(tb_export, out));
+    atomic_store_explicit(&e->handed, 0, memory_order_relaxed);
+    return 1;
 }
 
 static void export_free(tb_export *e)
 {
-    /* A consumer that was handed the address deletes it: it leaves the set. */
-    if (atomic_load_explicit(&e->handed, memory_order_relaxed)) {
-        unsigned s = handed_shard(e->out.lo);
-        shard_hold(s);
-        if (atomic_load_explicit(&e->handed, memory_order_relaxed)) {
-            tb_intervals_remove(&handed_out[s].root, &e->out);
-            atomic_store_explicit(&e->handed, 0, memory_order_relaxed);
-        }
-        shard_let_go(s);
-    }
+    /* Handed out and unclaimed, the address leaves the set. The flag spares
+     * the lock to exports not in it: it is 1 whenever the address is there
+     * (set before the add, cleared by a claim after its take), as a deleter
+     * sees it, which runs after the hand-out that gave its caller the
+     * address. A claim racing the deleter (two consumers of one address) may
+     * leave it 1 here: the take decides, whichever comes first removes the
+     * address, the other finds nothing. */
+    if (atomic_load_explicit(&e->handed, memory_order_relaxed))
+        tb_registry_take(&tb_st->registry, TB_REG_HANDED, e->out.lo);
     tb_shim_release(e->ref);
     free(e);
     tb_count_add(&tb_st->capsules, -1);

@@ -131,3 +131,12 @@ const tb_range *tb_intervals_find(const tb_range *n, uintptr_t lo, uintptr_t hi)
     }
     return NULL;
 }
+
+tb_range *tb_intervals_at(tb_range *n, uintptr_t lo)
+{
+    /* Ranges that start at lo come after every key with a smaller start
+     * and before every key with a larger one: one path down. */
+    while (n && n->lo != lo)
+        n = lo < n->lo ? n->left : n->right;
+    return n;
+}

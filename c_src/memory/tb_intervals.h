@@ -29,5 +29,7 @@ void tb_intervals_insert(tb_range **root, tb_range *r);
 void tb_intervals_remove(tb_range **root, tb_range *r);
 /* A range of the set that overlaps [lo, hi), or NULL. */
 const tb_range *tb_intervals_find(const tb_range *root, uintptr_t lo, uintptr_t hi);
+/* A range of the set that starts at lo, or NULL. */
+tb_range *tb_intervals_at(tb_range *root, uintptr_t lo);
 
 #endif

@@ -29,6 +29,18 @@ static int by_thread(tb_reg_kind kind)
     return kind == TB_REG_FROZEN;
 }
 
+/* Kept in the first level's shard its start hashes to (tb_registry.h). */
+static int by_start(tb_reg_kind kind)
+{
+    return kind == TB_REG_HANDED;
+}
+
+/* Exports are malloc'd, 16 bytes apart at least: neighbours spread out. */
+static unsigned shard_of_start(uintptr_t lo)
+{
+    return (unsigned)(((uint64_t)lo >> 4) * 0x9E3779B97F4A7C15ull >> 58) % TB_REG_SHARDS;
+}
+
 /* Where r is kept; set_home: it is being added, on this thread. *summary
  * is the word holding its shard's bit (NULL for a stripe), *bit that bit. */
 static tb_reg_shard *home_of(tb_registry *reg, tb_reg_kind kind, tb_range *r, int set_home, uint64_t **summary,
@@ -41,6 +53,8 @@ static tb_reg_shard *home_of(tb_registry *reg, tb_reg_kind kind, tb_range *r, in
             r->home = tb_stripe(TB_REG_STRIPES);
         return &reg->stripes[r->home];
     }
+    if (by_start(kind))
+        return &reg->shards[0][shard_of_start(r->lo)];
     unsigned l = level_of(r);
     unsigned i = l == TB_REG_LEVELS - 1 ? 0 : shard_of_chunk(r->lo >> level_shift[l]);
     *summary = &reg->summary[l][kind];
@@ -91,16 +105,8 @@ int tb_registry_init(tb_registry *reg)
  * bit set: a query reading the bit clear may skip the shard. */
 void tb_registry_add(tb_registry *reg, tb_reg_kind kind, tb_range *r)
 {
-    uint64_t *summary, bit;
-    tb_reg_shard *s = home_of(reg, kind, r, 1, &summary, &bit);
-    pthread_mutex_lock(&s->lock);
-    tb_intervals_insert(&s->sets[kind], r);
-    __atomic_add_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
-    /* Only this shard's lock holders change its bit: a plain look suffices,
-     * and a bit already set is not written again. */
-    if (summary && !(__atomic_load_n(summary, __ATOMIC_RELAXED) & bit))
-        __atomic_fetch_or(summary, bit, __ATOMIC_SEQ_CST);
-    pthread_mutex_unlock(&s->lock);
+    /* Linked by file first: once in its shard, another thread may take r
+     * (and free it), so nothing of r is touched after the shard's lock. */
     if (r->file_ino) {
         pthread_mutex_lock(&reg->files_lock);
         tb_range *head = &reg->files[kind];
@@ -111,18 +117,32 @@ void tb_registry_add(tb_registry *reg, tb_reg_kind kind, tb_range *r)
         __atomic_add_fetch(&reg->file_count, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&reg->files_lock);
     }
+    uint64_t *summary, bit;
+    tb_reg_shard *s = home_of(reg, kind, r, 1, &summary, &bit);
+    pthread_mutex_lock(&s->lock);
+    tb_intervals_insert(&s->sets[kind], r);
+    __atomic_add_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
+    /* Only this shard's lock holders change its bit: a plain look suffices,
+     * and a bit already set is not written again. */
+    if (summary && !(__atomic_load_n(summary, __ATOMIC_RELAXED) & bit))
+        __atomic_fetch_or(summary, bit, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void unlink_file(tb_registry *reg, tb_range *r)
+{
+    pthread_mutex_lock(&reg->files_lock);
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    __atomic_sub_fetch(&reg->file_count, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&reg->files_lock);
 }
 
 void tb_registry_remove(tb_registry *reg, tb_reg_kind kind, tb_range *r)
 {
-    if (r->file_ino) {
-        pthread_mutex_lock(&reg->files_lock);
-        r->prev->next = r->next;
-        r->next->prev = r->prev;
-        r->prev = r->next = NULL;
-        __atomic_sub_fetch(&reg->file_count, 1, __ATOMIC_SEQ_CST);
-        pthread_mutex_unlock(&reg->files_lock);
-    }
+    if (r->file_ino)
+        unlink_file(reg, r);
     uint64_t *summary, bit;
     tb_reg_shard *s = home_of(reg, kind, r, 0, &summary, &bit);
     pthread_mutex_lock(&s->lock);
@@ -195,6 +215,16 @@ static int find(tb_registry *reg, unsigned kinds, uintptr_t lo, uintptr_t hi, tb
         if (!kinds)
             return -1;
     }
+    if (kinds & TB_REG_BIT(TB_REG_HANDED)) {
+        for (unsigned i = 0; i < TB_REG_SHARDS; i++) {
+            int kind = search_shard(&reg->shards[0][i], TB_REG_BIT(TB_REG_HANDED), lo, hi, hit_out);
+            if (kind >= 0)
+                return kind;
+        }
+        kinds &= ~TB_REG_BIT(TB_REG_HANDED);
+        if (!kinds)
+            return -1;
+    }
     for (unsigned l = 0; l < TB_REG_LEVELS; l++) {
         int last_level = l == TB_REG_LEVELS - 1;
         uintptr_t first = 0, chunks = 1;
@@ -257,4 +287,40 @@ int tb_registry_overlap(tb_registry *reg, unsigned kinds, const tb_range *r)
 int tb_registry_mapping_at(tb_registry *reg, uintptr_t p, tb_range *out)
 {
     return find(reg, TB_REG_BIT(TB_REG_MAPPED), p, p + 1, out) >= 0;
+}
+
+/* The range of the kind in shard s that starts at lo, removed; NULL when
+ * none. Found and removed under one hold of the lock: that is the take. */
+static tb_range *take_from(tb_reg_shard *s, tb_reg_kind kind, uintptr_t lo)
+{
+    if (__atomic_load_n(&s->count[kind], __ATOMIC_SEQ_CST) == 0)
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    tb_range *r = tb_intervals_at(s->sets[kind], lo);
+    if (r) {
+        tb_intervals_remove(&s->sets[kind], r);
+        __atomic_sub_fetch(&s->count[kind], 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+tb_range *tb_registry_take(tb_registry *reg, tb_reg_kind kind, uintptr_t lo)
+{
+    tb_range *r = NULL;
+    if (by_thread(kind)) {
+        for (unsigned i = 0; i < TB_REG_STRIPES && !r; i++)
+            r = take_from(&reg->stripes[i], kind, lo);
+    } else if (by_start(kind)) {
+        r = take_from(&reg->shards[0][shard_of_start(lo)], kind, lo);
+    } else {
+        /* A range that starts at lo lives in the shard of lo's chunk at
+         * its level, whichever that is. */
+        for (unsigned l = 0; l < TB_REG_LEVELS && !r; l++)
+            r = take_from(&reg->shards[l][l == TB_REG_LEVELS - 1 ? 0 : shard_of_chunk(lo >> level_shift[l])], kind, lo);
+    }
+    /* Taken: only this thread unlinks it by file. */
+    if (r && r->file_ino)
+        unlink_file(reg, r);
+    return r;
 }

@@ -3,10 +3,12 @@
  * line. Pure C over pthreads: no BEAM, no libtorch (c_test/test_registry.c
  * races it from threads under ThreadSanitizer).
  *
- * Four kinds of ranges: memory a binary shows (frozen), memory never
- * written through us (read-only), write! calls in progress (writing), and
+ * Five kinds of ranges: memory a binary shows (frozen), memory never
+ * written through us (read-only), write! calls in progress (writing),
  * mapped shared-memory regions (mapped, found by address to name a second
- * mapping's memory by file).
+ * mapping's memory by file), and the addresses of DLPack managed tensors
+ * handed out as integers (handed: one byte at each, taken back at most
+ * once by the import that claims it, or removed by its deleter).
  *
  * A range lives in one shard: at the smallest level whose chunk (1 MiB,
  * 1 GiB, everything) holds its size, in the shard of the chunk where it
@@ -27,6 +29,12 @@
  * never share a lock, and a query for frozen memory (write!, which copies
  * anyway) visits every stripe.
  *
+ * Handed-out addresses are points, found only at their exact start: each
+ * is kept in the shard of the first level that its address hashes to, not
+ * by chunk, so that exports made one after another (in one megabyte) on
+ * different threads seldom share a lock; a query for them by overlap
+ * visits every shard of that level.
+ *
  * Ranges that name a region's file also sit in one list, by file: only
  * region memory is ever compared by file, and regions are few. */
 #ifndef TB_REGISTRY_H
@@ -36,7 +44,14 @@
 
 #include "tb_intervals.h"
 
-typedef enum { TB_REG_FROZEN, TB_REG_READ_ONLY, TB_REG_WRITING, TB_REG_MAPPED, TB_REG_KINDS } tb_reg_kind;
+typedef enum {
+    TB_REG_FROZEN,
+    TB_REG_READ_ONLY,
+    TB_REG_WRITING,
+    TB_REG_MAPPED,
+    TB_REG_HANDED,
+    TB_REG_KINDS
+} tb_reg_kind;
 
 #define TB_REG_BIT(kind) (1u << (kind))
 #define TB_REG_LEVELS 3
@@ -52,7 +67,8 @@ typedef struct {
 typedef struct {
     tb_reg_shard shards[TB_REG_LEVELS][TB_REG_SHARDS];
     /* Bit i: shard i of the level may hold ranges of the kind (set under
-     * its lock whenever it holds some; read without). */
+     * its lock whenever it holds some; read without). Not kept for
+     * handed-out addresses, which are found by start. */
     _Alignas(64) uint64_t summary[TB_REG_LEVELS][TB_REG_KINDS];
     tb_reg_shard stripes[TB_REG_STRIPES]; /* frozen ranges, by thread */
     _Alignas(64) pthread_mutex_t files_lock;
@@ -73,5 +89,10 @@ int tb_registry_overlap(tb_registry *reg, unsigned kinds, const tb_range *r);
 
 /* The mapped region holding address p, copied to *out; 0 when none. */
 int tb_registry_mapping_at(tb_registry *reg, uintptr_t p, tb_range *out);
+
+/* A range of the kind that starts at lo, removed from the registry under
+ * the lock it was found under: of threads taking the same range, one gets
+ * it, the others NULL (as does a start where no range of the kind is). */
+tb_range *tb_registry_take(tb_registry *reg, tb_reg_kind kind, uintptr_t lo);
 
 #endif
