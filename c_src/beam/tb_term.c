@@ -296,8 +296,9 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
         *exc = tb_raise_layout(env, "ptr", l, out->r, tb_dtypes[out->dtype].name, "");
         return 0;
     }
-    /* The host's memory needs nothing of libtorch: no call for it. */
-    if (!tb_shim_device_built(out->device.type)) {
+    /* The host's memory needs nothing of libtorch: no call into the shim
+     * for it, on every decode. */
+    if (tb_device_runtime(out->device.type) != TB_RUNTIME_HOST && !tb_shim_device_built(out->device.type)) {
         const char *name = tb_devices[out->device.type].c10_name;
         *exc = tb_raise_error(env,
                               "device %T: this libtorch was built without %s, so %s memory cannot be viewed "
