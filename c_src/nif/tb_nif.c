@@ -44,7 +44,7 @@ ERL_NIF_TERM tb_nif_bare_resource(TB_NIF_PARAMS)
 {
     void *obj = enif_alloc_resource(bare_resource_type, sizeof(void *));
     if (!obj)
-        return tb_raise_error(env, "out of memory allocating a resource");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory allocating a resource");
     ERL_NIF_TERM term = enif_make_resource(env, obj);
     enif_release_resource(obj);
     return term;
@@ -110,9 +110,10 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
     return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }
 
-/* The dtype and device tables (tb_dtype.h, tb_device.h) as the facades and
- * the tests read them: #{dtypes => [Dtype], devices => [Device]}, in table
- * order. Called once; the Erlang facade keeps the answer. */
+/* The dtype, device and error-reason tables (tb_dtype.h, tb_device.h,
+ * tb_raise.h) as the facades and the tests read them: #{dtypes => [Dtype],
+ * devices => [Device], reasons => [atom()]}, in table order. Called once;
+ * the Erlang facade keeps the answer. */
 ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM dtypes = enif_make_list(env, 0);
@@ -126,9 +127,9 @@ ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
                                  tb_devices[t].indexed ? tb_atoms.true_ : tb_atoms.false_};
         devices = enif_make_list_cell(env, make_map(env, device_keys, values, 3), devices);
     }
-    static const char *const keys[] = {"dtypes", "devices"};
-    ERL_NIF_TERM values[] = {dtypes, devices};
-    return make_map(env, keys, values, 2);
+    static const char *const keys[] = {"dtypes", "devices", "reasons"};
+    ERL_NIF_TERM values[] = {dtypes, devices, tb_raise_reasons(env)};
+    return make_map(env, keys, values, 3);
 }
 
 /* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
@@ -136,7 +137,7 @@ ERL_NIF_TERM tb_nif_nx_type(TB_NIF_PARAMS)
 {
     tb_dtype_id id;
     if (!tb_dtype_of_term(env, argv[0], &id))
-        return tb_raise_badarg(env, "dtype: unknown dtype %T", argv[0]);
+        return tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "dtype", "dtype: unknown dtype %T", argv[0]);
     if (!tb_dtypes[id].nx_kind)
         return tb_atoms.nil;
     return enif_make_tuple2(env, enif_make_atom(env, tb_dtypes[id].nx_kind),
