@@ -8,8 +8,12 @@
 #     String.starts_with?, Regex, "text" <> rest) but the uses listed in
 #     ALLOWED below, each with why its text is no message of ours.
 #  2. Every reason the facades raise or match (reason => R, reason := R,
-#     reason: :r, badarg(R, ...), raise(Kind, R, ...)) is a row of the
-#     reason table, TB_REASONS in c_src/beam/tb_raise.h (tables/0 gives it).
+#     reason: :r, badarg(R, ...), raise(Kind, R, ...), Raise.badarg!(:r, ...),
+#     Raise.error!(:r, ...)) is a row of the reason table, TB_REASONS in
+#     c_src/beam/tb_raise.h (tables/0 gives it).
+#  3. lib/ raises ArgumentError and TensorBlob.Error only through
+#     TensorBlob.Raise.badarg!/3 and error!/3, which give the reason and
+#     argument.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -81,26 +85,38 @@ reasons = set(re.findall(r'^\s*X\(\w+,\s*(\w+)\)', table, re.M))
 if not reasons:
     fail("no reason found in TB_REASONS (c_src/beam/tb_raise.h)")
 USES = [
-    r'\breason\s*(?:=>|:=)\s*(\w+)',                      # Erlang maps
+    r'\breason\s*(?:=>|:=)\s*(\w+)\b(?!\()',              # Erlang maps (not a type: atom())
     r'\breason:\s*:(\w+)',                                 # Elixir keywords and maps
     r'\bbadarg\(\s*(\w+)\s*,',                             # badarg(Reason, Argument, Message)
     r'\braise\(\s*(?:badarg|tensor_blob)\s*,\s*(\w+)\s*,', # raise(Kind, Reason, Argument, Message)
-    r'\braise_error!?\(\s*:(\w+)\s*,',                     # Elixir: raise_error(:reason, ...)
+    r'\bRaise\.(?:badarg|error)!\(\s*:(\w+)\s*,',           # Elixir: TensorBlob.Raise.badarg!(:reason, ...)
 ]
 count = 0
 for path in sources():
     comment = "%" if path.endswith((".erl", ".hrl")) else "#"
-    for n, line in enumerate(open(path), 1):
-        if line.lstrip().startswith(comment):
-            continue
-        for p in USES:
-            for m in re.finditer(p, line):
-                r = m.group(1)
-                if r[0].isupper() or r[0] == "_":
-                    continue  # a variable
-                count += 1
-                if r not in reasons:
-                    fail(f"{path}:{n}: reason {r} is no row of TB_REASONS (c_src/beam/tb_raise.h)")
+    # Comments and specs blanked (lines kept, for the line numbers).
+    code = "".join("\n" if line.lstrip().startswith((comment, "-spec", "-type", "@spec")) else line
+                   for line in open(path))
+    for p in USES:
+        for m in re.finditer(p, code):
+            r = m.group(1)
+            if r[0].isupper() or r[0] == "_":
+                continue  # a variable
+            count += 1
+            if r not in reasons:
+                n = code[:m.start()].count("\n") + 1
+                fail(f"{path}:{n}: reason {r} is no row of TB_REASONS (c_src/beam/tb_raise.h)")
+
+# The Elixir facade's raises.
+for path in sources():
+    if not path.endswith(".ex") or path == "lib/tensor_blob/raise.ex":
+        continue
+    code = "".join(line.split("#", 1)[0] if line.lstrip().startswith("#") else line for line in open(path))
+    for m in re.finditer(r'\braise\(?\s*(ArgumentError|TensorBlob\.Error)\b', code):
+        n = code[:m.start()].count("\n") + 1
+        fail(f"{path}:{n}: raise {m.group(1)} with TensorBlob.Raise.badarg!/3 or error!/3, which give its reason "
+             f"and argument")
+
 print(f"check_errors: {len(reasons)} reasons, {count} uses in src/ and lib/, "
       f"{len(ALLOWED)} allowed text matches, {'FAILED' if failed else 'ok'}")
 sys.exit(1 if failed else 0)
