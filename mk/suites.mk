@@ -61,7 +61,7 @@ format:
 # Static checks, run by CI: dialyzer, mix format, the C style of
 # .clang-format, and that nx-test builds the foreign NIF its bridge tests
 # load.
-lint: dialyzer
+lint: dialyzer bad-inputs-check
 	mix format --check-formatted
 	@if [ "$(LINT_FORMAT)" = 1 ]; then scripts/check_format.sh; fi
 	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
@@ -107,9 +107,18 @@ python-test: nif
 	    echo "==> $(PYTHON) $$t"; TB_EXPECT_TORCH=$(PYTHON_TORCH) $(PYTHON) $$t || status=1; \
 	done; exit $$status
 
+# test/BAD_INPUTS.md: written by `make bad-inputs`; `make test` and `make
+# lint` fail when it is stale (scripts/bad_inputs.exs).
+bad-inputs: nif
+	scripts/bad_inputs.sh test/BAD_INPUTS.md
+
+bad-inputs-check: nif
+	scripts/bad_inputs.sh --check test/BAD_INPUTS.md
+
 # The suites of `make test`, without the setup (compat-test runs them too).
 suites: nif
 	$(MAKE) check-c
+	$(MAKE) bad-inputs-check
 	$(MAKE) c-test
 	$(MAKE) shim-test
 	$(MAKE) mix-test
