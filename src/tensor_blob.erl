@@ -39,7 +39,7 @@
 
 -include("tensor_blob_internal.hrl").
 
--import(tensor_blob_error, [badarg/1, not_a_tensor/1]).
+-import(tensor_blob_error, [not_a_tensor/1]).
 
 -export_type([dtype_info/0, device_info/0]).
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
@@ -264,24 +264,11 @@ dtypes() -> tensor_blob_nif:dtypes().
 %% says whether the linked libtorch holds it) and every device type. The C tables are the one source
 %% of truth; Inspect, the guides' tables and the tests derive from this answer.
 -spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()]}.
-tables() ->
-    case persistent_term:get({?MODULE, tables}, undefined) of
-        undefined ->
-            Tables = tensor_blob_nif:tables(),
-            persistent_term:put({?MODULE, tables}, Tables),
-            Tables;
-        Tables ->
-            Tables
-    end.
+tables() -> tensor_blob_tables:tables().
 
 %% @doc The row of tables() of a canonical dtype.
 -spec dtype_info(atom()) -> dtype_info().
-dtype_info(Name) ->
-    #{dtypes := Dtypes} = tables(),
-    case [D || #{name := N} = D <- Dtypes, N =:= Name] of
-        [Info] -> Info;
-        [] -> badarg(["dtype: expected a canonical dtype, got ", {term, Name}])
-    end.
+dtype_info(Name) -> tensor_blob_tables:dtype_info(Name).
 
 %% @doc The Nx type {Kind, Bits} of a dtype (from the one dtype table), or nil when Nx has none
 %% (bool, complex32).
