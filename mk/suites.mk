@@ -59,10 +59,12 @@ format:
 	clang-format-14 --style=file -i $(or $(FILES),$(shell find c_src c_test -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \)))
 
 # Static checks, run by CI: dialyzer, mix format, the C style of
-# .clang-format, and that nx-test builds the foreign NIF its bridge tests
-# load.
-lint: dialyzer
+# .clang-format, no module of src/ or lib/ over 600 lines
+# (scripts/check_module_size.sh), test/BAD_INPUTS.md current, and that
+# nx-test builds the foreign NIF its bridge tests load.
+lint: dialyzer bad-inputs-check
 	mix format --check-formatted
+	scripts/check_module_size.sh
 	@if [ "$(LINT_FORMAT)" = 1 ]; then scripts/check_format.sh; fi
 	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
 	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
@@ -111,9 +113,18 @@ python-test: nif
 	    echo "==> $(PYTHON) $$t"; TB_EXPECT_TORCH=$(PYTHON_TORCH) $(PYTHON) $$t || status=1; \
 	done; exit $$status
 
+# test/BAD_INPUTS.md: written by `make bad-inputs`; `make test` and `make
+# lint` fail when it is stale (scripts/bad_inputs.exs).
+bad-inputs: nif
+	scripts/bad_inputs.sh test/BAD_INPUTS.md
+
+bad-inputs-check: nif
+	scripts/bad_inputs.sh --check test/BAD_INPUTS.md
+
 # The suites of `make test`, without the setup (compat-test runs them too).
 suites: nif
 	$(MAKE) check-c
+	$(MAKE) bad-inputs-check
 	$(MAKE) c-test
 	$(MAKE) shim-test
 	$(MAKE) mix-test

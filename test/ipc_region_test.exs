@@ -18,7 +18,6 @@ defmodule TensorBlob.IPCRegionTest do
     e in TensorBlob.Error -> e.message =~ "vanished under the copy"
   end
 
-  defp skipped(why), do: IO.puts("\n  skipped: " <> why)
 
   # Waits up to ~5 s for a condition.
   defp eventually(fun), do: TensorBlob.Test.Shm.eventually(fun, 100, 50)
@@ -143,6 +142,7 @@ defmodule TensorBlob.IPCRegionTest do
   end
 
   describe "a sparse region on a full /dev/shm" do
+    @tag :mount_ns
     test "is refused at open when its pages do not fit; one that fits is reserved and written" do
       # Regions sized with ftruncate alone (truncate(1), as Python's
       # multiprocessing.shared_memory makes them), in a 1 MiB /dev/shm.
@@ -165,9 +165,6 @@ defmodule TensorBlob.IPCRegionTest do
           assert out =~ "big=ipc: the shared memory"
           assert out =~ "do not fit in /dev/shm"
           assert out =~ "fits=[3]"
-
-        {out, status} when status in [1, 77] ->
-          skipped("no mount namespace here: " <> String.trim(out))
 
         {out, status} ->
           flunk("the VM exited with #{status}:\n" <> out)
@@ -203,6 +200,7 @@ defmodule TensorBlob.IPCRegionTest do
       assert eventually(fn -> IPC.reclaim() >= 0 and not File.exists?("/dev/shm/tensor_blob.#{live}.0") end)
     end
 
+    @tag :pid_ns
     test "a VM in another PID namespace leaves a live creator's regions alone" do
       t = IPC.zeros({16}, :uint8)
       Tensor.write!(t, :binary.copy(<<9>>, 16))
@@ -219,10 +217,11 @@ defmodule TensorBlob.IPCRegionTest do
           assert Tensor.to_binary(IPC.open(handle.handle, :uint8, {16})) == :binary.copy(<<9>>, 16)
 
         {out, _} ->
-          if out =~ "unshare", do: skipped("no PID namespace here: " <> String.trim(out)), else: flunk(out)
+          flunk(out)
       end
     end
 
+    @tag :pid_ns
     test "a creator that was pid 1 of its namespace: another pid 1 reclaims its names" do
       make = """
       T = tensor_blob:ipc_zeros({16}, uint8),
@@ -246,7 +245,7 @@ defmodule TensorBlob.IPCRegionTest do
           assert eventually(fn -> not File.exists?(shm_path(name)) end)
 
         {out, _} ->
-          if out =~ "unshare", do: skipped("no PID namespace here: " <> String.trim(out)), else: flunk(out)
+          flunk(out)
       end
     end
   end

@@ -4,8 +4,8 @@ defmodule TensorBlob.ShmSurfaceTest do
   # regions shrunk under their header, VMs that die holding references,
   # lock files deleted, builds upgraded, packed terms forged. Each case
   # runs in its own OS process; files planted by hand live in a private
-  # /dev/shm (a mount namespace: `unshare -m`), and the case says it was
-  # skipped where the machine does not allow one.
+  # /dev/shm (a mount namespace: `unshare -m`); those cases are tagged
+  # :mount_ns, excluded where the machine does not allow one (test_helper.exs).
   use ExUnit.Case, async: false
 
   alias TensorBlob.{IPC, Nodes, Tensor}
@@ -14,7 +14,6 @@ defmodule TensorBlob.ShmSurfaceTest do
   @header 64
 
   defp ebin, do: Path.dirname(:code.which(:tensor_blob))
-  defp skipped(why), do: IO.puts("\n  skipped: " <> why)
   defp shm(name), do: Shm.path(name)
   defp refcount(name), do: Shm.refcount(name)
   # Waits up to ~10 s for a condition.
@@ -28,14 +27,12 @@ defmodule TensorBlob.ShmSurfaceTest do
   end
 
   # A shell script in a private /dev/shm (a tmpfs of its own), with
-  # TB_CODE in its environment: {:skip, why} where the machine allows no
-  # mount namespace.
+  # TB_CODE in its environment (the test is tagged :mount_ns).
   defp in_private_shm(script, code, tmpfs_options \\ "size=64m") do
     full = "mount -t tmpfs -o #{tmpfs_options} tmpfs /dev/shm || exit 77\n" <> script
 
     case System.cmd("unshare", ["-m", "sh", "-c", full], stderr_to_stdout: true, env: [{"TB_CODE", code}]) do
-      {out, 77} -> {:skip, out}
-      {out, 1} -> if out =~ "unshare", do: {:skip, out}, else: {:ok, out, 1}
+      {out, 77} -> flunk("no private /dev/shm although the machine allows one:\n" <> out)
       {out, status} -> {:ok, out, status}
     end
   end
@@ -68,6 +65,7 @@ defmodule TensorBlob.ShmSurfaceTest do
   end
 
   describe "1. files planted under the names the library opens" do
+    @tag :mount_ns
     test "a FIFO as a lock hangs neither load nor reclaim; FIFOs, links and other users' files are refused at open" do
       token = "1-0123456789abcdef"
 
@@ -90,9 +88,6 @@ defmodule TensorBlob.ShmSurfaceTest do
       """
 
       case in_private_shm(script, code) do
-        {:skip, out} ->
-          skipped("no mount namespace here: " <> String.trim(out))
-
         {:ok, out, status} ->
           assert status == 0, "the VM hung or died (#{status}):\n" <> out
           assert out =~ "reclaimed=0"
@@ -147,6 +142,7 @@ defmodule TensorBlob.ShmSurfaceTest do
   end
 
   describe "3. a sparse PyTorch-format region on a full /dev/shm" do
+    @tag :mount_ns
     test "is refused at open when its pages do not fit; one that fits is reserved and written" do
       # Sized by ftruncate alone (as PyTorch makes them), a count of 1 in
       # the header, in a 1 MiB /dev/shm.
@@ -168,9 +164,6 @@ defmodule TensorBlob.ShmSurfaceTest do
       """
 
       case in_private_shm(script, code, "size=1m") do
-        {:skip, out} ->
-          skipped("no mount namespace here: " <> String.trim(out))
-
         {:ok, out, status} ->
           assert status == 0, "the VM died (#{status}):\n" <> out
           assert out =~ ~r/big=torch_shm: the shared memory <<"torch_sparse_big">> has 4194304 bytes/
@@ -342,6 +335,7 @@ defmodule TensorBlob.ShmSurfaceTest do
   end
 
   describe "7. forged packed terms" do
+    @tag :mount_ns
     test "a handle naming a plain region or a Python block is refused, and the memory is unchanged" do
       plain = IPC.zeros({128}, :uint8)
       Tensor.write!(plain, :binary.copy(<<7>>, 128))
@@ -366,9 +360,6 @@ defmodule TensorBlob.ShmSurfaceTest do
       """
 
       case in_private_shm(script, code) do
-        {:skip, out} ->
-          skipped("no mount namespace here: " <> String.trim(out))
-
         {:ok, out, status} ->
           assert status == 0, out
           assert out =~ ~r/unpack=handle: expected the name of a PyTorch shared-memory region/

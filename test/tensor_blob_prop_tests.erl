@@ -57,10 +57,7 @@ roundtrip_test_() ->
     {timeout, 120, fun() -> check(prop_roundtrip(roundtrip_dtypes())) end}.
 
 dlpack_roundtrip_test_() ->
-    case dlpack_available() of
-        true -> {timeout, 120, fun() -> check(prop_dlpack_roundtrip(roundtrip_dtypes())) end};
-        false -> {"tensor_blob:to_dlpack/2 and from_dlpack/2 absent: DLPack round trip skipped", []}
-    end.
+    {timeout, 120, fun() -> check(prop_dlpack_roundtrip(roundtrip_dtypes())) end}.
 
 malformed_test_() ->
     {timeout, 120, fun() -> check(prop_malformed()) end}.
@@ -72,7 +69,7 @@ no_leaks_test_() ->
              Before = settled_stats(),
              check(prop_roundtrip(roundtrip_dtypes()), 300),
              check(prop_malformed(), 300),
-             dlpack_available() andalso check(prop_dlpack_roundtrip(roundtrip_dtypes()), 300),
+             check(prop_dlpack_roundtrip(roundtrip_dtypes()), 300),
              ?assertEqual(Before, settled_stats())
      end}.
 
@@ -283,12 +280,6 @@ roundtrip_imported(Source, Blob, Model, Elements, OpsAfter, Expected) ->
 %%====================================================================
 %% 1b. to_dlpack -> from_dlpack -> to_binary
 %%====================================================================
-
-dlpack_available() ->
-    _ = code:ensure_loaded(tensor_blob),
-    erlang:function_exported(tensor_blob, to_dlpack, 2) andalso
-        erlang:function_exported(tensor_blob, from_dlpack, 2) andalso
-        erlang:function_exported(tensor_blob, consume_dlpack, 1).
 
 gen_dlpack_route() ->
     proper_types:elements([{capsule, versioned}, {capsule, legacy}, {address, versioned}, {address, legacy}]).

@@ -153,20 +153,10 @@ check_views(#{source := T, source_memory := SourceMemory, view := View, env_pinn
 
 drop(Views) when is_map(Views) -> ok.
 
-dlpack_available() ->
-    _ = code:ensure_loaded(tensor_blob),
-    erlang:function_exported(tensor_blob, to_dlpack, 1) andalso
-        erlang:function_exported(tensor_blob, from_dlpack, 1).
-
 make_capsules(View) ->
-    case dlpack_available() of
-        true -> [tensor_blob:to_dlpack(View), tensor_blob:to_dlpack(View)];
-        false -> []
-    end.
+    [tensor_blob:to_dlpack(View), tensor_blob:to_dlpack(View)].
 
 %% Imports the first capsule (made before the reload) and checks its bytes.
-check_capsules([], _Vs) ->
-    ok;
 check_capsules([Capsule | _Dropped], Vs) ->
     Imported = tensor_blob:from_dlpack(Capsule),
     ?assertEqual(f32(Vs), tensor_blob:to_binary(Imported)),

@@ -8,8 +8,32 @@ unless telemetry? do
   IO.puts("note: telemetry is not on the code path: the :telemetry tests are excluded (make nx-test runs them)")
 end
 
+# Tests that need what only some machines allow carry a tag for it, and are
+# excluded (so counted as excluded, never passed) where it is missing:
+# :mount_ns a private /dev/shm (`unshare -m` and a tmpfs mounted there),
+# :pid_ns a PID namespace, :other_user a peer node run as user nobody (root
+# and setpriv).
+allowed? = fn cmd, args ->
+  System.find_executable(cmd) != nil and
+    match?({_, 0}, System.cmd(cmd, args, stderr_to_stdout: true))
+end
+
+capabilities = [
+  mount_ns: allowed?.("unshare", ["-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"]),
+  pid_ns: allowed?.("unshare", ["--pid", "--fork", "true"]),
+  other_user:
+    allowed?.("id", ["-u"]) and System.cmd("id", ["-u"]) |> elem(0) |> String.trim() == "0" and
+      System.find_executable("setpriv") != nil
+]
+
+missing = for {tag, false} <- capabilities, do: tag
+
+if missing != [] do
+  IO.puts("note: this machine does not allow #{inspect(missing)}: the tests tagged so are excluded")
+end
+
 exclude =
-  [:cuda] ++
+  [:cuda] ++ missing ++
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++
     if(telemetry?, do: [:no_telemetry], else: [:telemetry])
