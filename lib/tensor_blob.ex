@@ -137,8 +137,8 @@ defmodule TensorBlob do
     if Keyword.keyword?(opts) do
       Map.new(opts)
     else
-      raise ArgumentError,
-            "options: expected a keyword list such as [owner: term], got #{TensorBlob.Raise.inspect_term(opts)}"
+      "options: expected a keyword list such as [owner: term], got #{TensorBlob.Raise.inspect_term(opts)}"
+      |> badarg!(:bad_option, :options)
     end
   end
 
@@ -165,9 +165,14 @@ defmodule TensorBlob do
   The library's dtype and device tables, in table order: every dtype it
   knows (`available: true` where the linked libtorch holds it), with its
   element size, kind and bits, DLPack `{code, bits, lanes}`, Nx type, other
-  names and the libtorch release that brought it; and every device type.
+  names and the libtorch release that brought it; every device type; and
+  every reason an error may carry (`TensorBlob.Error`'s `reason`).
   """
-  @spec tables() :: %{dtypes: [:tensor_blob.dtype_info()], devices: [:tensor_blob.device_info()]}
+  @spec tables() :: %{
+          dtypes: [:tensor_blob.dtype_info()],
+          devices: [:tensor_blob.device_info()],
+          reasons: [atom()]
+        }
   def tables, do: :tensor_blob.tables()
 
   @doc "The version of the linked libtorch."

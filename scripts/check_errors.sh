@@ -8,9 +8,9 @@
 #     String.starts_with?, Regex, "text" <> rest) but the uses listed in
 #     ALLOWED below, each with why its text is no message of ours.
 #  2. Every reason the facades raise or match (reason => R, reason := R,
-#     reason: :r, badarg(R, ...), raise(Kind, R, ...), Raise.badarg!(:r, ...),
-#     Raise.error!(:r, ...)) is a row of the reason table, TB_REASONS in
-#     c_src/beam/tb_raise.h (tables/0 gives it).
+#     reason: :r, badarg(R, ...), raise(Kind, R, ...), Message |>
+#     badarg!(:r, ...), Message |> error!(:r, ...)) is a row of the reason
+#     table, TB_REASONS in c_src/beam/tb_raise.h (tables/0 gives it).
 #  3. lib/ raises ArgumentError and TensorBlob.Error only through
 #     TensorBlob.Raise.badarg!/3 and error!/3, which give the reason and
 #     argument.
@@ -89,7 +89,7 @@ USES = [
     r'\breason:\s*:(\w+)',                                 # Elixir keywords and maps
     r'\bbadarg\(\s*(\w+)\s*,',                             # badarg(Reason, Argument, Message)
     r'\braise\(\s*(?:badarg|tensor_blob)\s*,\s*(\w+)\s*,', # raise(Kind, Reason, Argument, Message)
-    r'\bRaise\.(?:badarg|error)!\(\s*:(\w+)\s*,',           # Elixir: TensorBlob.Raise.badarg!(:reason, ...)
+    r'\|>\s*(?:TensorBlob\.Raise\.)?(?:badarg|error)!\(\s*:(\w+)\s*,',  # Elixir: msg |> badarg!(:reason, :arg)
 ]
 count = 0
 for path in sources():

@@ -7,7 +7,8 @@
 
 -export([tables/0, dtype_info/1]).
 
--spec tables() -> #{dtypes := [tensor_blob:dtype_info()], devices := [tensor_blob:device_info()]}.
+-spec tables() -> #{dtypes := [tensor_blob:dtype_info()], devices := [tensor_blob:device_info()],
+                    reasons := [atom()]}.
 tables() ->
     case persistent_term:get({tensor_blob, tables}, undefined) of
         undefined ->
@@ -23,5 +24,5 @@ dtype_info(Name) ->
     #{dtypes := Dtypes} = tables(),
     case [D || #{name := N} = D <- Dtypes, N =:= Name] of
         [Info] -> Info;
-        [] -> tensor_blob_error:badarg(["dtype: expected a canonical dtype, got ", {term, Name}])
+        [] -> tensor_blob_error:badarg(bad_dtype, dtype, ["dtype: expected a canonical dtype, got ", {term, Name}])
     end.
