@@ -582,9 +582,9 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
                 *answer = tb_raise_badarg(env,
                                           "version: address %lu holds a %s managed tensor this library handed out, "
                                           "got version %T; nothing in it was called and it can still be imported: "
-                                          "pass version %s, or no version",
+                                          "pass version %T, or none",
                                           (unsigned long)address, held_versioned ? "versioned" : "legacy", argv[1],
-                                          held_versioned ? "versioned" : "legacy");
+                                          held_versioned ? tb_atoms.versioned : tb_atoms.legacy);
                 return 0;
             }
             *versioned = held_versioned;
