@@ -74,16 +74,23 @@ static void test_hidden_overlaps(void)
  * same layout is answered. */
 static void test_bound(void)
 {
-    const int64_t shape[] = {1000, 1000}, strides[] = {1000, 1001};
-    CHECK_EQ(tb_layout_overlap(2, shape, strides, 10), TB_OVERLAP_UNKNOWN);
-    CHECK_EQ(tb_layout_overlap(2, shape, strides, W), TB_OVERLAP_NONE);
+    const int64_t shape[] = {32, 10, 23}, strides[] = {2720, 576, 499};
+    CHECK_EQ(tb_layout_overlap(3, shape, strides, 10), TB_OVERLAP_UNKNOWN);
+    CHECK_EQ(overlap(3, shape, strides), TB_OVERLAP_NONE);
+    /* Two dimensions are solved at once, however large (as one linear
+     * equation in two unknowns): 10^6 rows of strides 10^6 and 10^6 + 1
+     * never meet; one more row of the first and they do. */
+    const int64_t big[] = {1000000, 1000000}, big_strides[] = {1000000, 1000001};
+    CHECK_EQ(tb_layout_overlap(2, big, big_strides, 1), TB_OVERLAP_NONE);
+    const int64_t bigger[] = {1000002, 1000001};
+    CHECK_EQ(tb_layout_overlap(2, bigger, big_strides, 1), TB_OVERLAP_YES);
     /* Layouts no accepted tensor has. */
     const int64_t neg[] = {-1}, one[] = {1};
     CHECK_EQ(tb_layout_overlap(1, neg, one, W), TB_OVERLAP_UNKNOWN);
     CHECK_EQ(tb_layout_overlap(1, one, neg, W), TB_OVERLAP_UNKNOWN);
     CHECK_EQ(tb_layout_overlap(65, shape, strides, W), TB_OVERLAP_UNKNOWN);
-    const int64_t huge[] = {INT64_MAX, 3}, big[] = {2, INT64_MAX / 2};
-    CHECK_EQ(tb_layout_overlap(2, huge, big, W), TB_OVERLAP_UNKNOWN);
+    const int64_t huge[] = {INT64_MAX, 3}, half[] = {2, INT64_MAX / 2};
+    CHECK_EQ(tb_layout_overlap(2, huge, half, W), TB_OVERLAP_UNKNOWN);
 }
 
 /* Small random layouts, against the model: every one answered exactly. */

@@ -38,6 +38,54 @@ static i128 ceil_div(i128 a, i128 b) /* b > 0 */
     return q * b < a ? q + 1 : q;
 }
 
+/* a * x + b * y == gcd(a, b), for a, b > 0 (extended Euclid). */
+static int64_t ext_gcd(int64_t a, int64_t b, i128 *x, i128 *y)
+{
+    i128 x0 = 1, y0 = 0, x1 = 0, y1 = 1;
+    while (b) {
+        int64_t q = a / b, r = a % b;
+        i128 t = x0 - q * x1;
+        x0 = x1;
+        x1 = t;
+        t = y0 - q * y1;
+        y0 = y1;
+        y1 = t;
+        a = b;
+        b = r;
+    }
+    *x = x0;
+    *y = y0;
+    return a;
+}
+
+/* The last two dimensions at once: x0 * s0 + x1 * s1 == -t, |x0| <= m0,
+ * |x1| <= m1, not both 0 unless nonzero. The solutions are one particular
+ * solution plus j times (s1 / g, -s0 / g): a range of j for each bound,
+ * and a solution when the ranges meet. */
+static int solve_two(const search *S, i128 t, int nonzero)
+{
+    int64_t s0 = S->s[0], s1 = S->s[1], m0 = S->m[0], m1 = S->m[1];
+    i128 a, b;
+    int64_t g = ext_gcd(s0, s1, &a, &b);
+    if (t % g != 0)
+        return 0;
+    i128 d0 = s1 / g, d1 = s0 / g; /* the steps of x0 and x1 */
+    if (!nonzero)                  /* t == 0: the smallest nonzero solution is (d0, -d1) */
+        return d0 <= m0 && d1 <= m1;
+    i128 c = -t / g;
+    /* x0 = a * c + j * d0, x1 = b * c - j * d1; a * c may exceed the
+     * bounds by far: reduced modulo d0 first, which keeps it exact. */
+    i128 x0p = (a % d0) * (c % d0) % d0, k = (a * c - x0p) / d0;
+    i128 x1p = b * c + k * d1; /* the same solution, x0 in (-d0, d0) */
+    i128 lo = ceil_div(-m0 - x0p, d0), hi = floor_div(m0 - x0p, d0);
+    i128 lo1 = ceil_div(x1p - m1, d1), hi1 = floor_div(x1p + m1, d1);
+    if (lo1 > lo)
+        lo = lo1;
+    if (hi1 < hi)
+        hi = hi1;
+    return lo <= hi;
+}
+
 /* 1 when dimensions 0..k can bring the offset t (of the dimensions above
  * k) back to 0, with a nonzero difference somewhere (nonzero: one above k
  * is already); 0 when they cannot; -1 when the work ran out. All of
@@ -46,6 +94,11 @@ static i128 ceil_div(i128 a, i128 b) /* b > 0 */
 static int solve(search *S, int k, i128 t, int nonzero)
 {
     int64_t s = S->s[k], m = S->m[k];
+    if (k == 1) {
+        if (++S->work > S->max_work)
+            return -1;
+        return solve_two(S, t, nonzero);
+    }
     if (k == 0) {
         /* The last one: x * s == -t, exactly. */
         if (++S->work > S->max_work)

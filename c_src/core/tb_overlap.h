@@ -8,7 +8,9 @@
  * with the sum of x[i] * strides[i] zero (two indices whose difference is
  * x)? In general a bounded knapsack: the answer is exact, and found at
  * once for the layouts views are made of (dense, permuted, sliced with
- * steps, broadcast, sliding windows); any other is searched exhaustively
+ * steps, broadcast, sliding windows) and for any two dimensions (one
+ * linear equation in two unknowns, solved in closed form); any other is
+ * searched exhaustively, the two smallest strides solved so at each leaf,
  * under a bound on the work, and past the bound the answer is "unknown",
  * never "none". */
 #ifndef TB_OVERLAP_H
