@@ -47,11 +47,13 @@ typedef struct {
  * capsules, the C bridge), until one import takes each or its deleter
  * runs: a kind of the registry (tb_registry.h), so an import of an address
  * finds out whether it is ours and still unclaimed without reading it, and
- * takes it in the same step. */
-/* The handed flag: not handed out (0), or handed out, with what the
- * address holds. Every build reads it as "handed out" when it is not 0; a
- * build before the version was recorded set 1 (HANDED_UNKNOWN), so the
- * values keep that meaning and the ABI stays. */
+ * takes it in the same step.
+ *
+ * The handed flag: not handed out (0), or handed out, with what the
+ * address holds, so that an import reads it as what it is. Every build
+ * reads the flag as "handed out" when it is not 0; a build before the
+ * version was recorded set 1 (HANDED_UNKNOWN), so the values keep that
+ * meaning and the ABI stays. */
 enum { HANDED_NO = 0, HANDED_UNKNOWN = 1, HANDED_VERSIONED = 2, HANDED_LEGACY = 3 };
 
 static void hand_out_as(tb_export *e, int handed)
@@ -79,7 +81,8 @@ static int claim_handed_out(uintptr_t address)
         return HANDED_NO;
     tb_export *e = (tb_export *)((char *)r - offsetof(tb_export, out));
     int handed = atomic_exchange_explicit(&e->handed, HANDED_NO, memory_order_relaxed);
-    return handed == HANDED_NO ? HANDED_UNKNOWN : handed; /* 0: a deleter racing the claim */
+    /* Never 0 once taken (set before the add); read as unknown if it were. */
+    return handed == HANDED_NO ? HANDED_UNKNOWN : handed;
 }
 
 static void export_free(tb_export *e)
