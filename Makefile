@@ -22,11 +22,27 @@ LIBTORCH_DIR ?=
 # apart. This project's own _build (its Mix and rebar3 builds), and a
 # checkout that is its own application directory (a rebar3 dependency
 # fetched into the build folder), build in build/ and priv/.
+#
+# Paths may hold spaces (a project in "My Projects"): make's own functions
+# split words at spaces, so APP_DIR is resolved by the shell, and a target
+# under it is named relative to this checkout, which climbs out of a
+# shared folder with a space without naming it. A build folder that no
+# path without a space names (the space lies between this checkout and
+# APP_DIR) stops with an error that says so.
 APP_DIR ?=
 ifneq ($(strip $(APP_DIR)),)
-APP_DIR_ABS := $(or $(realpath $(APP_DIR)),$(abspath $(APP_DIR)))
-ifeq ($(filter $(CURDIR) $(CURDIR)/_build/%,$(APP_DIR_ABS)),)
+QUOTED_APP_DIR := '$(subst ','\'',$(APP_DIR))'
+APP_DIR_ABS := $(shell realpath -m -- $(QUOTED_APP_DIR))
+ifeq ($(shell here="$$(pwd -P)"; case "$$(realpath -m -- $(QUOTED_APP_DIR))" in ("$$here"|"$$here"/_build/*) ;; (*) echo 1;; esac),1)
 AS_DEPENDENCY := 1
+endif
+ifdef AS_DEPENDENCY
+ifneq ($(words $(APP_DIR_ABS)),1)
+APP_DIR_ABS := $(shell realpath -m --relative-to=. -- $(QUOTED_APP_DIR))
+ifneq ($(words $(APP_DIR_ABS)),1)
+$(error APP_DIR "$(APP_DIR)" holds a space, and so does its path from this checkout ("$(APP_DIR_ABS)"), which make cannot name targets under: build from a project whose path has no space, or keep this dependency inside the project (its deps/ or _checkouts/))
+endif
+endif
 endif
 endif
 

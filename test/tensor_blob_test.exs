@@ -8,6 +8,17 @@ defmodule TensorBlobTest do
   @f32 for x <- [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], into: <<>>, do: <<x::float-32-native>>
 
   defp f32s(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
+
+  # A float32 view of t's memory with this shape and these strides.
+  defp strided_view(t, shape, strides) do
+    b = TensorBlob.to_blob(t)
+
+    case TensorBlob.from_blob(%{ptr: b.ptr, shape: shape, strides: strides, dtype: :float32}, owner: t) do
+      %BlobView{tensor: v} -> v
+      v -> v
+    end
+  end
+
   defp t23, do: Tensor.from_binary(@f32, :float32, {2, 3})
 
   describe "to_blob/1" do
@@ -321,6 +332,32 @@ defmodule TensorBlobTest do
         assert Tensor.to_binary(t) |> binary_part(4, 4) == binary_part(before, 4, 4)
         assert Tensor.to_binary(t) |> binary_part(0, 4) == f32s([0])
       end
+    end
+
+    test "a write through a view whose elements meet only by a combination of strides is refused" do
+      # No stride is 0 and none is a multiple of another within reach, yet
+      # two indices address one element: {4, 3} strides [2, 3] has (3, 0)
+      # and (0, 2) at offset 6; {2, 2, 2} strides [1, 4, 5] has (1, 1, 0)
+      # and (0, 0, 1) at offset 5; {200000, 3} strides [2, 3] is the first
+      # on a dirty scheduler (2.4 MB written).
+      for {shape, strides} <- [{{4, 3}, [2, 3]}, {{2, 2, 2}, [1, 4, 5]}, {{200_000, 3}, [2, 3]}] do
+        extent = Enum.sum(Enum.zip_with(Tuple.to_list(shape), strides, fn n, s -> (n - 1) * s end)) + 1
+        t = Tensor.from_binary(f32s(Enum.to_list(1..extent)), :float32, {extent})
+        before = Tensor.to_binary(t)
+        v = strided_view(t, shape, strides)
+        numel = Tuple.product(shape)
+        e = assert_raise ArgumentError, fn -> Tensor.write!(v, f32s(List.duplicate(9, numel))) end
+        assert e.message =~ "some of its elements are the same memory"
+        assert e.message =~ inspect(strides)
+        assert Tensor.to_binary(t) == before
+      end
+
+      # Interleaved but disjoint (0, 2, 4 and 3, 5, 7): written, element by
+      # element where the view says.
+      t = Tensor.from_binary(f32s(Enum.to_list(1..8)), :float32, {8})
+      v = strided_view(t, {3, 2}, [2, 3])
+      Tensor.write!(v, f32s([10, 11, 12, 13, 14, 15]))
+      assert Tensor.to_binary(t) == f32s([10, 2, 12, 11, 14, 13, 7, 15])
     end
 
     test "inspect shows any device type as the device table names it: type, or type:index" do

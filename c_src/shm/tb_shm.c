@@ -349,10 +349,11 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
                                   tb_shm_strerror(error));
         }
         int seen;
-        if (!tb_shm_header_take(r->base, &seen)) {
+        int taken = tb_shm_header_take(r->base, &seen);
+        if (taken != 1) {
             (void)tb_shm_owner_forget(&r->ref);
             unmap_region(r);
-            if (seen == INT_MIN)
+            if (taken < 0)
                 return tb_raise_error(env, TB_WHY_GONE, NULL,
                                       "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "
                                       "another program)",

@@ -151,8 +151,14 @@ defmodule TensorBlob.Tensor do
 
   Raises `ArgumentError` on a read-only tensor (a DLPack import flagged
   READ_ONLY, a view of a binary's bytes, a view of a read-only tensor, and
-  their slices), and while a binary made by `to_binary(t, copy: false)`
-  shows any of the memory it would write.
+  their slices), while a binary made by `to_binary(t, copy: false)`
+  shows any of the memory it would write, and on a view whose elements
+  share memory (two indices on one element: a stride of 0, sliding
+  windows, or strides such as `{4, 3}` with `[2, 3]`, where index `{3, 0}`
+  and `{0, 2}` meet). Whether elements meet is decided exactly for the
+  layouts of slices, permutations, steps and windows; a layout whose
+  answer would take longer than a bounded search is refused too, saying
+  to write a contiguous copy instead.
   """
   @spec write!(tensor, binary()) :: tensor when tensor: input()
   def write!(tensor, binary) do
