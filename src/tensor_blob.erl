@@ -184,12 +184,10 @@ to_binary(T, Opts) -> tensor_blob_tensor:to_binary(T, Opts).
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:zeros(Shape, Dtype)).
 
-%% @doc Overwrites T's elements in place with Binary (row-major order), so
-%% every view of the same memory sees the new values. Returns T. Raises
-%% badarg on a view whose elements share memory (a stride of 0, sliding
-%% windows, strides such as [2, 3] over {4, 3}, where {3, 0} and {0, 2}
-%% meet), and on a layout where that is not settled within a bounded
-%% search (write a contiguous copy instead).
+%% @doc Overwrites T's elements in place with Binary (row-major order), so every view of the same
+%% memory sees the new values. Returns T. Raises badarg on a view whose elements share memory (a
+%% stride of 0, sliding windows, strides such as [2, 3] over {4, 3}, where {3, 0} and {0, 2} meet),
+%% and on a layout where that is not settled within a bounded search (write a contiguous copy).
 -spec write(tensor(), binary()) -> tensor().
 write(T, Binary) -> tensor_blob_tensor:write(T, Binary).
 
@@ -526,19 +524,17 @@ to_dlpack(T) -> not_a_tensor(T).
                             stream => integer()}) -> capsule().
 to_dlpack(T, Opts) -> tensor_blob_dlpack:to_dlpack(T, Opts).
 
-%% @doc A tensor over the memory of a DLPack capsule or managed tensor
-%% address. A capsule is consumed, whether the import succeeds or not.
-%% An address must be one this library handed out and that no import took
-%% yet (see from_dlpack/2 for others); it is read as what it was handed
+%% @doc A tensor over the memory of a DLPack capsule or managed tensor address. A capsule is
+%% consumed, whether the import succeeds or not. An address must be one this library handed out
+%% and that no import took yet (see from_dlpack/2 for others); it is read as what it was handed
 %% out as (versioned or legacy).
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
 
 %% @doc Like from_dlpack/1, with options:
-%%   version: versioned | legacy, how to read an address of another
-%%     producer (default versioned). A capsule knows its own, and so does an
-%%     address this library handed out: a version that is not what it
-%%     holds raises badarg, and the address stays for a later import.
+%%   version: versioned | legacy, how to read an address of another producer (default
+%%     versioned). A capsule knows its own, and so does an address this library handed out: a
+%%     version that is not what it holds raises badarg, and the address stays for a later import.
 %%   read_only: true makes the tensor read-only even without the flag.
 %%   unsafe_address: true imports an address of another producer (a foreign NIF, a C library):
 %%     nothing can tell a live managed tensor from a freed one, or one already imported, whose
