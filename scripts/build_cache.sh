@@ -108,11 +108,18 @@ store() {
     mkdir -p "$dir" 2>/dev/null || return 1
     if [ -n "$dep" ]; then
         tmp=$(mktemp "$dir/.tmp.XXXXXX" 2>/dev/null) || return 1
-        sed '1s/^[^:]*://' "$dep" >"$tmp" && mv -f "$tmp" "$entry.d" || { rm -f "$tmp"; return 1; }
+        if ! { sed '1s/^[^:]*://' "$dep" >"$tmp" && mv -f "$tmp" "$entry.d"; }; then
+            rm -f "$tmp"
+            return 1
+        fi
     fi
     tmp=$(mktemp "$dir/.tmp.XXXXXX" 2>/dev/null) || return 1
-    cp "$out" "$tmp" && chmod "$(test -x "$out" && echo 755 || echo 644)" "$tmp" && mv -f "$tmp" "$entry.out" ||
-        { rm -f "$tmp"; return 1; }
+    mode=644
+    [ -x "$out" ] && mode=755
+    if ! { cp "$out" "$tmp" && chmod "$mode" "$tmp" && mv -f "$tmp" "$entry.out"; }; then
+        rm -f "$tmp"
+        return 1
+    fi
     if [ ! -e "$dir/.pruned" ] || [ -n "$(find "$dir/.pruned" -mmin +1440 2>/dev/null)" ]; then
         touch "$dir/.pruned"
         find "$dir" -maxdepth 1 -type f \( -name '*.out' -mtime +30 -o -name '.tmp.*' -mmin +1440 \) \
