@@ -126,20 +126,22 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
-      start = :tensor_blob_telemetry.start(:transfer)
-      {copy, device, ipc} = options!(opts)
-      dtype = dtype!(nx.type)
+      :tensor_blob_telemetry.as({__MODULE__, :from_nx, 2}, fn ->
+        start = :tensor_blob_telemetry.start(:transfer)
+        {copy, device, ipc} = options!(opts)
+        dtype = dtype!(nx.type)
 
-      t =
-        cond do
-          copy == :always -> copy_of(nx, dtype, :requested)
-          match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
-          ipc -> region_view(nx, dtype)
-          true -> pointer_view(nx, dtype, copy, device)
-        end
+        t =
+          cond do
+            copy == :always -> copy_of(nx, dtype, :requested)
+            match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
+            ipc -> region_view(nx, dtype)
+            true -> pointer_view(nx, dtype, copy, device)
+          end
 
-      transferred(start, :from_nx, t, start != :undefined and Tensor.memory(t) == :owned, nx.data.__struct__)
-      t
+        transferred(start, :from_nx, t, start != :undefined and copied?(nx, t), nx.data.__struct__)
+        t
+      end)
     end
 
     def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
@@ -187,6 +189,10 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def to_nx(%Tensor{} = t, arg) do
+      :tensor_blob_telemetry.as({__MODULE__, :to_nx, 2}, fn -> to_nx_reported(t, arg) end)
+    end
+
+    defp to_nx_reported(t, arg) do
       start = :tensor_blob_telemetry.start(:transfer)
       {backend, unsafe_view} = to_nx_options!(arg)
       {shape, type} = layout!(t)
@@ -392,6 +398,18 @@ if Code.ensure_loaded?(Nx) do
     end
 
     ## Helpers
+
+    # Whether from_nx copied the data: an owned tensor is a copy; so is the
+    # view of a binary that lives on a process heap (the VM keeps binaries
+    # of 64 bytes or less there, and parts of them), for the view's pin
+    # holds a copy of it (Tensor.from_binary/4 with copy: false).
+    defp copied?(nx, t) do
+      case Tensor.memory(t) do
+        :owned -> true
+        :binary -> :binary.referenced_byte_size(nx.data.state) <= 64
+        _ -> false
+      end
+    end
 
     # The defaults: {copy, device, ipc}.
     defp options!([]), do: {:auto, nil, false}
