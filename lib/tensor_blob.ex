@@ -50,9 +50,10 @@ defmodule TensorBlob do
   ## Telemetry
 
   Where the telemetry library is loaded, every copy of tensor data and
-  every transfer to another framework, process or node emits a
-  `[:tensor_blob, :copy]` or `[:tensor_blob, :transfer]` event with its
-  bytes, duration and reason (guides/telemetry.md).
+  every transfer to another framework, process or node is a span in the
+  shape of `:telemetry.span/3`: `[:tensor_blob, :copy | :transfer, :start |
+  :stop | :exception]`, the `:stop` event with its bytes, duration and
+  reason (guides/telemetry.md).
   """
   import TensorBlob.Raise
 
