@@ -28,11 +28,12 @@
 %% (erlang:convert_time_unit/3).
 %%
 %% function names what the caller called: the Erlang function, or, for
-%% the Elixir API, the Elixir function (as/2). The exception event is
-%% emitted for an operation that raises inside as/2.
+%% the Elixir API, the Elixir function (as/2, which both APIs' functions
+%% that copy or transfer run in). The exception event is emitted for an
+%% operation that raises inside as/2.
 -module(tensor_blob_telemetry).
 
--export([enabled/0, start/1, copy/5, transfer/5, as/2, unreported/1, reset/0]).
+-export([enabled/0, start/1, copy/5, transfer/5, transfer_of/5, as/2, unreported/1, reset/0]).
 
 -export_type([reason/0, token/0]).
 
@@ -130,6 +131,16 @@ transfer(undefined, _Function, _Bytes, _Copied, _Meta) ->
 transfer(Token, Function, Bytes, Copied, Meta) ->
     span(Token, #{bytes => Bytes, copied => Copied},
          Meta#{function => caller(Function), zero_copy => Copied =:= 0}).
+
+%% @doc transfer/5 of the tensor T, its bytes, dtype and shape asked of the
+%% library (one call), Copied saying whether its data was copied on the way.
+-spec transfer_of(token(), {module(), atom(), arity()}, reference(), boolean(), map()) -> ok.
+transfer_of(undefined, _Function, _T, _Copied, _Meta) ->
+    ok;
+transfer_of(Token, Function, T, Copied, Meta) ->
+    {_, Shape, _, Dtype, _, ElementSize, _, _} = tensor_blob_nif:blob_fields(T),
+    Bytes = lists:foldl(fun(D, Acc) -> D * Acc end, ElementSize, tuple_to_list(Shape)),
+    transfer(Token, Function, Bytes, case Copied of true -> Bytes; false -> 0 end, Meta#{dtype => Dtype, shape => Shape}).
 
 %% @doc Runs Fun, reporting the copies and transfers it makes as made by
 %% Function (the Elixir API's function, which the caller called), and, if

@@ -188,11 +188,9 @@ if Code.ensure_loaded?(Nx) do
               "%TensorBlob.Blob{}), got #{inspect(other, limit: 8, printable_limit: 64)}"
     end
 
-    def to_nx(%Tensor{} = t, arg) do
-      :tensor_blob_telemetry.as({__MODULE__, :to_nx, 2}, fn -> to_nx_reported(t, arg) end)
-    end
+    def to_nx(%Tensor{} = t, arg), do: :tensor_blob_telemetry.as({__MODULE__, :to_nx, 2}, fn -> to_nx!(t, arg) end)
 
-    defp to_nx_reported(t, arg) do
+    defp to_nx!(t, arg) do
       start = :tensor_blob_telemetry.start(:transfer)
       {backend, unsafe_view} = to_nx_options!(arg)
       {shape, type} = layout!(t)
@@ -221,16 +219,10 @@ if Code.ensure_loaded?(Nx) do
       nx
     end
 
-    # A [:tensor_blob, :transfer] event (guides/telemetry.md).
-    defp transferred(:undefined, _function, _t, _copied, _backend), do: :ok
-
-    defp transferred(start, function, t, copied, backend) do
-      # One call for the layout.
-      {_, shape, _, dtype, _, element_size, _, _} = :tensor_blob.blob_fields(Tensor.ref(t))
-      bytes = shape |> Tuple.to_list() |> Enum.reduce(element_size, &(&1 * &2))
-      meta = %{dtype: dtype, shape: shape, backend: backend}
-      :tensor_blob_telemetry.transfer(start, {__MODULE__, function, 2}, bytes, if(copied, do: bytes, else: 0), meta)
-    end
+    # A [:tensor_blob, :transfer] span (guides/telemetry.md).
+    defp transferred(start, function, t, copied, backend),
+      do:
+        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, function, 2}, Tensor.ref(t), copied, %{backend: backend})
 
     # The shape and Nx type of a tensor Nx can take (one call for the
     # layout: shape, strides, dtype and device), or ArgumentError.
@@ -399,16 +391,11 @@ if Code.ensure_loaded?(Nx) do
 
     ## Helpers
 
-    # Whether from_nx copied the data: an owned tensor is a copy; so is the
-    # view of a binary that lives on a process heap (the VM keeps binaries
-    # of 64 bytes or less there, and parts of them), for the view's pin
-    # holds a copy of it (Tensor.from_binary/4 with copy: false).
+    # from_nx copied: an owned tensor, or a view of a binary on a process heap
+    # (64 bytes or less, or a part of one), of which its pin holds a copy.
     defp copied?(nx, t) do
-      case Tensor.memory(t) do
-        :owned -> true
-        :binary -> :binary.referenced_byte_size(nx.data.state) <= 64
-        _ -> false
-      end
+      memory = Tensor.memory(t)
+      memory == :owned or (memory == :binary and :binary.referenced_byte_size(nx.data.state) <= 64)
     end
 
     # The defaults: {copy, device, ipc}.
