@@ -401,6 +401,37 @@ defmodule TensorBlobTest do
       assert held.() - binary_memory < 1_000_000
     end
 
+    test "inspect of an unpinned view shows its address, never its values: a bad pointer does not kill the VM" do
+      # In a VM of its own: before, printing such a view read address 4096
+      # and the VM died of SIGSEGV. The Erlang side's describe/1 and
+      # printing the reference read nothing either.
+      ebin = Path.dirname(:code.which(:tensor_blob))
+
+      code = ~S'''
+      view = TensorBlob.from_blob(%{ptr: 4096, shape: {4}, dtype: :float32}, owner: :none)
+      IO.puts("shown: " <> inspect(view.tensor))
+      IO.puts("view: " <> inspect(view))
+      ref = TensorBlob.Tensor.ref(view.tensor)
+      IO.puts("described: " <> inspect(:tensor_blob.describe(ref)))
+      :io.format(~c"printed: ~p~n", [ref])
+      '''
+
+      {out, status} = System.cmd("elixir", ["-pa", ebin, "-e", code], stderr_to_stdout: true)
+      assert status == 0, out
+      assert out =~ "shown: #TensorBlob.Tensor<float32[4] cpu unpinned at 0x1000>\n"
+      assert out =~ ~r/view: %TensorBlob.BlobView\{.*#TensorBlob.Tensor<float32\[4\] cpu unpinned at 0x1000>/
+      assert out =~ "described: #{inspect(%{device: :cpu, dtype: :float32, memory: :unpinned, shape: {4}})}\n"
+      assert out =~ ~r/printed: #Ref<[0-9.]+>\n/
+
+      # Here: an unpinned view of good memory shows the same, without values.
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+      %BlobView{tensor: v} = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {6}, dtype: :float32}, owner: :none)
+      address = "0x" <> String.downcase(Integer.to_string(blob.ptr, 16))
+      assert inspect(v) == "#TensorBlob.Tensor<float32[6] cpu unpinned at #{address}>"
+      assert Tensor.to_binary(v) == Tensor.to_binary(t)
+    end
+
     test "inspect of a DLPack capsule shows version, dtype, shape, device and state" do
       capsule = TensorBlob.DLPack.export(t23())
       assert inspect(capsule) == "#TensorBlob.DLPack<versioned float32[2][3] cpu armed>"
