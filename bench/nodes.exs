@@ -258,7 +258,15 @@ defmodule NodesBench do
 
     IO.puts(
       Enum.map_join(
-        [{"tensor", 8}, {"size", 10}, {"default", 11}, {"binary", 11}, {"region", 11}, {"default/best", 13}, {"chose", 8}],
+        [
+          {"tensor", 8},
+          {"size", 10},
+          {"default", 11},
+          {"binary", 11},
+          {"region", 11},
+          {"default/best", 13},
+          {"chose", 8}
+        ],
         fn {h, w} -> String.pad_leading(h, w) end
       )
     )
@@ -293,6 +301,7 @@ defmodule NodesBench do
 
     counts =
       for {f, a} <- :tensor_blob_nif.module_info(:functions),
+          f != :module_info,
           {:call_count, n} = :erlang.trace_info({:tensor_blob_nif, f, a}, :call_count),
           is_integer(n) and n > 0,
           do: {f, n}

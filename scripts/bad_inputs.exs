@@ -35,7 +35,9 @@ packed = TensorBlob.Nodes.pack(t, node(), via: :binary)
 
 # A region whose last holder is gone before the unpack.
 gone =
-  Task.async(fn -> Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), keep: 0), :tensor) end)
+  Task.async(fn ->
+    Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), via: :region, keep: 0), :tensor)
+  end)
   |> Task.await()
 
 Process.sleep(100)
@@ -244,7 +246,9 @@ cases = [
        dtype: :uint8,
        shape: {64}
      })
-   end}
+   end},
+  {"Nodes: a packed term of a format this build does not know",
+   fn -> TensorBlob.Nodes.unpack(%{packed | __tensor_blob_node__: 2}) end}
 ]
 
 {check?, path} =

@@ -379,7 +379,11 @@ defmodule TensorBlob.NodesTest do
     e = assert_raise ArgumentError, fn -> Nodes.unpack(%{packed | __tensor_blob_node__: 2}) end
     assert e.message =~ "format is version 2"
     assert e.message =~ "it unpacks version 1)"
-    assert_raise ArgumentError, ~r/format is version :one/, fn -> Nodes.unpack(%{packed | __tensor_blob_node__: :one}) end
+
+    assert_raise ArgumentError, ~r/format is version :one/, fn ->
+      Nodes.unpack(%{packed | __tensor_blob_node__: :one})
+    end
+
     assert Tensor.to_binary(Nodes.unpack(packed)) == <<0, 0>>
   end
 end
