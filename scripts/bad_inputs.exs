@@ -47,7 +47,9 @@ packed = TensorBlob.Nodes.pack(t, node(), via: :binary)
 
 # A region whose last holder is gone before the unpack.
 gone =
-  Task.async(fn -> Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), keep: 0), :tensor) end)
+  Task.async(fn ->
+    Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), via: :region, keep: 0), :tensor)
+  end)
   |> Task.await()
 
 Process.sleep(100)
@@ -275,7 +277,9 @@ cases = [
        :ok = :file.pwrite(f, 0, <<1::signed-native-32>>)
        :file.close(f)
      end
-   end}
+   end},
+  {"Nodes: a packed term of a format this build does not know",
+   fn -> TensorBlob.Nodes.unpack(%{packed | __tensor_blob_node__: 2}) end}
 ]
 
 {check?, path} =

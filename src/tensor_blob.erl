@@ -435,14 +435,17 @@ cuda_torch_pending(Export) -> tensor_blob_ipc:cuda_torch_pending(Export).
 %% any means (a message, erpc, a call's reply). A tensor is a resource of the OS process that made
 %% it; on any other node it is only a dead reference, so it never travels as itself.
 %%
-%% When Node can open this node's shared memory (same_host/1: the same host, /dev/shm and user), T's
-%% memory travels as a shared-memory region in PyTorch's format, which both nodes map: no copy when
-%% T was made by ipc_torch_zeros/2 (or opened from such a region), one copy into a new region
-%% otherwise (T is left as it was). Elsewhere, T's bytes travel as one binary: a view of T's memory
-%% when it is a contiguous CPU tensor (no copy here; T is frozen while that binary lives on this
-%% node), and the distribution carries it as it carries any binary. Opts: #{via => region | binary}
-%% forces a path (region only for a node that can open it); #{keep => Milliseconds} (default 30000):
-%% see below.
+%% Two paths. A region: T's memory as a shared-memory region in PyTorch's format, which both nodes
+%% map (only to a node that can open this node's shared memory, same_host/1: the same host,
+%% /dev/shm and user): no copy when T was made by ipc_torch_zeros/2 (or opened from such a region),
+%% one copy into a new region otherwise (T is left as it was). A binary: T's bytes as one binary, a
+%% view of T's memory when it is a contiguous CPU tensor (no copy here; T is frozen while that
+%% binary lives on this node), which the distribution carries as it carries any binary. By default
+%% the one that costs less end to end: a region to a node that can open it, for a CPU tensor that
+%% already is one from 32 KiB, for any other CPU tensor from 64 MiB; a binary otherwise. The answer
+%% of same_host/1 for Node is remembered until Node's connection goes down. Opts: #{via => region |
+%% binary} forces a path (region only for a node that can open it); #{keep => Milliseconds}
+%% (default 30000): see below.
 %%
 %% Lifetime: a region's name lives while some tensor over it does. The packed term holds the
 %% sender's tensor (its tensor key), and a keeper process of this node holds it too, until the first
