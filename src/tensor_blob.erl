@@ -63,11 +63,9 @@
                         kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
                         nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
                         available := boolean()}.
-%% A row of the device table: a device type, its DLPack device code, and whether its devices are
-%% numbered ({cuda, 0}) or not (cpu).
+%% A row of the device table: a device type, its DLPack code, whether its devices are numbered.
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
-%% A blob; to_blob/2 with the struct option tags it with '__struct__' (the Elixir facade's
-%% %TensorBlob.Blob{}).
+%% A blob; to_blob/2's struct option tags it as the Elixir facade's %TensorBlob.Blob{}.
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
                   dtype := atom(), device := device(), element_size := pos_integer(),
                   byte_size := non_neg_integer(), alignment := pos_integer(), owner := term(),
@@ -163,8 +161,7 @@ copy_to_binary(T, Function, Reason) -> tensor_blob_tensor:copy_to_binary(T, Func
 -spec binary_of(tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
 binary_of(T, Unguarded, Function) -> tensor_blob_tensor:binary_of(T, Unguarded, Function).
 
-%% @doc The bytes T's elements take: the product of its shape and its element size (what a
-%% [tensor_blob, transfer] span reports).
+%% @doc The bytes T's elements take (shape times element size; what a transfer span reports).
 -spec data_bytes(tensor()) -> non_neg_integer().
 data_bytes(T) -> tensor_blob_tensor:data_bytes(T).
 

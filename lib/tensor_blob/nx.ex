@@ -1,8 +1,5 @@
-# Compiled only when Nx is loaded: Nx is an optional dependency, and
-# tensor_blob builds and tests without it. Whether Nx was there is decided
-# when this file is compiled, so each branch asks Mix to compile it again
-# (`__mix_recompile__?/0`) once the answer changes: Nx added to, or removed
-# from, a project whose tensor_blob was already built.
+# Compiled only when Nx (an optional dependency) is loaded; each branch asks Mix to compile it
+# again (`__mix_recompile__?/0`) once that changes: Nx added to, or removed from, a built project.
 if Code.ensure_loaded?(Nx) do
   defmodule TensorBlob.Nx do
     @moduledoc """
@@ -12,20 +9,18 @@ if Code.ensure_loaded?(Nx) do
     through the dtype table (`{:f, 32}` and `:float32`, `{:bf, 16}` and
     `:bfloat16`, `{:c, 64}` and `:complex64`, `{:f, 8}` and `:float8_e5m2`,
     ...). Nx's sub-byte types (`{:u, 2}`, `{:u, 4}`, `{:s, 2}`, `{:s, 4}`)
-    have no libtorch counterpart and raise `ArgumentError`. A `:bool`
-    tensor becomes `{:u, 8}` (same bytes). A `:complex32` tensor (two
-    float16 per element) has no Nx type, and `to_nx/2` refuses it. Axis names do not cross: a tensor
-    from `to_nx/2` has no names, and `from_nx/2` drops them.
+    have no libtorch counterpart and raise `ArgumentError`. A `:bool` tensor becomes `{:u, 8}`
+    (same bytes). A `:complex32` tensor (two float16 per element) has no Nx type, and `to_nx/2`
+    refuses it. Axis names do not cross: `to_nx/2` gives none, `from_nx/2` drops them.
 
     ## Nx functions and `defn` take tensor_blob tensors
 
     `TensorBlob.Tensor` and `TensorBlob.BlobView` implement
-    `Nx.LazyContainer`, as Explorer's series do: `Nx.add(t, 1)`, `Nx.sum(t)`
-    and a `defn` called with `t` take it as it is. Nx sees its shape and type
-    first, and asks for the data only when it needs it; the tensor it then
-    gets is `to_nx(t)`, for `Nx.default_backend()` (see "To Nx" below): a
-    zero-copy view for `Nx.BinaryBackend`, and for Torchx (or EXLA) a copy
-    of their own, or a zero-copy mapping of a whole shared-memory region.
+    `Nx.LazyContainer`, as Explorer's series do: `Nx.add(t, 1)`, `Nx.sum(t)` and a `defn` called
+    with `t` take it as it is. Nx sees its shape and type first, and asks for the data only when
+    it needs it; the tensor it then gets is `to_nx(t)`, for `Nx.default_backend()` (see "To Nx"
+    below): a zero-copy view for `Nx.BinaryBackend`, and for Torchx (or EXLA) a copy of their
+    own, or a zero-copy mapping of a whole shared-memory region.
     Tensors Nx cannot take (not on the CPU, a dimension of size 0,
     `:complex32`) raise `ArgumentError` before any data is read.
 
