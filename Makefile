@@ -86,7 +86,8 @@ OPT ?= -O3
 SANITIZE ?=
 # -fdebug-prefix-map: no checkout path in the objects' debug information, so
 # an object is the same wherever the checkout is (the object cache below).
-DEBUG_MAP := -fdebug-prefix-map=$(CURDIR)=.
+# Left out where the checkout's path holds a space (gcc cannot take it).
+DEBUG_MAP := $(if $(word 2,$(CURDIR)),,-fdebug-prefix-map=$(CURDIR)=.)
 CFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=implicit-function-declaration $(SANITIZE)
 CXXFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c++17 -Wall -Wextra $(SANITIZE)
 LDFLAGS := -shared $(SANITIZE)
