@@ -15,7 +15,7 @@ cases() ->
     [{not_a_tensor, badarg, tensor, fun() -> tensor_blob:shape(make_ref()) end},
      {not_a_tensor, badarg, tensor, fun() -> tensor_blob:shape(not_a_tensor) end},
      {bad_value, badarg, ptr, fun() -> tensor_blob:from_blob(#{ptr => -1, shape => {1}, dtype => float32, owner => none}) end},
-     {bad_value, badarg, copy, fun() -> tensor_blob:to_binary(tensor_blob:zeros({1}, float32), #{copy => maybe}) end},
+     {bad_value, badarg, copy, fun() -> tensor_blob:to_binary(tensor_blob:zeros({1}, float32), #{copy => 'maybe'}) end},
      {missing, badarg, shape, fun() -> tensor_blob:from_blob(#{ptr => 64, dtype => float32, owner => none}) end},
      {bad_option, badarg, options, fun() -> tensor_blob:to_binary(tensor_blob:zeros({1}, float32), #{nope => 1}) end},
      {bad_dtype, badarg, dtype, fun() -> tensor_blob:zeros({1}, nope) end},
