@@ -173,12 +173,4 @@ defmodule TensorBlob do
   @doc "The version of the linked libtorch."
   @spec torch_version() :: String.t()
   def torch_version, do: translating(do: :tensor_blob.torch_version())
-
-  @doc false
-  # The benchmark baseline: a NIF call that returns its argument.
-  def identity(term), do: :tensor_blob_nif.identity(term)
-
-  @doc false
-  # The floor of a call that makes a tensor: a new, empty resource (make bench).
-  def bare_resource, do: :tensor_blob_nif.bare_resource()
 end

@@ -56,7 +56,7 @@ LINT_FORMAT ?= 1
 check-format:
 	scripts/check_format.sh $(FILES)
 format:
-	clang-format-14 --style=file -i $(or $(FILES),$(shell find c_src c_test -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \)))
+	clang-format-14 --style=file -i $(or $(FILES),$(shell find c_src c_test bench/nif -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \)))
 
 # Static checks, run by CI: dialyzer, mix format, the C style of
 # .clang-format, and that nx-test builds the foreign NIF its bridge tests
@@ -134,11 +134,19 @@ demo: setup
 	$(MAKE) nif
 	mix run examples/demo.exs
 
+# The benchmarks' baselines (a bare NIF call, a bare resource) live in a
+# NIF library of their own (bench/nif), which only bench/ loads: the
+# library users load carries no benchmark code.
+BENCH_NIF := $(BUILD)/tensor_blob_bench_nif.so
+$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c | $(BUILD)
+	$(CC) $(CFLAGS) -Werror -shared -I$(ERTS_INCLUDE) $< -o $@
+bench-nif: $(BENCH_NIF)
+
 bench:
 	@scripts/setup.sh --bench
-	$(MAKE) nif
+	$(MAKE) nif bench-nif
 	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
-	NX_PATH="$$nx_path" MIX_ENV=prod mix run bench/bench.exs
+	NX_PATH="$$nx_path" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" MIX_ENV=prod mix run bench/bench.exs
 
 # The whole ExUnit and EUnit suites against an -fsanitize=address,undefined
 # build, on the stock BEAM with the sanitizer runtime preloaded. +Mea min
@@ -161,4 +169,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif asan-test

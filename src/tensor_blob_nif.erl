@@ -11,8 +11,6 @@
 -export([
     load_failures/0,
     nx_type/1,
-    identity/1,
-    bare_resource/0,
     stats/0,
     torch_version/0,
     dtypes/0,
@@ -56,8 +54,6 @@
 
 load_failures() -> ?NOT_LOADED.
 nx_type(_) -> ?NOT_LOADED.
-identity(_) -> ?NOT_LOADED.
-bare_resource() -> ?NOT_LOADED.
 stats() -> ?NOT_LOADED.
 torch_version() -> ?NOT_LOADED.
 dtypes() -> ?NOT_LOADED.

@@ -1,7 +1,8 @@
 /* The top of the NIF: load and upgrade, the function table, and the NIFs
- * about the library itself (stats, dtypes, versions, load failures, the
- * benchmarks' baselines). The layers of c_src, from this unit down, are in
- * c_src/LAYERS (checked by scripts/check_c.sh).
+ * about the library itself (stats, dtypes, versions, load failures). The
+ * benchmarks' baselines are a library of their own (bench/nif). The
+ * layers of c_src, from this unit down, are in c_src/LAYERS (checked by
+ * scripts/check_c.sh).
  */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
 #include <dlfcn.h>
@@ -22,33 +23,6 @@
 #include "tb_tensor.h"
 #include "tb_term.h"
 #include "torch_shim.h"
-
-/* The baseline for benchmarks: a NIF call that does nothing. */
-ERL_NIF_TERM tb_nif_identity(TB_NIF_PARAMS)
-{
-    return argv[0];
-}
-
-/* The second baseline: a NIF that returns a new resource of one word and
- * does nothing else. Its allocation, and the collection and destructor
- * the VM runs for it, are the floor of any call that makes a tensor. */
-static ErlNifResourceType *bare_resource_type;
-
-static void bare_resource_dtor(ErlNifEnv *env, void *obj)
-{
-    (void)env;
-    (void)obj;
-}
-
-ERL_NIF_TERM tb_nif_bare_resource(TB_NIF_PARAMS)
-{
-    void *obj = enif_alloc_resource(bare_resource_type, sizeof(void *));
-    if (!obj)
-        return tb_raise_error(env, "out of memory allocating a resource");
-    ERL_NIF_TERM term = enif_make_resource(env, obj);
-    enif_release_resource(obj);
-    return term;
-}
 
 ERL_NIF_TERM tb_nif_stats(TB_NIF_PARAMS)
 {
@@ -202,10 +176,6 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
     tb_fault_install();
     tb_runtime_load();
     tb_shm_load();
-    if (tb_load_fault(TB_LOAD_BARE_TYPE) ||
-        !(bare_resource_type =
-              enif_open_resource_type(env, NULL, "tensor_blob_bare_resource", bare_resource_dtor, flags, NULL)))
-        return fail(TB_LOAD_BARE_TYPE);
     if (tb_load_fault(TB_LOAD_TENSOR_TYPE) || !tb_tensor_open_type(env, flags, tb_bridge_dyncall))
         return fail(TB_LOAD_TENSOR_TYPE);
     if (tb_load_fault(TB_LOAD_CAPSULE_TYPE) || !tb_dlpack_open_type(env, flags))

@@ -13,8 +13,6 @@
     /* the library itself (tb_nif.c) */                                                                                \
     X(load_failures, 0, tb_nif_load_failures, 0) /* -> [{Name, Code, Message}]: why a load can fail */                 \
     X(nx_type, 1, tb_nif_nx_type, 0)             /* (Dtype) -> {Kind, Bits} | nil */                                   \
-    X(identity, 1, tb_nif_identity, 0)           /* (X) -> X: the benchmarks' bare call */                             \
-    X(bare_resource, 0, tb_nif_bare_resource, 0) /* -> a resource of one word: the benchmarks' floor */                \
     X(stats, 0, tb_nif_stats, 0)                 /* -> #{tensors, pins, capsules, binaries} */                         \
     X(torch_version, 0, tb_nif_torch_version, 0) /* -> the linked libtorch's version */                                \
     X(dtypes, 0, tb_nif_dtypes, 0)               /* -> the canonical dtypes the linked libtorch holds */               \
