@@ -59,12 +59,6 @@ void tb_term_load(ErlNifEnv *env)
     ATOM(cuda_managed, "cuda_managed");
     ATOM(device_type, "device_type");
     ATOM(unknown, "unknown");
-    ATOM(owned, "owned");
-    ATOM(pinned, "pinned");
-    ATOM(unpinned, "unpinned");
-    ATOM(dlpack, "dlpack");
-    ATOM(binary, "binary");
-    ATOM(ipc, "ipc");
     ATOM(tensors, "tensors");
     ATOM(pins, "pins");
     ATOM(capsules, "capsules");

@@ -24,8 +24,6 @@ typedef struct {
     ERL_NIF_TERM cpu, cuda;
     /* DLPack device types beyond cpu and cuda; memory the runtime cannot place */
     ERL_NIF_TERM cuda_host, cuda_managed, device_type, unknown;
-    /* memory kinds */
-    ERL_NIF_TERM owned, pinned, unpinned, dlpack, binary, ipc;
     /* stats keys */
     ERL_NIF_TERM tensors, pins, capsules, binaries;
     /* DLPack kinds */

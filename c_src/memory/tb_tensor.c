@@ -419,20 +419,6 @@ ERL_NIF_TERM tb_nif_transpose(TB_NIF_PARAMS)
 
 typedef enum { ACCESS_SHAPE, ACCESS_STRIDES, ACCESS_DTYPE, ACCESS_DEVICE, ACCESS_MEMORY } access_what;
 
-static ERL_NIF_TERM memory_atom(const tb_shim_info *info)
-{
-    switch (tb_storage_kind(info)) {
-    case TB_MEMORY_PINNED: return tb_atoms.pinned;
-    case TB_MEMORY_UNPINNED: return tb_atoms.unpinned;
-    case TB_MEMORY_DLPACK: return tb_atoms.dlpack;
-    case TB_MEMORY_BINARY: return tb_atoms.binary;
-    case TB_MEMORY_REGION:
-    case TB_MEMORY_CUDA_IPC:
-    case TB_MEMORY_TORCH_SHM: return tb_atoms.ipc;
-    default: return tb_atoms.owned;
-    }
-}
-
 static ERL_NIF_TERM accessor(ErlNifEnv *env, ERL_NIF_TERM term, access_what what)
 {
     tb_tensor_desc d;
@@ -448,7 +434,7 @@ static ERL_NIF_TERM accessor(ErlNifEnv *env, ERL_NIF_TERM term, access_what what
     }
     /* What the memory is, read from the storage (tb_storage.h), so slices
      * and transposes of a view report the same. */
-    return memory_atom(&d.info);
+    return tb_storage_atoms[tb_storage_kind(&d.info)];
 }
 
 ERL_NIF_TERM tb_nif_shape(TB_NIF_PARAMS)

@@ -84,9 +84,10 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
     return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }
 
-/* The dtype and device tables (tb_dtype.h, tb_device.h) as the facades and
- * the tests read them: #{dtypes => [Dtype], devices => [Device]}, in table
- * order. Called once; the Erlang facade keeps the answer. */
+/* The dtype, device and storage kind tables (tb_dtype.h, tb_device.h,
+ * tb_storage.h) as the facades and the tests read them: #{dtypes =>
+ * [Dtype], devices => [Device], storage => [Kind]}, in table order. Called
+ * once; the Erlang facade keeps the answer. */
 ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM dtypes = enif_make_list(env, 0);
@@ -100,9 +101,18 @@ ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
                                  tb_devices[t].indexed ? tb_atoms.true_ : tb_atoms.false_};
         devices = enif_make_list_cell(env, make_map(env, device_keys, values, 3), devices);
     }
-    static const char *const keys[] = {"dtypes", "devices"};
-    ERL_NIF_TERM values[] = {dtypes, devices};
-    return make_map(env, keys, values, 2);
+    ERL_NIF_TERM storage = enif_make_list(env, 0);
+    static const char *const storage_keys[] = {"name", "memory", "keeps_owner", "region"};
+    for (int k = TB_MEMORY_COUNT - 1; k >= 0; k--) {
+        const tb_storage_kind_info *i = &tb_storage_kinds[k];
+        ERL_NIF_TERM values[] = {enif_make_atom(env, i->name), tb_storage_atoms[k],
+                                 i->keeps_owner ? tb_atoms.true_ : tb_atoms.false_,
+                                 i->region ? tb_atoms.true_ : tb_atoms.false_};
+        storage = enif_make_list_cell(env, make_map(env, storage_keys, values, 4), storage);
+    }
+    static const char *const keys[] = {"dtypes", "devices", "storage"};
+    ERL_NIF_TERM values[] = {dtypes, devices, storage};
+    return make_map(env, keys, values, 3);
 }
 
 /* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
@@ -164,6 +174,7 @@ static int fail(tb_load_failure why)
 static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourceFlags flags)
 {
     tb_term_load(env);
+    tb_storage_load(env);
     if (tb_load_fault(TB_LOAD_NOT_MAPPED) || !keep_mapped())
         return fail(TB_LOAD_NOT_MAPPED);
     /* A build reloaded after a purge finds its own state still there. */
