@@ -82,8 +82,9 @@ docs-test: nif
 	done; exit $$status
 
 # Source checks: the include layers of c_src, no test of a term that
-# enif_raise_exception returned, and the NIF stubs produced from the list
-# of NIFs (c_src/nif/tb_nifs.h) up to date.
+# enif_raise_exception returned, each NIF in the file and on the scheduler
+# the list of NIFs (c_src/nif/tb_nifs.h) says, and the NIF stubs produced
+# from that list up to date.
 check-c:
 	scripts/check_c.sh
 	scripts/gen_nifs.py --check
