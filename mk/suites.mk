@@ -59,10 +59,12 @@ format:
 	clang-format-14 --style=file -i $(or $(FILES),$(shell find c_src c_test bench/nif -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \)))
 
 # Static checks, run by CI: dialyzer, mix format, the C style of
-# .clang-format, and that nx-test builds the foreign NIF its bridge tests
-# load.
+# .clang-format, no module of src/ or lib/ over 600 lines
+# (scripts/check_module_size.sh), test/BAD_INPUTS.md current, and that
+# nx-test builds the foreign NIF its bridge tests load.
 lint: dialyzer bad-inputs-check
 	mix format --check-formatted
+	scripts/check_module_size.sh
 	@if [ "$(LINT_FORMAT)" = 1 ]; then scripts/check_format.sh; fi
 	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
 	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }

@@ -532,6 +532,30 @@ cuda_ipc_handle_refused_test() ->
                                    tensor_blob:ipc_open(#{kind => ipc, handle => <<"x">>, address => 1}, int32, {8}))
     end.
 
+%% ipc_export/1 decides how to share a tensor's memory by its device
+%% type's row of tables/0 (the kind of memory its DLPack code says it is),
+%% never by naming a device: the kinds it exports are rows of the table,
+%% each row of those kinds gets its export, and a device type the table
+%% gains without one (here a row added to the real table) is refused with
+%% a badarg naming the device and what to do, not by a case_clause.
+ipc_export_by_device_table_test() ->
+    #{devices := Rows} = Tables = tensor_blob:tables(),
+    Exporters = tensor_blob_ipc:ipc_exporters(),
+    Codes = [C || #{dlpack := C} <- Rows],
+    ?assertEqual([], [C || C <- maps:keys(Exporters), not lists:member(C, Codes)]),
+    [?assertEqual(maps:get(C, Exporters), tensor_blob_ipc:ipc_exporter(device_term(Row), Tables))
+     || #{dlpack := C} = Row <- Rows, maps:is_key(C, Exporters)],
+    Exporting = [N || #{name := N, dlpack := C} <- Rows, maps:is_key(C, Exporters)],
+    New = #{name => list_to_atom(lists:concat([N || #{name := N} <- Rows] ++ ["_new"])),
+            dlpack => lists:max(Codes ++ maps:keys(Exporters)) + 1, indexed => true},
+    Device = device_term(New),
+    ?assertBadarg(<<"tensor">>, [iolist_to_binary(io_lib:format("~0tp", [T])) || T <- [Device, Exporting]]
+                  ++ [<<"ipc_export/1">>, <<"to_device(T, cpu)">>],
+                  tensor_blob_ipc:ipc_exporter(Device, Tables#{devices := Rows ++ [New]})).
+
+device_term(#{name := Name, indexed := true}) -> {Name, 0};
+device_term(#{name := Name}) -> Name.
+
 %% Streams (the array API's __dlpack__(stream=...)): CPU tensors take none,
 %% and a refused import of a capsule still releases it.
 dlpack_stream_test() ->

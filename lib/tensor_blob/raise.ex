@@ -5,7 +5,7 @@ defmodule TensorBlob.Raise do
   #
   # Errors raised by the Erlang facade, and by the NIF through it, carry
   # their message as segments (error_info; see "Errors" in
-  # src/tensor_blob.erl): text, code and terms, the terms already cut down to
+  # src/tensor_blob_error.erl): text, code and terms, the terms already cut down to
   # a bounded tree. Those are rendered here the Elixir way: terms with
   # `inspect/2`, code in its Elixir spelling. An error without them keeps its
   # text.

@@ -1,0 +1,78 @@
+%% @private
+%% DLPack: the options of to_dlpack/2 and from_dlpack/2 (the version a
+%% consumer's max_version allows, read_only, streams, unsafe addresses).
+%% The capsules themselves are the NIF's (c_src/dlpack); tensor_blob
+%% documents the whole exchange.
+-module(tensor_blob_dlpack).
+
+-include("tensor_blob_internal.hrl").
+
+-export([to_dlpack/2, from_dlpack/2]).
+
+-import(tensor_blob_error, [badarg/1, raise/2, not_a_tensor/1]).
+-import(tensor_blob_options, [check_options/2, boolean_option/2, stream_option/1]).
+
+%%--------------------------------------------------------------------
+%% DLPack
+%%
+%% to_dlpack/1,2 returns a capsule: a resource that owns one
+%% DLManagedTensorVersioned (or, with version => legacy, a DLManagedTensor)
+%% holding a strong libtorch reference to T. The capsule calls the managed
+%% tensor's deleter when it is garbage-collected, unless it was consumed:
+%% consume_dlpack/1 disarms it and returns the address for a consumer, which
+%% then owes the deleter one call. from_dlpack/1,2 imports a capsule
+%% (consuming it) or an address; the producer's deleter runs exactly once,
+%% when libtorch frees the imported storage. An address this library handed
+%% out (consume_dlpack/1, the C bridge) is known until one import takes it
+%% or its deleter runs: imported once, refused after. Any other address is
+%% refused unless #{unsafe_address => true} says the caller answers for it:
+%% then it is trusted, and a forged, freed or twice-imported one cannot be
+%% detected.
+%%--------------------------------------------------------------------
+
+-spec to_dlpack(term(), term()) -> tensor_blob:capsule().
+to_dlpack(T, _Opts) when not ?IS_TENSOR_TERM(T) ->
+    not_a_tensor(T);
+to_dlpack(T, Opts) when is_map(Opts) ->
+    check_options(Opts, [max_version, version, read_only, stream]),
+    Version = export_version(maps:get(version, Opts, undefined),
+                             negotiate(maps:get(max_version, Opts, undefined))),
+    ?NIF(tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts), stream_option(Opts)));
+to_dlpack(_T, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]).
+
+-spec from_dlpack(term(), term()) -> tensor_blob:tensor().
+from_dlpack(Source, Opts) when is_map(Opts) ->
+    check_options(Opts, [version, read_only, stream, unsafe_address]),
+    Version = case maps:get(version, Opts, undefined) of
+                  V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
+                  Other -> badarg(["version: expected versioned or legacy, got ", {term, Other}])
+              end,
+    Given = case boolean_option(unsafe_address, Opts) of
+                true when is_integer(Source) -> {unsafe_address, Source};
+                _ -> Source
+            end,
+    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts)));
+from_dlpack(_Source, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]).
+
+%% What a consumer's max_version allows.
+negotiate(undefined) -> undefined;
+negotiate(nil) -> undefined;
+negotiate(legacy) -> legacy;
+negotiate({0, Minor}) when is_integer(Minor), Minor >= 0 -> legacy;
+negotiate({1, Minor}) when is_integer(Minor), Minor >= 0 -> versioned;
+negotiate({Major, Minor} = V) when is_integer(Major), Major > 1, is_integer(Minor), Minor >= 0 ->
+    raise(tensor_blob, ["max_version: ", {term, V}, ": this library exports DLPack 1.3 and legacy tensors only; "
+                        "a consumer of major version ", integer_to_binary(Major), " cannot be given either"]);
+negotiate(Other) ->
+    badarg(["max_version: expected {Major, Minor} (non-negative integers) or legacy, got ", {term, Other}]).
+
+export_version(undefined, undefined) -> versioned;
+export_version(undefined, Negotiated) -> Negotiated;
+export_version(V, undefined) when V =:= versioned; V =:= legacy -> V;
+export_version(V, V) -> V;
+export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
+    badarg(["version: ", {term, V}, " contradicts max_version, which allows ", {term, Negotiated}, " only"]);
+export_version(V, _) ->
+    badarg(["version: expected versioned or legacy, got ", {term, V}]).

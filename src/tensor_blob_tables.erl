@@ -1,0 +1,27 @@
+%% @private
+%% The library's tables as the facades see them: tables/0 (the NIF's
+%% answer, read once and kept in persistent_term under {tensor_blob,
+%% tables}) and the rows asked for by name. tensor_blob's tables/0 and
+%% dtype_info/1 are these.
+-module(tensor_blob_tables).
+
+-export([tables/0, dtype_info/1]).
+
+-spec tables() -> #{dtypes := [tensor_blob:dtype_info()], devices := [tensor_blob:device_info()]}.
+tables() ->
+    case persistent_term:get({tensor_blob, tables}, undefined) of
+        undefined ->
+            Tables = tensor_blob_nif:tables(),
+            persistent_term:put({tensor_blob, tables}, Tables),
+            Tables;
+        Tables ->
+            Tables
+    end.
+
+-spec dtype_info(atom()) -> tensor_blob:dtype_info().
+dtype_info(Name) ->
+    #{dtypes := Dtypes} = tables(),
+    case [D || #{name := N} = D <- Dtypes, N =:= Name] of
+        [Info] -> Info;
+        [] -> tensor_blob_error:badarg(["dtype: expected a canonical dtype, got ", {term, Name}])
+    end.

@@ -1,0 +1,194 @@
+%% @private
+%% Tensors and memory: blobs both ways (to_blob's options, from_blob and
+%% the owner decision), binaries both ways (copies and views), writes and device
+%% copies, with the telemetry events they make. tensor_blob's functions of
+%% the same names are these.
+-module(tensor_blob_tensor).
+
+-include("tensor_blob_internal.hrl").
+
+-export([blob/2, to_blob/2, to_blob_struct/3, from_blob/1, blob_view/2,
+         from_binary/3, from_binary/4, copy_from_binary/5, to_binary/2, copy_to_binary/3, binary_of/3,
+         data_bytes/1, write/2, to_device/2, transferred/5]).
+
+-import(tensor_blob_error, [badarg/1, not_a_tensor/1]).
+-import(tensor_blob_options, [check_options/2, check_copy_option/1]).
+
+%% An owner term that from_blob pins: none asks for an unpinned view;
+%% undefined and nil (and no owner key) name no owner, which is refused.
+-define(PINNABLE(Owner), (Owner =/= none andalso Owner =/= undefined andalso Owner =/= nil)).
+
+%% The map of a blob's fields. Built here, with literal keys, it costs a
+%% copy of the values; the NIF would have to sort and check its keys.
+-spec blob(tuple(), term()) -> tensor_blob:blob().
+blob({Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment}, Owner) ->
+    #{ptr => Ptr, shape => Shape, strides => Strides, dtype => Dtype, device => Device,
+      element_size => ElementSize, byte_size => ByteSize, alignment => Alignment, owner => Owner}.
+
+-spec to_blob_struct(tensor_blob:tensor(), term(), atom()) -> tensor_blob:blob().
+to_blob_struct(T, Owner, Struct) when is_reference(T) ->
+    %% blob/2's map with '__struct__' in the literal: added afterwards, the
+    %% key would merge a new map, the cost the literal avoids.
+    {Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    #{'__struct__' => Struct, ptr => Ptr, shape => Shape, strides => Strides, dtype => Dtype, device => Device,
+      element_size => ElementSize, byte_size => ByteSize, alignment => Alignment, owner => Owner};
+to_blob_struct(T, _Owner, _Struct) ->
+    not_a_tensor(T).
+
+-spec to_blob(term(), term()) -> tensor_blob:blob().
+to_blob(T, _Opts) when not is_reference(T) ->
+    not_a_tensor(T);
+to_blob(T, Opts) when is_map(Opts) ->
+    check_options(Opts, [owner, struct]),
+    Owner = maps:get(owner, Opts, T),
+    case maps:get(struct, Opts, undefined) of
+        undefined -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
+        Struct when is_atom(Struct) -> to_blob_struct(T, Owner, Struct);
+        Struct -> badarg(["struct: expected a module name (an atom), got ", {term, Struct}])
+    end;
+to_blob(_T, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]).
+
+-spec from_blob(tensor_blob:spec()) -> tensor_blob:tensor().
+from_blob(Spec) ->
+    element(1, view(Spec, spec_owner(Spec))).
+
+-spec blob_view(tensor_blob:spec(), term()) -> {tensor_blob:tensor(), Owner :: term()}.
+blob_view(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
+    view(Spec, Owner);
+blob_view(Spec, Opts) when Opts =:= #{} ->
+    view(Spec, spec_owner(Spec));
+blob_view(Spec, Opts) when is_map(Opts) ->
+    check_options(Opts, [owner]),
+    view(Spec, spec_owner(Spec));
+blob_view(_Spec, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]).
+
+spec_owner(#{owner := Owner}) -> Owner;
+spec_owner(_) -> undefined.
+
+%% A blob, or a spec with all its keys: matched here, in one pass over the
+%% map, where the NIF would look each key up.
+view(#{ptr := Ptr, shape := Shape, dtype := Dtype, strides := Strides, device := Device} = Spec, Owner)
+  when ?PINNABLE(Owner) ->
+    {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob_fields(Ptr, Shape, Dtype, Strides, Device, Owner, true)),
+     Owner};
+view(Spec, Owner) when ?PINNABLE(Owner) ->
+    {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, Owner, true)), Owner};
+view(Spec, none) ->
+    {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, undefined, false)), none};
+view(Spec, _NoOwner) when is_map(Spec) ->
+    badarg(["owner: the spec names no owner. To pin the term that keeps the memory alive, pass ",
+            {code, "owner => Term", "owner: term"},
+            "; to ask for an unpinned view, for which the caller answers, pass ",
+            {code, "owner => none", "owner: :none"}]);
+view(Spec, _NoOwner) ->
+    %% Not a map: the NIF says what a spec is.
+    {?NIF(tensor_blob_nif:from_blob(Spec, undefined, false)), none}.
+
+-spec from_binary(binary(), tensor_blob:dtype(), tensor_blob:shape()) -> tensor_blob:tensor().
+from_binary(Binary, Dtype, Shape) ->
+    copy_from_binary(Binary, Dtype, Shape, {tensor_blob, from_binary, 3}, requested).
+
+-spec copy_from_binary(binary(), tensor_blob:dtype(), tensor_blob:shape(), {module(), atom(), arity()},
+                       tensor_blob_telemetry:reason()) -> tensor_blob:tensor().
+copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
+    Start = tensor_blob_telemetry:start(copy),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary(Binary, Dtype, Shape)),
+    tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+    T.
+
+-spec from_binary(binary(), tensor_blob:dtype(), tensor_blob:shape(), term()) -> tensor_blob:tensor().
+from_binary(Binary, Dtype, Shape, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
+    ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, false));
+from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opts) =:= 1 ->
+    Start = tensor_blob_telemetry:start(copy),
+    T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true)),
+    %% Misaligned bytes were copied into an owned tensor.
+    _ = Start =:= undefined orelse tensor_blob:memory(T) =/= owned orelse
+        tensor_blob_telemetry:copy(Start, {tensor_blob, from_binary, 4}, misaligned, byte_size(Binary), T) =:= ok,
+    T;
+from_binary(Binary, Dtype, Shape, Opts) ->
+    check_copy_option(Opts),
+    from_binary(Binary, Dtype, Shape).
+
+-spec copy_to_binary(tensor_blob:tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
+copy_to_binary(T, Function, Reason) ->
+    case tensor_blob_telemetry:start(copy) of
+        undefined ->
+            ?NIF(tensor_blob_nif:to_binary(T));
+        Start ->
+            Binary = ?NIF(tensor_blob_nif:to_binary(T)),
+            tensor_blob_telemetry:copy(Start, Function, Reason, byte_size(Binary), T),
+            Binary
+    end.
+
+-spec binary_of(tensor_blob:tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
+binary_of(T, Unguarded, Function) ->
+    case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
+        Reason when is_atom(Reason) -> {copy_to_binary(T, Function, Reason), true};
+        Binary -> {Binary, false}
+    end.
+
+-spec data_bytes(tensor_blob:tensor()) -> non_neg_integer().
+data_bytes(T) ->
+    element(1, transfer_facts(T)).
+
+%% {Bytes, Dtype, Shape} of T, in one NIF call.
+transfer_facts(T) ->
+    {_, Shape, _, Dtype, _, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    {lists:foldl(fun(D, N) -> D * N end, ElementSize, tuple_to_list(Shape)), Dtype, Shape}.
+
+-spec to_binary(tensor_blob:tensor(), term()) -> binary().
+to_binary(T, _Opts) when not is_reference(T) ->
+    not_a_tensor(T);
+to_binary(T, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
+    ?NIF(tensor_blob_nif:to_binary_view(T, false, false));
+to_binary(T, Opts) when is_map(Opts) ->
+    check_options(Opts, [copy, unsafe_shared_memory]),
+    Unguarded = case maps:get(unsafe_shared_memory, Opts, false) of
+                    U when is_boolean(U) -> U;
+                    U -> badarg(["unsafe_shared_memory: expected a boolean, got ", {term, U}])
+                end,
+    case maps:get(copy, Opts, true) of
+        true -> copy_to_binary(T, {tensor_blob, to_binary, 2}, requested);
+        false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
+        if_needed -> element(1, binary_of(T, Unguarded, {tensor_blob, to_binary, 2}));
+        Other -> badarg(["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
+    end;
+to_binary(_T, Opts) ->
+    badarg(["options: expected a map, got ", {term, Opts}]).
+
+-spec write(tensor_blob:tensor(), term()) -> tensor_blob:tensor().
+write(T, Binary) when is_reference(T), is_binary(Binary) ->
+    case tensor_blob_telemetry:start(copy) of
+        undefined ->
+            ?NIF(tensor_blob_nif:write(T, Binary));
+        Start ->
+            T = ?NIF(tensor_blob_nif:write(T, Binary)),
+            tensor_blob_telemetry:copy(Start, {tensor_blob, write, 2}, requested, byte_size(Binary), T),
+            T
+    end;
+write(T, Other) when is_reference(T) ->
+    badarg(["binary: expected a binary, got ", {term, Other}]);
+write(T, _Binary) ->
+    not_a_tensor(T).
+
+-spec to_device(tensor_blob:tensor(), tensor_blob:device()) -> tensor_blob:tensor().
+to_device(T, Device) when is_reference(T) ->
+    Start = tensor_blob_telemetry:start(copy),
+    Copy = ?NIF(tensor_blob_nif:to_device(T, Device)),
+    _ = Start =:= undefined orelse
+        tensor_blob_telemetry:copy(Start, {tensor_blob, to_device, 2}, requested, data_bytes(Copy), Copy) =:= ok,
+    Copy;
+to_device(T, _Device) -> not_a_tensor(T).
+
+%% A transfer event for T, whose bytes were copied on the way or not.
+-spec transferred(integer(), {module(), atom(), arity()}, tensor_blob:tensor(), boolean(), map()) -> ok.
+transferred(Start, Function, T, Copied, Meta) ->
+    {Bytes, Dtype, Shape} = transfer_facts(T),
+    CopiedBytes = case Copied of
+                      true -> Bytes;
+                      false -> 0
+                  end,
+    tensor_blob_telemetry:transfer(Start, Function, Bytes, CopiedBytes, Meta#{dtype => Dtype, shape => Shape}).
