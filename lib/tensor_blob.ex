@@ -162,12 +162,19 @@ defmodule TensorBlob do
   def dtypes, do: translating(do: :tensor_blob.dtypes())
 
   @doc """
-  The library's dtype and device tables, in table order: every dtype it
-  knows (`available: true` where the linked libtorch holds it), with its
-  element size, kind and bits, DLPack `{code, bits, lanes}`, Nx type, other
-  names and the libtorch release that brought it; and every device type.
+  The library's dtype, device and storage kind tables, in table order:
+  every dtype it knows (`available: true` where the linked libtorch holds
+  it), with its element size, kind and bits, DLPack `{code, bits, lanes}`,
+  Nx type, other names and the libtorch release that brought it; every
+  device type; and every kind of memory, with what `Tensor.memory/1`
+  answers for it, whether it keeps its owner alive (`Tensor.pinned?/1`) and
+  whether it is a named shared-memory region.
   """
-  @spec tables() :: %{dtypes: [:tensor_blob.dtype_info()], devices: [:tensor_blob.device_info()]}
+  @spec tables() :: %{
+          dtypes: [:tensor_blob.dtype_info()],
+          devices: [:tensor_blob.device_info()],
+          storage: [:tensor_blob.storage_info()]
+        }
   def tables, do: :tensor_blob.tables()
 
   @doc "The version of the linked libtorch."

@@ -41,7 +41,7 @@
 
 -import(tensor_blob_error, [not_a_tensor/1]).
 
--export_type([dtype_info/0, device_info/0]).
+-export_type([dtype_info/0, device_info/0, storage_info/0, memory/0]).
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
 
@@ -66,6 +66,15 @@
 %% A row of the device table: a device type, its DLPack device code, and whether its devices are
 %% numbered ({cuda, 0}) or not (cpu).
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
+%% What memory/1 answers: one atom per answer of the storage kind table (tables/0's storage, from
+%% TB_STORAGE_KINDS in c_src/memory/tb_storage.h; the tests fail when they disagree). Every spec
+%% here and in the Elixir facade (TensorBlob.Tensor.memory/1) names this type.
+-type memory() :: owned | pinned | unpinned | dlpack | binary | ipc.
+%% A row of the storage kind table: a kind of memory, what memory/1 answers for it, whether a
+%% tensor of it keeps the memory's owner alive (pinned/1), and whether it is a mapping of a
+%% shared-memory file that has a name another process opens.
+-type storage_info() :: #{name := atom(), memory := memory(), keeps_owner := boolean(),
+                          region := boolean()}.
 %% A blob; to_blob/2 with the struct option tags it with '__struct__' (the Elixir facade's
 %% %TensorBlob.Blob{}).
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
@@ -230,21 +239,21 @@ device(T) -> not_a_tensor(T).
 %% memory, released through its deleter), binary (a view of a binary's bytes), ipc (a mapping of a
 %% shared-memory region, or of a CUDA IPC handle). Slices and transposes answer as the tensor they
 %% view.
--spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
+-spec memory(tensor()) -> memory().
 memory(T) when is_reference(T) -> ?NIF(tensor_blob_nif:memory(T));
 memory(T) -> not_a_tensor(T).
 
-%% @doc true when T views memory whose owner it keeps alive: a pinned owner, a DLPack producer, or a
-%% binary.
+%% @doc true when T views memory whose owner it keeps alive (its kind's keeps_owner in tables/0's
+%% storage): a pinned owner, a DLPack producer, or a binary.
 -spec pinned(tensor()) -> boolean().
-pinned(T) -> lists:member(memory(T), [pinned, dlpack, binary]).
+pinned(T) -> tensor_blob_tables:keeps_owner(memory(T)).
 
 %% @doc What T is, for the shell, where a tensor prints as a bare reference: its dtype, shape,
 %% device and memory kind (see memory/1). For example
 %% `tensor_blob:describe(tensor_blob:zeros({2, 3}, float32))' gives
 %% `#{device => cpu, dtype => float32, memory => owned, shape => {2,3}}'.
 -spec describe(tensor()) -> #{dtype := atom(), shape := shape(), device := device(),
-                              memory := owned | pinned | unpinned | dlpack | binary | ipc}.
+                              memory := memory()}.
 describe(T) when is_reference(T) ->
     #{dtype => dtype(T), shape => shape(T), device => device(T), memory => memory(T)};
 describe(T) -> not_a_tensor(T).
@@ -260,10 +269,11 @@ stats() -> tensor_blob_nif:stats().
 -spec dtypes() -> [atom()].
 dtypes() -> tensor_blob_nif:dtypes().
 
-%% @doc The library's dtype and device tables, in table order: every dtype it knows (`available`
-%% says whether the linked libtorch holds it) and every device type. The C tables are the one source
-%% of truth; Inspect, the guides' tables and the tests derive from this answer.
--spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()]}.
+%% @doc The library's dtype, device and storage kind tables, in table order: every dtype it knows
+%% (`available' says whether the linked libtorch holds it), every device type and every kind of
+%% memory. The C tables are the one source of truth; Inspect, the guides' tables, pinned/1 and the
+%% tests derive from this answer.
+-spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()], storage := [storage_info()]}.
 tables() -> tensor_blob_tables:tables().
 
 %% @doc The row of tables() of a canonical dtype.

@@ -207,10 +207,14 @@ defmodule TensorBlob.Tensor do
   mapping of a shared-memory region, or of another process's CUDA memory opened
   with `TensorBlob.IPC.open/3`). Slices answer as what they view.
   """
-  @spec memory(input()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
+  @spec memory(input()) :: :tensor_blob.memory()
   def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))
 
-  @doc "True when the tensor views memory whose owner it keeps alive (`:pinned`, `:dlpack` or `:binary`)."
+  @doc """
+  True when the tensor views memory whose owner it keeps alive (`:pinned`,
+  `:dlpack` or `:binary`: the kinds whose `keeps_owner` is true in
+  `TensorBlob.tables().storage`).
+  """
   @spec pinned?(input()) :: boolean()
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
