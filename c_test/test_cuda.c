@@ -855,11 +855,11 @@ static void test_torch_counter(void)
     int *file_count = (int *)producer;
     int64_t *slots = (int64_t *)((char *)producer + TB_TORCH_COUNTER_HEADER);
     tb_torch_counter c;
-    int caller_fault;
+    const char *caller_field;
 
     /* Opening maps the file (one reference in its header) and leaves the
      * share's counter as the producer set it. */
-    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 3, &c, &caller_fault) == NULL);
+    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 3, &c, &caller_field) == NULL);
     CHECK_EQ(*file_count, 2);
     CHECK_EQ(slots[3], 1);
     CHECK_EQ(counter_value(&c), 1);
@@ -870,37 +870,38 @@ static void test_torch_counter(void)
     CHECK(file_exists());
 
     /* A share already released opens no more; nothing stays mapped. */
-    CHECK_CONTAINS(tb_torch_counter_open(counter_name + 1, strlen(counter_name) - 1, 3, &c, &caller_fault),
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name + 1, strlen(counter_name) - 1, 3, &c, &caller_field),
                    "already released");
-    CHECK_EQ(caller_fault, 1);
+    CHECK(caller_field && strcmp(caller_field, "ref_counter_offset") == 0);
     CHECK_EQ(*file_count, 1);
 
     /* Never below zero, whoever dropped it first. */
     slots[5] = 1;
-    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 5, &c, &caller_fault) == NULL);
+    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 5, &c, &caller_field) == NULL);
     slots[5] = 0;
     CHECK_EQ(tb_torch_counter_release(&c), -1);
     CHECK_EQ(slots[5], 0);
 
     /* Counters past the file's end, and names that are none. */
-    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), TB_TORCH_COUNTER_SLOTS, &c, &caller_fault),
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), TB_TORCH_COUNTER_SLOTS, &c, &caller_field),
                    "past the end");
-    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), -1, &c, &caller_fault),
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), -1, &c, &caller_field),
                    "not a counter index");
-    CHECK_CONTAINS(tb_torch_counter_open("/a/b", 4, 0, &c, &caller_fault), "not a shared-memory name");
-    CHECK_CONTAINS(tb_torch_counter_open("/", 1, 0, &c, &caller_fault), "not a shared-memory name");
+    CHECK_CONTAINS(tb_torch_counter_open("/a/b", 4, 0, &c, &caller_field), "not a shared-memory name");
+    CHECK(caller_field && strcmp(caller_field, "ref_counter_handle") == 0);
+    CHECK_CONTAINS(tb_torch_counter_open("/", 1, 0, &c, &caller_field), "not a shared-memory name");
     CHECK_EQ(*file_count, 1);
 
     /* The producer gone first (its reference dropped): the last holder
      * unlinks the file. */
     slots[7] = 1;
-    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 7, &c, &caller_fault) == NULL);
+    CHECK(tb_torch_counter_open(counter_name, strlen(counter_name), 7, &c, &caller_field) == NULL);
     atomic_fetch_sub((atomic_int *)file_count, 1);
     CHECK_EQ(tb_torch_counter_release(&c), 0);
     CHECK_EQ(*file_count, 0);
     CHECK(!file_exists());
     munmap(producer, length);
-    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), 7, &c, &caller_fault), "cannot open");
+    CHECK_CONTAINS(tb_torch_counter_open(counter_name, strlen(counter_name), 7, &c, &caller_field), "cannot open");
 }
 
 static void test_torch_event(void)

@@ -137,8 +137,8 @@ defmodule TensorBlob do
     if Keyword.keyword?(opts) do
       Map.new(opts)
     else
-      raise ArgumentError,
-            "options: expected a keyword list such as [owner: term], got #{TensorBlob.Raise.inspect_term(opts)}"
+      "options: expected a keyword list such as [owner: term], got #{TensorBlob.Raise.inspect_term(opts)}"
+      |> badarg!(:bad_option, :options)
     end
   end
 
@@ -162,18 +162,20 @@ defmodule TensorBlob do
   def dtypes, do: translating(do: :tensor_blob.dtypes())
 
   @doc """
-  The library's dtype, device and storage kind tables, in table order:
-  every dtype it knows (`available: true` where the linked libtorch holds
-  it), with its element size, kind and bits, DLPack `{code, bits, lanes}`,
-  Nx type, other names and the libtorch release that brought it; every
-  device type; and every kind of memory, with what `Tensor.memory/1`
-  answers for it, whether it keeps its owner alive (`Tensor.pinned?/1`) and
-  whether it is a named shared-memory region.
+  The library's dtype, device, storage kind and error-reason tables, in
+  table order: every dtype it knows (`available: true` where the linked
+  libtorch holds it), with its element size, kind and bits, DLPack
+  `{code, bits, lanes}`, Nx type, other names and the libtorch release that
+  brought it; every device type; every kind of memory, with what
+  `Tensor.memory/1` answers for it, whether it keeps its owner alive
+  (`Tensor.pinned?/1`) and whether it is a named shared-memory region; and
+  every reason an error may carry (`TensorBlob.Error`'s `reason`).
   """
   @spec tables() :: %{
           dtypes: [:tensor_blob.dtype_info()],
           devices: [:tensor_blob.device_info()],
-          storage: [:tensor_blob.storage_info()]
+          storage: [:tensor_blob.storage_info()],
+          reasons: [atom()]
         }
   def tables, do: :tensor_blob.tables()
 

@@ -84,11 +84,15 @@ docs-test: nif
 	done; exit $$status
 
 # Source checks: the include layers of c_src, no test of a term that
-# enif_raise_exception returned, each NIF in the file and on the scheduler
-# the list of NIFs (c_src/nif/tb_nifs.h) says, and the NIF stubs produced
-# from that list up to date.
+# enif_raise_exception returned, each raise's argument the one its message
+# names, each NIF in the file and on the scheduler the list of NIFs
+# (c_src/nif/tb_nifs.h) says, no facade code that decides on an error
+# message's text (and every reason the facades use in the reason table:
+# scripts/check_errors.sh), and the NIF stubs produced from the list of
+# NIFs up to date.
 check-c:
 	scripts/check_c.sh
+	scripts/check_errors.sh
 	scripts/gen_nifs.py --check
 
 # Sharing with Python processes (test/python/*_test.py): PyTorch's

@@ -6,6 +6,10 @@
 #  2. No code tests a term that enif_raise_exception returned (it is 0 in a
 #     normal emulator, so such a test never fires): errors travel as an int
 #     result and an out-parameter, and the term is returned at once.
+#  3. A raise's argument (tb_raise.h) is the argument its message names
+#     first: a message that begins with a literal "word: " is raised with the
+#     argument "word", or with NULL (none) when word names a call or a
+#     concern, not an argument (NOT_ARGUMENTS below).
 #  4. The list of NIFs (c_src/nif/tb_nifs.h) says where each NIF is and how
 #     it runs: each row sits under a comment that names the file defining
 #     its C function, `(folder/tb_x.c)`, and that file defines it; every
@@ -90,7 +94,22 @@ for f, t in text.items():
         line = t[:m.start()].count("\n") + 1
         print(f"check_c: {src}/{f}:{line}: an exception term is tested")
         failed = True
-print("check_c: %d files in %d layers, %d raising functions, %s" % (len(files), layer, len(raisers), "FAILED" if failed else "ok"))
+# The argument beside the message.
+NOT_ARGUMENTS = {"ipc", "cuda", "dlpack", "to_dlpack", "from_dlpack", "from_blob", "to_binary", "from_binary"}
+raises = 0
+for f, t in text.items():
+    for m in re.finditer(r'tb_raise_(?:badarg|error)\(\s*env,\s*([^,]+?),\s*([^,]+?),\s*"(?:([a-z_]+): )?', t):
+        raises += 1
+        argument, word = m.group(2).strip(), m.group(3)
+        if word is None:
+            continue
+        expected = "NULL" if word in NOT_ARGUMENTS else '"%s"' % word
+        if argument != expected:
+            line = t[:m.start()].count("\n") + 1
+            print(f"check_c: {src}/{f}:{line}: the message begins with '{word}: ', so its argument is {expected}, not {argument}")
+            failed = True
+
+print("check_c: %d raises, %d files in %d layers, %d raising functions, %s" % (raises, len(files), layer, len(raisers), "FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
 PY
 

@@ -29,7 +29,7 @@
          shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
--export([format_error/2, error_message/2, prune/1, big_integer_text/2]).
+-export([format_error/2, error_message/2, error_reason/1, prune/1, big_integer_text/2]).
 
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
@@ -269,11 +269,12 @@ stats() -> tensor_blob_nif:stats().
 -spec dtypes() -> [atom()].
 dtypes() -> tensor_blob_nif:dtypes().
 
-%% @doc The library's dtype, device and storage kind tables, in table order: every dtype it knows
-%% (`available' says whether the linked libtorch holds it), every device type and every kind of
-%% memory. The C tables are the one source of truth; Inspect, the guides' tables, pinned/1 and the
-%% tests derive from this answer.
--spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()], storage := [storage_info()]}.
+%% @doc The library's dtype, device, storage kind and error-reason tables, in table order: every
+%% dtype it knows (`available' says whether the linked libtorch holds it), every device type, every
+%% kind of memory, and every reason an error may carry (error_reason/1). The C tables are the one
+%% source of truth; Inspect, the guides' tables, pinned/1 and the tests derive from this answer.
+-spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()], storage := [storage_info()],
+                    reasons := [atom()]}.
 tables() -> tensor_blob_tables:tables().
 
 %% @doc The row of tables() of a canonical dtype.
@@ -585,6 +586,13 @@ format_error(Reason, Stack) -> tensor_blob_error:format_error(Reason, Stack).
 -spec error_message(term(), erlang:stacktrace()) ->
           [binary() | {term, tensor_blob_error:pruned()} | {code, binary(), binary()}] | none.
 error_message(Reason, Stack) -> tensor_blob_error:error_message(Reason, Stack).
+
+%% @doc What an error this library raised carries as data, read from its stacktrace: its reason (a
+%% row of tables()'s reasons) and the argument it is about (an atom, or none); none for anyone
+%% else's error. Decide on these, never on the message's text: in `catch error:{badarg, _}:Stack',
+%% match `#{reason := no_region}' against `tensor_blob:error_reason(Stack)'.
+-spec error_reason(erlang:stacktrace()) -> #{reason := atom(), argument := atom()} | none.
+error_reason(Stack) -> tensor_blob_error:error_reason(Stack).
 
 %% @private Term cut down to a tree of bounded size (see tensor_blob_error); the work is bounded by
 %% that size, whatever Term is. The Elixir facade prints terms of its own messages through it too.

@@ -9,7 +9,7 @@
 
 -export([to_dlpack/2, from_dlpack/2]).
 
--import(tensor_blob_error, [badarg/1, raise/2, not_a_tensor/1]).
+-import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
 -import(tensor_blob_options, [check_options/2, boolean_option/2, stream_option/1]).
 
 %%--------------------------------------------------------------------
@@ -39,14 +39,14 @@ to_dlpack(T, Opts) when is_map(Opts) ->
                              negotiate(maps:get(max_version, Opts, undefined))),
     ?NIF(tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 to_dlpack(_T, Opts) ->
-    badarg(["options: expected a map, got ", {term, Opts}]).
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
 
 -spec from_dlpack(term(), term()) -> tensor_blob:tensor().
 from_dlpack(Source, Opts) when is_map(Opts) ->
     check_options(Opts, [version, read_only, stream, unsafe_address]),
     Version = case maps:get(version, Opts, undefined) of
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
-                  Other -> badarg(["version: expected versioned or legacy, got ", {term, Other}])
+                  Other -> badarg(bad_value, version, ["version: expected versioned or legacy, got ", {term, Other}])
               end,
     Given = case boolean_option(unsafe_address, Opts) of
                 true when is_integer(Source) -> {unsafe_address, Source};
@@ -54,7 +54,7 @@ from_dlpack(Source, Opts) when is_map(Opts) ->
             end,
     ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts)));
 from_dlpack(_Source, Opts) ->
-    badarg(["options: expected a map, got ", {term, Opts}]).
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
 
 %% What a consumer's max_version allows.
 negotiate(undefined) -> undefined;
@@ -63,16 +63,19 @@ negotiate(legacy) -> legacy;
 negotiate({0, Minor}) when is_integer(Minor), Minor >= 0 -> legacy;
 negotiate({1, Minor}) when is_integer(Minor), Minor >= 0 -> versioned;
 negotiate({Major, Minor} = V) when is_integer(Major), Major > 1, is_integer(Minor), Minor >= 0 ->
-    raise(tensor_blob, ["max_version: ", {term, V}, ": this library exports DLPack 1.3 and legacy tensors only; "
-                        "a consumer of major version ", integer_to_binary(Major), " cannot be given either"]);
+    raise(tensor_blob, unsupported, max_version,
+          ["max_version: ", {term, V}, ": this library exports DLPack 1.3 and legacy tensors only; "
+           "a consumer of major version ", integer_to_binary(Major), " cannot be given either"]);
 negotiate(Other) ->
-    badarg(["max_version: expected {Major, Minor} (non-negative integers) or legacy, got ", {term, Other}]).
+    badarg(bad_value, max_version,
+           ["max_version: expected {Major, Minor} (non-negative integers) or legacy, got ", {term, Other}]).
 
 export_version(undefined, undefined) -> versioned;
 export_version(undefined, Negotiated) -> Negotiated;
 export_version(V, undefined) when V =:= versioned; V =:= legacy -> V;
 export_version(V, V) -> V;
 export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
-    badarg(["version: ", {term, V}, " contradicts max_version, which allows ", {term, Negotiated}, " only"]);
+    badarg(bad_option, version,
+           ["version: ", {term, V}, " contradicts max_version, which allows ", {term, Negotiated}, " only"]);
 export_version(V, _) ->
-    badarg(["version: expected versioned or legacy, got ", {term, V}]).
+    badarg(bad_value, version, ["version: expected versioned or legacy, got ", {term, V}]).

@@ -1,12 +1,12 @@
 %% @private
 %% Errors: raising messages built as segments, rendering them the Erlang
 %% way, and cutting terms down to a bounded tree. tensor_blob's
-%% format_error/2, error_message/2, prune/1 and big_integer_text/2 are
-%% these.
+%% format_error/2, error_message/2, error_reason/1, prune/1 and
+%% big_integer_text/2 are these.
 -module(tensor_blob_error).
 
--export([badarg/1, raise/2, nif_error/3, dtype_error/4, not_a_tensor/1]).
--export([format_error/2, error_message/2, prune/1, big_integer_text/2]).
+-export([badarg/3, raise/4, nif_error/3, dtype_error/4, not_a_tensor/1]).
+-export([format_error/2, error_message/2, error_reason/1, prune/1, big_integer_text/2]).
 
 -export_type([segment/0, pruned/0, cause/0]).
 
@@ -17,12 +17,16 @@
 %%--------------------------------------------------------------------
 %% Errors
 %%
-%% A message is built once, as segments (c_src/beam/tb_raise.h): text (a string
-%% or a binary), {term, Term} (printed as the caller's language prints
-%% terms) and {code, Erlang, Elixir} (code, spelled in each language). Each
-%% facade renders the segments its own way: this module the Erlang way into
-%% error({Kind, Message}), keeping the segments in the stacktrace's
-%% error_info, from which the Elixir facade renders them the Elixir way.
+%% An error carries, as data, its reason (an atom, a row of the reason
+%% table: tables/0's reasons, c_src/beam/tb_raise.h) and the argument it is
+%% about (an atom, or none), beside its message; code decides on those,
+%% never on the message's text. A message is built once, as segments: text
+%% (a string or a binary), {term, Term} (printed as the caller's language
+%% prints terms) and {code, Erlang, Elixir} (code, spelled in each
+%% language). Each facade renders the segments its own way: this module the
+%% Erlang way into error({Kind, Message}), keeping reason, argument and
+%% segments as the cause of the stacktrace's error_info (error_reason/1
+%% reads them), from which the Elixir facade renders them the Elixir way.
 %%
 %% A term is cut down first (prune/1) to a bounded tree that both renderers
 %% print in full, so that any term, however large or deep, is rendered in
@@ -44,7 +48,9 @@
 -type pruned() :: {whole, term()} | elided | {list, [pruned()], [] | more | {tail, pruned()}}
                 | {tuple, [pruned()], boolean()} | {map, [{pruned(), pruned()}], boolean()}
                 | {big_integer, 1 | -1, pos_integer()}.
--type cause() :: {message, [binary() | {term, pruned()} | {code, binary(), binary()}]}.
+-type nif_cause() :: #{reason := atom(), argument := atom(), message := [segment()]}.
+-type cause() :: #{reason := atom(), argument := atom(),
+                   message := [binary() | {term, pruned()} | {code, binary(), binary()}]}.
 
 -define(TERM_ITEMS, 50).
 -define(TERM_DEPTH, 20).
@@ -53,39 +59,40 @@
 %% characters: io_lib trims what is left (as `...').
 -define(MESSAGE_CHARS, 1024).
 
--spec badarg([segment()]) -> no_return().
-badarg(Message) ->
-    raise(badarg, Message).
+%% Bad input: Reason (a row of tables()'s reasons) about Argument (the
+%% argument or field the message names first, or none).
+-spec badarg(atom(), atom(), [segment()]) -> no_return().
+badarg(Reason, Argument, Message) ->
+    raise(badarg, Reason, Argument, Message).
 
-%% Raises error({Kind, Message}), Message rendered the Erlang way, with the
-%% segments as the error's cause (error_info).
--spec raise(badarg | tensor_blob, [segment()]) -> no_return().
-raise(Kind, Message) ->
-    Cause = cause(Message),
+%% Raises error({Kind, Message}), Message rendered the Erlang way, with
+%% reason, argument and segments as the error's cause (error_info).
+-spec raise(badarg | tensor_blob, atom(), atom(), [segment()]) -> no_return().
+raise(Kind, Reason, Argument, Message) ->
+    Cause = cause(Reason, Argument, Message),
     erlang:error({Kind, erlang_message(Cause)}, none, [{error_info, error_info(Cause)}]).
 
 %% An error the NIF raised, with its segments: rendered, and re-raised with
 %% the NIF's own stacktrace, whose top frame (the NIF call) now carries the
 %% cause as raise/2's errors do, and the arity in place of the arguments:
 %% an argument may be any term, and a huge or deep one in a stacktrace
-%% costs whoever formats or normalizes it (Elixir's rescue does). A
-%% reference of another node where a tensor was expected says so; a
-%% message about any other argument is left as it is.
--spec nif_error(badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) -> no_return().
-nif_error(badarg, {message, [Text, {term, Ref}] = Message}, Stack) when is_binary(Text), is_reference(Ref),
-                                                                        node(Ref) =/= node() ->
-    Expected = <<": expected a tensor, got ">>,
-    Size = byte_size(Text) - byte_size(Expected),
-    case Text of
-        <<Field:Size/binary, Expected/binary>> when Size > 0 -> nif_raise(badarg, other_node(Field, Ref), Stack);
-        _ -> nif_raise(badarg, Message, Stack)
+%% costs whoever formats or normalizes it (Elixir's rescue does). Where a
+%% tensor was expected (not_a_tensor), a reference of another node (the
+%% term the message shows) says so; any other error is left as it is.
+-spec nif_error(badarg | tensor_blob, nif_cause(), erlang:stacktrace()) -> no_return().
+nif_error(badarg, #{reason := not_a_tensor, argument := Argument, message := Message}, Stack) ->
+    case [T || {term, T} <- Message] of
+        [Ref] when is_reference(Ref), node(Ref) =/= node() ->
+            nif_raise(badarg, not_a_tensor, Argument, other_node(Argument, Ref), Stack);
+        _ ->
+            nif_raise(badarg, not_a_tensor, Argument, Message, Stack)
     end;
-nif_error(Kind, {message, Message}, Stack) ->
-    nif_raise(Kind, Message, Stack).
+nif_error(Kind, #{reason := Reason, argument := Argument, message := Message}, Stack) ->
+    nif_raise(Kind, Reason, Argument, Message, Stack).
 
--spec nif_raise(badarg | tensor_blob, [segment()], erlang:stacktrace()) -> no_return().
-nif_raise(Kind, Message, [{M, F, Args, Location} | Stack]) ->
-    Cause = cause(Message),
+-spec nif_raise(badarg | tensor_blob, atom(), atom(), [segment()], erlang:stacktrace()) -> no_return().
+nif_raise(Kind, Reason, Argument, Message, [{M, F, Args, Location} | Stack]) ->
+    Cause = cause(Reason, Argument, Message),
     Arity = if is_list(Args) -> length(Args); true -> Args end,
     erlang:raise(error, {Kind, erlang_message(Cause)},
                  [{M, F, Arity, [{error_info, error_info(Cause)} | Location]} | Stack]).
@@ -93,9 +100,9 @@ nif_raise(Kind, Message, [{M, F, Args, Location} | Stack]) ->
 error_info(Cause) ->
     #{module => ?ERROR_INFO_MODULE, cause => Cause}.
 
--spec cause([segment()]) -> cause().
-cause(Message) ->
-    {message, [segment(S) || S <- Message]}.
+-spec cause(atom(), atom(), [segment()]) -> cause().
+cause(Reason, Argument, Message) ->
+    #{reason => Reason, argument => Argument, message => [segment(S) || S <- Message]}.
 
 segment({term, Term}) -> {term, prune(Term)};
 segment({code, Erlang, Elixir}) -> {code, unicode:characters_to_binary(Erlang), unicode:characters_to_binary(Elixir)};
@@ -189,7 +196,7 @@ whole_or(Cut, _Term, false) -> Cut.
 %% The message the Erlang way: terms printed as io_lib prints them, on one
 %% line, within ?MESSAGE_CHARS characters in all.
 -spec erlang_message(cause()) -> binary().
-erlang_message({message, Segments}) ->
+erlang_message(#{message := Segments}) ->
     {Text, _} = lists:mapfoldl(fun erlang_segment/2, ?MESSAGE_CHARS, Segments),
     unicode:characters_to_binary(Text).
 
@@ -268,16 +275,30 @@ format_error(_Reason, _Stack) ->
 -spec error_message(term(), erlang:stacktrace()) -> [binary() | {term, pruned()} | {code, binary(), binary()}] | none.
 error_message({Kind, Message}, [{_, _, _, Info} | _]) when is_atom(Kind), is_binary(Message), is_list(Info) ->
     case proplists:get_value(error_info, Info) of
-        #{module := ?ERROR_INFO_MODULE, cause := {message, Segments}} -> Segments;
+        #{module := ?ERROR_INFO_MODULE, cause := #{message := Segments}} -> Segments;
         _ -> none
     end;
 error_message(_Reason, _Stack) ->
     none.
 
+%% What an error raised by this library carries as data, read from its
+%% stacktrace (tensor_blob:error_reason/1): its reason (a row of tables()'s
+%% reasons) and the argument it is about (an atom naming the argument or
+%% field, or none); none for an error of anyone else.
+-spec error_reason(erlang:stacktrace()) -> #{reason := atom(), argument := atom()} | none.
+error_reason([{_, _, _, Info} | _]) when is_list(Info) ->
+    case proplists:get_value(error_info, Info) of
+        #{module := ?ERROR_INFO_MODULE, cause := #{reason := Reason, argument := Argument}} ->
+            #{reason => Reason, argument => Argument};
+        _ -> none
+    end;
+error_reason(_Stack) ->
+    none.
+
 %% A reference made on another node, where a tensor was expected (the
-%% argument Field): a tensor that was sent as it is.
-other_node(Field, Ref) ->
-    [Field, ": ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
+%% argument Argument): a tensor that was sent as it is.
+other_node(Argument, Ref) ->
+    [atom_to_binary(Argument), ": ", {term, Ref}, " is a reference made on node ", {term, node(Ref)},
      ": a tensor belongs to the node (the OS process) that made it, and reaches any other only as a dead "
      "reference. Move it with ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"},
      " on the sending node and ", {code, "tensor_blob:node_unpack/1", "TensorBlob.Nodes.unpack/1"}, " on this one"].
@@ -285,25 +306,26 @@ other_node(Field, Ref) ->
 %% A term given where a tensor is expected: say what it is and what to do.
 -spec not_a_tensor(term()) -> no_return().
 not_a_tensor(#{'__struct__' := 'Elixir.Nx.Tensor'} = T) ->
-    badarg(["tensor: expected a tensor, got an Nx tensor: convert it with ",
-            {code, "'Elixir.TensorBlob.Nx':from_nx/2", "TensorBlob.Nx.from_nx/2"},
-            " first (a view where the backend allows, else a copy). Got: ", {term, T}]);
+    badarg(not_a_tensor, tensor, ["tensor: expected a tensor, got an Nx tensor: convert it with ",
+                                  {code, "'Elixir.TensorBlob.Nx':from_nx/2", "TensorBlob.Nx.from_nx/2"},
+                                  " first (a view where the backend allows, else a copy). Got: ", {term, T}]);
 not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.BlobView'} = T) ->
-    badarg(["tensor: expected a tensor, got a blob view: its tensor is ",
-            {code, "maps:get(tensor, View)", "view.tensor"}, ". Got: ", {term, T}]);
+    badarg(not_a_tensor, tensor, ["tensor: expected a tensor, got a blob view: its tensor is ",
+                                  {code, "maps:get(tensor, View)", "view.tensor"}, ". Got: ", {term, T}]);
 not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.Blob'} = T) ->
-    badarg(["tensor: expected a tensor, got a blob: view its memory with ",
-            {code, "tensor_blob:from_blob/1", "TensorBlob.from_blob/2"}, ". Got: ", {term, T}]);
+    badarg(not_a_tensor, tensor, ["tensor: expected a tensor, got a blob: view its memory with ",
+                                  {code, "tensor_blob:from_blob/1", "TensorBlob.from_blob/2"}, ". Got: ", {term, T}]);
 not_a_tensor(#{'__struct__' := 'Elixir.TensorBlob.DLPack'} = T) ->
-    badarg(["tensor: expected a tensor, got a DLPack capsule: import it with ",
+    badarg(not_a_tensor, tensor,
+           ["tensor: expected a tensor, got a DLPack capsule: import it with ",
             {code, "tensor_blob:from_dlpack/1", "TensorBlob.DLPack.import/2"}, ". Got: ", {term, T}]);
 not_a_tensor(T) ->
-    badarg(["tensor: expected a tensor, got ", {term, T}]).
+    badarg(not_a_tensor, tensor, ["tensor: expected a tensor, got ", {term, T}]).
 
 %% After an error from a NIF given Dtype (or a spec holding one): when it
 %% is a badarg and Dtype is not a dtype at all, raise a message listing the
 %% valid ones; otherwise the NIF's own error stands.
--spec dtype_error(term(), badarg | tensor_blob, {message, [segment()]}, erlang:stacktrace()) ->
+-spec dtype_error(term(), badarg | tensor_blob, nif_cause(), erlang:stacktrace()) ->
           no_return().
 dtype_error({spec, #{dtype := Dtype}}, Kind, Cause, Stack) ->
     dtype_error(Dtype, Kind, Cause, Stack);
@@ -316,7 +338,8 @@ dtype_error(Dtype, badarg, Cause, Stack) ->
         _ -> nif_error(badarg, Cause, Stack)
     catch
         error:{badarg, _} ->
-            badarg(["dtype: unknown dtype ", {term, Dtype}, "; expected one of ", {term, tensor_blob_nif:dtypes()},
+            badarg(bad_dtype, dtype,
+                   ["dtype: unknown dtype ", {term, Dtype}, "; expected one of ", {term, tensor_blob_nif:dtypes()},
                     " (those this libtorch holds), an ExTorch name (such as ", {term, float}, " or ", {term, long},
                     ") or an Nx type (such as ", {term, {f, 32}}, " or ", {term, f32}, ")"])
     end.

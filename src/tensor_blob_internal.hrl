@@ -1,22 +1,22 @@
 %% What the modules of the Erlang API share: how a NIF is called and what
 %% a tensor term is. Internal: not for users' code.
 
-%% A NIF call. The NIF raises error({Kind, {message, Segments}})
-%% (c_src/beam/tb_raise.h): it never renders a term, for it cannot know who is
-%% calling. Here that becomes error({Kind, Message}), rendered the Erlang
-%% way, with the segments kept in the stacktrace's error_info, from which
-%% the Elixir facade renders the Elixir way (see tensor_blob_error). Nothing
-%% is done on success.
+%% A NIF call. The NIF raises error({Kind, #{reason => Reason, argument =>
+%% Argument, message => Segments}}) (c_src/beam/tb_raise.h): it never renders
+%% a term, for it cannot know who is calling. Here that becomes error({Kind,
+%% Message}), rendered the Erlang way, with reason, argument and segments
+%% kept in the stacktrace's error_info, from which the Elixir facade renders
+%% the Elixir way (see tensor_blob_error). Nothing is done on success.
 -define(NIF(Call),
         try Call
-        catch error:{Kind__, {message, _} = Cause__}:Stack__ -> tensor_blob_error:nif_error(Kind__, Cause__, Stack__)
+        catch error:{Kind__, #{message := _} = Cause__}:Stack__ -> tensor_blob_error:nif_error(Kind__, Cause__, Stack__)
         end).
 
 %% A NIF call whose badarg is re-raised as "unknown dtype" (listing the
 %% valid ones) when Dtype is not a dtype: the one dtype table, in C, decides.
 -define(DTYPE_CHECKED(Dtype, Call),
         try Call
-        catch error:{Kind__, {message, _} = Cause__}:Stack__ ->
+        catch error:{Kind__, #{message := _} = Cause__}:Stack__ ->
                 tensor_blob_error:dtype_error(Dtype, Kind__, Cause__, Stack__)
         end).
 

@@ -12,7 +12,7 @@
 %% For the tests: how a device's memory is exported, by the device table.
 -export([ipc_exporter/2, ipc_exporters/0]).
 
--import(tensor_blob_error, [badarg/1, not_a_tensor/1]).
+-import(tensor_blob_error, [badarg/3, not_a_tensor/1]).
 
 %% How memory is shared with another OS process, by the kind of memory
 %% the device table's dlpack column says a device type has (tables/0):
@@ -50,7 +50,8 @@ ipc_exporter(Device, #{devices := Rows}) ->
             Exporter;
         [] ->
             Exporting = [N || #{name := N, dlpack := Code} <- Rows, is_map_key(Code, ?IPC_EXPORTERS)],
-            badarg(["tensor: its memory is on ", {term, Device}, ", which ",
+            badarg(wrong_device, tensor,
+                   ["tensor: its memory is on ", {term, Device}, ", which ",
                     {code, "tensor_blob:ipc_export/1", "TensorBlob.IPC.export/1"},
                     " cannot share: it shares the memory of the device types ", {term, Exporting},
                     " only. Copy it to one of those first (",
@@ -113,7 +114,7 @@ ipc_open(#{kind := ipc, address := Device} = Handle, Dtype, Shape) when is_integ
 ipc_open(#{kind := ipc, handle := Name}, Dtype, Shape) ->
     ipc_open(Name, Dtype, Shape);
 ipc_open(#{} = Handle, _Dtype, _Shape) ->
-    badarg(["handle: expected an IPC handle (kind ipc, handle), got ", {term, Handle}]);
+    badarg(bad_value, handle, ["handle: expected an IPC handle (kind ipc, handle), got ", {term, Handle}]);
 ipc_open(<<"/torch_", _/binary>> = Name, Dtype, Shape) ->
     tensor_blob:ipc_torch_open(Name, Dtype, Shape);
 ipc_open(<<"torch_", _/binary>> = Name, Dtype, Shape) ->
@@ -138,9 +139,9 @@ cuda_torch_open(#{device := Device, handle := Handle, storage_size_bytes := Size
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:cuda_torch_open(Device, Handle, Size, Offset, Counter, Slot,
                                                           Event, Sync, Dtype, Shape));
 cuda_torch_open(Share, _Dtype, _Shape) ->
-    badarg(["share: expected the fields of storage._share_cuda_() as a map (device, handle, "
-            "storage_size_bytes, storage_offset_bytes, ref_counter_handle, ref_counter_offset, "
-            "event_handle, event_sync_required), got ", {term, Share}]).
+    badarg(bad_value, share, ["share: expected the fields of storage._share_cuda_() as a map (device, handle, "
+                              "storage_size_bytes, storage_offset_bytes, ref_counter_handle, ref_counter_offset, "
+                              "event_handle, event_sync_required), got ", {term, Share}]).
 
 -spec cuda_torch_export(term()) -> map().
 cuda_torch_export(T) when not is_reference(T) ->

@@ -13,7 +13,7 @@
 
 -export([node_pack/3, node_unpack/2, node_learn_pad/2, host_id/0, shm_identity/0, same_host/1]).
 
--import(tensor_blob_error, [badarg/1, raise/2, not_a_tensor/1]).
+-import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
 -import(tensor_blob_options, [check_options/2]).
 -import(tensor_blob, [device/1, dtype/1, shape/1, memory/1, from_binary/3, from_binary/4, to_blob/1,
                       to_device/2, ipc_torch_open/3]).
@@ -28,11 +28,12 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     check_options(Opts, [via, keep]),
     Keep = case maps:get(keep, Opts, ?NODE_KEEP_MS) of
                K when is_integer(K), K >= 0, K =< 16#FFFFFFFF -> K;
-               K -> badarg(["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
+               K -> badarg(bad_value, keep,
+                           ["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
            end,
     Via = case Opts of
               #{via := V} when V =:= region; V =:= binary -> V;
-              #{via := V} -> badarg(["options: via must be region or binary, got ", {term, V}]);
+              #{via := V} -> badarg(bad_option, options, ["options: via must be region or binary, got ", {term, V}]);
               #{} -> default_via(T, Node)
           end,
     Start = tensor_blob_telemetry:start(transfer),
@@ -43,10 +44,13 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
             region ->
                 case {same_host(Node), device(T)} of
                     {false, _} ->
-                        badarg(["options: via region needs a node that can open this node's shared memory (the "
+                        badarg(unsupported, options,
+                               ["options: via region needs a node that can open this node's shared memory (the "
                                 "same host, /dev/shm and user); ", {term, Node}, " cannot"]);
                     {true, cpu} -> ok;
-                    {true, Device} -> badarg(["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
+                    {true, Device} ->
+                        badarg(wrong_device, tensor,
+                               ["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
                 end,
                 #{handle := Name, tensor := Shared} = tensor_blob_ipc:region_export(T, torch, Function),
                 {Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
@@ -63,7 +67,8 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
     Packed;
 node_pack(_T, Node, Opts) ->
-    badarg(["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
+    badarg(bad_value, node,
+           ["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
 
 default_via(T, Node) ->
     case device(T) =:= cpu andalso same_host(Node) of
@@ -88,7 +93,7 @@ node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     Copy = case maps:get(copy, Opts, false) of
                C when is_boolean(C) -> C;
-               C -> badarg(["copy: expected a boolean, got ", {term, C}])
+               C -> badarg(bad_value, copy, ["copy: expected a boolean, got ", {term, C}])
            end,
     Start = tensor_blob_telemetry:start(transfer),
     T = node_unpack_checked(Packed, Copy),
@@ -97,7 +102,7 @@ node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
                     #{node => node(), via => maps:get(via, Packed, undefined)}) =:= ok,
     T;
 node_unpack(#{'__tensor_blob_node__' := 1}, Opts) ->
-    badarg(["options: expected a map, got ", {term, Opts}]);
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]);
 node_unpack(Other, _Opts) ->
     node_unpack_checked(Other, false).
 
@@ -133,7 +138,8 @@ node_unpack_binary(Other, _PadBytes, _Bin, _Copy) ->
 
 -spec node_unpack_bad(term()) -> no_return().
 node_unpack_bad(Other) ->
-    badarg(["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
+    badarg(bad_value, packed,
+           ["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).
 
 %% The region's mapping; a region that is gone says why it may be.
@@ -142,19 +148,19 @@ node_open(Packed, Name, Dtype, Shape) ->
         ipc_torch_open(Name, Dtype, Shape)
     catch
         error:{Kind, Message}:Stack when is_binary(Message) ->
-            case binary:match(Message, <<"no shared memory named">>) of
-                nomatch ->
-                    erlang:raise(error, {Kind, Message}, Stack);
-                _ ->
+            case tensor_blob_error:error_reason(Stack) of
+                #{reason := no_region} ->
                     Keep = maps:get(keep, Packed, 0),
-                    raise(Kind,
+                    raise(Kind, no_region, packed,
                           ["packed: its region ", {term, Name}, " is gone: every tensor over it on the sending node ",
                            "was freed before this node unpacked it (the packed term holds the sender's tensor ",
                            "only while the term lives on the sending node, and its keeper only until ",
                            integer_to_list(Keep), " ms after ",
                            {code, "tensor_blob:node_pack/3", "TensorBlob.Nodes.pack/3"},
                            " or the first unpack). Unpack it sooner, pack it with a longer keep, or keep the ",
-                           "tensor on the sending node until it is unpacked"])
+                           "tensor on the sending node until it is unpacked"]);
+                _ ->
+                    erlang:raise(error, {Kind, Message}, Stack)
             end
     end.
 
@@ -229,4 +235,4 @@ same_host(Node) when is_atom(Node) ->
         Local -> try erpc:call(Node, tensor_blob, shm_identity, [], 5000) =:= Local catch _:_ -> false end
     end;
 same_host(Node) ->
-    badarg(["node: expected a node name (an atom), got ", {term, Node}]).
+    badarg(bad_value, node, ["node: expected a node name (an atom), got ", {term, Node}]).

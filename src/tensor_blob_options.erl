@@ -5,14 +5,15 @@
 
 -export([check_options/2, check_copy_option/1, boolean_option/2, stream_option/1]).
 
--import(tensor_blob_error, [badarg/1]).
+-import(tensor_blob_error, [badarg/3]).
 
 %% Opts names only keys of Known.
 -spec check_options(map(), [atom()]) -> ok.
 check_options(Opts, Known) ->
     case maps:keys(maps:without(Known, Opts)) of
         [] -> ok;
-        Unknown -> badarg(["options: unknown option(s) ", {term, Unknown}, "; known: ", {term, Known}])
+        Unknown -> badarg(bad_option, options,
+                          ["options: unknown option(s) ", {term, Unknown}, "; known: ", {term, Known}])
     end.
 
 %% from_binary/4's options other than copy => false | if_needed: copy =>
@@ -22,16 +23,16 @@ check_copy_option(Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     case maps:get(copy, Opts, true) of
         true -> ok;
-        Other -> badarg(["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
+        Other -> badarg(bad_value, copy, ["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
     end;
 check_copy_option(Opts) ->
-    badarg(["options: expected a map, got ", {term, Opts}]).
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
 
 -spec boolean_option(atom(), map()) -> boolean().
 boolean_option(Key, Opts) ->
     case maps:get(Key, Opts, false) of
         B when is_boolean(B) -> B;
-        Other -> badarg([atom_to_binary(Key), ": expected a boolean, got ", {term, Other}])
+        Other -> badarg(bad_value, Key, [atom_to_binary(Key), ": expected a boolean, got ", {term, Other}])
     end.
 
 %% A stream: an integer, checked in C (its meaning depends on the device).
@@ -40,6 +41,7 @@ stream_option(Opts) ->
     case maps:get(stream, Opts, undefined) of
         S when is_integer(S) -> S;
         S when S =:= undefined; S =:= nil -> undefined;
-        Other -> badarg(["stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
+        Other -> badarg(bad_value, stream,
+                        ["stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
                          "-1 for no synchronization), got ", {term, Other}])
     end.

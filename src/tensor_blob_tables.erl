@@ -8,7 +8,7 @@
 -export([tables/0, dtype_info/1, keeps_owner/1]).
 
 -spec tables() -> #{dtypes := [tensor_blob:dtype_info()], devices := [tensor_blob:device_info()],
-                    storage := [tensor_blob:storage_info()]}.
+                    storage := [tensor_blob:storage_info()], reasons := [atom()]}.
 tables() ->
     case persistent_term:get({tensor_blob, tables}, undefined) of
         undefined ->
@@ -40,5 +40,5 @@ dtype_info(Name) ->
     #{dtypes := Dtypes} = tables(),
     case [D || #{name := N} = D <- Dtypes, N =:= Name] of
         [Info] -> Info;
-        [] -> tensor_blob_error:badarg(["dtype: expected a canonical dtype, got ", {term, Name}])
+        [] -> tensor_blob_error:badarg(bad_dtype, dtype, ["dtype: expected a canonical dtype, got ", {term, Name}])
     end.

@@ -11,7 +11,7 @@
          from_binary/3, from_binary/4, copy_from_binary/5, to_binary/2, copy_to_binary/3, binary_of/3,
          data_bytes/1, write/2, to_device/2, transferred/5]).
 
--import(tensor_blob_error, [badarg/1, not_a_tensor/1]).
+-import(tensor_blob_error, [badarg/3, not_a_tensor/1]).
 -import(tensor_blob_options, [check_options/2, check_copy_option/1]).
 
 %% An owner term that from_blob pins: none asks for an unpinned view;
@@ -44,10 +44,10 @@ to_blob(T, Opts) when is_map(Opts) ->
     case maps:get(struct, Opts, undefined) of
         undefined -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
         Struct when is_atom(Struct) -> to_blob_struct(T, Owner, Struct);
-        Struct -> badarg(["struct: expected a module name (an atom), got ", {term, Struct}])
+        Struct -> badarg(bad_value, struct, ["struct: expected a module name (an atom), got ", {term, Struct}])
     end;
 to_blob(_T, Opts) ->
-    badarg(["options: expected a map, got ", {term, Opts}]).
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
 
 -spec from_blob(tensor_blob:spec()) -> tensor_blob:tensor().
 from_blob(Spec) ->
@@ -62,7 +62,7 @@ blob_view(Spec, Opts) when is_map(Opts) ->
     check_options(Opts, [owner]),
     view(Spec, spec_owner(Spec));
 blob_view(_Spec, Opts) ->
-    badarg(["options: expected a map, got ", {term, Opts}]).
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
 
 spec_owner(#{owner := Owner}) -> Owner;
 spec_owner(_) -> undefined.
@@ -78,10 +78,10 @@ view(Spec, Owner) when ?PINNABLE(Owner) ->
 view(Spec, none) ->
     {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, undefined, false)), none};
 view(Spec, _NoOwner) when is_map(Spec) ->
-    badarg(["owner: the spec names no owner. To pin the term that keeps the memory alive, pass ",
-            {code, "owner => Term", "owner: term"},
-            "; to ask for an unpinned view, for which the caller answers, pass ",
-            {code, "owner => none", "owner: :none"}]);
+    badarg(missing, owner, ["owner: the spec names no owner. To pin the term that keeps the memory alive, pass ",
+                            {code, "owner => Term", "owner: term"},
+                            "; to ask for an unpinned view, for which the caller answers, pass ",
+                            {code, "owner => none", "owner: :none"}]);
 view(Spec, _NoOwner) ->
     %% Not a map: the NIF says what a spec is.
     {?NIF(tensor_blob_nif:from_blob(Spec, undefined, false)), none}.
@@ -148,16 +148,17 @@ to_binary(T, Opts) when is_map(Opts) ->
     check_options(Opts, [copy, unsafe_shared_memory]),
     Unguarded = case maps:get(unsafe_shared_memory, Opts, false) of
                     U when is_boolean(U) -> U;
-                    U -> badarg(["unsafe_shared_memory: expected a boolean, got ", {term, U}])
+                    U -> badarg(bad_value, unsafe_shared_memory,
+                                ["unsafe_shared_memory: expected a boolean, got ", {term, U}])
                 end,
     case maps:get(copy, Opts, true) of
         true -> copy_to_binary(T, {tensor_blob, to_binary, 2}, requested);
         false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
         if_needed -> element(1, binary_of(T, Unguarded, {tensor_blob, to_binary, 2}));
-        Other -> badarg(["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
+        Other -> badarg(bad_value, copy, ["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
     end;
 to_binary(_T, Opts) ->
-    badarg(["options: expected a map, got ", {term, Opts}]).
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
 
 -spec write(tensor_blob:tensor(), term()) -> tensor_blob:tensor().
 write(T, Binary) when is_reference(T), is_binary(Binary) ->
@@ -170,7 +171,7 @@ write(T, Binary) when is_reference(T), is_binary(Binary) ->
             T
     end;
 write(T, Other) when is_reference(T) ->
-    badarg(["binary: expected a binary, got ", {term, Other}]);
+    badarg(bad_value, binary, ["binary: expected a binary, got ", {term, Other}]);
 write(T, _Binary) ->
     not_a_tensor(T).
 

@@ -18,7 +18,6 @@ defmodule TensorBlob.IPCRegionTest do
     e in TensorBlob.Error -> e.message =~ "vanished under the copy"
   end
 
-
   # Waits up to ~5 s for a condition.
   defp eventually(fun), do: TensorBlob.Test.Shm.eventually(fun, 100, 50)
 

@@ -33,7 +33,8 @@ if missing != [] do
 end
 
 exclude =
-  [:cuda] ++ missing ++
+  [:cuda] ++
+    missing ++
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++
     if(telemetry?, do: [:no_telemetry], else: [:telemetry])

@@ -8,7 +8,9 @@
  * and a longer run of text becomes several text segments. */
 enum { TB_RAISE_MAX_SEGMENTS = 32, TB_RAISE_TEXT_CHUNK = 512 };
 
-static ERL_NIF_TERM atom_badarg, atom_tensor_blob, atom_message, atom_term, atom_code;
+static ERL_NIF_TERM atom_badarg, atom_tensor_blob, atom_message, atom_term, atom_code, atom_reason, atom_argument,
+    atom_none;
+static ERL_NIF_TERM reason_atoms[TB_WHY_COUNT];
 
 void tb_raise_load(ErlNifEnv *env)
 {
@@ -17,6 +19,17 @@ void tb_raise_load(ErlNifEnv *env)
     atom_message = enif_make_atom(env, "message");
     atom_term = enif_make_atom(env, "term");
     atom_code = enif_make_atom(env, "code");
+    atom_reason = enif_make_atom(env, "reason");
+    atom_argument = enif_make_atom(env, "argument");
+    atom_none = enif_make_atom(env, "none");
+#define TB_REASON_ATOM(id, atom) reason_atoms[TB_WHY_##id] = enif_make_atom(env, #atom);
+    TB_REASONS(TB_REASON_ATOM)
+#undef TB_REASON_ATOM
+}
+
+ERL_NIF_TERM tb_raise_reasons(ErlNifEnv *env)
+{
+    return enif_make_list_from_array(env, reason_atoms, TB_WHY_COUNT);
 }
 
 /* A C string as a binary. Our texts are ASCII; a byte past ASCII (from a
@@ -74,8 +87,9 @@ static void add_segment(message *m, ERL_NIF_TERM segment)
 }
 
 /* Reads the printf-like format (tb_raise.h) into segments, and raises
- * {Kind, {message, Segments}}. */
-static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, va_list ap)
+ * {Kind, #{reason => Reason, argument => Argument, message => Segments}}. */
+static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, tb_reason reason, const char *argument, const char *fmt,
+                            va_list ap)
 {
     message m = {.env = env, .count = 0, .used = 0};
     for (const char *p = fmt; *p && !full(&m); p++) {
@@ -139,24 +153,28 @@ static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, const char *fmt, 
             add_text(&m, number, (size_t)n < sizeof number ? (size_t)n : sizeof number - 1);
     }
     flush_text(&m);
-    ERL_NIF_TERM cause = enif_make_tuple2(env, atom_message, enif_make_list_from_array(env, m.segments, m.count));
+    ERL_NIF_TERM keys[] = {atom_reason, atom_argument, atom_message};
+    ERL_NIF_TERM values[] = {reason_atoms[reason], argument ? enif_make_atom(env, argument) : atom_none,
+                             enif_make_list_from_array(env, m.segments, m.count)};
+    ERL_NIF_TERM cause;
+    enif_make_map_from_arrays(env, keys, values, 3, &cause);
     return enif_raise_exception(env, enif_make_tuple2(env, kind, cause));
 }
 
-ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, const char *fmt, ...)
+ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, tb_reason reason, const char *argument, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, atom_badarg, fmt, ap);
+    ERL_NIF_TERM r = raise_v(env, atom_badarg, reason, argument, fmt, ap);
     va_end(ap);
     return r;
 }
 
-ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, const char *fmt, ...)
+ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, tb_reason reason, const char *argument, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, atom_tensor_blob, fmt, ap);
+    ERL_NIF_TERM r = raise_v(env, atom_tensor_blob, reason, argument, fmt, ap);
     va_end(ap);
     return r;
 }

@@ -60,18 +60,22 @@ ERL_NIF_TERM tb_raise_layout(ErlNifEnv *env, const char *ptr_field, const tb_lay
     switch (r.status) {
     case TB_LAYOUT_NULL_POINTER:
     case TB_LAYOUT_MISALIGNED:
-        return tb_raise_badarg(env, "%s: %s (%s %lu, dtype %s, element size %u)%s", ptr_field, text, ptr_field,
+        return tb_raise_badarg(env, r.status == TB_LAYOUT_MISALIGNED ? TB_WHY_MISALIGNED : TB_WHY_BAD_VALUE, ptr_field,
+                               "%s: %s (%s %lu, dtype %s, element size %u)%s", ptr_field, text, ptr_field,
                                (unsigned long)l->ptr, dtype_name, (unsigned)l->element_size, suffix);
     case TB_LAYOUT_PTR_OVERFLOW:
-        return tb_raise_badarg(env, "%s: %s (%s %lu + %lu bytes, shape %T, strides %T)%s", ptr_field, text, ptr_field,
+        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, ptr_field,
+                               "%s: %s (%s %lu + %lu bytes, shape %T, strides %T)%s", ptr_field, text, ptr_field,
                                (unsigned long)l->ptr, (unsigned long)r.byte_size, tb_make_shape(env, l->ndim, l->shape),
                                tb_make_strides(env, l->ndim, l->strides), suffix);
     case TB_LAYOUT_NEGATIVE_STRIDE:
     case TB_LAYOUT_EXTENT_OVERFLOW:
-        return tb_raise_badarg(env, "strides: %s for shape %T and strides %T%s", text,
+        return tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "strides", "strides: %s for shape %T and strides %T%s", text,
                                tb_make_shape(env, l->ndim, l->shape), tb_make_strides(env, l->ndim, l->strides),
                                suffix);
-    default: return tb_raise_badarg(env, "shape: %s in %T%s", text, tb_make_shape(env, l->ndim, l->shape), suffix);
+    default:
+        return tb_raise_badarg(env, TB_WHY_BAD_SHAPE, "shape", "shape: %s in %T%s", text,
+                               tb_make_shape(env, l->ndim, l->shape), suffix);
     }
 }
 
@@ -80,18 +84,21 @@ int tb_get_shape(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int *ndim
     int arity;
     const ERL_NIF_TERM *elems;
     if (!enif_get_tuple(env, term, &arity, &elems)) {
-        *exc = tb_raise_badarg(env, "%s: expected a tuple of non-negative integers, got %T", field, term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_SHAPE, field, "%s: expected a tuple of non-negative integers, got %T",
+                               field, term);
         return 0;
     }
     if (arity > TB_MAX_DIMS) {
-        *exc = tb_raise_badarg(env, "%s: at most %d dimensions, got %d in %T", field, TB_MAX_DIMS, arity, term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_SHAPE, field, "%s: at most %d dimensions, got %d in %T", field,
+                               TB_MAX_DIMS, arity, term);
         return 0;
     }
     for (int i = 0; i < arity; i++) {
         ErlNifSInt64 n;
         if (!enif_get_int64(env, elems[i], &n) || n < 0) {
-            *exc = tb_raise_badarg(env, "%s: dimension %d must be a non-negative 64-bit integer, got %T in %T", field,
-                                   i, elems[i], term);
+            *exc = tb_raise_badarg(env, TB_WHY_BAD_SHAPE, field,
+                                   "%s: dimension %d must be a non-negative 64-bit integer, got %T in %T", field, i,
+                                   elems[i], term);
             return 0;
         }
         shape[i] = n;
@@ -104,11 +111,12 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
 {
     unsigned len;
     if (!enif_get_list_length(env, term, &len)) {
-        *exc = tb_raise_badarg(env, "%s: expected a list of non-negative integers, got %T", field, term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_STRIDES, field, "%s: expected a list of non-negative integers, got %T",
+                               field, term);
         return 0;
     }
     if (len != (unsigned)ndim) {
-        *exc = tb_raise_badarg(env,
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_STRIDES, field,
                                "%s: expected %d strides (one per dimension), got %u in %T; strides left from "
                                "another shape (a blob's, reshaped) can be dropped for row-major ones: %C",
                                field, ndim, len, term, "Blob#{strides => undefined}", "%{blob | strides: nil}");
@@ -118,8 +126,9 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
     for (int i = 0; enif_get_list_cell(env, tail, &head, &tail); i++) {
         ErlNifSInt64 s;
         if (!enif_get_int64(env, head, &s) || s < 0) {
-            *exc = tb_raise_badarg(env, "%s: stride %d must be a non-negative 64-bit integer, got %T in %T", field, i,
-                                   head, term);
+            *exc = tb_raise_badarg(env, TB_WHY_BAD_STRIDES, field,
+                                   "%s: stride %d must be a non-negative 64-bit integer, got %T in %T", field, i, head,
+                                   term);
             return 0;
         }
         strides[i] = s;
@@ -130,12 +139,12 @@ int tb_get_strides(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndi
 int tb_get_dtype(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_dtype_id *out, ERL_NIF_TERM *exc)
 {
     if (!tb_dtype_of_term(env, term, out)) {
-        *exc = tb_raise_badarg(env, "%s: unknown dtype %T", field, term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_DTYPE, field, "%s: unknown dtype %T", field, term);
         return 0;
     }
     if (!tb_shim_has_scalar_type(tb_dtypes[*out].torch_scalar_type)) {
-        *exc = tb_raise_error(env, "%s: dtype %s is not supported by the linked libtorch %s", field,
-                              tb_dtypes[*out].name, tb_shim_torch_version());
+        *exc = tb_raise_error(env, TB_WHY_UNSUPPORTED, field, "%s: dtype %s is not supported by the linked libtorch %s",
+                              field, tb_dtypes[*out].name, tb_shim_torch_version());
         return 0;
     }
     return 1;
@@ -160,18 +169,21 @@ int tb_get_device(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_devic
                 return 1;
             }
     }
-    *exc = tb_raise_badarg(env, "%s: expected %C, got %T", field, device_forms_erl, device_forms_ex, term);
+    *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, field, "%s: expected %C, got %T", field, device_forms_erl,
+                           device_forms_ex, term);
     return 0;
 }
 
 int tb_get_dim(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, int ndim, int *out, ERL_NIF_TERM *exc)
 {
     if (ndim == 0) {
-        *exc = tb_raise_badarg(env, "%s: the tensor has no dimensions (it is a scalar), got %T", field, term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, field,
+                               "%s: the tensor has no dimensions (it is a scalar), got %T", field, term);
         return 0;
     }
     if (!enif_get_int(env, term, out) || *out < 0 || *out >= ndim) {
-        *exc = tb_raise_badarg(env, "%s: expected a dimension in 0..%d, got %T", field, ndim - 1, term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, field, "%s: expected a dimension in 0..%d, got %T", field,
+                               ndim - 1, term);
         return 0;
     }
     return 1;
@@ -199,7 +211,7 @@ static int get_key(ErlNifEnv *env, ERL_NIF_TERM spec, ERL_NIF_TERM key, const ch
 {
     if (enif_get_map_value(env, spec, key, value))
         return 1;
-    *exc = tb_raise_badarg(env, "%s: missing key in blob spec %T", name, spec);
+    *exc = tb_raise_badarg(env, TB_WHY_MISSING, name, "%s: missing key in blob spec %T", name, spec);
     return 0;
 }
 
@@ -207,7 +219,8 @@ int tb_get_spec_map(ErlNifEnv *env, ERL_NIF_TERM map, tb_spec *out, ERL_NIF_TERM
 {
     tb_spec_terms t;
     if (!enif_is_map(env, map)) {
-        *exc = tb_raise_badarg(env, "spec: expected a map with ptr, shape and dtype, got %T", map);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "spec", "spec: expected a map with ptr, shape and dtype, got %T",
+                               map);
         return 0;
     }
     if (!get_key(env, map, tb_atoms.ptr, "ptr", &t.ptr, exc) ||
@@ -226,7 +239,8 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
     tb_layout *l = &out->l;
     ErlNifUInt64 ptr;
     if (!enif_get_uint64(env, t->ptr, &ptr)) {
-        *exc = tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", t->ptr);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ptr", "ptr: expected a non-negative integer address, got %T",
+                               t->ptr);
         return 0;
     }
     l->ptr = ptr;
@@ -238,7 +252,7 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
         if (!tb_get_strides(env, t->strides, "strides", l->ndim, l->strides, exc))
             return 0;
     } else if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
-        *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T",
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_SHAPE, "shape", "shape: the number of elements overflows 64 bits in %T",
                                tb_make_shape(env, l->ndim, l->shape));
         return 0;
     }
@@ -254,7 +268,7 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
      * for it, on every decode. */
     if (tb_device_runtime(out->device.type) != TB_RUNTIME_HOST && !tb_shim_device_built(out->device.type)) {
         const char *name = tb_devices[out->device.type].c10_name;
-        *exc = tb_raise_error(env,
+        *exc = tb_raise_error(env, TB_WHY_UNSUPPORTED, "device",
                               "device %T: this libtorch was built without %s, so %s memory cannot be viewed "
                               "(never as CPU memory); %C",
                               tb_make_device(env, out->device.type, out->device.index), name, name,

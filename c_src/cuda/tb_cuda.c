@@ -32,14 +32,16 @@ ERL_NIF_TERM tb_nif_cuda_synchronize(TB_NIF_PARAMS)
     int index;
     int count = tb_cuda_device_count();
     if (!enif_get_int(env, argv[0], &index) || index < 0)
-        return tb_raise_badarg(env, "device: expected a CUDA device index, got %T", argv[0]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "device", "device: expected a CUDA device index, got %T",
+                               argv[0]);
     if (count == 0)
-        return tb_raise_error(env, "cuda: no CUDA device here (no runtime, driver or GPU)");
+        return tb_raise_error(env, TB_WHY_NO_DEVICE, NULL, "cuda: no CUDA device here (no runtime, driver or GPU)");
     if (index >= count)
-        return tb_raise_badarg(env, "device: CUDA device %d does not exist (%d found)", index, count);
+        return tb_raise_badarg(env, TB_WHY_NO_DEVICE, "device", "device: CUDA device %d does not exist (%d found)",
+                               index, count);
     const char *e = tb_cuda_synchronize(index);
     if (e)
-        return tb_raise_error(env, "cuda: synchronizing device %d failed: %s", index, e);
+        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "cuda: synchronizing device %d failed: %s", index, e);
     return tb_atoms.ok;
 }
 
@@ -47,7 +49,8 @@ ERL_NIF_TERM tb_nif_cuda_memory(TB_NIF_PARAMS)
 {
     ErlNifUInt64 ptr;
     if (!enif_get_uint64(env, argv[0], &ptr))
-        return tb_raise_badarg(env, "ptr: expected a non-negative integer address, got %T", argv[0]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ptr", "ptr: expected a non-negative integer address, got %T",
+                               argv[0]);
     if (tb_cuda_device_count() == 0)
         return tb_atoms.unknown; /* no runtime, driver or GPU to tell */
     tb_mem_answer a = tb_cuda_ask(ptr);

@@ -59,13 +59,15 @@ ERL_NIF_TERM tb_nif_cuda_ipc_export(TB_NIF_PARAMS)
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     if (d.info.device_type != TB_DEVICE_CUDA)
-        return tb_raise_badarg(env, "tensor: a CPU tensor; CUDA IPC shares CUDA tensors (CPU tensors are shared "
-                                    "through shared memory)");
+        return tb_raise_badarg(env, TB_WHY_WRONG_DEVICE, "tensor",
+                               "tensor: a CPU tensor; CUDA IPC shares CUDA tensors (CPU tensors are shared "
+                               "through shared memory)");
     const char *e = tb_cuda_ipc_unavailable();
     if (e)
-        return tb_raise_error(env, "ipc: %s", e);
+        return tb_raise_error(env, TB_WHY_UNSUPPORTED, NULL, "ipc: %s", e);
     if (d.dense_bytes == 0)
-        return tb_raise_badarg(env, "tensor: it has no elements, so no device memory to share");
+        return tb_raise_badarg(env, TB_WHY_BAD_SHAPE, "tensor",
+                               "tensor: it has no elements, so no device memory to share");
 
     /* An opener reads dtype and shape row-major from the handle's offset. */
     ERL_NIF_TERM shared = argv[0];
@@ -73,7 +75,8 @@ ERL_NIF_TERM tb_nif_cuda_ipc_export(TB_NIF_PARAMS)
         tb_shim_tensor *copy;
         tb_shim_error err;
         if (!tb_shim_contiguous(d.tensor->handle, &copy, &err))
-            return tb_raise_error(env, "ipc: a contiguous copy for export failed: %s", err.message);
+            return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "ipc: a contiguous copy for export failed: %s",
+                                  err.message);
         if (!tb_tensor_make(env, copy, &shared, &exc))
             return exc;
         tb_tensor_describe(copy, &d);
@@ -81,7 +84,7 @@ ERL_NIF_TERM tb_nif_cuda_ipc_export(TB_NIF_PARAMS)
     const tb_cuda_ops *ops = tb_cuda_ops_get();
     /* What this process queued on the memory is done before another reads it. */
     if ((e = tb_stream_host_wait_torch(ops, d.info.device_index)))
-        return tb_raise_error(env, "ipc: %s", e);
+        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
 
     tb_cuda_handle handle;
     const tb_cuda_ipc *opened = mapping_of(&d.info);
@@ -90,7 +93,7 @@ ERL_NIF_TERM tb_nif_cuda_ipc_export(TB_NIF_PARAMS)
         handle = opened->handle;
         handle.offset = (uint64_t)(uintptr_t)d.info.data - opened->map.base;
     } else if ((e = tb_cuda_handle_export(ops, (uint64_t)(uintptr_t)d.info.data, d.dense_bytes, &handle))) {
-        return tb_raise_error(env, "ipc: %s", e);
+        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
     }
     unsigned char bytes[TB_CUDA_HANDLE_MAX_BYTES];
     size_t n = tb_cuda_handle_encode(&handle, bytes);
@@ -105,17 +108,20 @@ ERL_NIF_TERM tb_nif_cuda_ipc_open(TB_NIF_PARAMS)
     /* A build or machine that cannot open any handle says so first. */
     const char *e = tb_cuda_ipc_unavailable();
     if (e)
-        return tb_raise_error(env, "handle: a CUDA IPC handle (device %T): %s", argv[1], e);
+        return tb_raise_error(env, TB_WHY_UNSUPPORTED, "handle", "handle: a CUDA IPC handle (device %T): %s", argv[1],
+                              e);
     ErlNifBinary bin;
     tb_cuda_handle handle;
     if (!enif_inspect_binary(env, argv[0], &bin) || !tb_cuda_handle_decode(bin.data, bin.size, &handle))
-        return tb_raise_badarg(env, "handle: expected a CUDA IPC handle (64 bytes, or 72 with an offset), got %T",
-                               argv[0]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
+                               "handle: expected a CUDA IPC handle (64 bytes, or 72 with an offset), got %T", argv[0]);
     int device, count = tb_cuda_device_count();
     if (!enif_get_int(env, argv[1], &device) || device < 0)
-        return tb_raise_badarg(env, "address: expected the exporter's CUDA device index, got %T", argv[1]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "address",
+                               "address: expected the exporter's CUDA device index, got %T", argv[1]);
     if (device >= count)
-        return tb_raise_badarg(env, "address: CUDA device %d does not exist here (%d found)", device, count);
+        return tb_raise_badarg(env, TB_WHY_NO_DEVICE, "address",
+                               "address: CUDA device %d does not exist here (%d found)", device, count);
     tb_dense d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_dense(env, argv[3], argv[2], &d, &exc))
@@ -124,13 +130,14 @@ ERL_NIF_TERM tb_nif_cuda_ipc_open(TB_NIF_PARAMS)
     /* malloc: the deleter may run on any thread. */
     tb_cuda_ipc *m = malloc(sizeof *m);
     if (!m)
-        return tb_raise_error(env, "ipc: out of memory");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "ipc: out of memory");
     int caller_fault;
     if ((e = tb_cuda_handle_open(tb_cuda_ops_get(), &handle, device, d.check.byte_size, &m->map, &caller_fault))) {
         free(m);
         if (caller_fault)
-            return tb_raise_badarg(env, "shape: %T of %s: %s", argv[3], tb_dtypes[d.dtype].name, e);
-        return tb_raise_error(env, "ipc: %s", e);
+            return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape", "shape: %T of %s: %s", argv[3],
+                                   tb_dtypes[d.dtype].name, e);
+        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
     }
     m->handle = handle;
     m->has_counter = 0;
@@ -162,60 +169,72 @@ ERL_NIF_TERM tb_nif_cuda_torch_open(TB_NIF_PARAMS)
     tb_cuda_handle handle;
     const char *e;
     if (!enif_get_int(env, argv[0], &device) || device < 0)
-        return tb_raise_badarg(env, "device: expected the producer's CUDA device index, got %T", argv[0]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "device",
+                               "device: expected the producer's CUDA device index, got %T", argv[0]);
     if (!enif_inspect_binary(env, argv[1], &handle_bin))
-        return tb_raise_badarg(env, "handle: expected the bytes of a PyTorch CUDA handle, got %T", argv[1]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
+                               "handle: expected the bytes of a PyTorch CUDA handle, got %T", argv[1]);
     if ((e = tb_torch_cuda_mem_handle(handle_bin.data, handle_bin.size, handle.raw)))
-        return tb_raise_badarg(env, "handle: %s", e);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle", "handle: %s", e);
     if (!enif_get_uint64(env, argv[2], &storage_bytes))
-        return tb_raise_badarg(env, "storage_size_bytes: expected a non-negative integer, got %T", argv[2]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "storage_size_bytes",
+                               "storage_size_bytes: expected a non-negative integer, got %T", argv[2]);
     if (!enif_get_uint64(env, argv[3], &storage_offset))
-        return tb_raise_badarg(env, "storage_offset_bytes: expected a non-negative integer, got %T", argv[3]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "storage_offset_bytes",
+                               "storage_offset_bytes: expected a non-negative integer, got %T", argv[3]);
     handle.offset = storage_offset;
     if (!enif_inspect_binary(env, argv[4], &name))
-        return tb_raise_badarg(env, "ref_counter_handle: expected the counter file's name, got %T", argv[4]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ref_counter_handle",
+                               "ref_counter_handle: expected the counter file's name, got %T", argv[4]);
     if (!enif_get_int64(env, argv[5], &slot) || slot < 0)
-        return tb_raise_badarg(env, "ref_counter_offset: expected a non-negative integer, got %T", argv[5]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ref_counter_offset",
+                               "ref_counter_offset: expected a non-negative integer, got %T", argv[5]);
     if (!enif_inspect_binary(env, argv[6], &event) || event.size != TB_TORCH_CUDA_EVENT_SIZE)
-        return tb_raise_badarg(env, "event_handle: expected a cudaIpcEventHandle_t (%d bytes), got %T",
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "event_handle",
+                               "event_handle: expected a cudaIpcEventHandle_t (%d bytes), got %T",
                                TB_TORCH_CUDA_EVENT_SIZE, argv[6]);
     if (argv[7] != tb_atoms.true_ && argv[7] != tb_atoms.false_)
-        return tb_raise_badarg(env, "event_sync_required: expected a boolean, got %T", argv[7]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "event_sync_required",
+                               "event_sync_required: expected a boolean, got %T", argv[7]);
     tb_dense d;
     ERL_NIF_TERM exc;
     if (!tb_tensor_get_dense(env, argv[9], argv[8], &d, &exc))
         return exc;
     if (d.check.byte_size > storage_bytes)
-        return tb_raise_badarg(env, "shape: %T of %s needs %lu bytes; the storage holds %lu", argv[9],
+        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
+                               "shape: %T of %s needs %lu bytes; the storage holds %lu", argv[9],
                                tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, (unsigned long)storage_bytes);
     if ((e = tb_cuda_ipc_unavailable()))
-        return tb_raise_error(env, "handle: a PyTorch CUDA share (device %T): %s", argv[0], e);
+        return tb_raise_error(env, TB_WHY_UNSUPPORTED, "handle", "handle: a PyTorch CUDA share (device %T): %s",
+                              argv[0], e);
     int count = tb_cuda_device_count();
     if (device >= count)
-        return tb_raise_badarg(env, "device: CUDA device %d does not exist here (%d found)", device, count);
+        return tb_raise_badarg(env, TB_WHY_NO_DEVICE, "device", "device: CUDA device %d does not exist here (%d found)",
+                               device, count);
 
     const tb_cuda_ops *ops = tb_cuda_ops_get();
     /* As PyTorch's receivers: the producer's work on the memory first. */
     if ((e = tb_torch_cuda_wait_event(ops, device, argv[7] == tb_atoms.true_, event.data)))
-        return tb_raise_error(env, "ipc: %s", e);
+        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
     tb_cuda_ipc *m = malloc(sizeof *m);
     if (!m)
-        return tb_raise_error(env, "ipc: out of memory");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "ipc: out of memory");
     int caller_fault;
     if ((e = tb_cuda_handle_open(ops, &handle, device, storage_bytes, &m->map, &caller_fault))) {
         free(m);
         if (caller_fault)
-            return tb_raise_badarg(env, "storage_size_bytes: %s", e);
-        return tb_raise_error(env, "ipc: %s", e);
+            return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "storage_size_bytes", "storage_size_bytes: %s", e);
+        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
     }
     /* Last: a share whose tensor is not made keeps its counter (the
      * producer's memory stays theirs until someone opens it). */
-    if ((e = tb_torch_counter_open((const char *)name.data, name.size, slot, &m->counter, &caller_fault))) {
+    const char *caller_field;
+    if ((e = tb_torch_counter_open((const char *)name.data, name.size, slot, &m->counter, &caller_field))) {
         tb_cuda_handle_close(ops, &m->map);
         free(m);
-        if (caller_fault)
-            return tb_raise_badarg(env, "%s", e);
-        return tb_raise_error(env, "ipc: %s", e);
+        if (caller_field)
+            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, caller_field, "%s", e);
+        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
     }
     m->handle = handle;
     m->has_counter = 1;

@@ -91,11 +91,12 @@ static void drop_file_reference(tb_torch_counter *c)
 }
 
 const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t slot, tb_torch_counter *out,
-                                  int *caller_fault)
+                                  const char **caller_field)
 {
-    *caller_fault = 1;
+    *caller_field = "ref_counter_handle";
     if (!tb_shm_name(name, name_size, out->name, sizeof out->name))
         return "ref_counter_handle: not a shared-memory name";
+    *caller_field = "ref_counter_offset";
     if (slot < 0 || slot >= (int64_t)((SIZE_MAX - TB_TORCH_COUNTER_HEADER) / sizeof(int64_t)))
         return "ref_counter_offset: not a counter index";
     out->slot = slot;
@@ -104,6 +105,7 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
     int error;
     int fd = tb_shm_open(out->name, 0, &st, &error);
     if (fd < 0) {
+        *caller_field = "ref_counter_handle";
         snprintf(message, sizeof message, "ref_counter_handle: cannot open %s: %s%s", out->name, tb_shm_strerror(error),
                  error == ENOENT ? " (its producer ended, or released every share in it)" : "");
         return message;
@@ -120,13 +122,14 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
     error = errno;
     close(fd);
     if (out->base == MAP_FAILED) {
-        *caller_fault = 0;
+        *caller_field = NULL;
         snprintf(message, sizeof message, "cannot map %s: %s", out->name, strerror(error));
         return message;
     }
     int seen;
     if (!tb_shm_header_take(out->base, &seen)) {
         munmap(out->base, out->length);
+        *caller_field = "ref_counter_handle";
         snprintf(message, sizeof message, "ref_counter_handle: %s is being freed by its last user", out->name);
         return message;
     }
@@ -139,7 +142,7 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
                  (long long)slot, out->name, (long long)value);
         return message;
     }
-    *caller_fault = 0;
+    *caller_field = NULL;
     return NULL;
 }
 

@@ -64,10 +64,12 @@ typedef struct {
 
 /* Maps the counter `slot` of the file `name` (a shared-memory name, with or
  * without its leading "/") and checks that it holds a share not yet
- * released (at least 1). NULL, or what is wrong; *caller_fault is 1 when
- * the name or slot given are at fault. Nothing stays mapped on failure. */
+ * released (at least 1). NULL, or what is wrong; *caller_field names the
+ * argument at fault ("ref_counter_handle" or "ref_counter_offset", as the
+ * message begins), or is NULL when the fault is not the caller's. Nothing
+ * stays mapped on failure. */
 const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t slot, tb_torch_counter *out,
-                                  int *caller_fault);
+                                  const char **caller_field);
 /* Drops the share's reference (the counter, never below zero) and the
  * file's (unlinking the file when that was the last); unmaps. Returns the
  * counter's new value, or -1 when it was already 0. */

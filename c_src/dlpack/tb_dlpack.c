@@ -178,7 +178,7 @@ static tb_capsule *capsule_arg(ErlNifEnv *env, ERL_NIF_TERM term, ERL_NIF_TERM *
 {
     tb_capsule *c = get_capsule(env, term);
     if (!c)
-        *exc = tb_raise_badarg(env, "capsule: expected a DLPack capsule, got %T", term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "capsule", "capsule: expected a DLPack capsule, got %T", term);
     return c;
 }
 
@@ -201,7 +201,7 @@ static void *capsule_managed(ErlNifEnv *env, tb_capsule *c, int take, tb_dlpack_
         check_managed(m, c->versioned, chk);
     capsule_let_go(c);
     if (!m)
-        *exc = tb_raise_badarg(env, "capsule: already consumed");
+        *exc = tb_raise_badarg(env, TB_WHY_GONE, "capsule", "capsule: already consumed");
     return m;
 }
 
@@ -283,17 +283,19 @@ ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
         return exc;
     int versioned, read_only;
     if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy)
-        return tb_raise_badarg(env, "version: expected versioned or legacy, got %T", argv[1]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version", "version: expected versioned or legacy, got %T",
+                               argv[1]);
     versioned = argv[1] == tb_atoms.versioned;
     if (!tb_get_boolean(argv[2], &read_only))
-        return tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "read_only", "read_only: expected a boolean, got %T", argv[2]);
     if (read_only && !versioned)
-        return tb_raise_badarg(env, "read_only: a legacy DLManagedTensor cannot carry the READ_ONLY flag; "
-                                    "export it versioned");
+        return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "read_only",
+                               "read_only: a legacy DLManagedTensor cannot carry the READ_ONLY flag; "
+                               "export it versioned");
     /* A read-only tensor stays read-only when passed on. */
     if (tb_storage_read_only(&d.info)) {
         if (!versioned)
-            return tb_raise_badarg(env,
+            return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "version",
                                    "version: the tensor is read-only (%s), and a legacy "
                                    "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned",
                                    tb_storage_read_only_reason(&d.info));
@@ -307,13 +309,13 @@ ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
 
     tb_capsule *c = tb_rtype_alloc(&capsule_type, sizeof *c);
     if (!c)
-        return tb_raise_error(env, "to_dlpack: out of memory allocating a capsule");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_dlpack: out of memory allocating a capsule");
     void *m = tb_dlpack_export(t->handle, versioned, read_only);
     c->source = NULL;
     if (!m) {
         atomic_init(&c->managed, NULL);
         enif_release_resource(c);
-        return tb_raise_error(env, "to_dlpack: out of memory");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_dlpack: out of memory");
     }
     atomic_init(&c->managed, m);
     atomic_flag_clear(&c->busy);
@@ -337,6 +339,28 @@ ERL_NIF_TERM tb_nif_consume_dlpack(TB_NIF_PARAMS)
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
 }
 
+/* What a caller may do about a DLPack tensor that fails the checks: the
+ * reason of its error. */
+static tb_reason status_reason(tb_dlc_status status)
+{
+    switch (status) {
+    case TB_DLC_OK:
+    case TB_DLC_NOT_VERSIONED:
+    case TB_DLC_UNKNOWN_DEVICE:
+    case TB_DLC_LAYOUT: return TB_WHY_BAD_VALUE;
+    case TB_DLC_MAJOR_VERSION:
+    case TB_DLC_UNKNOWN_FLAGS:
+    case TB_DLC_UNSUPPORTED_DEVICE:
+    case TB_DLC_LANES:
+    case TB_DLC_UNSUPPORTED_DTYPE: return TB_WHY_UNSUPPORTED;
+    case TB_DLC_NDIM:
+    case TB_DLC_NULL_SHAPE: return TB_WHY_BAD_SHAPE;
+    case TB_DLC_UNKNOWN_DTYPE: return TB_WHY_BAD_DTYPE;
+    case TB_DLC_BYTE_OFFSET: return TB_WHY_OUT_OF_EXTENT;
+    }
+    return TB_WHY_BAD_VALUE;
+}
+
 /* dlpack_info(Capsule) -> the metadata of its managed tensor, read without
  * consuming it and without touching the memory: #{device, ptr, shape,
  * strides, dtype, read_only}. For any device, CUDA included. */
@@ -348,7 +372,8 @@ ERL_NIF_TERM tb_nif_dlpack_info(TB_NIF_PARAMS)
     if (!c || !capsule_managed(env, c, 0, &chk, &exc))
         return exc;
     if (chk.status != TB_DLC_OK)
-        return tb_raise_badarg(env, "capsule: %s", tb_dlpack_status_text(chk.status));
+        return tb_raise_badarg(env, status_reason(chk.status), "capsule", "capsule: %s",
+                               tb_dlpack_status_text(chk.status));
     ERL_NIF_TERM device_type;
     ERL_NIF_TERM device = tb_dlpack_device_term(env, chk.device_type, chk.device_id, &device_type);
     ERL_NIF_TERM keys[] = {tb_atoms.device,    tb_atoms.device_type, tb_atoms.dtype,  tb_atoms.ptr,
@@ -386,49 +411,54 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     const char *dev = tb_dlpack_device_name(c->device_type);
     const char *code = tb_dlpack_type_code_name(c->dl_dtype.code);
     const tb_layout *l = &c->layout;
+    tb_reason why = status_reason(c->status);
 
     switch (c->status) {
     case TB_DLC_OK: break;
     case TB_DLC_NOT_VERSIONED:
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, why, "version",
                                "version: the address does not hold a DLManagedTensorVersioned "
                                "(its version reads %u.%u; a legacy DLManagedTensor needs version: legacy); %s",
                                c->version.major, c->version.minor, fate);
     case TB_DLC_MAJOR_VERSION:
-        return tb_raise_error(env, "version: DLPack %u.%u is not supported, this library reads 1.x; %s",
+        return tb_raise_error(env, why, "version", "version: DLPack %u.%u is not supported, this library reads 1.x; %s",
                               c->version.major, c->version.minor, fate);
     case TB_DLC_UNKNOWN_FLAGS:
-        return tb_raise_error(env, "flags: %#lx has bits DLPack 1.3 does not define; %s", (unsigned long)c->flags,
-                              fate);
+        return tb_raise_error(env, why, "flags", "flags: %#lx has bits DLPack 1.3 does not define; %s",
+                              (unsigned long)c->flags, fate);
     case TB_DLC_NDIM:
-        return tb_raise_badarg(env, "ndim: %d is out of range (0 to %d); %s", (int)c->ndim, TB_MAX_DIMS, fate);
+        return tb_raise_badarg(env, why, "ndim", "ndim: %d is out of range (0 to %d); %s", (int)c->ndim, TB_MAX_DIMS,
+                               fate);
     case TB_DLC_UNKNOWN_DEVICE:
-        return tb_raise_badarg(env, "device: unknown DLPack device type %d; %s", (int)c->device_type, fate);
+        return tb_raise_badarg(env, why, "device", "device: unknown DLPack device type %d; %s", (int)c->device_type,
+                               fate);
     case TB_DLC_UNSUPPORTED_DEVICE:
-        return tb_raise_error(env,
+        return tb_raise_error(env, why, "device",
                               "device: a %s tensor (device type %d, device %d): only %s tensors can be "
                               "imported; %s",
                               dev, (int)c->device_type, (int)c->device_id, tb_dlpack_imported_devices(), fate);
     case TB_DLC_UNKNOWN_DTYPE:
-        return tb_raise_badarg(env, "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s", c->dl_dtype.code,
-                               c->dl_dtype.bits, c->dl_dtype.lanes, fate);
+        return tb_raise_badarg(env, why, "dtype", "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
+                               c->dl_dtype.code, c->dl_dtype.bits, c->dl_dtype.lanes, fate);
     case TB_DLC_LANES:
-        return tb_raise_error(env,
+        return tb_raise_error(env, why, "dtype",
                               "dtype: %s with %u lanes (type code %u, bits %u): vector types are not "
                               "supported; %s",
                               code, c->dl_dtype.lanes, c->dl_dtype.code, c->dl_dtype.bits, fate);
     case TB_DLC_UNSUPPORTED_DTYPE:
-        return tb_raise_error(env, "dtype: %s with %u bits (type code %u) has no dtype here; %s", code,
+        return tb_raise_error(env, why, "dtype", "dtype: %s with %u bits (type code %u) has no dtype here; %s", code,
                               c->dl_dtype.bits, c->dl_dtype.code, fate);
-    case TB_DLC_NULL_SHAPE: return tb_raise_badarg(env, "shape: NULL with ndim %d; %s", (int)c->ndim, fate);
-    case TB_DLC_BYTE_OFFSET: return tb_raise_badarg(env, "byte_offset: data + byte_offset overflows 64 bits; %s", fate);
+    case TB_DLC_NULL_SHAPE:
+        return tb_raise_badarg(env, why, "shape", "shape: NULL with ndim %d; %s", (int)c->ndim, fate);
+    case TB_DLC_BYTE_OFFSET:
+        return tb_raise_badarg(env, why, "byte_offset", "byte_offset: data + byte_offset overflows 64 bits; %s", fate);
     case TB_DLC_LAYOUT: {
         char suffix[120];
         snprintf(suffix, sizeof suffix, "; %s", fate);
         return tb_raise_layout(env, "data", l, c->spec, tb_dtypes[c->dtype].name, suffix);
     }
     }
-    return tb_raise_badarg(env, "dlpack: invalid tensor; %s", fate);
+    return tb_raise_badarg(env, TB_WHY_BAD_VALUE, NULL, "dlpack: invalid tensor; %s", fate);
 }
 
 /* Our own writable export, still in the capsule that made it (so nobody
@@ -474,11 +504,12 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
     else if (version == tb_atoms.undefined)
         a->version = VERSION_ANY;
     else {
-        *exc = tb_raise_badarg(env, "version: expected versioned or legacy, got %T", version);
+        *exc =
+            tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version", "version: expected versioned or legacy, got %T", version);
         return 0;
     }
     if (!tb_get_boolean(argv[2], &a->read_only)) {
-        *exc = tb_raise_badarg(env, "read_only: expected a boolean, got %T", argv[2]);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "read_only", "read_only: expected a boolean, got %T", argv[2]);
         return 0;
     }
     tb_dlpack_stream_decode(env, argv[3], &a->stream);
@@ -499,7 +530,8 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
     if (c) {
         *versioned = c->versioned;
         if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != *versioned) {
-            *answer = tb_raise_badarg(env, "version: the capsule holds a %s tensor, got version %T",
+            *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
+                                      "version: the capsule holds a %s tensor, got version %T",
                                       *versioned ? "versioned" : "legacy", argv[1]);
             return 0;
         }
@@ -535,11 +567,12 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
     if (enif_get_uint64(env, source, &address)) {
         /* Only what can be checked without reading: the rest is trusted. */
         if (address == 0) {
-            *answer = tb_raise_badarg(env, "address: NULL is not a DLPack managed tensor");
+            *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "address", "address: NULL is not a DLPack managed tensor");
             return 0;
         }
         if (address % _Alignof(tb_DLManagedTensorVersioned) != 0) {
-            *answer = tb_raise_badarg(env, "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
+            *answer = tb_raise_badarg(env, TB_WHY_MISALIGNED, "address",
+                                      "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
                                       (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
             return 0;
         }
@@ -549,7 +582,7 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
          * one, would call its deleter twice. */
         int ours = claim_handed_out((uintptr_t)address);
         if (!ours && !unsafe) {
-            *answer = tb_raise_badarg(env,
+            *answer = tb_raise_badarg(env, TB_WHY_GONE, "address",
                                       "address: %lu is not a managed tensor this library handed out and still "
                                       "holds (it was imported already, deleted, or made by another "
                                       "producer); nothing in it was called. An address from another producer "
@@ -564,8 +597,8 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
         *claimed = ours;
         return 1;
     }
-    *answer =
-        tb_raise_badarg(env, "capsule: expected a DLPack capsule or a non-negative integer address, got %T", argv[0]);
+    *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "capsule",
+                              "capsule: expected a DLPack capsule or a non-negative integer address, got %T", argv[0]);
     return 0;
 }
 
@@ -601,7 +634,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     int st = tb_dtypes[chk.dtype].torch_scalar_type;
     if (!tb_shim_has_scalar_type(st)) {
         release_managed(m, versioned);
-        return tb_raise_error(env,
+        return tb_raise_error(env, TB_WHY_UNSUPPORTED, "dtype",
                               "dtype: %s is not supported by the linked libtorch %s; "
                               "the producer's deleter was called",
                               tb_dtypes[chk.dtype].name, tb_shim_torch_version());
@@ -622,7 +655,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     tb_import *im = malloc(sizeof *im);
     if (!im) {
         release_managed(m, versioned);
-        return tb_raise_error(env, "from_dlpack: out of memory; the producer's deleter was called");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
+                              "from_dlpack: out of memory; the producer's deleter was called");
     }
     tb_storage_init(&im->header, TB_MEMORY_DLPACK, read_only ? TB_STORAGE_READ_ONLY : 0, release_import);
     im->managed = m;
@@ -633,6 +667,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
      * or at once if the call fails. */
     if (!tb_shim_from_blob((void *)(uintptr_t)chk.layout.ptr, chk.layout.ndim, chk.layout.shape, chk.layout.strides, st,
                            device.type, device.index, &im->header, tb_storage_release, &h, &err))
-        return tb_raise_error(env, "from_dlpack: %s; the producer's deleter was called", err.message);
+        return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "from_dlpack: %s; the producer's deleter was called",
+                              err.message);
     return tb_tensor_return(env, h);
 }

@@ -29,16 +29,19 @@ static int stream_ok(ErlNifEnv *env, const tb_dlpack_stream *st, int runtime, co
     case TB_STREAM_OK:
         if (!refused || !st->s.given || !st->s.sync)
             return 1;
-        *exc = tb_raise_error(env, "stream: %s, so it cannot order work on %s streams; pass no stream, or -1%s",
-                              refused, tb_runtime_names[runtime], suffix);
+        *exc = tb_raise_error(env, TB_WHY_UNSUPPORTED, "stream",
+                              "stream: %s, so it cannot order work on %s streams; pass no stream, or -1%s", refused,
+                              tb_runtime_names[runtime], suffix);
         return 0;
     case TB_STREAM_NOT_INTEGER:
-        *exc = tb_raise_badarg(env,
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "stream",
                                "stream: expected an integer (a cudaStream_t, 1 or 2 for the default streams, "
                                "-1 for no synchronization), got %T%s",
                                st->term, suffix);
         return 0;
-    default: *exc = tb_raise_badarg(env, "stream: %s, got %T%s", st->why, st->term, suffix); return 0;
+    default:
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "stream", "stream: %s, got %T%s", st->why, st->term, suffix);
+        return 0;
     }
 }
 
@@ -49,7 +52,7 @@ int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TE
         if (stream == tb_atoms.undefined)
             return 1;
         /* The array API: on CPU and devices without streams only None. */
-        *exc = tb_raise_badarg(env,
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "stream",
                                "stream: a %s tensor has no stream (the array API takes none for CPU "
                                "memory), got %T",
                                tb_devices[info->device_type].c10_name, stream);
@@ -61,7 +64,8 @@ int tb_dlpack_export_stream(ErlNifEnv *env, const tb_shim_info *info, ERL_NIF_TE
         return 0;
     const char *e = tb_runtime_get(runtime)->stream_export(info->device_index, &s.s);
     if (e) {
-        *exc = tb_raise_error(env, "stream: making the consumer's stream wait for libtorch's failed: %s", e);
+        *exc = tb_raise_error(env, TB_WHY_RUNTIME, "stream",
+                              "stream: making the consumer's stream wait for libtorch's failed: %s", e);
         return 0;
     }
     return 1;
@@ -74,7 +78,7 @@ int tb_dlpack_device_import_stream_check(ErlNifEnv *env, int32_t dl_type, const 
     if (row < 0)
         return stream_ok(env, stream, TB_RUNTIME_HOST, suffix, exc);
     if (tb_dlpack_devices[row].check == TB_DLCHECK_HOST && stream->term != tb_atoms.undefined) {
-        *exc = tb_raise_badarg(env,
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "stream",
                                "stream: a %s tensor has no stream (the array API takes none for CPU "
                                "memory), got %T%s",
                                tb_dlpack_device_name(dl_type), stream->term, suffix);
@@ -90,7 +94,7 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
     tb_dl_placement place;
     tb_devmem_dlpack_placement(dl_type, dl_id, &place);
     if (!tb_shim_device_built(place.type)) {
-        *exc = tb_raise_error(env,
+        *exc = tb_raise_error(env, TB_WHY_UNSUPPORTED, "device",
                               "device: a %s tensor (device %d): this libtorch was built without %s, so it "
                               "cannot be imported (%C reads its metadata)%s",
                               name, (int)dl_id, tb_devices[place.type].c10_name, "tensor_blob:dlpack_info/1",
@@ -102,7 +106,7 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
 
     char why[200];
     if (bytes > 0 && !tb_runtime_check_dlpack_pointer(dl_type, dl_id, ptr, why, sizeof why)) {
-        *exc = tb_raise_badarg(env, "data: %s%s", why, suffix);
+        *exc = tb_raise_badarg(env, TB_WHY_WRONG_DEVICE, "data", "data: %s%s", why, suffix);
         return 0;
     }
     /* Device memory waits on its device's stream; host memory that a
@@ -114,7 +118,8 @@ int tb_dlpack_device_import(ErlNifEnv *env, int32_t dl_type, int32_t dl_id, uint
     else if (checker->stream_host_wait)
         e = checker->stream_host_wait(dl_id >= 0 && dl_id < checker->device_count() ? dl_id : 0, &stream->s);
     if (e) {
-        *exc = tb_raise_error(env, "stream: waiting for the producer's stream failed: %s%s", e, suffix);
+        *exc = tb_raise_error(env, TB_WHY_RUNTIME, "stream", "stream: waiting for the producer's stream failed: %s%s",
+                              e, suffix);
         return 0;
     }
     *device = (tb_device){place.type, place.index};

@@ -43,7 +43,7 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
     tb_tensor *t = tb_rtype_alloc(&tensor_type, sizeof *t);
     if (!t) {
         tb_shim_release(handle);
-        *exc = tb_raise_error(env, "out of memory allocating a tensor resource");
+        *exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory allocating a tensor resource");
         return 0;
     }
     t->handle = handle;
@@ -66,7 +66,7 @@ ERL_NIF_TERM tb_tensor_return(ErlNifEnv *env, tb_shim_tensor *handle)
 ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out)
 {
     if (!ok)
-        return tb_raise_error(env, "%s: %s", what, out->err.message);
+        return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "%s: %s", what, out->err.message);
     return tb_tensor_return(env, out->handle);
 }
 
@@ -76,7 +76,7 @@ ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storag
     char why[200];
     if (!proven && s->r.byte_size > 0 && !tb_runtime_check_pointer(l->ptr, &s->device, why, sizeof why)) {
         tb_storage_release(storage);
-        return tb_raise_badarg(env, "ptr: %s", why);
+        return tb_raise_badarg(env, TB_WHY_WRONG_DEVICE, "ptr", "ptr: %s", why);
     }
     tb_shim_out out;
     /* The shim owns the storage from here: released when libtorch frees it. */
@@ -135,15 +135,17 @@ int tb_tensor_arg(ErlNifEnv *env, ERL_NIF_TERM term, const char *field, tb_tenso
 {
     d->tensor = tb_tensor_get(env, term);
     if (!d->tensor) {
-        *exc = tb_raise_badarg(env, "%s: expected a tensor, got %T", field, term);
+        *exc = tb_raise_badarg(env, TB_WHY_NOT_A_TENSOR, field, "%s: expected a tensor, got %T", field, term);
         return 0;
     }
     if (!tb_tensor_describe(d->tensor->handle, d)) {
         if (d->info.device_type < 0)
-            *exc = tb_raise_error(env, "%s: on libtorch device type %d, which tensor_blob does not know", field,
+            *exc = tb_raise_error(env, TB_WHY_UNSUPPORTED, field,
+                                  "%s: on libtorch device type %d, which tensor_blob does not know", field,
                                   d->info.torch_device_type);
         else
-            *exc = tb_raise_error(env, "%s: libtorch scalar type %d has no dtype here", field, d->info.scalar_type);
+            *exc = tb_raise_error(env, TB_WHY_UNSUPPORTED, field, "%s: libtorch scalar type %d has no dtype here",
+                                  field, d->info.scalar_type);
         return 0;
     }
     return 1;
@@ -178,13 +180,15 @@ int tb_tensor_get_dense(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dt
     l->element_size = tb_dtypes[out->dtype].element_size;
     l->ptr = l->element_size; /* a stand-in: only the extent matters here */
     if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
-        *exc = tb_raise_badarg(env, "shape: the number of elements overflows 64 bits in %T", shape_term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_SHAPE, "shape", "shape: the number of elements overflows 64 bits in %T",
+                               shape_term);
         return 0;
     }
     out->check = tb_layout_check(l);
     if (out->check.status != TB_LAYOUT_OK) {
         /* The strides are derived from the shape: the shape is at fault. */
-        *exc = tb_raise_badarg(env, "shape: %s in %T", tb_layout_status_text(out->check.status), shape_term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_SHAPE, "shape", "shape: %s in %T",
+                               tb_layout_status_text(out->check.status), shape_term);
         return 0;
     }
     return 1;
@@ -194,15 +198,15 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
                               ERL_NIF_TERM *exc)
 {
     if (!enif_inspect_binary(env, argv[0], bin)) {
-        *exc = tb_raise_badarg(env, "binary: expected a binary, got %T", argv[0]);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "binary", "binary: expected a binary, got %T", argv[0]);
         return 0;
     }
     if (!tb_tensor_get_dense(env, argv[2], argv[1], out, exc))
         return 0;
     if (out->check.byte_size != bin->size) {
-        *exc =
-            tb_raise_badarg(env, "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
-                            tb_dtypes[out->dtype].name, (unsigned long)out->check.byte_size, (unsigned long)bin->size);
+        *exc = tb_raise_badarg(
+            env, TB_WHY_OUT_OF_EXTENT, "binary", "binary: %T of %s needs %lu bytes, got a binary of %lu bytes", argv[2],
+            tb_dtypes[out->dtype].name, (unsigned long)out->check.byte_size, (unsigned long)bin->size);
         return 0;
     }
     return 1;
@@ -249,11 +253,12 @@ ERL_NIF_TERM tb_nif_to_binary(TB_NIF_PARAMS)
         return exc;
     ErlNifBinary bin;
     if (!enif_alloc_binary(d.dense_bytes, &bin))
-        return tb_raise_error(env, "to_binary: out of memory allocating %lu bytes", (unsigned long)d.dense_bytes);
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_binary: out of memory allocating %lu bytes",
+                              (unsigned long)d.dense_bytes);
     tb_shim_error err;
     if (!tb_shim_to_bytes(d.tensor->handle, bin.data, &err)) {
         enif_release_binary(&bin);
-        return tb_raise_error(env, "to_binary: %s", err.message);
+        return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "to_binary: %s", err.message);
     }
     return enif_make_binary(env, &bin);
 }
@@ -263,17 +268,17 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
 {
     switch (status) {
     case TB_GUARD_FROZEN:
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
                                "tensor: its memory is shared with a binary made by %C, and binaries are "
                                "immutable; %C refuses it while that binary lives",
                                "to_binary(T, #{copy => false})", "to_binary(copy: false)", "write/2", "write!");
     case TB_GUARD_READ_ONLY:
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
                                "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
                                "%C refuses it. To change the values, copy it first (%C) and write the copy",
                                "write/2", "write!", "tensor_blob:to_device(T, tensor_blob:device(T))",
                                "Tensor.to_device(t, Tensor.device(t))");
-    default: return tb_raise_badarg(env, "tensor: %C refuses it", "write/2", "write!");
+    default: return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor", "tensor: %C refuses it", "write/2", "write!");
     }
 }
 
@@ -308,13 +313,13 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
         bin.size = src.dense_bytes;
         bin.data = NULL;
     } else if (!enif_inspect_binary(env, argv[1], &bin)) {
-        return tb_raise_badarg(env, "binary: expected a binary, got %T", argv[1]);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "binary", "binary: expected a binary, got %T", argv[1]);
     }
     int on_device = d.info.device_type != TB_DEVICE_CPU || (from_tensor && src.info.device_type != TB_DEVICE_CPU);
     if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
                                "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
                                "(%C) and write the copy",
                                tb_storage_read_only_reason(&d.info), "write/2", "write!",
@@ -322,21 +327,22 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
                                "Tensor.to_device(t, Tensor.device(t))");
     /* Two indices of one element: which write would win is undefined. */
     if (tb_layout_self_overlaps(d.info.ndim, d.info.sizes, d.info.strides))
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
                                "tensor: some of its elements are the same memory (a stride of 0, or strides "
                                "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
                                "as libtorch refuses in-place writes to it. Write to the tensor it views",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
                                tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!");
     if (from_tensor && (src.dtype != d.dtype || !dense_on_host(&d.info)))
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "source",
                                "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "
                                "CPU target",
                                tb_dtypes[d.dtype].name, tb_dtypes[src.dtype].name);
     if (bin.size != d.dense_bytes)
-        return tb_raise_badarg(env, "%s: the tensor holds %lu bytes, got %s of %lu bytes",
-                               from_tensor ? "source" : "binary", (unsigned long)d.dense_bytes,
-                               from_tensor ? "a tensor" : "a binary", (unsigned long)bin.size);
+        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, from_tensor ? "source" : "binary",
+                               "%s: the tensor holds %lu bytes, got %s of %lu bytes", from_tensor ? "source" : "binary",
+                               (unsigned long)d.dense_bytes, from_tensor ? "a tensor" : "a binary",
+                               (unsigned long)bin.size);
     tb_range guard;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &guard))
         return argv[0]; /* no elements: nothing to write */
@@ -348,7 +354,7 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
                          : tb_shim_write_bytes(d.tensor->handle, bin.data, &err);
     tb_storage_write_end(&guard);
     if (!ok)
-        return tb_raise_error(env, "%C: %s", "write", "write!", err.message);
+        return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "%C: %s", "write", "write!", err.message);
     return argv[0];
 }
 
@@ -367,7 +373,7 @@ ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
     int lacking = !tb_shim_device_built(device.type) ? device.type : d.info.device_type;
     if (!tb_shim_device_built(lacking)) {
         const char *name = tb_devices[lacking].c10_name;
-        return tb_raise_error(env,
+        return tb_raise_error(env, TB_WHY_UNSUPPORTED, "device",
                               "device %T: this libtorch was built without %s, so to_device cannot copy to or "
                               "from a GPU; link a libtorch with %s (LIBTORCH_DIR)",
                               argv[1], name, name);
@@ -391,10 +397,12 @@ ERL_NIF_TERM tb_nif_narrow(TB_NIF_PARAMS)
     ErlNifSInt64 start, length;
     int64_t size = d.info.sizes[dim];
     if (!enif_get_int64(env, argv[2], &start) || start < 0 || start > size)
-        return tb_raise_badarg(env, "start: expected an integer in 0..%ld for dimension %d, got %T", (long)size, dim,
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "start",
+                               "start: expected an integer in 0..%ld for dimension %d, got %T", (long)size, dim,
                                argv[2]);
     if (!enif_get_int64(env, argv[3], &length) || length < 0 || length > size - start)
-        return tb_raise_badarg(env, "length: expected an integer in 0..%ld (start %ld, size %ld), got %T",
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "length",
+                               "length: expected an integer in 0..%ld (start %ld, size %ld), got %T",
                                (long)(size - start), (long)start, (long)size, argv[3]);
     tb_shim_out out;
     int ok = tb_shim_narrow(d.tensor->handle, dim, start, length, &out.handle, &out.err);

@@ -51,10 +51,10 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
     if (if_needed && !d.info.is_contiguous)
         return tb_atoms.not_contiguous;
     if (d.info.device_type != TB_DEVICE_CPU)
-        return tb_raise_badarg(env, "tensor: on %T; a binary can only show CPU memory",
+        return tb_raise_badarg(env, TB_WHY_WRONG_DEVICE, "tensor", "tensor: on %T; a binary can only show CPU memory",
                                tb_make_device(env, d.info.device_type, d.info.device_index));
     if (!d.info.is_contiguous)
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_NOT_CONTIGUOUS, "tensor",
                                "tensor: not contiguous (shape %T, strides %T); a binary shows row-major "
                                "memory only, so copy it (%C)",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
@@ -73,7 +73,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
     if (span.file_ino && !unguarded) {
         if (if_needed)
             return tb_atoms.shared_memory;
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_UNSAFE, "tensor",
                                "tensor: its memory is a shared-memory region, which another program can "
                                "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
                                "it (%C), or accept that risk with %C",
@@ -87,12 +87,12 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
 
     tb_binary_view *v = tb_rtype_alloc(&view_type, sizeof *v);
     if (!v)
-        return tb_raise_error(env, "to_binary: out of memory allocating a binary view");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_binary: out of memory allocating a binary view");
     v->range = span;
     v->ref = NULL;
     if (tb_storage_freeze(&v->range) != TB_GUARD_OK) {
         enif_release_resource(v);
-        return tb_raise_badarg(env,
+        return tb_raise_badarg(env, TB_WHY_UNSAFE, "tensor",
                                "tensor: %C is writing its memory right now; a binary view of it "
                                "would change under the reader",
                                "write/2", "write!");
@@ -124,7 +124,7 @@ ERL_NIF_TERM tb_nif_from_binary_view(TB_NIF_PARAMS)
      * and the pin copies it into its own env, where it stays put. */
     tb_pin *pin = tb_pin_term(argv[0]);
     if (!pin)
-        return tb_raise_error(env, "from_binary: out of memory pinning the binary");
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "from_binary: out of memory pinning the binary");
     ErlNifBinary pinned;
     tb_pin_binary(pin, &pinned);
     uint64_t alignment = tb_pointer_alignment((uint64_t)(uintptr_t)pinned.data);
@@ -132,7 +132,7 @@ ERL_NIF_TERM tb_nif_from_binary_view(TB_NIF_PARAMS)
     if (d.check.numel > 0 && alignment < l->element_size) {
         tb_storage_release(&pin->header);
         if (argv[3] != tb_atoms.true_)
-            return tb_raise_badarg(env,
+            return tb_raise_badarg(env, TB_WHY_MISALIGNED, "binary",
                                    "binary: its bytes start at an address aligned to %u bytes, and %s needs %u "
                                    "(a part of a larger binary, or a small one, may start anywhere); "
                                    "use %C",

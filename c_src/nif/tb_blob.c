@@ -38,13 +38,15 @@ ERL_NIF_TERM tb_nif_blob_fields(TB_NIF_PARAMS)
  * device is refused by name, not as an extent outside it. */
 static ERL_NIF_TERM owner_elsewhere(ErlNifEnv *env, const tb_device *declared, int type, int index)
 {
-    return tb_raise_badarg(env, "device: the blob declares %T, but the owner's memory is on %T",
+    return tb_raise_badarg(env, TB_WHY_WRONG_DEVICE, "device",
+                           "device: the blob declares %T, but the owner's memory is on %T",
                            tb_make_device(env, declared->type, declared->index), tb_make_device(env, type, index));
 }
 
 static ERL_NIF_TERM outside_owner(ErlNifEnv *env, const tb_layout *l, uint64_t bytes, uint64_t base, uint64_t size)
 {
-    return tb_raise_badarg(env, "ptr: [%lu, %lu + %lu) lies outside the owner's memory [%lu, %lu + %lu)",
+    return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "ptr",
+                           "ptr: [%lu, %lu + %lu) lies outside the owner's memory [%lu, %lu + %lu)",
                            (unsigned long)l->ptr, (unsigned long)l->ptr, (unsigned long)bytes, (unsigned long)base,
                            (unsigned long)base, (unsigned long)size);
 }
@@ -116,7 +118,7 @@ static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_arg
         tb_shim_error err;
         if (!tb_shim_alias(owner->handle, l->ptr - base, l->ndim, l->shape, l->strides,
                            tb_dtypes[v->s.dtype].torch_scalar_type, &h, &err))
-            *answer = tb_raise_error(env, "from_blob: %s", err.message);
+            *answer = tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "from_blob: %s", err.message);
         else
             *answer = tb_tensor_return(env, h);
         return 0;
@@ -134,7 +136,7 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
     int read_only = v->read_only;
     tb_pin *p = tb_pin_term(owner_term);
     if (!p) {
-        *answer = tb_raise_error(env, "from_blob: out of memory pinning the owner");
+        *answer = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "from_blob: out of memory pinning the owner");
         return 0;
     }
     /* Check the pinned copy: a small binary is copied, not shared,
@@ -206,7 +208,7 @@ static int get_args(ErlNifEnv *env, tb_nif_fun *self, int argc, const ERL_NIF_TE
     ERL_NIF_TERM pin_term = argv[argc - 1];
     a->owner = argv[argc - 2];
     if (!tb_get_boolean(pin_term, &a->pin)) {
-        *out = tb_raise_badarg(env, "pin: expected a boolean, got %T", pin_term);
+        *out = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "pin", "pin: expected a boolean, got %T", pin_term);
         return 0;
     }
     if (a->pin && enif_thread_type() == ERL_NIF_THR_NORMAL_SCHEDULER && !tb_pin_term_is_small(env, a->owner)) {

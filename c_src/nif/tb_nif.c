@@ -84,10 +84,11 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
     return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }
 
-/* The dtype, device and storage kind tables (tb_dtype.h, tb_device.h,
- * tb_storage.h) as the facades and the tests read them: #{dtypes =>
- * [Dtype], devices => [Device], storage => [Kind]}, in table order. Called
- * once; the Erlang facade keeps the answer. */
+/* The dtype, device, storage kind and error-reason tables (tb_dtype.h,
+ * tb_device.h, tb_storage.h, tb_raise.h) as the facades and the tests read
+ * them: #{dtypes => [Dtype], devices => [Device], storage => [Kind],
+ * reasons => [atom()]}, in table order. Called once; the Erlang facade
+ * keeps the answer. */
 ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM dtypes = enif_make_list(env, 0);
@@ -110,8 +111,8 @@ ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
                                  i->region ? tb_atoms.true_ : tb_atoms.false_};
         storage = enif_make_list_cell(env, make_map(env, storage_keys, values, 4), storage);
     }
-    static const char *const keys[] = {"dtypes", "devices", "storage"};
-    ERL_NIF_TERM values[] = {dtypes, devices, storage};
+    static const char *const keys[] = {"dtypes", "devices", "storage", "reasons"};
+    ERL_NIF_TERM values[] = {dtypes, devices, storage, tb_raise_reasons(env)};
     return make_map(env, keys, values, 3);
 }
 
@@ -120,7 +121,7 @@ ERL_NIF_TERM tb_nif_nx_type(TB_NIF_PARAMS)
 {
     tb_dtype_id id;
     if (!tb_dtype_of_term(env, argv[0], &id))
-        return tb_raise_badarg(env, "dtype: unknown dtype %T", argv[0]);
+        return tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "dtype", "dtype: unknown dtype %T", argv[0]);
     if (!tb_dtypes[id].nx_kind)
         return tb_atoms.nil;
     return enif_make_tuple2(env, enif_make_atom(env, tb_dtypes[id].nx_kind),

@@ -116,7 +116,7 @@ static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_region *r, const tb_dense *d)
     tb_shim_error err;
     if (!tb_shim_from_blob(data_of(r), l->ndim, l->shape, l->strides, tb_dtypes[d->dtype].torch_scalar_type,
                            TB_DEVICE_CPU, 0, &r->header, tb_storage_release, &h, &err))
-        return tb_raise_error(env, "%s: %s", r->format->tag, err.message);
+        return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "%s: %s", r->format->tag, err.message);
     return tb_tensor_return(env, h);
 }
 
@@ -124,10 +124,11 @@ static ERL_NIF_TERM no_room(ErlNifEnv *env, const region_format *f, size_t lengt
 {
     struct statvfs vfs;
     if (error == ENOSPC && statvfs(TB_SHM_DIR, &vfs) == 0)
-        return tb_raise_error(env, "%s: a region of %lu bytes does not fit in " TB_SHM_DIR " (%lu bytes free)", f->tag,
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
+                              "%s: a region of %lu bytes does not fit in " TB_SHM_DIR " (%lu bytes free)", f->tag,
                               (unsigned long)length, (unsigned long)(vfs.f_bavail * vfs.f_frsize));
-    return tb_raise_error(env, "%s: cannot reserve %lu bytes of shared memory: %s", f->tag, (unsigned long)length,
-                          tb_shm_strerror(error));
+    return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot reserve %lu bytes of shared memory: %s", f->tag,
+                          (unsigned long)length, tb_shm_strerror(error));
 }
 
 void tb_shm_load(void)
@@ -181,8 +182,9 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const E
          * exists, its reaper removes the name, which nobody else knows. */
         if (!tb_shm_owner_name(f->prefix, name, sizeof name, &error) ||
             !tb_shm_owner_record(name, TB_SLOT_MADE, &made, &error))
-            return tb_raise_error(env, "%s: cannot record the region in this VM's journal in " TB_SHM_DIR ": %s",
-                                  f->tag, tb_shm_strerror(error));
+            return tb_raise_error(env, TB_WHY_SYSTEM, NULL,
+                                  "%s: cannot record the region in this VM's journal in " TB_SHM_DIR ": %s", f->tag,
+                                  tb_shm_strerror(error));
         struct stat st;
         int fd = tb_shm_open(name, 1, &st, &error);
         int opened = fd >= 0; /* else the name is not ours to unlink */
@@ -211,7 +213,7 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const E
     }
     if (!r) {
         if (error == EEXIST || error == ELOOP || error == TB_SHM_NOT_REGULAR || error == TB_SHM_NOT_OURS)
-            return tb_raise_error(env, "%s: shm_open failed: %s", f->tag, tb_shm_strerror(error));
+            return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: shm_open failed: %s", f->tag, tb_shm_strerror(error));
         return no_room(env, f, length, error);
     }
     return make_tensor(env, r, &d);
@@ -240,21 +242,22 @@ static int region_name(ErlNifEnv *env, const region_format *f, ERL_NIF_TERM term
     if (f->header) {
         if (ok && tb_shm_torch_format(name))
             return 1;
-        *exc = tb_raise_badarg(env,
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
                                "handle: expected the name of a PyTorch shared-memory region (\"/torch_...\"), "
                                "got %T",
                                term);
         return 0;
     }
     if (!enif_is_binary(env, term))
-        *exc = tb_raise_badarg(env, "handle: expected a shared-memory name (a binary), got %T", term);
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
+                               "handle: expected a shared-memory name (a binary), got %T", term);
     else if (!ok)
-        *exc = tb_raise_badarg(env,
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
                                "handle: %T is no shared-memory name (an optional leading slash, then 1 to %d "
                                "bytes with no slash or NUL)",
                                term, TB_SHM_NAME_MAX);
     else if (tb_shm_torch_format(name))
-        *exc = tb_raise_badarg(env,
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
                                "handle: %T names a region of PyTorch's format (a counted header, then the "
                                "data): ipc_open/3 opens it as one, not as plain memory",
                                term);
@@ -292,65 +295,70 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
     int fd = tb_shm_open(name, 0, &st, &error);
     if (fd < 0) {
         if (error == ENOENT)
-            return tb_raise_badarg(env, "handle: no shared memory named %T (%s)", argv[0], f->gone);
-        return tb_raise_badarg(env, "handle: cannot open shared memory %T: %s", argv[0], tb_shm_strerror(error));
+            return tb_raise_badarg(env, TB_WHY_NO_REGION, "handle", "handle: no shared memory named %T (%s)", argv[0],
+                                   f->gone);
+        return tb_raise_badarg(env, TB_WHY_SYSTEM, "handle", "handle: cannot open shared memory %T: %s", argv[0],
+                               tb_shm_strerror(error));
     }
     uint64_t needed = f->header + d.check.byte_size;
     if ((uint64_t)st.st_size < needed) {
         close(fd);
         if (f->header)
-            return tb_raise_badarg(env,
+            return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
                                    "shape: %T of %s needs %lu bytes after PyTorch's %d-byte header; the shared "
                                    "memory %T holds %ld in all",
                                    argv[2], tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, (int)f->header,
                                    argv[0], (long)st.st_size);
-        return tb_raise_badarg(env, "shape: %T of %s needs %lu bytes; the shared memory %T holds %ld", argv[2],
+        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
+                               "shape: %T of %s needs %lu bytes; the shared memory %T holds %ld", argv[2],
                                tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, argv[0], (long)st.st_size);
     }
     /* An empty plain region is mapped one byte long, and unmapped as long. */
     if (st.st_size == 0) {
         close(fd);
         if (d.check.byte_size > 0)
-            return tb_raise_badarg(env, "shape: the shared memory %T is empty", argv[0]);
+            return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape", "shape: the shared memory %T is empty", argv[0]);
         tb_shim_tensor *h;
         tb_shim_error err;
         if (!tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-            return tb_raise_error(env, "%s: %s", f->tag, err.message);
+            return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "%s: %s", f->tag, err.message);
         return tb_tensor_return(env, h);
     }
     if ((error = reserve(fd, &st))) {
         close(fd);
         struct statvfs vfs;
         if (error == ENOSPC && statvfs(TB_SHM_DIR, &vfs) == 0)
-            return tb_raise_error(env,
+            return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
                                   "%s: the shared memory %T has %ld bytes, not all of them stored yet, and "
                                   "they do not fit in " TB_SHM_DIR " (%lu bytes free); its writes would fail",
                                   f->tag, argv[0], (long)st.st_size, (unsigned long)(vfs.f_bavail * vfs.f_frsize));
-        return tb_raise_error(env, "%s: cannot reserve the %ld bytes of the shared memory %T: %s", f->tag,
-                              (long)st.st_size, argv[0], strerror(error));
+        return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot reserve the %ld bytes of the shared memory %T: %s",
+                              f->tag, (long)st.st_size, argv[0], strerror(error));
     }
     tb_region *r = map_region(f, fd, name, (size_t)st.st_size, d.check.byte_size, 0, &error);
     close(fd);
     if (!r)
-        return tb_raise_error(env, "%s: cannot map %T: %s", f->tag, argv[0], strerror(error));
+        return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot map %T: %s", f->tag, argv[0], strerror(error));
     if (f->header) {
         /* Recorded before it is taken: a VM that dies between the two
          * leaves a reference, and never drops one it did not take. */
         if (!tb_shm_owner_record(name, TB_SLOT_FREE, &r->ref, &error)) {
             unmap_region(r);
-            return tb_raise_error(env, "%s: cannot record the reference in this VM's journal in " TB_SHM_DIR ": %s",
-                                  f->tag, tb_shm_strerror(error));
+            return tb_raise_error(env, TB_WHY_SYSTEM, NULL,
+                                  "%s: cannot record the reference in this VM's journal in " TB_SHM_DIR ": %s", f->tag,
+                                  tb_shm_strerror(error));
         }
         int seen;
         if (!tb_shm_header_take(r->base, &seen)) {
             (void)tb_shm_owner_forget(&r->ref);
             unmap_region(r);
             if (seen == INT_MIN)
-                return tb_raise_error(env,
+                return tb_raise_error(env, TB_WHY_GONE, NULL,
                                       "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "
                                       "another program)",
                                       f->tag, argv[0]);
-            return tb_raise_badarg(env, "handle: %T holds no live PyTorch region (its reference count is %d)", argv[0],
+            return tb_raise_badarg(env, TB_WHY_GONE, "handle",
+                                   "handle: %T holds no live PyTorch region (its reference count is %d)", argv[0],
                                    seen);
         }
         tb_shm_owner_hold(&r->ref);

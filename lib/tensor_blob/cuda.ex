@@ -74,7 +74,9 @@ defmodule TensorBlob.CUDA do
   end
 
   def info(other),
-    do: raise(ArgumentError, "expected a DLPack capsule or a blob, got #{TensorBlob.Raise.inspect_term(other)}")
+    do:
+      "expected a DLPack capsule or a blob, got #{TensorBlob.Raise.inspect_term(other)}"
+      |> badarg!(:bad_value, :none)
 
   @typedoc "What the CUDA runtime says memory is: the names of DLPack's device types, or `:unknown`."
   @type memory :: :cpu | :cuda_host | :cuda | :cuda_managed | :unknown

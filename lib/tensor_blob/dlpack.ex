@@ -240,12 +240,15 @@ defmodule TensorBlob.DLPack do
     if Keyword.keyword?(opts) do
       Map.new(opts)
     else
-      raise ArgumentError, "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}"
+      "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}"
+      |> badarg!(:bad_option, :options)
     end
   end
 
   defp options(opts),
-    do: raise(ArgumentError, "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}")
+    do:
+      "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}"
+      |> badarg!(:bad_option, :options)
 
   defimpl Inspect do
     # The capsule's version, dtype, shape, device and state (armed, read-only,

@@ -182,9 +182,9 @@ defmodule TensorBlob.IPC do
   end
 
   def to_map(%Handle{address: device}) when is_integer(device) do
-    raise ArgumentError,
-          "a CUDA IPC handle has no map for other languages: " <>
-            "PyTorch takes CUDA tensors by TensorBlob.CUDA.export_torch_share/1"
+    ("a CUDA IPC handle has no map for other languages: " <>
+       "PyTorch takes CUDA tensors by TensorBlob.CUDA.export_torch_share/1")
+    |> badarg!(:unsupported, :none)
   end
 
   @doc """
@@ -215,9 +215,9 @@ defmodule TensorBlob.IPC do
         open(map)
 
       _ ->
-        raise ArgumentError,
-              "expected a shared tensor's map as JSON " <>
-                ~s({"handle": ..., "dtype": ..., "shape": [...]}, got: #{inspect(spec)})
+        ("expected a shared tensor's map as JSON " <>
+           ~s({"handle": ..., "dtype": ..., "shape": [...]}, got: #{inspect(spec)}))
+        |> badarg!(:bad_value, :none)
     end
   end
 
@@ -231,9 +231,9 @@ defmodule TensorBlob.IPC do
       open(name, dtype_atom(dtype), List.to_tuple(shape))
     else
       _ ->
-        raise ArgumentError,
-              "expected a shared tensor's map with handle (a region's name), " <>
-                "dtype and shape (a list of sizes), got: #{inspect(spec)}"
+        ("expected a shared tensor's map with handle (a region's name), " <>
+           "dtype and shape (a list of sizes), got: #{inspect(spec)}")
+        |> badarg!(:bad_value, :none)
     end
   end
 
@@ -242,6 +242,8 @@ defmodule TensorBlob.IPC do
   defp dtype_atom(dtype) do
     String.to_existing_atom(dtype)
   rescue
-    ArgumentError -> raise ArgumentError, "unknown dtype #{inspect(dtype)}"
+    ArgumentError ->
+      "unknown dtype #{inspect(dtype)}"
+      |> badarg!(:bad_dtype, :none)
   end
 end

@@ -120,9 +120,9 @@ if Code.ensure_loaded?(Nx) do
     def from_nx(nx, opts \\ [])
 
     def from_nx(%Nx.Tensor{vectorized_axes: [_ | _] = axes}, _opts) do
-      raise ArgumentError,
-            "from_nx: a vectorized tensor (vectorized axes #{inspect(axes)}) has no single layout; " <>
-              "call Nx.devectorize/2 first"
+      ("from_nx: a vectorized tensor (vectorized axes #{inspect(axes)}) has no single layout; " <>
+         "call Nx.devectorize/2 first")
+      |> badarg!(:bad_shape, :none)
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
@@ -143,15 +143,15 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
-      raise ArgumentError,
-            "from_nx: expected an Nx tensor (%Nx.Tensor{}), got a tensor_blob #{kind(t)}: " <>
-              "it needs no conversion (to_nx/2 makes an Nx tensor of it, and Nx functions take it as it is)"
+      ("from_nx: expected an Nx tensor (%Nx.Tensor{}), got a tensor_blob #{kind(t)}: " <>
+         "it needs no conversion (to_nx/2 makes an Nx tensor of it, and Nx functions take it as it is)")
+      |> badarg!(:bad_value, :none)
     end
 
     def from_nx(other, _opts) do
-      raise ArgumentError,
-            "from_nx: expected an Nx tensor (%Nx.Tensor{}), got #{inspect(other, limit: 8, printable_limit: 64)}; " <>
-              "make one first (Nx.tensor/2, Nx.from_binary/3)"
+      ("from_nx: expected an Nx tensor (%Nx.Tensor{}), got #{inspect(other, limit: 8, printable_limit: 64)}; " <>
+         "make one first (Nx.tensor/2, Nx.from_binary/3)")
+      |> badarg!(:bad_value, :none)
     end
 
     @doc """
@@ -175,15 +175,15 @@ if Code.ensure_loaded?(Nx) do
     def to_nx(%Blob{} = blob, arg), do: to_nx(TensorBlob.from_blob(blob).tensor, arg)
 
     def to_nx(%Nx.Tensor{}, _arg) do
-      raise ArgumentError,
-            "to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
-              "%TensorBlob.Blob{}), got an Nx tensor: it needs no conversion (from_nx/2 makes a tensor_blob tensor of it)"
+      ("to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
+         "%TensorBlob.Blob{}), got an Nx tensor: it needs no conversion (from_nx/2 makes a tensor_blob tensor of it)")
+      |> badarg!(:not_a_tensor, :none)
     end
 
     def to_nx(other, _arg) when not is_struct(other, Tensor) do
-      raise ArgumentError,
-            "to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
-              "%TensorBlob.Blob{}), got #{inspect(other, limit: 8, printable_limit: 64)}"
+      ("to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
+         "%TensorBlob.Blob{}), got #{inspect(other, limit: 8, printable_limit: 64)}")
+      |> badarg!(:not_a_tensor, :none)
     end
 
     def to_nx(%Tensor{} = t, arg) do
@@ -233,16 +233,16 @@ if Code.ensure_loaded?(Nx) do
       type = cached_nx_type!(dtype)
 
       if device != :cpu do
-        raise ArgumentError,
-              "tensor: on #{inspect(device)}; to_nx takes CPU tensors (copy it with TensorBlob.Tensor.to_device(t, :cpu))"
+        "tensor: on #{inspect(device)}; to_nx takes CPU tensors (copy it with TensorBlob.Tensor.to_device(t, :cpu))"
+        |> badarg!(:wrong_device, :tensor)
       end
 
       # Nx refuses dimensions of size 0 (Nx.iota({0}) raises): no tensor it
       # could use can be built, so say so here rather than hand one over.
       if 0 in Tuple.to_list(shape) do
-        raise ArgumentError,
-              "tensor: shape #{inspect(shape)} has a dimension of size 0, and Nx tensors have none; " <>
-                "there is nothing to hand to Nx"
+        ("tensor: shape #{inspect(shape)} has a dimension of size 0, and Nx tensors have none; " <>
+           "there is nothing to hand to Nx")
+        |> badarg!(:bad_shape, :tensor)
       end
 
       {shape, type}
@@ -280,8 +280,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp to_nx_options!(other) do
-      raise ArgumentError,
-            "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
+      "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
+      |> badarg!(:bad_option, :none)
     end
 
     # The backend maps the region itself: its mapping is its own.
@@ -311,7 +311,8 @@ if Code.ensure_loaded?(Nx) do
 
     defp unguarded_view(t, backend, type, shape) do
       unless contiguous?(t) do
-        raise ArgumentError, "tensor: not contiguous; Nx.from_pointer needs row-major memory"
+        "tensor: not contiguous; Nx.from_pointer needs row-major memory"
+        |> badarg!(:not_contiguous, :tensor)
       end
 
       blob = TensorBlob.to_blob(t)
@@ -321,13 +322,14 @@ if Code.ensure_loaded?(Nx) do
         Nx.from_pointer(backend, pointer, type, shape)
       rescue
         e in ArgumentError ->
-          raise ArgumentError,
-                "unsafe_view: #{inspect(elem(backend, 0))} cannot view #{Tensor.dtype(t)} memory as #{inspect(type)} " <>
-                  "(#{Exception.message(e)}); without unsafe_view: true the tensor is copied"
+          ("unsafe_view: #{inspect(elem(backend, 0))} cannot view #{Tensor.dtype(t)} memory as #{inspect(type)} " <>
+             "(#{Exception.message(e)}); without unsafe_view: true the tensor is copied")
+          |> badarg!(:unsupported, :unsafe_view)
       else
         result ->
           unwrap(result) ||
-            raise(TensorBlob.Error, "to_nx: #{inspect(backend)} refused the pointer: #{inspect(result)}")
+            "to_nx: #{inspect(backend)} refused the pointer: #{inspect(result)}"
+            |> error!(:unsupported, :none)
       end
     end
 
@@ -340,9 +342,9 @@ if Code.ensure_loaded?(Nx) do
     # Nx types are dtypes already (the dtype table knows them), except the
     # sub-byte ones.
     defp dtype!(type) when type in @sub_byte do
-      raise ArgumentError,
-            "type: Nx's sub-byte type #{inspect(type)} has no libtorch counterpart (its elements are packed " <>
-              "below a byte); convert it first, for example with Nx.as_type(t, {:u, 8})"
+      ("type: Nx's sub-byte type #{inspect(type)} has no libtorch counterpart (its elements are packed " <>
+         "below a byte); convert it first, for example with Nx.as_type(t, {:u, 8})")
+      |> badarg!(:unsupported, :type)
     end
 
     defp dtype!(type), do: type
@@ -355,22 +357,24 @@ if Code.ensure_loaded?(Nx) do
     def nx_type!(:bool), do: {:u, 8}
 
     def nx_type!(:complex32) do
-      raise ArgumentError,
-            "dtype: :complex32 has no Nx type (Nx's complex types are {:c, 64} and {:c, 128}); " <>
-              "convert the tensor to :complex64 in libtorch first"
+      ("dtype: :complex32 has no Nx type (Nx's complex types are {:c, 64} and {:c, 128}); " <>
+         "convert the tensor to :complex64 in libtorch first")
+      |> badarg!(:unsupported, :dtype)
     end
 
     def nx_type!(dtype) do
       case translating(do: :tensor_blob.nx_type(dtype)) do
         nil ->
-          raise ArgumentError, "dtype: #{inspect(dtype)} has no Nx type"
+          "dtype: #{inspect(dtype)} has no Nx type"
+          |> badarg!(:unsupported, :dtype)
 
         type ->
           try do
             Nx.Type.normalize!(type)
           rescue
             ArgumentError ->
-              raise ArgumentError, "dtype: #{inspect(dtype)} maps to #{inspect(type)}, which this Nx lacks"
+              "dtype: #{inspect(dtype)} maps to #{inspect(type)}, which this Nx lacks"
+              |> badarg!(:unsupported, :dtype)
           end
       end
     end
@@ -418,13 +422,14 @@ if Code.ensure_loaded?(Nx) do
               key -> key
             end)
 
-          raise ArgumentError,
-                "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
+          "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
+          |> badarg!(:bad_option, :options)
       end
     end
 
     defp invalid_option!(key, value, expected) do
-      raise ArgumentError, "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
+      "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
+      |> badarg!(:bad_option, :options)
     end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
@@ -451,7 +456,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp refuse_copy!(nx, why) do
-      raise ArgumentError, "copy: :never, but #{inspect(nx.data.__struct__)} tensor data cannot be viewed: #{why}"
+      "copy: :never, but #{inspect(nx.data.__struct__)} tensor data cannot be viewed: #{why}"
+      |> badarg!(:unsupported, :copy)
     end
 
     # Misaligned bytes (a part of a larger binary) are copied, or refused.
@@ -484,7 +490,8 @@ if Code.ensure_loaded?(Nx) do
         end
       else
         {:deallocated, message} ->
-          raise ArgumentError, "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
+          "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
+          |> badarg!(:gone, :none)
 
         {:backend_error, message} when copy == :never ->
           refuse_copy!(nx, "its to_pointer/2 raised: #{message}")
@@ -504,8 +511,8 @@ if Code.ensure_loaded?(Nx) do
           Nx.to_pointer(nx, [{pointer_key(), :ipc}, permissions: 0o600])
         rescue
           e in [ArgumentError, RuntimeError, ErlangError, UndefinedFunctionError, FunctionClauseError] ->
-            raise ArgumentError,
-                  "ipc: true, but #{inspect(nx.data.__struct__)} cannot move the tensor into shared memory: #{Exception.message(e)}"
+            "ipc: true, but #{inspect(nx.data.__struct__)} cannot move the tensor into shared memory: #{Exception.message(e)}"
+            |> badarg!(:unsupported, :ipc)
         end
 
       case pointer do
@@ -516,9 +523,9 @@ if Code.ensure_loaded?(Nx) do
 
     defp open_region(nx, %Nx.Pointer{kind: :ipc, handle: name, data_size: size}, dtype) when is_binary(name) do
       if size not in [nil, Nx.byte_size(nx)] do
-        raise ArgumentError,
-              "ipc: true, but #{inspect(nx.data.__struct__)} stores #{inspect(nx.type)} in other bytes " <>
-                "(#{size} for #{Nx.byte_size(nx)}); use copy: :always"
+        ("ipc: true, but #{inspect(nx.data.__struct__)} stores #{inspect(nx.type)} in other bytes " <>
+           "(#{size} for #{Nx.byte_size(nx)}); use copy: :always")
+        |> badarg!(:unsupported, :ipc)
       end
 
       TensorBlob.IPC.open(name, dtype, nx.shape)

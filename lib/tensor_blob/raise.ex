@@ -1,7 +1,8 @@
 defmodule TensorBlob.Raise do
   @moduledoc false
   # Turns the Erlang API's error({badarg, Msg}) / error({tensor_blob, Msg})
-  # into ArgumentError / TensorBlob.Error, keeping the stacktrace.
+  # into ArgumentError / TensorBlob.Error, keeping the stacktrace (and in
+  # it the error's reason and argument, which TensorBlob.Error also holds).
   #
   # Errors raised by the Erlang facade, and by the NIF through it, carry
   # their message as segments (error_info; see "Errors" in
@@ -31,9 +32,40 @@ defmodule TensorBlob.Raise do
         segments -> render(segments)
       end
 
-    exception = if kind == :badarg, do: ArgumentError, else: TensorBlob.Error
-    reraise exception, [message: message], stacktrace
+    exception =
+      case kind do
+        :badarg ->
+          ArgumentError.exception(message: message)
+
+        :tensor_blob ->
+          data = with :none <- :tensor_blob.error_reason(stacktrace), do: %{reason: nil, argument: nil}
+          TensorBlob.Error.exception(message: message, reason: data.reason, argument: data.argument)
+      end
+
+    reraise exception, stacktrace
   end
+
+  @doc false
+  # The facade's own errors, with their reason (a row of the reason table,
+  # `TensorBlob.tables/0`'s `:reasons`) and argument (or :none) as data, as
+  # the Erlang API's: an ArgumentError (bad input) or a TensorBlob.Error,
+  # whose stacktrace holds them for `:tensor_blob.error_reason/1`. The
+  # message comes first, so that a call site reads as the raise it is:
+  #   "options: ..." |> badarg!(:bad_option, :options)
+  @spec badarg!(String.t(), atom(), atom()) :: no_return()
+  def badarg!(message, reason, argument) do
+    :erlang.error(ArgumentError.exception(message: message), :none, error_info: cause(reason, argument, message))
+  end
+
+  @doc false
+  @spec error!(String.t(), atom(), atom()) :: no_return()
+  def error!(message, reason, argument) do
+    exception = TensorBlob.Error.exception(message: message, reason: reason, argument: argument)
+    :erlang.error(exception, :none, error_info: cause(reason, argument, message))
+  end
+
+  defp cause(reason, argument, message),
+    do: %{module: :tensor_blob, cause: %{reason: reason, argument: argument, message: [message]}}
 
   @doc false
   # A message's segments, rendered the Elixir way.

@@ -129,8 +129,8 @@ defmodule TensorBlob.Tensor do
     if map && map_size(map) == length(opts) && Map.keys(map) -- [:copy, :unsafe_shared_memory] == [] do
       map
     else
-      raise ArgumentError,
-            "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{TensorBlob.Raise.inspect_term(opts)}"
+      "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{TensorBlob.Raise.inspect_term(opts)}"
+      |> badarg!(:bad_option, :options)
     end
   end
 
@@ -138,10 +138,8 @@ defmodule TensorBlob.Tensor do
 
   defp copy_option(opts),
     do:
-      raise(
-        ArgumentError,
-        "options: expected [copy: boolean or :if_needed], got #{TensorBlob.Raise.inspect_term(opts)}"
-      )
+      "options: expected [copy: boolean or :if_needed], got #{TensorBlob.Raise.inspect_term(opts)}"
+      |> badarg!(:bad_option, :options)
 
   @doc "A new tensor of zeros."
   @spec zeros(shape(), dtype()) :: t()
@@ -226,7 +224,9 @@ defmodule TensorBlob.Tensor do
   def format_device({type, index}) when is_atom(type) and is_integer(index), do: "#{type}:#{index}"
 
   def format_device(other),
-    do: raise(ArgumentError, "device: expected an atom or {type, index}, got #{TensorBlob.Raise.inspect_term(other)}")
+    do:
+      "device: expected an atom or {type, index}, got #{TensorBlob.Raise.inspect_term(other)}"
+      |> badarg!(:bad_value, :device)
 
   defimpl Inspect do
     # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first

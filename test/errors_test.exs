@@ -1,0 +1,73 @@
+defmodule TensorBlob.ErrorsTest do
+  # What an error carries as data in Elixir: a TensorBlob.Error its
+  # `reason` and `argument`, an ArgumentError the same in its stacktrace
+  # (`:tensor_blob.error_reason/1`), beside a message rendered the Elixir
+  # way. The reasons are the rows of the library's reason table.
+  use ExUnit.Case, async: true
+
+  import Bitwise
+
+  alias TensorBlob.{DLPack, IPC, Tensor}
+
+  defp reasons, do: TensorBlob.tables().reasons
+
+  # {exception, reason data} of what fun raises.
+  defp raised(fun) do
+    fun.()
+    flunk("expected an error")
+  rescue
+    e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
+  end
+
+  test "the reason table is a list of distinct atoms" do
+    assert reasons() != []
+    assert Enum.all?(reasons(), &is_atom/1)
+    assert Enum.uniq(reasons()) == reasons()
+  end
+
+  test "an ArgumentError from the NIF carries its reason and argument in its stacktrace" do
+    {e, data} = raised(fn -> Tensor.zeros({-1}, :float32) end)
+    assert %ArgumentError{message: "shape: dimension 0 must be a non-negative 64-bit integer, got -1 in {-1}"} = e
+    assert data == %{reason: :bad_shape, argument: :shape}
+    assert data.reason in reasons()
+
+    {e, data} = raised(fn -> Tensor.to_binary(Tensor.transpose(Tensor.zeros({2, 3}, :float32), 0, 1), copy: false) end)
+    assert e.message =~ "copy: true"
+    assert data == %{reason: :not_contiguous, argument: :tensor}
+  end
+
+  test "an ArgumentError of the Erlang facade's own carries its reason and argument" do
+    {e, data} = raised(fn -> Tensor.to_binary(Tensor.zeros({1}, :float32), copy: :maybe) end)
+    assert %ArgumentError{message: "copy: expected a boolean or :if_needed, got :maybe"} = e
+    assert data == %{reason: :bad_value, argument: :copy}
+
+    {_e, data} = raised(fn -> Tensor.shape(:not_a_tensor) end)
+    assert data == %{reason: :not_a_tensor, argument: :tensor}
+  end
+
+  test "an ArgumentError of the Elixir facade's own carries its reason and argument" do
+    {e, data} = raised(fn -> DLPack.export(Tensor.zeros({1}, :float32), [1]) end)
+    assert %ArgumentError{message: "options: expected a keyword list, got [1]"} = e
+    assert data == %{reason: :bad_option, argument: :options}
+    assert data.reason in reasons()
+  end
+
+  test "a TensorBlob.Error holds its reason and argument" do
+    # 1 PiB does not fit in shared memory.
+    {e, data} = raised(fn -> IPC.zeros({1 <<< 48}, :float32) end)
+    assert %TensorBlob.Error{reason: :no_memory, argument: :none} = e
+    assert e.message =~ "does not fit in /dev/shm"
+    assert data == %{reason: :no_memory, argument: :none}
+
+    # libtorch refuses to allocate 4 PiB.
+    assert %TensorBlob.Error{reason: :libtorch, argument: :none} =
+             assert_raise(TensorBlob.Error, fn -> Tensor.zeros({1 <<< 40, 1 <<< 10}, :float32) end)
+
+    assert Enum.all?([:no_memory, :libtorch], &(&1 in reasons()))
+  end
+
+  test "an error that is not the library's has no reason" do
+    {_e, data} = raised(fn -> :ets.lookup(:tensor_blob_errors_no_such_table, :key) end)
+    assert data == :none
+  end
+end
