@@ -29,7 +29,7 @@
          shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
--export([format_error/2, error_message/2, error_reason/1, prune/1, big_integer_text/2]).
+-export([format_error/2, error_reason/1]).
 
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
@@ -66,15 +66,12 @@
 %% A row of the device table: a device type, its DLPack device code, and whether its devices are
 %% numbered ({cuda, 0}) or not (cpu).
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
-%% What memory/1 answers: one atom per answer of the storage kind table (tables/0's storage, from
-%% TB_STORAGE_KINDS in c_src/memory/tb_storage.h; the tests fail when they disagree). Every spec
-%% here and in the Elixir facade (TensorBlob.Tensor.memory/1) names this type.
+%% What memory/1 answers: one atom per answer of the storage kind table (tables/0's storage; the
+%% tests fail when they disagree), named by every spec here and in the Elixir facade.
 -type memory() :: owned | pinned | unpinned | dlpack | binary | ipc.
-%% A row of the storage kind table: a kind of memory, what memory/1 answers for it, whether a
-%% tensor of it keeps the memory's owner alive (pinned/1), and whether it is a mapping of a
-%% shared-memory file that has a name another process opens.
--type storage_info() :: #{name := atom(), memory := memory(), keeps_owner := boolean(),
-                          region := boolean()}.
+%% A row of the storage kind table: a kind, what memory/1 answers for it, whether a tensor of it
+%% keeps its owner alive (pinned/1), whether it is a named shared-memory region.
+-type storage_info() :: #{name := atom(), memory := memory(), keeps_owner := boolean(), region := boolean()}.
 %% A blob; to_blob/2 with the struct option tags it with '__struct__' (the Elixir facade's
 %% %TensorBlob.Blob{}).
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
@@ -581,24 +578,9 @@ dlpack_version(Capsule) -> ?NIF(tensor_blob_nif:dlpack_version(Capsule)).
 -spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
 format_error(Reason, Stack) -> tensor_blob_error:format_error(Reason, Stack).
 
-%% @doc The segments of an error raised by this module or by the NIF through it (from the top
-%% frame's error_info), its terms pruned, or none: what the Elixir facade renders.
--spec error_message(term(), erlang:stacktrace()) ->
-          [binary() | {term, tensor_blob_error:pruned()} | {code, binary(), binary()}] | none.
-error_message(Reason, Stack) -> tensor_blob_error:error_message(Reason, Stack).
-
 %% @doc What an error this library raised carries as data, read from its stacktrace: its reason (a
 %% row of tables()'s reasons) and the argument it is about (an atom, or none); none for anyone
 %% else's error. Decide on these, never on the message's text: in `catch error:{badarg, _}:Stack',
 %% match `#{reason := no_region}' against `tensor_blob:error_reason(Stack)'.
 -spec error_reason(erlang:stacktrace()) -> #{reason := atom(), argument := atom()} | none.
 error_reason(Stack) -> tensor_blob_error:error_reason(Stack).
-
-%% @private Term cut down to a tree of bounded size (see tensor_blob_error); the work is bounded by
-%% that size, whatever Term is. The Elixir facade prints terms of its own messages through it too.
--spec prune(term()) -> tensor_blob_error:pruned().
-prune(Term) -> tensor_blob_error:prune(Term).
-
-%% @private What both facades show for {big_integer, Sign, Bits}.
--spec big_integer_text(1 | -1, pos_integer()) -> binary().
-big_integer_text(Sign, Bits) -> tensor_blob_error:big_integer_text(Sign, Bits).

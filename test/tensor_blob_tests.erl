@@ -691,7 +691,7 @@ nif_error_info_test() ->
     ?assertMatch([{tensor_blob_nif, zeros, _, _} | _], Stack),
     ?assertEqual([<<"shape: dimension 1 must be a non-negative 64-bit integer, got ">>, {term, {whole, a}},
                   <<" in ">>, {term, {whole, {2, a}}}],
-                 tensor_blob:error_message(Reason, Stack)),
+                 tensor_blob_error:error_message(Reason, Stack)),
     Shown = unicode:characters_to_binary(erl_error:format_exception(error, Reason, Stack)),
     assert_mentions(<<"*** shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>, Shown).
 

@@ -113,7 +113,7 @@ ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
     }
     static const char *const keys[] = {"dtypes", "devices", "storage", "reasons"};
     ERL_NIF_TERM values[] = {dtypes, devices, storage, tb_raise_reasons(env)};
-    return make_map(env, keys, values, 3);
+    return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }
 
 /* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
