@@ -196,8 +196,11 @@ spec_types_test() ->
     ?assertEqual(lists:sort([case I of true -> {N, non_neg_integer}; false -> N end
                              || #{name := N, indexed := I} <- Devices]),
                  lists:sort(type_terms(device))),
-    %% memory/1 and describe/1 name memory(), tables/0's storage names storage_info().
-    ?assertMatch([{type, _, 'fun', [_, {user_type, _, memory, []}]}], spec_of(memory, 1)).
+    %% memory/1 names memory(); tables/0 answers the keys its spec names.
+    ?assertMatch([{type, _, 'fun', [_, {user_type, _, memory, []}]}], spec_of(memory, 1)),
+    [{type, _, 'fun', [_, {type, _, map, Fields}]}] = spec_of(tables, 0),
+    ?assertEqual(lists:sort([K || {type, _, map_field_exact, [{atom, _, K}, _]} <- Fields]),
+                 lists:sort(maps:keys(tensor_blob:tables()))).
 
 %% The terms of tensor_blob's type Name, a union of atoms and {Atom, Type} tuples.
 type_terms(Name) ->
