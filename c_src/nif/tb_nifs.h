@@ -28,8 +28,8 @@
     X(stats, 0, tb_nif_stats, 0)                 /* -> #{tensors, pins, capsules, binaries} */                         \
     X(torch_version, 0, tb_nif_torch_version, 0) /* -> the linked libtorch's version */                                \
     X(dtypes, 0, tb_nif_dtypes, 0)               /* -> the canonical dtypes the linked libtorch holds */               \
-    X(tables, 0, tb_nif_tables, 0)               /* -> #{dtypes => [#{name, ...}], devices, storage, reasons} */  \
-    /* tensors: copies, views and what a tensor is (memory/tb_tensor.c) */                                             \
+    X(tables, 0, tb_nif_tables, 0)               /* -> #{dtypes => [#{name, ...}], devices, storage, reasons} */       \
+    /* tensors: copies, views and what a tensor is (nif/tb_tensors.c) */                                               \
     X(zeros, 2, tb_nif_zeros, TB_MAY_GO_DIRTY)             /* (Shape, Dtype) */                                        \
     X(from_binary, 3, tb_nif_from_binary, TB_MAY_GO_DIRTY) /* (Binary, Dtype, Shape): a copy */                        \
     X(to_binary, 1, tb_nif_to_binary, TB_MAY_GO_DIRTY)     /* (Tensor): a copy */                                      \
