@@ -11,33 +11,41 @@
 #include "tb_device.h"
 #include "tb_dtype.h"
 
-#define TB_ATOMS(X)                                         \
-    X(ok) /* answers */                                     \
-    X(nil)                                                  \
-    X(undefined)                                            \
-    X(ptr) /* blob keys */                                  \
-    X(shape)                                                \
-    X(strides)                                              \
-    X(dtype)                                                \
-    X(device)                                               \
-    X(ref)                                                  \
-    X(read_only) /* options and devices */                  \
-    X(cpu)                                                  \
-    X(cuda)                                                 \
-    X(cuda_host) /* what a runtime says memory is */        \
-    X(cuda_managed)                                         \
-    X(device_type)                                          \
-    X(unknown)                                              \
-    X(tensors) /* stats/0's keys */                         \
-    X(pins)                                                 \
-    X(capsules)                                             \
-    X(binaries)                                             \
-    X(versioned) /* DLPack kinds */                         \
-    X(legacy)                                               \
-    X(unsafe_address)                                       \
-    X(tensor)         /* the BlobView struct's key */       \
-    X(not_contiguous) /* why to_binary_view made no view */ \
-    X(shared_memory)
+#define TB_ATOMS(X)                                                                         \
+    X(ok) /* answers */                                                                     \
+    X(nil)                                                                                  \
+    X(undefined)                                                                            \
+    X(ptr) /* blob keys */                                                                  \
+    X(shape)                                                                                \
+    X(strides)                                                                              \
+    X(dtype)                                                                                \
+    X(device)                                                                               \
+    X(ref)                                                                                  \
+    X(read_only) /* options and devices */                                                  \
+    X(cpu)                                                                                  \
+    X(cuda)                                                                                 \
+    X(cuda_host) /* what a runtime says memory is */                                        \
+    X(cuda_managed)                                                                         \
+    X(device_type)                                                                          \
+    X(unknown)                                                                              \
+    X(tensors) /* stats/0's keys */                                                         \
+    X(pins)                                                                                 \
+    X(capsules)                                                                             \
+    X(binaries)                                                                             \
+    X(versioned) /* DLPack kinds */                                                         \
+    X(legacy)                                                                               \
+    X(unsafe_address)                                                                       \
+    X(tensor)         /* the BlobView struct's key */                                       \
+    X(not_contiguous) /* why to_binary_view made no view */                                 \
+    X(shared_memory)                                                                        \
+    X(badarg) /* an error: {Kind, #{reason, argument, message => Segments}} (tb_raise.h) */ \
+    X(tensor_blob)                                                                          \
+    X(reason)                                                                               \
+    X(argument)                                                                             \
+    X(none)                                                                                 \
+    X(message)                                                                              \
+    X(term)                                                                                 \
+    X(code)
 
 #define TB_ATOMS_SPELLED(X)                      \
     X(true_, "true")                             \
