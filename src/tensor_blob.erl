@@ -17,7 +17,7 @@
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3, to_device/2,
-         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1,
+         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1, overlaps/2,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0, tables/0, dtype_info/1,
@@ -244,6 +244,12 @@ memory(T) -> not_a_tensor(T).
 %% storage): a pinned owner, a DLPack producer, or a binary.
 -spec pinned(tensor()) -> boolean().
 pinned(T) -> tensor_blob_tables:keeps_owner(memory(T)).
+
+%% @doc true when the bytes A's elements span (from its first element to its last) and B's overlap:
+%% a write through one may change what the other reads. Regions compare by their file, so two
+%% mappings of one region overlap; a tensor with no elements overlaps nothing.
+-spec overlaps(tensor(), tensor()) -> boolean().
+overlaps(A, B) -> ?NIF(tensor_blob_nif:overlaps(A, B)).
 
 %% @doc What T is, for the shell, where a tensor prints as a bare reference: its dtype, shape,
 %% device and memory kind (see memory/1). For example

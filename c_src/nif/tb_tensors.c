@@ -266,3 +266,26 @@ ERL_NIF_TERM tb_nif_memory(TB_NIF_PARAMS)
 {
     return accessor(env, argv[0], ACCESS_MEMORY);
 }
+
+/* overlaps(A, B): whether the bytes A's elements span (from its first
+ * element to its last) and the bytes B's span overlap: whether a write
+ * through one may change what the other reads. Memory in a shared-memory
+ * region is compared by the region's file, so two mappings of one region
+ * overlap where they map the same bytes. A tensor with no elements
+ * overlaps nothing. Spans, not elements: two views that interleave (every
+ * other element each) overlap. */
+ERL_NIF_TERM tb_nif_overlaps(TB_NIF_PARAMS)
+{
+    tb_tensor_desc a, b;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "a", &a, &exc) || !tb_tensor_arg(env, argv[1], "b", &b, &exc))
+        return exc;
+    tb_range x, y;
+    if (!tb_storage_span(&a.info, tb_dtypes[a.dtype].element_size, &x) ||
+        !tb_storage_span(&b.info, tb_dtypes[b.dtype].element_size, &y))
+        return tb_atoms.false_;
+    int overlap = x.file_ino && y.file_ino ? x.file_dev == y.file_dev && x.file_ino == y.file_ino &&
+                                                 x.file_lo < y.file_hi && y.file_lo < x.file_hi
+                                           : x.lo < y.hi && y.lo < x.hi;
+    return overlap ? tb_atoms.true_ : tb_atoms.false_;
+}

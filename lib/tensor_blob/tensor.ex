@@ -216,6 +216,38 @@ defmodule TensorBlob.Tensor do
   @spec pinned?(input()) :: boolean()
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
 
+  @doc """
+  True when the bytes `a`'s elements span (from its first element to its
+  last) and the bytes `b`'s span overlap: a write through one may change
+  what the other reads. Memory in a shared-memory region compares by the
+  region's file, so two mappings of one region overlap. A tensor with no
+  elements overlaps nothing. Spans, not elements: two views that interleave
+  (every other element each) overlap.
+
+      iex> t = TensorBlob.Tensor.zeros({4, 4}, :float32)
+      iex> TensorBlob.Tensor.overlaps?(t, TensorBlob.Tensor.transpose(t, 0, 1))
+      true
+      iex> top = TensorBlob.Tensor.narrow(t, 0, 0, 2)
+      iex> TensorBlob.Tensor.overlaps?(top, TensorBlob.Tensor.narrow(t, 0, 2, 2))
+      false
+      iex> TensorBlob.Tensor.overlaps?(top, TensorBlob.Tensor.narrow(t, 0, 1, 2))
+      true
+      iex> TensorBlob.Tensor.overlaps?(t, TensorBlob.Tensor.to_device(t, :cpu))
+      false
+      iex> TensorBlob.Tensor.overlaps?(t, TensorBlob.Tensor.narrow(t, 0, 1, 0))
+      false
+      iex> handle = TensorBlob.IPC.export(TensorBlob.IPC.zeros({4}, :float32))
+      iex> opened = TensorBlob.IPC.open(handle.handle, :float32, {4})
+      iex> TensorBlob.to_blob(opened).ptr == TensorBlob.to_blob(handle.tensor).ptr
+      false
+      iex> TensorBlob.Tensor.overlaps?(opened, handle.tensor)
+      true
+      iex> TensorBlob.Tensor.overlaps?(t, :not_a_tensor)
+      ** (ArgumentError) b: expected a tensor, got :not_a_tensor
+  """
+  @spec overlaps?(input(), input()) :: boolean()
+  def overlaps?(a, b), do: translating(do: :tensor_blob.overlaps(ref(a), ref(b)))
+
   @doc false
   # A device as both Inspect implementations show it: cpu, cuda:0, and so
   # for any device type of the library's table (an atom, or {type, index}).
