@@ -22,11 +22,27 @@ LIBTORCH_DIR ?=
 # apart. This project's own _build (its Mix and rebar3 builds), and a
 # checkout that is its own application directory (a rebar3 dependency
 # fetched into the build folder), build in build/ and priv/.
+#
+# Paths may hold spaces (a project in "My Projects"): make's own functions
+# split words at spaces, so APP_DIR is resolved by the shell, and a target
+# under it is named relative to this checkout, which climbs out of a
+# shared folder with a space without naming it. A build folder that no
+# path without a space names (the space lies between this checkout and
+# APP_DIR) stops with an error that says so.
 APP_DIR ?=
 ifneq ($(strip $(APP_DIR)),)
-APP_DIR_ABS := $(or $(realpath $(APP_DIR)),$(abspath $(APP_DIR)))
-ifeq ($(filter $(CURDIR) $(CURDIR)/_build/%,$(APP_DIR_ABS)),)
+QUOTED_APP_DIR := '$(subst ','\'',$(APP_DIR))'
+APP_DIR_ABS := $(shell realpath -m -- $(QUOTED_APP_DIR))
+ifeq ($(shell here="$$(pwd -P)"; case "$$(realpath -m -- $(QUOTED_APP_DIR))" in ("$$here"|"$$here"/_build/*) ;; (*) echo 1;; esac),1)
 AS_DEPENDENCY := 1
+endif
+ifdef AS_DEPENDENCY
+ifneq ($(words $(APP_DIR_ABS)),1)
+APP_DIR_ABS := $(shell realpath -m --relative-to=. -- $(QUOTED_APP_DIR))
+ifneq ($(words $(APP_DIR_ABS)),1)
+$(error APP_DIR "$(APP_DIR)" holds a space, and so does its path from this checkout ("$(APP_DIR_ABS)"), which make cannot name targets under: build from a project whose path has no space, or keep this dependency inside the project (its deps/ or _checkouts/))
+endif
+endif
 endif
 endif
 
@@ -68,8 +84,11 @@ CUDA_CFLAGS := -DTB_CUDA=$(TB_CUDA) $(if $(filter 1,$(TB_CUDA)),-isystem $(CUDA_
 # replaced, and as fast at -O3 (guides/performance.md).
 OPT ?= -O3
 SANITIZE ?=
-CFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=implicit-function-declaration $(SANITIZE)
-CXXFLAGS := $(OPT) -g -fPIC -fvisibility=hidden -std=c++17 -Wall -Wextra $(SANITIZE)
+# -fdebug-prefix-map: no checkout path in the objects' debug information, so
+# an object is the same wherever the checkout is (the object cache below).
+DEBUG_MAP := -fdebug-prefix-map=$(CURDIR)=.
+CFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=implicit-function-declaration $(SANITIZE)
+CXXFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c++17 -Wall -Wextra $(SANITIZE)
 LDFLAGS := -shared $(SANITIZE)
 
 # c_src's folders are its concerns (c_src/LAYERS); every folder is on the
@@ -89,6 +108,31 @@ DEPFLAGS = -MMD -MP
 
 .PHONY: all nif chunks install-docs clean clean-nif
 
+# Quiet by default: a compile or link prints its command line only when it
+# fails. V=1 (or TB_VERBOSE=1) prints every command, as make does.
+ifneq ($(filter 1,$(V) $(TB_VERBOSE)),)
+Q :=
+else
+Q := @
+endif
+
+# The object cache (scripts/build_cache.sh says how it is keyed, where it
+# lives and how to turn it off): every object, the library and the reaper
+# are taken from it when the same command over the same sources made them
+# before, in this build folder or another (another MIX_ENV, another
+# consumer). Its key from here: the compilers, every header of c_src and
+# priv/include, and libtorch's version header and library (size and time),
+# computed once, when something is to be built.
+CACHED = sh scripts/build_cache.sh
+ifeq ($(filter-out /usr /usr/,$(LIBTORCH_DIR)),)
+TORCH_IDENTITY_FILES = /usr/include/torch/csrc/api/include/torch/version.h $(shell $(CC) -print-file-name=libtorch.so)
+else
+TORCH_IDENTITY_FILES = $(LIBTORCH_DIR)/include/torch/csrc/api/include/torch/version.h $(wildcard $(LIBTORCH_DIR)/lib/libtorch.*)
+endif
+CACHE_KEY = $(eval CACHE_KEY := $(shell { $(CC) --version; $(CXX) --version; \
+	cat $(sort $(wildcard c_src/*/*.h priv/include/*.h)) $(TORCH_IDENTITY_FILES); \
+	stat -L -c '%s %Y' $(TORCH_IDENTITY_FILES); } 2>/dev/null | sha256sum | cut -c1-40))$(CACHE_KEY)
+
 all: nif chunks
 nif: $(NIF) $(REAPER)
 
@@ -104,7 +148,7 @@ $(CONFIG_STAMP): | $(BUILD)
 	@printf '%s\n' '$(BUILD_CONFIG)' > $@
 
 $(BUILD)/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP) | $(BUILD)
-	$(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
+	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CC) $(CFLAGS) $(DEPFLAGS) $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE) -c $< -o $@
 
 # A LIBTORCH_DIR that holds no libtorch is said so, not left to the
 # compiler's missing header: checked when the configuration changes, before
@@ -118,7 +162,7 @@ CHECK_LIBTORCH := { test -d "$(LIBTORCH_DIR)/include/torch" && ls "$(LIBTORCH_DI
 endif
 
 $(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
-	$(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
+	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
 # A dependency file made before a unit moved names its source at the old
@@ -126,18 +170,18 @@ $(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 # it is now, and the dependency file is rewritten) instead of stopping make.
 c_src/%.c c_src/%.cpp: ;
 
-LINK_NIF = $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
+LINK_NIF = $(CACHED) $@ '$(CACHE_KEY)' -- $(CXX) $(LDFLAGS) -o $@ $^ $(TORCH_LDFLAGS) $(TORCH_LIBS) -ldl
 $(NIF): $(C_OBJECTS) $(SHIM_OBJECT)
 	@mkdir -p $(dir $@)
-	$(LINK_NIF)
+	$(Q)$(LINK_NIF)
 
 REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c c_src/memory/tb_fault.c
 $(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h c_src/memory/tb_fault.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) -O2 -g -std=c11 -Wall -Wextra $(C_INCLUDES) $(REAPER_SOURCES) -o $@
+	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CC) -O2 -g $(DEBUG_MAP) -std=c11 -Wall -Wextra $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 
 $(BUILD):
-	mkdir -p $@
+	$(Q)mkdir -p $@
 
 ifdef AS_DEPENDENCY
 # The application's priv: the library and the reaper beside the shipped
@@ -167,8 +211,11 @@ CHUNKS := $(DOC_DIR)/chunks/tensor_blob.chunk
 chunks: $(CHUNKS)
 # Without edoc (Debian's erlang-edoc; erlang-nox brings it) the library still
 # builds: the chunks are skipped with a note, and h/2 has no text to show.
+# Through the object cache too (keyed by the source and the OTP release):
+# the chunk's path is the command's last word, so that it is not part of
+# the key.
 $(CHUNKS): src/tensor_blob.erl
-	@erl -noshell -eval 'case code:which(edoc) of non_existing -> io:format("note: edoc is not installed (Debian: erlang-edoc), so the Erlang API has no doc chunks~n"); _ -> ok = edoc:files(["src/tensor_blob.erl"], [{doclet, edoc_doclet_chunks}, {layout, edoc_layout_chunks}, {dir, "$(DOC_DIR)"}, {preprocess, true}]) end, halt().'
+	@$(CACHED) $@ '$(ERTS_INCLUDE)' -- erl -noshell -eval 'case code:which(edoc) of non_existing -> io:format("note: edoc is not installed (Debian: erlang-edoc), so the Erlang API has no doc chunks~n"); _ -> [Src, Out] = init:get_plain_arguments(), ok = edoc:files([Src], [{doclet, edoc_doclet_chunks}, {layout, edoc_layout_chunks}, {dir, filename:dirname(filename:dirname(Out))}, {preprocess, true}]) end, halt().' -extra src/tensor_blob.erl $@
 
 # install-docs APP_DIR=dir: the chunks into dir/doc/chunks (built there
 # directly for a dependency; nothing to do when dir is here).

@@ -13,11 +13,24 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
 
   @root __DIR__
 
+  # Quiet, as Mix's own compilers are: make prints a command only when it
+  # fails (and then Mix shows all make said), and its compilers' warnings;
+  # `mix compile --verbose`, V=1 or TB_VERBOSE=1 show every command. The
+  # objects come from the object cache when an earlier build of the same
+  # configuration made them (scripts/build_cache.sh).
   @impl true
-  def run(_args) do
-    case make(["nif", "install-docs", "APP_DIR=#{Mix.Project.app_path()}"]) do
+  def run(args) do
+    {opts, _, _} = OptionParser.parse(args, switches: [verbose: :boolean])
+    verbose = opts[:verbose] || System.get_env("V") == "1" || System.get_env("TB_VERBOSE") == "1"
+
+    case make(["nif", "install-docs", "APP_DIR=#{Mix.Project.app_path()}" | if(verbose, do: ["V=1"], else: [])]) do
       {output, 0} ->
-        if output =~ ~r/\b(cc|c\+\+|g\+\+|gcc|clang)\b/, do: Mix.shell().info(output)
+        cond do
+          verbose and output != "" -> Mix.shell().info(output)
+          output =~ ~r/\bwarning:/ -> Mix.shell().info(output)
+          true -> :ok
+        end
+
         {:ok, []}
 
       {output, status} ->
@@ -90,7 +103,7 @@ defmodule TensorBlob.MixProject do
       # What building needs (the Makefile's own files included), and the
       # documentation; not the tests, benchmarks or fuzzers.
       files:
-        ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile mix.exs rebar.config README.md CHANGELOG.md LICENSE)
+        ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile scripts/build_cache.sh mix.exs rebar.config README.md CHANGELOG.md LICENSE)
     ]
   end
 

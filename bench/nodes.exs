@@ -4,6 +4,8 @@
 # path (NX_PATH), Nx.serialize/Nx.deserialize. Run:
 #
 #   mix run bench/nodes.exs [MiB]            (NX_PATH=... for the Nx rows)
+#   mix run bench/nodes.exs paths [Bytes...] (the default against each path)
+#   mix run bench/nodes.exs crossings        (NIF crossings of Nodes.pack, IPC.export)
 #
 # Prints the median of 5 runs of each, in milliseconds. The peer is a second
 # BEAM started with OTP's :peer on 127.0.0.1; "there" is this node to the
@@ -28,6 +30,18 @@ defmodule NodesBench do
     end
 
     def unpack_memory(packed), do: TensorBlob.Tensor.memory(TensorBlob.Nodes.unpack(packed))
+
+    # Unpacks and reads: one byte of each 4 KiB page of the data, through
+    # a binary over the tensor's own memory (a region's pages fault in
+    # here, as they would for any reader; nothing is copied).
+    def unpack_read(packed) do
+      t = TensorBlob.Nodes.unpack(packed)
+      bin = :tensor_blob.to_binary(TensorBlob.Tensor.ref(t), %{copy: false, unsafe_shared_memory: true})
+      touch(bin, 0, byte_size(bin), 0)
+    end
+
+    defp touch(_bin, at, size, sum) when at >= size, do: sum
+    defp touch(bin, at, size, sum), do: touch(bin, at + 4096, size, sum + :binary.at(bin, at))
     def receive_binary(bin), do: byte_size(bin)
     def decode(etf), do: map_size(:erlang.binary_to_term(etf))
     def receive_term(term), do: map_size(term)
@@ -192,6 +206,145 @@ defmodule NodesBench do
     }
   end
 
+  # The paths end to end (pack here, the packed term carried by an erpc
+  # call, unpack and a read there: NodesBench.Remote.unpack_read/1), for an
+  # ordinary tensor and for one made in a region (IPC.torch_zeros/2): the
+  # default against via: :binary and via: :region, best of `runs` each,
+  # taken in turn. {kind, bytes, %{default:, binary:, region:, chose:}} in
+  # microseconds; chose is the path the default took.
+  def paths(sizes, runs) do
+    peer = start_peer()
+    :erpc.call(peer, Code, :compile_string, [@remote])
+    remote = NodesBench.Remote
+
+    rows =
+      for bytes <- sizes, kind <- [:owned, :region] do
+        n = div(bytes, 4)
+        runs = if bytes >= 64 * 1024 * 1024, do: min(runs, 3), else: runs
+        t = tensor(kind, n)
+        send_one = fn opts -> :erpc.call(peer, remote, :unpack_read, [Nodes.pack(t, peer, opts)]) end
+        paths = [default: [], binary: [via: :binary], region: [via: :region]]
+        # Once each first: the pad (binary path) and the peer's answer are learnt.
+        for {_, opts} <- paths, do: send_one.(opts)
+
+        samples =
+          for i <- 1..runs, {path, opts} <- rotate(paths, i) do
+            :erlang.garbage_collect()
+            :erpc.call(peer, :erlang, :garbage_collect, [])
+            t0 = System.monotonic_time(:nanosecond)
+            send_one.(opts)
+            {path, (System.monotonic_time(:nanosecond) - t0) / 1000}
+          end
+
+        best = for {path, _} <- paths, into: %{}, do: {path, samples |> Keyword.get_values(path) |> Enum.min()}
+        {kind, bytes, Map.put(best, :chose, Nodes.pack(t, peer).via)}
+      end
+
+    :peer.stop(peer_pid(peer))
+    rows
+  end
+
+  defp tensor(:owned, n), do: Tensor.from_binary(:binary.copy(<<1.0::float-32-native>>, n), :float32, {n})
+
+  defp tensor(:region, n) do
+    t = IPC.torch_zeros({n}, :float32)
+    Tensor.write!(t, :binary.copy(<<1.0::float-32-native>>, n))
+  end
+
+  defp rotate(list, i), do: Enum.drop(list, rem(i, length(list))) ++ Enum.take(list, rem(i, length(list)))
+
+  def print_paths(rows) do
+    IO.puts("Between nodes on this host, end to end (pack, erpc, unpack and a read there), best of each, us")
+
+    IO.puts(
+      Enum.map_join(
+        [
+          {"tensor", 8},
+          {"size", 10},
+          {"default", 11},
+          {"binary", 11},
+          {"region", 11},
+          {"default/best", 13},
+          {"chose", 8}
+        ],
+        fn {h, w} -> String.pad_leading(h, w) end
+      )
+    )
+
+    for {kind, bytes, r} <- rows do
+      ratio = r.default / min(r.binary, r.region)
+
+      IO.puts(
+        String.pad_leading(to_string(kind), 8) <>
+          String.pad_leading(size(bytes), 10) <>
+          Enum.map_join([r.default, r.binary, r.region], &String.pad_leading(us(&1), 11)) <>
+          String.pad_leading(:erlang.float_to_binary(ratio, decimals: 2), 13) <>
+          String.pad_leading(to_string(r.chose), 8)
+      )
+    end
+  end
+
+  defp size(b) when b >= 1024 * 1024, do: "#{div(b, 1024 * 1024)} MiB"
+  defp size(b) when b >= 1024, do: "#{div(b, 1024)} KiB"
+  defp size(b), do: "#{b} B"
+
+  defp us(x) when x >= 10_000, do: :erlang.float_to_binary(x / 1000, decimals: 1) <> " ms"
+  defp us(x), do: :erlang.float_to_binary(x / 1, decimals: 0) <> " us"
+
+  # NIF crossings of one call of fun (the tensor_blob_nif functions it
+  # calls, counted by call_count tracing) and its median time over `runs`
+  # calls, in microseconds.
+  def crossings(fun, runs \\ 2001) do
+    fun.()
+    :erlang.trace_pattern({:tensor_blob_nif, :_, :_}, true, [:call_count])
+    fun.()
+
+    counts =
+      for {f, a} <- :tensor_blob_nif.module_info(:functions),
+          f != :module_info,
+          {:call_count, n} = :erlang.trace_info({:tensor_blob_nif, f, a}, :call_count),
+          is_integer(n) and n > 0,
+          do: {f, n}
+
+    :erlang.trace_pattern({:tensor_blob_nif, :_, :_}, false, [:call_count])
+
+    times =
+      for _ <- 1..runs do
+        t0 = System.monotonic_time(:nanosecond)
+        fun.()
+        System.monotonic_time(:nanosecond) - t0
+      end
+
+    {counts, Enum.at(Enum.sort(times), div(runs, 2)) / 1000}
+  end
+
+  # Nodes.pack of a 4-byte tensor to a peer on this host (by default, and
+  # via: :region, the most it crosses) and IPC.export of one.
+  def crossing_report do
+    peer = start_peer()
+    t = Tensor.from_binary(<<1.0::float-32-native>>, :float32, {1})
+    region = IPC.torch_zeros({1}, :float32)
+    posix = IPC.zeros({1}, :float32)
+
+    for {title, fun} <- [
+          {"Nodes.pack, 4 B, default", fn -> Nodes.pack(t, peer) end},
+          {"Nodes.pack, 4 B, via: :region (copied into one)", fn -> Nodes.pack(t, peer, via: :region) end},
+          {"Nodes.pack, 4 B region, via: :region", fn -> Nodes.pack(region, peer, via: :region) end},
+          {"IPC.export, 4 B (copied into a region)", fn -> IPC.export(t) end},
+          {"IPC.export, 4 B region", fn -> IPC.export(posix) end}
+        ] do
+      {counts, us} = crossings(fn -> fun.() && :ok end)
+      n = counts |> Keyword.values() |> Enum.sum()
+
+      IO.puts(
+        String.pad_trailing(title, 50) <>
+          "#{n} crossings, #{:erlang.float_to_binary(us, decimals: 1)} us  #{inspect(counts)}"
+      )
+    end
+
+    :peer.stop(peer_pid(peer))
+  end
+
   def print_floors(f) do
     IO.puts(
       "Between nodes, #{f.mib} MiB float32, best of #{f.runs}, ms: one binary (pack, send, unpack there) " <>
@@ -243,11 +396,18 @@ end
 
 # bench.exs requires this file for NodesBench.floors/2 alone.
 unless System.get_env("TB_NODES_LIBRARY") do
-  mib =
-    case System.argv() do
-      [m] -> String.to_integer(m)
-      [] -> 256
-    end
+  case System.argv() do
+    ["paths" | sizes] ->
+      sizes = if sizes == [], do: ~w(4 65536 1048576 16777216 268435456), else: sizes
+      sizes |> Enum.map(&String.to_integer/1) |> NodesBench.paths(5) |> NodesBench.print_paths()
 
-  NodesBench.run(mib)
+    ["crossings"] ->
+      NodesBench.crossing_report()
+
+    [m] ->
+      NodesBench.run(String.to_integer(m))
+
+    [] ->
+      NodesBench.run(256)
+  end
 end

@@ -533,41 +533,8 @@ static void test_pointer_alignment(void)
     CHECK_EQ(tb_pointer_alignment(UINT64_C(1) << 63), TB_MAX_ALIGNMENT);
 }
 
-/* Self-overlapping layouts, which writes refuse. */
-static void test_self_overlap(void)
-{
-    const int64_t row[] = {3, 1}, shape23[] = {2, 3};
-    CHECK_EQ(tb_layout_self_overlaps(2, shape23, row), 0);
-    const int64_t col[] = {1, 2};
-    CHECK_EQ(tb_layout_self_overlaps(2, shape23, col), 0); /* a transpose */
-    /* A broadcast: stride 0 over 4 elements. */
-    const int64_t four[] = {4}, zero[] = {0};
-    CHECK_EQ(tb_layout_self_overlaps(1, four, zero), 1);
-    /* Stride 0 on a dimension of one element addresses nothing twice. */
-    const int64_t one[] = {1};
-    CHECK_EQ(tb_layout_self_overlaps(1, one, zero), 0);
-    /* No elements: nothing to write. */
-    const int64_t none[] = {0};
-    CHECK_EQ(tb_layout_self_overlaps(1, none, zero), 0);
-    /* Equal strides: (0, 1) and (1, 0) are one element. */
-    const int64_t shape22[] = {2, 2}, equal[] = {1, 1};
-    CHECK_EQ(tb_layout_self_overlaps(2, shape22, equal), 1);
-    /* A stride inside the other dimension's reach: (0, 2) and (1, 0). */
-    const int64_t s21[] = {2, 1};
-    CHECK_EQ(tb_layout_self_overlaps(2, shape23, s21), 1);
-    /* Sliding windows (as unfold makes): windows of 3, one apart. */
-    const int64_t shape43[] = {4, 3}, windows[] = {1, 1};
-    CHECK_EQ(tb_layout_self_overlaps(2, shape43, windows), 1);
-    /* Interleaved but disjoint: 0,2,4 and 3,5,7. */
-    const int64_t shape32[] = {3, 2}, disjoint[] = {2, 3};
-    CHECK_EQ(tb_layout_self_overlaps(2, shape32, disjoint), 0);
-    /* A 0-d tensor. */
-    CHECK_EQ(tb_layout_self_overlaps(0, NULL, NULL), 0);
-}
-
 int main(void)
 {
-    test_self_overlap();
     test_row_major_strides();
     test_layout_ok();
     test_layout_errors();

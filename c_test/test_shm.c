@@ -156,19 +156,30 @@ static void test_header(void)
     void *base = mmap(NULL, TB_TORCH_HEADER + 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     CHECK(base != MAP_FAILED);
     int seen;
-    CHECK(tb_shm_header_take(base, &seen) && seen == 1);
+    CHECK(tb_shm_header_take(base, &seen) == 1 && seen == 1);
     CHECK_EQ(count_of("counted"), 2);
     CHECK_EQ(tb_shm_header_drop(base), 0);
     CHECK_EQ(tb_shm_header_drop(base), 1);
     /* Zero: being unlinked; neither taken nor dropped below zero. */
-    CHECK(!tb_shm_header_take(base, &seen) && seen == 0);
+    CHECK(tb_shm_header_take(base, &seen) == 0 && seen == 0);
     CHECK_EQ(tb_shm_header_drop(base), 0);
     CHECK_EQ(count_of("counted"), 0);
+    CHECK(tb_shm_header_init(base) && count_of("counted") == 1);
+    /* Counts no PyTorch writes (a forged header): refused, seen as they
+     * are (INT_MIN too: it is a count, not the memory vanishing). */
+    const int forged[] = {-1, INT_MIN, INT_MAX};
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        CHECK(pwrite(fd, &forged[i], sizeof forged[i], 0) == sizeof forged[i]);
+        seen = 12345;
+        CHECK_EQ(tb_shm_header_take(base, &seen), 0);
+        CHECK_EQ(seen, forged[i]);
+        CHECK_EQ(count_of("counted"), forged[i]);
+    }
     CHECK(tb_shm_header_init(base) && count_of("counted") == 1);
     /* Shrunk by another program: every touch ends in an error, not SIGBUS. */
     CHECK(ftruncate(fd, 0) == 0);
     CHECK_EQ(tb_shm_header_drop(base), -1);
-    CHECK(!tb_shm_header_take(base, &seen) && seen == INT_MIN);
+    CHECK_EQ(tb_shm_header_take(base, &seen), -1);
     CHECK(!tb_shm_header_init(base));
     munmap(base, TB_TORCH_HEADER + 8);
     close(fd);
@@ -251,6 +262,44 @@ static void test_dead_vm(void)
     CHECK(exists(TB_NAME_PREFIX TOKEN ".4"));
 }
 
+/* A forged journal of a dead token (a program of this user wrote it) may
+ * only name what that token could have recorded: names being made only its
+ * own, references held only in PyTorch-format names. Another program's
+ * PyTorch region, a live VM's plain and PyTorch regions are left as they
+ * are, counts unchanged. */
+static void test_forged_journal(void)
+{
+#define LIVE "2-fedcba9876543210"
+#define DEAD "3-00112233445566ff"
+    region(TB_NAME_PREFIX LIVE TB_LOCK_SUFFIX, 0, 0);
+    int lock = open(TB_SHM_DIR "/" TB_NAME_PREFIX LIVE TB_LOCK_SUFFIX, O_RDONLY);
+    CHECK(flock(lock, LOCK_EX) == 0);               /* the live VM */
+    region("torch_77_1_0", 1, TB_TORCH_HEADER + 8); /* another program's */
+    region(TB_NAME_PREFIX LIVE ".0", 5, 64);        /* the live VM's plain regions */
+    region(TB_NAME_PREFIX LIVE ".1", 3, 64);
+    region("torch_tensor_blob." LIVE ".2", 1, TB_TORCH_HEADER + 8); /* the live VM's own PyTorch region */
+    region("torch_tensor_blob." DEAD ".0", 1, TB_TORCH_HEADER + 8); /* the dead token's own, being made */
+    region(TB_NAME_PREFIX DEAD TB_LOCK_SUFFIX, 0, 0);
+    const uint32_t states[] = {TB_SLOT_MADE, TB_SLOT_MADE, TB_SLOT_MADE, TB_SLOT_HELD, TB_SLOT_HELD, TB_SLOT_MADE};
+    const char *const names[] = {
+        "torch_77_1_0",           TB_NAME_PREFIX LIVE ".0",           "torch_tensor_blob." LIVE ".2",
+        TB_NAME_PREFIX LIVE ".1", TB_NAME_PREFIX LIVE TB_LOCK_SUFFIX, "torch_tensor_blob." DEAD ".0"};
+    journal(DEAD, states, names, 6);
+
+    CHECK_EQ(tb_shm_reclaim(""), 0);
+    CHECK_EQ(count_of("torch_77_1_0"), 1);
+    CHECK_EQ(count_of(TB_NAME_PREFIX LIVE ".0"), 5);
+    CHECK_EQ(count_of(TB_NAME_PREFIX LIVE ".1"), 3);
+    CHECK_EQ(count_of("torch_tensor_blob." LIVE ".2"), 1);
+    CHECK(exists(TB_NAME_PREFIX LIVE TB_LOCK_SUFFIX));
+    CHECK(!exists("torch_tensor_blob." DEAD ".0")); /* its own: made, so removed */
+    CHECK(!exists(TB_NAME_PREFIX DEAD TB_JOURNAL_SUFFIX));
+    CHECK(!exists(TB_NAME_PREFIX DEAD TB_LOCK_SUFFIX));
+    close(lock);
+#undef LIVE
+#undef DEAD
+}
+
 int main(void)
 {
     CHECK(tb_fault_install());
@@ -259,6 +308,7 @@ int main(void)
         test_open();
         test_header();
         test_dead_vm();
+        test_forged_journal();
     }
     printf("test_shm: %d checks, %d failures\n", checks, failures);
     return failures != 0;

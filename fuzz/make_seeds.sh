@@ -6,7 +6,8 @@ set -eu
 cd "$(dirname "$0")"
 L=corpus/layout
 D=corpus/dtype
-mkdir -p "$L" "$D"
+O=corpus/overlap
+mkdir -p "$L" "$D" "$O"
 
 # layout: dtype byte (bit 7: row-major strides), ndim, ptr mode [ptr bytes],
 # then per dimension a shape value and a stride value (bytes < 0x80 are
@@ -39,3 +40,12 @@ hdr() { # code bits lanes nxbits -> 20 bytes
 { hdr 2 16 1 16; printf 'half'; } > $D/half
 { hdr 0 64 1 64; } > $D/empty-int64
 { hdr 12 8 1 8; printf 'float8_e5m2\000junk'; } > $D/embedded-nul
+
+# overlap: ndim, bound byte (0: generous), rotation, then per dimension a
+# shape byte and a stride byte (0xf0 and up: wider values follow).
+printf '\002\000\001\004\002\003\003' > $O/4x3-strides-2-3          # shares memory
+printf '\003\000\002\002\001\002\004\002\005' > $O/2x2x2-strides-1-4-5 # shares memory
+printf '\002\000\001\360\015\100\002\003\003' > $O/200000x3-strides-2-3 # {3392,3}: too large for the model
+printf '\002\000\001\003\002\002\003' > $O/3x2-disjoint             # interleaved, disjoint
+printf '\003\000\001\002\014\003\004\004\001' > $O/row-major-2x3x4
+printf '\002\020\001\360\003\350\360\000\000\003\350\360\003\350\360\000\000\003\351' > $O/1000x1000-bounded

@@ -18,7 +18,8 @@ defmodule TensorBlob do
        (`Tensor.memory/1` says `:pinned`, `stats().pins` counts it). An
        unpinned view must be asked for: `owner: :none` gives a view that
        keeps nothing alive (`owner: :none` in the `%BlobView{}`), and the
-       caller answers for the memory (its inspect shows `unpinned`). A map
+       caller answers for the memory (its inspect shows `unpinned` and the
+       address, never the values: the library cannot vouch for that memory). A map
        with no owner at all raises `ArgumentError`.
     3. The owner is released only when libtorch frees the storage: after the
        last tensor that uses the memory is gone, slices and transposes
@@ -49,9 +50,10 @@ defmodule TensorBlob do
   ## Telemetry
 
   Where the telemetry library is loaded, every copy of tensor data and
-  every transfer to another framework, process or node emits a
-  `[:tensor_blob, :copy]` or `[:tensor_blob, :transfer]` event with its
-  bytes, duration and reason (guides/telemetry.md).
+  every transfer to another framework, process or node is a span in the
+  shape of `:telemetry.span/3`: `[:tensor_blob, :copy | :transfer, :start |
+  :stop | :exception]`, the `:stop` event with its bytes, duration and
+  reason (guides/telemetry.md).
   """
   import TensorBlob.Raise
 
@@ -90,7 +92,8 @@ defmodule TensorBlob do
       the memory is freed (one of our tensors by sharing its storage, any
       other term by a pin).
     * `owner: :none`: an unpinned view; nothing is kept alive and **the
-      caller answers for the memory** (its inspect shows `unpinned`).
+      caller answers for the memory** (its inspect shows `unpinned` and the
+      address, not the values).
     * no owner at all (or `nil`): raises `ArgumentError`, which says how to
       pin.
 
@@ -117,8 +120,8 @@ defmodule TensorBlob do
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: t).owner == t
       true
       iex> unpinned = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8}, owner: :none)
-      iex> unpinned.tensor
-      #TensorBlob.Tensor<uint8[2] cpu unpinned [1, 2]>
+      iex> TensorBlob.Tensor.memory(unpinned.tensor)
+      :unpinned
       iex> TensorBlob.Tensor.to_binary(unpinned)
       <<1, 2>>
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8})

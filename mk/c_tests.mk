@@ -18,9 +18,11 @@ $(BUILD)/test/src/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
+# Whether a layout's elements share memory, against a brute-force model.
+c_test_overlap_SOURCES := test_overlap src/tb_overlap
 # The interval set of the read-only and frozen registries, against a
 # brute-force model.
 c_test_intervals_SOURCES := test_intervals src/tb_intervals

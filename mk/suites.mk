@@ -69,9 +69,12 @@ lint: dialyzer bad-inputs-check
 	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
 	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
 
-# A scratch Mix project that depends on tensor_blob (scripts/consumer_test.sh).
+# A scratch Mix project that depends on tensor_blob (scripts/consumer_test.sh),
+# and the library built as a dependency in a folder whose path holds a space
+# (scripts/space_path_test.sh).
 consumer-test: nif
 	scripts/consumer_test.sh
+	scripts/space_path_test.sh
 
 # Every code block of README.md and guides/*.md, run and checked against the
 # output it shows (scripts/docs_test.exs; the convention is in

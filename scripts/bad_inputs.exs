@@ -27,6 +27,18 @@ view = fn shape, strides ->
   end
 end
 
+# Views of a tensor of 16 elements.
+wide16 = Tensor.zeros({16}, :float32)
+
+wide_view = fn shape, strides ->
+  %{ptr: ptr} = TensorBlob.to_blob(wide16)
+
+  case TensorBlob.from_blob(%{ptr: ptr, shape: shape, strides: strides, dtype: :float32}, owner: wide16) do
+    %TensorBlob.BlobView{tensor: v} -> v
+    v -> v
+  end
+end
+
 broadcast = view.({4}, [0])
 windows = view.({2, 2}, [1, 1])
 twice = DLPack.consume(DLPack.export(t))
@@ -35,7 +47,9 @@ packed = TensorBlob.Nodes.pack(t, node(), via: :binary)
 
 # A region whose last holder is gone before the unpack.
 gone =
-  Task.async(fn -> Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), keep: 0), :tensor) end)
+  Task.async(fn ->
+    Map.delete(TensorBlob.Nodes.pack(Tensor.zeros({2}, :float32), node(), via: :region, keep: 0), :tensor)
+  end)
   |> Task.await()
 
 Process.sleep(100)
@@ -244,7 +258,28 @@ cases = [
        dtype: :uint8,
        shape: {64}
      })
-   end}
+   end},
+  {"write! through a view whose elements meet by a combination of strides ({4, 3}, strides [2, 3])",
+   fn -> Tensor.write!(wide_view.({4, 3}, [2, 3]), :binary.copy(<<0::32>>, 12)) end},
+  {"write! through a view whose elements meet by a combination of strides ({2, 2, 2}, strides [1, 4, 5])",
+   fn -> Tensor.write!(wide_view.({2, 2, 2}, [1, 4, 5]), :binary.copy(<<0::32>>, 8)) end},
+  {"DLPack: a legacy address this library handed out, imported as versioned",
+   fn -> t |> DLPack.export(version: :legacy) |> DLPack.consume() |> DLPack.import(version: :versioned) end},
+  {"IPC: a PyTorch region whose header count is INT_MIN (forged)",
+   fn ->
+     h = TensorBlob.IPC.export_torch(TensorBlob.IPC.torch_zeros({2}, :float32))
+     {:ok, f} = :file.open("/dev/shm" <> h.handle, [:read, :write, :raw, :binary])
+     :ok = :file.pwrite(f, 0, <<-2_147_483_648::signed-native-32>>)
+
+     try do
+       TensorBlob.IPC.open(h.handle, :float32, {2})
+     after
+       :ok = :file.pwrite(f, 0, <<1::signed-native-32>>)
+       :file.close(f)
+     end
+   end},
+  {"Nodes: a packed term of a format this build does not know",
+   fn -> TensorBlob.Nodes.unpack(%{packed | __tensor_blob_node__: 2}) end}
 ]
 
 {check?, path} =

@@ -52,6 +52,53 @@ before="$(listing)"
 
 cp -r examples/mix_consumer examples/rebar3_consumer "$outside/"
 rm -rf "$outside"/*/_build "$outside"/*/deps "$outside"/*/_checkouts
+
+echo "==> consumer-test: quiet builds, and a second MIX_ENV that takes the library from the object cache"
+# An empty object cache of its own (scripts/build_cache.sh), so that the
+# first build compiles everything. Its output names no compiler command.
+export TENSOR_BLOB_CACHE_DIR="$outside/cache"
+compile_in() { # MIX_ENV, then what else to set; prints mix's output, then the seconds taken
+    local env=$1 start end out
+    shift
+    start=$(date +%s.%N)
+    out="$(cd "$outside/mix_consumer" && env TENSOR_BLOB_PATH="$checkout" MIX_ENV="$env" "$@" mix compile 2>&1)" ||
+        { printf '%s\n' "$out" >&2; echo "consumer-test: MIX_ENV=$env mix compile failed" >&2; exit 1; }
+    end=$(date +%s.%N)
+    printf '%s\n%s\n' "$out" "$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')"
+}
+compiler_line='(^|[ /])(cc|gcc|g\+\+|c\+\+|clang)( |$)| -c c_src/| -o [^ ]*\.(o|so)( |$)'
+# Verbose, make echoes each step (through scripts/build_cache.sh), which
+# prints "cached: ..." for what the cache gave and the compiler's command,
+# first on its line, for what it compiled.
+compiler_ran='^([^ ]*/)?(cc|gcc|g\+\+|c\+\+|clang)(-[0-9.]+)? '
+first="$(compile_in test)"
+first_s="$(tail -n1 <<<"$first")"
+if grep -Eq "$compiler_line" <<<"$first"; then
+    printf '%s\n' "$first" >&2
+    echo "consumer-test: a quiet build printed compiler commands" >&2
+    exit 1
+fi
+objects="$(find "$outside/mix_consumer/_build/test/lib/tensor_blob/obj" -name '*.o' | wc -l)"
+# The second MIX_ENV, verbose: every object, the library, the reaper and
+# the doc chunk are "cached:", and no compiler runs.
+second="$(compile_in dev TB_VERBOSE=1)"
+second_s="$(tail -n1 <<<"$second")"
+cached="$(grep -c '^cached: ' <<<"$second" || true)"
+if grep -Eq "$compiler_ran" <<<"$second" || [ "$cached" -lt $((objects + 2)) ]; then
+    printf '%s\n' "$second" >&2
+    echo "consumer-test: the second MIX_ENV compiled again ($cached products from the cache, $objects objects)" >&2
+    exit 1
+fi
+for f in priv/tensor_blob_nif.so priv/tensor_blob_reaper doc/chunks/tensor_blob.chunk; do
+    cmp -s "$outside/mix_consumer/_build/test/lib/tensor_blob/$f" "$outside/mix_consumer/_build/dev/lib/tensor_blob/$f" ||
+        { echo "consumer-test: the second MIX_ENV's $f differs from the first's" >&2; exit 1; }
+done
+echo "consumer-test: MIX_ENV=test compiled in ${first_s} s (empty cache), MIX_ENV=dev in ${second_s} s ($cached from the cache)"
+# The library the cache gave loads and works in that MIX_ENV.
+(cd "$outside/mix_consumer" && TENSOR_BLOB_PATH="$checkout" MIX_ENV=dev mix run -e '
+  {<<10, 20, 30, 40, 50, 60>>, _view} = MixConsumer.exchange()
+  IO.puts("consumer-test: the cached library loads and works in MIX_ENV=dev")')
+
 (cd "$outside/mix_consumer" && TENSOR_BLOB_PATH="$checkout" MIX_ENV=test mix test)
 mkdir -p "$outside/rebar3_consumer/_checkouts"
 ln -s "$checkout" "$outside/rebar3_consumer/_checkouts/tensor_blob"
@@ -116,6 +163,36 @@ if [ "$after" != "$before" ]; then
     echo "consumer-test: building the consumers wrote into the checkout" >&2
     exit 1
 fi
+
+echo "==> consumer-test: the object cache never gives an object for a changed source, header or flag"
+# A writable copy of the checkout, built (as its own project) into a
+# scratch folder from the cache the consumers filled: the same source gives
+# the cached object; a changed source, a changed header or another flag
+# compiles again.
+changed="$outside/changed"
+cp -r "$checkout" "$changed"
+chmod -R u+w "$changed"
+scratch="$outside/scratch-build"
+object_built() { # what the object cache says for tb_raise.o: "cached" or "compiled"
+    local out
+    out="$(make -C "$changed" --no-print-directory TB_VERBOSE=1 BUILD="$scratch" "$@" "$scratch/tb_raise.o" 2>&1)" ||
+        { printf '%s\n' "$out" >&2; exit 1; }
+    rm -f "$scratch/tb_raise.o"
+    if grep -q "^cached: $scratch/tb_raise.o" <<<"$out"; then echo cached
+    elif grep -q -- "-c c_src/beam/tb_raise.c" <<<"$out"; then echo compiled
+    else printf '%s\n' "$out" >&2; echo unknown; fi
+}
+expect() { # what, expected, got
+    [ "$2" = "$3" ] || { echo "consumer-test: $1: the object was $3, expected $2" >&2; exit 1; }
+}
+expect "the same source" cached "$(object_built)"
+expect "another -O" compiled "$(object_built OPT=-O1)"
+echo '/* changed */' >>"$changed/c_src/beam/tb_raise.c"
+expect "a changed source" compiled "$(object_built)"
+expect "the changed source again" cached "$(object_built)"
+echo '/* changed */' >>"$changed/c_src/core/tb_dtype.h"
+expect "a changed header" compiled "$(object_built)"
+unset TENSOR_BLOB_CACHE_DIR
 
 echo "==> consumer-test: build integration"
 # A changed build configuration (here a libtorch tree that is not there)

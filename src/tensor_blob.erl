@@ -10,8 +10,8 @@
 %% tensors shares its storage; any other owner term is pinned). to_dlpack/1,2 and from_dlpack/1,2
 %% exchange tensors as DLPack managed tensors (see to_dlpack/2 and from_dlpack/2). Bad input raises
 %% error({badarg, Message}); failures that are not the caller's raise error({tensor_blob, Message}).
-%% Where the telemetry library is loaded, every copy and transfer emits a [tensor_blob, copy] or
-%% [tensor_blob, transfer] event (guides/telemetry.md).
+%% Where the telemetry library is loaded, every copy and transfer is a [tensor_blob, copy] or
+%% [tensor_blob, transfer] span: start, stop and exception events (guides/telemetry.md).
 -module(tensor_blob).
 
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
@@ -132,9 +132,9 @@ blob_view(Spec, Opts) -> tensor_blob_tensor:blob_view(Spec, Opts).
 
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
-from_binary(Binary, Dtype, Shape) -> tensor_blob_tensor:from_binary(Binary, Dtype, Shape).
+from_binary(Binary, Dtype, Shape) -> ?SPANS(from_binary, 3, tensor_blob_tensor:from_binary(Binary, Dtype, Shape)).
 
-%% @doc from_binary/3, reported (where telemetry is loaded) as a [tensor_blob, copy] event made by
+%% @doc from_binary/3, reported (where telemetry is loaded) as a [tensor_blob, copy] span made by
 %% Function ({Module, Name, Arity}) for Reason (guides/telemetry.md): for code that copies in its
 %% caller's name, as TensorBlob.Nx does.
 -spec copy_from_binary(binary(), dtype(), shape(), {module(), atom(), arity()},
@@ -149,14 +149,16 @@ copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
 %% larger binary may start anywhere) raise badarg; #{copy => if_needed} views the bytes when they
 %% are aligned and copies them (into an owned tensor) when they are not.
 -spec from_binary(binary(), dtype(), shape(), #{copy => boolean() | if_needed}) -> tensor().
-from_binary(Binary, Dtype, Shape, Opts) -> tensor_blob_tensor:from_binary(Binary, Dtype, Shape, Opts).
+from_binary(Binary, Dtype, Shape, Opts) ->
+    ?SPANS(from_binary, 4, tensor_blob_tensor:from_binary(Binary, Dtype, Shape, Opts)).
 
 %% @doc A copy of T's elements as row-major bytes, whatever its strides.
 -spec to_binary(tensor()) -> binary().
-to_binary(T) when is_reference(T) -> tensor_blob_tensor:copy_to_binary(T, {?MODULE, to_binary, 1}, requested);
+to_binary(T) when is_reference(T) ->
+    ?SPANS(to_binary, 1, tensor_blob_tensor:copy_to_binary(T, {?MODULE, to_binary, 1}, requested));
 to_binary(T) -> not_a_tensor(T).
 
-%% @doc to_binary/1, reported (where telemetry is loaded) as a [tensor_blob, copy] event made by
+%% @doc to_binary/1, reported (where telemetry is loaded) as a [tensor_blob, copy] span made by
 %% Function for Reason, as copy_from_binary/5.
 -spec copy_to_binary(tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
 copy_to_binary(T, Function, Reason) -> tensor_blob_tensor:copy_to_binary(T, Function, Reason).
@@ -168,7 +170,7 @@ copy_to_binary(T, Function, Reason) -> tensor_blob_tensor:copy_to_binary(T, Func
 binary_of(T, Unguarded, Function) -> tensor_blob_tensor:binary_of(T, Unguarded, Function).
 
 %% @doc The bytes T's elements take: the product of its shape and its element size (what a
-%% [tensor_blob, transfer] event reports).
+%% [tensor_blob, transfer] span reports).
 -spec data_bytes(tensor()) -> non_neg_integer().
 data_bytes(T) -> tensor_blob_tensor:data_bytes(T).
 
@@ -184,21 +186,23 @@ data_bytes(T) -> tensor_blob_tensor:data_bytes(T).
 %% risk. With #{copy => if_needed}, a view where one can be made (a contiguous CPU tensor, not in a
 %% region unless unsafe_shared_memory), a copy otherwise.
 -spec to_binary(tensor(), #{copy => boolean() | if_needed, unsafe_shared_memory => boolean()}) -> binary().
-to_binary(T, Opts) -> tensor_blob_tensor:to_binary(T, Opts).
+to_binary(T, Opts) -> ?SPANS(to_binary, 2, tensor_blob_tensor:to_binary(T, Opts)).
 
 %% @doc A new tensor of zeros.
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:zeros(Shape, Dtype)).
 
 %% @doc Overwrites T's elements in place with Binary (row-major order), so every view of the same
-%% memory sees the new values. Returns T.
+%% memory sees the new values. Returns T. Raises badarg on a view whose elements share memory (a
+%% stride of 0, sliding windows, strides such as [2, 3] over {4, 3}, where {3, 0} and {0, 2} meet),
+%% and on a layout where that is not settled within a bounded search (write a contiguous copy).
 -spec write(tensor(), binary()) -> tensor().
-write(T, Binary) -> tensor_blob_tensor:write(T, Binary).
+write(T, Binary) -> ?SPANS(write, 2, tensor_blob_tensor:write(T, Binary)).
 
 %% @doc A copy of T on Device (cpu or {cuda, Index}): the explicit copy between the host and a GPU.
 %% Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
-to_device(T, Device) -> tensor_blob_tensor:to_device(T, Device).
+to_device(T, Device) -> ?SPANS(to_device, 2, tensor_blob_tensor:to_device(T, Device)).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
 -spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().
@@ -348,7 +352,7 @@ ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 %% next. A handle opens only in another OS process.
 -spec ipc_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined | non_neg_integer(),
                                 data_size := non_neg_integer(), tensor := tensor()}.
-ipc_export(T) -> tensor_blob_ipc:ipc_export(T).
+ipc_export(T) -> ?SPANS(ipc_export, 1, tensor_blob_ipc:ipc_export(T)).
 
 %% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or ipc_open/3, contiguous,
 %% from its start): what ipc_export/1 shares without a copy. nil otherwise. Nothing is created or
@@ -383,7 +387,7 @@ ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm
 %% its own, and whoever drops the last one removes the name, in any order.
 -spec ipc_torch_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined,
                                       data_size := non_neg_integer(), tensor := tensor()}.
-ipc_torch_export(T) -> tensor_blob_ipc:ipc_torch_export(T).
+ipc_torch_export(T) -> ?SPANS(ipc_torch_export, 1, tensor_blob_ipc:ipc_torch_export(T)).
 
 %% @doc A tensor over the data of a region in PyTorch's CPU sharing format, as PyTorch's own openers
 %% map it: the data after the 64-byte header, and one reference taken in the header until the last
@@ -433,7 +437,7 @@ cuda_torch_open(Share, Dtype, Shape) -> tensor_blob_ipc:cuda_torch_open(Share, D
                                        ref_counter_handle := binary(), ref_counter_offset := 0,
                                        event_handle := binary(), event_sync_required := false,
                                        tensor := tensor(), counter := tensor()}.
-cuda_torch_export(T) -> tensor_blob_ipc:cuda_torch_export(T).
+cuda_torch_export(T) -> ?SPANS(cuda_torch_export, 1, tensor_blob_ipc:cuda_torch_export(T)).
 
 %% @doc How many receivers of an export of cuda_torch_export/1 still hold it: 1 until the receiver
 %% frees its storage, then 0.
@@ -444,14 +448,17 @@ cuda_torch_pending(Export) -> tensor_blob_ipc:cuda_torch_pending(Export).
 %% any means (a message, erpc, a call's reply). A tensor is a resource of the OS process that made
 %% it; on any other node it is only a dead reference, so it never travels as itself.
 %%
-%% When Node can open this node's shared memory (same_host/1: the same host, /dev/shm and user), T's
-%% memory travels as a shared-memory region in PyTorch's format, which both nodes map: no copy when
-%% T was made by ipc_torch_zeros/2 (or opened from such a region), one copy into a new region
-%% otherwise (T is left as it was). Elsewhere, T's bytes travel as one binary: a view of T's memory
-%% when it is a contiguous CPU tensor (no copy here; T is frozen while that binary lives on this
-%% node), and the distribution carries it as it carries any binary. Opts: #{via => region | binary}
-%% forces a path (region only for a node that can open it); #{keep => Milliseconds} (default 30000):
-%% see below.
+%% Two paths. A region: T's memory as a shared-memory region in PyTorch's format, which both nodes
+%% map (only to a node that can open this node's shared memory, same_host/1: the same host,
+%% /dev/shm and user): no copy when T was made by ipc_torch_zeros/2 (or opened from such a region),
+%% one copy into a new region otherwise (T is left as it was). A binary: T's bytes as one binary, a
+%% view of T's memory when it is a contiguous CPU tensor (no copy here; T is frozen while that
+%% binary lives on this node), which the distribution carries as it carries any binary. By default
+%% the one that costs less end to end: a region to a node that can open it, for a CPU tensor that
+%% already is one from 32 KiB, for any other CPU tensor from 64 MiB; a binary otherwise. The answer
+%% of same_host/1 for Node is remembered until Node's connection goes down. Opts: #{via => region |
+%% binary} forces a path (region only for a node that can open it); #{keep => Milliseconds}
+%% (default 30000): see below.
 %%
 %% Lifetime: a region's name lives while some tensor over it does. The packed term holds the
 %% sender's tensor (its tensor key), and a keeper process of this node holds it too, until the first
@@ -461,14 +468,14 @@ cuda_torch_pending(Export) -> tensor_blob_ipc:cuda_torch_pending(Export).
 %% either may drop first: the last one removes the name. A term unpacked later than Keep after pack,
 %% with the sender's tensor gone, finds no region, and says so.
 -spec node_pack(tensor(), node()) -> map().
-node_pack(T, Node) -> node_pack(T, Node, #{}).
+node_pack(T, Node) -> ?SPANS(node_pack, 2, node_pack(T, Node, #{})).
 
 %% @doc node_pack/2, with options: via => region (a shared-memory region, only to a node that can
 %% open this node's shared memory) or via => binary (the bytes in a binary) forces the path; keep =>
 %% Milliseconds (default 30000) bounds how long this node keeps a region alive for a receiver that
 %% has not unpacked it yet.
 -spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
-node_pack(T, Node, Opts) -> tensor_blob_nodes:node_pack(T, Node, Opts).
+node_pack(T, Node, Opts) -> ?SPANS(node_pack, 3, tensor_blob_nodes:node_pack(T, Node, Opts)).
 
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was sent to: a mapping of the
 %% same region (it holds its own reference), or a read-only view of the binary the distribution
@@ -478,11 +485,11 @@ node_pack(T, Node, Opts) -> tensor_blob_nodes:node_pack(T, Node, Opts).
 %% aligned (a view). With #{copy => true} the result is always a private, writable copy, whichever
 %% way the data came (a region is mapped only while it is copied).
 -spec node_unpack(map()) -> tensor().
-node_unpack(Packed) -> node_unpack(Packed, #{}).
+node_unpack(Packed) -> ?SPANS(node_unpack, 1, node_unpack(Packed, #{})).
 
 %% @doc node_unpack/1, with options: copy => true copies the received binary into a writable tensor.
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
-node_unpack(Packed, Opts) -> tensor_blob_nodes:node_unpack(Packed, Opts).
+node_unpack(Packed, Opts) -> ?SPANS(node_unpack, 2, tensor_blob_nodes:node_unpack(Packed, Opts)).
 
 %% @private On the sender: the pad that lands the bytes of node_pack/3's binary aligned on Node.
 %% Written only when it changes.
@@ -536,14 +543,16 @@ to_dlpack(T) -> not_a_tensor(T).
 to_dlpack(T, Opts) -> tensor_blob_dlpack:to_dlpack(T, Opts).
 
 %% @doc A tensor over the memory of a DLPack capsule or managed tensor address. A capsule is
-%% consumed, whether the import succeeds or not. An address is read as a DLManagedTensorVersioned;
-%% it must be one this library handed out and that no import took yet (see from_dlpack/2 for
-%% others).
+%% consumed, whether the import succeeds or not. An address must be one this library handed out
+%% and that no import took yet (see from_dlpack/2 for others); it is read as what it was handed
+%% out as (versioned or legacy).
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
 from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
 
 %% @doc Like from_dlpack/1, with options:
-%%   version: versioned | legacy, how to read an address (a capsule knows).
+%%   version: versioned | legacy, how to read an address of another producer (default
+%%     versioned). A capsule knows its own, and so does an address this library handed out: a
+%%     version that is not what it holds raises badarg, and the address stays for a later import.
 %%   read_only: true makes the tensor read-only even without the flag.
 %%   unsafe_address: true imports an address of another producer (a foreign NIF, a C library):
 %%     nothing can tell a live managed tensor from a freed one, or one already imported, whose

@@ -24,3 +24,8 @@
 %% Elixir struct (which the C bridge also reads).
 -define(IS_TENSOR_TERM(T), (is_reference(T) orelse (is_map(T) andalso is_map_key('__struct__', T) andalso
                                                    map_get('__struct__', T) =:= 'Elixir.TensorBlob.Tensor'))).
+
+%% A function of the API that copies or transfers: its telemetry spans name
+%% it (unless an Elixir function named itself first), and an error raised
+%% in Body ends them with an exception event (tensor_blob_telemetry:as/2).
+-define(SPANS(Name, Arity, Body), tensor_blob_telemetry:as({tensor_blob, Name, Arity}, fun() -> Body end)).

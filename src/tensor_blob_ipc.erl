@@ -2,13 +2,13 @@
 %% Sharing with other OS processes: exports and opens of shared-memory
 %% regions (POSIX and PyTorch's CPU format), CUDA IPC handles, and
 %% PyTorch's CUDA sharing format. tensor_blob's ipc_* and cuda_torch_*
-%% functions are these; node_pack/3 shares through region_export/3.
+%% functions are these; node_pack/3 shares through region_export/5.
 -module(tensor_blob_ipc).
 
 -include("tensor_blob_internal.hrl").
 
 -export([ipc_export/1, ipc_open/3, ipc_torch_export/1, cuda_torch_open/3, cuda_torch_export/1,
-         cuda_torch_pending/1, region_export/3]).
+         cuda_torch_pending/1, region_export/5]).
 %% For the tests: how a device's memory is exported, by the device table.
 -export([ipc_exporter/2, ipc_exporters/0]).
 
@@ -28,8 +28,10 @@ ipc_export(T) when not is_reference(T) ->
 ipc_export(T) ->
     Start = tensor_blob_telemetry:start(transfer),
     Function = {tensor_blob, ipc_export, 1},
-    Handle = case ipc_exporter(tensor_blob:device(T), tensor_blob:tables()) of
-                 region -> region_export(T, posix, Function);
+    %% What the export needs of T, in one crossing.
+    {_, Shape, _, Dtype, Device, _, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    Handle = case ipc_exporter(Device, tensor_blob:tables()) of
+                 region -> region_export(T, posix, region_name(posix, T), {Shape, Dtype}, Function);
                  cuda_ipc -> ipc_export_cuda(T, Function)
              end,
     exported(Start, Function, T, Handle).
@@ -72,17 +74,21 @@ ipc_export_cuda(T, Function) ->
 
 %% T shared as a region of Format (posix: ipc_zeros/2's, torch: PyTorch's
 %% CPU format, ipc_torch_zeros/2's): T itself when it is a whole region of
-%% that format, else a copy into a new one (reported as made by Function).
--spec region_export(tensor_blob:tensor(), posix | torch, {module(), atom(), arity()}) ->
+%% that format (Region, its region_name/2, is {Name, Size}), else a copy
+%% into a new one (Region is nil; reported as made by Function), of T's
+%% {Shape, Dtype} when the caller has read them (else undefined).
+-spec region_export(tensor_blob:tensor(), posix | torch, nil | {binary(), non_neg_integer()},
+                    undefined | {tensor_blob:shape(), tensor_blob:dtype()}, {module(), atom(), arity()}) ->
           #{kind := ipc, handle := binary(), address := undefined, data_size := non_neg_integer(),
             tensor := tensor_blob:tensor()}.
-region_export(T, Format, Function) ->
-    Shared = case region_name(Format, T) of
-                 nil -> copy_into(T, region_zeros(Format, tensor_blob:shape(T), tensor_blob:dtype(T)), Function);
-                 _ -> T
-             end,
-    {Name, Size} = region_name(Format, Shared),
-    #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => Shared}.
+region_export(T, _Format, {Name, Size}, _Facts, _Function) ->
+    #{kind => ipc, handle => Name, address => undefined, data_size => Size, tensor => T};
+region_export(T, Format, nil, undefined, Function) ->
+    {_, Shape, _, Dtype, _, _, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    region_export(T, Format, nil, {Shape, Dtype}, Function);
+region_export(T, Format, nil, {Shape, Dtype}, Function) ->
+    Shared = copy_into(T, region_zeros(Format, Shape, Dtype), Function),
+    region_export(Shared, Format, region_name(Format, Shared), {Shape, Dtype}, Function).
 
 region_name(posix, T) -> ?NIF(tensor_blob_nif:ipc_name(T));
 region_name(torch, T) -> ?NIF(tensor_blob_nif:torch_shm_name(T)).
@@ -129,7 +135,7 @@ ipc_torch_export(T) when not is_reference(T) ->
 ipc_torch_export(T) ->
     Start = tensor_blob_telemetry:start(transfer),
     Function = {tensor_blob, ipc_torch_export, 1},
-    exported(Start, Function, T, region_export(T, torch, Function)).
+    exported(Start, Function, T, region_export(T, torch, region_name(torch, T), undefined, Function)).
 
 -spec cuda_torch_open(term(), tensor_blob:dtype(), tensor_blob:shape()) -> tensor_blob:tensor().
 cuda_torch_open(#{device := Device, handle := Handle, storage_size_bytes := Size,

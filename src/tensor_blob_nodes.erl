@@ -12,6 +12,11 @@
 -include("tensor_blob_internal.hrl").
 
 -export([node_pack/3, node_unpack/2, node_learn_pad/2, host_id/0, shm_identity/0, same_host/1]).
+%% The watcher of other nodes' same_host/1 answers (its loop, for code upgrades), and for the tests
+%% what it remembers.
+-export([host_watch_loop/0, host_answers/0]).
+%% For the tests: where the default path turns to a region.
+-export([default_thresholds/0]).
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
 -import(tensor_blob_options, [check_options/2]).
@@ -20,6 +25,13 @@
 -import(tensor_blob_tensor, [binary_of/3, transferred/5]).
 
 -define(NODE_KEEP_MS, 30000).
+%% The packed term's format: node_unpack/2 refuses the ones it does not know.
+-define(NODE_FORMAT, 1).
+-define(NODE_FORMATS, [1]).
+%% Where the default path turns from a binary to a region (default_via/4),
+%% measured with bench/nodes.exs.
+-define(NODE_REGION_BYTES, 32768).
+-define(NODE_COPY_BYTES, 67108864).
 
 -spec node_pack(term(), term(), term()) -> map().
 node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
@@ -31,28 +43,24 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
                K -> badarg(bad_value, keep,
                            ["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
            end,
-    Via = case Opts of
-              #{via := V} when V =:= region; V =:= binary -> V;
-              #{via := V} -> badarg(bad_option, options, ["options: via must be region or binary, got ", {term, V}]);
-              #{} -> default_via(T, Node)
-          end,
     Start = tensor_blob_telemetry:start(transfer),
     Function = {tensor_blob, node_pack, 3},
-    Base = #{'__tensor_blob_node__' => 1, dtype => dtype(T), shape => shape(T)},
+    %% What the choice and the packed term need, in one crossing.
+    {_, Shape, _, Dtype, Device, ElementSize, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
+    Bytes = lists:foldl(fun(D, N) -> D * N end, ElementSize, tuple_to_list(Shape)),
+    Base = #{'__tensor_blob_node__' => ?NODE_FORMAT, dtype => Dtype, shape => Shape},
+    {Via, Region} = case Opts of
+                        #{via := region} -> {region, region_checked(T, Node, Device)};
+                        #{via := binary} -> {binary, nil};
+                        #{via := V} ->
+                            badarg(bad_option, options, ["options: via must be region or binary, got ", {term, V}]);
+                        #{} -> default_via(T, Node, Device, Bytes)
+                    end,
     {Packed, Copied} =
         case Via of
             region ->
-                case {same_host(Node), device(T)} of
-                    {false, _} ->
-                        badarg(unsupported, options,
-                               ["options: via region needs a node that can open this node's shared memory (the "
-                                "same host, /dev/shm and user); ", {term, Node}, " cannot"]);
-                    {true, cpu} -> ok;
-                    {true, Device} ->
-                        badarg(wrong_device, tensor,
-                               ["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
-                end,
-                #{handle := Name, tensor := Shared} = tensor_blob_ipc:region_export(T, torch, Function),
+                #{handle := Name, tensor := Shared} =
+                    tensor_blob_ipc:region_export(T, torch, Region, {Shape, Dtype}, Function),
                 {Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
                        keep => Keep},
                  Shared =/= T};
@@ -70,10 +78,41 @@ node_pack(_T, Node, Opts) ->
     badarg(bad_value, node,
            ["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
 
-default_via(T, Node) ->
-    case device(T) =:= cpu andalso same_host(Node) of
-        true -> region;
-        false -> binary
+-spec default_thresholds() -> #{region := pos_integer(), copy := pos_integer()}.
+default_thresholds() ->
+    #{region => ?NODE_REGION_BYTES, copy => ?NODE_COPY_BYTES}.
+
+%% via region, asked for: T's region name ({Name, Size}) when it is a whole
+%% PyTorch-format region already, else nil (a copy into one is made).
+region_checked(T, Node, Device) ->
+    case {same_host(Node), Device} of
+        {false, _} ->
+            badarg(unsupported, options,
+                   ["options: via region needs a node that can open this node's shared memory (the "
+                    "same host, /dev/shm and user); ", {term, Node}, " cannot"]);
+        {true, cpu} -> ?NIF(tensor_blob_nif:torch_shm_name(T));
+        {true, _} ->
+            badarg(wrong_device, tensor, ["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
+    end.
+
+%% The path that costs less, end to end (pack, the message, unpack there),
+%% as bench/nodes.exs measures it: a binary for a small tensor, whatever
+%% its memory (a region's name, its keeper and the receiver's mapping cost
+%% more than the bytes); a region for a CPU tensor that already is one (no
+%% copy at all) from ?NODE_REGION_BYTES, or for any other CPU tensor from
+%% ?NODE_COPY_BYTES (where one copy into a new region costs less than the
+%% distribution's copies of the bytes). Only to a node that can open this
+%% node's shared memory. {Via, T's region name or nil}.
+default_via(_T, _Node, Device, Bytes) when Device =/= cpu; Bytes < ?NODE_REGION_BYTES ->
+    {binary, nil};
+default_via(T, Node, cpu, Bytes) ->
+    case ?NIF(tensor_blob_nif:torch_shm_name(T)) of
+        nil when Bytes < ?NODE_COPY_BYTES -> {binary, nil};
+        Region ->
+            case same_host(Node) of
+                true -> {region, Region};
+                false -> {binary, nil}
+            end
     end.
 
 %% A process that holds Shared until a node_unpack/1 of its packed term
@@ -89,7 +128,7 @@ node_keeper(Shared, Keep) ->
           end).
 
 -spec node_unpack(term(), term()) -> tensor_blob:tensor().
-node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
+node_unpack(#{'__tensor_blob_node__' := ?NODE_FORMAT} = Packed, Opts) when is_map(Opts) ->
     check_options(Opts, [copy]),
     Copy = case maps:get(copy, Opts, false) of
                C when is_boolean(C) -> C;
@@ -101,8 +140,13 @@ node_unpack(#{'__tensor_blob_node__' := 1} = Packed, Opts) when is_map(Opts) ->
         transferred(Start, {tensor_blob, node_unpack, 2}, T, memory(T) =:= owned,
                     #{node => node(), via => maps:get(via, Packed, undefined)}) =:= ok,
     T;
-node_unpack(#{'__tensor_blob_node__' := 1}, Opts) ->
+node_unpack(#{'__tensor_blob_node__' := ?NODE_FORMAT}, Opts) ->
     badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]);
+node_unpack(#{'__tensor_blob_node__' := Format}, _Opts) ->
+    badarg(unsupported, packed,
+           ["packed: its format is version ", {term, Format}, ", which this build of tensor_blob does not know "
+            "(it unpacks version ", lists:join(", ", [integer_to_list(F) || F <- ?NODE_FORMATS]), "): the node "
+            "that packed it runs another version of tensor_blob. Run one version on both nodes"]);
 node_unpack(Other, _Opts) ->
     node_unpack_checked(Other, false).
 
@@ -224,15 +268,108 @@ effective_uid() ->
     end.
 
 %% The same host, /dev/shm and effective user; false for a node that
-%% cannot be reached, or when no boot id can be read here.
+%% cannot be reached, or when no boot id can be read here. Another node's
+%% answer is remembered while the connection it came over lasts.
 -spec same_host(node()) -> boolean().
 same_host(Node) when Node =:= node() ->
     true;
 same_host(Node) when is_atom(Node) ->
-    case shm_identity() of
-        {{<<>>, _, _}, _} -> false;
-        {_, -1} -> false;
-        Local -> try erpc:call(Node, tensor_blob, shm_identity, [], 5000) =:= Local catch _:_ -> false end
+    case remembered(Node) of
+        [{_, Same}] ->
+            Same;
+        [] ->
+            Downs = host_watch(),
+            case shm_identity() of
+                {{<<>>, _, _}, _} -> false;
+                {_, -1} -> false;
+                Local ->
+                    try erpc:call(Node, tensor_blob, shm_identity, [], 5000) of
+                        Remote -> remember(Node, Downs, Remote =:= Local)
+                    catch
+                        _:_ -> false
+                    end
+            end
     end;
 same_host(Node) ->
     badarg(bad_value, node, ["node: expected a node name (an atom), got ", {term, Node}]).
+
+%% Other nodes' same_host/1 answers, in an ETS table owned by a process of
+%% their own (tensor_blob has no application to supervise one: it starts
+%% at the first question and lives as long as the VM, its group leader
+%% init's, so that no application's stop takes it). It watches the nodes
+%% (net_kernel:monitor_nodes/2, hidden ones too) and forgets a node's
+%% answer when its connection goes down: the next question asks the node
+%% that answers to the name then. An answer is only kept when it came back
+%% over a connection (an unreachable node gets no nodedown to forget it
+%% by), and only when no connection went down between the question and
+%% the answer ({downs, N} counts them): an answer from a connection whose
+%% nodedown came first is never written after it.
+-define(HOST_TABLE, tensor_blob_same_host).
+
+remembered(Node) ->
+    try ets:lookup(?HOST_TABLE, Node) catch error:badarg -> [] end.
+
+%% How many connections went down so far; the watcher started if need be.
+host_watch() ->
+    try ets:lookup_element(?HOST_TABLE, downs, 2)
+    catch
+        error:badarg ->
+            Caller = self(),
+            {Pid, Ref} = spawn_monitor(fun() -> host_watcher(Caller) end),
+            receive
+                {Pid, watching} -> erlang:demonitor(Ref, [flush]);
+                {'DOWN', Ref, process, Pid, _} -> ok
+            end,
+            try ets:lookup_element(?HOST_TABLE, downs, 2) catch error:badarg -> undefined end
+    end.
+
+remember(_Node, undefined, Same) ->
+    Same;
+remember(Node, Downs, Same) ->
+    case whereis(?HOST_TABLE) of
+        undefined ->
+            Same;
+        Watcher ->
+            Ref = erlang:monitor(process, Watcher),
+            Watcher ! {remember, self(), Ref, Node, Downs, Same},
+            receive
+                {Ref, _} -> erlang:demonitor(Ref, [flush]);
+                {'DOWN', Ref, process, _, _} -> ok
+            end,
+            Same
+    end.
+
+host_watcher(Caller) ->
+    %% The named table is the lock: one watcher; another exits at once.
+    try ets:new(?HOST_TABLE, [named_table, protected, {read_concurrency, true}]) of
+        ?HOST_TABLE ->
+            true = register(?HOST_TABLE, self()),
+            true = group_leader(whereis(init), self()),
+            ok = net_kernel:monitor_nodes(true, [{node_type, all}]),
+            true = ets:insert(?HOST_TABLE, {downs, 0}),
+            Caller ! {self(), watching},
+            ?MODULE:host_watch_loop()
+    catch
+        error:badarg -> ok
+    end.
+
+-spec host_watch_loop() -> no_return().
+host_watch_loop() ->
+    receive
+        {nodedown, Node, _Info} ->
+            %% The count first: an answer asked before this is not kept.
+            _ = ets:update_counter(?HOST_TABLE, downs, 1),
+            true = ets:delete(?HOST_TABLE, Node);
+        {remember, From, Ref, Node, Downs, Same} ->
+            _ = Node =/= downs andalso ets:lookup_element(?HOST_TABLE, downs, 2) =:= Downs andalso
+                ets:insert(?HOST_TABLE, {Node, Same}),
+            From ! {Ref, ok};
+        _ ->
+            ok
+    end,
+    ?MODULE:host_watch_loop().
+
+%% For the tests: the answers remembered now.
+-spec host_answers() -> [{node(), boolean()}].
+host_answers() ->
+    try [E || {N, _} = E <- ets:tab2list(?HOST_TABLE), N =/= downs] catch error:badarg -> [] end.

@@ -184,8 +184,8 @@ to_device(T, Device) when is_reference(T) ->
     Copy;
 to_device(T, _Device) -> not_a_tensor(T).
 
-%% A transfer event for T, whose bytes were copied on the way or not.
--spec transferred(integer(), {module(), atom(), arity()}, tensor_blob:tensor(), boolean(), map()) -> ok.
+%% A transfer span for T, whose bytes were copied on the way or not.
+-spec transferred(tensor_blob_telemetry:token(), {module(), atom(), arity()}, tensor_blob:tensor(), boolean(), map()) -> ok.
 transferred(Start, Function, T, Copied, Meta) ->
     {Bytes, Dtype, Shape} = transfer_facts(T),
     CopiedBytes = case Copied of

@@ -563,27 +563,55 @@ defmodule TensorBlob.DLPackTest do
       assert_badarg(fn -> DLPack.import(forged, unsafe_address: :yes) end, "unsafe_address: expected a boolean")
     end
 
-    test "a versioned tensor read as legacy, and the reverse, is refused untouched", %{before: before} do
+    test "an address this library handed out is read as what it holds; another version is refused untouched",
+         %{before: before} do
       t = t46()
 
-      address = t |> DLPack.export() |> DLPack.consume()
-      # Read as legacy, the version header and manager_ctx land on data,
-      # device and ndim: no DLTensor has such values.
-      error = assert_badarg(fn -> DLPack.import(address, version: :legacy) end, ~r/^(ndim|device|dtype): /)
-      assert error.message =~ "nothing in it was called"
-      assert TensorBlob.stats().capsules == before.capsules + 1
-      assert Tensor.to_binary(DLPack.import(address, version: :versioned)) == @f32
+      for {held, other} <- [versioned: :legacy, legacy: :versioned] do
+        address = t |> DLPack.export(version: held) |> DLPack.consume()
+        held_out = TensorBlob.stats().capsules
+        # The version recorded when the address was handed out decides:
+        # the other one is refused before anything in it is read.
+        error =
+          assert_badarg(
+            fn -> DLPack.import(address, version: other) end,
+            "version: address #{address} holds a #{held} managed tensor"
+          )
 
-      address = t |> DLPack.export(version: :legacy) |> DLPack.consume()
+        assert error.message =~ "nothing in it was called"
+        assert TensorBlob.stats().capsules == held_out
+        # Still handed out: the right version takes it, once.
+        assert Tensor.to_binary(DLPack.import(address, version: held)) == @f32
 
-      error =
-        assert_badarg(fn -> DLPack.import(address) end, "version: the address does not hold a DLManagedTensorVersioned")
-
-      assert error.message =~ "nothing in it was called"
-      assert Tensor.to_binary(DLPack.import(address, version: :legacy)) == @f32
+        # With no version, it is read as it was handed out.
+        address = t |> DLPack.export(version: held) |> DLPack.consume()
+        assert Tensor.to_binary(DLPack.import(address)) == @f32
+      end
 
       t = nil
       _ = t
+      assert Lifetime.await_stats(before) == before
+    end
+
+    test "a legacy export whose data pointer reads as a plausible version is not read as versioned",
+         %{before: before} do
+      # Read as versioned, a legacy DLManagedTensor's data pointer is the
+      # version: 0x10_0000_0008 reads as DLPack 8.16 (a major the spec says
+      # to hand back to its deleter), and the "deleter" is the DLTensor's
+      # ndim and dtype: the VM died calling it. The memory is never read
+      # here (nothing maps that address).
+      ptr = 0x10_0000_0008
+      t = TensorBlob.from_blob(%{ptr: ptr, shape: {2}, dtype: :float32}, owner: :none)
+      address = t |> DLPack.export(version: :legacy) |> DLPack.consume()
+      u = DLPack.import(address)
+      assert {Tensor.dtype(u), Tensor.shape(u), TensorBlob.to_blob(u).ptr} == {:float32, {2}, ptr}
+
+      address = t |> DLPack.export(version: :legacy) |> DLPack.consume()
+      assert_badarg(fn -> DLPack.import(address, version: :versioned) end, "holds a legacy managed tensor")
+      assert TensorBlob.to_blob(DLPack.import(address, version: :legacy)).ptr == ptr
+
+      {t, u} = {nil, nil}
+      _ = {t, u}
       assert Lifetime.await_stats(before) == before
     end
   end

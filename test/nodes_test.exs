@@ -73,7 +73,7 @@ defmodule TensorBlob.NodesTest do
       sender = Holder.start(node(), {IPC, :torch_zeros, [{4}, :float32]})
       Holder.call(sender, Tensor, :write!, [floats([1.0, 2.0, 3.0, 4.0])])
       # The sender's holder keeps its tensor; the test keeps only what travels.
-      packed = sender |> Holder.call(Nodes, :pack, [peer]) |> Map.delete(:tensor)
+      packed = sender |> Holder.call(Nodes, :pack, [peer, [via: :region]]) |> Map.delete(:tensor)
       assert packed.via == :region
       name = packed.handle
 
@@ -101,10 +101,10 @@ defmodule TensorBlob.NodesTest do
 
   test "a tensor made in a region travels as that region; any other is copied once", %{peer: peer} do
     t = IPC.torch_zeros({8}, :uint8)
-    assert Nodes.pack(t, peer).handle == IPC.export_torch(t).handle
+    assert Nodes.pack(t, peer, via: :region).handle == IPC.export_torch(t).handle
 
     owned = Tensor.zeros({8}, :uint8)
-    packed = Nodes.pack(owned, peer)
+    packed = Nodes.pack(owned, peer, via: :region)
     assert packed.via == :region
     assert Tensor.memory(packed.tensor) == :ipc
     refute packed.handle == IPC.export_torch(t).handle
@@ -129,7 +129,7 @@ defmodule TensorBlob.NodesTest do
   test "unpack(copy: true) of a region is a private writable copy", %{peer: peer} do
     t = IPC.torch_zeros({2}, :float32)
     Tensor.write!(t, floats([1.0, 2.0]))
-    packed = Nodes.pack(t, peer)
+    packed = Nodes.pack(t, peer, via: :region)
     assert packed.via == :region
 
     copied = Holder.start(peer, {Nodes, :unpack, [Map.delete(packed, :tensor), [copy: true]]})
@@ -153,7 +153,7 @@ defmodule TensorBlob.NodesTest do
     binaries = TensorBlob.stats().binaries
 
     exported = IPC.export_torch(t)
-    packed = Nodes.pack(t, peer)
+    packed = Nodes.pack(t, peer, via: :region)
     assert packed.via == :region
     # No hidden binary view of t: it stays writable at once.
     assert TensorBlob.stats().binaries == binaries
@@ -173,7 +173,7 @@ defmodule TensorBlob.NodesTest do
 
   test "a packed region returned by a remote call outlives the process that packed it", %{peer: peer} do
     data = floats([1.0, 2.0, 3.0])
-    packed = :erpc.call(peer, Holder, :pack_fresh, [data, node(), []])
+    packed = :erpc.call(peer, Holder, :pack_fresh, [data, node(), [via: :region]])
     # The call's process on the peer is gone; collect everything there.
     :erpc.call(peer, :tensor_blob_test_util, :gc_all, [])
     assert packed.via == :region
@@ -187,13 +187,84 @@ defmodule TensorBlob.NodesTest do
     assert Tensor.to_binary(t) == data
 
     # Unpacked too late: the error says what happened and what to do.
-    late = :erpc.call(peer, Holder, :pack_fresh, [data, node(), [keep: 0]])
+    late = :erpc.call(peer, Holder, :pack_fresh, [data, node(), [via: :region, keep: 0]])
     :erpc.call(peer, :tensor_blob_test_util, :gc_all, [])
     assert eventually(fn -> not File.exists?(path(late.handle)) end)
     e = assert_raise ArgumentError, fn -> Nodes.unpack(late) end
     assert e.message =~ "is gone"
     assert e.message =~ "keep"
     assert byte_size(e.message) < 2048
+  end
+
+  test "by default a tensor takes the path that costs less", %{peer: peer} do
+    # Where the default turns from a binary to a region, as measured.
+    %{region: region_bytes, copy: copy_bytes} = :tensor_blob_nodes.default_thresholds()
+    n = div(region_bytes, 4)
+
+    # Small: a binary, whatever the tensor's memory.
+    assert Nodes.pack(Tensor.zeros({n - 1}, :float32), peer).via == :binary
+    assert Nodes.pack(IPC.torch_zeros({n - 1}, :float32), peer).via == :binary
+    # Already a region, and large enough: that region, no copy.
+    region = IPC.torch_zeros({n}, :float32)
+    packed = Nodes.pack(region, peer)
+    assert packed.via == :region
+    assert packed.handle == IPC.export_torch(region).handle
+    # Any other tensor: a region only where a copy into one costs less.
+    below_copy = min(n, div(copy_bytes, 4) - 1)
+    assert Nodes.pack(Tensor.zeros({below_copy}, :float32), peer).via == :binary
+    # A region of the other format (IPC.zeros/2) would be copied: like any other tensor.
+    assert Nodes.pack(IPC.zeros({below_copy}, :float32), peer).via == :binary
+    # This node itself can open its own regions.
+    assert Nodes.pack(region, node()).via == :region
+  end
+
+  test "pack asks a peer whether it shares this host once, until its connection goes down", %{peer: peer} do
+    # The same host for the peer: asked by the first pack, or by an earlier test.
+    region = IPC.torch_zeros({div(:tensor_blob_nodes.default_thresholds().region, 4)}, :float32)
+    assert Nodes.pack(region, peer).via == :region
+    count_asks(peer)
+    asked = fn -> :erpc.call(peer, :erlang, :trace_info, [{:tensor_blob, :shm_identity, 0}, :call_count]) end
+
+    for _ <- 1..3, do: assert(Nodes.pack(region, peer).via == :region)
+    assert Nodes.same_host?(peer)
+    assert asked.() == {:call_count, 0}
+    assert {peer, true} in :tensor_blob_nodes.host_answers()
+
+    # Another node under a name that went down and came back is asked again.
+    {other, name} = start_named_peer()
+    assert Nodes.pack(region, name).via == :region
+    assert {name, true} in :tensor_blob_nodes.host_answers()
+    :peer.stop(other)
+    assert eventually(fn -> not List.keymember?(:tensor_blob_nodes.host_answers(), name, 0) end)
+    {again, ^name} = start_named_peer(name)
+    count_asks(name)
+    assert Nodes.pack(region, name).via == :region
+    assert Nodes.pack(region, name).via == :region
+    assert :erpc.call(name, :erlang, :trace_info, [{:tensor_blob, :shm_identity, 0}, :call_count]) == {:call_count, 1}
+    :peer.stop(again)
+
+    # No answer is kept for a node that did not answer: it has no nodedown to forget it by.
+    refute Nodes.same_host?(:"nobody_here@127.0.0.1")
+    refute List.keymember?(:tensor_blob_nodes.host_answers(), :"nobody_here@127.0.0.1", 0)
+  end
+
+  # Counts the calls of what same_host/1 asks a node, there.
+  defp count_asks(node) do
+    {:module, _} = :erpc.call(node, :code, :ensure_loaded, [:tensor_blob])
+    1 = :erpc.call(node, :erlang, :trace_pattern, [{:tensor_blob, :shm_identity, 0}, true, [:call_count]])
+  end
+
+  # A peer that does not join the other nodes (global would see one name
+  # go down and come back as overlapping partitions).
+  defp start_named_peer(name \\ nil) do
+    short =
+      if name,
+        do: name |> Atom.to_string() |> String.split("@") |> hd() |> String.to_charlist(),
+        else: :peer.random_name()
+
+    args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1]) ++ [~c"-connect_all", ~c"false"]
+    {:ok, pid, node} = :peer.start(%{name: short, host: ~c"127.0.0.1", longnames: true, args: args})
+    {pid, node}
   end
 
   test "same_host? is false for a node that cannot be reached, and agrees with pack" do
@@ -217,6 +288,10 @@ defmodule TensorBlob.NodesTest do
           assert packed.via == :binary
           receiver = Holder.start(other_node, {Nodes, :unpack, [packed]})
           assert Holder.call(receiver, Tensor, :to_binary) == floats([1.0, 2.0])
+          # Even a region large enough to go as itself to the peer of this user.
+          region = IPC.torch_zeros({div(:tensor_blob_nodes.default_thresholds().region, 4)}, :float32)
+          assert Nodes.pack(region, peer).via == :region
+          assert Nodes.pack(region, other_node).via == :binary
 
           assert_raise ArgumentError, ~r/via region needs a node that can open/, fn ->
             Nodes.pack(t, other_node, via: :region)
@@ -298,5 +373,17 @@ defmodule TensorBlob.NodesTest do
     assert_raise ArgumentError, ~r/via must be region or binary/, fn -> Nodes.pack(t, peer, via: :pigeon) end
     assert_raise ArgumentError, ~r/expected what TensorBlob.Nodes.pack\/2 made/, fn -> Nodes.unpack(%{via: :region}) end
     assert_raise ArgumentError, ~r/expected a tensor/, fn -> Nodes.pack(:nope, peer) end
+
+    # A format this build does not know is refused, naming the one it knows.
+    packed = Nodes.pack(t, peer)
+    e = assert_raise ArgumentError, fn -> Nodes.unpack(%{packed | __tensor_blob_node__: 2}) end
+    assert e.message =~ "format is version 2"
+    assert e.message =~ "it unpacks version 1)"
+
+    assert_raise ArgumentError, ~r/format is version :one/, fn ->
+      Nodes.unpack(%{packed | __tensor_blob_node__: :one})
+    end
+
+    assert Tensor.to_binary(Nodes.unpack(packed)) == <<0, 0>>
   end
 end

@@ -8,6 +8,17 @@ defmodule TensorBlobTest do
   @f32 for x <- [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], into: <<>>, do: <<x::float-32-native>>
 
   defp f32s(list), do: for(x <- list, into: <<>>, do: <<x::float-32-native>>)
+
+  # A float32 view of t's memory with this shape and these strides.
+  defp strided_view(t, shape, strides) do
+    b = TensorBlob.to_blob(t)
+
+    case TensorBlob.from_blob(%{ptr: b.ptr, shape: shape, strides: strides, dtype: :float32}, owner: t) do
+      %BlobView{tensor: v} -> v
+      v -> v
+    end
+  end
+
   defp t23, do: Tensor.from_binary(@f32, :float32, {2, 3})
 
   describe "to_blob/1" do
@@ -323,6 +334,32 @@ defmodule TensorBlobTest do
       end
     end
 
+    test "a write through a view whose elements meet only by a combination of strides is refused" do
+      # No stride is 0 and none is a multiple of another within reach, yet
+      # two indices address one element: {4, 3} strides [2, 3] has (3, 0)
+      # and (0, 2) at offset 6; {2, 2, 2} strides [1, 4, 5] has (1, 1, 0)
+      # and (0, 0, 1) at offset 5; {200000, 3} strides [2, 3] is the first
+      # on a dirty scheduler (2.4 MB written).
+      for {shape, strides} <- [{{4, 3}, [2, 3]}, {{2, 2, 2}, [1, 4, 5]}, {{200_000, 3}, [2, 3]}] do
+        extent = Enum.sum(Enum.zip_with(Tuple.to_list(shape), strides, fn n, s -> (n - 1) * s end)) + 1
+        t = Tensor.from_binary(f32s(Enum.to_list(1..extent)), :float32, {extent})
+        before = Tensor.to_binary(t)
+        v = strided_view(t, shape, strides)
+        numel = Tuple.product(shape)
+        e = assert_raise ArgumentError, fn -> Tensor.write!(v, f32s(List.duplicate(9, numel))) end
+        assert e.message =~ "some of its elements are the same memory"
+        assert e.message =~ inspect(strides)
+        assert Tensor.to_binary(t) == before
+      end
+
+      # Interleaved but disjoint (0, 2, 4 and 3, 5, 7): written, element by
+      # element where the view says.
+      t = Tensor.from_binary(f32s(Enum.to_list(1..8)), :float32, {8})
+      v = strided_view(t, {3, 2}, [2, 3])
+      Tensor.write!(v, f32s([10, 11, 12, 13, 14, 15]))
+      assert Tensor.to_binary(t) == f32s([10, 2, 12, 11, 14, 13, 7, 15])
+    end
+
     test "inspect shows any device type as the device table names it: type, or type:index" do
       # Both Inspect implementations (Tensor, DLPack) format devices here;
       # a device type added to the table needs no clause of its own.
@@ -362,6 +399,37 @@ defmodule TensorBlobTest do
       assert inspect(Tensor.transpose(big, 0, 1), limit: 3) =~ "[0, 0, 0, ...]>"
       # No copy of the 128 MiB (the copies would still be on this process's heap).
       assert held.() - binary_memory < 1_000_000
+    end
+
+    test "inspect of an unpinned view shows its address, never its values: a bad pointer does not kill the VM" do
+      # In a VM of its own: before, printing such a view read address 4096
+      # and the VM died of SIGSEGV. The Erlang side's describe/1 and
+      # printing the reference read nothing either.
+      ebin = Path.dirname(:code.which(:tensor_blob))
+
+      code = ~S'''
+      view = TensorBlob.from_blob(%{ptr: 4096, shape: {4}, dtype: :float32}, owner: :none)
+      IO.puts("shown: " <> inspect(view.tensor))
+      IO.puts("view: " <> inspect(view))
+      ref = TensorBlob.Tensor.ref(view.tensor)
+      IO.puts("described: " <> inspect(:tensor_blob.describe(ref)))
+      :io.format(~c"printed: ~p~n", [ref])
+      '''
+
+      {out, status} = System.cmd("elixir", ["-pa", ebin, "-e", code], stderr_to_stdout: true)
+      assert status == 0, out
+      assert out =~ "shown: #TensorBlob.Tensor<float32[4] cpu unpinned at 0x1000>\n"
+      assert out =~ ~r/view: %TensorBlob.BlobView\{.*#TensorBlob.Tensor<float32\[4\] cpu unpinned at 0x1000>/
+      assert out =~ "described: #{inspect(%{device: :cpu, dtype: :float32, memory: :unpinned, shape: {4}})}\n"
+      assert out =~ ~r/printed: #Ref<[0-9.]+>\n/
+
+      # Here: an unpinned view of good memory shows the same, without values.
+      t = t23()
+      blob = TensorBlob.to_blob(t)
+      %BlobView{tensor: v} = TensorBlob.from_blob(%{ptr: blob.ptr, shape: {6}, dtype: :float32}, owner: :none)
+      address = "0x" <> String.downcase(Integer.to_string(blob.ptr, 16))
+      assert inspect(v) == "#TensorBlob.Tensor<float32[6] cpu unpinned at #{address}>"
+      assert Tensor.to_binary(v) == Tensor.to_binary(t)
     end
 
     test "inspect of a DLPack capsule shows version, dtype, shape, device and state" do

@@ -101,6 +101,23 @@ defmodule TensorBlob.TorchShmTest do
     set_refcount(handle.handle, 1)
   end
 
+  test "a forged count no PyTorch writes (below zero, INT_MIN, INT_MAX) is a bad header, not a vanished region" do
+    handle = IPC.export_torch(IPC.torch_zeros({2}, :float32))
+
+    for count <- [-1, -2_147_483_648, 2_147_483_647] do
+      set_refcount(handle.handle, count)
+
+      e = assert_raise ArgumentError, fn -> IPC.open(handle.handle, :float32, {2}) end
+      assert e.message =~ "handle: #{inspect(handle.handle)} holds no live PyTorch region"
+      assert e.message =~ "(its reference count is #{count})"
+      # Refused before anything was taken: the header is as it was.
+      assert refcount(handle.handle) == count
+    end
+
+    set_refcount(handle.handle, 1)
+    assert Tensor.memory(handle.tensor) == :ipc
+  end
+
   test "bad inputs" do
     assert_raise ArgumentError, ~r/no shared memory named "\/torch_1_2_3"/, fn ->
       IPC.open("/torch_1_2_3", :float32, {4})

@@ -28,25 +28,6 @@ uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *stri
     return (last + 1) * element_size;
 }
 
-int tb_layout_self_overlaps(int ndim, const int64_t *shape, const int64_t *strides)
-{
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] == 0)
-            return 0; /* no elements at all */
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 2)
-            continue;
-        if (strides[i] == 0)
-            return 1;
-        /* Index k along i (1 <= k < shape[i]) lands where index 1 along j
-         * does when strides[j] == k * strides[i]. */
-        for (int j = 0; j < ndim; j++)
-            if (j != i && shape[j] >= 2 && strides[j] % strides[i] == 0 && strides[j] / strides[i] < shape[i])
-                return 1;
-    }
-    return 0;
-}
-
 tb_layout_result tb_layout_check(const tb_layout *l)
 {
     tb_layout_result r = {TB_LAYOUT_OK, -1, 1, 0, 0};

@@ -56,15 +56,6 @@ tb_layout_result tb_layout_check(const tb_layout *layout);
  * libtorch made: no check, no copy into a tb_layout (to_blob's path). */
 uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *strides, size_t element_size);
 
-/* 1 when two different indices of the layout surely address the same
- * element: a dimension of more than one element with stride 0, or a stride
- * that another dimension's index reaches (k times a smaller stride, k below
- * that dimension's size). A write through such a view is refused, as
- * libtorch refuses in-place writes to it. Layouts that might overlap in a
- * way these rules do not see count as not overlapping, as libtorch's
- * "too hard" answer does. Strides must be non-negative (tb_layout_check). */
-int tb_layout_self_overlaps(int ndim, const int64_t *shape, const int64_t *strides);
-
 /* 1 when [ptr, ptr + size) lies inside [base, base + base_size). */
 int tb_extent_inside(uint64_t ptr, uint64_t size, uint64_t base, uint64_t base_size);
 

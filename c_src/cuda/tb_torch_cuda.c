@@ -127,7 +127,7 @@ const char *tb_torch_counter_open(const char *name, size_t name_size, int64_t sl
         return message;
     }
     int seen;
-    if (!tb_shm_header_take(out->base, &seen)) {
+    if (tb_shm_header_take(out->base, &seen) != 1) {
         munmap(out->base, out->length);
         *caller_field = "ref_counter_handle";
         snprintf(message, sizeof message, "ref_counter_handle: %s is being freed by its last user", out->name);

@@ -37,8 +37,8 @@ typedef struct {
      * import by any build takes it, so the layout up to the flag below is
      * part of the ABI (tb_state.h). */
     tb_range out;
-    _Atomic int handed;
-    int64_t dims[]; /* shape[ndim], then strides[ndim] */
+    _Atomic int handed; /* a HANDED_ value */
+    int64_t dims[];     /* shape[ndim], then strides[ndim] */
 } tb_export;
 
 /* ---- Addresses handed out ------------------------------------------------ */
@@ -47,37 +47,52 @@ typedef struct {
  * capsules, the C bridge), until one import takes each or its deleter
  * runs: a kind of the registry (tb_registry.h), so an import of an address
  * finds out whether it is ours and still unclaimed without reading it, and
- * takes it in the same step. */
-void tb_dlpack_hand_out(void *managed)
+ * takes it in the same step.
+ *
+ * The handed flag: not handed out (0), or handed out, with what the
+ * address holds, so that an import reads it as what it is. Every build
+ * reads the flag as "handed out" when it is not 0; a build before the
+ * version was recorded set 1 (HANDED_UNKNOWN), so the values keep that
+ * meaning and the ABI stays. */
+enum { HANDED_NO = 0, HANDED_UNKNOWN = 1, HANDED_VERSIONED = 2, HANDED_LEGACY = 3 };
+
+static void hand_out_as(tb_export *e, int handed)
 {
-    tb_export *e = managed; /* the managed tensor is the export's first member */
-    uintptr_t a = (uintptr_t)managed;
+    uintptr_t a = (uintptr_t)e;
     e->out = (tb_range){.lo = a, .hi = a + 1};
     /* Set before the address can be found: see export_free. */
-    atomic_store_explicit(&e->handed, 1, memory_order_relaxed);
+    atomic_store_explicit(&e->handed, handed, memory_order_relaxed);
     tb_registry_add(&tb_st->registry, TB_REG_HANDED, &e->out);
 }
 
-/* 1 when address is one of ours, handed out and unclaimed: it is now
- * claimed by the caller, who owes its deleter one call. */
+void tb_dlpack_hand_out(void *managed, int versioned)
+{
+    /* The managed tensor is the export's first member. */
+    hand_out_as(managed, versioned ? HANDED_VERSIONED : HANDED_LEGACY);
+}
+
+/* When address is one of ours, handed out and unclaimed: it is now claimed
+ * by the caller, who owes its deleter one call, and the answer is what it
+ * was handed out as (a HANDED_ value); HANDED_NO otherwise. */
 static int claim_handed_out(uintptr_t address)
 {
     tb_range *r = tb_registry_take(&tb_st->registry, TB_REG_HANDED, address);
     if (!r)
-        return 0;
+        return HANDED_NO;
     tb_export *e = (tb_export *)((char *)r - offsetof(tb_export, out));
-    atomic_store_explicit(&e->handed, 0, memory_order_relaxed);
-    return 1;
+    int handed = atomic_exchange_explicit(&e->handed, HANDED_NO, memory_order_relaxed);
+    /* Never 0 once taken (set before the add); read as unknown if it were. */
+    return handed == HANDED_NO ? HANDED_UNKNOWN : handed;
 }
 
 static void export_free(tb_export *e)
 {
     /* Handed out and unclaimed, the address leaves the set. The flag spares
-     * the lock to exports not in it: it is 1 whenever the address is there
+     * the lock to exports not in it: it is not 0 whenever the address is there
      * (set before the add, cleared by a claim after its take), as a deleter
      * sees it, which runs after the hand-out that gave its caller the
      * address. A claim racing the deleter (two consumers of one address) may
-     * leave it 1 here: the take decides, whichever comes first removes the
+     * leave it set here: the take decides, whichever comes first removes the
      * address, the other finds nothing. */
     if (atomic_load_explicit(&e->handed, memory_order_relaxed))
         tb_registry_take(&tb_st->registry, TB_REG_HANDED, e->out.lo);
@@ -335,7 +350,7 @@ ERL_NIF_TERM tb_nif_consume_dlpack(TB_NIF_PARAMS)
     void *m = c ? capsule_managed(env, c, 1, NULL, &exc) : NULL;
     if (!m)
         return exc;
-    tb_dlpack_hand_out(m); /* a capsule holds only our exports */
+    tb_dlpack_hand_out(m, c->versioned); /* a capsule holds only our exports */
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
 }
 
@@ -518,7 +533,9 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
 
 /* The managed tensor an import takes: out of our capsule (*from_capsule),
  * or at an address whose producer answers for it. 1, or 0 with *answer set:
- * the error, or the tensor already (our own export, back as it was). */
+ * the error, or the tensor already (our own export, back as it was).
+ * *claimed: what an address of ours was handed out as (a HANDED_ value),
+ * HANDED_NO for any other source. */
 static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, void **m, int *versioned,
                         int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
 {
@@ -580,7 +597,8 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
          * a capsule is. Anything else is read only when the caller says
          * it answers for it: a second import of an address, or a freed
          * one, would call its deleter twice. */
-        int ours = claim_handed_out((uintptr_t)address);
+        int handed = claim_handed_out((uintptr_t)address);
+        int ours = handed != HANDED_NO;
         if (!ours && !unsafe) {
             *answer = tb_raise_badarg(env, TB_WHY_GONE, "address",
                                       "address: %lu is not a managed tensor this library handed out and still "
@@ -591,10 +609,27 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
                                       (unsigned long)address, "#{unsafe_address => true}", "unsafe_address: true");
             return 0;
         }
+        /* Ours: read as what it was handed out as (a version asked for
+         * must be that one); unread, it stays handed out. */
+        if (handed == HANDED_VERSIONED || handed == HANDED_LEGACY) {
+            int held_versioned = handed == HANDED_VERSIONED;
+            if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != held_versioned) {
+                hand_out_as((tb_export *)(uintptr_t)address, handed);
+                *answer = tb_raise_badarg(env, TB_WHY_BAD_OPTION, "version",
+                                          "version: address %lu holds a %s managed tensor this library handed out, "
+                                          "got version %T; nothing in it was called and it can still be imported: "
+                                          "pass version %T, or none",
+                                          (unsigned long)address, held_versioned ? "versioned" : "legacy", argv[1],
+                                          held_versioned ? tb_atoms.versioned : tb_atoms.legacy);
+                return 0;
+            }
+            *versioned = held_versioned;
+        } else {
+            *versioned = a->version != VERSION_LEGACY;
+        }
         *m = (void *)(uintptr_t)address;
-        *versioned = a->version != VERSION_LEGACY;
         *from_capsule = 0;
-        *claimed = ours;
+        *claimed = handed;
         return 1;
     }
     *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "capsule",
@@ -628,7 +663,7 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
         /* Refused unread (read as the wrong version): the address stays
          * the caller's, and one later import may still take it. */
         if (claimed && !owned)
-            tb_dlpack_hand_out(m);
+            hand_out_as(m, claimed);
         return refuse(env, m, versioned, owned, &chk);
     }
     int st = tb_dtypes[chk.dtype].torch_scalar_type;

@@ -19,7 +19,8 @@ long tb_dlpack_live(void);
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
 /* An export's address is given out as an integer: one import by address
  * may take it (from_dlpack refuses any other address unless the caller
- * vouches for it). */
-void tb_dlpack_hand_out(void *managed);
+ * vouches for it). What it holds (versioned or legacy) is recorded with it:
+ * an import reads it as that, and refuses to read it as the other. */
+void tb_dlpack_hand_out(void *managed, int versioned);
 
 #endif

@@ -160,15 +160,6 @@ int tb_reschedule_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int dev
     return 1;
 }
 
-ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *fun, int argc,
-                         const ERL_NIF_TERM argv[])
-{
-    ERL_NIF_TERM rescheduled;
-    if (tb_reschedule_copy(env, name, bytes, device, fun, argc, argv, &rescheduled))
-        return rescheduled;
-    return fun(env, argc, argv);
-}
-
 int tb_tensor_get_dense(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dtype_term, tb_dense *out,
                         ERL_NIF_TERM *exc)
 {

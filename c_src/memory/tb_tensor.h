@@ -95,9 +95,6 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
 typedef ERL_NIF_TERM tb_nif_fun(ErlNifEnv *, int, const ERL_NIF_TERM[]);
 int tb_reschedule_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *self, int argc,
                        const ERL_NIF_TERM argv[], ERL_NIF_TERM *out);
-/* The same for a NIF that reads its arguments in `fun`: runs it there. */
-ERL_NIF_TERM tb_run_copy(ErlNifEnv *env, const char *name, uint64_t bytes, int device, tb_nif_fun *fun, int argc,
-                         const ERL_NIF_TERM argv[]);
 
 long tb_tensor_live(void);
 

@@ -22,6 +22,6 @@ void tb_bridge_dyncall(ErlNifEnv *env, void *obj, void *call_data)
     int read_only = (call->flags & TENSOR_BLOB_BRIDGE_READ_ONLY) || tb_storage_read_only(&info);
     call->tensor = tb_dlpack_export(t->handle, 1, read_only);
     if (call->tensor)
-        tb_dlpack_hand_out(call->tensor);
+        tb_dlpack_hand_out(call->tensor, 1);
     call->status = call->tensor ? TENSOR_BLOB_BRIDGE_OK : TENSOR_BLOB_BRIDGE_NO_MEMORY;
 }

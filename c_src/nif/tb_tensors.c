@@ -4,6 +4,7 @@
  * readers and ends with tb_tensor_result or a term of its own; the tensor
  * resource they work on is memory/tb_tensor. */
 #include "tb_nifs.h"
+#include "tb_overlap.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -122,14 +123,27 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
                                tb_storage_read_only_reason(&d.info), "write/2", "write!",
                                "tensor_blob:to_device(T, tensor_blob:device(T))",
                                "Tensor.to_device(t, Tensor.device(t))");
-    /* Two indices of one element: which write would win is undefined. */
-    if (tb_layout_self_overlaps(d.info.ndim, d.info.sizes, d.info.strides))
+    /* Two indices of one element: which write would win is undefined.
+     * Accepted only when no two share memory, refused when that is not
+     * known within the bound. */
+    tb_overlap overlap = tb_layout_overlap(d.info.ndim, d.info.sizes, d.info.strides, TB_OVERLAP_WORK);
+    if (overlap == TB_OVERLAP_YES)
         return tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
                                "tensor: some of its elements are the same memory (a stride of 0, or strides "
                                "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
                                "as libtorch refuses in-place writes to it. Write to the tensor it views",
                                tb_make_shape(env, d.info.ndim, d.info.sizes),
                                tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!");
+    if (overlap != TB_OVERLAP_NONE)
+        return tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
+                               "tensor: whether two of its elements are the same memory is not known within "
+                               "%ld steps (shape %T, strides %T: not a layout of a dense tensor's slices, "
+                               "permutations or windows); %C refuses a write it cannot prove safe. Write a "
+                               "contiguous copy (%C), or write through a contiguous view of the memory",
+                               TB_OVERLAP_WORK, tb_make_shape(env, d.info.ndim, d.info.sizes),
+                               tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!",
+                               "tensor_blob:to_device(T, tensor_blob:device(T))",
+                               "Tensor.to_device(t, Tensor.device(t))");
     if (from_tensor && (src.dtype != d.dtype || !dense_on_host(&d.info)))
         return tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "source",
                                "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "

@@ -163,12 +163,10 @@ static tb_region *create_region(const region_format *f, size_t length, size_t by
     return r;
 }
 
-static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const ERL_NIF_TERM argv[])
+/* A new region of the format holding d (the NIF's shape and dtype, read). */
+static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const tb_dense *dense)
 {
-    tb_dense d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
-        return exc;
+    const tb_dense d = *dense;
     size_t length = f->header + (size_t)d.check.byte_size;
     length = length ? length : 1; /* an empty region is one byte long */
     char name[NAME_MAX + 2];
@@ -217,16 +215,6 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const E
         return no_room(env, f, length, error);
     }
     return make_tensor(env, r, &d);
-}
-
-static ERL_NIF_TERM ipc_zeros(TB_NIF_PARAMS)
-{
-    return region_zeros(env, &posix_format, argv);
-}
-
-static ERL_NIF_TERM torch_shm_zeros(TB_NIF_PARAMS)
-{
-    return region_zeros(env, &torch_format, argv);
 }
 
 /* ---- Opening a region ------------------------------------------------ */
@@ -280,16 +268,12 @@ static int reserve(int fd, const struct stat *st)
     return 0;
 }
 
-static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ERL_NIF_TERM argv[])
+/* Maps the region name (argv[0], read) names as d (argv[2] of dtype
+ * argv[1], read). */
+static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const char *name, const tb_dense *dense,
+                                const ERL_NIF_TERM argv[])
 {
-    char name[NAME_MAX + 2];
-    ERL_NIF_TERM exc;
-    if (!region_name(env, f, argv[0], name, &exc))
-        return exc;
-    tb_dense d;
-    if (!tb_tensor_get_dense(env, argv[2], argv[1], &d, &exc))
-        return exc;
-
+    const tb_dense d = *dense;
     struct stat st;
     int error;
     int fd = tb_shm_open(name, 0, &st, &error);
@@ -349,10 +333,11 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
                                   tb_shm_strerror(error));
         }
         int seen;
-        if (!tb_shm_header_take(r->base, &seen)) {
+        int taken = tb_shm_header_take(r->base, &seen);
+        if (taken != 1) {
             (void)tb_shm_owner_forget(&r->ref);
             unmap_region(r);
-            if (seen == INT_MIN)
+            if (taken < 0)
                 return tb_raise_error(env, TB_WHY_GONE, NULL,
                                       "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "
                                       "another program)",
@@ -366,46 +351,52 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ER
     return make_tensor(env, r, &d);
 }
 
-static ERL_NIF_TERM ipc_open(TB_NIF_PARAMS)
-{
-    return region_open(env, &posix_format, argv);
-}
-
-static ERL_NIF_TERM torch_shm_open(TB_NIF_PARAMS)
-{
-    return region_open(env, &torch_format, argv);
-}
-
-/* Making a region, or reserving the pages of a sparse one, writes them:
- * dirty when large. The shape and dtype are argv[shape] and argv[dtype]. */
-static ERL_NIF_TERM run(ErlNifEnv *env, const char *what, tb_nif_fun *fun, int shape, int dtype, int argc,
-                        const ERL_NIF_TERM argv[])
+/* Each NIF reads its arguments once, then runs where its writes belong
+ * (making a region, or reserving the pages of a sparse one, writes them:
+ * dirty when large; rescheduled, it reads them again there). */
+static ERL_NIF_TERM zeros_nif(ErlNifEnv *env, const region_format *f, const char *what, tb_nif_fun *self, int argc,
+                              const ERL_NIF_TERM argv[])
 {
     tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_dense(env, argv[shape], argv[dtype], &d, &exc))
+    if (!tb_tensor_get_dense(env, argv[0], argv[1], &d, &exc))
         return exc;
-    return tb_run_copy(env, what, d.check.byte_size, 0, fun, argc, argv);
+    if (tb_reschedule_copy(env, what, d.check.byte_size, 0, self, argc, argv, &exc))
+        return exc;
+    return region_zeros(env, f, &d);
+}
+
+static ERL_NIF_TERM open_nif(ErlNifEnv *env, const region_format *f, const char *what, tb_nif_fun *self, int argc,
+                             const ERL_NIF_TERM argv[])
+{
+    char name[NAME_MAX + 2];
+    tb_dense d;
+    ERL_NIF_TERM exc;
+    if (!region_name(env, f, argv[0], name, &exc) || !tb_tensor_get_dense(env, argv[2], argv[1], &d, &exc))
+        return exc;
+    if (tb_reschedule_copy(env, what, d.check.byte_size, 0, self, argc, argv, &exc))
+        return exc;
+    return region_open(env, f, name, &d, argv);
 }
 
 ERL_NIF_TERM tb_nif_ipc_zeros(TB_NIF_PARAMS)
 {
-    return run(env, "ipc_zeros", ipc_zeros, 0, 1, argc, argv);
+    return zeros_nif(env, &posix_format, "ipc_zeros", tb_nif_ipc_zeros, argc, argv);
 }
 
 ERL_NIF_TERM tb_nif_torch_shm_zeros(TB_NIF_PARAMS)
 {
-    return run(env, "torch_shm_zeros", torch_shm_zeros, 0, 1, argc, argv);
+    return zeros_nif(env, &torch_format, "torch_shm_zeros", tb_nif_torch_shm_zeros, argc, argv);
 }
 
 ERL_NIF_TERM tb_nif_ipc_open(TB_NIF_PARAMS)
 {
-    return run(env, "ipc_open", ipc_open, 2, 1, argc, argv);
+    return open_nif(env, &posix_format, "ipc_open", tb_nif_ipc_open, argc, argv);
 }
 
 ERL_NIF_TERM tb_nif_torch_shm_open(TB_NIF_PARAMS)
 {
-    return run(env, "torch_shm_open", torch_shm_open, 2, 1, argc, argv);
+    return open_nif(env, &torch_format, "torch_shm_open", tb_nif_torch_shm_open, argc, argv);
 }
 
 /* ---- Names ----------------------------------------------------------- */

@@ -129,10 +129,11 @@ static void init(void *arg)
 
 int tb_shm_header_take(void *header, int *seen)
 {
-    count_op op = {.count = header, .seen = INT_MIN, .result = 0};
-    int ran = tb_fault_run(take, &op);
+    count_op op = {.count = header, .seen = 0, .result = 0};
+    if (!tb_fault_run(take, &op))
+        return -1;
     *seen = op.seen;
-    return ran && op.result;
+    return op.result;
 }
 
 int tb_shm_header_drop(void *header)
@@ -226,8 +227,15 @@ static void release_journal(int dir_fd, const char *token, size_t length)
             continue;
         char name[NAME_MAX + 2];
         r.name[NAME_MAX] = '\0';
-        if (tb_shm_name(r.name, strlen(r.name), name, sizeof name))
-            drop_dead_reference(name, r.state == TB_SLOT_MADE, strncmp(name, own, strlen(own)) == 0);
+        if (!tb_shm_name(r.name, strlen(r.name), name, sizeof name))
+            continue;
+        /* Only what the token could have recorded (a forged journal names
+         * anything): it makes only names of its own, and holds
+         * references only in PyTorch-format headers. */
+        int made = r.state == TB_SLOT_MADE, ours = strncmp(name, own, strlen(own)) == 0;
+        if (made ? !ours : !tb_shm_torch_format(name))
+            continue;
+        drop_dead_reference(name, made, ours);
     }
     munmap(base, (size_t)st.st_size);
 }

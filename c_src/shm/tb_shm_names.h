@@ -61,9 +61,11 @@ const char *tb_shm_strerror(int error);
  * is absent (errno ENOENT) or no regular file of ours. */
 int tb_shm_open_at(int dir_fd, const char *name, int flags);
 
-/* PyTorch's header count, under the guard. take: one more reference
- * unless the count is zero (the last holder is unlinking the name) or no
- * count (*seen: what was there). drop: 1 when this was the last (the
+/* PyTorch's header count, under the guard. take: 1 with one more
+ * reference; 0 when the count is none (zero: the last holder is unlinking
+ * the name; below zero, or at INT_MAX: no count PyTorch writes), with
+ * *seen what was there; -1 when the memory vanished (*seen is then not
+ * set). drop: 1 when this was the last (the
  * caller unlinks the name), 0 when others hold it, -1 when the memory
  * vanished. init: 1 with the count set to 1, 0 when the memory vanished. */
 int tb_shm_header_take(void *header, int *seen);
@@ -86,7 +88,10 @@ size_t tb_shm_token_length(const char *s);
 
 /* Releases what a token held (its creator is gone: the caller holds its
  * lock): the references its journal lists, then every plain name of the
- * token and the journal, the lock last. Returns how many names other than
+ * token and the journal, the lock last. A journal is trusted only for what
+ * its token could have recorded: a name being made only when it is the
+ * token's own ("/torch_tensor_blob.<token>.<n>"), a reference held only in
+ * a PyTorch-format name ("/torch_..."); any other slot is skipped. Returns how many names other than
  * the lock and journal were removed. */
 int tb_shm_release_token(int dir_fd, const char *token, size_t length);
 

@@ -142,7 +142,7 @@ defmodule TensorBlob.CUDA do
   @spec export_torch_share(Tensor.input()) ::
           %{:tensor => Tensor.t(), :counter => Tensor.t(), optional(atom()) => term()}
   def export_torch_share(tensor) do
-    export = translating(do: :tensor_blob.cuda_torch_export(Tensor.ref(tensor)))
+    export = reported({__MODULE__, :export_torch_share, 1}, do: :tensor_blob.cuda_torch_export(Tensor.ref(tensor)))
 
     shared =
       if export.tensor == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(export.tensor)

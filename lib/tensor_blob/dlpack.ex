@@ -196,7 +196,10 @@ defmodule TensorBlob.DLPack do
   Options:
 
     * `:version` - `:versioned` (default) or `:legacy`: how to read an
-      address. A capsule knows its own.
+      address. A capsule knows its own, and so does an address this
+      library handed out (`consume/1`, the C bridge): it is read as what it
+      holds, and a `:version` that is not that is refused with
+      `ArgumentError`, the address left to a later import.
     * `:read_only` - make the tensor read-only even without the flag.
     * `:stream` - the producer's CUDA stream (see "Streams"); not for
       `kDLCPU` tensors.

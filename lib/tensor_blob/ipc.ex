@@ -108,7 +108,7 @@ defmodule TensorBlob.IPC do
   @spec export(Tensor.input()) :: Handle.t()
   def export(tensor) do
     %{handle: handle, address: address, data_size: size, tensor: shared} =
-      translating(do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
+      reported({__MODULE__, :export, 1}, do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
 
     shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     address = if address == :undefined, do: nil, else: address
@@ -136,7 +136,7 @@ defmodule TensorBlob.IPC do
   @spec export_torch(Tensor.input()) :: Handle.t()
   def export_torch(tensor) do
     %{handle: handle, data_size: size, tensor: shared} =
-      translating(do: :tensor_blob.ipc_torch_export(Tensor.ref(tensor)))
+      reported({__MODULE__, :export_torch, 1}, do: :tensor_blob.ipc_torch_export(Tensor.ref(tensor)))
 
     shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     %Handle{handle: handle, address: nil, data_size: size, tensor: shared}

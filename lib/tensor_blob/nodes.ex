@@ -8,14 +8,15 @@ defmodule TensorBlob.Nodes do
   term to send by any means; `unpack/1`, on the receiving node, makes it a
   tensor again.
 
-  To a node that can open this node's shared memory (`same_host?/1`: the
-  same host, `/dev/shm` and user), the memory travels as a shared-memory
-  region that both nodes map: no copy of the data when the tensor was made
-  by `TensorBlob.IPC.torch_zeros/2`, one copy into a new region otherwise
-  (the tensor is left as it was). To a node elsewhere, the bytes travel as one binary: a
-  view of the tensor's memory when it is a contiguous CPU tensor, which the
-  distribution sends as it sends any binary, and which the receiver views
-  without a copy when it arrives aligned for the dtype (else one copy).
+  Two paths. A region: to a node that can open this node's shared memory
+  (`same_host?/1`: the same host, `/dev/shm` and user), the memory as a
+  shared-memory region that both nodes map: no copy of the data when the
+  tensor was made by `TensorBlob.IPC.torch_zeros/2`, one copy into a new
+  region otherwise (the tensor is left as it was). A binary: the bytes as
+  one binary, a view of the tensor's memory when it is a contiguous CPU
+  tensor, which the distribution sends as it sends any binary, and which
+  the receiver views without a copy when it arrives aligned for the dtype
+  (else one copy). `pack/2` takes the one that costs less (see `pack/3`).
   Where the bytes land depends on what precedes them in the message, the
   same from one message to the next on one path (erpc, a send): a receiver
   that had to copy tells the sender the pad to put before the bytes, so
@@ -38,15 +39,23 @@ defmodule TensorBlob.Nodes do
 
   @doc """
   A term that carries `tensor` to `node`. `via: :region` or `via: :binary`
-  forces a path (`:region` only to a node for which `same_host?/1` holds);
-  by default a CPU tensor goes to such a node as a region, anything else
-  as a binary. `keep:` (milliseconds, default 30000) bounds how long the
+  forces a path (`:region` only to a node for which `same_host?/1` holds).
+  By default the path that costs less end to end (pack, send, unpack, as
+  measured in guides/nodes.md): to a node for which `same_host?/1` holds,
+  a region for a CPU tensor that already is one (made by
+  `TensorBlob.IPC.torch_zeros/2`) from 32 KiB, and for any other CPU
+  tensor from 64 MiB; a binary for anything else (a region's name, keeper
+  and mapping cost more than a small tensor's bytes). The node's
+  `same_host?/1` answer is asked once and remembered until its connection
+  goes down. `keep:` (milliseconds, default 30000) bounds how long the
   sending node keeps a region alive for a receiver that has not unpacked
   yet.
   """
   @spec pack(Tensor.input(), node(), via: :region | :binary, keep: non_neg_integer()) :: packed()
   def pack(tensor, node, opts \\ []) do
-    translating(do: :tensor_blob.node_pack(Tensor.ref(tensor), node, Map.new(opts)))
+    reported({__MODULE__, :pack, if(opts == [], do: 2, else: 3)},
+      do: :tensor_blob.node_pack(Tensor.ref(tensor), node, Map.new(opts))
+    )
   end
 
   @doc """
@@ -61,13 +70,16 @@ defmodule TensorBlob.Nodes do
   """
   @spec unpack(packed(), copy: boolean()) :: Tensor.t()
   def unpack(packed, opts \\ []) do
-    translating(do: Tensor.wrap(:tensor_blob.node_unpack(packed, Map.new(opts))))
+    reported({__MODULE__, :unpack, if(opts == [], do: 1, else: 2)},
+      do: Tensor.wrap(:tensor_blob.node_unpack(packed, Map.new(opts)))
+    )
   end
 
   @doc """
   Whether `node` can open the shared memory this node makes (what `pack/2`
   asks): the same host and `/dev/shm`, and the same effective user
-  (regions are mode 0600). `false` for a node that cannot be reached.
+  (regions are mode 0600). `false` for a node that cannot be reached. A
+  node's answer is remembered until its connection goes down.
   """
   @spec same_host?(node()) :: boolean()
   def same_host?(node), do: translating(do: :tensor_blob.same_host(node))

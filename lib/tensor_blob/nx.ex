@@ -126,20 +126,22 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
-      start = :tensor_blob_telemetry.start(:transfer)
-      {copy, device, ipc} = options!(opts)
-      dtype = dtype!(nx.type)
+      :tensor_blob_telemetry.as({__MODULE__, :from_nx, 2}, fn ->
+        start = :tensor_blob_telemetry.start(:transfer)
+        {copy, device, ipc} = options!(opts)
+        dtype = dtype!(nx.type)
 
-      t =
-        cond do
-          copy == :always -> copy_of(nx, dtype, :requested)
-          match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
-          ipc -> region_view(nx, dtype)
-          true -> pointer_view(nx, dtype, copy, device)
-        end
+        t =
+          cond do
+            copy == :always -> copy_of(nx, dtype, :requested)
+            match?(%Nx.BinaryBackend{}, nx.data) -> binary_view(nx, dtype, copy)
+            ipc -> region_view(nx, dtype)
+            true -> pointer_view(nx, dtype, copy, device)
+          end
 
-      transferred(start, :from_nx, t, start != :undefined and Tensor.memory(t) == :owned, nx.data.__struct__)
-      t
+        transferred(start, :from_nx, t, start != :undefined and copied?(nx, t), nx.data.__struct__)
+        t
+      end)
     end
 
     def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
@@ -186,7 +188,9 @@ if Code.ensure_loaded?(Nx) do
       |> badarg!(:not_a_tensor, :none)
     end
 
-    def to_nx(%Tensor{} = t, arg) do
+    def to_nx(%Tensor{} = t, arg), do: :tensor_blob_telemetry.as({__MODULE__, :to_nx, 2}, fn -> to_nx!(t, arg) end)
+
+    defp to_nx!(t, arg) do
       start = :tensor_blob_telemetry.start(:transfer)
       {backend, unsafe_view} = to_nx_options!(arg)
       {shape, type} = layout!(t)
@@ -215,16 +219,10 @@ if Code.ensure_loaded?(Nx) do
       nx
     end
 
-    # A [:tensor_blob, :transfer] event (guides/telemetry.md).
-    defp transferred(:undefined, _function, _t, _copied, _backend), do: :ok
-
-    defp transferred(start, function, t, copied, backend) do
-      # One call for the layout.
-      {_, shape, _, dtype, _, element_size, _, _} = :tensor_blob.blob_fields(Tensor.ref(t))
-      bytes = shape |> Tuple.to_list() |> Enum.reduce(element_size, &(&1 * &2))
-      meta = %{dtype: dtype, shape: shape, backend: backend}
-      :tensor_blob_telemetry.transfer(start, {__MODULE__, function, 2}, bytes, if(copied, do: bytes, else: 0), meta)
-    end
+    # A [:tensor_blob, :transfer] span (guides/telemetry.md).
+    defp transferred(start, function, t, copied, backend),
+      do:
+        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, function, 2}, Tensor.ref(t), copied, %{backend: backend})
 
     # The shape and Nx type of a tensor Nx can take (one call for the
     # layout: shape, strides, dtype and device), or ArgumentError.
@@ -396,6 +394,13 @@ if Code.ensure_loaded?(Nx) do
     end
 
     ## Helpers
+
+    # from_nx copied: an owned tensor, or a view of a binary on a process heap
+    # (64 bytes or less, or a part of one), of which its pin holds a copy.
+    defp copied?(nx, t) do
+      memory = Tensor.memory(t)
+      memory == :owned or (memory == :binary and :binary.referenced_byte_size(nx.data.state) <= 64)
+    end
 
     # The defaults: {copy, device, ipc}.
     defp options!([]), do: {:auto, nil, false}

@@ -23,6 +23,16 @@ defmodule TensorBlob.Raise do
     end
   end
 
+  # translating/1 for a function that copies or transfers: its telemetry
+  # spans name `function` ({module, name, arity}: the Elixir function the
+  # caller called, not the Erlang one behind it), and an error raised
+  # inside it ends them with an exception event (guides/telemetry.md).
+  defmacro reported(function, do: body) do
+    quote do
+      :tensor_blob_telemetry.as(unquote(function), fn -> TensorBlob.Raise.translating(do: unquote(body)) end)
+    end
+  end
+
   @doc false
   @spec reraise_translated({:badarg | :tensor_blob, binary()}, Exception.stacktrace()) :: no_return()
   def reraise_translated({kind, message} = reason, stacktrace) do

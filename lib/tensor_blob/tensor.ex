@@ -75,11 +75,11 @@ defmodule TensorBlob.Tensor do
   def from_binary(binary, dtype, shape, opts \\ [])
 
   def from_binary(binary, dtype, shape, []) do
-    translating(do: wrap(:tensor_blob.from_binary(binary, dtype, shape)))
+    reported({__MODULE__, :from_binary, 3}, do: wrap(:tensor_blob.from_binary(binary, dtype, shape)))
   end
 
   def from_binary(binary, dtype, shape, opts) do
-    translating(do: wrap(:tensor_blob.from_binary(binary, dtype, shape, copy_option(opts))))
+    reported({__MODULE__, :from_binary, 4}, do: wrap(:tensor_blob.from_binary(binary, dtype, shape, copy_option(opts))))
   end
 
   @doc """
@@ -115,10 +115,10 @@ defmodule TensorBlob.Tensor do
   """
   @spec to_binary(input(), copy: boolean() | :if_needed, unsafe_shared_memory: boolean()) :: binary()
   def to_binary(tensor, opts \\ [])
-  def to_binary(tensor, []), do: translating(do: :tensor_blob.to_binary(ref(tensor)))
+  def to_binary(tensor, []), do: reported({__MODULE__, :to_binary, 1}, do: :tensor_blob.to_binary(ref(tensor)))
 
   def to_binary(tensor, opts) do
-    translating(do: :tensor_blob.to_binary(ref(tensor), to_binary_options(opts)))
+    reported({__MODULE__, :to_binary, 2}, do: :tensor_blob.to_binary(ref(tensor), to_binary_options(opts)))
   end
 
   # No closure on this path: making one touches a count the VM shares
@@ -151,12 +151,18 @@ defmodule TensorBlob.Tensor do
 
   Raises `ArgumentError` on a read-only tensor (a DLPack import flagged
   READ_ONLY, a view of a binary's bytes, a view of a read-only tensor, and
-  their slices), and while a binary made by `to_binary(t, copy: false)`
-  shows any of the memory it would write.
+  their slices), while a binary made by `to_binary(t, copy: false)`
+  shows any of the memory it would write, and on a view whose elements
+  share memory (two indices on one element: a stride of 0, sliding
+  windows, or strides such as `{4, 3}` with `[2, 3]`, where index `{3, 0}`
+  and `{0, 2}` meet). Whether elements meet is decided exactly for the
+  layouts of slices, permutations, steps and windows; a layout whose
+  answer would take longer than a bounded search is refused too, saying
+  to write a contiguous copy instead.
   """
   @spec write!(tensor, binary()) :: tensor when tensor: input()
   def write!(tensor, binary) do
-    translating(do: :tensor_blob.write(ref(tensor), binary))
+    reported({__MODULE__, :write!, 2}, do: :tensor_blob.write(ref(tensor), binary))
     tensor
   end
 
@@ -166,7 +172,8 @@ defmodule TensorBlob.Tensor do
   `to_binary/1` and `write!/2` also copy to and from a CUDA tensor.
   """
   @spec to_device(input(), device()) :: t()
-  def to_device(tensor, device), do: translating(do: wrap(:tensor_blob.to_device(ref(tensor), device)))
+  def to_device(tensor, device),
+    do: reported({__MODULE__, :to_device, 2}, do: wrap(:tensor_blob.to_device(ref(tensor), device)))
 
   @doc "A view of `length` elements of dimension `dim` from `start`; shares memory."
   @spec narrow(input(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
@@ -264,6 +271,11 @@ defmodule TensorBlob.Tensor do
     # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first
     # elements (row-major) of a CPU tensor: at most 8 (or opts.limit), read
     # through a view of those elements only, whatever the tensor's size.
+    # An unpinned view (from_blob(..., owner: :none)) is memory the caller
+    # answers for, which the library cannot vouch for: printing it is not
+    # something the caller asked to do to that memory, so it shows the
+    # address instead of values, and reads nothing. Reading the preview is
+    # not a copy the caller made: it emits no telemetry event.
     import Inspect.Algebra
 
     @preview 8
@@ -287,9 +299,16 @@ defmodule TensorBlob.Tensor do
         dtype = :tensor_blob.dtype(ref)
         head = "#{dtype}#{dims} #{TensorBlob.Tensor.format_device(device)} #{memory}"
 
-        case preview(tensor, shape, device, dtype, min(@preview, opts.limit)) do
-          nil -> concat(["#TensorBlob.Tensor<", head, ">"])
-          values -> concat(["#TensorBlob.Tensor<", head, " ", values, ">"])
+        if memory == :unpinned do
+          address = "0x" <> String.downcase(Integer.to_string(:tensor_blob.to_blob(ref).ptr, 16))
+          concat(["#TensorBlob.Tensor<", head, " at ", address, ">"])
+        else
+          case :tensor_blob_telemetry.unreported(fn ->
+                 preview(tensor, shape, device, dtype, min(@preview, opts.limit))
+               end) do
+            nil -> concat(["#TensorBlob.Tensor<", head, ">"])
+            values -> concat(["#TensorBlob.Tensor<", head, " ", values, ">"])
+          end
         end
       else
         Inspect.Any.inspect(tensor, opts)
