@@ -244,8 +244,7 @@ device(T) -> not_a_tensor(T).
 memory(T) when is_reference(T) -> ?NIF(tensor_blob_nif:memory(T));
 memory(T) -> not_a_tensor(T).
 
-%% @doc true when T views memory whose owner it keeps alive (its kind's keeps_owner in tables/0's
-%% storage): a pinned owner, a DLPack producer, or a binary.
+%% @doc true when T keeps its memory's owner alive: pinned, dlpack or binary (see tables/0).
 -spec pinned(tensor()) -> boolean().
 pinned(T) -> tensor_blob_tables:keeps_owner(memory(T)).
 
