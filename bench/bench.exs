@@ -1,5 +1,6 @@
 # make bench: the cost of exchange, next to a bare NIF call and to copying.
 # Prints one table and writes the same figures to bench/results.json.
+Code.require_file("nif/tensor_blob_bench_nif.ex", __DIR__)
 Code.require_file("scaling.exs", __DIR__)
 System.put_env("TB_NODES_LIBRARY", "1")
 Code.require_file("nodes.exs", __DIR__)
@@ -133,10 +134,10 @@ defmodule Bench do
     ptr = TensorBlob.to_blob(t).ptr
 
     [
-      {"bare NIF call", fn -> TensorBlob.identity(t) end, []},
+      {"bare NIF call", fn -> :tensor_blob_bench_nif.identity(t) end, []},
       # A NIF returning a new, empty resource: the floor of any call that
       # makes a tensor (allocation, collection and the VM's destructor run).
-      {"bare NIF making a resource", fn -> TensorBlob.bare_resource() end, []},
+      {"bare NIF making a resource", fn -> :tensor_blob_bench_nif.bare_resource() end, []},
       {"Elixir map like a Blob",
        fn ->
          %{
@@ -670,6 +671,16 @@ end
 case System.argv() do
   ["--flatness" | runs] ->
     Bench.flatness_only(String.to_integer(List.first(runs, "3")))
+
+  # The baselines alone at 4 B (mix run bench/bench.exs --baselines): the
+  # bench library's bare calls beside a map and a copy, in a second.
+  ["--baselines"] ->
+    t = Bench.tensor_of(4)
+
+    for {name, fun, opts} <- Bench.baselines(t, 4) do
+      %{median_ns: median, p99_ns: p99} = Bench.measure(fun, opts)
+      IO.puts("#{String.pad_trailing(name, 32)} median #{Float.round(median, 1)} ns, p99 #{Float.round(p99, 1)} ns")
+    end
 
   # The child VMs of Bench.cpu_views_visible_and_hidden/0.
   ["--cpu-views"] ->

@@ -4,6 +4,8 @@
 # once. `TB_SCALING_STANDALONE=1 mix run bench/scaling.exs` prints it
 # alone (TB_SCALING_ONLY=text: only the operations whose names hold it, and
 # no mixed loop); bench.exs includes it.
+Code.require_file("nif/tensor_blob_bench_nif.ex", __DIR__)
+
 defmodule Bench.Scaling do
   alias TensorBlob.{DLPack, Tensor}
 
@@ -25,7 +27,7 @@ defmodule Bench.Scaling do
          bin = Tensor.to_binary(t)
          fn -> Tensor.from_binary(bin, :float32, {16}, copy: false) end
        end},
-      {"bare NIF making a resource", fn _t -> fn -> TensorBlob.bare_resource() end end}
+      {"bare NIF making a resource", fn _t -> fn -> :tensor_blob_bench_nif.bare_resource() end end}
     ]
   end
 

@@ -165,15 +165,19 @@ defmodule TensorBlob do
   def dtypes, do: translating(do: :tensor_blob.dtypes())
 
   @doc """
-  The library's dtype and device tables, in table order: every dtype it
-  knows (`available: true` where the linked libtorch holds it), with its
-  element size, kind and bits, DLPack `{code, bits, lanes}`, Nx type, other
-  names and the libtorch release that brought it; every device type; and
+  The library's dtype, device, storage kind and error-reason tables, in
+  table order: every dtype it knows (`available: true` where the linked
+  libtorch holds it), with its element size, kind and bits, DLPack
+  `{code, bits, lanes}`, Nx type, other names and the libtorch release that
+  brought it; every device type; every kind of memory, with what
+  `Tensor.memory/1` answers for it, whether it keeps its owner alive
+  (`Tensor.pinned?/1`) and whether it is a named shared-memory region; and
   every reason an error may carry (`TensorBlob.Error`'s `reason`).
   """
   @spec tables() :: %{
           dtypes: [:tensor_blob.dtype_info()],
           devices: [:tensor_blob.device_info()],
+          storage: [:tensor_blob.storage_info()],
           reasons: [atom()]
         }
   def tables, do: :tensor_blob.tables()
@@ -181,12 +185,4 @@ defmodule TensorBlob do
   @doc "The version of the linked libtorch."
   @spec torch_version() :: String.t()
   def torch_version, do: translating(do: :tensor_blob.torch_version())
-
-  @doc false
-  # The benchmark baseline: a NIF call that returns its argument.
-  def identity(term), do: :tensor_blob_nif.identity(term)
-
-  @doc false
-  # The floor of a call that makes a tensor: a new, empty resource (make bench).
-  def bare_resource, do: :tensor_blob_nif.bare_resource()
 end

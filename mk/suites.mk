@@ -56,7 +56,7 @@ LINT_FORMAT ?= 1
 check-format:
 	scripts/check_format.sh $(FILES)
 format:
-	clang-format-14 --style=file -i $(or $(FILES),$(shell find c_src c_test -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \)))
+	clang-format-14 --style=file -i $(or $(FILES),$(shell find c_src c_test bench/nif -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \)))
 
 # Static checks, run by CI: dialyzer, mix format, the C style of
 # .clang-format, no module of src/ or lib/ over 600 lines
@@ -88,10 +88,11 @@ docs-test: nif
 
 # Source checks: the include layers of c_src, no test of a term that
 # enif_raise_exception returned, each raise's argument the one its message
-# names, no facade code that decides on an error message's text (and every
-# reason the facades use in the reason table: scripts/check_errors.sh), and
-# the NIF stubs produced from the list of NIFs (c_src/nif/tb_nifs.h) up to
-# date.
+# names, each NIF in the file and on the scheduler the list of NIFs
+# (c_src/nif/tb_nifs.h) says, no facade code that decides on an error
+# message's text (and every reason the facades use in the reason table:
+# scripts/check_errors.sh), and the NIF stubs produced from the list of
+# NIFs up to date.
 check-c:
 	scripts/check_c.sh
 	scripts/check_errors.sh
@@ -143,11 +144,19 @@ demo: setup
 	$(MAKE) nif
 	mix run examples/demo.exs
 
+# The benchmarks' baselines (a bare NIF call, a bare resource) live in a
+# NIF library of their own (bench/nif), which only bench/ loads: the
+# library users load carries no benchmark code.
+BENCH_NIF := $(BUILD)/tensor_blob_bench_nif.so
+$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c | $(BUILD)
+	$(CC) $(CFLAGS) -Werror -shared -I$(ERTS_INCLUDE) $< -o $@
+bench-nif: $(BENCH_NIF)
+
 bench:
 	@scripts/setup.sh --bench
-	$(MAKE) nif
+	$(MAKE) nif bench-nif
 	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
-	NX_PATH="$$nx_path" MIX_ENV=prod mix run bench/bench.exs
+	NX_PATH="$$nx_path" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" MIX_ENV=prod mix run bench/bench.exs
 
 # The whole ExUnit and EUnit suites against an -fsanitize=address,undefined
 # build, on the stock BEAM with the sanitizer runtime preloaded. +Mea min
@@ -170,4 +179,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif asan-test

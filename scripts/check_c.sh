@@ -10,6 +10,12 @@
 #     first: a message that begins with a literal "word: " is raised with the
 #     argument "word", or with NULL (none) when word names a call or a
 #     concern, not an argument (NOT_ARGUMENTS below).
+#  4. The list of NIFs (c_src/nif/tb_nifs.h) says where each NIF is and how
+#     it runs: each row sits under a comment that names the file defining
+#     its C function, `(folder/tb_x.c)`, and that file defines it; every
+#     tb_nif_ function of c_src is listed; a NIF flagged TB_MAY_GO_DIRTY
+#     reaches enif_schedule_nif (itself or through the functions it calls),
+#     and a NIF flagged 0 does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -104,5 +110,85 @@ for f, t in text.items():
             failed = True
 
 print("check_c: %d raises, %d files in %d layers, %d raising functions, %s" % (raises, len(files), layer, len(raisers), "FAILED" if failed else "ok"))
+sys.exit(1 if failed else 0)
+PY
+
+python3 - <<'PY'
+import os, re, sys
+
+src = "c_src"
+LIST = os.path.join(src, "nif", "tb_nifs.h")
+files = sorted(os.path.relpath(os.path.join(d, f), src)
+               for d, _, fs in os.walk(src) for f in fs if f.endswith(".c"))
+text = {f: open(os.path.join(src, f)).read() for f in files}
+failed = False
+
+# Every function of c_src with its body, by file: (file, name) -> body.
+bodies = {}
+for f, t in text.items():
+    for m in re.finditer(r'^(static\s+)?[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{}]*\)\s*\{(.*?)^\}', t, re.S | re.M):
+        bodies[(f, m.group(2))] = (bool(m.group(1)), m.group(3))
+globals_ = {name: f for (f, name), (static, _) in bodies.items() if not static}
+
+def callees(f, body):
+    for name in set(re.findall(r'\b(\w+)\s*\(', body)):
+        if (f, name) in bodies:
+            yield (f, name)
+        elif name in globals_:
+            yield (globals_[name], name)
+
+# The functions that reschedule (enif_schedule_nif), directly or not.
+moves = set()
+changed = True
+while changed:
+    changed = False
+    for key, (_, body) in bodies.items():
+        if key not in moves and (re.search(r'\benif_schedule_nif\s*\(', body) or
+                                 any(c in moves for c in callees(key[0], body) if c != key)):
+            moves.add(key)
+            changed = True
+
+lines = open(LIST).read().split("\n")
+start = next(i for i, l in enumerate(lines) if l.startswith("#define TB_NIFS(X)"))
+where = None
+listed = set()
+for n, line in enumerate(lines[start + 1:], start + 2):
+    if not line.strip():
+        break
+    row = re.search(r'\bX\(\s*(\w+)\s*,\s*(\d+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)', line)
+    named = re.search(r'\(((?:\w+/)?tb_\w+\.c)\)', line)
+    if named and not row:
+        where = named.group(1)
+        if where not in text:
+            print(f"check_c: {LIST}:{n}: names {where}, which is no file of {src}")
+            failed = True
+        continue
+    if not row:
+        continue
+    name, arity, fun, flags = row.groups()
+    listed.add(fun)
+    if where is None:
+        print(f"check_c: {LIST}:{n}: {name}/{arity} is under no comment naming its file")
+        failed = True
+        continue
+    if (where, fun) not in bodies:
+        defined = [f for (f, g) in bodies if g == fun]
+        print(f"check_c: {LIST}:{n}: {name}/{arity} is listed under {where}, but {fun} is defined in "
+              f"{', '.join(defined) or 'no file'}")
+        failed = True
+        continue
+    moving = (where, fun) in moves
+    if flags == "TB_MAY_GO_DIRTY" and not moving:
+        print(f"check_c: {LIST}:{n}: {name}/{arity} is flagged TB_MAY_GO_DIRTY, but never reschedules")
+        failed = True
+    if flags == "0" and moving:
+        print(f"check_c: {LIST}:{n}: {name}/{arity} reschedules itself (enif_schedule_nif), so its flag is "
+              f"TB_MAY_GO_DIRTY, not 0")
+        failed = True
+for (f, fun) in sorted(bodies):
+    if fun.startswith("tb_nif_") and fun not in listed and not bodies[(f, fun)][0]:
+        print(f"check_c: {src}/{f}: {fun} is a NIF function in no row of {LIST}")
+        failed = True
+print("check_c: %d NIFs, each in the file its list names, %s" % (len(listed), "FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
 PY

@@ -3,7 +3,7 @@
 # formatting differs, and fails when one does. Reads, never writes (`make
 # format` rewrites them).
 #
-#   scripts/check_format.sh              every file of c_src and c_test
+#   scripts/check_format.sh              every file of c_src, c_test and bench/nif
 #   scripts/check_format.sh FILE...      those files
 #
 # CLANG_FORMAT: the program (default: clang-format-14, else clang-format;
@@ -27,7 +27,7 @@ fi
 if [ $# -gt 0 ]; then
   files=("$@")
 else
-  mapfile -t files < <(find c_src c_test -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) | sort)
+  mapfile -t files < <(find c_src c_test bench/nif -type f \( -name '*.c' -o -name '*.h' -o -name '*.cpp' \) | sort)
 fi
 
 differ=0

@@ -17,7 +17,7 @@
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3, to_device/2,
-         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1,
+         shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1, overlaps/2,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0, tables/0, dtype_info/1,
@@ -29,7 +29,7 @@
          shm_identity/0]).
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
--export([format_error/2, error_message/2, error_reason/1, prune/1, big_integer_text/2]).
+-export([format_error/2, error_reason/1]).
 
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
@@ -41,7 +41,7 @@
 
 -import(tensor_blob_error, [not_a_tensor/1]).
 
--export_type([dtype_info/0, device_info/0]).
+-export_type([dtype_info/0, device_info/0, storage_info/0, memory/0]).
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
 
@@ -65,6 +65,11 @@
                         available := boolean()}.
 %% A row of the device table: a device type, its DLPack code, whether its devices are numbered.
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
+%% What memory/1 answers: one atom per row of the storage kind table (tables/0's storage).
+-type memory() :: owned | pinned | unpinned | dlpack | binary | ipc.
+%% A row of the storage kind table: a kind, what memory/1 answers for it, whether a tensor of it
+%% keeps its owner alive (pinned/1), whether it is a named shared-memory region.
+-type storage_info() :: #{name := atom(), memory := memory(), keeps_owner := boolean(), region := boolean()}.
 %% A blob; to_blob/2's struct option tags it as the Elixir facade's %TensorBlob.Blob{}.
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
                   dtype := atom(), device := device(), element_size := pos_integer(),
@@ -231,21 +236,26 @@ device(T) -> not_a_tensor(T).
 %% memory, released through its deleter), binary (a view of a binary's bytes), ipc (a mapping of a
 %% shared-memory region, or of a CUDA IPC handle). Slices and transposes answer as the tensor they
 %% view.
--spec memory(tensor()) -> owned | pinned | unpinned | dlpack | binary | ipc.
+-spec memory(tensor()) -> memory().
 memory(T) when is_reference(T) -> ?NIF(tensor_blob_nif:memory(T));
 memory(T) -> not_a_tensor(T).
 
-%% @doc true when T views memory whose owner it keeps alive: a pinned owner, a DLPack producer, or a
-%% binary.
+%% @doc true when T keeps its memory's owner alive: pinned, dlpack or binary (see tables/0).
 -spec pinned(tensor()) -> boolean().
-pinned(T) -> lists:member(memory(T), [pinned, dlpack, binary]).
+pinned(T) -> tensor_blob_tables:keeps_owner(memory(T)).
+
+%% @doc true when the bytes A's elements span (from its first element to its last) and B's overlap:
+%% a write through one may change what the other reads. Regions compare by their file, so two
+%% mappings of one region overlap; a tensor with no elements overlaps nothing.
+-spec overlaps(tensor(), tensor()) -> boolean().
+overlaps(A, B) -> ?NIF(tensor_blob_nif:overlaps(A, B)).
 
 %% @doc What T is, for the shell, where a tensor prints as a bare reference: its dtype, shape,
 %% device and memory kind (see memory/1). For example
 %% `tensor_blob:describe(tensor_blob:zeros({2, 3}, float32))' gives
 %% `#{device => cpu, dtype => float32, memory => owned, shape => {2,3}}'.
 -spec describe(tensor()) -> #{dtype := atom(), shape := shape(), device := device(),
-                              memory := owned | pinned | unpinned | dlpack | binary | ipc}.
+                              memory := memory()}.
 describe(T) when is_reference(T) ->
     #{dtype => dtype(T), shape => shape(T), device => device(T), memory => memory(T)};
 describe(T) -> not_a_tensor(T).
@@ -261,11 +271,12 @@ stats() -> tensor_blob_nif:stats().
 -spec dtypes() -> [atom()].
 dtypes() -> tensor_blob_nif:dtypes().
 
-%% @doc The library's dtype, device and error-reason tables, in table order: every dtype it knows
-%% (`available` says whether the linked libtorch holds it), every device type, and every reason an
-%% error may carry (error_reason/1). The C tables are the one source of truth; Inspect, the guides'
-%% tables and the tests derive from this answer.
--spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()], reasons := [atom()]}.
+%% @doc The library's dtype, device, storage kind and error-reason tables, in table order: every
+%% dtype it knows (`available' says whether the linked libtorch holds it), every device type, every
+%% kind of memory, and every reason an error may carry (error_reason/1). The C tables are the one
+%% source of truth; Inspect, the guides' tables, pinned/1 and the tests derive from this answer.
+-spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()], storage := [storage_info()],
+                    reasons := [atom()]}.
 tables() -> tensor_blob_tables:tables().
 
 %% @doc The row of tables() of a canonical dtype.
@@ -577,24 +588,9 @@ dlpack_version(Capsule) -> ?NIF(tensor_blob_nif:dlpack_version(Capsule)).
 -spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
 format_error(Reason, Stack) -> tensor_blob_error:format_error(Reason, Stack).
 
-%% @doc The segments of an error raised by this module or by the NIF through it (from the top
-%% frame's error_info), its terms pruned, or none: what the Elixir facade renders.
--spec error_message(term(), erlang:stacktrace()) ->
-          [binary() | {term, tensor_blob_error:pruned()} | {code, binary(), binary()}] | none.
-error_message(Reason, Stack) -> tensor_blob_error:error_message(Reason, Stack).
-
 %% @doc What an error this library raised carries as data, read from its stacktrace: its reason (a
 %% row of tables()'s reasons) and the argument it is about (an atom, or none); none for anyone
 %% else's error. Decide on these, never on the message's text: in `catch error:{badarg, _}:Stack',
 %% match `#{reason := no_region}' against `tensor_blob:error_reason(Stack)'.
 -spec error_reason(erlang:stacktrace()) -> #{reason := atom(), argument := atom()} | none.
 error_reason(Stack) -> tensor_blob_error:error_reason(Stack).
-
-%% @private Term cut down to a tree of bounded size (see tensor_blob_error); the work is bounded by
-%% that size, whatever Term is. The Elixir facade prints terms of its own messages through it too.
--spec prune(term()) -> tensor_blob_error:pruned().
-prune(Term) -> tensor_blob_error:prune(Term).
-
-%% @private What both facades show for {big_integer, Sign, Bits}.
--spec big_integer_text(1 | -1, pos_integer()) -> binary().
-big_integer_text(Sign, Bits) -> tensor_blob_error:big_integer_text(Sign, Bits).

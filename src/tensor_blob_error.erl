@@ -1,8 +1,9 @@
 %% @private
 %% Errors: raising messages built as segments, rendering them the Erlang
 %% way, and cutting terms down to a bounded tree. tensor_blob's
-%% format_error/2, error_message/2, error_reason/1, prune/1 and
-%% big_integer_text/2 are these.
+%% format_error/2 and error_reason/1 are these; the Elixir facade
+%% (TensorBlob.Raise) calls error_message/2, prune/1 and
+%% big_integer_text/2 here.
 -module(tensor_blob_error).
 
 -export([badarg/3, raise/4, nif_error/3, dtype_error/4, not_a_tensor/1]).

@@ -11,8 +11,6 @@
 -export([
     load_failures/0,
     nx_type/1,
-    identity/1,
-    bare_resource/0,
     stats/0,
     torch_version/0,
     dtypes/0,
@@ -29,6 +27,7 @@
     dtype/1,
     device/1,
     memory/1,
+    overlaps/2,
     from_binary_view/4,
     to_binary_view/3,
     blob_fields/1,
@@ -56,8 +55,6 @@
 
 load_failures() -> ?NOT_LOADED.
 nx_type(_) -> ?NOT_LOADED.
-identity(_) -> ?NOT_LOADED.
-bare_resource() -> ?NOT_LOADED.
 stats() -> ?NOT_LOADED.
 torch_version() -> ?NOT_LOADED.
 dtypes() -> ?NOT_LOADED.
@@ -74,6 +71,7 @@ strides(_) -> ?NOT_LOADED.
 dtype(_) -> ?NOT_LOADED.
 device(_) -> ?NOT_LOADED.
 memory(_) -> ?NOT_LOADED.
+overlaps(_, _) -> ?NOT_LOADED.
 from_binary_view(_, _, _, _) -> ?NOT_LOADED.
 to_binary_view(_, _, _) -> ?NOT_LOADED.
 blob_fields(_) -> ?NOT_LOADED.

@@ -44,4 +44,19 @@ defmodule TensorBlob.TablesTest do
         else: assert(libtorch =~ "libtorch #{d.since}+", "#{d.name}: libtorch #{d.since}")
     end
   end
+
+  # The Elixir facade's types are the Erlang API's, which the EUnit suite
+  # checks against the tables (spec_types_test): Tensor.memory/1 and
+  # Tensor.device/1 answer :tensor_blob.memory() and :tensor_blob.device().
+  test "Tensor.memory/1 and device/1 answer the Erlang API's types, whose terms are the tables'" do
+    {:ok, specs} = Code.Typespec.fetch_specs(TensorBlob.Tensor)
+    {{:memory, 1}, [{:type, _, :fun, [_, memory]}]} = List.keyfind(specs, {:memory, 1}, 0)
+    assert {:remote_type, _, [{:atom, _, :tensor_blob}, {:atom, _, :memory}, []]} = memory
+
+    {:ok, types} = Code.Typespec.fetch_types(TensorBlob.Tensor)
+    [device] = for {:type, {:device, type, []}} <- types, do: type
+    assert {:remote_type, _, [{:atom, _, :tensor_blob}, {:atom, _, :device}, []]} = device
+    answers = TensorBlob.tables().storage |> Enum.map(& &1.memory) |> Enum.uniq()
+    assert TensorBlob.Tensor.memory(TensorBlob.Tensor.zeros({1}, :float32)) in answers
+  end
 end

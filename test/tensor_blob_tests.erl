@@ -164,6 +164,65 @@ tables_test() ->
     ?assertMatch(#{name := float32, element_size := 4, kind := float}, tensor_blob:dtype_info(float32)),
     ?assertBadarg(<<"dtype">>, tensor_blob:dtype_info(float)).
 
+%% The storage kind table: each kind once, kinds that memory/1 names alike agree on keeping their
+%% owner, and every kind a tensor here can be of answers memory/1 with an atom of the table and
+%% pinned/1 with its kind's keeps_owner.
+storage_table_test() ->
+    #{storage := Kinds} = tensor_blob:tables(),
+    Names = [N || #{name := N} <- Kinds],
+    ?assertEqual(length(Names), length(lists:usort(Names))),
+    Keeps = fun(M) -> lists:usort([K || #{memory := M2, keeps_owner := K} <- Kinds, M2 =:= M]) end,
+    [?assertEqual({M, [K]}, {M, Keeps(M)}) || #{memory := M, keeps_owner := K} <- Kinds],
+    T = matrix34(),
+    Spec = maps:remove(owner, tensor_blob:to_blob(T)),
+    Import = tensor_blob:from_dlpack(tensor_blob:consume_dlpack(tensor_blob:to_dlpack(T))),
+    Tensors = [T, tensor_blob:from_blob(Spec, #{owner => {keep, T}}), tensor_blob:from_blob(Spec, #{owner => none}),
+               tensor_blob:from_binary(<<0:128>>, float32, {4}, #{copy => false}), Import,
+               tensor_blob:ipc_zeros({4}, float32), tensor_blob:ipc_torch_zeros({4}, float32)],
+    Seen = [begin
+                M = tensor_blob:memory(X),
+                ?assertEqual({M, Keeps(M)}, {M, [tensor_blob:pinned(X)]}),
+                M
+            end || X <- Tensors],
+    %% Every answer of the table but what only CUDA IPC makes.
+    ?assertEqual(lists:usort([M || #{memory := M} <- Kinds]), lists:usort(Seen)).
+
+%% The types every spec names are the tables' terms: memory() one atom per answer of the storage
+%% kind table, device() one term per device type (an indexed one with its index). Read from the
+%% compiled module, so a row added in C without its term (or a term the table lacks) fails here.
+spec_types_test() ->
+    #{storage := Kinds, devices := Devices} = tensor_blob:tables(),
+    ?assertEqual(lists:usort([M || #{memory := M} <- Kinds]), lists:usort(type_terms(memory))),
+    ?assertEqual(lists:sort([case I of true -> {N, non_neg_integer}; false -> N end
+                             || #{name := N, indexed := I} <- Devices]),
+                 lists:sort(type_terms(device))),
+    %% memory/1 names memory(); tables/0 answers the keys its spec names.
+    ?assertMatch([{type, _, 'fun', [_, {user_type, _, memory, []}]}], spec_of(memory, 1)),
+    [{type, _, 'fun', [_, {type, _, map, Fields}]}] = spec_of(tables, 0),
+    ?assertEqual(lists:sort([K || {type, _, map_field_exact, [{atom, _, K}, _]} <- Fields]),
+                 lists:sort(maps:keys(tensor_blob:tables()))).
+
+%% The terms of tensor_blob's type Name, a union of atoms and {Atom, Type} tuples.
+type_terms(Name) ->
+    [Type] = [T || {attribute, _, type, {N, T, []}} <- tensor_blob_forms(), N =:= Name],
+    Members = case Type of
+                  {type, _, union, Ts} -> Ts;
+                  One -> [One]
+              end,
+    [case M of
+         {atom, _, A} -> A;
+         {type, _, tuple, [{atom, _, A}, {type, _, B, []}]} -> {A, B}
+     end || M <- Members].
+
+spec_of(Name, Arity) ->
+    [Clauses] = [C || {attribute, _, spec, {{N, A}, C}} <- tensor_blob_forms(), {N, A} =:= {Name, Arity}],
+    Clauses.
+
+tensor_blob_forms() ->
+    {ok, {_, [{abstract_code, {raw_abstract_v1, Forms}}]}} =
+        beam_lib:chunks(code:which(tensor_blob), [abstract_code]),
+    Forms.
+
 %% The canonical dtype an alias names: through a tensor where the linked
 %% libtorch holds it, else through its Nx type.
 canonical_of(Alias) ->
@@ -635,7 +694,7 @@ nif_error_info_test() ->
     ?assertMatch([{tensor_blob_nif, zeros, _, _} | _], Stack),
     ?assertEqual([<<"shape: dimension 1 must be a non-negative 64-bit integer, got ">>, {term, {whole, a}},
                   <<" in ">>, {term, {whole, {2, a}}}],
-                 tensor_blob:error_message(Reason, Stack)),
+                 tensor_blob_error:error_message(Reason, Stack)),
     Shown = unicode:characters_to_binary(erl_error:format_exception(error, Reason, Stack)),
     assert_mentions(<<"*** shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>, Shown).
 

@@ -4,24 +4,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tb_atom.h"
+
 /* More than any message has: a format that names more terms is cut there,
  * and a longer run of text becomes several text segments. */
 enum { TB_RAISE_MAX_SEGMENTS = 32, TB_RAISE_TEXT_CHUNK = 512 };
 
-static ERL_NIF_TERM atom_badarg, atom_tensor_blob, atom_message, atom_term, atom_code, atom_reason, atom_argument,
-    atom_none;
 static ERL_NIF_TERM reason_atoms[TB_WHY_COUNT];
 
+/* The reasons' atoms, from their table; the other atoms of an error are
+ * tb_atom.h's. */
 void tb_raise_load(ErlNifEnv *env)
 {
-    atom_badarg = enif_make_atom(env, "badarg");
-    atom_tensor_blob = enif_make_atom(env, "tensor_blob");
-    atom_message = enif_make_atom(env, "message");
-    atom_term = enif_make_atom(env, "term");
-    atom_code = enif_make_atom(env, "code");
-    atom_reason = enif_make_atom(env, "reason");
-    atom_argument = enif_make_atom(env, "argument");
-    atom_none = enif_make_atom(env, "none");
 #define TB_REASON_ATOM(id, atom) reason_atoms[TB_WHY_##id] = enif_make_atom(env, #atom);
     TB_REASONS(TB_REASON_ATOM)
 #undef TB_REASON_ATOM
@@ -134,11 +128,11 @@ static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, tb_reason reason,
             add_text(&m, s, strlen(s));
             break;
         }
-        case 'T': add_segment(&m, enif_make_tuple2(env, atom_term, va_arg(ap, ERL_NIF_TERM))); break;
+        case 'T': add_segment(&m, enif_make_tuple2(env, tb_atoms.term, va_arg(ap, ERL_NIF_TERM))); break;
         case 'C': {
             const char *erlang = va_arg(ap, const char *);
             const char *elixir = va_arg(ap, const char *);
-            add_segment(&m, enif_make_tuple3(env, atom_code, text(env, erlang, strlen(erlang)),
+            add_segment(&m, enif_make_tuple3(env, tb_atoms.code, text(env, erlang, strlen(erlang)),
                                              text(env, elixir, strlen(elixir))));
             break;
         }
@@ -153,8 +147,8 @@ static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, tb_reason reason,
             add_text(&m, number, (size_t)n < sizeof number ? (size_t)n : sizeof number - 1);
     }
     flush_text(&m);
-    ERL_NIF_TERM keys[] = {atom_reason, atom_argument, atom_message};
-    ERL_NIF_TERM values[] = {reason_atoms[reason], argument ? enif_make_atom(env, argument) : atom_none,
+    ERL_NIF_TERM keys[] = {tb_atoms.reason, tb_atoms.argument, tb_atoms.message};
+    ERL_NIF_TERM values[] = {reason_atoms[reason], argument ? enif_make_atom(env, argument) : tb_atoms.none,
                              enif_make_list_from_array(env, m.segments, m.count)};
     ERL_NIF_TERM cause;
     enif_make_map_from_arrays(env, keys, values, 3, &cause);
@@ -165,7 +159,7 @@ ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, tb_reason reason, const char *argum
 {
     va_list ap;
     va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, atom_badarg, reason, argument, fmt, ap);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.badarg, reason, argument, fmt, ap);
     va_end(ap);
     return r;
 }
@@ -174,7 +168,7 @@ ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, tb_reason reason, const char *argume
 {
     va_list ap;
     va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, atom_tensor_blob, reason, argument, fmt, ap);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.tensor_blob, reason, argument, fmt, ap);
     va_end(ap);
     return r;
 }

@@ -1,4 +1,5 @@
-/* Raising errors: the very bottom of the NIF (it includes no concern).
+/* Raising errors: near the bottom of the NIF (it includes no concern; its
+ * atoms are tb_atom.h's).
  *
  * An error carries, as data, why it was raised (a reason: an atom of the
  * table below), the argument it is about (an atom naming the argument or

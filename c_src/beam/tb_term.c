@@ -5,7 +5,6 @@
 
 #include "torch_shim.h"
 
-tb_atom_table tb_atoms;
 static tb_dtype_index dtype_index;
 
 /* The device terms tb_get_device takes, as each language writes them
@@ -37,53 +36,8 @@ static tb_dtype_key intern_atom(const char *name, void *env)
 
 void tb_term_load(ErlNifEnv *env)
 {
-    tb_atom_table *a = &tb_atoms;
     tb_raise_load(env);
-#define ATOM(field, name) a->field = enif_make_atom(env, name)
-    ATOM(ok, "ok");
-    ATOM(true_, "true");
-    ATOM(false_, "false");
-    ATOM(nil, "nil");
-    ATOM(undefined, "undefined");
-    ATOM(ptr, "ptr");
-    ATOM(shape, "shape");
-    ATOM(strides, "strides");
-    ATOM(dtype, "dtype");
-    ATOM(device, "device");
-    ATOM(struct_, "__struct__");
-    ATOM(ref, "ref");
-    ATOM(read_only, "read_only");
-    ATOM(cpu, "cpu");
-    ATOM(cuda, "cuda");
-    ATOM(cuda_host, "cuda_host");
-    ATOM(cuda_managed, "cuda_managed");
-    ATOM(device_type, "device_type");
-    ATOM(unknown, "unknown");
-    ATOM(owned, "owned");
-    ATOM(pinned, "pinned");
-    ATOM(unpinned, "unpinned");
-    ATOM(dlpack, "dlpack");
-    ATOM(binary, "binary");
-    ATOM(ipc, "ipc");
-    ATOM(tensors, "tensors");
-    ATOM(pins, "pins");
-    ATOM(capsules, "capsules");
-    ATOM(binaries, "binaries");
-    ATOM(versioned, "versioned");
-    ATOM(legacy, "legacy");
-    ATOM(unsafe_address, "unsafe_address");
-    ATOM(tensor_struct, "Elixir.TensorBlob.Tensor");
-    ATOM(blob_view_struct, "Elixir.TensorBlob.BlobView");
-    ATOM(tensor, "tensor");
-    ATOM(not_contiguous, "not_contiguous");
-    ATOM(shared_memory, "shared_memory");
-#undef ATOM
-    for (int i = 0; i < TB_DT_COUNT; i++)
-        a->dtypes[i] = enif_make_atom(env, tb_dtypes[i].name);
-    for (int t = 0; t < TB_DEVICE_COUNT; t++)
-        a->devices[t] = enif_make_atom(env, tb_devices[t].name);
-    for (int i = 0; i < TB_DLPACK_DEVICE_COUNT; i++)
-        a->dlpack_devices[i] = enif_make_atom(env, tb_dlpack_devices[i].name);
+    tb_atom_load(env);
     device_forms();
     tb_dtype_index_build(&dtype_index, intern_atom, env);
 }

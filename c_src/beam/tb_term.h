@@ -1,6 +1,7 @@
-/* The bottom of the NIF: atoms (made once, at load), and the helpers that
- * read and make terms (shapes, strides, dtypes, devices). Every concern
- * includes it; it includes no concern but tb_raise (how errors are raised).
+/* The bottom of the NIF: the helpers that read and make terms (shapes,
+ * strides, dtypes, devices), over the atoms (tb_atom.h, made once, at
+ * load). Every concern includes it; it includes no concern but tb_raise
+ * (how errors are raised) and tb_atom.
  *
  * How errors travel: a helper that can fail returns 0 (or NULL) and sets an
  * out-parameter `*exc` to the exception term; the NIF returns that term at
@@ -11,37 +12,14 @@
 
 #include <erl_nif.h>
 
+#include "tb_atom.h"
 #include "tb_device.h"
 #include "tb_dtype.h"
 #include "tb_layout.h"
 #include "tb_raise.h"
 
-typedef struct {
-    ERL_NIF_TERM ok, true_, false_, nil, undefined;
-    /* blob keys */
-    ERL_NIF_TERM ptr, shape, strides, dtype, device, struct_;
-    ERL_NIF_TERM ref, read_only;
-    ERL_NIF_TERM cpu, cuda;
-    /* DLPack device types beyond cpu and cuda; memory the runtime cannot place */
-    ERL_NIF_TERM cuda_host, cuda_managed, device_type, unknown;
-    /* memory kinds */
-    ERL_NIF_TERM owned, pinned, unpinned, dlpack, binary, ipc;
-    /* stats keys */
-    ERL_NIF_TERM tensors, pins, capsules, binaries;
-    /* DLPack kinds */
-    ERL_NIF_TERM versioned, legacy, unsafe_address;
-    ERL_NIF_TERM tensor_struct;                 /* 'Elixir.TensorBlob.Tensor' */
-    ERL_NIF_TERM blob_view_struct, tensor;      /* 'Elixir.TensorBlob.BlobView' and its key */
-    ERL_NIF_TERM not_contiguous, shared_memory; /* why to_binary_view made no view */
-    ERL_NIF_TERM dtypes[TB_DT_COUNT];
-    ERL_NIF_TERM devices[TB_DEVICE_COUNT];               /* the device table's atoms */
-    ERL_NIF_TERM dlpack_devices[TB_DLPACK_DEVICE_COUNT]; /* the names of the DLPack devices an import takes */
-} tb_atom_table;
-
-extern tb_atom_table tb_atoms;
-
-/* Makes the atoms (tb_raise's too) and the dtype index; called by load and
- * upgrade. */
+/* Makes the atoms (tb_atom.h, tb_raise's too) and the dtype index; called
+ * by load and upgrade. */
 void tb_term_load(ErlNifEnv *env);
 
 /* The one message for a refused layout: names the pointer (`ptr_field`),

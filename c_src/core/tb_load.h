@@ -1,7 +1,8 @@
 /* Why a load or an upgrade of the library fails: one line each, with the
  * code load/upgrade return (ERTS shows it as "load-call unsuccessful
  * (code)") and the reason printed on stderr. The codes are part of what a
- * user reads in a log: append, never renumber. */
+ * user reads in a log: append, never renumber (6, a benchmark's resource
+ * type, is retired: the benchmarks' baselines are a library of their own). */
 #ifndef TB_LOAD_H
 #define TB_LOAD_H
 
@@ -11,7 +12,6 @@
     X(TB_LOAD_NO_MEMORY, 3, no_memory, "out of memory allocating the library's state")                         \
     X(TB_LOAD_NO_MUTEX, 4, no_mutex, "cannot create the library's mutex")                                      \
     X(TB_LOAD_TOO_MANY_BUILDS, 5, too_many_builds, "too many builds of tensor_blob loaded in this VM")         \
-    X(TB_LOAD_BARE_TYPE, 6, bare_type, "cannot open the resource type tensor_blob_bare_resource")              \
     X(TB_LOAD_TENSOR_TYPE, 7, tensor_type, "cannot open the resource type tensor_blob_tensor")                 \
     X(TB_LOAD_CAPSULE_TYPE, 8, capsule_type,                                                                   \
       "cannot open the resource type tensor_blob_dlpack_capsule or create its mutex")                          \

@@ -5,6 +5,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+ERL_NIF_TERM tb_storage_atoms[TB_MEMORY_COUNT];
+
+void tb_storage_load(ErlNifEnv *env)
+{
+    for (int k = 0; k < TB_MEMORY_COUNT; k++)
+        tb_storage_atoms[k] = enif_make_atom(env, tb_storage_kinds[k].atom);
+}
+
 void tb_storage_init(tb_storage *s, tb_memory_kind kind, int flags, void (*free_fn)(tb_storage *))
 {
     *s = (tb_storage){.abi = TB_ABI, .kind = (uint8_t)kind, .flags = (uint8_t)flags, .free = free_fn};
@@ -173,7 +181,10 @@ const tb_storage *tb_storage_of(const tb_shim_info *info)
 tb_memory_kind tb_storage_kind(const tb_shim_info *info)
 {
     const tb_storage *s = tb_storage_of(info);
-    return s ? (tb_memory_kind)s->kind : TB_MEMORY_OWNED;
+    /* A kind past the table is one a newer build of the same ABI appended
+     * (loaded before this one was loaded again): this build cannot name
+     * it, and answers as for memory it does not know. */
+    return s && s->kind < TB_MEMORY_COUNT ? (tb_memory_kind)s->kind : TB_MEMORY_OWNED;
 }
 
 int tb_storage_read_only(const tb_shim_info *info)

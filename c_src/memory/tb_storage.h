@@ -22,21 +22,56 @@
 #include "tb_state.h"
 #include "torch_shim.h"
 
-/* The kind is read from headers that older builds wrote (a hot upgrade
+/* The storage kinds: one line each, the one table of what memory can be.
+ *
+ *   X(id, name, atom, keeps an owner, region)
+ *
+ * atom: what memory/1 answers for it (several kinds may answer the same);
+ * keeps an owner: the tensor keeps the memory's owner alive (pinned/1 is
+ * true); region: a mapping of a shared-memory file, which has a name
+ * another process opens (tb_storage_map_file). The enum, the atoms, the
+ * columns below and tables/0's `storage` list (from which the facades'
+ * pinned/1 and memory() derive, checked by their tests) come from it.
+ *
+ * The kind is read from headers that older builds wrote (a hot upgrade
  * keeps their tensors): bump TB_ABI (tb_state.h) when an existing kind's
  * value or meaning changes (renumbered, removed, split, reused) or the
  * header's layout does. A kind appended at the end needs no bump: no
- * older header carries it. */
+ * older header carries it (tb_storage_kind reads a kind past the table,
+ * from a newer build of the same ABI, as owned). */
+#define TB_STORAGE_KINDS(X)                                                                               \
+    X(TB_MEMORY_OWNED, owned, owned, 0, 0)          /* libtorch allocated it */                           \
+    X(TB_MEMORY_PINNED, pinned, pinned, 1, 0)       /* a view that keeps an owner term or tensor alive */ \
+    X(TB_MEMORY_UNPINNED, unpinned, unpinned, 0, 0) /* a view whose memory the caller answers for */      \
+    X(TB_MEMORY_DLPACK, dlpack, dlpack, 1, 0)       /* a DLPack import: the producer's memory */          \
+    X(TB_MEMORY_BINARY, binary, binary, 1, 0)       /* a view of a BEAM binary's bytes */                 \
+    X(TB_MEMORY_REGION, region, ipc, 0, 1)          /* a mapping of a POSIX shared-memory region */       \
+    X(TB_MEMORY_CUDA_IPC, cuda_ipc, ipc, 0, 0)      /* a mapping of a CUDA IPC handle */                  \
+    X(TB_MEMORY_TORCH_SHM, torch_shm, ipc, 0, 1)    /* a region in PyTorch's format: its data, after a count header */
+
 typedef enum {
-    TB_MEMORY_OWNED = 0, /* libtorch allocated it */
-    TB_MEMORY_PINNED,    /* a view that keeps an owner term or tensor alive */
-    TB_MEMORY_UNPINNED,  /* a view whose memory the caller answers for */
-    TB_MEMORY_DLPACK,    /* a DLPack import: the producer's memory */
-    TB_MEMORY_BINARY,    /* a view of a BEAM binary's bytes */
-    TB_MEMORY_REGION,    /* a mapping of a POSIX shared-memory region */
-    TB_MEMORY_CUDA_IPC,  /* a mapping of a CUDA IPC handle */
-    TB_MEMORY_TORCH_SHM  /* a mapping of a region in PyTorch's format: its data, after a reference-count header */
+#define TB_STORAGE_KIND_ENUM(id, name, atom, keeps_owner, region) id,
+    TB_STORAGE_KINDS(TB_STORAGE_KIND_ENUM)
+#undef TB_STORAGE_KIND_ENUM
+        TB_MEMORY_COUNT
 } tb_memory_kind;
+
+/* The table's columns, indexed by kind. */
+typedef struct {
+    const char *name; /* the kind, as tables/0 names it */
+    const char *atom; /* what memory/1 answers */
+    uint8_t keeps_owner, region;
+} tb_storage_kind_info;
+
+static const tb_storage_kind_info tb_storage_kinds[TB_MEMORY_COUNT] = {
+#define TB_STORAGE_KIND_INFO(id, name, atom, keeps_owner, region) [id] = {#name, #atom, keeps_owner, region},
+    TB_STORAGE_KINDS(TB_STORAGE_KIND_INFO)
+#undef TB_STORAGE_KIND_INFO
+};
+
+/* What memory/1 answers for each kind, made from the table at load. */
+extern ERL_NIF_TERM tb_storage_atoms[TB_MEMORY_COUNT];
+void tb_storage_load(ErlNifEnv *env);
 
 enum { TB_STORAGE_READ_ONLY = 1, TB_STORAGE_GUARDED = 2 /* guard is in the read-only set */ };
 

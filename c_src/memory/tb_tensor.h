@@ -1,7 +1,8 @@
 /* The tensor resource: one strong libtorch reference, dropped by its
- * destructor; the helper that reads a tensor argument and describes it; and
- * the tensor functions that copy bytes or make views (zeros, from_binary,
- * to_binary, write!, narrow, transpose, the accessors, memory/1). */
+ * destructor; the helpers that read a tensor argument and describe it,
+ * read a shape and dtype, move a long copy to a dirty scheduler, and make
+ * a NIF's result. The NIFs on tensors that use them are
+ * nif/tb_tensors.c. */
 #ifndef TB_TENSOR_H
 #define TB_TENSOR_H
 

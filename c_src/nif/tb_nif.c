@@ -1,7 +1,8 @@
 /* The top of the NIF: load and upgrade, the function table, and the NIFs
- * about the library itself (stats, dtypes, versions, load failures, the
- * benchmarks' baselines). The layers of c_src, from this unit down, are in
- * c_src/LAYERS (checked by scripts/check_c.sh).
+ * about the library itself (stats, dtypes, versions, load failures). The
+ * benchmarks' baselines are a library of their own (bench/nif). The
+ * layers of c_src, from this unit down, are in c_src/LAYERS (checked by
+ * scripts/check_c.sh).
  */
 #define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
 #include <dlfcn.h>
@@ -22,33 +23,6 @@
 #include "tb_tensor.h"
 #include "tb_term.h"
 #include "torch_shim.h"
-
-/* The baseline for benchmarks: a NIF call that does nothing. */
-ERL_NIF_TERM tb_nif_identity(TB_NIF_PARAMS)
-{
-    return argv[0];
-}
-
-/* The second baseline: a NIF that returns a new resource of one word and
- * does nothing else. Its allocation, and the collection and destructor
- * the VM runs for it, are the floor of any call that makes a tensor. */
-static ErlNifResourceType *bare_resource_type;
-
-static void bare_resource_dtor(ErlNifEnv *env, void *obj)
-{
-    (void)env;
-    (void)obj;
-}
-
-ERL_NIF_TERM tb_nif_bare_resource(TB_NIF_PARAMS)
-{
-    void *obj = enif_alloc_resource(bare_resource_type, sizeof(void *));
-    if (!obj)
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory allocating a resource");
-    ERL_NIF_TERM term = enif_make_resource(env, obj);
-    enif_release_resource(obj);
-    return term;
-}
 
 ERL_NIF_TERM tb_nif_stats(TB_NIF_PARAMS)
 {
@@ -110,10 +84,11 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
     return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }
 
-/* The dtype, device and error-reason tables (tb_dtype.h, tb_device.h,
- * tb_raise.h) as the facades and the tests read them: #{dtypes => [Dtype],
- * devices => [Device], reasons => [atom()]}, in table order. Called once;
- * the Erlang facade keeps the answer. */
+/* The dtype, device, storage kind and error-reason tables (tb_dtype.h,
+ * tb_device.h, tb_storage.h, tb_raise.h) as the facades and the tests read
+ * them: #{dtypes => [Dtype], devices => [Device], storage => [Kind],
+ * reasons => [atom()]}, in table order. Called once; the Erlang facade
+ * keeps the answer. */
 ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM dtypes = enif_make_list(env, 0);
@@ -127,9 +102,18 @@ ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
                                  tb_devices[t].indexed ? tb_atoms.true_ : tb_atoms.false_};
         devices = enif_make_list_cell(env, make_map(env, device_keys, values, 3), devices);
     }
-    static const char *const keys[] = {"dtypes", "devices", "reasons"};
-    ERL_NIF_TERM values[] = {dtypes, devices, tb_raise_reasons(env)};
-    return make_map(env, keys, values, 3);
+    ERL_NIF_TERM storage = enif_make_list(env, 0);
+    static const char *const storage_keys[] = {"name", "memory", "keeps_owner", "region"};
+    for (int k = TB_MEMORY_COUNT - 1; k >= 0; k--) {
+        const tb_storage_kind_info *i = &tb_storage_kinds[k];
+        ERL_NIF_TERM values[] = {enif_make_atom(env, i->name), tb_storage_atoms[k],
+                                 i->keeps_owner ? tb_atoms.true_ : tb_atoms.false_,
+                                 i->region ? tb_atoms.true_ : tb_atoms.false_};
+        storage = enif_make_list_cell(env, make_map(env, storage_keys, values, 4), storage);
+    }
+    static const char *const keys[] = {"dtypes", "devices", "storage", "reasons"};
+    ERL_NIF_TERM values[] = {dtypes, devices, storage, tb_raise_reasons(env)};
+    return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }
 
 /* The Nx type {Kind, Bits} of a dtype, or nil when Nx has none. */
@@ -191,6 +175,7 @@ static int fail(tb_load_failure why)
 static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourceFlags flags)
 {
     tb_term_load(env);
+    tb_storage_load(env);
     if (tb_load_fault(TB_LOAD_NOT_MAPPED) || !keep_mapped())
         return fail(TB_LOAD_NOT_MAPPED);
     /* A build reloaded after a purge finds its own state still there. */
@@ -203,10 +188,6 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
     tb_fault_install();
     tb_runtime_load();
     tb_shm_load();
-    if (tb_load_fault(TB_LOAD_BARE_TYPE) ||
-        !(bare_resource_type =
-              enif_open_resource_type(env, NULL, "tensor_blob_bare_resource", bare_resource_dtor, flags, NULL)))
-        return fail(TB_LOAD_BARE_TYPE);
     if (tb_load_fault(TB_LOAD_TENSOR_TYPE) || !tb_tensor_open_type(env, flags, tb_bridge_dyncall))
         return fail(TB_LOAD_TENSOR_TYPE);
     if (tb_load_fault(TB_LOAD_CAPSULE_TYPE) || !tb_dlpack_open_type(env, flags))

@@ -1,71 +1,82 @@
 /* The NIFs: one list, X(Name, Arity, C function, flags), in the order of
- * the function table. From it come the function table (tb_nif.c), the
+ * the function table. From it come the function table (nif/tb_nif.c), the
  * prototypes below, and the stubs of src/tensor_blob_nif.erl
  * (scripts/gen_nifs.py; `make check-c` fails when they are out of date).
- * Flags: 0, or ERL_NIF_DIRTY_JOB_IO_BOUND for a NIF that always waits (a
- * NIF that copies chooses its scheduler by size: tb_reschedule_copy). */
+ * Each group's comment names the file that defines its NIFs, from c_src
+ * (`make check-c` checks it, and that every NIF function is listed).
+ * Flags, the scheduler a NIF runs on (`make check-c` checks the first two
+ * against the code):
+ *   0                           a normal scheduler, always: its work is short
+ *   TB_MAY_GO_DIRTY             a normal scheduler first (ERTS sees 0); it
+ *                               moves itself to a dirty one when its call is
+ *                               long: a copy larger than TB_DIRTY_BYTES, a
+ *                               device to wait for, a stream to order
+ *                               (tb_reschedule_copy, enif_schedule_nif)
+ *   ERL_NIF_DIRTY_JOB_IO_BOUND  a dirty I/O scheduler, always: it waits (for
+ *                               the file system or a GPU) */
 #ifndef TB_NIFS_H
 #define TB_NIFS_H
 
 #include <erl_nif.h>
 
+#define TB_MAY_GO_DIRTY 0
+
 #define TB_NIFS(X)                                                                                                     \
-    /* the library itself (tb_nif.c) */                                                                                \
+    /* the library itself (nif/tb_nif.c) */                                                                            \
     X(load_failures, 0, tb_nif_load_failures, 0) /* -> [{Name, Code, Message}]: why a load can fail */                 \
     X(nx_type, 1, tb_nif_nx_type, 0)             /* (Dtype) -> {Kind, Bits} | nil */                                   \
-    X(identity, 1, tb_nif_identity, 0)           /* (X) -> X: the benchmarks' bare call */                             \
-    X(bare_resource, 0, tb_nif_bare_resource, 0) /* -> a resource of one word: the benchmarks' floor */                \
     X(stats, 0, tb_nif_stats, 0)                 /* -> #{tensors, pins, capsules, binaries} */                         \
     X(torch_version, 0, tb_nif_torch_version, 0) /* -> the linked libtorch's version */                                \
     X(dtypes, 0, tb_nif_dtypes, 0)               /* -> the canonical dtypes the linked libtorch holds */               \
-    X(tables, 0, tb_nif_tables, 0) /* -> #{dtypes => [#{name, ...}], devices => [...], reasons => [atom()]} */         \
-    /* tensors: copies, views and what a tensor is (tb_tensor.c) */                                                    \
-    X(zeros, 2, tb_nif_zeros, 0)             /* (Shape, Dtype) */                                                      \
-    X(from_binary, 3, tb_nif_from_binary, 0) /* (Binary, Dtype, Shape): a copy */                                      \
-    X(to_binary, 1, tb_nif_to_binary, 0)     /* (Tensor): a copy */                                                    \
-    X(write, 2, tb_nif_write, 0)             /* (Tensor, Binary) -> Tensor, written in place */                        \
-    X(to_device, 2, tb_nif_to_device, 0)     /* (Tensor, Device): a copy on Device */                                  \
-    X(narrow, 4, tb_nif_narrow, 0)           /* (Tensor, Dim, Start, Length): a view */                                \
-    X(transpose, 3, tb_nif_transpose, 0)     /* (Tensor, Dim0, Dim1): a view */                                        \
-    X(shape, 1, tb_nif_shape, 0)             /* (Tensor) */                                                            \
-    X(strides, 1, tb_nif_strides, 0)         /* (Tensor) */                                                            \
-    X(dtype, 1, tb_nif_dtype, 0)             /* (Tensor) */                                                            \
-    X(device, 1, tb_nif_device, 0)           /* (Tensor) */                                                            \
-    X(memory, 1, tb_nif_memory, 0)           /* (Tensor) -> owned | pinned | unpinned | dlpack | binary | ipc */       \
-    /* binaries and tensors sharing memory, both ways (tb_binary.c) */                                                 \
+    X(tables, 0, tb_nif_tables, 0)               /* -> #{dtypes => [#{name, ...}], devices, storage, reasons} */       \
+    /* tensors: copies, views and what a tensor is (nif/tb_tensors.c) */                                               \
+    X(zeros, 2, tb_nif_zeros, TB_MAY_GO_DIRTY)             /* (Shape, Dtype) */                                        \
+    X(from_binary, 3, tb_nif_from_binary, TB_MAY_GO_DIRTY) /* (Binary, Dtype, Shape): a copy */                        \
+    X(to_binary, 1, tb_nif_to_binary, TB_MAY_GO_DIRTY)     /* (Tensor): a copy */                                      \
+    X(write, 2, tb_nif_write, TB_MAY_GO_DIRTY)             /* (Tensor, Binary) -> Tensor, written in place */          \
+    X(to_device, 2, tb_nif_to_device, TB_MAY_GO_DIRTY)     /* (Tensor, Device): a copy on Device */                    \
+    X(narrow, 4, tb_nif_narrow, 0)                         /* (Tensor, Dim, Start, Length): a view */                  \
+    X(transpose, 3, tb_nif_transpose, 0)                   /* (Tensor, Dim0, Dim1): a view */                          \
+    X(shape, 1, tb_nif_shape, 0)                           /* (Tensor) */                                              \
+    X(strides, 1, tb_nif_strides, 0)                       /* (Tensor) */                                              \
+    X(dtype, 1, tb_nif_dtype, 0)                           /* (Tensor) */                                              \
+    X(device, 1, tb_nif_device, 0)                         /* (Tensor) */                                              \
+    X(memory, 1, tb_nif_memory, 0)     /* (Tensor) -> owned | pinned | unpinned | dlpack | binary | ipc */             \
+    X(overlaps, 2, tb_nif_overlaps, 0) /* (A, B) -> whether the bytes their elements span overlap */                   \
+    /* binaries and tensors sharing memory, both ways (nif/tb_binary.c) */                                             \
     /* (Binary, Dtype, Shape, CopyIfMisaligned) -> a read-only tensor pinning Binary */                                \
-    X(from_binary_view, 4, tb_nif_from_binary_view, 0)                                                                 \
+    X(from_binary_view, 4, tb_nif_from_binary_view, TB_MAY_GO_DIRTY)                                                   \
     /* (Tensor, Unguarded, IfNeeded) -> a binary over its memory; with IfNeeded, false where none can be made */       \
     X(to_binary_view, 3, tb_nif_to_binary_view, 0)                                                                     \
-    /* blobs (tb_blob.c) */                                                                                            \
+    /* blobs (nif/tb_blob.c) */                                                                                        \
     /* (Tensor) -> {Ptr, Shape, Strides, Dtype, Device, ElementSize, ByteSize, Alignment} */                           \
     X(blob_fields, 1, tb_nif_blob_fields, 0)                                                                           \
-    X(from_blob, 3, tb_nif_from_blob, 0) /* (Spec, Owner, Pin) */                                                      \
+    X(from_blob, 3, tb_nif_from_blob, TB_MAY_GO_DIRTY) /* (Spec, Owner, Pin) */                                        \
     /* (Ptr, Shape, Dtype, Strides, Device, Owner, Pin): from_blob of a spec the facade matched */                     \
-    X(from_blob_fields, 7, tb_nif_from_blob_fields, 0)                                                                 \
-    /* DLPack (tb_dlpack.c); Stream: undefined, or the other side's stream (tb_stream.h) */                            \
+    X(from_blob_fields, 7, tb_nif_from_blob_fields, TB_MAY_GO_DIRTY)                                                   \
+    /* DLPack (dlpack/tb_dlpack.c); Stream: undefined, or the other side's stream (tb_stream.h) */                     \
     X(to_dlpack, 4, tb_nif_to_dlpack, 0) /* (Tensor, versioned | legacy, ReadOnly, Stream) -> Capsule */               \
     /* (Capsule | Address, versioned | legacy | undefined, ReadOnly, Stream) */                                        \
-    X(from_dlpack, 4, tb_nif_from_dlpack, 0)                                                                           \
+    X(from_dlpack, 4, tb_nif_from_dlpack, TB_MAY_GO_DIRTY)                                                             \
     X(consume_dlpack, 1, tb_nif_consume_dlpack, 0) /* (Capsule) -> Address */                                          \
     X(dlpack_version, 1, tb_nif_dlpack_version, 0) /* (Capsule) -> versioned | legacy */                               \
     X(dlpack_info, 1, tb_nif_dlpack_info, 0)       /* (Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */ \
-    /* POSIX shared-memory regions (tb_ipc.c) */                                                                       \
-    X(ipc_zeros, 2, tb_nif_ipc_zeros, 0) /* (Shape, Dtype) -> a tensor in a new region */                              \
-    X(ipc_name, 1, tb_nif_ipc_name, 0)   /* (Tensor) -> {Name, ByteSize} when it is a whole region, or nil */          \
-    X(ipc_open, 3, tb_nif_ipc_open, 0)   /* (Name, Dtype, Shape) */                                                    \
+    /* POSIX shared-memory regions (shm/tb_shm.c) */                                                                   \
+    X(ipc_zeros, 2, tb_nif_ipc_zeros, TB_MAY_GO_DIRTY) /* (Shape, Dtype) -> a tensor in a new region */                \
+    X(ipc_name, 1, tb_nif_ipc_name, 0) /* (Tensor) -> {Name, ByteSize} when it is a whole region, or nil */            \
+    X(ipc_open, 3, tb_nif_ipc_open, TB_MAY_GO_DIRTY) /* (Name, Dtype, Shape) */                                        \
     /* -> how many names of creators that are gone were removed */                                                     \
     X(ipc_reclaim, 0, tb_nif_ipc_reclaim, ERL_NIF_DIRTY_JOB_IO_BOUND)                                                  \
-    /* regions in PyTorch's CPU format (tb_torch_shm.c) */                                                             \
-    X(torch_shm_zeros, 2, tb_nif_torch_shm_zeros, 0) /* (Shape, Dtype) */                                              \
-    X(torch_shm_open, 3, tb_nif_torch_shm_open, 0)   /* (Name, Dtype, Shape): holds one reference */                   \
+    /* regions in PyTorch's CPU format (shm/tb_shm.c, the same unit) */                                                \
+    X(torch_shm_zeros, 2, tb_nif_torch_shm_zeros, TB_MAY_GO_DIRTY) /* (Shape, Dtype) */                                \
+    X(torch_shm_open, 3, tb_nif_torch_shm_open, TB_MAY_GO_DIRTY)   /* (Name, Dtype, Shape): holds one reference */     \
     /* (Tensor) -> {Name, ByteSize} when it is a whole region's data, or nil */                                        \
     X(torch_shm_name, 1, tb_nif_torch_shm_name, 0)                                                                     \
-    /* CUDA (tb_cuda.c) */                                                                                             \
+    /* CUDA (cuda/tb_cuda.c) */                                                                                        \
     X(cuda_info, 0, tb_nif_cuda_info, 0) /* -> what the CUDA runtime and libtorch say */                               \
     X(cuda_synchronize, 1, tb_nif_cuda_synchronize, ERL_NIF_DIRTY_JOB_IO_BOUND) /* (DeviceIndex) */                    \
     X(cuda_memory, 1, tb_nif_cuda_memory, 0) /* (Ptr) -> cpu | cuda_host | cuda | cuda_managed | unknown */            \
-    /* CUDA IPC (tb_cuda_ipc.c): each waits for the GPU (a stream, mapping an allocation) */                           \
+    /* CUDA IPC (cuda/tb_cuda_ipc.c): each waits for the GPU (a stream, mapping an allocation) */                      \
     /* (Tensor) -> {Handle, DeviceIndex, DataSize, Shared}; the exporter keeps Shared */                               \
     X(cuda_ipc_export, 1, tb_nif_cuda_ipc_export, ERL_NIF_DIRTY_JOB_IO_BOUND)                                          \
     X(cuda_ipc_open, 4, tb_nif_cuda_ipc_open, ERL_NIF_DIRTY_JOB_IO_BOUND) /* (Handle, DeviceIndex, Dtype, Shape) */    \

@@ -212,12 +212,48 @@ defmodule TensorBlob.Tensor do
   mapping of a shared-memory region, or of another process's CUDA memory opened
   with `TensorBlob.IPC.open/3`). Slices answer as what they view.
   """
-  @spec memory(input()) :: :owned | :pinned | :unpinned | :dlpack | :binary | :ipc
+  @spec memory(input()) :: :tensor_blob.memory()
   def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))
 
-  @doc "True when the tensor views memory whose owner it keeps alive (`:pinned`, `:dlpack` or `:binary`)."
+  @doc """
+  True when the tensor views memory whose owner it keeps alive (`:pinned`,
+  `:dlpack` or `:binary`: the kinds whose `keeps_owner` is true in
+  `TensorBlob.tables().storage`).
+  """
   @spec pinned?(input()) :: boolean()
   def pinned?(tensor), do: translating(do: :tensor_blob.pinned(ref(tensor)))
+
+  @doc """
+  True when the bytes `a`'s elements span (from its first element to its
+  last) and the bytes `b`'s span overlap: a write through one may change
+  what the other reads. Memory in a shared-memory region compares by the
+  region's file, so two mappings of one region overlap. A tensor with no
+  elements overlaps nothing. Spans, not elements: two views that interleave
+  (every other element each) overlap.
+
+      iex> t = TensorBlob.Tensor.zeros({4, 4}, :float32)
+      iex> TensorBlob.Tensor.overlaps?(t, TensorBlob.Tensor.transpose(t, 0, 1))
+      true
+      iex> top = TensorBlob.Tensor.narrow(t, 0, 0, 2)
+      iex> TensorBlob.Tensor.overlaps?(top, TensorBlob.Tensor.narrow(t, 0, 2, 2))
+      false
+      iex> TensorBlob.Tensor.overlaps?(top, TensorBlob.Tensor.narrow(t, 0, 1, 2))
+      true
+      iex> TensorBlob.Tensor.overlaps?(t, TensorBlob.Tensor.to_device(t, :cpu))
+      false
+      iex> TensorBlob.Tensor.overlaps?(t, TensorBlob.Tensor.narrow(t, 0, 1, 0))
+      false
+      iex> handle = TensorBlob.IPC.export(TensorBlob.IPC.zeros({4}, :float32))
+      iex> opened = TensorBlob.IPC.open(handle.handle, :float32, {4})
+      iex> TensorBlob.to_blob(opened).ptr == TensorBlob.to_blob(handle.tensor).ptr
+      false
+      iex> TensorBlob.Tensor.overlaps?(opened, handle.tensor)
+      true
+      iex> TensorBlob.Tensor.overlaps?(t, :not_a_tensor)
+      ** (ArgumentError) b: expected a tensor, got :not_a_tensor
+  """
+  @spec overlaps?(input(), input()) :: boolean()
+  def overlaps?(a, b), do: translating(do: :tensor_blob.overlaps(ref(a), ref(b)))
 
   @doc false
   # A device as both Inspect implementations show it: cpu, cuda:0, and so

@@ -1,0 +1,28 @@
+# The benchmarks' baselines (bench/nif/tensor_blob_bench_nif.c): a NIF
+# library of their own, which `make bench` builds (TENSOR_BLOB_BENCH_NIF:
+# its path without .so; default build/tensor_blob_bench_nif), so that
+# the library users load carries no benchmark code.
+defmodule :tensor_blob_bench_nif do
+  @on_load :load
+
+  def load do
+    path =
+      System.get_env("TENSOR_BLOB_BENCH_NIF") ||
+        Path.expand("../../build/tensor_blob_bench_nif", __DIR__)
+
+    case :erlang.load_nif(String.to_charlist(path), 0) do
+      :ok ->
+        :ok
+
+      {:error, {reason, text}} ->
+        IO.puts(:stderr, "cannot load #{path}.so (#{reason}: #{text}); build it with make bench-nif")
+        :abort
+    end
+  end
+
+  @doc "(X) -> X: a NIF call that does nothing."
+  def identity(_term), do: :erlang.nif_error(:not_loaded)
+
+  @doc "A new resource of one word: the floor of a call that makes a tensor."
+  def bare_resource, do: :erlang.nif_error(:not_loaded)
+end
