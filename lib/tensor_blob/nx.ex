@@ -17,17 +17,36 @@ if Code.ensure_loaded?(Nx) do
     float16 per element) has no Nx type, and `to_nx/2` refuses it. Axis names do not cross: a tensor
     from `to_nx/2` has no names, and `from_nx/2` drops them.
 
-    ## Nx functions and `defn` take tensor_blob tensors
+    ## Nx functions and `defn`
 
     `TensorBlob.Tensor` and `TensorBlob.BlobView` implement
-    `Nx.LazyContainer`, as Explorer's series do: `Nx.add(t, 1)`, `Nx.sum(t)`
-    and a `defn` called with `t` take it as it is. Nx sees its shape and type
-    first, and asks for the data only when it needs it; the tensor it then
-    gets is `to_nx(t)`, for `Nx.default_backend()` (see "To Nx" below): a
-    zero-copy view for `Nx.BinaryBackend`, and for Torchx (or EXLA) a copy
-    of their own, or a zero-copy mapping of a whole shared-memory region.
-    Tensors Nx cannot take (not on the CPU, a dimension of size 0,
-    `:complex32`) raise `ArgumentError` before any data is read.
+    `Nx.LazyContainer` and `Nx.Container`. These take them as they are, and
+    give what they give for `to_nx(t)`:
+
+      * `defn` functions and `Nx.Defn.jit/2`;
+      * `Nx.to_tensor/1`, `Nx.backend_copy/2`, `Nx.backend_transfer/2`;
+      * `Nx.sum/2`, `Nx.mean/2`, `Nx.product/2`, `Nx.reduce_max/2`,
+        `Nx.reduce_min/2`, `Nx.all/2`, `Nx.any/2`, `Nx.type/1`,
+        `Nx.to_binary/2`, `Nx.to_flat_list/2`, `Nx.to_number/1`,
+        `Nx.reshape/3`, `Nx.flatten/2`.
+
+    What Nx gets is a copy of the data for `Nx.default_backend()`, made
+    when Nx asks for it: a result may share its input's bytes
+    (`Nx.reshape/3` does), and the copy leaves the tensor writable
+    (`Tensor.write!/2`) the moment the call returns. `to_nx/2` is the
+    zero-copy way.
+
+    Every other Nx function needs `to_nx/2` first. Nx's element-wise
+    functions (`Nx.add/2`, `Nx.multiply/2`, ...) work out the result type
+    from their arguments before converting them, and would take any
+    tensor that is not an `%Nx.Tensor{}` for f32: they raise
+    `ArgumentError` saying to call `to_nx/2`. Those that accept only
+    numbers and `%Nx.Tensor{}` (`Nx.negate/1`, `Nx.abs/1`, `Nx.exp/1`,
+    `Nx.shape/1`, `Nx.rank/1`, `Nx.size/1`, `Nx.tensor/2`, ...) raise
+    Nx's own `FunctionClauseError` or `ArgumentError` before any code of
+    this library runs. Tensors Nx cannot take (not on the CPU, a
+    dimension of size 0, `:complex32`) raise `ArgumentError` before any
+    data is read.
 
     ## From Nx
 
@@ -113,8 +132,7 @@ if Code.ensure_loaded?(Nx) do
     (share through a region that tensor_blob maps itself; see the module
     doc).
 
-    Anything but an `Nx.Tensor` (a tensor_blob tensor included, which Nx
-    functions take as it is) raises `ArgumentError` saying what to pass.
+    Anything but an `Nx.Tensor` (a tensor_blob tensor included) raises `ArgumentError` saying what to pass.
     """
     @spec from_nx(Nx.Tensor.t(), keyword()) :: Tensor.t()
     def from_nx(nx, opts \\ [])
@@ -145,7 +163,7 @@ if Code.ensure_loaded?(Nx) do
     def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
       raise ArgumentError,
             "from_nx: expected an Nx tensor (%Nx.Tensor{}), got a tensor_blob #{kind(t)}: " <>
-              "it needs no conversion (to_nx/2 makes an Nx tensor of it, and Nx functions take it as it is)"
+              "it needs no conversion (to_nx/2 makes an Nx tensor of it)"
     end
 
     def from_nx(other, _opts) do
@@ -571,19 +589,7 @@ if Code.ensure_loaded?(Nx) do
     end
   end
 
-  # Nx functions and defn take tensor_blob tensors as they are, as
-  # Explorer's series: Nx sees a template (shape and type) first and asks
-  # for the tensor only when it needs the data, which to_nx/1 then makes
-  # for Nx.default_backend() (see TensorBlob.Nx: a view for the binary
-  # backend, a copy or a region for the others).
-  defimpl Nx.LazyContainer, for: TensorBlob.Tensor do
-    def traverse(tensor, acc, fun),
-      do: fun.(TensorBlob.Nx.template!(tensor), fn -> TensorBlob.Nx.to_nx(tensor) end, acc)
-  end
-
-  defimpl Nx.LazyContainer, for: TensorBlob.BlobView do
-    def traverse(%{tensor: tensor}, acc, fun), do: Nx.LazyContainer.traverse(tensor, acc, fun)
-  end
+  # Nx.LazyContainer and Nx.Container: lib/tensor_blob/nx/lazy.ex.
 else
   defmodule TensorBlob.Nx.Absent do
     @moduledoc false
