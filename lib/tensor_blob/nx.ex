@@ -120,6 +120,7 @@ if Code.ensure_loaded?(Nx) do
     import TensorBlob.Raise
 
     alias TensorBlob.{Blob, BlobView, Tensor}
+    alias TensorBlob.Nx.Options
 
     @sub_byte [{:u, 2}, {:u, 4}, {:s, 2}, {:s, 4}]
 
@@ -145,7 +146,7 @@ if Code.ensure_loaded?(Nx) do
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
       start = :tensor_blob_telemetry.start(:transfer)
-      {copy, device, ipc} = options!(opts)
+      {copy, device, ipc} = Options.from_nx!(opts)
       dtype = dtype!(nx.type)
 
       t =
@@ -206,7 +207,7 @@ if Code.ensure_loaded?(Nx) do
 
     def to_nx(%Tensor{} = t, arg) do
       start = :tensor_blob_telemetry.start(:transfer)
-      {backend, unsafe_view} = to_nx_options!(arg)
+      {backend, unsafe_view} = Options.to_nx!(arg)
       {shape, type} = layout!(t)
 
       {nx, copied} =
@@ -267,6 +268,19 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @doc false
+    # What Nx's own functions get (lib/tensor_blob/nx/lazy.ex): a copy for
+    # Nx.default_backend(), an ordinary binary that nothing of ours shares.
+    @spec copy_to_nx(Tensor.t()) :: Nx.Tensor.t()
+    def copy_to_nx(%Tensor{} = t) do
+      start = :tensor_blob_telemetry.start(:transfer)
+      {shape, type} = layout!(t)
+      {backend, false} = Options.to_nx!([])
+      nx = copy_to(t, backend, type, shape, :requested)
+      transferred(start, :to_nx, t, true, elem(backend, 0))
+      nx
+    end
+
+    @doc false
     # Nx.LazyContainer: the template Nx sees before the tensor is made.
     @spec template!(Tensor.input()) :: Nx.Tensor.t()
     def template!(tensor) do
@@ -277,30 +291,6 @@ if Code.ensure_loaded?(Nx) do
     defp kind(%Tensor{}), do: "tensor (%TensorBlob.Tensor{})"
     defp kind(%BlobView{}), do: "view (%TensorBlob.BlobView{})"
     defp kind(%Blob{}), do: "blob (%TensorBlob.Blob{})"
-
-    defp to_nx_options!(backend) when is_atom(backend) and backend != nil, do: {{backend, []}, false}
-    defp to_nx_options!({backend, opts} = b) when is_atom(backend) and is_list(opts), do: {b, false}
-
-    defp to_nx_options!(opts) when is_list(opts) do
-      opts = validate_options!(opts, [:backend, unsafe_view: false])
-
-      backend =
-        case Keyword.get_lazy(opts, :backend, &Nx.default_backend/0) do
-          b when is_atom(b) and b != nil -> {b, []}
-          {b, o} = bo when is_atom(b) and is_list(o) -> bo
-          other -> invalid_option!(:backend, other, "module | {module, keyword}")
-        end
-
-      case opts[:unsafe_view] do
-        u when is_boolean(u) -> {backend, u}
-        other -> invalid_option!(:unsafe_view, other, "boolean")
-      end
-    end
-
-    defp to_nx_options!(other) do
-      raise ArgumentError,
-            "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
-    end
 
     # The backend maps the region itself: its mapping is its own.
     defp region_handover(t, backend, type, shape) do
@@ -321,9 +311,9 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    defp copy_to(t, {module, opts}, type, shape) do
+    defp copy_to(t, {module, opts}, type, shape, reason \\ :backend) do
       template = %Nx.Tensor{data: nil, type: type, shape: shape, names: names(shape)}
-      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, :backend))
+      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, reason))
       module.from_binary(template, bytes, opts)
     end
 
@@ -410,40 +400,6 @@ if Code.ensure_loaded?(Nx) do
     end
 
     ## Helpers
-
-    # The defaults: {copy, device, ipc}.
-    defp options!([]), do: {:auto, nil, false}
-
-    defp options!(opts) do
-      opts = validate_options!(opts, copy: :auto, device: nil, ipc: false)
-      copy = opts[:copy]
-      copy in [:auto, :never, :always] or invalid_option!(:copy, copy, ":auto | :never | :always")
-      opts[:device] in [nil, :cpu] or invalid_option!(:device, opts[:device], ":cpu")
-      is_boolean(opts[:ipc]) or invalid_option!(:ipc, opts[:ipc], "boolean")
-      {copy, opts[:device], opts[:ipc]}
-    end
-
-    # Keyword.validate/2, in the library's words.
-    defp validate_options!(opts, known) do
-      case Keyword.validate(opts, known) do
-        {:ok, opts} ->
-          opts
-
-        {:error, unknown} ->
-          keys =
-            Enum.map(known, fn
-              {key, _default} -> key
-              key -> key
-            end)
-
-          raise ArgumentError,
-                "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
-      end
-    end
-
-    defp invalid_option!(key, value, expected) do
-      raise ArgumentError, "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
-    end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
 

@@ -28,8 +28,6 @@ if Code.ensure_loaded?(Nx) do
     @doc false
     def __mix_recompile__?, do: not Code.ensure_loaded?(Nx)
 
-    import TensorBlob.Raise, only: [translating: 1]
-
     alias TensorBlob.Tensor
 
     @doc false
@@ -42,27 +40,12 @@ if Code.ensure_loaded?(Nx) do
     def traverse(%Tensor{} = t, acc, fun) do
       template = TensorBlob.Nx.template!(t)
       caller!(t, template)
-      fun.(template, fn -> copy(t, template) end, acc)
+      fun.(template, fn -> TensorBlob.Nx.copy_to_nx(t) end, acc)
     end
 
     @doc false
     # Nx.Container: a tensor_blob tensor holds one Nx tensor, a copy.
-    def container(%Tensor{} = t, acc, fun), do: fun.(copy(t), acc)
-
-    @doc false
-    def copy(%Tensor{} = t), do: copy(t, TensorBlob.Nx.template!(t))
-
-    # A copy of the data for Nx.default_backend(), an ordinary binary.
-    defp copy(t, template) do
-      {module, opts} =
-        case Nx.default_backend() do
-          {module, opts} -> {module, opts}
-          module -> {module, []}
-        end
-
-      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {Nx, :to_tensor, 1}, :requested))
-      module.from_binary(%{template | data: nil}, bytes, opts)
-    end
+    def container(%Tensor{} = t, acc, fun), do: fun.(TensorBlob.Nx.copy_to_nx(t), acc)
 
     # Refused when Nx.to_tensor/1 was called for a function of Nx's (the
     # nearest frame of module Nx above it: Nx.select/3 converts through
@@ -108,7 +91,7 @@ if Code.ensure_loaded?(Nx) do
     defimpl Nx.Container, for: struct do
       def traverse(t, acc, fun), do: TensorBlob.Nx.Lazy.container(tensor(t), acc, fun)
       def reduce(t, acc, fun), do: TensorBlob.Nx.Lazy.container(tensor(t), acc, fun)
-      def serialize(t), do: {__MODULE__, [{:tensor, TensorBlob.Nx.Lazy.copy(tensor(t))}], :ok}
+      def serialize(t), do: {__MODULE__, [{:tensor, TensorBlob.Nx.copy_to_nx(tensor(t))}], :ok}
       def deserialize([{:tensor, nx}], :ok), do: nx
 
       defp tensor(%TensorBlob.BlobView{tensor: t}), do: t
