@@ -97,7 +97,8 @@ defmodule TensorBlob do
   The result is always a `%BlobView{tensor, owner}` (`owner` is `:none` for
   an unpinned view). Every function that takes a tensor takes it as it is
   (the `TensorBlob.Tensor` functions, `to_blob/1`, `TensorBlob.DLPack`,
-  `TensorBlob.IPC`, `TensorBlob.Nodes`, `TensorBlob.Nx`, Nx itself, and
+  `TensorBlob.IPC`, `TensorBlob.Nodes`, `TensorBlob.Nx`, the Nx calls
+  guides/nx.md lists, and
   other NIF libraries through `priv/include/tensor_blob.h`); `view.tensor`
   is the bare `%TensorBlob.Tensor{}`.
 
