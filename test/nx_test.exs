@@ -453,8 +453,8 @@ if Code.ensure_loaded?(Nx) do
         assert Nx.to_flat_list(Nx.Defn.jit(&Nx.multiply(&1, 3)).(t)) == [50_331_651, 6]
         assert Nx.type(Nx.Defn.jit(&Nx.add(&1, 1)).(t)) == {:s, 64}
         error = assert_raise ArgumentError, fn -> Nx.multiply(t, 3) end
-        assert error.message =~ "tensor_blob tensor (int64 {2})"
-        assert error.message =~ "would compute on it as f32; pass TensorBlob.Nx.to_nx(t) instead"
+        assert error.message =~ "tensor_blob tensor (int64 {2}) reached Nx.to_tensor/1 from Nx."
+        assert error.message =~ "would take this tensor for f32. Pass TensorBlob.Nx.to_nx(t) instead"
       end
 
       test "the functions that type their arguments first refuse them, saying to call to_nx/2" do
@@ -464,7 +464,7 @@ if Code.ensure_loaded?(Nx) do
           assert {kind, _, _, _} = outcome(fn -> call.(TNx.to_nx(t)) end)
           assert kind == :tensor, "#{name} of to_nx of #{inspect(sample)}"
           error = assert_raise ArgumentError, fn -> call.(t) end
-          assert error.message =~ "pass TensorBlob.Nx.to_nx(t) instead", "#{name} of #{inspect(sample)}"
+          assert error.message =~ "Pass TensorBlob.Nx.to_nx(t) instead", "#{name} of #{inspect(sample)}"
         end
       end
 

@@ -63,12 +63,12 @@ if Code.ensure_loaded?(Nx) do
       case above do
         {Nx, name, arity, _} when name not in @takes ->
           raise ArgumentError,
-                "a tensor_blob tensor (#{Tensor.dtype(t)} #{inspect(template.shape)}) was given to an Nx function " <>
-                  "that works out its result type before converting its arguments (it reached Nx.to_tensor/1 " <>
-                  "from Nx.#{name}/#{arity}, as Nx.add/2, Nx.multiply/2 and the other element-wise functions do), " <>
-                  "and would compute on it as f32; pass TensorBlob.Nx.to_nx(t) instead. Nx takes tensor_blob " <>
-                  "tensors as they are in defn, Nx.to_tensor/1, Nx.backend_copy/2, Nx.backend_transfer/2 and " <>
-                  Enum.map_join(@takes, ", ", &"Nx.#{&1}")
+                "a tensor_blob tensor (#{Tensor.dtype(t)} #{inspect(template.shape)}) reached Nx.to_tensor/1 " <>
+                  "from Nx.#{name}/#{arity}, which is not known to convert its arguments before typing them: " <>
+                  "Nx's element-wise functions (Nx.add/2, Nx.multiply/2, ...) and others work out the result " <>
+                  "type first, and would take this tensor for f32. Pass TensorBlob.Nx.to_nx(t) instead. " <>
+                  "Nx takes tensor_blob tensors as they are in defn, Nx.to_tensor/1, Nx.backend_copy/2, " <>
+                  "Nx.backend_transfer/2 and " <> Enum.map_join(@takes, ", ", &"Nx.#{&1}")
 
         _ ->
           :ok
@@ -87,16 +87,17 @@ if Code.ensure_loaded?(Nx) do
   # Nx.backend_copy/2, Nx.backend_transfer/2, Nx.backend_deallocate/1 and
   # Nx.serialize/2 go through Nx.Container: they get (and act on) the copy,
   # and Nx.deserialize/2 gives back an Nx tensor.
-  for struct <- [TensorBlob.Tensor, TensorBlob.BlobView] do
-    defimpl Nx.Container, for: struct do
-      def traverse(t, acc, fun), do: TensorBlob.Nx.Lazy.container(tensor(t), acc, fun)
-      def reduce(t, acc, fun), do: TensorBlob.Nx.Lazy.container(tensor(t), acc, fun)
-      def serialize(t), do: {__MODULE__, [{:tensor, TensorBlob.Nx.copy_to_nx(tensor(t))}], :ok}
-      def deserialize([{:tensor, nx}], :ok), do: nx
+  defimpl Nx.Container, for: TensorBlob.Tensor do
+    def traverse(t, acc, fun), do: TensorBlob.Nx.Lazy.container(t, acc, fun)
+    def reduce(t, acc, fun), do: TensorBlob.Nx.Lazy.container(t, acc, fun)
+    def serialize(t), do: {__MODULE__, [{:tensor, TensorBlob.Nx.copy_to_nx(t)}], :ok}
+    def deserialize([{:tensor, nx}], :ok), do: nx
+  end
 
-      defp tensor(%TensorBlob.BlobView{tensor: t}), do: t
-      defp tensor(t), do: t
-    end
+  defimpl Nx.Container, for: TensorBlob.BlobView do
+    def traverse(%{tensor: t}, acc, fun), do: TensorBlob.Nx.Lazy.container(t, acc, fun)
+    def reduce(%{tensor: t}, acc, fun), do: TensorBlob.Nx.Lazy.container(t, acc, fun)
+    def serialize(%{tensor: t}), do: Nx.Container.serialize(t)
   end
 else
   defmodule TensorBlob.Nx.Lazy.Absent do
