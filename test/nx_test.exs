@@ -356,6 +356,7 @@ if Code.ensure_loaded?(Nx) do
           {"Nx.to_tensor/1", &Nx.to_tensor/1},
           {"Nx.backend_copy/2", &Nx.backend_copy/1},
           {"Nx.backend_transfer/2", &Nx.backend_transfer(&1, Nx.BinaryBackend)},
+          {"Nx.serialize/2 and Nx.deserialize/2", &Nx.deserialize(Nx.serialize(&1))},
           {"Nx.sum/2", &Nx.sum/1},
           {"Nx.sum/2 with axes", &Nx.sum(&1, axes: [-1])},
           {"Nx.mean/2", &Nx.mean/1},

@@ -24,7 +24,8 @@ if Code.ensure_loaded?(Nx) do
     give what they give for `to_nx(t)`:
 
       * `defn` functions and `Nx.Defn.jit/2`;
-      * `Nx.to_tensor/1`, `Nx.backend_copy/2`, `Nx.backend_transfer/2`;
+      * `Nx.to_tensor/1`, `Nx.backend_copy/2`, `Nx.backend_transfer/2`,
+        `Nx.serialize/2`;
       * `Nx.sum/2`, `Nx.mean/2`, `Nx.product/2`, `Nx.reduce_max/2`,
         `Nx.reduce_min/2`, `Nx.all/2`, `Nx.any/2`, `Nx.type/1`,
         `Nx.to_binary/2`, `Nx.to_flat_list/2`, `Nx.to_number/1`,
