@@ -93,7 +93,9 @@ if Code.ensure_loaded?(Nx) do
 
       * `Nx.BinaryBackend`: `%Nx.Tensor{}` over a binary that shows the
         tensor's memory (`TensorBlob.Tensor.to_binary(t, copy: false)`),
-        zero-copy; the binary pins the memory. A non-contiguous tensor is
+        zero-copy; the binary pins the memory, and while it (or an Nx result
+        sharing it) lives, `Tensor.write!/2` refuses the tensor, as binaries
+        are immutable. A non-contiguous tensor is
         copied. A tensor in a shared-memory region (`TensorBlob.IPC`) is
         copied too: another program can shrink the region, and reading a
         binary over the lost pages would kill the VM with SIGBUS (see
