@@ -7,7 +7,7 @@ if Code.ensure_loaded?(Nx) do
     # Nx.LazyContainer and Nx.Container for TensorBlob.Tensor and BlobView.
     #
     # What Nx gets is always a copy of the data, for Nx.default_backend():
-    # an Nx result may share its input's binary (Nx.reshape/2 returns the
+    # an Nx result may share its input's binary (Nx.reshape/3 returns the
     # same bytes), so a view would leave our tensor refusing write!/2 for as
     # long as that result (or the garbage of the call) lives. A copy is
     # the BEAM's own, and the tensor is writable the moment the call returns.
@@ -50,7 +50,9 @@ if Code.ensure_loaded?(Nx) do
     # Refused when Nx.to_tensor/1 was called for a function of Nx's (the
     # nearest frame of module Nx above it: Nx.select/3 converts through
     # Enum.map/2 in Nx.broadcast_vectors/2) that is not in @takes. A call
-    # of the user's own (no Nx frame above) takes it.
+    # of the user's own (no Nx frame above) takes it. The frames that
+    # decide are the innermost few, well within the stack Process.info/2
+    # gives (the system's backtrace depth, 8 by default).
     defp caller!(t, template) do
       {:current_stacktrace, stack} = Process.info(self(), :current_stacktrace)
 
