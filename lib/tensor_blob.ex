@@ -100,9 +100,10 @@ defmodule TensorBlob do
   The result is always a `%BlobView{tensor, owner}` (`owner` is `:none` for
   an unpinned view). Every function that takes a tensor takes it as it is
   (the `TensorBlob.Tensor` functions, `to_blob/1`, `TensorBlob.DLPack`,
-  `TensorBlob.IPC`, `TensorBlob.Nodes`, `TensorBlob.Nx`, Nx itself, and
-  other NIF libraries through `priv/include/tensor_blob.h`); `view.tensor`
-  is the bare `%TensorBlob.Tensor{}`.
+  `TensorBlob.IPC`, `TensorBlob.Nodes`, `TensorBlob.Nx`, the Nx calls
+  guides/nx.md lists, and other NIF libraries through
+  `priv/include/tensor_blob.h`); `view.tensor` is the bare
+  `%TensorBlob.Tensor{}`.
 
   A spec that describes one of our tensors exactly (a blob from
   `to_blob/1`, unchanged) gives that tensor back, as `numpy.asarray` gives

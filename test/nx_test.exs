@@ -348,36 +348,178 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    describe "Nx takes tensor_blob tensors (Nx.LazyContainer)" do
-      test "Nx.add, Nx.sum and a defn take a %Tensor{} and what from_blob returns" do
-        t = Tensor.from_binary(Nx.to_binary(Nx.iota({2, 3}, type: {:f, 32})), :float32, {2, 3})
-        view = TensorBlob.from_blob(TensorBlob.to_blob(t), owner: :none)
+    describe "Nx's own functions and defn take tensor_blob tensors, or refuse them" do
+      # The calls that take them as they are (Nx.LazyContainer, Nx.Container):
+      # each gives what it gives for to_nx(t).
+      defp takes do
+        [
+          {"Nx.to_tensor/1", &Nx.to_tensor/1},
+          {"Nx.backend_copy/2", &Nx.backend_copy/1},
+          {"Nx.backend_transfer/2", &Nx.backend_transfer(&1, Nx.BinaryBackend)},
+          {"Nx.serialize/2 and Nx.deserialize/2", &Nx.deserialize(Nx.serialize(&1))},
+          {"Nx.sum/2", &Nx.sum/1},
+          {"Nx.sum/2 with axes", &Nx.sum(&1, axes: [-1])},
+          {"Nx.mean/2", &Nx.mean/1},
+          {"Nx.product/2", &Nx.product/1},
+          {"Nx.reduce_max/2", &Nx.reduce_max/1},
+          {"Nx.reduce_min/2", &Nx.reduce_min/1},
+          {"Nx.all/2", &Nx.all/1},
+          {"Nx.any/2", &Nx.any/1},
+          {"Nx.type/1", &Nx.type/1},
+          {"Nx.to_binary/2", &Nx.to_binary/1},
+          {"Nx.to_flat_list/2", &Nx.to_flat_list/1},
+          {"Nx.to_number/1", &Nx.to_number/1},
+          {"Nx.reshape/3", &Nx.reshape(&1, {1, :auto})},
+          {"Nx.flatten/2", &Nx.flatten/1},
+          {"a defn", &TensorBlob.Test.Defns.scale_add(&1, &1)},
+          {"a defn reducing", &TensorBlob.Test.Defns.total/1},
+          {"Nx.Defn.jit of Nx.multiply/2 by 3", Nx.Defn.jit(&Nx.multiply(&1, 3))},
+          {"Nx.Defn.jit of Nx.add/2", &Nx.Defn.jit(fn x, y -> Nx.add(x, y) end).(&1, &1)},
+          {"Nx.Defn.jit of Nx.divide/2 by 2", Nx.Defn.jit(&Nx.divide(&1, 2))},
+          {"Nx.Defn.jit of Nx.negate/1", Nx.Defn.jit(&Nx.negate/1)},
+          {"Nx.Defn.jit of Nx.abs/1", Nx.Defn.jit(&Nx.abs/1)},
+          {"Nx.Defn.jit of Nx.exp/1", Nx.Defn.jit(&Nx.exp/1)}
+        ]
+      end
 
-        for x <- [t, view] do
-          assert Nx.to_flat_list(Nx.add(x, 1)) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-          assert Nx.to_number(Nx.sum(x)) == 15.0
-          assert Nx.to_flat_list(TensorBlob.Test.Defns.scale_add(x, t)) == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
-          assert Nx.to_number(TensorBlob.Test.Defns.total(x)) == 15.0
-          assert Nx.to_flat_list(Nx.Defn.jit(&Nx.multiply/2).(x, x)) == [0.0, 1.0, 4.0, 9.0, 16.0, 25.0]
+      # Nx's functions that work out the result type from their arguments
+      # before converting them: they would compute in f32, and refuse.
+      defp refused do
+        [
+          {"Nx.add/2 with a number", &Nx.add(&1, 1)},
+          {"Nx.add/2 of a number", &Nx.add(1, &1)},
+          {"Nx.add/2 with a tensor", &Nx.add(&1, Nx.to_tensor(&1))},
+          {"Nx.add/2 of two", &Nx.add(&1, &1)},
+          {"Nx.subtract/2", &Nx.subtract(&1, 2)},
+          {"Nx.subtract/2 from a tensor", &Nx.subtract(Nx.to_tensor(&1), &1)},
+          {"Nx.multiply/2", &Nx.multiply(&1, 3)},
+          {"Nx.multiply/2 of a number", &Nx.multiply(3, &1)},
+          {"Nx.divide/2", &Nx.divide(&1, 2)},
+          {"Nx.divide/2 of a tensor", &Nx.divide(Nx.to_tensor(&1), &1)},
+          {"Nx.equal/2", &Nx.equal(&1, 0)},
+          {"Nx.select/3", &Nx.select(1, &1, 0)}
+        ]
+      end
+
+      # Nx's own guards refuse anything but numbers and %Nx.Tensor{} before
+      # any code of ours runs.
+      defp refused_by_nx do
+        [
+          {"Nx.negate/1", &Nx.negate/1},
+          {"Nx.abs/1", &Nx.abs/1},
+          {"Nx.exp/1", &Nx.exp/1},
+          {"Nx.shape/1", &Nx.shape/1},
+          {"Nx.rank/1", &Nx.rank/1},
+          {"Nx.size/1", &Nx.size/1},
+          {"Nx.tensor/2", &Nx.tensor/1},
+          {"Nx.fill/3", &Nx.fill(&1, 1)}
+        ]
+      end
+
+      # What a call gives, as data: a tensor's type, shape and bytes, any
+      # other value, or the exception it raised.
+      defp outcome(fun) do
+        case fun.() do
+          %Nx.Tensor{} = r -> {:tensor, r.type, r.shape, Nx.to_binary(r)}
+          other -> {:value, other}
         end
-
-        # What defn sees before it asks for the data: the shape and type.
-        assert %Nx.Tensor{shape: {2, 3}, type: {:f, 32}, data: %Nx.TemplateBackend{}} = TNx.template!(t)
+      rescue
+        e -> {:raised, e.__struct__, Exception.message(e)}
       end
 
-      test "with the binary backend the tensor Nx gets is a view of our memory: zero-copy" do
-        t = Tensor.from_binary(Nx.to_binary(Nx.iota({64}, type: {:s, 32})), :int32, {64})
-        nx = Nx.to_tensor(t)
-        assert %Nx.BinaryBackend{} = nx.data
-        # The BinaryBackend's binary is at our tensor's address.
-        assert ptr(TNx.from_nx(nx)) == ptr(t)
-        assert Nx.to_number(Nx.sum(t)) == Enum.sum(0..63)
+      # A tensor of every dtype shared with Nx (and the linked libtorch), of
+      # shape {2, 3} and {}.
+      defp samples do
+        for {type, dtype} <- pairs(), dtype in TensorBlob.dtypes(), shape <- [{2, 3}, {}] do
+          nx = nx_of(type, shape)
+          {dtype, shape, Nx.to_binary(nx)}
+        end
       end
 
-      test "a region is copied for the binary backend (another program can shrink it); unsafe_view: true views it" do
+      defp tensor_of({dtype, shape, bytes}), do: Tensor.from_binary(bytes, dtype, shape)
+
+      test "every call that takes them gives what it gives for to_nx(t), for every dtype Nx shares" do
+        for sample <- samples(), {name, call} <- takes() do
+          t = tensor_of(sample)
+          expected = outcome(fn -> call.(TNx.to_nx(t)) end)
+          assert outcome(fn -> call.(t) end) == expected, "#{name} of #{inspect(sample)}"
+          view = TensorBlob.from_blob(TensorBlob.to_blob(t))
+          assert outcome(fn -> call.(view) end) == expected, "#{name} of a BlobView of #{inspect(sample)}"
+        end
+      end
+
+      test "an int64 above 2^24 keeps its value: Nx.multiply/2 refuses, a defn computes in s64" do
+        t = Tensor.from_binary(<<16_777_217::64-signed-native, 2::64-signed-native>>, :int64, {2})
+        assert Nx.to_flat_list(Nx.multiply(TNx.to_nx(t), 3)) == [50_331_651, 6]
+        assert Nx.to_flat_list(Nx.Defn.jit(&Nx.multiply(&1, 3)).(t)) == [50_331_651, 6]
+        assert Nx.type(Nx.Defn.jit(&Nx.add(&1, 1)).(t)) == {:s, 64}
+        error = assert_raise ArgumentError, fn -> Nx.multiply(t, 3) end
+        assert error.message =~ "tensor_blob tensor (int64 {2}) reached Nx.to_tensor/1 from Nx."
+        assert error.message =~ "would take this tensor for f32. Pass TensorBlob.Nx.to_nx(t) instead"
+      end
+
+      test "the functions that type their arguments first refuse them, saying to call to_nx/2" do
+        for sample <- samples(), {name, call} <- refused() do
+          t = tensor_of(sample)
+          # With to_nx/2 they work.
+          assert {kind, _, _, _} = outcome(fn -> call.(TNx.to_nx(t)) end)
+          assert kind == :tensor, "#{name} of to_nx of #{inspect(sample)}"
+          error = assert_raise ArgumentError, fn -> call.(t) end
+          assert error.message =~ "Pass TensorBlob.Nx.to_nx(t) instead", "#{name} of #{inspect(sample)}"
+        end
+      end
+
+      test "the functions whose guards take only Nx tensors raise Nx's own error; to_nx/2 works" do
+        t = tensor_of(hd(samples()))
+
+        for {name, call} <- refused_by_nx() do
+          refute match?({:raised, _, _}, outcome(fn -> call.(TNx.to_nx(t)) end)), name
+          assert {:raised, struct, _} = outcome(fn -> call.(t) end)
+          assert struct in [FunctionClauseError, ArgumentError, KeyError], name
+        end
+      end
+
+      test "the guide names every Nx function that takes them" do
+        guide = File.read!(Path.join(File.cwd!(), "guides/nx.md"))
+        for name <- TensorBlob.Nx.Lazy.takes(), do: assert(guide =~ "`Nx.#{name}/", "Nx.#{name} in guides/nx.md")
+        for {name, _} <- refused_by_nx(), do: assert(guide =~ "`#{name}`", "#{name} in guides/nx.md")
+      end
+
+      test "a tensor is writable the moment an Nx call returns (no garbage collection), and the result is Nx's own" do
+        for sample <- samples(), {name, call} <- takes() ++ refused() do
+          t = tensor_of(sample)
+
+          result =
+            try do
+              {:ok, call.(t)}
+            rescue
+              e -> {:raised, e}
+            end
+
+          before = snapshot(result)
+          Tensor.write!(t, :binary.copy(<<0>>, byte_size(elem(sample, 2))))
+          assert snapshot(result) == before, "#{name} of #{inspect(sample)}"
+        end
+      end
+
+      defp snapshot({:ok, %Nx.Tensor{} = r}), do: {r.type, r.shape, Nx.to_binary(r)}
+      defp snapshot(other), do: other
+
+      test "a result that Nx keeps does not change when the tensor is written" do
+        t = Tensor.from_binary(Nx.to_binary(Nx.iota({2, 3}, type: {:s, 32})), :int32, {2, 3})
+        reshaped = Nx.reshape(t, {6})
+        converted = Nx.to_tensor(t)
+        Tensor.write!(t, :binary.copy(<<0>>, 24))
+        assert Nx.to_flat_list(reshaped) == [0, 1, 2, 3, 4, 5]
+        assert Nx.to_flat_list(converted) == [0, 1, 2, 3, 4, 5]
+        assert Nx.to_flat_list(Nx.sum(t, axes: [1])) == [0, 0]
+      end
+
+      test "a region: Nx's functions get a copy; to_nx/2 copies it for the binary backend, unsafe_view: true views it" do
         region = TensorBlob.IPC.zeros({4}, :float32)
         Tensor.write!(region, Nx.to_binary(Nx.tensor([1.0, 2.0, 3.0, 4.0], type: {:f, 32})))
-        assert Nx.to_flat_list(Nx.add(region, 1)) == [2.0, 3.0, 4.0, 5.0]
+        assert Nx.to_number(Nx.sum(region)) == 10.0
+        assert Nx.to_flat_list(Nx.Defn.jit(&Nx.add(&1, 1)).(region)) == [2.0, 3.0, 4.0, 5.0]
 
         copied = TNx.to_nx(region, Nx.BinaryBackend)
         refute ptr(TNx.from_nx(copied)) == ptr(region)
@@ -386,8 +528,12 @@ if Code.ensure_loaded?(Nx) do
       end
 
       test "what Nx cannot take is refused before any data is asked for, saying why" do
+        assert_raise ArgumentError, ~r/complex32 has no Nx type/, fn -> Nx.sum(Tensor.zeros({2}, :complex32)) end
         assert_raise ArgumentError, ~r/complex32 has no Nx type/, fn -> Nx.add(Tensor.zeros({2}, :complex32), 1) end
         assert_raise ArgumentError, ~r/size 0/, fn -> Nx.sum(Tensor.zeros({0, 2}, :float32)) end
+        # What defn sees before it asks for the data: the shape and type.
+        assert %Nx.Tensor{shape: {2, 3}, type: {:f, 32}, data: %Nx.TemplateBackend{}} =
+                 TNx.template!(Tensor.zeros({2, 3}, :float32))
       end
     end
 

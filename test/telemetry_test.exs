@@ -184,9 +184,10 @@ defmodule TensorBlob.TelemetryTest do
         assert_copy({TensorBlob.Nx, :to_nx, 2}, :shared_memory, 24)
         assert_transfer({TensorBlob.Nx, :to_nx, 2}, 24, 24)
 
-        # Nx functions take our tensors through to_nx.
+        # Nx functions that take our tensors get a copy (guides/nx.md).
         assert Nx.to_number(Nx.sum(t)) == Enum.sum(1..24)
-        assert_transfer({TensorBlob.Nx, :to_nx, 2}, 24, 0)
+        assert_copy({TensorBlob.Nx, :to_nx, 2}, :requested, 24)
+        assert_transfer({TensorBlob.Nx, :to_nx, 2}, 24, 24)
 
         _ = TensorBlob.Nx.from_nx(Nx.iota({6}, type: {:u, 8}), copy: :always)
         assert_copy({TensorBlob.Nx, :from_nx, 2}, :requested, 6)

@@ -269,7 +269,7 @@ if Code.ensure_loaded?(Torchx.Backend) do
       end
     end
 
-    test "Nx functions and defn take our tensors with Torchx the default backend: a copy, or a region mapped" do
+    test "Nx's functions and defn take our tensors with Torchx the default backend: a copy of its own" do
       t = Tensor.from_binary(Nx.to_binary(Nx.iota({2, 3}, type: {:f, 32})), :float32, {2, 3})
       view = TensorBlob.from_blob(TensorBlob.to_blob(t), owner: :none)
       scale_add = Nx.Defn.jit(fn x, y -> Nx.add(Nx.multiply(x, 2), y) end)
@@ -277,22 +277,26 @@ if Code.ensure_loaded?(Torchx.Backend) do
 
       try do
         for x <- [t, view] do
-          sum = Nx.add(x, 1)
+          sum = Nx.Defn.jit(&Nx.add(&1, 1)).(x)
           assert %Torchx.Backend{} = sum.data
           assert Nx.to_flat_list(sum) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
           assert Nx.to_number(Nx.sum(x)) == 15.0
           assert Nx.to_flat_list(scale_add.(x, t)) == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
+          assert_raise ArgumentError, ~r/Pass TensorBlob.Nx.to_nx\(t\) instead/, fn -> Nx.add(x, 1) end
           # Torchx cannot keep our memory alive: it gets a copy of its own.
           tx = Nx.to_tensor(x)
           assert %Torchx.Backend{} = tx.data
           refute address(tx) == ptr(t)
         end
 
-        # A whole region: Torchx maps it, zero-copy, and sees our writes.
+        # A whole region: Nx's own functions get a copy; to_nx/2 hands it
+        # over zero-copy (Torchx maps it, and sees our writes).
         region = IPC.zeros({4}, :int32)
-        tx = Nx.to_tensor(region)
+        copied = Nx.to_tensor(region)
+        shared = TNx.to_nx(region)
         Tensor.write!(region, <<1::32-native, 2::32-native, 3::32-native, 4::32-native>>)
-        assert Nx.to_flat_list(tx) == [1, 2, 3, 4]
+        assert Nx.to_flat_list(copied) == [0, 0, 0, 0]
+        assert Nx.to_flat_list(shared) == [1, 2, 3, 4]
         assert Nx.to_number(Nx.sum(region)) == 10
       after
         Nx.default_backend(previous)

@@ -13,16 +13,37 @@ if Code.ensure_loaded?(Nx) do
     (same bytes). A `:complex32` tensor (two float16 per element) has no Nx type, and `to_nx/2`
     refuses it. Axis names do not cross: `to_nx/2` gives none, `from_nx/2` drops them.
 
-    ## Nx functions and `defn` take tensor_blob tensors
+    ## Nx functions and `defn`
 
     `TensorBlob.Tensor` and `TensorBlob.BlobView` implement
-    `Nx.LazyContainer`, as Explorer's series do: `Nx.add(t, 1)`, `Nx.sum(t)` and a `defn` called
-    with `t` take it as it is. Nx sees its shape and type first, and asks for the data only when
-    it needs it; the tensor it then gets is `to_nx(t)`, for `Nx.default_backend()` (see "To Nx"
-    below): a zero-copy view for `Nx.BinaryBackend`, and for Torchx (or EXLA) a copy of their
-    own, or a zero-copy mapping of a whole shared-memory region.
-    Tensors Nx cannot take (not on the CPU, a dimension of size 0,
-    `:complex32`) raise `ArgumentError` before any data is read.
+    `Nx.LazyContainer` and `Nx.Container`. These take them as they are, and
+    give what they give for `to_nx(t)`:
+
+      * `defn` functions and `Nx.Defn.jit/2`;
+      * `Nx.to_tensor/1`, `Nx.backend_copy/2`, `Nx.backend_transfer/2`,
+        `Nx.serialize/2`;
+      * `Nx.sum/2`, `Nx.mean/2`, `Nx.product/2`, `Nx.reduce_max/2`,
+        `Nx.reduce_min/2`, `Nx.all/2`, `Nx.any/2`, `Nx.type/1`,
+        `Nx.to_binary/2`, `Nx.to_flat_list/2`, `Nx.to_number/1`,
+        `Nx.reshape/3`, `Nx.flatten/2`.
+
+    What Nx gets is a copy of the data for `Nx.default_backend()`, made
+    when Nx asks for it: a result may share its input's bytes
+    (`Nx.reshape/3` does), and the copy leaves the tensor writable
+    (`Tensor.write!/2`) the moment the call returns. `to_nx/2` is the
+    zero-copy way.
+
+    Every other Nx function needs `to_nx/2` first. Nx's element-wise
+    functions (`Nx.add/2`, `Nx.multiply/2`, ...) work out the result type
+    from their arguments before converting them, and would take any
+    tensor that is not an `%Nx.Tensor{}` for f32: they raise
+    `ArgumentError` saying to call `to_nx/2`. Those that accept only
+    numbers and `%Nx.Tensor{}` (`Nx.negate/1`, `Nx.abs/1`, `Nx.exp/1`,
+    `Nx.shape/1`, `Nx.rank/1`, `Nx.size/1`, `Nx.tensor/2`, ...) raise
+    Nx's own `FunctionClauseError` or `ArgumentError` before any code of
+    this library runs. Tensors Nx cannot take (not on the CPU, a
+    dimension of size 0, `:complex32`) raise `ArgumentError` before any
+    data is read.
 
     ## From Nx
 
@@ -68,7 +89,9 @@ if Code.ensure_loaded?(Nx) do
 
       * `Nx.BinaryBackend`: `%Nx.Tensor{}` over a binary that shows the
         tensor's memory (`TensorBlob.Tensor.to_binary(t, copy: false)`),
-        zero-copy; the binary pins the memory. A non-contiguous tensor is
+        zero-copy; the binary pins the memory, and while it (or an Nx result
+        sharing it) lives, `Tensor.write!/2` refuses the tensor, as binaries
+        are immutable. A non-contiguous tensor is
         copied. A tensor in a shared-memory region (`TensorBlob.IPC`) is
         copied too: another program can shrink the region, and reading a
         binary over the lost pages would kill the VM with SIGBUS (see
@@ -96,6 +119,7 @@ if Code.ensure_loaded?(Nx) do
     import TensorBlob.Raise
 
     alias TensorBlob.{Blob, BlobView, Tensor}
+    alias TensorBlob.Nx.Options
 
     @sub_byte [{:u, 2}, {:u, 4}, {:s, 2}, {:s, 4}]
 
@@ -108,8 +132,7 @@ if Code.ensure_loaded?(Nx) do
     (share through a region that tensor_blob maps itself; see the module
     doc).
 
-    Anything but an `Nx.Tensor` (a tensor_blob tensor included, which Nx
-    functions take as it is) raises `ArgumentError` saying what to pass.
+    Anything but an `Nx.Tensor` (a tensor_blob tensor included) raises `ArgumentError` saying what to pass.
     """
     @spec from_nx(Nx.Tensor.t(), keyword()) :: Tensor.t()
     def from_nx(nx, opts \\ [])
@@ -123,7 +146,7 @@ if Code.ensure_loaded?(Nx) do
     def from_nx(%Nx.Tensor{} = nx, opts) do
       :tensor_blob_telemetry.as({__MODULE__, :from_nx, 2}, fn ->
         start = :tensor_blob_telemetry.start(:transfer)
-        {copy, device, ipc} = options!(opts)
+        {copy, device, ipc} = Options.from_nx!(opts)
         dtype = dtype!(nx.type)
 
         t =
@@ -187,7 +210,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp to_nx!(t, arg) do
       start = :tensor_blob_telemetry.start(:transfer)
-      {backend, unsafe_view} = to_nx_options!(arg)
+      {backend, unsafe_view} = Options.to_nx!(arg)
       {shape, type} = layout!(t)
 
       {nx, copied} =
@@ -242,6 +265,19 @@ if Code.ensure_loaded?(Nx) do
     end
 
     @doc false
+    # What Nx's own functions get (lib/tensor_blob/nx/lazy.ex): a copy for
+    # Nx.default_backend(), an ordinary binary that nothing of ours shares.
+    @spec copy_to_nx(Tensor.t()) :: Nx.Tensor.t()
+    def copy_to_nx(%Tensor{} = t) do
+      start = :tensor_blob_telemetry.start(:transfer)
+      {shape, type} = layout!(t)
+      {backend, false} = Options.to_nx!([])
+      nx = copy_to(t, backend, type, shape, :requested)
+      transferred(start, :to_nx, t, true, elem(backend, 0))
+      nx
+    end
+
+    @doc false
     # Nx.LazyContainer: the template Nx sees before the tensor is made.
     @spec template!(Tensor.input()) :: Nx.Tensor.t()
     def template!(tensor) do
@@ -252,30 +288,6 @@ if Code.ensure_loaded?(Nx) do
     defp kind(%Tensor{}), do: "tensor (%TensorBlob.Tensor{})"
     defp kind(%BlobView{}), do: "view (%TensorBlob.BlobView{})"
     defp kind(%Blob{}), do: "blob (%TensorBlob.Blob{})"
-
-    defp to_nx_options!(backend) when is_atom(backend) and backend != nil, do: {{backend, []}, false}
-    defp to_nx_options!({backend, opts} = b) when is_atom(backend) and is_list(opts), do: {b, false}
-
-    defp to_nx_options!(opts) when is_list(opts) do
-      opts = validate_options!(opts, [:backend, unsafe_view: false])
-
-      backend =
-        case Keyword.get_lazy(opts, :backend, &Nx.default_backend/0) do
-          b when is_atom(b) and b != nil -> {b, []}
-          {b, o} = bo when is_atom(b) and is_list(o) -> bo
-          other -> invalid_option!(:backend, other, "module | {module, keyword}")
-        end
-
-      case opts[:unsafe_view] do
-        u when is_boolean(u) -> {backend, u}
-        other -> invalid_option!(:unsafe_view, other, "boolean")
-      end
-    end
-
-    defp to_nx_options!(other) do
-      "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
-      |> badarg!(:bad_option, :none)
-    end
 
     # The backend maps the region itself: its mapping is its own.
     defp region_handover(t, backend, type, shape) do
@@ -296,9 +308,9 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
-    defp copy_to(t, {module, opts}, type, shape) do
+    defp copy_to(t, {module, opts}, type, shape, reason \\ :backend) do
       template = %Nx.Tensor{data: nil, type: type, shape: shape, names: names(shape)}
-      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, :backend))
+      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, reason))
       module.from_binary(template, bytes, opts)
     end
 
@@ -395,41 +407,6 @@ if Code.ensure_loaded?(Nx) do
     defp copied?(nx, t) do
       memory = Tensor.memory(t)
       memory == :owned or (memory == :binary and :binary.referenced_byte_size(nx.data.state) <= 64)
-    end
-
-    # The defaults: {copy, device, ipc}.
-    defp options!([]), do: {:auto, nil, false}
-
-    defp options!(opts) do
-      opts = validate_options!(opts, copy: :auto, device: nil, ipc: false)
-      copy = opts[:copy]
-      copy in [:auto, :never, :always] or invalid_option!(:copy, copy, ":auto | :never | :always")
-      opts[:device] in [nil, :cpu] or invalid_option!(:device, opts[:device], ":cpu")
-      is_boolean(opts[:ipc]) or invalid_option!(:ipc, opts[:ipc], "boolean")
-      {copy, opts[:device], opts[:ipc]}
-    end
-
-    # Keyword.validate/2, in the library's words.
-    defp validate_options!(opts, known) do
-      case Keyword.validate(opts, known) do
-        {:ok, opts} ->
-          opts
-
-        {:error, unknown} ->
-          keys =
-            Enum.map(known, fn
-              {key, _default} -> key
-              key -> key
-            end)
-
-          "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
-          |> badarg!(:bad_option, :options)
-      end
-    end
-
-    defp invalid_option!(key, value, expected) do
-      "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
-      |> badarg!(:bad_option, :options)
     end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
@@ -578,19 +555,7 @@ if Code.ensure_loaded?(Nx) do
     end
   end
 
-  # Nx functions and defn take tensor_blob tensors as they are, as
-  # Explorer's series: Nx sees a template (shape and type) first and asks
-  # for the tensor only when it needs the data, which to_nx/1 then makes
-  # for Nx.default_backend() (see TensorBlob.Nx: a view for the binary
-  # backend, a copy or a region for the others).
-  defimpl Nx.LazyContainer, for: TensorBlob.Tensor do
-    def traverse(tensor, acc, fun),
-      do: fun.(TensorBlob.Nx.template!(tensor), fn -> TensorBlob.Nx.to_nx(tensor) end, acc)
-  end
-
-  defimpl Nx.LazyContainer, for: TensorBlob.BlobView do
-    def traverse(%{tensor: tensor}, acc, fun), do: Nx.LazyContainer.traverse(tensor, acc, fun)
-  end
+  # Nx.LazyContainer and Nx.Container: lib/tensor_blob/nx/lazy.ex.
 else
   defmodule TensorBlob.Nx.Absent do
     @moduledoc false
