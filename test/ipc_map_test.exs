@@ -119,6 +119,8 @@ defmodule TensorBlob.IPCMapTest do
       handle = IPC.export(IPC.zeros({2}, name))
       opened = IPC.open(%{"handle" => handle.handle, "dtype" => key, "shape" => [2], "data_size" => 2 * size})
       assert Tensor.dtype(opened) == name, inspect(key)
+      # The exporter's tensor keeps the region's name until the open above.
+      assert Tensor.memory(handle.tensor) == :ipc
     end
   end
 
@@ -142,8 +144,9 @@ defmodule TensorBlob.IPCMapTest do
     assert Tensor.memory(handle.tensor) == :ipc
   end
 
-  # A line is bounded: a hostile one is refused at once, in a few
-  # milliseconds, without decoding it.
+  # A line is bounded: a hostile one is refused at once, without decoding
+  # it (a 5 MB handle took 8 s and 0.8 GB). The bounds on time leave room
+  # for a loaded machine: they catch seconds, not milliseconds.
   test "open/1 refuses a line longer than a map needs, at once" do
     handle = IPC.export(IPC.zeros({3}, :float32))
 
@@ -155,34 +158,48 @@ defmodule TensorBlob.IPCMapTest do
       {micros, error} = :timer.tc(fn -> assert_raise ArgumentError, fn -> IPC.open(line) end end)
       assert error.message =~ "of at most 8192 bytes", error.message
       assert error.message =~ "got #{byte_size(line)} bytes"
-      assert micros < 50_000, "#{micros} us"
+      assert micros < 100_000, "#{micros} us"
     end
 
-    # The longest line that is accepted decodes in linear time and memory:
-    # a name of escapes, each a piece of its own.
+    # The longest line that is accepted decodes at once too: a name of
+    # escapes, each a piece of its own.
     escaped = String.duplicate("\\u0041", 1300)
     line = ~s({"handle": "#{escaped}", "dtype": "float32", "shape": [3]})
     assert byte_size(line) <= 8192
     {micros, error} = :timer.tc(fn -> assert_raise ArgumentError, fn -> IPC.open(line) end end)
     assert error.message =~ "handle: "
-    assert micros < 50_000, "#{micros} us"
+    assert micros < 500_000, "#{micros} us"
   end
 
   # The decoders themselves run in time linear in the text (the bound on
-  # a line is for memory and for what a map needs, not for speed).
+  # a line is for memory and for what a map needs), counted in reductions
+  # (the machine's load does not change them): 10x the text, plain runs,
+  # escapes and multi-byte characters, costs far less than the 100x of a
+  # quadratic decoder.
   test "the JSON decoders are linear in the text" do
     for backend <- backends() do
-      times =
+      [small, big] =
         for n <- [100_000, 1_000_000] do
-          text = ~s(["#{String.duplicate("a", n)}", "#{String.duplicate("\\n", div(n, 2))}"])
-          {micros, {:ok, [a, b]}} = :timer.tc(fn -> JSON.decode(text, backend) end)
-          assert byte_size(a) == n and byte_size(b) == div(n, 2)
-          micros
+          text = ~s(["#{String.duplicate("a", n)}", "#{String.duplicate("\\n", n)}", "#{String.duplicate("é", n)}"])
+          reductions(fn -> {:ok, [_, _, _]} = JSON.decode(text, backend) end)
         end
 
-      [small, big] = times
-      # 10x the text: far below the 100x of a quadratic decoder.
-      assert big < 30 * max(small, 1_000), "#{backend}: #{inspect(times)} us"
+      assert big < 25 * small, "#{backend}: #{small} then #{big} reductions"
+    end
+  end
+
+  defp reductions(fun) do
+    parent = self()
+
+    spawn_link(fn ->
+      {:reductions, before} = Process.info(self(), :reductions)
+      fun.()
+      {:reductions, later} = Process.info(self(), :reductions)
+      send(parent, {:reductions, later - before})
+    end)
+
+    receive do
+      {:reductions, n} -> n
     end
   end
 

@@ -149,40 +149,36 @@ defmodule TensorBlob.IPC.JSON do
     end
   end
 
-  # A string's body: runs of plain characters are taken whole (one
-  # sub-binary each, found by :binary.match), escapes one at a time; the
-  # result is built once, from the list of pieces.
-  defp string(text, acc) do
-    case :binary.match(text, ["\"", "\\"]) do
-      :nomatch ->
-        :error
+  # A string's body, in one pass: a run of plain characters is counted
+  # (len bytes from the start of the run, orig) and taken whole as one
+  # sub-binary when a quote or an escape ends it; the pieces gather as
+  # iodata (acc, nested to the left: no reversal) and become the string once.
+  defp string(text, acc), do: str(text, text, 0, acc)
 
-      {at, 1} ->
-        <<run::binary-size(at), mark, rest::binary>> = text
+  defp str(<<?", rest::binary>>, orig, len, acc),
+    do: {:ok, IO.iodata_to_binary([acc | binary_part(orig, 0, len)]), rest}
 
-        cond do
-          not plain?(run) -> :error
-          mark == ?" -> {:ok, IO.iodata_to_binary(Enum.reverse([run | acc])), rest}
-          true -> escape(rest, [run | acc])
-        end
-    end
-  end
+  defp str(<<?\\, rest::binary>>, orig, len, acc), do: escape(rest, [acc | binary_part(orig, 0, len)])
+  defp str(<<c, rest::binary>>, orig, len, acc) when c >= 0x20 and c < 0x80, do: str(rest, orig, len + 1, acc)
+  defp str(<<c::utf8, rest::binary>>, orig, len, acc) when c >= 0x80, do: str(rest, orig, len + utf8_size(c), acc)
+  defp str(_, _, _, _), do: :error
 
-  # Valid UTF-8 with no control character (they must be escaped).
-  defp plain?(run), do: String.valid?(run) and not String.contains?(run, Enum.map(0..0x1F, &<<&1>>))
+  defp utf8_size(c) when c < 0x800, do: 2
+  defp utf8_size(c) when c < 0x10000, do: 3
+  defp utf8_size(_), do: 4
 
-  defp escape(<<c, rest::binary>>, acc) when c in ~c"\"\\/", do: string(rest, [<<c>> | acc])
-  defp escape("n" <> rest, acc), do: string(rest, ["\n" | acc])
-  defp escape("t" <> rest, acc), do: string(rest, ["\t" | acc])
-  defp escape("r" <> rest, acc), do: string(rest, ["\r" | acc])
-  defp escape("b" <> rest, acc), do: string(rest, ["\b" | acc])
-  defp escape("f" <> rest, acc), do: string(rest, ["\f" | acc])
+  defp escape(<<c, rest::binary>>, acc) when c in ~c"\"\\/", do: string(rest, [acc, c])
+  defp escape("n" <> rest, acc), do: string(rest, [acc, ?\n])
+  defp escape("t" <> rest, acc), do: string(rest, [acc, ?\t])
+  defp escape("r" <> rest, acc), do: string(rest, [acc, ?\r])
+  defp escape("b" <> rest, acc), do: string(rest, [acc, ?\b])
+  defp escape("f" <> rest, acc), do: string(rest, [acc, ?\f])
 
   defp escape(<<"u", hex::binary-size(4), rest::binary>>, acc) do
     case hex(hex) do
       hi when hi in 0xD800..0xDBFF -> low_surrogate(hi, rest, acc)
       hi when hi in 0xDC00..0xDFFF -> :error
-      hi when is_integer(hi) -> string(rest, [<<hi::utf8>> | acc])
+      hi when is_integer(hi) -> string(rest, [acc | <<hi::utf8>>])
       :error -> :error
     end
   end
@@ -194,7 +190,7 @@ defmodule TensorBlob.IPC.JSON do
     case hex(hex) do
       lo when lo in 0xDC00..0xDFFF ->
         c = 0x10000 + Bitwise.bsl(hi - 0xD800, 10) + (lo - 0xDC00)
-        string(rest, [<<c::utf8>> | acc])
+        string(rest, [acc | <<c::utf8>>])
 
       _ ->
         :error
