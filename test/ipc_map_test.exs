@@ -252,7 +252,10 @@ defmodule TensorBlob.IPCMapTest do
     ~s(["\\u12G4"]),
     ~s(["\\u-123"]),
     "[1] x",
-    ~s({"a": 1} {)
+    ~s({"a": 1} {),
+    ~s(["\\ud800"]),
+    ~s(["\\udc00"]),
+    ~s(["\\ud800\\u0041"])
   ]
 
   for backend <- [:fallback, :stdlib] do
@@ -277,11 +280,7 @@ defmodule TensorBlob.IPCMapTest do
     end
   end
 
-  test "the fallback refuses a lone surrogate; the backend follows the OTP" do
-    for bad <- [~s(["\\ud800"]), ~s(["\\udc00"]), ~s(["\\ud800\\u0041"])] do
-      assert JSON.decode(bad, :fallback) == :error, bad
-    end
-
+  test "the backend follows the OTP" do
     assert JSON.backend() == if(Code.ensure_loaded?(:json), do: :stdlib, else: :fallback)
   end
 end

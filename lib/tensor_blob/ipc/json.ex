@@ -71,6 +71,8 @@ defmodule TensorBlob.IPC.JSON do
   def decode(text, backend \\ backend())
 
   def decode(text, :stdlib) when is_binary(text) do
+    # A float is refused: the decoder's fun fails, which stdlib reports
+    # as an error (or lets the throw through): :error either way.
     decoders = %{null: nil, float: fn _ -> throw(:float) end}
 
     case apply(stdlib_json(), :decode, [text, :ok, decoders]) do
