@@ -279,7 +279,26 @@ cases = [
      end
    end},
   {"Nodes: a packed term of a format this build does not know",
-   fn -> TensorBlob.Nodes.unpack(%{packed | __tensor_blob_node__: 2}) end}
+   fn -> TensorBlob.Nodes.unpack(%{packed | __tensor_blob_node__: 2}) end},
+  {"IPC.open/1: a JSON line whose handle is a 5 MB string",
+   fn ->
+     TensorBlob.IPC.open(~s({"handle": "#{String.duplicate("a", 5_000_000)}", "dtype": "float32", "shape": [3]}))
+   end},
+  {"IPC.open/1: a map whose shape is an improper list",
+   fn -> TensorBlob.IPC.open(%{handle: "/torch_1_2_3", dtype: :float32, shape: [2 | 3]}) end},
+  {"IPC.open/1: a JSON line without a dtype",
+   fn -> TensorBlob.IPC.open(~s({"handle": "/torch_1_2_3", "shape": [2]})) end},
+  {"IPC.open/1: a dtype the library does not know",
+   fn -> TensorBlob.IPC.open(~s({"handle": "/torch_1_2_3", "dtype": "float31", "shape": [2]})) end},
+  {"IPC.open/1: a data_size that is a string",
+   fn ->
+     TensorBlob.IPC.open(%{"handle" => "/torch_1_2_3", "dtype" => "float32", "shape" => [2], "data_size" => "8"})
+   end},
+  {"IPC.open/1: a data_size smaller than the shape",
+   fn -> TensorBlob.IPC.open(~s({"handle": "/torch_1_2_3", "dtype": "float32", "shape": [4], "data_size": 8})) end},
+  {"IPC.open/1: neither a map nor a line", fn -> TensorBlob.IPC.open({:handle, "/torch_1_2_3"}) end},
+  {"from_blob: a spec with string keys (a decoded JSON map)",
+   fn -> TensorBlob.from_blob(%{"ptr" => b.ptr, "shape" => [6], "dtype" => "float32", "owner" => t}) end}
 ]
 
 {check?, path} =

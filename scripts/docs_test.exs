@@ -27,6 +27,13 @@
 #                    names the interpreter (default python3)
 #   ```python torch  (or python cuda) run where torch imports (a GPU is
 #                    there), parsed only elsewhere; python norun: parsed only
+#   ```sh mix        run with bash in a scratch Mix project of its own (one
+#                    per block), as a user's shell would: it depends on
+#                    this checkout and on a dependency that prints while it
+#                    compiles, MIX_ENV and PYTHONPATH are unset, and
+#                    `python3` on its PATH is PYTHON; passes when bash exits
+#                    0. ```sh mix torch: run where PYTHON imports torch,
+#                    parsed only (bash -n) elsewhere
 #   anything else    (sh, text, ...) not code: counted, not run
 #
 # TMPDIR is a folder of the run's own, for the VM and Python alike: blocks
@@ -154,6 +161,13 @@ defmodule DocsTest do
             "cuda" in tags and not gpu? -> {parse_python(line, body), state}
             "torch" in tags and not python_torch?() -> {parse_python(line, body), state}
             true -> {run_python(line, body), state}
+          end
+
+        {line, "sh", tags, body}, state ->
+          cond do
+            "mix" not in tags -> {{:text}, state}
+            "torch" in tags and not (python() != nil and python_torch?()) -> {parse_sh(line, body), state}
+            true -> {run_sh_mix(line, body), state}
           end
 
         {_line, _lang, _tags, _body}, state ->
@@ -424,6 +438,87 @@ defmodule DocsTest do
         {:fail, why} -> {:halt, {:fail, start, why}}
       end
     end)
+  end
+
+  defp parse_sh(line, body) do
+    case System.cmd("bash", ["-n", "-c", Enum.map_join(body, "\n", &elem(&1, 1))], stderr_to_stdout: true) do
+      {_, 0} -> {:parsed, line}
+      {out, _} -> {:fail, line, "does not parse: #{out}"}
+    end
+  end
+
+  # A ```sh mix block, in a user's Mix project: it depends on this checkout
+  # (a path dependency, built in the project's _build as any dependency is)
+  # and on `noisy`, a dependency that prints while it compiles, as Nx's
+  # recipe in guides/nx.md does. What Mix prints must not get in the
+  # block's way.
+  defp run_sh_mix(line, body) do
+    dir = Path.join(System.tmp_dir!(), "tb_docs_mix_#{System.unique_integer([:positive])}")
+    project = Path.join(dir, "app")
+    noisy = Path.join(dir, "noisy")
+    bin = Path.join(dir, "bin")
+    root = Path.expand("..", __DIR__)
+
+    File.mkdir_p!(Path.join(project, "lib"))
+    File.mkdir_p!(Path.join(noisy, "lib"))
+    File.mkdir_p!(bin)
+
+    File.write!(Path.join(project, "mix.exs"), """
+    defmodule DocsApp.MixProject do
+      use Mix.Project
+
+      def project do
+        [app: :docs_app, version: "0.1.0",
+         deps: [{:tensor_blob, path: #{inspect(root)}}, {:noisy, path: #{inspect(noisy)}}]]
+      end
+    end
+    """)
+
+    File.write!(Path.join(project, "lib/docs_app.ex"), "defmodule DocsApp do\nend\n")
+
+    File.write!(Path.join(noisy, "mix.exs"), """
+    defmodule Noisy.MixProject do
+      use Mix.Project
+      def project, do: [app: :noisy, version: "0.1.0", compilers: [:noisy | Mix.compilers()]]
+    end
+
+    defmodule Mix.Tasks.Compile.Noisy do
+      use Mix.Task.Compiler
+      def run(_) do
+        IO.puts("noisy: a dependency that prints while it compiles")
+        File.write!(#{inspect(Path.join(dir, "noisy.log"))}, "printed\\n", [:append])
+        {:ok, []}
+      end
+    end
+    """)
+
+    File.write!(Path.join(noisy, "lib/noisy.ex"), "defmodule Noisy do\nend\n")
+    if python(), do: File.ln_s!(python(), Path.join(bin, "python3"))
+
+    env = [
+      {"MIX_ENV", nil},
+      {"PYTHONPATH", nil},
+      {"PATH", bin <> ":" <> System.get_env("PATH", "")}
+    ]
+
+    code = Enum.map_join(body, "\n", &elem(&1, 1))
+
+    {out, status} =
+      System.cmd("bash", ["-eu", "-o", "pipefail", "-c", code], cd: project, env: env, stderr_to_stdout: true)
+
+    printed? = File.exists?(Path.join(dir, "noisy.log"))
+    File.rm_rf!(dir)
+
+    cond do
+      status != 0 ->
+        {:fail, line, "bash exited with #{status}:\n#{out}"}
+
+      not printed? ->
+        {:fail, line, "no dependency printed: the block did not compile the project"}
+
+      true ->
+        {:ran, line}
+    end
   end
 
   defp charlist(nil), do: :none

@@ -31,7 +31,8 @@ typedef struct {
 
 static const region_format posix_format = {TB_MEMORY_REGION, 0, TB_NAME_PREFIX, "ipc", "removed, or never created"};
 static const region_format torch_format = {TB_MEMORY_TORCH_SHM, TB_TORCH_HEADER, TB_TORCH_NAME_PREFIX, "torch_shm",
-                                           "freed by its last user, or never created"};
+                                           "freed by its last user, or never created: the exporting process "
+                                           "must hold its tensor until this side has opened it"};
 
 /* One mapping of a region: the storage of the tensors over its data. A
  * plain region's creator removes the name when its mapping is freed (or

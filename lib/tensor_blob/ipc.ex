@@ -201,49 +201,159 @@ defmodule TensorBlob.IPC do
     TensorBlob.IPC.JSON.encode_object(for k <- ~w(handle dtype shape data_size), do: {k, spec[k]})
   end
 
+  # The longest JSON line open/1 reads: a region's name is at most 255
+  # bytes, and a dtype and the sizes of a shape fit many times over.
+  @max_line 8192
+
   @doc """
   A tensor over the region a map names: the map `to_map/1` gives, or the
   one the Python module's `tensor_blob.export(t)` and
   `tensor_blob.describe(shm, dtype, shape)` print (its JSON text, or the
-  map with string or atom keys `handle`, `dtype`, `shape`). The same as
-  `open(spec["handle"], dtype, shape)`.
+  map with string or atom keys `handle`, `dtype`, `shape` and an optional
+  `data_size`). The same as `open(spec["handle"], dtype, shape)`.
+
+  The map comes from outside the VM, and is read as such: a line is at
+  most #{@max_line} bytes, the dtype is looked up in the library's dtype
+  table (`TensorBlob.tables/0`: a name or an alias, as a string or an
+  atom), and a missing or malformed field raises `ArgumentError` naming
+  it.
   """
   @spec open(map() | String.t()) :: Tensor.t()
   def open(spec) when is_binary(spec) do
+    if byte_size(spec) > @max_line do
+      ("expected a shared tensor's map as one line of JSON of at most #{@max_line} bytes " <>
+         "(a region's name, a dtype and a shape), got #{byte_size(spec)} bytes")
+      |> badarg!(:bad_value, :spec)
+    end
+
     case TensorBlob.IPC.JSON.decode(spec) do
       {:ok, map} when is_map(map) ->
         open(map)
 
       _ ->
         ("expected a shared tensor's map as JSON " <>
-           ~s({"handle": ..., "dtype": ..., "shape": [...]}, got: #{inspect(spec)}))
-        |> badarg!(:bad_value, :none)
+           ~s({"handle": ..., "dtype": ..., "shape": [...]}, got: #{TensorBlob.Raise.inspect_term(spec)}))
+        |> badarg!(:bad_value, :spec)
     end
   end
 
   def open(%{} = spec) do
-    field = fn key -> Map.get(spec, key, Map.get(spec, Atom.to_string(key))) end
+    name = spec_handle(field(spec, :handle))
+    {dtype, element_size} = spec_dtype(field(spec, :dtype))
+    shape = spec_shape(field(spec, :shape))
+    spec_data_size(field(spec, :data_size), bytes(shape, element_size), dtype, shape)
+    open(name, dtype, List.to_tuple(shape))
+  end
 
-    with name when is_binary(name) <- field.(:handle),
-         dtype when is_binary(dtype) or is_atom(dtype) <- field.(:dtype),
-         shape when is_list(shape) <- field.(:shape),
-         true <- Enum.all?(shape, &(is_integer(&1) and &1 >= 0)) do
-      open(name, dtype_atom(dtype), List.to_tuple(shape))
-    else
-      _ ->
-        ("expected a shared tensor's map with handle (a region's name), " <>
-           "dtype and shape (a list of sizes), got: #{inspect(spec)}")
-        |> badarg!(:bad_value, :none)
+  def open(spec) do
+    ("expected a shared tensor's map (with handle, dtype and shape) or its line of JSON, " <>
+       "got: #{TensorBlob.Raise.inspect_term(spec)}")
+    |> badarg!(:bad_value, :spec)
+  end
+
+  # A field of a map from outside: its atom key or its string key, :missing
+  # where it has neither.
+  defp field(spec, key) do
+    case spec do
+      %{^key => value} -> value
+      %{} -> Map.get(spec, Atom.to_string(key), :missing)
     end
   end
 
-  defp dtype_atom(dtype) when is_atom(dtype), do: dtype
+  defp spec_handle(name) when is_binary(name), do: name
 
-  defp dtype_atom(dtype) do
-    String.to_existing_atom(dtype)
-  rescue
-    ArgumentError ->
-      "unknown dtype #{inspect(dtype)}"
-      |> badarg!(:bad_dtype, :none)
+  defp spec_handle(:missing),
+    do: badarg!("handle: the map names no region (a handle such as \"/torch_...\" is required)", :missing, :handle)
+
+  defp spec_handle(other),
+    do:
+      badarg!(
+        "handle: expected a region's name (a string), got #{TensorBlob.Raise.inspect_term(other)}",
+        :bad_value,
+        :handle
+      )
+
+  # The dtype's canonical atom and element size, from the library's dtype
+  # table: never the atom table (a string from outside names a dtype before
+  # any module that spells it is loaded).
+  defp spec_dtype(missing) when missing in [:missing, nil],
+    do: badarg!("dtype: the map names no dtype (one of #{dtype_names()})", :missing, :dtype)
+
+  defp spec_dtype(dtype) when is_binary(dtype) or (is_atom(dtype) and not is_boolean(dtype)) do
+    text = to_string(dtype)
+
+    found =
+      Enum.find(TensorBlob.tables().dtypes, fn d ->
+        Atom.to_string(d.name) == text or Enum.any?(d.aliases, &(Atom.to_string(&1) == text))
+      end)
+
+    case found do
+      %{name: name, element_size: size} ->
+        {name, size}
+
+      nil ->
+        "dtype: unknown dtype #{TensorBlob.Raise.inspect_term(dtype)} (one of #{dtype_names()})"
+        |> badarg!(:bad_dtype, :dtype)
+    end
   end
+
+  defp spec_dtype(other),
+    do:
+      badarg!(
+        "dtype: expected a dtype's name (a string), got #{TensorBlob.Raise.inspect_term(other)} (one of #{dtype_names()})",
+        :bad_dtype,
+        :dtype
+      )
+
+  defp dtype_names, do: Enum.map_join(TensorBlob.tables().dtypes, ", ", &Atom.to_string(&1.name))
+
+  defp spec_shape(:missing),
+    do: badarg!("shape: the map has no shape (a list of sizes, such as [2, 3])", :missing, :shape)
+
+  defp spec_shape(shape) when is_tuple(shape), do: spec_shape(Tuple.to_list(shape), shape)
+  defp spec_shape(shape), do: spec_shape(shape, shape)
+
+  # A proper list of non-negative integers, checked element by element (an
+  # improper list, or anything else, is refused without Enum).
+  defp spec_shape(list, given) do
+    if sizes?(list),
+      do: list,
+      else:
+        badarg!(
+          "shape: expected a list of sizes (non-negative integers), got #{TensorBlob.Raise.inspect_term(given)}",
+          :bad_shape,
+          :shape
+        )
+  end
+
+  # The bytes a shape needs, counted up to 2^64 at most (past that no
+  # region holds it, and a product of huge sizes is not worth computing).
+  defp bytes(shape, element_size) do
+    Enum.reduce_while(shape, element_size, fn n, acc ->
+      if acc * n > 0xFFFFFFFFFFFFFFFF, do: {:halt, 0x10000000000000000}, else: {:cont, acc * n}
+    end)
+  end
+
+  defp sizes?([]), do: true
+  defp sizes?([n | rest]) when is_integer(n) and n >= 0, do: sizes?(rest)
+  defp sizes?(_), do: false
+
+  defp spec_data_size(:missing, _needed, _dtype, _shape), do: :ok
+  defp spec_data_size(size, needed, _dtype, _shape) when is_integer(size) and size >= needed, do: :ok
+
+  defp spec_data_size(size, needed, dtype, shape) when is_integer(size) and size >= 0,
+    do:
+      badarg!(
+        "data_size: #{size} bytes is less than the #{needed} that #{dtype} #{inspect(shape)} needs",
+        :bad_value,
+        :data_size
+      )
+
+  defp spec_data_size(other, _needed, _dtype, _shape),
+    do:
+      badarg!(
+        "data_size: expected the region's data bytes (a non-negative integer), got #{TensorBlob.Raise.inspect_term(other)}",
+        :bad_value,
+        :data_size
+      )
 end
