@@ -45,36 +45,45 @@
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
 
-%% A DLPack capsule: a resource owning one exported managed tensor.
+%% A type's doc follows its declaration (edoc's rule for types).
 -type capsule() :: reference().
+%% A DLPack capsule: a resource owning one exported managed tensor (to_dlpack/2).
 -type dlpack_version() :: versioned | legacy.
+%% The DLPack ABI a capsule holds: versioned (DLPack 1.x, DLManagedTensorVersioned) or legacy
+%% (DLManagedTensor).
 
 -type tensor() :: reference().
+%% A tensor: a resource reference holding one libtorch tensor.
 -type shape() :: tuple().
+%% A tensor's shape: a tuple of sizes, one per dimension ({} for a scalar).
+-type device() :: cpu | {cuda, non_neg_integer()}.
 %% A device: one term per row of the device table (tables/0), an indexed device type with its index.
 %% Every spec here and in the Elixir facade (TensorBlob.Tensor.device()) names this type.
--type device() :: cpu | {cuda, non_neg_integer()}.
 -type dtype() :: atom() | {atom(), pos_integer()}.
-%% A row of the dtype table: its canonical name, what its elements are (kind and bits), its DLPack
-%% {Code, Bits, Lanes}, its Nx type, the other names it is known by, the libtorch release that
-%% brought it, and whether the linked libtorch holds it.
+%% A dtype: a name of the dtype table (dtypes/0) or one of its aliases, or an Nx type such as
+%% {f, 32}.
 -type dtype_info() :: #{name := atom(), element_size := pos_integer(),
                         dlpack := {non_neg_integer(), pos_integer(), pos_integer()},
                         kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
                         nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
                         available := boolean()}.
+%% A row of the dtype table: its canonical name, what its elements are (kind and bits), its DLPack
+%% {Code, Bits, Lanes}, its Nx type, the other names it is known by, the libtorch release that
+%% brought it, and whether the linked libtorch holds it.
+-type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
 %% A row of the device table: a device type, its DLPack device code, and whether its devices are
 %% numbered ({cuda, 0}) or not (cpu).
--type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
-%% A blob; to_blob/2 with the struct option tags it with '__struct__' (the Elixir facade's
-%% %TensorBlob.Blob{}).
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
                   dtype := atom(), device := device(), element_size := pos_integer(),
                   byte_size := non_neg_integer(), alignment := pos_integer(), owner := term(),
                   '__struct__' => atom()}.
+%% A blob: what to_blob/1 says of a tensor's memory (strides in elements, sizes in bytes); to_blob/2
+%% with the struct option tags it with '__struct__' (the Elixir facade's %TensorBlob.Blob{}).
 -type spec() :: #{ptr := non_neg_integer(), shape := shape(), dtype := dtype(),
                   strides => [non_neg_integer()] | undefined | nil,
                   device => device() | undefined | nil, owner => term(), atom() => term()}.
+%% What from_blob/1,2 takes: a blob, or a map with at least ptr, shape and dtype (strides default to
+%% row-major, device to cpu); owner is the term that keeps the memory alive.
 
 %% @doc The blob describing T's memory; the blob's owner is T.
 -spec to_blob(tensor()) -> blob().
