@@ -244,7 +244,16 @@ cases = [
        dtype: :uint8,
        shape: {64}
      })
-   end}
+   end},
+  {"a freed tensor's reference (read back from term_to_binary after its process exited)",
+   fn ->
+     ext = Task.async(fn -> :erlang.term_to_binary(Tensor.zeros({2}, :float32).ref) end) |> Task.await()
+     Tensor.shape(Tensor.wrap(:erlang.binary_to_term(ext)))
+   end},
+  {"Nodes: pack to a node named by a string", fn -> TensorBlob.Nodes.pack(t, "nodeb@vm") end},
+  {"bool: a byte other than 0 and 1", fn -> Tensor.from_binary(<<0, 1, 2>>, :bool, {3}) end},
+  {"bool: a view of a byte other than 0 and 1", fn -> Tensor.from_binary(<<0, 1, 2>>, :bool, {3}, copy: false) end},
+  {"bool: write of a byte other than 0 and 1", fn -> Tensor.write!(Tensor.zeros({3}, :bool), <<0, 1, 2>>) end}
 ]
 
 {check?, path} =

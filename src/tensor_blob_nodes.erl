@@ -62,8 +62,19 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
         end,
     _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
     Packed;
-node_pack(_T, Node, Opts) ->
-    badarg(["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
+node_pack(_T, Node, Opts) when is_atom(Node) ->
+    badarg(["options: expected a map, got ", {term, Opts}]);
+node_pack(_T, Node, _Opts) ->
+    badarg(["node: expected a node name (an atom), got ", {term, Node} | node_name_hint(Node)]).
+
+%% A node named by a string: the atom to give instead.
+node_name_hint(Name) ->
+    Chars = if is_binary(Name) -> unicode:characters_to_list(Name); true -> Name end,
+    case is_list(Chars) andalso Chars =/= [] andalso io_lib:printable_unicode_list(Chars)
+        andalso length(Chars) =< 255 andalso [C || C <- Chars, lists:member(C, "'\"\\")] =:= [] of
+        true -> [": name it as an atom, ", {code, [$', Chars, $'], [$:, $", Chars, $"]}];
+        false -> []
+    end.
 
 default_via(T, Node) ->
     case device(T) =:= cpu andalso same_host(Node) of
@@ -229,4 +240,4 @@ same_host(Node) when is_atom(Node) ->
         Local -> try erpc:call(Node, tensor_blob, shm_identity, [], 5000) =:= Local catch _:_ -> false end
     end;
 same_host(Node) ->
-    badarg(["node: expected a node name (an atom), got ", {term, Node}]).
+    badarg(["node: expected a node name (an atom), got ", {term, Node} | node_name_hint(Node)]).

@@ -208,6 +208,26 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
     return 1;
 }
 
+int tb_tensor_check_bool_bytes(ErlNifEnv *env, const char *field, tb_dtype_id dtype, const unsigned char *data,
+                               size_t size, ERL_NIF_TERM *exc)
+{
+    if (dtype != TB_DT_BOOL)
+        return 1;
+    unsigned char any = 0;
+    for (size_t i = 0; i < size; i++)
+        any |= data[i];
+    if (!(any & 0xFE))
+        return 1;
+    size_t at = 0;
+    while (data[at] <= 1)
+        at++;
+    *exc = tb_raise_badarg(env,
+                           "%s: byte %lu is %u, and each byte of a bool tensor must be 0 (false) or 1 (true), as "
+                           "libtorch stores bools; map the values to 0 and 1 first",
+                           field, (unsigned long)at, (unsigned)data[at]);
+    return 0;
+}
+
 /* ---- Copies ------------------------------------------------------------ */
 
 ERL_NIF_TERM tb_nif_zeros(TB_NIF_PARAMS)
@@ -231,6 +251,8 @@ ERL_NIF_TERM tb_nif_from_binary(TB_NIF_PARAMS)
     if (!tb_tensor_get_binary_args(env, argv, &bin, &d, &exc))
         return exc;
     if (tb_reschedule_copy(env, "from_binary", bin.size, 0, tb_nif_from_binary, argc, argv, &exc))
+        return exc;
+    if (!tb_tensor_check_bool_bytes(env, "binary", d.dtype, bin.data, bin.size, &exc))
         return exc;
     tb_shim_out out;
     int ok = tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type,
@@ -312,6 +334,8 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
     }
     int on_device = d.info.device_type != TB_DEVICE_CPU || (from_tensor && src.info.device_type != TB_DEVICE_CPU);
     if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
+        return exc;
+    if (!from_tensor && !tb_tensor_check_bool_bytes(env, "binary", d.dtype, bin.data, bin.size, &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
         return tb_raise_badarg(env,
