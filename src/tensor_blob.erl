@@ -460,8 +460,8 @@ node_pack(T, Node) -> node_pack(T, Node, #{}).
 
 %% @doc node_pack/2, with options: via => region (a shared-memory region, only to a node that can
 %% open this node's shared memory) or via => binary (the bytes in a binary) forces the path; keep =>
-%% Milliseconds (default 30000) bounds how long this node keeps a region alive for a receiver that
-%% has not unpacked it yet.
+%% Milliseconds (default: the node_keep setting, 30000 unless configured; guides/configuration.md)
+%% bounds how long this node keeps a region alive for a receiver that has not unpacked it yet.
 -spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
 node_pack(T, Node, Opts) -> tensor_blob_nodes:node_pack(T, Node, Opts).
 

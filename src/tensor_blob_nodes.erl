@@ -19,14 +19,12 @@
                       to_device/2, ipc_torch_open/3]).
 -import(tensor_blob_tensor, [binary_of/3, transferred/5]).
 
--define(NODE_KEEP_MS, 30000).
-
 -spec node_pack(term(), term(), term()) -> map().
 node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
 node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     check_options(Opts, [via, keep]),
-    Keep = case maps:get(keep, Opts, ?NODE_KEEP_MS) of
+    Keep = case maps:get(keep, Opts, tensor_blob_config:get(node_keep)) of
                K when is_integer(K), K >= 0, K =< 16#FFFFFFFF -> K;
                K -> badarg(["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
            end,

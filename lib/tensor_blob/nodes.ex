@@ -40,7 +40,8 @@ defmodule TensorBlob.Nodes do
   A term that carries `tensor` to `node`. `via: :region` or `via: :binary`
   forces a path (`:region` only to a node for which `same_host?/1` holds);
   by default a CPU tensor goes to such a node as a region, anything else
-  as a binary. `keep:` (milliseconds, default 30000) bounds how long the
+  as a binary. `keep:` (milliseconds; default: the `node_keep` setting,
+  30000 unless configured, guides/configuration.md) bounds how long the
   sending node keeps a region alive for a receiver that has not unpacked
   yet.
   """
