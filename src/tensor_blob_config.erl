@@ -66,6 +66,7 @@ get(node_keep = Key) ->
                       {code, "{tensor_blob, [{node_keep, Ms}]}", "config :tensor_blob, node_keep: ms"}, ")"])
     end.
 
+-spec bad(node_keep, [tensor_blob_error:segment()]) -> no_return().
 bad(node_keep, Where) ->
     tensor_blob_error:badarg(["node_keep: " | Where] ++ ["; expected milliseconds (an integer in 0..4294967295)"]).
 
