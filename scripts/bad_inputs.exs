@@ -298,7 +298,38 @@ cases = [
    fn -> TensorBlob.IPC.open(~s({"handle": "/torch_1_2_3", "dtype": "float32", "shape": [4], "data_size": 8})) end},
   {"IPC.open/1: neither a map nor a line", fn -> TensorBlob.IPC.open({:handle, "/torch_1_2_3"}) end},
   {"from_blob: a spec with string keys (a decoded JSON map)",
-   fn -> TensorBlob.from_blob(%{"ptr" => b.ptr, "shape" => [6], "dtype" => "float32", "owner" => t}) end}
+   fn -> TensorBlob.from_blob(%{"ptr" => b.ptr, "shape" => [6], "dtype" => "float32", "owner" => t}) end},
+  {"a freed tensor's reference (read back from term_to_binary after its process exited)",
+   fn ->
+     ext = Task.async(fn -> :erlang.term_to_binary(Tensor.zeros({2}, :float32).ref) end) |> Task.await()
+     Tensor.shape(Tensor.wrap(:erlang.binary_to_term(ext)))
+   end},
+  {"Nodes: pack to a node named by a string", fn -> TensorBlob.Nodes.pack(t, "nodeb@vm") end},
+  {"bool: a byte other than 0 and 1", fn -> Tensor.from_binary(<<0, 1, 2>>, :bool, {3}) end},
+  {"bool: a view of a byte other than 0 and 1", fn -> Tensor.from_binary(<<0, 1, 2>>, :bool, {3}, copy: false) end},
+  {"bool: write of a byte other than 0 and 1", fn -> Tensor.write!(Tensor.zeros({3}, :bool), <<0, 1, 2>>) end},
+  {"TENSOR_BLOB_NIF naming no file (a fresh VM's first call)",
+   fn ->
+     # The library loads once per VM: a fresh one, given the variable,
+     # makes its first call; the message it raises is raised here.
+     ebin = :code.which(:tensor_blob) |> Path.dirname()
+     priv = :code.priv_dir(:tensor_blob) |> to_string()
+
+     eval = ~S"""
+     try tensor_blob:stats() of _ -> halt(1)
+     catch error:{tensor_blob, M} -> io:format("MESSAGE:~ts~n", [M]), halt(0)
+     end.
+     """
+
+     {out, 0} =
+       System.cmd(System.find_executable("erl"), ["-noshell", "-pa", ebin, "-eval", eval],
+         env: [{"TENSOR_BLOB_NIF", "nowhere/tensor_blob_nif"}],
+         stderr_to_stdout: true
+       )
+
+     [_, message] = Regex.run(~r/MESSAGE:(.*)/, out)
+     raise TensorBlob.Error, String.replace(message, priv, "PRIV")
+   end}
 ]
 
 {check?, path} =

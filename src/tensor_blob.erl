@@ -45,59 +45,65 @@
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
 
-%% A DLPack capsule: a resource owning one exported managed tensor.
+%% A type's doc follows its declaration (edoc's rule for types).
 -type capsule() :: reference().
+%% A DLPack capsule: a resource owning one exported managed tensor (to_dlpack/2).
 -type dlpack_version() :: versioned | legacy.
+%% The DLPack ABI a capsule holds: versioned (DLPack 1.x, DLManagedTensorVersioned) or legacy
+%% (DLManagedTensor).
 
 -type tensor() :: reference().
+%% A tensor: a resource reference holding one libtorch tensor.
 -type shape() :: tuple().
+%% A tensor's shape: a tuple of sizes, one per dimension ({} for a scalar).
+-type device() :: cpu | {cuda, non_neg_integer()}.
 %% A device: one term per row of the device table (tables/0), an indexed device type with its index.
 %% Every spec here and in the Elixir facade (TensorBlob.Tensor.device()) names this type.
--type device() :: cpu | {cuda, non_neg_integer()}.
 -type dtype() :: atom() | {atom(), pos_integer()}.
-%% A row of the dtype table: its canonical name, what its elements are (kind and bits), its DLPack
-%% {Code, Bits, Lanes}, its Nx type, the other names it is known by, the libtorch release that
-%% brought it, and whether the linked libtorch holds it.
+%% A dtype: a name of the dtype table (dtypes/0) or one of its aliases, or an Nx type such as
+%% {f, 32}.
 -type dtype_info() :: #{name := atom(), element_size := pos_integer(),
                         dlpack := {non_neg_integer(), pos_integer(), pos_integer()},
                         kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
                         nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
                         available := boolean()}.
-%% A row of the device table: a device type, its DLPack code, whether its devices are numbered.
+%% A row of the dtype table: its canonical name, its elements (kind and bits), its DLPack
+%% {Code, Bits, Lanes}, its Nx type, its other names, the libtorch release that brought it, and
+%% whether the linked libtorch holds it.
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
-%% What memory/1 answers: one atom per row of the storage kind table (tables/0's storage).
+%% A row of the device table: a device type, its DLPack code, whether its devices are numbered.
 -type memory() :: owned | pinned | unpinned | dlpack | binary | ipc.
-%% A row of the storage kind table: a kind, what memory/1 answers for it, whether a tensor of it
-%% keeps its owner alive (pinned/1), whether it is a named shared-memory region.
+%% What memory/1 answers: one atom per row of the storage kind table (tables/0's storage).
 -type storage_info() :: #{name := atom(), memory := memory(), keeps_owner := boolean(), region := boolean()}.
-%% A blob; to_blob/2's struct option tags it as the Elixir facade's %TensorBlob.Blob{}.
+%% A row of the storage kind table: a kind, what memory/1 answers for it, whether it keeps its
+%% owner alive (pinned/1), whether it is a named shared-memory region.
 -type blob() :: #{ptr := non_neg_integer(), shape := shape(), strides := [non_neg_integer()],
                   dtype := atom(), device := device(), element_size := pos_integer(),
                   byte_size := non_neg_integer(), alignment := pos_integer(), owner := term(),
                   '__struct__' => atom()}.
+%% A blob: what to_blob/1 says of a tensor's memory (strides in elements, sizes in bytes); to_blob/2
+%% with the struct option tags it with '__struct__' (the Elixir facade's %TensorBlob.Blob{}).
 -type spec() :: #{ptr := non_neg_integer(), shape := shape(), dtype := dtype(),
                   strides => [non_neg_integer()] | undefined | nil,
                   device => device() | undefined | nil, owner => term(), atom() => term()}.
+%% What from_blob/1,2 takes: a blob, or a map with at least ptr, shape and dtype (strides default to
+%% row-major, device to cpu); owner is the term that keeps the memory alive.
 
 %% @doc The blob describing T's memory; the blob's owner is T.
 -spec to_blob(tensor()) -> blob().
 to_blob(T) when is_reference(T) -> tensor_blob_tensor:blob(?NIF(tensor_blob_nif:blob_fields(T)), T);
 to_blob(T) -> not_a_tensor(T).
 
-%% @doc Like to_blob/1. Options: owner (the term the blob names as its owner, by default T), struct
-%% (tag the map as that struct; the Elixir facade uses it).
+%% @doc Like to_blob/1. Options: owner (the blob's owner, by default T), struct (its struct tag).
 -spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
 to_blob(T, Opts) -> tensor_blob_tensor:to_blob(T, Opts).
 
-%% @doc to_blob(T, #{owner => Owner, struct => Struct}), the blob tagged as the struct Struct (for
-%% the Elixir facade, whose every call gives both: TensorBlob.to_blob/1 names the tensor as the
-%% owner and the Blob struct).
+%% @doc to_blob(T, #{owner => Owner, struct => Struct}) (the Elixir facade's call: it gives both).
 -spec to_blob_struct(tensor(), term(), atom()) -> blob().
 to_blob_struct(T, Owner, Struct) -> tensor_blob_tensor:to_blob_struct(T, Owner, Struct).
 
-%% @doc The values of T's blob, as a tuple: {Ptr, Shape, Strides, Dtype, Device, ElementSize,
-%% ByteSize, Alignment}, with no map to build: a tensor's whole layout in one call (the Elixir
-%% facade reads it so).
+%% @doc The values of T's blob as a tuple, {Ptr, Shape, Strides, Dtype, Device, ElementSize,
+%% ByteSize, Alignment}: a tensor's whole layout in one call, with no map to build.
 -spec blob_fields(tensor()) -> {non_neg_integer(), shape(), [non_neg_integer()], atom(), device(),
                                 pos_integer(), non_neg_integer(), pos_integer()}.
 blob_fields(T) when is_reference(T) -> ?NIF(tensor_blob_nif:blob_fields(T));
@@ -116,8 +122,7 @@ blob_fields(T) -> not_a_tensor(T).
 -spec from_blob(spec()) -> tensor().
 from_blob(Spec) -> tensor_blob_tensor:from_blob(Spec).
 
-%% @doc Like from_blob/1, with options: owner (the term to keep alive, in place of the spec's owner;
-%% none: keep nothing, the caller answers for the memory).
+%% @doc Like from_blob/1; option owner: the term to keep alive, in place of the spec's (or none).
 -spec from_blob(spec(), #{owner => term()}) -> tensor().
 from_blob(Spec, Opts) -> element(1, tensor_blob_tensor:blob_view(Spec, Opts)).
 
@@ -329,8 +334,7 @@ ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape
 -spec ipc_reclaim() -> non_neg_integer().
 ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
 
-%% @doc A handle another OS process opens with ipc_open/3. The keys follow Nx's %Nx.Pointer{kind:
-%% ipc}.
+%% @doc A handle another OS process opens with ipc_open/3 (keys as Nx's %Nx.Pointer{kind: ipc}).
 %%
 %% A CPU tensor: handle is the name of a POSIX shared-memory region and address is undefined. A
 %% tensor made by ipc_zeros/2 or ipc_open/3 (whole, contiguous) is shared as it is; any other CPU
@@ -467,8 +471,8 @@ node_pack(T, Node) -> ?SPANS(node_pack, 2, node_pack(T, Node, #{})).
 
 %% @doc node_pack/2, with options: via => region (a shared-memory region, only to a node that can
 %% open this node's shared memory) or via => binary (the bytes in a binary) forces the path; keep =>
-%% Milliseconds (default 30000) bounds how long this node keeps a region alive for a receiver that
-%% has not unpacked it yet.
+%% Milliseconds (default: the node_keep setting, 30000 unless configured; guides/configuration.md)
+%% bounds how long this node keeps a region alive for a receiver that has not unpacked it yet.
 -spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
 node_pack(T, Node, Opts) -> ?SPANS(node_pack, 3, tensor_blob_nodes:node_pack(T, Node, Opts)).
 

@@ -78,13 +78,19 @@ raise(Kind, Reason, Argument, Message) ->
 %% cause as raise/2's errors do, and the arity in place of the arguments:
 %% an argument may be any term, and a huge or deep one in a stacktrace
 %% costs whoever formats or normalizes it (Elixir's rescue does). Where a
-%% tensor was expected (not_a_tensor), a reference of another node (the
-%% term the message shows) says so; any other error is left as it is.
+%% tensor was expected (not_a_tensor), a reference of another node says
+%% so, and so does a reference that was made for native data (a freed
+%% tensor's, reason gone); any other error is left as it is.
 -spec nif_error(badarg | tensor_blob, nif_cause(), erlang:stacktrace()) -> no_return().
 nif_error(badarg, #{reason := not_a_tensor, argument := Argument, message := Message}, Stack) ->
     case [T || {term, T} <- Message] of
         [Ref] when is_reference(Ref), node(Ref) =/= node() ->
             nif_raise(badarg, not_a_tensor, Argument, other_node(Argument, Ref), Stack);
+        [Ref] when is_reference(Ref) ->
+            case resource_reference(Ref) of
+                true -> nif_raise(badarg, gone, Argument, freed(Argument, Ref), Stack);
+                false -> nif_raise(badarg, not_a_tensor, Argument, Message, Stack)
+            end;
         _ ->
             nif_raise(badarg, not_a_tensor, Argument, Message, Stack)
     end;
@@ -303,6 +309,31 @@ other_node(Argument, Ref) ->
      ": a tensor belongs to the node (the OS process) that made it, and reaches any other only as a dead "
      "reference. Move it with ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"},
      " on the sending node and ", {code, "tensor_blob:node_unpack/1", "TensorBlob.Nodes.unpack/1"}, " on this one"].
+
+%% A reference of this node that the NIF does not know as a tensor, but
+%% that was made for native data (a resource): the VM marks such a
+%% reference (bit 17 of its second word), and keeps the mark in its
+%% external format and after the data is gone. A tensor's reference that
+%% outlived its tensor (kept as term_to_binary's output, read back after
+%% the last holder dropped the tensor) reads so.
+resource_reference(Ref) ->
+    case term_to_binary(Ref) of
+        <<131, 90, Words:16, Rest/binary>> when Words >= 2 ->
+            case Rest of
+                <<Tag, Len:16, _:Len/binary, _Creation:32, _:32, Second:32, _/binary>> when Tag =:= 100; Tag =:= 118 ->
+                    Second band (1 bsl 17) =/= 0;
+                <<Tag, Len:8, _:Len/binary, _Creation:32, _:32, Second:32, _/binary>> when Tag =:= 115; Tag =:= 119 ->
+                    Second band (1 bsl 17) =/= 0;
+                _ -> false
+            end;
+        _ -> false
+    end.
+
+freed(Argument, Ref) ->
+    [atom_to_binary(Argument), ": expected a tensor, got ", {term, Ref}, ", a reference to native data that is no live tensor: "
+     "most likely a tensor that was freed (its last holder dropped it; a reference kept only as "
+     "term_to_binary's output, on disk or in another process's memory, does not keep a tensor alive). "
+     "Keep the tensor itself for as long as it is used"].
 
 %% A term given where a tensor is expected: say what it is and what to do.
 -spec not_a_tensor(term()) -> no_return().

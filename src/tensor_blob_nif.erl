@@ -98,21 +98,51 @@ cuda_torch_open(_, _, _, _, _, _, _, _, _, _) -> ?NOT_LOADED.
 %% End of the NIFs of c_src/nif/tb_nifs.h.
 
 init() ->
-    case erlang:load_nif(library(), 0) of
+    {Path, Source} = library(),
+    case Source =:= default orelse (Path =/= [] andalso io_lib:printable_unicode_list(Path)) of
+        true -> load(Path, Source);
+        false -> failed([setting_name(Source), " is ", io_lib:format("~0tp", [Path]),
+                         ": expected the path of the NIF library (a string). See guides/configuration.md"])
+    end.
+
+load(Path, Source) ->
+    case erlang:load_nif(Path, 0) of
         {error, {load_failed, Why}} ->
             %% The dynamic loader refused the library, most often for a
             %% shared library it needs (libtorch) that is not where it
             %% looks. The module loads all the same, so that every call
             %% says why and what to do, rather than "not available".
-            Message = unicode:characters_to_binary(load_failed_message(Why)),
-            io:format(standard_error, "tensor_blob: ~ts~n", [Message]),
-            persistent_term:put({?MODULE, load_failed}, Message),
-            ok;
+            failed(load_failed_message(Why, Path, Source));
         Result ->
             _ = Result =:= ok andalso persistent_term:get({?MODULE, load_failed}, undefined) =/= undefined
                 andalso persistent_term:erase({?MODULE, load_failed}),
             Result
     end.
+
+failed(Text) ->
+    Message = unicode:characters_to_binary(Text),
+    io:format(standard_error, "tensor_blob: ~ts~n", [Message]),
+    persistent_term:put({?MODULE, load_failed}, Message),
+    ok.
+
+%% A library named by the configuration (TENSOR_BLOB_NIF, or the nif_path
+%% setting) that is not there: say which setting names it, and how to fix
+%% it; nothing to rebuild.
+load_failed_message(Why, Path, Source) when Source =/= default ->
+    case filelib:is_regular(Path ++ ".so") of
+        false ->
+            [setting_name(Source), " names ", Path, ", and there is no ", Path,
+             ".so: the NIF library did not load. Set it to a build of the library (its path, with or "
+             "without .so), or unset it to load the one in ", filename:join(priv_dir(), "tensor_blob_nif.so"),
+             ". See guides/configuration.md"];
+        true ->
+            [load_failed_message(Why), " (", setting_name(Source), " names ", Path, ".so)"]
+    end;
+load_failed_message(Why, _Path, default) ->
+    load_failed_message(Why).
+
+setting_name({os, Var}) -> [Var, " (an OS environment variable)"];
+setting_name(app_env) -> "the application environment's nif_path".
 
 load_failed_message(Why) ->
     Text = unicode:characters_to_list(io_lib:format("~ts", [Why])),
@@ -127,13 +157,25 @@ load_failed_message(Why) ->
     ["the NIF library did not load (", Text, "); ", Fix,
      ". See \"Deployment\" in guides/building.md"].
 
-%% TENSOR_BLOB_NIF names another build of the library (without .so), for
-%% example the AddressSanitizer build that make asan-test runs.
+%% The library to load (the path without .so) and the setting that names
+%% it: TENSOR_BLOB_NIF or the application environment's nif_path
+%% (tensor_blob_config), for example the AddressSanitizer build that make
+%% asan-test runs; by default priv/tensor_blob_nif.so. A path given with
+%% .so is taken without it (erlang:load_nif/2 adds it).
 library() ->
-    case os:getenv("TENSOR_BLOB_NIF") of
-        Path when is_list(Path), Path =/= "" -> Path;
-        _ -> filename:join(priv_dir(), "tensor_blob_nif")
+    case tensor_blob_config:lookup(nif_path) of
+        {_, default} ->
+            {default_library(), default};
+        {Path, Source} ->
+            Chars = if is_binary(Path) -> unicode:characters_to_list(Path); true -> Path end,
+            case Chars =/= [] andalso io_lib:printable_unicode_list(Chars) of
+                true -> {filename:rootname(Chars, ".so"), Source};
+                false -> {Path, Source}
+            end
     end.
+
+default_library() ->
+    filename:join(priv_dir(), "tensor_blob_nif").
 
 priv_dir() ->
     case code:priv_dir(tensor_blob) of

@@ -24,7 +24,6 @@
                       to_device/2, ipc_torch_open/3]).
 -import(tensor_blob_tensor, [binary_of/3, transferred/5]).
 
--define(NODE_KEEP_MS, 30000).
 %% The packed term's format: node_unpack/2 refuses the ones it does not know.
 -define(NODE_FORMAT, 1).
 -define(NODE_FORMATS, [1]).
@@ -38,7 +37,7 @@ node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
 node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     check_options(Opts, [via, keep]),
-    Keep = case maps:get(keep, Opts, ?NODE_KEEP_MS) of
+    Keep = case maps:get(keep, Opts, tensor_blob_config:get(node_keep)) of
                K when is_integer(K), K >= 0, K =< 16#FFFFFFFF -> K;
                K -> badarg(bad_value, keep,
                            ["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
@@ -74,9 +73,19 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
         end,
     _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
     Packed;
-node_pack(_T, Node, Opts) ->
-    badarg(bad_value, node,
-           ["node: expected a node name (an atom) and an option map, got ", {term, Node}, " and ", {term, Opts}]).
+node_pack(_T, Node, Opts) when is_atom(Node) ->
+    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]);
+node_pack(_T, Node, _Opts) ->
+    badarg(bad_value, node, ["node: expected a node name (an atom), got ", {term, Node} | node_name_hint(Node)]).
+
+%% A node named by a string: the atom to give instead.
+node_name_hint(Name) ->
+    Chars = if is_binary(Name) -> unicode:characters_to_list(Name); true -> Name end,
+    case is_list(Chars) andalso Chars =/= [] andalso io_lib:printable_unicode_list(Chars)
+        andalso length(Chars) =< 255 andalso [C || C <- Chars, lists:member(C, "'\"\\")] =:= [] of
+        true -> [": name it as an atom, ", {code, [$', Chars, $'], [$:, $", Chars, $"]}];
+        false -> []
+    end.
 
 -spec default_thresholds() -> #{region := pos_integer(), copy := pos_integer()}.
 default_thresholds() ->
@@ -291,7 +300,7 @@ same_host(Node) when is_atom(Node) ->
             end
     end;
 same_host(Node) ->
-    badarg(bad_value, node, ["node: expected a node name (an atom), got ", {term, Node}]).
+    badarg(bad_value, node, ["node: expected a node name (an atom), got ", {term, Node} | node_name_hint(Node)]).
 
 %% Other nodes' same_host/1 answers, in an ETS table owned by a process of
 %% their own (tensor_blob has no application to supervise one: it starts

@@ -82,6 +82,8 @@ defmodule TensorBlob.IPCRegionTest do
         t = IPC.zeros({3, 5}, dtype)
         size = TensorBlob.to_blob(t).element_size
         bytes = :crypto.strong_rand_bytes(15 * size)
+        # A bool tensor's bytes are 0 and 1.
+        bytes = if dtype == :bool, do: for(<<b <- bytes>>, into: <<>>, do: <<rem(b, 2)>>), else: bytes
         elements = for i <- 0..14, do: binary_part(bytes, i * size, size)
         # Written through the transpose ({5, 3}): element (i, j) lands at (j, i).
         Tensor.write!(Tensor.transpose(t, 0, 1), bytes)

@@ -17,6 +17,79 @@ docs_chunk_test() ->
     [?assert(lists:member(FA, Documented))
      || FA <- [{to_blob, 1}, {from_blob, 1}, {from_blob, 2}, {to_dlpack, 2}, {from_binary, 4}]].
 
+%% The chunk holds exactly what the module exports: no entry for a function
+%% or type it does not export (edoc lists every function of the module, the
+%% others with an empty doc), none missing.
+chunk_holds_the_exports_test() ->
+    {ok, {docs_v1, _, erlang, _, _, _, Entries}} = fetch(),
+    Exports = lists:sort([FA || {F, _} = FA <- tensor_blob:module_info(exports), F =/= module_info]),
+    ?assertEqual(Exports, lists:sort([{F, A} || {{function, F, A}, _, _, _, _} <- Entries])),
+    ?assertEqual(lists:sort(exported_types()), lists:sort([{T, A} || {{type, T, A}, _, _, _, _} <- Entries])).
+
+%% Each entry has its doc: text, or hidden where the function is exported
+%% for the library's own modules (@private in the source).
+every_entry_has_a_doc_test() ->
+    {ok, {docs_v1, _, erlang, _, _, _, Entries}} = fetch(),
+    ?assertEqual([], [KFA || {KFA, _, _, Doc, _} <- Entries, not has_doc(Doc)]).
+
+%% Each function has its spec, which h/2 shows as the function's head.
+every_function_has_a_spec_test() ->
+    {ok, {docs_v1, _, erlang, _, _, _, Entries}} = fetch(),
+    ?assertEqual([], [KFA || {{function, _, _} = KFA, _, _, _, Meta} <- Entries,
+                             not is_map_key(signature, Meta)]).
+
+%% A signature is one line, Name(Arg, ...): the shell prints each binary of
+%% the list on a line of its own.
+signatures_are_whole_test() ->
+    {ok, {docs_v1, _, erlang, _, _, _, Entries}} = fetch(),
+    Broken = [{KFA, Sig} || {{function, F, _} = KFA, _, Sig, _, _} <- Entries,
+                            not whole_signature(F, Sig)],
+    ?assertEqual([], Broken).
+
+%% The functions the module's doc names (to_blob/1, from_blob/1,2) are
+%% exported: the doc points at nothing that is not there.
+moduledoc_names_exports_test() ->
+    {ok, {docs_v1, _, erlang, _, #{<<"en">> := ModuleDoc}, _, _}} = fetch(),
+    Text = text(ModuleDoc),
+    {match, Named} = re:run(Text, <<"\\b([a-z][a-z0-9_]*)/([0-9]+(?:,[0-9]+)*)">>,
+                            [global, {capture, all_but_first, binary}]),
+    Exports = tensor_blob:module_info(exports),
+    Missing = [{F, A} || [Name, Arities] <- Named, Ar <- binary:split(Arities, <<",">>, [global]),
+                         F <- [binary_to_atom(Name)], A <- [binary_to_integer(Ar)],
+                         not lists:member({F, A}, Exports)],
+    ?assertEqual([], Missing),
+    ?assertEqual(nomatch, binary:match(Text, <<"below">>)).
+
+%% The library's other modules are internal: their docs say hidden, so
+%% h/1 shows none of their functions.
+internal_modules_hidden_test() ->
+    _ = application:load(tensor_blob),
+    {ok, Modules} = application:get_key(tensor_blob, modules),
+    Internal = [M || M <- Modules, M =/= tensor_blob, is_library_module(M)],
+    ?assert(lists:member(tensor_blob_error, Internal)),
+    ?assertEqual([], [{M, Doc} || M <- Internal,
+                                  Doc <- [case code:get_doc(M) of
+                                              {ok, {docs_v1, _, _, _, D, _, _}} -> D;
+                                              Error -> Error
+                                          end],
+                                  Doc =/= hidden]).
+
+exported_types() ->
+    {ok, {tensor_blob, [{abstract_code, {raw_abstract_v1, Forms}}]}} =
+        beam_lib:chunks(code:which(tensor_blob), [abstract_code]),
+    lists:append([Ts || {attribute, _, export_type, Ts} <- Forms]).
+
+has_doc(#{<<"en">> := Doc}) -> text(Doc) =/= <<>>;
+has_doc(hidden) -> true;
+has_doc(_) -> false.
+
+whole_signature(F, [Sig]) when is_binary(Sig) ->
+    Prefix = <<(atom_to_binary(F))/binary, "(">>,
+    binary:longest_common_prefix([Sig, Prefix]) =:= byte_size(Prefix)
+        andalso binary:last(Sig) =:= $)
+        andalso binary:match(Sig, <<"\n">>) =:= nomatch;
+whole_signature(_, _) -> false.
+
 %% Every function a public module exports has documentation: the modules of
 %% the application, their doc chunks made as make makes tensor_blob's
 %% (edoc, chunks layout) from their sources. A module marked @private is

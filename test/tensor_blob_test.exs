@@ -592,6 +592,48 @@ defmodule TensorBlobTest do
       assert error.message =~ pattern
     end
 
+    test "a freed tensor's reference says the tensor is gone" do
+      # The reference outlives its tensor only outside the VM's terms: as
+      # term_to_binary's output, read back after the process that held the
+      # tensor exited.
+      ext = Task.async(fn -> :erlang.term_to_binary(Tensor.zeros({2}, :float32).ref) end) |> Task.await()
+      freed = Tensor.wrap(:erlang.binary_to_term(ext))
+
+      error = assert_raise ArgumentError, fn -> Tensor.shape(freed) end
+
+      assert error.message =~
+               ~r/^tensor: expected a tensor, got #Reference<[0-9.]+>, a reference to native data that is no live tensor: most likely a tensor that was freed/
+
+      assert error.message =~ "Keep the tensor itself"
+      # A reference that never named native data keeps the plain message.
+      error = assert_raise ArgumentError, fn -> Tensor.shape(Tensor.wrap(make_ref())) end
+      assert error.message =~ ~r/^tensor: expected a tensor, got #Reference<[0-9.]+>$/
+    end
+
+    test "a node named by a string: the atom to give, the Elixir way", %{t: t} do
+      error = assert_raise ArgumentError, fn -> TensorBlob.Nodes.pack(t, "nodeb@vm") end
+      assert error.message == ~s|node: expected a node name (an atom), got "nodeb@vm": name it as an atom, :"nodeb@vm"|
+      refute error.message =~ "map"
+      error = assert_raise ArgumentError, fn -> TensorBlob.Nodes.same_host?("nodeb@vm") end
+      assert error.message =~ ~s|name it as an atom, :"nodeb@vm"|
+      # The Erlang API says it the Erlang way, and a bad option map apart.
+      {:badarg, message} = catch_error(:tensor_blob.node_pack(t.ref, "nodeb@vm", %{}))
+      assert message =~ "name it as an atom, 'nodeb@vm'"
+      {:badarg, message} = catch_error(:tensor_blob.node_pack(t.ref, node(), keep: 0))
+      assert message == "options: expected a map, got [{keep,0}]"
+    end
+
+    test "a bool tensor takes bytes 0 and 1 only" do
+      message =
+        "binary: byte 1 is 2, and each byte of a bool tensor must be 0 (false) or 1 (true), as libtorch stores " <>
+          "bools; map the values to 0 and 1 first"
+
+      assert_badarg(fn -> Tensor.from_binary(<<1, 2>>, :bool, {2}) end, message)
+      assert_badarg(fn -> Tensor.from_binary(<<1, 2>>, :bool, {2}, copy: false) end, message)
+      assert_badarg(fn -> Tensor.write!(Tensor.zeros({2}, :bool), <<1, 2>>) end, message)
+      assert Tensor.to_binary(Tensor.from_binary(<<1, 0>>, :bool, {2})) == <<1, 0>>
+    end
+
     test "huge integers and huge option terms make short errors, fast", %{t: t, blob: blob} do
       h = 1 <<< 200_000
       big = :binary.copy("k", 50_000_000)

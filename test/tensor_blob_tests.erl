@@ -684,6 +684,48 @@ nif_messages_erlang_test() ->
     {badarg, Missing} = catch_error(fun() -> tensor_blob:from_blob(maps:remove(ptr, B)) end),
     assert_names_field(<<"ptr">>, [<<"missing key in blob spec #{">>, <<"dtype => float32">>], Missing).
 
+%% A tensor's reference that outlived its tensor (read back from
+%% term_to_binary's output after the process holding the tensor exited)
+%% says the tensor is gone; a reference that never was native data keeps
+%% the usual message.
+freed_tensor_message_test() ->
+    Self = self(),
+    {Pid, Ref} = spawn_monitor(fun() -> Self ! {self(), term_to_binary(tensor_blob:zeros({2}, float32))} end),
+    Ext = receive {Pid, E} -> E end,
+    receive {'DOWN', Ref, process, Pid, _} -> ok end,
+    Freed = binary_to_term(Ext),
+    {badarg, Message} = catch_error(fun() -> tensor_blob:shape(Freed) end),
+    ?assertMatch({match, _}, re:run(Message, <<"^tensor: expected a tensor, got #Ref<[0-9.]+>, a reference to "
+                                               "native data that is no live tensor: most likely a tensor that "
+                                               "was freed">>)),
+    ?assertMatch({match, _}, re:run(Message, <<"Keep the tensor itself">>)),
+    {badarg, Plain} = catch_error(fun() -> tensor_blob:shape(make_ref()) end),
+    ?assertMatch({match, _}, re:run(Plain, <<"^tensor: expected a tensor, got #Ref<[0-9.]+>$">>)).
+
+%% A bool tensor's bytes are 0 or 1, as libtorch stores bools: a binary
+%% with any other byte is refused, copied, viewed or written, and the
+%% message names the first such byte.
+bool_bytes_test() ->
+    Good = <<0, 1, 1, 0>>,
+    ?assertEqual(Good, tensor_blob:to_binary(tensor_blob:from_binary(Good, bool, {4}))),
+    Bad = <<0, 1, 2, 0>>,
+    Expected = <<"binary: byte 2 is 2, and each byte of a bool tensor must be 0 (false) or 1 (true), as libtorch "
+                 "stores bools; map the values to 0 and 1 first">>,
+    Big = <<(binary:copy(<<1>>, 1 bsl 20))/binary, 255>>,
+    [?assertEqual({badarg, Expected}, catch_error(Call))
+     || Call <- [fun() -> tensor_blob:from_binary(Bad, bool, {4}) end,
+                 fun() -> tensor_blob:from_binary(Bad, bool, {4}, #{copy => false}) end,
+                 fun() -> tensor_blob:from_binary(Bad, bool, {4}, #{copy => if_needed}) end,
+                 fun() -> tensor_blob:write(tensor_blob:zeros({4}, bool), Bad) end]],
+    %% Large ones too (scanned on a dirty scheduler).
+    {badarg, BigMessage} = catch_error(fun() -> tensor_blob:from_binary(Big, bool, {1 bsl 20 + 1}) end),
+    ?assertMatch({match, _}, re:run(BigMessage, <<"^binary: byte 1048576 is 255,">>)),
+    %% A refused write leaves the tensor as it was; other dtypes take any byte.
+    T = tensor_blob:from_binary(Good, bool, {4}),
+    _ = catch_error(fun() -> tensor_blob:write(T, Bad) end),
+    ?assertEqual(Good, tensor_blob:to_binary(T)),
+    ?assertEqual(Bad, tensor_blob:to_binary(tensor_blob:from_binary(Bad, uint8, {4}))).
+
 %% The NIF's error carries its cause in the stacktrace's error_info, as the
 %% facade's own errors do: the shell prints the message, and the Elixir
 %% facade renders the same segments (text, terms, code) its own way.

@@ -201,3 +201,23 @@ int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifB
     }
     return 1;
 }
+
+int tb_tensor_check_bool_bytes(ErlNifEnv *env, const char *field, tb_dtype_id dtype, const unsigned char *data,
+                               size_t size, ERL_NIF_TERM *exc)
+{
+    if (dtype != TB_DT_BOOL)
+        return 1;
+    unsigned char any = 0;
+    for (size_t i = 0; i < size; i++)
+        any |= data[i];
+    if (!(any & 0xFE))
+        return 1;
+    size_t at = 0;
+    while (data[at] <= 1)
+        at++;
+    *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, field,
+                           "%s: byte %lu is %u, and each byte of a bool tensor must be 0 (false) or 1 (true), as "
+                           "libtorch stores bools; map the values to 0 and 1 first",
+                           field, (unsigned long)at, (unsigned)data[at]);
+    return 0;
+}

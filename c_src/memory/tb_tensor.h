@@ -85,6 +85,14 @@ int tb_tensor_get_dense(ErlNifEnv *env, ERL_NIF_TERM shape_term, ERL_NIF_TERM dt
 int tb_tensor_get_binary_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ErlNifBinary *bin, tb_dense *out,
                               ERL_NIF_TERM *exc);
 
+/* A bool tensor's bytes are each 0 (false) or 1 (true), as libtorch
+ * stores them (any other byte reads as neither, and comparisons with it
+ * go wrong): 1 when dtype is not bool or every byte of data is 0 or 1,
+ * otherwise sets *exc naming the first other byte. It reads every byte:
+ * call it where the NIF would copy them (after tb_reschedule_copy). */
+int tb_tensor_check_bool_bytes(ErlNifEnv *env, const char *field, tb_dtype_id dtype, const unsigned char *data,
+                               size_t size, ERL_NIF_TERM *exc);
+
 /* Every NIF that copies data runs where its copy belongs: on a dirty CPU
  * scheduler when it copies more than TB_DIRTY_BYTES, on a dirty I/O
  * scheduler whatever the size when a device is involved (the copy waits

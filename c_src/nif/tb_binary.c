@@ -115,7 +115,11 @@ ERL_NIF_TERM tb_nif_from_binary_view(TB_NIF_PARAMS)
     /* A copy happens only for misaligned bytes, and only when allowed. */
     uint64_t copied =
         argv[3] == tb_atoms.true_ && tb_pointer_alignment((uint64_t)(uintptr_t)bin.data) < 16 ? bin.size : 0;
-    if (tb_reschedule_copy(env, "from_binary", copied, 0, tb_nif_from_binary_view, argc, argv, &exc))
+    /* A bool view reads every byte first, as a copy would. */
+    if (tb_reschedule_copy(env, "from_binary", d.dtype == TB_DT_BOOL ? bin.size : copied, 0, tb_nif_from_binary_view,
+                           argc, argv, &exc))
+        return exc;
+    if (!tb_tensor_check_bool_bytes(env, "binary", d.dtype, bin.data, bin.size, &exc))
         return exc;
     const tb_layout *l = &d.layout;
 

@@ -34,6 +34,8 @@ ERL_NIF_TERM tb_nif_from_binary(TB_NIF_PARAMS)
         return exc;
     if (tb_reschedule_copy(env, "from_binary", bin.size, 0, tb_nif_from_binary, argc, argv, &exc))
         return exc;
+    if (!tb_tensor_check_bool_bytes(env, "binary", d.dtype, bin.data, bin.size, &exc))
+        return exc;
     tb_shim_out out;
     int ok = tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type,
                                 &out.handle, &out.err);
@@ -115,6 +117,8 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
     }
     int on_device = d.info.device_type != TB_DEVICE_CPU || (from_tensor && src.info.device_type != TB_DEVICE_CPU);
     if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
+        return exc;
+    if (!from_tensor && !tb_tensor_check_bool_bytes(env, "binary", d.dtype, bin.data, bin.size, &exc))
         return exc;
     if (tb_storage_read_only(&d.info))
         return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",

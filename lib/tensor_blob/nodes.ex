@@ -47,7 +47,8 @@ defmodule TensorBlob.Nodes do
   tensor from 64 MiB; a binary for anything else (a region's name, keeper
   and mapping cost more than a small tensor's bytes). The node's
   `same_host?/1` answer is asked once and remembered until its connection
-  goes down. `keep:` (milliseconds, default 30000) bounds how long the
+  goes down. `keep:` (milliseconds; default: the `node_keep` setting, 30000 unless
+  configured, guides/configuration.md) bounds how long the
   sending node keeps a region alive for a receiver that has not unpacked
   yet.
   """

@@ -1,0 +1,166 @@
+%% The settings of a deployment (tensor_blob_config:settings/0,
+%% guides/configuration.md): each read from the application environment,
+%% its OS variable winning over it, a call's option over both.
+-module(tensor_blob_config_tests).
+
+-include_lib("eunit/include/eunit.hrl").
+
+-export([child_call/0]).
+
+%% Every setting is documented in guides/configuration.md, by its key and
+%% its OS variable.
+settings_documented_test() ->
+    {ok, Guide} = file:read_file("guides/configuration.md"),
+    [?assertNotEqual(nomatch, binary:match(Guide, Name), Name)
+     || #{key := Key, os := Var} <- tensor_blob_config:settings(),
+        Name <- [atom_to_binary(Key), list_to_binary(Var)]].
+
+%% node_keep: the keep time of a region node_pack/3 packs when the call
+%% gives none.
+node_keep_test_() ->
+    {setup, fun() -> _ = application:load(tensor_blob), os:getenv("TENSOR_BLOB_NODE_KEEP") end,
+     fun(Saved) ->
+             application:unset_env(tensor_blob, node_keep),
+             restore_os("TENSOR_BLOB_NODE_KEEP", Saved)
+     end,
+     fun(_) -> [fun node_keep_default/0, fun node_keep_app_env/0, fun node_keep_os_wins/0,
+                fun node_keep_option_wins/0, fun node_keep_bad/0] end}.
+
+node_keep_default() ->
+    os:unsetenv("TENSOR_BLOB_NODE_KEEP"),
+    application:unset_env(tensor_blob, node_keep),
+    [#{default := Default}] = [S || #{key := node_keep} = S <- tensor_blob_config:settings()],
+    ?assertEqual(Default, keep_of(#{})).
+
+node_keep_app_env() ->
+    os:unsetenv("TENSOR_BLOB_NODE_KEEP"),
+    ok = application:set_env(tensor_blob, node_keep, 0),
+    #{keep := 0, keeper := Keeper} = pack(#{}),
+    %% A keep of 0: the keeper lets the region go at once.
+    ?assert(wait_dead(Keeper, 2000)),
+    ok = application:set_env(tensor_blob, node_keep, 60000),
+    #{keep := 60000, keeper := Kept} = pack(#{}),
+    timer:sleep(50),
+    ?assert(is_process_alive(Kept)),
+    exit(Kept, kill).
+
+node_keep_os_wins() ->
+    ok = application:set_env(tensor_blob, node_keep, 0),
+    true = os:putenv("TENSOR_BLOB_NODE_KEEP", "1234"),
+    ?assertEqual(1234, keep_of(#{})),
+    os:unsetenv("TENSOR_BLOB_NODE_KEEP").
+
+node_keep_option_wins() ->
+    ok = application:set_env(tensor_blob, node_keep, 0),
+    ?assertEqual(5, keep_of(#{keep => 5})).
+
+node_keep_bad() ->
+    os:unsetenv("TENSOR_BLOB_NODE_KEEP"),
+    ok = application:set_env(tensor_blob, node_keep, -1),
+    ?assertEqual({badarg, <<"node_keep: the application environment gives -1 ({tensor_blob, [{node_keep, Ms}]}); "
+                            "expected milliseconds (an integer in 0..4294967295)">>},
+                 catch_error(fun() -> pack(#{}) end)),
+    application:unset_env(tensor_blob, node_keep),
+    true = os:putenv("TENSOR_BLOB_NODE_KEEP", "soon"),
+    ?assertEqual({badarg, <<"node_keep: TENSOR_BLOB_NODE_KEEP (an OS environment variable) is \"soon\"; "
+                            "expected milliseconds (an integer in 0..4294967295)">>},
+                 catch_error(fun() -> pack(#{}) end)),
+    os:unsetenv("TENSOR_BLOB_NODE_KEEP").
+
+keep_of(Opts) ->
+    #{keep := Keep, keeper := Keeper} = pack(Opts),
+    exit(Keeper, kill),
+    Keep.
+
+pack(Opts) ->
+    tensor_blob:node_pack(tensor_blob:zeros({4}, float32), node(), Opts#{via => region}).
+
+wait_dead(Pid, Ms) when Ms > 0 ->
+    case is_process_alive(Pid) of
+        false -> true;
+        true -> timer:sleep(10), wait_dead(Pid, Ms - 10)
+    end;
+wait_dead(_, _) -> false.
+
+%% nif_path: the NIF library to load, read while the module loads: in a
+%% fresh VM, from erl's -tensor_blob arguments and -config files (the
+%% application not loaded yet, as in an embedded boot), and from the
+%% loaded application's environment; TENSOR_BLOB_NIF wins over all.
+nif_path_test_() ->
+    {timeout, 120, fun nif_path/0}.
+
+nif_path() ->
+    Library = filename:absname("priv/tensor_blob_nif"),
+    Missing = filename:absname(filename:join(["_build", "nowhere", "tensor_blob_nif"])),
+    %% From the command line; given with .so, it loads all the same.
+    ?assertMatch({ok, #{}}, child(["-tensor_blob", "nif_path", quoted(Library ++ ".so")], [], "")),
+    {error, {tensor_blob, FromArgs}} = child(["-tensor_blob", "nif_path", quoted(Missing)], [], ""),
+    %% (The library in priv: where the child's code path puts it.)
+    Priv = filename:join(filename:dirname(filename:dirname(code:which(tensor_blob_nif))), "priv"),
+    ?assertEqual(iolist_to_binary(["the application environment's nif_path names ", Missing, ", and there is no ",
+                                   Missing, ".so: the NIF library did not load. Set it to a build of the library "
+                                   "(its path, with or without .so), or unset it to load the one in ",
+                                   filename:join(Priv, "tensor_blob_nif.so"), ". See guides/configuration.md"]),
+                 FromArgs),
+    %% From a -config file.
+    Config = filename:absname(filename:join(["_build", "tensor_blob_config_tests.config"])),
+    ok = file:write_file(Config, io_lib:format("~p.~n", [[{tensor_blob, [{nif_path, Missing}]}]])),
+    {error, {tensor_blob, FromConfig}} = child(["-config", Config], [], ""),
+    ?assertEqual(FromArgs, FromConfig),
+    %% From the loaded application's environment.
+    Set = lists:flatten(io_lib:format("ok = application:load(tensor_blob), "
+                                      "ok = application:set_env(tensor_blob, nif_path, ~p), ", [Missing])),
+    ?assertEqual({error, {tensor_blob, FromArgs}}, child([], [], Set)),
+    %% Not a string.
+    {error, {tensor_blob, NotAPath}} = child(["-tensor_blob", "nif_path", "42"], [], ""),
+    ?assertEqual(<<"the application environment's nif_path is 42: expected the path of the NIF library (a string). "
+                   "See guides/configuration.md">>, NotAPath),
+    %% TENSOR_BLOB_NIF wins over the application environment, and a
+    %% missing file is blamed on it, not on the build.
+    {error, {tensor_blob, FromOs}} = child(["-tensor_blob", "nif_path", quoted(Library)],
+                                           [{"TENSOR_BLOB_NIF", Missing}], ""),
+    ?assertEqual(iolist_to_binary(["TENSOR_BLOB_NIF (an OS environment variable) names ", Missing,
+                                   ", and there is no ", Missing, ".so: the NIF library did not load. Set it to a "
+                                   "build of the library (its path, with or without .so), or unset it to load the "
+                                   "one in ", filename:join(Priv, "tensor_blob_nif.so"), ". See guides/configuration.md"]),
+                 FromOs),
+    ?assertEqual(nomatch, binary:match(FromOs, <<"build it">>)),
+    ?assertMatch({ok, #{}}, child(["-tensor_blob", "nif_path", quoted(Missing)], [{"TENSOR_BLOB_NIF", Library}], "")),
+    file:delete(Config).
+
+quoted(Path) -> "\"" ++ Path ++ "\"".
+
+%% A fresh VM with the library's code, erl's Args and the OS variables Env
+%% (TENSOR_BLOB_NIF unset unless given), that runs Before and then calls
+%% the API: what the call returned, or the error it raised.
+child(Args, Env, Before) ->
+    Erl = filename:join([code:root_dir(), "bin", "erl"]),
+    Dirs = lists:usort([filename:dirname(code:which(M)) || M <- [tensor_blob, tensor_blob_nif, ?MODULE]]),
+    Port = open_port({spawn_executable, Erl},
+                     [{args, ["-noshell", "-pa" | Dirs] ++ Args
+                             ++ ["-eval", Before ++ "tensor_blob_config_tests:child_call()."]},
+                      {env, [{"TENSOR_BLOB_NIF", false}, {"TB_LOAD_FAULT", false} | Env]},
+                      exit_status, stderr_to_stdout, binary]),
+    {0, Output} = tensor_blob_test_util:wait_port(Port, 100000),
+    {match, [Encoded]} = re:run(Output, "RESULT:([A-Za-z0-9+/=]*)", [{capture, all_but_first, binary}]),
+    binary_to_term(base64:decode(Encoded)).
+
+%% In the child.
+child_call() ->
+    Result = try tensor_blob:stats() of
+                 Stats -> {ok, Stats}
+             catch
+                 error:Reason -> {error, Reason}
+             end,
+    io:format("RESULT:~s~n", [base64:encode(term_to_binary(Result))]),
+    halt(0).
+
+catch_error(Fun) ->
+    try Fun() of
+        Result -> {returned, Result}
+    catch
+        error:Reason -> Reason
+    end.
+
+restore_os(Var, false) -> os:unsetenv(Var);
+restore_os(Var, Value) -> os:putenv(Var, Value).
