@@ -35,17 +35,19 @@ nocuda-test: setup foreign-nif
 # that must pass too (a %TensorBlob.Blob{} match on to_blob/1, ...).
 DIALYZER_DIR := _build/dialyzer
 ELIXIR_EBIN = $(shell elixir -e 'IO.write(:code.lib_dir(:elixir, :ebin))')
+# Mix too: the library ships a Mix task (mix tensor_blob.python_path).
+MIX_EBIN = $(shell elixir -e 'IO.write(:code.lib_dir(:mix, :ebin))')
 DIALYZER_FLAGS := -Wunmatched_returns -Werror_handling
-$(DIALYZER_DIR)/elixir.plt:
+$(DIALYZER_DIR)/elixir_mix.plt:
 	@mkdir -p $(DIALYZER_DIR)
-	dialyzer -pa $(ELIXIR_EBIN) --build_plt --output_plt $@ --apps erts kernel stdlib $(ELIXIR_EBIN)
+	dialyzer -pa $(ELIXIR_EBIN) --build_plt --output_plt $@ --apps erts kernel stdlib $(ELIXIR_EBIN) $(MIX_EBIN)
 
-dialyzer: nif $(DIALYZER_DIR)/elixir.plt
+dialyzer: nif $(DIALYZER_DIR)/elixir_mix.plt
 	rebar3 dialyzer
 	MIX_ENV=dev mix compile
 	@rm -rf $(DIALYZER_DIR)/scratch && mkdir -p $(DIALYZER_DIR)/scratch
 	elixirc -pa _build/dev/lib/tensor_blob/ebin -o $(DIALYZER_DIR)/scratch test/dialyzer/*.ex
-	dialyzer -pa $(ELIXIR_EBIN) --plt $(DIALYZER_DIR)/elixir.plt $(DIALYZER_FLAGS) \
+	dialyzer -pa $(ELIXIR_EBIN) -pa $(MIX_EBIN) --plt $(DIALYZER_DIR)/elixir_mix.plt $(DIALYZER_FLAGS) \
 		_build/dev/lib/tensor_blob/ebin $(DIALYZER_DIR)/scratch
 
 # The C style of .clang-format: check-format lists the files that differ
