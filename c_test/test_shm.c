@@ -300,6 +300,72 @@ static void test_forged_journal(void)
 #undef DEAD
 }
 
+/* A dead token that left neither lock nor journal (a program of this user
+ * deleted them while its VM lived): it is found by a name of any form the
+ * library names regions in, and its names of every form go, but for a
+ * counted one that still has a count (another program's holders unlink
+ * it). A live VM's names of every form stay as they are. The forms come
+ * from the library's list, tb_shm_name_forms; each test of the list runs
+ * in a fresh tmpfs, so the earlier cases' leftovers count for nothing. */
+static void test_every_form(void)
+{
+    if (mount("tmpfs", TB_SHM_DIR, "tmpfs", 0, "size=4m") != 0) {
+        printf("test_shm: skipped every form: cannot mount a fresh tmpfs on " TB_SHM_DIR " (%s)\n", strerror(errno));
+        return;
+    }
+#define LIVE "4-0123456789abcdee"
+#define DEAD "5-aaaaaaaaaaaaaaaa"
+    region(TB_NAME_PREFIX LIVE TB_LOCK_SUFFIX, 0, 0);
+    int lock = open(TB_SHM_DIR "/" TB_NAME_PREFIX LIVE TB_LOCK_SUFFIX, O_RDONLY);
+    CHECK(flock(lock, LOCK_EX) == 0);
+    char name[NAME_MAX + 1];
+    int gone = 0;
+    for (int i = 0; i < TB_SHM_NAME_FORMS; i++) {
+        const tb_shm_name_form *f = &tb_shm_name_forms[i];
+        snprintf(name, sizeof name, "%s" LIVE ".1", f->prefix);
+        region(name, 1, f->header + 8);
+        /* Its own, shorter than any header: no holder counts it. */
+        snprintf(name, sizeof name, "%s" DEAD ".1", f->prefix);
+        region(name, 0, 0);
+        gone++;
+        /* Counted, 1: another program holds it. */
+        snprintf(name, sizeof name, "%s" DEAD ".2", f->prefix);
+        region(name, 1, f->header + 8);
+        gone += !f->header;
+        /* Counted, 0: its last holder is unlinking it. */
+        snprintf(name, sizeof name, "%s" DEAD ".3", f->prefix);
+        region(name, 0, f->header + 8);
+        gone += !f->header;
+        /* A dead token whose only name is of this form. */
+        snprintf(name, sizeof name, "%s%d-%016x.0", f->prefix, 6 + i, (unsigned)i);
+        region(name, 0, 0);
+        gone++;
+    }
+
+    CHECK_EQ(tb_shm_reclaim(""), gone);
+    for (int i = 0; i < TB_SHM_NAME_FORMS; i++) {
+        const tb_shm_name_form *f = &tb_shm_name_forms[i];
+        snprintf(name, sizeof name, "%s" LIVE ".1", f->prefix);
+        CHECK_EQ(count_of(name), 1);
+        snprintf(name, sizeof name, "%s" DEAD ".1", f->prefix);
+        CHECK(!exists(name));
+        snprintf(name, sizeof name, "%s" DEAD ".2", f->prefix);
+        CHECK(f->header ? count_of(name) == 1 : !exists(name));
+        snprintf(name, sizeof name, "%s" DEAD ".3", f->prefix);
+        CHECK(f->header ? count_of(name) == 0 : !exists(name));
+        snprintf(name, sizeof name, "%s%d-%016x.0", f->prefix, 6 + i, (unsigned)i);
+        CHECK(!exists(name));
+    }
+    CHECK(exists(TB_NAME_PREFIX LIVE TB_LOCK_SUFFIX));
+    /* Judged again at the next reclaim, the held one still stays. */
+    CHECK_EQ(tb_shm_reclaim(""), 0);
+    CHECK_EQ(count_of(TB_TORCH_NAME_PREFIX DEAD ".2"), 1);
+    close(lock);
+    umount2(TB_SHM_DIR, MNT_DETACH);
+#undef LIVE
+#undef DEAD
+}
+
 int main(void)
 {
     CHECK(tb_fault_install());
@@ -309,6 +375,7 @@ int main(void)
         test_header();
         test_dead_vm();
         test_forged_journal();
+        test_every_form();
     }
     printf("test_shm: %d checks, %d failures\n", checks, failures);
     return failures != 0;

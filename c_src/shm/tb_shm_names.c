@@ -20,6 +20,25 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the header's count must be a lock-fre
 _Static_assert(sizeof(atomic_int) == sizeof(int), "the header's count is an int");
 _Static_assert(sizeof(_Atomic uint32_t) == sizeof(uint32_t), "a slot's state is a plain word in the file");
 
+const tb_shm_name_form tb_shm_name_forms[TB_SHM_NAME_FORMS] = {
+    {TB_NAME_PREFIX, 0},
+    {TB_TORCH_NAME_PREFIX, TB_TORCH_HEADER},
+};
+
+/* The form a directory entry's name is of, with *token where its token
+ * starts; NULL when it is of none. */
+static const tb_shm_name_form *form_of(const char *name, const char **token)
+{
+    for (size_t i = 0; i < TB_SHM_NAME_FORMS; i++) {
+        size_t n = strlen(tb_shm_name_forms[i].prefix);
+        if (strncmp(name, tb_shm_name_forms[i].prefix, n) == 0) {
+            *token = name + n;
+            return &tb_shm_name_forms[i];
+        }
+    }
+    return NULL;
+}
+
 int tb_shm_name(const char *p, size_t n, char *out, size_t size)
 {
     if (n > 0 && p[0] == '/')
@@ -118,6 +137,12 @@ static void drop(void *arg)
             return;
     } while (!atomic_compare_exchange_weak(op->count, &c, c - 1));
     op->result = c == 1;
+}
+
+static void peek(void *arg)
+{
+    count_op *op = arg;
+    op->seen = atomic_load(op->count);
 }
 
 static void init(void *arg)
@@ -240,11 +265,36 @@ static void release_journal(int dir_fd, const char *token, size_t length)
     munmap(base, (size_t)st.st_size);
 }
 
+/* 1 when dir_fd/name, a regular file of ours, has no count a holder could
+ * take to zero: shorter than header bytes, or its header vanished when
+ * read (shrunk by another program). */
+static int uncounted(int dir_fd, const char *name, size_t header)
+{
+    int fd = tb_shm_open_at(dir_fd, name, O_RDONLY);
+    if (fd < 0)
+        return 0; /* gone already, or not ours to touch */
+    struct stat st;
+    int none = 0;
+    if (fstat(fd, &st) == 0) {
+        void *base = st.st_size >= (off_t)header ? mmap(NULL, header, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+        count_op op = {.count = base};
+        if (base == MAP_FAILED) {
+            none = st.st_size < (off_t)header;
+        } else {
+            none = !tb_fault_run(peek, &op);
+            munmap(base, header);
+        }
+    }
+    close(fd);
+    return none;
+}
+
 int tb_shm_release_token(int dir_fd, const char *token, size_t length)
 {
     release_journal(dir_fd, token, length);
-    char lock[NAME_MAX + 1];
+    char lock[NAME_MAX + 1], journal[NAME_MAX + 1];
     snprintf(lock, sizeof lock, TB_NAME_PREFIX "%.*s" TB_LOCK_SUFFIX, (int)length, token);
+    snprintf(journal, sizeof journal, TB_NAME_PREFIX "%.*s" TB_JOURNAL_SUFFIX, (int)length, token);
     int listing = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
     DIR *dir = listing >= 0 ? fdopendir(listing) : NULL;
     if (!dir) {
@@ -252,16 +302,17 @@ int tb_shm_release_token(int dir_fd, const char *token, size_t length)
             close(listing);
         return 0;
     }
-    size_t prefix = strlen(TB_NAME_PREFIX);
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(dir))) {
-        const char *name = e->d_name;
-        if (strncmp(name, TB_NAME_PREFIX, prefix) != 0 || strncmp(name + prefix, token, length) != 0 ||
-            name[prefix + length] != '.' || strcmp(name, lock) == 0)
+        const char *name = e->d_name, *t;
+        const tb_shm_name_form *form = form_of(name, &t);
+        if (!form || strncmp(t, token, length) != 0 || t[length] != '.' || strcmp(name, lock) == 0)
             continue;
-        int journal = strcmp(name + prefix + length, TB_JOURNAL_SUFFIX) == 0;
-        removed += unlinkat(dir_fd, name, 0) == 0 && !journal;
+        /* A counted name the journal left has holders, who unlink it. */
+        if (form->header && !uncounted(dir_fd, name, form->header))
+            continue;
+        removed += unlinkat(dir_fd, name, 0) == 0 && strcmp(name, journal) != 0;
     }
     closedir(dir);
     unlinkat(dir_fd, lock, 0);
@@ -285,9 +336,9 @@ int tb_shm_reclaim(const char *skip_token)
     char judged[32] = ""; /* the last token judged: its other names need no second look */
     struct dirent *e;
     while ((e = readdir(dir))) {
-        if (strncmp(e->d_name, TB_NAME_PREFIX, strlen(TB_NAME_PREFIX)) != 0)
+        const char *token;
+        if (!form_of(e->d_name, &token))
             continue;
-        const char *token = e->d_name + strlen(TB_NAME_PREFIX);
         size_t n = tb_shm_token_length(token);
         if (n == 0 || n >= sizeof judged || (strncmp(token, judged, n) == 0 && judged[n] == '\0') ||
             (strncmp(token, skip_token, n) == 0 && skip_token[n] == '\0'))

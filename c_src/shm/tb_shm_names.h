@@ -16,7 +16,8 @@
  * kernel drops it when the process dies, however it dies). Whoever takes
  * that lock may release what the token held: the references listed in its
  * journal, "tensor_blob.<token>.held" (dropped, and each name whose count
- * that takes to zero unlinked), then its plain names and the lock.
+ * that takes to zero unlinked), then its other names (of both forms, as
+ * tb_shm_release_token says) and the lock.
  *
  * Every touch of a header or of the journal runs under the SIGBUS guard
  * (tb_fault.h): another program may shrink either file. */
@@ -31,6 +32,16 @@
 #define TB_SHM_DIR "/dev/shm"
 #define TB_NAME_PREFIX "tensor_blob."
 #define TB_TORCH_NAME_PREFIX "torch_tensor_blob."
+/* The forms a VM names its regions in, "<prefix><token>.<n>": one list,
+ * which the reclaim reads both to find the tokens that left names and to
+ * release them. header: the count header its regions start with (0: none;
+ * a counted name goes with its last holder, not its creator). */
+typedef struct {
+    const char *prefix;
+    size_t header;
+} tb_shm_name_form;
+enum { TB_SHM_NAME_FORMS = 2 };
+extern const tb_shm_name_form tb_shm_name_forms[TB_SHM_NAME_FORMS];
 /* Every PyTorch-format name starts so: PyTorch's "/torch_<pid>_<n>_<k>", ours. */
 #define TB_TORCH_FORMAT_PREFIX "torch_"
 #define TB_LOCK_SUFFIX ".lock"
@@ -91,14 +102,21 @@ size_t tb_shm_token_length(const char *s);
  * token and the journal, the lock last. A journal is trusted only for what
  * its token could have recorded: a name being made only when it is the
  * token's own ("/torch_tensor_blob.<token>.<n>"), a reference held only in
- * a PyTorch-format name ("/torch_..."); any other slot is skipped. Returns how many names other than
+ * a PyTorch-format name ("/torch_..."); any other slot is skipped. Then
+ * the token's names of every form (tb_shm_name_forms): each uncounted one
+ * is removed; a counted one that the journal left only when no holder can
+ * count it down (shorter than its header, or the header vanished): any
+ * count, zero too, may be another program's, and PyTorch aborts when the
+ * name its last holder unlinks is gone. Returns how many names other than
  * the lock and journal were removed. */
 int tb_shm_release_token(int dir_fd, const char *token, size_t length);
 
 /* Releases the tokens whose creators are gone (their lock is free, or was
  * removed with their last names by an earlier reclaim that stopped part
- * way), skipping skip_token; returns how many names were removed. Names of
- * another form are left: a pid cannot say whether their creator lives. */
+ * way), skipping skip_token; returns how many names were removed. A token
+ * is found by a name of any form (tb_shm_name_forms), its lock or journal.
+ * Names of another form are left: a pid cannot say whether their creator
+ * lives. */
 int tb_shm_reclaim(const char *skip_token);
 
 #endif
