@@ -2,6 +2,7 @@
 # Prints one table and writes the same figures to bench/results.json.
 Code.require_file("nif/tensor_blob_bench_nif.ex", __DIR__)
 Code.require_file("scaling.exs", __DIR__)
+Code.require_file("rss.exs", __DIR__)
 System.put_env("TB_NODES_LIBRARY", "1")
 Code.require_file("nodes.exs", __DIR__)
 
@@ -156,18 +157,6 @@ defmodule Bench do
     ]
   end
 
-  def rss_kib do
-    "/proc/self/status"
-    |> File.read!()
-    |> String.split("\n")
-    |> Enum.find_value(fn line ->
-      case String.split(line) do
-        ["VmRSS:", kib, "kB"] -> String.to_integer(kib)
-        _ -> nil
-      end
-    end)
-  end
-
   def collect do
     for pid <- Process.list(), do: :erlang.garbage_collect(pid)
     Process.sleep(100)
@@ -176,16 +165,16 @@ defmodule Bench do
   # 10,000 new views of one 1 GiB tensor (sharing its storage): RSS growth, then after dropping.
   def memory(t) do
     collect()
-    before = rss_kib()
+    before = Bench.RSS.kib()
     blob = %{TensorBlob.to_blob(t) | dtype: :int32}
     views = for _ <- 1..10_000, do: TensorBlob.from_blob(blob).tensor
-    held = rss_kib()
+    held = Bench.RSS.kib()
     pins = TensorBlob.stats().pins
     _ = length(views)
     views = nil
     _ = views
     collect()
-    after_drop = rss_kib()
+    after_drop = Bench.RSS.kib()
 
     %{
       rss_before_kib: before,

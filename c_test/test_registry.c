@@ -341,7 +341,7 @@ static void *racer(void *p)
 
 static void run_threads(void *(*fn)(void *), atomic_int *errors);
 
-/* Addresses handed out and taken back, as tb_dlpack.c does: a thread that
+/* Addresses handed out and taken back, as tb_dlpack_export.c does: a thread that
  * owns a slot hands its address out (sets the slot's flag, then adds it);
  * any thread may claim any address (an import: take it by address), or run
  * a slot's deleter (if the flag reads set, take its own address). A take

@@ -20,6 +20,7 @@
  * the given name / kind and bits / code, bits and lanes; one that fails
  * leaves *out alone and no entry matches; every entry round-trips through
  * each lookup to itself (so the keys are unique). Violations abort(). */
+#include "fuzz_reader.h"
 #include "tb_dtype.h"
 #include "intern.h"
 
@@ -37,15 +38,6 @@
     } while (0)
 
 #define SENTINEL ((tb_dtype_id)-7)
-
-static uint64_t read_le(const uint8_t *data, size_t size, size_t pos, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        if (pos + (size_t)i < size)
-            v |= (uint64_t)data[pos + (size_t)i] << (8 * i);
-    return v;
-}
 
 /* Byte-wise equality, written without strcmp, for the models below. */
 static int same(const char *a, const char *b)
@@ -94,10 +86,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         table_checked = 1;
     }
 
-    unsigned code = (unsigned)read_le(data, size, 0, 4);
-    unsigned bits = (unsigned)read_le(data, size, 4, 4);
-    unsigned lanes = (unsigned)read_le(data, size, 8, 4);
-    unsigned long nx_bits = (unsigned long)read_le(data, size, 12, 8);
+    reader rd = {data, size, 0};
+    unsigned code = (unsigned)read_le(&rd, 4);
+    unsigned bits = (unsigned)read_le(&rd, 4);
+    unsigned lanes = (unsigned)read_le(&rd, 4);
+    unsigned long nx_bits = (unsigned long)read_le(&rd, 8);
     size_t off = size > 20 ? 20 : size;
     size_t len = size - off;
     char *s = malloc(len + 1);

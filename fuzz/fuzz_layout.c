@@ -22,6 +22,7 @@
  *   then        per dimension: a shape value and a stride value (read_value)
  *   then        4 values for a direct tb_extent_inside check
  */
+#include "fuzz_reader.h"
 #include "tb_dtype.h"
 #include "tb_layout.h"
 
@@ -33,25 +34,6 @@
 
 typedef __int128 i128;
 typedef unsigned __int128 u128;
-
-typedef struct {
-    const uint8_t *data;
-    size_t size;
-    size_t pos;
-} reader;
-
-static uint8_t read_byte(reader *r)
-{
-    return r->pos < r->size ? r->data[r->pos++] : 0;
-}
-
-static uint64_t read_u64(reader *r)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)read_byte(r) << (8 * i);
-    return v;
-}
 
 /* A 64-bit value: a mode byte picks a small value, an edge value or eight
  * raw bytes, so that both ordinary shapes and overflow edges are reached
@@ -71,13 +53,8 @@ static int64_t read_value(reader *r)
     case 6: return INT64_MAX / 2 + 1;
     case 7: return INT64_MAX / 3;
     case 8: return -(int64_t)(m >> 4);
-    case 9: {
-        int64_t v = 0;
-        for (int i = 0; i < 4; i++)
-            v = v << 8 | read_byte(r);
-        return v; /* 0..2^32-1 from 4 bytes */
-    }
-    default: return (int64_t)read_u64(r);
+    case 9: return (int64_t)read_be(r, 4); /* 0..2^32-1 from 4 bytes */
+    default: return (int64_t)read_le(r, 8);
     }
 }
 
@@ -90,7 +67,7 @@ static uint64_t read_ptr(reader *r)
     case 2: return 0x1000 + (m >> 3); /* possibly misaligned */
     case 3: return UINT64_MAX - (m >> 3);
     case 4: return UINT64_C(1) << 63;
-    default: return read_u64(r);
+    default: return read_le(r, 8);
     }
 }
 
@@ -341,7 +318,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     /* tb_extent_inside on arbitrary values. */
-    uint64_t p = read_u64(&rd), s = read_u64(&rd), b = read_u64(&rd), bs = read_u64(&rd);
+    uint64_t p = read_le(&rd, 8), s = read_le(&rd, 8), b = read_le(&rd, 8), bs = read_le(&rd, 8);
     uint64_t vals[] = {p, s, b, bs};
     for (int k = 0; k < 4; k++) {
         /* Also against the checked layout's own figures. */

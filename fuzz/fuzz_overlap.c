@@ -22,6 +22,7 @@
  */
 /* Small enough for thousands of runs a second under the sanitizers. */
 #define MODEL_MAX_ELEMENTS 4096
+#include "fuzz_reader.h"
 #include "overlap_model.h"
 #include "tb_overlap.h"
 
@@ -29,25 +30,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-typedef struct {
-    const uint8_t *data;
-    size_t size;
-    size_t pos;
-} reader;
-
-static uint8_t byte(reader *r)
-{
-    return r->pos < r->size ? r->data[r->pos++] : 0;
-}
-
-static int64_t wide(reader *r, int n)
-{
-    int64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | byte(r);
-    return v;
-}
 
 static void fail(const char *what, int ndim, const int64_t *shape, const int64_t *strides, int got, int want)
 {
@@ -64,15 +46,15 @@ static void fail(const char *what, int ndim, const int64_t *shape, const int64_t
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size, 0};
-    int ndim = byte(&r) % 7;
-    uint8_t b = byte(&r);
+    int ndim = read_byte(&r) % 7;
+    uint8_t b = read_byte(&r);
     long bound = b ? (long)b * 16 : TB_OVERLAP_WORK;
-    int rot = ndim ? byte(&r) % ndim : 0;
+    int rot = ndim ? read_byte(&r) % ndim : 0;
     int64_t shape[6], strides[6];
     for (int i = 0; i < ndim; i++) {
-        uint8_t s = byte(&r), t = byte(&r);
-        shape[i] = s >= 0xf0 ? wide(&r, 2) : s % 16;
-        strides[i] = t >= 0xf0 ? wide(&r, 4) : t % 64;
+        uint8_t s = read_byte(&r), t = read_byte(&r);
+        shape[i] = s >= 0xf0 ? (int64_t)read_be(&r, 2) : s % 16;
+        strides[i] = t >= 0xf0 ? (int64_t)read_be(&r, 4) : t % 64;
     }
     tb_overlap got = tb_layout_overlap(ndim, shape, strides, bound);
     int model = model_overlap(ndim, shape, strides);

@@ -130,29 +130,9 @@ defmodule TensorBlob do
   """
   @spec from_blob(Blob.t() | map(), owner: term()) :: BlobView.t()
   def from_blob(spec, opts \\ []) do
-    atom_keys!(spec)
     {ref, owner} = translating(do: :tensor_blob.blob_view(spec, options(opts)))
     BlobView.new(Tensor.wrap(ref), owner)
   end
-
-  # A spec names memory of this VM: its keys are atoms. One with string
-  # keys (a decoded JSON map, say) is refused as such, not for a field it
-  # seems to lack.
-  @blob_keys ~w(ptr shape dtype strides device owner)
-  defp atom_keys!(spec) when is_map(spec) and not is_struct(spec) do
-    case for(k <- @blob_keys, Map.has_key?(spec, k), do: k) do
-      [] ->
-        :ok
-
-      strings ->
-        ("spec: its keys must be atoms (%{ptr: ..., shape: ..., dtype: ...}), got the string keys " <>
-           Enum.map_join(strings, ", ", &inspect/1) <>
-           ": a spec names memory of this VM (a map from outside the VM opens with TensorBlob.IPC.open/1)")
-        |> badarg!(:bad_value, :spec)
-    end
-  end
-
-  defp atom_keys!(_spec), do: :ok
 
   defp options([]), do: %{}
   defp options(owner: owner), do: %{owner: owner}

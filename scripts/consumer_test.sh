@@ -6,6 +6,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+. scripts/copy_checkout.sh
 
 echo "==> consumer-test: Mix project using tensor_blob as a path dependency (examples/mix_consumer)"
 (cd examples/mix_consumer && MIX_ENV=test mix test)
@@ -34,18 +35,7 @@ outside="$(mktemp -d)"
 trap 'chmod -R u+w "$outside"; rm -rf "$outside"' EXIT
 checkout="$outside/tensor_blob"
 mkdir "$checkout"
-if git rev-parse --git-dir >/dev/null 2>&1; then
-    git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-        [ -e "$f" ] && printf '%s\0' "$f"
-    done | tar -cf - --null -T - | tar -xf - -C "$checkout"
-else
-    # No git (a copy of the checkout, as make compat-test makes): the tree
-    # without what .gitignore names.
-    tar -cf - --exclude=./.git --exclude=./_build --exclude=./build --exclude=./deps --exclude=./doc \
-        --exclude='./priv/*.so' --exclude=./priv/tensor_blob_reaper --exclude=./fuzz/corpus-run \
-        --exclude='./examples/*/_build' --exclude='./examples/*/_checkouts' --exclude='./examples/*/deps' \
-        --exclude='*.beam' --exclude='*.o' . | tar -xf - -C "$checkout"
-fi
+copy_checkout "$checkout"
 listing() { find "$checkout" -printf '%p %s %T@ %m\n' | sort; }
 chmod -R a-w "$checkout"
 before="$(listing)"

@@ -10,22 +10,14 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+. scripts/copy_checkout.sh
 
 outside="$(mktemp -d)"
 trap 'chmod -R u+w "$outside"; rm -rf "$outside"' EXIT
 project="$outside/my project"
 checkout="$project/deps/tensor_blob"
 mkdir -p "$checkout"
-if git rev-parse --git-dir >/dev/null 2>&1; then
-    git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
-        [ -e "$f" ] && printf '%s\0' "$f"
-    done | tar -cf - --null -T - | tar -xf - -C "$checkout"
-else
-    tar -cf - --exclude=./.git --exclude=./_build --exclude=./build --exclude=./deps --exclude=./doc \
-        --exclude='./priv/*.so' --exclude=./priv/tensor_blob_reaper --exclude=./fuzz/corpus-run \
-        --exclude='./examples/*/_build' --exclude='./examples/*/_checkouts' --exclude='./examples/*/deps' \
-        --exclude='*.beam' --exclude='*.o' . | tar -xf - -C "$checkout"
-fi
+copy_checkout "$checkout"
 
 echo "==> space-path-test: a dependency in \"$checkout\""
 app="$project/_build/dev/lib/tensor_blob"

@@ -14,6 +14,8 @@
 # At the end, with everything dropped and collected: TensorBlob.stats()
 # must be back where it started, and RSS (VmRSS) must have grown by less than
 # 64 MiB since the warm-up. Prints the figures; exits 1 otherwise.
+Code.require_file("../bench/rss.exs", __DIR__)
+
 defmodule Stress do
   alias TensorBlob.{BlobView, Tensor}
 
@@ -35,17 +37,17 @@ defmodule Stress do
 
     IO.puts("stress: #{fmt(cycles)} cycles across #{@workers} processes (libtorch #{TensorBlob.torch_version()})")
     start_stats = settle()
-    rss_start = rss_kib()
+    rss_start = Bench.RSS.kib()
 
     # Warm-up: libtorch and the allocators set themselves up on first use;
     # that is not growth caused by the cycles.
     run(@warmup_cycles)
     warm_stats = settle()
-    rss_warm = rss_kib()
+    rss_warm = Bench.RSS.kib()
 
     {micros, peak} = :timer.tc(fn -> run(cycles) end)
     end_stats = settle()
-    rss_end = rss_kib()
+    rss_end = Bench.RSS.kib()
     growth = rss_end - rss_warm
 
     IO.puts("""
@@ -260,18 +262,6 @@ defmodule Stress do
         Process.sleep(20)
         settle(tries - 1, now)
     end
-  end
-
-  defp rss_kib do
-    "/proc/self/status"
-    |> File.read!()
-    |> String.split("\n")
-    |> Enum.find_value(fn line ->
-      case String.split(line) do
-        ["VmRSS:", kib, "kB"] -> String.to_integer(kib)
-        _ -> nil
-      end
-    end)
   end
 
   defp fmt(n) when is_integer(n) do

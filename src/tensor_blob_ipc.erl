@@ -32,7 +32,9 @@ ipc_export(T) ->
     {_, Shape, _, Dtype, Device, _, _, _} = ?NIF(tensor_blob_nif:blob_fields(T)),
     Handle = case ipc_exporter(Device, tensor_blob:tables()) of
                  region -> region_export(T, posix, region_name(posix, T), {Shape, Dtype}, Function);
-                 cuda_ipc -> ipc_export_cuda(T, Function)
+                 cuda_ipc ->
+                     {Name, Address, Size, Shared} = cuda_ipc_share(T, Function),
+                     #{kind => ipc, handle => Name, address => Address, data_size => Size, tensor => Shared}
              end,
     exported(Start, Function, T, Handle).
 
@@ -65,12 +67,15 @@ ipc_exporter(Device, #{devices := Rows}) ->
 -spec ipc_exporters() -> #{integer() => region | cuda_ipc}.
 ipc_exporters() -> ?IPC_EXPORTERS.
 
-ipc_export_cuda(T, Function) ->
+%% T's device memory shared by a CUDA IPC handle, for ipc_export/1 and
+%% cuda_torch_export/1 alike: {Handle, Device, Size, Shared}. Shared is T,
+%% or when T is not contiguous a contiguous copy on the device (reported
+%% as made by Function).
+cuda_ipc_share(T, Function) ->
     Start = tensor_blob_telemetry:start(copy),
-    {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
-    %% Not contiguous: a contiguous copy on the device is shared.
+    {_, _, Size, Shared} = Share = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
     _ = Shared =:= T orelse tensor_blob_telemetry:copy(Start, Function, not_contiguous, Size, Shared) =:= ok,
-    #{kind => ipc, handle => Handle, address => Device, data_size => Size, tensor => Shared}.
+    Share.
 
 %% T shared as a region of Format (posix: ipc_zeros/2's, torch: PyTorch's
 %% CPU format, ipc_torch_zeros/2's): T itself when it is a whole region of
@@ -153,10 +158,7 @@ cuda_torch_open(Share, _Dtype, _Shape) ->
 cuda_torch_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 cuda_torch_export(T) ->
-    Start = tensor_blob_telemetry:start(copy),
-    {Handle, Device, Size, Shared} = ?NIF(tensor_blob_nif:cuda_ipc_export(T)),
-    _ = Shared =:= T orelse
-        tensor_blob_telemetry:copy(Start, {tensor_blob, cuda_torch_export, 1}, not_contiguous, Size, Shared) =:= ok,
+    {Handle, Device, Size, Shared} = cuda_ipc_share(T, {tensor_blob, cuda_torch_export, 1}),
     {Raw, Offset} = case Handle of
                         <<R:64/binary>> -> {R, 0};
                         <<R:64/binary, O:64/little-unsigned>> -> {R, O}

@@ -74,10 +74,13 @@ view(#{ptr := Ptr, shape := Shape, dtype := Dtype, strides := Strides, device :=
     {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob_fields(Ptr, Shape, Dtype, Strides, Device, Owner, true)),
      Owner};
 view(Spec, Owner) when ?PINNABLE(Owner) ->
+    atom_keys(Spec),
     {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, Owner, true)), Owner};
 view(Spec, none) ->
+    atom_keys(Spec),
     {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, undefined, false)), none};
 view(Spec, _NoOwner) when is_map(Spec) ->
+    atom_keys(Spec),
     badarg(missing, owner, ["owner: the spec names no owner. To pin the term that keeps the memory alive, pass ",
                             {code, "owner => Term", "owner: term"},
                             "; to ask for an unpinned view, for which the caller answers, pass ",
@@ -85,6 +88,26 @@ view(Spec, _NoOwner) when is_map(Spec) ->
 view(Spec, _NoOwner) ->
     %% Not a map: the NIF says what a spec is.
     {?NIF(tensor_blob_nif:from_blob(Spec, undefined, false)), none}.
+
+%% A spec names memory of this VM: its keys are atoms. One with string keys
+%% (a map a JSON decoder made: binaries in Erlang, strings in Elixir) is
+%% refused as such, not for a field it seems to lack. A blob with all its
+%% keys (view/2's first clause) has none to look for.
+atom_keys(Spec) when is_map(Spec) ->
+    case [K || K <- [<<"ptr">>, <<"shape">>, <<"dtype">>, <<"strides">>, <<"device">>, <<"owner">>],
+               is_map_key(K, Spec)] of
+        [] ->
+            ok;
+        Strings ->
+            badarg(bad_value, spec,
+                   ["spec: its keys must be atoms (",
+                    {code, "#{ptr => ..., shape => ..., dtype => ...}", "%{ptr: ..., shape: ..., dtype: ...}"},
+                    "), got the string keys ", {term, Strings},
+                    ": a spec names memory of this VM (a region from another process opens with ",
+                    {code, "tensor_blob:ipc_open/3", "TensorBlob.IPC.open/1"}, ")"])
+    end;
+atom_keys(_Spec) ->
+    ok.
 
 -spec from_binary(binary(), tensor_blob:dtype(), tensor_blob:shape()) -> tensor_blob:tensor().
 from_binary(Binary, Dtype, Shape) ->

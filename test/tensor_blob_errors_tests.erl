@@ -140,3 +140,31 @@ gone_region_test() ->
     ?assertEqual(#{reason => no_region, argument => packed}, Data),
     ?assertMatch({0, _}, binary:match(Message, <<"packed: its region ">>)),
     ?assertMatch({_, _}, binary:match(Message, <<"is gone">>)).
+
+%% A spec a JSON decoder made has binary keys: from_blob refuses it as such
+%% (its keys must be atoms, naming the ones it found), whether the owner
+%% is among its keys, given as an option, or none; never for a field it
+%% seems to lack, though "owner" and "ptr" are there.
+string_keyed_spec_test_() ->
+    T = tensor_blob:from_binary(<<1, 2, 3, 4>>, uint8, {4}),
+    #{ptr := Ptr} = tensor_blob:to_blob(T),
+    Spec = #{<<"ptr">> => Ptr, <<"shape">> => [4], <<"dtype">> => <<"uint8">>},
+    Calls = [{"owner in the spec", fun() -> tensor_blob:from_blob(Spec#{<<"owner">> => T}) end,
+              [<<"ptr">>, <<"shape">>, <<"dtype">>, <<"owner">>]},
+             {"owner as an option", fun() -> tensor_blob:blob_view(Spec, #{owner => T}) end,
+              [<<"ptr">>, <<"shape">>, <<"dtype">>]},
+             {"unpinned", fun() -> tensor_blob:blob_view(Spec, #{owner => none}) end,
+              [<<"ptr">>, <<"shape">>, <<"dtype">>]},
+             {"atom ptr, string owner",
+              fun() -> tensor_blob:from_blob(#{ptr => Ptr, shape => {4}, dtype => uint8, <<"owner">> => T}) end,
+              [<<"owner">>]}],
+    [{Name,
+      fun() ->
+              {badarg, Message, Data} = raised(Fun),
+              ?assertEqual(#{reason => bad_value, argument => spec}, Data),
+              ?assertMatch({0, _}, binary:match(Message, <<"spec: its keys must be atoms">>)),
+              Listed = iolist_to_binary(io_lib:format("~0p", [Keys])),
+              ?assertMatch({_, _}, binary:match(Message, Listed)),
+              ?assertMatch({_, _}, binary:match(Message, <<"tensor_blob:ipc_open/3">>))
+      end}
+     || {Name, Fun, Keys} <- Calls].

@@ -28,7 +28,7 @@ ERL_NIF_TERM tb_raise_reasons(ErlNifEnv *env)
 
 /* A C string as a binary. Our texts are ASCII; a byte past ASCII (from a
  * libtorch message, say) becomes '?', so that every text is valid UTF-8. */
-static ERL_NIF_TERM text(ErlNifEnv *env, const char *s, size_t n)
+static ERL_NIF_TERM ascii_binary(ErlNifEnv *env, const char *s, size_t n)
 {
     ERL_NIF_TERM bin;
     unsigned char *bytes = enif_make_new_binary(env, n, &bin);
@@ -55,7 +55,7 @@ static int full(const message *m)
 static void flush_text(message *m)
 {
     if (m->used > 0 && !full(m))
-        m->segments[m->count++] = text(m->env, m->buffer, m->used);
+        m->segments[m->count++] = ascii_binary(m->env, m->buffer, m->used);
     m->used = 0;
 }
 
@@ -132,8 +132,8 @@ static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, tb_reason reason,
         case 'C': {
             const char *erlang = va_arg(ap, const char *);
             const char *elixir = va_arg(ap, const char *);
-            add_segment(&m, enif_make_tuple3(env, tb_atoms.code, text(env, erlang, strlen(erlang)),
-                                             text(env, elixir, strlen(elixir))));
+            add_segment(&m, enif_make_tuple3(env, tb_atoms.code, ascii_binary(env, erlang, strlen(erlang)),
+                                             ascii_binary(env, elixir, strlen(elixir))));
             break;
         }
         default:

@@ -19,7 +19,7 @@
 #include "tb_registry.h"
 
 /* 8: DLPack addresses handed out are a kind of the registry, which any
- * build takes back (tb_dlpack.c's tb_export, up to its handed flag);
+ * build takes back (tb_dlpack_export.c's tb_export, up to its handed flag);
  * 7: one region container for both formats (tb_shm.c), read by the
  * name NIFs of every build;
  * 6: frozen memory is kept by thread (tb_registry.h);

@@ -199,7 +199,7 @@ int tb_get_boolean(ERL_NIF_TERM term, int *out)
 }
 
 /* An optional key's value: nil and undefined mean "use the default". */
-static int given(ERL_NIF_TERM value)
+static int overrides_default(ERL_NIF_TERM value)
 {
     return value != tb_atoms.nil && value != tb_atoms.undefined;
 }
@@ -248,7 +248,7 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
         !tb_get_dtype(env, t->dtype, "dtype", &out->dtype, exc))
         return 0;
     l->element_size = tb_dtypes[out->dtype].element_size;
-    if (given(t->strides)) {
+    if (overrides_default(t->strides)) {
         if (!tb_get_strides(env, t->strides, "strides", l->ndim, l->strides, exc))
             return 0;
     } else if (!tb_row_major_strides(l->ndim, l->shape, l->strides)) {
@@ -257,7 +257,7 @@ int tb_get_spec(ErlNifEnv *env, const tb_spec_terms *t, tb_spec *out, ERL_NIF_TE
         return 0;
     }
     out->device = (tb_device){TB_DEVICE_CPU, 0}; /* the default of an absent device */
-    if (given(t->device) && !tb_get_device(env, t->device, "device", &out->device, exc))
+    if (overrides_default(t->device) && !tb_get_device(env, t->device, "device", &out->device, exc))
         return 0;
     out->r = tb_layout_check(l);
     if (out->r.status != TB_LAYOUT_OK) {

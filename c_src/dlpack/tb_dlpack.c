@@ -1,224 +1,20 @@
-#include "tb_dlpack.h"
-
-#include <stdatomic.h>
-#include <stddef.h>
+/* The DLPack NIFs: to_dlpack and the capsules it makes (consumed, read,
+ * asked their version), and from_dlpack, the import of a capsule or an
+ * address, into a tensor whose storage calls the producer's deleter. The
+ * exports and capsules themselves are dlpack/tb_dlpack_export. */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tb_count.h"
 #include "tb_dlpack_check.h"
 #include "tb_dlpack_device.h"
-#include "tb_intervals.h"
+#include "tb_dlpack_export.h"
 #include "tb_nifs.h"
-#include "tb_registry.h"
-#include "tb_rtype.h"
 #include "tb_runtime.h"
-#include "tb_state.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
 #include "tensor_blob_dlpack.h"
 #include "torch_shim.h"
-
-/* ---- Export ---------------------------------------------------------- */
-
-/* One allocation per export: the managed tensor (first, so that self and
- * manager_ctx are the same address), the libtorch reference that keeps the
- * memory alive, then shape and strides. malloc, not enif_alloc: a consumer
- * may call the deleter from any thread, including ones the BEAM never saw. */
-typedef struct {
-    union {
-        tb_DLManagedTensorVersioned versioned;
-        tb_DLManagedTensor legacy;
-    } m;
-    tb_shim_tensor *ref;
-    /* Its address, while handed out (tb_dlpack_hand_out) and not yet
-     * imported or deleted: in the registry, of kind TB_REG_HANDED. An
-     * import by any build takes it, so the layout up to the flag below is
-     * part of the ABI (tb_state.h). */
-    tb_range out;
-    _Atomic int handed; /* a HANDED_ value */
-    int64_t dims[];     /* shape[ndim], then strides[ndim] */
-} tb_export;
-
-/* ---- Addresses handed out ------------------------------------------------ */
-
-/* The addresses of our managed tensors given out as integers (consumed
- * capsules, the C bridge), until one import takes each or its deleter
- * runs: a kind of the registry (tb_registry.h), so an import of an address
- * finds out whether it is ours and still unclaimed without reading it, and
- * takes it in the same step.
- *
- * The handed flag: not handed out (0), or handed out, with what the
- * address holds, so that an import reads it as what it is. Every build
- * reads the flag as "handed out" when it is not 0; a build before the
- * version was recorded set 1 (HANDED_UNKNOWN), so the values keep that
- * meaning and the ABI stays. */
-enum { HANDED_NO = 0, HANDED_UNKNOWN = 1, HANDED_VERSIONED = 2, HANDED_LEGACY = 3 };
-
-static void hand_out_as(tb_export *e, int handed)
-{
-    uintptr_t a = (uintptr_t)e;
-    e->out = (tb_range){.lo = a, .hi = a + 1};
-    /* Set before the address can be found: see export_free. */
-    atomic_store_explicit(&e->handed, handed, memory_order_relaxed);
-    tb_registry_add(&tb_st->registry, TB_REG_HANDED, &e->out);
-}
-
-void tb_dlpack_hand_out(void *managed, int versioned)
-{
-    /* The managed tensor is the export's first member. */
-    hand_out_as(managed, versioned ? HANDED_VERSIONED : HANDED_LEGACY);
-}
-
-/* When address is one of ours, handed out and unclaimed: it is now claimed
- * by the caller, who owes its deleter one call, and the answer is what it
- * was handed out as (a HANDED_ value); HANDED_NO otherwise. */
-static int claim_handed_out(uintptr_t address)
-{
-    tb_range *r = tb_registry_take(&tb_st->registry, TB_REG_HANDED, address);
-    if (!r)
-        return HANDED_NO;
-    tb_export *e = (tb_export *)((char *)r - offsetof(tb_export, out));
-    int handed = atomic_exchange_explicit(&e->handed, HANDED_NO, memory_order_relaxed);
-    /* Never 0 once taken (set before the add); read as unknown if it were. */
-    return handed == HANDED_NO ? HANDED_UNKNOWN : handed;
-}
-
-static void export_free(tb_export *e)
-{
-    /* Handed out and unclaimed, the address leaves the set. The flag spares
-     * the lock to exports not in it: it is not 0 whenever the address is there
-     * (set before the add, cleared by a claim after its take), as a deleter
-     * sees it, which runs after the hand-out that gave its caller the
-     * address. A claim racing the deleter (two consumers of one address) may
-     * leave it set here: the take decides, whichever comes first removes the
-     * address, the other finds nothing. */
-    if (atomic_load_explicit(&e->handed, memory_order_relaxed))
-        tb_registry_take(&tb_st->registry, TB_REG_HANDED, e->out.lo);
-    tb_shim_release(e->ref);
-    free(e);
-    tb_count_add(&tb_st->capsules, -1);
-}
-
-/* The deleters consumers call, once each. They free manager_ctx rather than
- * self, so a consumer that copied the struct elsewhere still frees ours. */
-static void export_deleter_versioned(tb_DLManagedTensorVersioned *self)
-{
-    if (self && self->manager_ctx)
-        export_free(self->manager_ctx);
-}
-
-static void export_deleter_legacy(tb_DLManagedTensor *self)
-{
-    if (self && self->manager_ctx)
-        export_free(self->manager_ctx);
-}
-
-long tb_dlpack_live(void)
-{
-    return tb_count_read(&tb_st->capsules);
-}
-
-/* ---- Capsules -------------------------------------------------------- */
-
-/* Owns one managed tensor until consumed. The pointer is swapped out
- * atomically, so of two racing consumers exactly one gets it. */
-typedef struct {
-    _Atomic(void *) managed; /* NULL once consumed */
-    /* Held by consume and by dlpack_info, so metadata is never read from
-     * a managed tensor that a consumer has just taken, and may have freed.
-     * One per capsule: capsules of different tensors never contend. */
-    atomic_flag busy;
-    int versioned;
-    /* The exported tensor, kept: a view pinning the capsule keeps the
-     * memory alive whoever consumes it, and whenever; and an import of
-     * the capsule as it is gives this tensor back. */
-    tb_tensor *source;
-} tb_capsule;
-
-static tb_rtype capsule_type;
-
-/* Held for a few instructions: an exchange, or reading metadata. */
-static void capsule_hold(tb_capsule *c)
-{
-    while (atomic_flag_test_and_set_explicit(&c->busy, memory_order_acquire))
-        ;
-}
-
-static void capsule_let_go(tb_capsule *c)
-{
-    atomic_flag_clear_explicit(&c->busy, memory_order_release);
-}
-
-/* Calls a managed tensor's deleter, if it has one. */
-static void release_managed(void *managed, int versioned)
-{
-    if (versioned) {
-        tb_DLManagedTensorVersioned *v = managed;
-        if (v->deleter)
-            v->deleter(v);
-    } else {
-        tb_DLManagedTensor *l = managed;
-        if (l->deleter)
-            l->deleter(l);
-    }
-}
-
-static void capsule_dtor(ErlNifEnv *env, void *obj)
-{
-    (void)env;
-    tb_capsule *c = obj;
-    void *m = atomic_exchange(&c->managed, NULL);
-    if (m)
-        release_managed(m, c->versioned);
-    if (c->source)
-        enif_release_resource(c->source);
-}
-
-int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
-{
-    ErlNifResourceTypeInit init = {.dtor = capsule_dtor, .members = 1};
-    return tb_rtype_open(env, "tensor_blob_dlpack_capsule", &init, flags, &capsule_type);
-}
-
-static tb_capsule *get_capsule(ErlNifEnv *env, ERL_NIF_TERM term)
-{
-    tb_capsule *c;
-    return tb_rtype_get(env, term, &capsule_type, (void **)&c) ? c : NULL;
-}
-
-/* The capsule a term is, or NULL with *exc set. */
-static tb_capsule *capsule_arg(ErlNifEnv *env, ERL_NIF_TERM term, ERL_NIF_TERM *exc)
-{
-    tb_capsule *c = get_capsule(env, term);
-    if (!c)
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "capsule", "capsule: expected a DLPack capsule, got %T", term);
-    return c;
-}
-
-static void check_managed(void *m, int versioned, tb_dlpack_checked *chk)
-{
-    if (versioned)
-        tb_dlpack_check_versioned(m, chk);
-    else
-        tb_dlpack_check_legacy(m, chk);
-}
-
-/* A capsule's managed tensor, or NULL with *exc set once it was consumed.
- * Held: dlpack_info may be reading it while an import frees it.
- * take: taken out, so that no second consumer gets it. chk: checked too. */
-static void *capsule_managed(ErlNifEnv *env, tb_capsule *c, int take, tb_dlpack_checked *chk, ERL_NIF_TERM *exc)
-{
-    capsule_hold(c);
-    void *m = take ? atomic_exchange(&c->managed, NULL) : atomic_load(&c->managed);
-    if (m && chk)
-        check_managed(m, c->versioned, chk);
-    capsule_let_go(c);
-    if (!m)
-        *exc = tb_raise_badarg(env, TB_WHY_GONE, "capsule", "capsule: already consumed");
-    return m;
-}
 
 /* ---- Import: the storage ------------------------------------------------ */
 
@@ -233,62 +29,11 @@ typedef struct {
 static void release_import(tb_storage *s)
 {
     tb_import *im = (tb_import *)s;
-    release_managed(im->managed, im->versioned);
+    tb_dlpack_release(im->managed, im->versioned);
     free(im);
 }
 
 /* ---- NIFs ------------------------------------------------------------ */
-
-void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
-{
-    tb_tensor_desc d;
-    if (!tb_tensor_describe(handle, &d))
-        return NULL;
-    const tb_shim_info info = d.info;
-    tb_dtype_id id = d.dtype;
-    size_t ndim = (size_t)info.ndim;
-    tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
-    if (!e)
-        return NULL;
-
-    tb_DLTensor dl;
-    int no_elements = 0;
-    for (size_t i = 0; i < ndim; i++) {
-        e->dims[i] = info.sizes[i];
-        e->dims[ndim + i] = info.strides[i];
-        no_elements |= info.sizes[i] == 0;
-    }
-    /* The spec asks for NULL data when there are no elements. */
-    dl.data = no_elements ? NULL : info.data;
-    dl.device.device_type = tb_device_dlpack_type(info.device_type);
-    dl.device.device_id = tb_device_indexed(info.device_type) ? info.device_index : 0;
-    dl.ndim = info.ndim;
-    dl.dtype.code = tb_dtypes[id].dl_code;
-    dl.dtype.bits = tb_dtypes[id].dl_bits;
-    dl.dtype.lanes = tb_dtypes[id].dl_lanes;
-    dl.shape = e->dims;
-    dl.strides = e->dims + ndim;
-    dl.byte_offset = 0;
-
-    e->ref = tb_shim_retain(handle);
-    atomic_init(&e->handed, 0);
-    if (versioned) {
-        tb_DLManagedTensorVersioned *v = &e->m.versioned;
-        v->version.major = TB_DLPACK_MAJOR_VERSION;
-        v->version.minor = TB_DLPACK_MINOR_VERSION;
-        v->manager_ctx = e;
-        v->deleter = export_deleter_versioned;
-        v->flags = read_only ? TB_DLPACK_FLAG_READ_ONLY : 0;
-        v->dl_tensor = dl;
-    } else {
-        tb_DLManagedTensor *l = &e->m.legacy;
-        l->dl_tensor = dl;
-        l->manager_ctx = e;
-        l->deleter = export_deleter_legacy;
-    }
-    tb_count_add(&tb_st->capsules, 1);
-    return &e->m;
-}
 
 ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
 {
@@ -320,34 +65,14 @@ ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
     if ((tb_device_runtime(d.info.device_type) != TB_RUNTIME_HOST || argv[3] != tb_atoms.undefined) &&
         !tb_dlpack_export_stream(env, &d.info, argv[3], &exc))
         return exc;
-    tb_tensor *t = d.tensor;
-
-    tb_capsule *c = tb_rtype_alloc(&capsule_type, sizeof *c);
-    if (!c)
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_dlpack: out of memory allocating a capsule");
-    void *m = tb_dlpack_export(t->handle, versioned, read_only);
-    c->source = NULL;
-    if (!m) {
-        atomic_init(&c->managed, NULL);
-        enif_release_resource(c);
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_dlpack: out of memory");
-    }
-    atomic_init(&c->managed, m);
-    atomic_flag_clear(&c->busy);
-    c->versioned = versioned;
-    enif_keep_resource(t);
-    c->source = t;
-
-    ERL_NIF_TERM term = enif_make_resource(env, c);
-    enif_release_resource(c);
-    return term;
+    return tb_capsule_make(env, d.tensor, versioned, read_only);
 }
 
 ERL_NIF_TERM tb_nif_consume_dlpack(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM exc;
-    tb_capsule *c = capsule_arg(env, argv[0], &exc);
-    void *m = c ? capsule_managed(env, c, 1, NULL, &exc) : NULL;
+    tb_capsule *c = tb_capsule_arg(env, argv[0], &exc);
+    void *m = c ? tb_capsule_managed(env, c, 1, NULL, &exc) : NULL;
     if (!m)
         return exc;
     tb_dlpack_hand_out(m, c->versioned); /* a capsule holds only our exports */
@@ -383,8 +108,8 @@ ERL_NIF_TERM tb_nif_dlpack_info(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM exc;
     tb_dlpack_checked chk;
-    tb_capsule *c = capsule_arg(env, argv[0], &exc);
-    if (!c || !capsule_managed(env, c, 0, &chk, &exc))
+    tb_capsule *c = tb_capsule_arg(env, argv[0], &exc);
+    if (!c || !tb_capsule_managed(env, c, 0, &chk, &exc))
         return exc;
     if (chk.status != TB_DLC_OK)
         return tb_raise_badarg(env, status_reason(chk.status), "capsule", "capsule: %s",
@@ -408,7 +133,7 @@ ERL_NIF_TERM tb_nif_dlpack_info(TB_NIF_PARAMS)
 ERL_NIF_TERM tb_nif_dlpack_version(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM exc;
-    tb_capsule *c = capsule_arg(env, argv[0], &exc);
+    tb_capsule *c = tb_capsule_arg(env, argv[0], &exc);
     if (!c)
         return exc;
     return c->versioned ? tb_atoms.versioned : tb_atoms.legacy;
@@ -420,7 +145,7 @@ ERL_NIF_TERM tb_nif_dlpack_version(TB_NIF_PARAMS)
 static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, const tb_dlpack_checked *c)
 {
     if (owned)
-        release_managed(m, versioned);
+        tb_dlpack_release(m, versioned);
     const char *fate = owned ? "the producer's deleter was called"
                              : "nothing in it was called: whoever passed the address still owns it";
     const char *dev = tb_dlpack_device_name(c->device_type);
@@ -476,27 +201,13 @@ static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, co
     return tb_raise_badarg(env, TB_WHY_BAD_VALUE, NULL, "dlpack: invalid tensor; %s", fate);
 }
 
-/* Our own writable export, still in the capsule that made it (so nobody
- * else has seen, or changed, the managed tensor): its tensor is at hand. */
-static tb_export *own_export(void *m, int versioned, int read_only)
-{
-    if (read_only)
-        return NULL;
-    if (versioned) {
-        tb_DLManagedTensorVersioned *v = m;
-        return v->deleter == export_deleter_versioned && !(v->flags & TB_DLPACK_FLAG_READ_ONLY) ? v->manager_ctx : NULL;
-    }
-    tb_DLManagedTensor *l = m;
-    return l->deleter == export_deleter_legacy ? l->manager_ctx : NULL;
-}
-
 /* Our own export, imported as it is: the capsule's tensor is that tensor
  * (as from_blob of a tensor's own blob gives it back). The managed tensor is
  * released at once. */
 static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
 {
     ERL_NIF_TERM term = enif_make_resource(env, c->source);
-    release_managed(m, c->versioned);
+    tb_dlpack_release(m, c->versioned);
     return term;
 }
 
@@ -534,14 +245,14 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
 /* The managed tensor an import takes: out of our capsule (*from_capsule),
  * or at an address whose producer answers for it. 1, or 0 with *answer set:
  * the error, or the tensor already (our own export, back as it was).
- * *claimed: what an address of ours was handed out as (a HANDED_ value),
- * HANDED_NO for any other source. */
+ * *claimed: what an address of ours was handed out as (a TB_HANDED_ value),
+ * TB_HANDED_NO for any other source. */
 static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, void **m, int *versioned,
                         int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
 {
     const tb_dlpack_stream *stream = &a->stream;
     int read_only = a->read_only;
-    tb_capsule *c = get_capsule(env, argv[0]);
+    tb_capsule *c = tb_capsule_get(env, argv[0]);
     ErlNifUInt64 address;
     *claimed = 0;
     if (c) {
@@ -555,17 +266,17 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
         /* The options are checked first, against what the capsule holds
          * (read as dlpack_info reads it): a refused option leaves it armed. */
         tb_dlpack_checked held;
-        if (stream->term != tb_atoms.undefined && capsule_managed(env, c, 0, &held, answer) &&
+        if (stream->term != tb_atoms.undefined && tb_capsule_managed(env, c, 0, &held, answer) &&
             held.status == TB_DLC_OK &&
             !tb_dlpack_device_import_stream_check(env, held.device_type, stream, "; the capsule is still armed",
                                                   answer))
             return 0;
         /* Taken whatever happens next: a refused capsule is released, not
          * put back, so no second consumer can race a failed one. */
-        if (!(*m = capsule_managed(env, c, 1, NULL, answer)))
+        if (!(*m = tb_capsule_managed(env, c, 1, NULL, answer)))
             return 0;
         /* With a stream, the stream contract runs for ours too. */
-        if (stream->term == tb_atoms.undefined && own_export(*m, *versioned, read_only)) {
+        if (stream->term == tb_atoms.undefined && tb_dlpack_own_export(*m, *versioned, read_only)) {
             *answer = import_own_export(env, c, *m);
             return 0;
         }
@@ -597,8 +308,8 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
          * a capsule is. Anything else is read only when the caller says
          * it answers for it: a second import of an address, or a freed
          * one, would call its deleter twice. */
-        int handed = claim_handed_out((uintptr_t)address);
-        int ours = handed != HANDED_NO;
+        int handed = tb_dlpack_claim((uintptr_t)address);
+        int ours = handed != TB_HANDED_NO;
         if (!ours && !unsafe) {
             *answer = tb_raise_badarg(env, TB_WHY_GONE, "address",
                                       "address: %lu is not a managed tensor this library handed out and still "
@@ -611,10 +322,10 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
         }
         /* Ours: read as what it was handed out as (a version asked for
          * must be that one); unread, it stays handed out. */
-        if (handed == HANDED_VERSIONED || handed == HANDED_LEGACY) {
-            int held_versioned = handed == HANDED_VERSIONED;
+        if (handed == TB_HANDED_VERSIONED || handed == TB_HANDED_LEGACY) {
+            int held_versioned = handed == TB_HANDED_VERSIONED;
             if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != held_versioned) {
-                hand_out_as((tb_export *)(uintptr_t)address, handed);
+                tb_dlpack_hand_back((void *)(uintptr_t)address, handed);
                 *answer = tb_raise_badarg(env, TB_WHY_BAD_OPTION, "version",
                                           "version: address %lu holds a %s managed tensor this library handed out, "
                                           "got version %T; nothing in it was called and it can still be imported: "
@@ -656,19 +367,19 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
         return answer;
 
     tb_dlpack_checked chk;
-    check_managed(m, versioned, &chk);
+    tb_dlpack_check_managed(m, versioned, &chk);
     /* Our own capsules are always trusted: they hold our exports. */
     int owned = chk.owned || from_capsule;
     if (chk.status != TB_DLC_OK) {
         /* Refused unread (read as the wrong version): the address stays
          * the caller's, and one later import may still take it. */
         if (claimed && !owned)
-            hand_out_as(m, claimed);
+            tb_dlpack_hand_back(m, claimed);
         return refuse(env, m, versioned, owned, &chk);
     }
     int st = tb_dtypes[chk.dtype].torch_scalar_type;
     if (!tb_shim_has_scalar_type(st)) {
-        release_managed(m, versioned);
+        tb_dlpack_release(m, versioned);
         return tb_raise_error(env, TB_WHY_UNSUPPORTED, "dtype",
                               "dtype: %s is not supported by the linked libtorch %s; "
                               "the producer's deleter was called",
@@ -682,14 +393,14 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     if ((chk.device_type != tb_kDLCPU || stream->term != tb_atoms.undefined || tb_runtime_devices_anywhere()) &&
         !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, stream,
                                  "; the producer's deleter was called", &device, &exc)) {
-        release_managed(m, versioned);
+        tb_dlpack_release(m, versioned);
         return exc;
     }
 
     read_only |= (chk.flags & TB_DLPACK_FLAG_READ_ONLY) != 0;
     tb_import *im = malloc(sizeof *im);
     if (!im) {
-        release_managed(m, versioned);
+        tb_dlpack_release(m, versioned);
         return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
                               "from_dlpack: out of memory; the producer's deleter was called");
     }

@@ -55,7 +55,7 @@ static ERL_NIF_TERM outside_owner(ErlNifEnv *env, const tb_layout *l, uint64_t b
  * reads no byte, so its pointer need not: libtorch itself makes empty
  * slices whose strides reach past their storage. What a slice of it may
  * address cannot overflow (tb_layout_check refuses that). */
-static int inside(const tb_layout *l, const tb_layout_result *r, uint64_t base, uint64_t size)
+static int view_within_owner(const tb_layout *l, const tb_layout_result *r, uint64_t base, uint64_t size)
 {
     return r->byte_size == 0 || tb_extent_inside(l->ptr, r->byte_size, base, size);
 }
@@ -96,7 +96,7 @@ static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_arg
         *answer = owner_elsewhere(env, &v->s.device, o.device_type, o.device_index);
         return 0;
     }
-    if (!inside(l, &v->s.r, base, size)) {
+    if (!view_within_owner(l, &v->s.r, base, size)) {
         *answer = outside_owner(env, l, v->s.r.byte_size, base, size);
         return 0;
     }
@@ -151,7 +151,7 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
             *answer = owner_elsewhere(env, &v->s.device, TB_DEVICE_CPU, 0);
             return 0;
         }
-        if (!inside(&v->s.l, &v->s.r, base, bin.size)) {
+        if (!view_within_owner(&v->s.l, &v->s.r, base, bin.size)) {
             tb_storage_release(&p->header);
             *answer = outside_owner(env, &v->s.l, v->s.r.byte_size, base, bin.size);
             return 0;
@@ -172,8 +172,8 @@ static int term_owner_storage(ErlNifEnv *env, ERL_NIF_TERM owner_term, const vie
 }
 
 /* A view of the memory the decoded spec describes; the owner is pinned
- * when a->pin. */
-static ERL_NIF_TERM view(ErlNifEnv *env, view_args *v)
+ * when v->pin. */
+static ERL_NIF_TERM make_blob_view(ErlNifEnv *env, view_args *v)
 {
     ERL_NIF_TERM exc;
     /* The storage: a pin of the owner, or nothing for an unpinned view.
@@ -225,7 +225,7 @@ ERL_NIF_TERM tb_nif_from_blob(TB_NIF_PARAMS)
     view_args a;
     if (!get_args(env, tb_nif_from_blob, argc, argv, NULL, &a, &answer))
         return answer;
-    return view(env, &a);
+    return make_blob_view(env, &a);
 }
 
 /* from_blob_fields(Ptr, Shape, Dtype, Strides, Device, Owner, Pin) */
@@ -236,5 +236,5 @@ ERL_NIF_TERM tb_nif_from_blob_fields(TB_NIF_PARAMS)
     view_args a;
     if (!get_args(env, tb_nif_from_blob_fields, argc, argv, &fields, &a, &answer))
         return answer;
-    return view(env, &a);
+    return make_blob_view(env, &a);
 }

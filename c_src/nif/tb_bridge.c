@@ -1,6 +1,6 @@
 #include "tb_bridge.h"
 
-#include "tb_dlpack.h"
+#include "tb_dlpack_export.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tensor_blob.h"
