@@ -18,8 +18,8 @@ defmodule TensorBlob.IPCRegionTest do
     e in TensorBlob.Error -> e.message =~ "vanished under the copy"
   end
 
-  # Waits up to ~5 s for a condition.
-  defp eventually(fun), do: TensorBlob.Test.Shm.eventually(fun, 100, 50)
+  # Waits up to ~30 s for a condition (a loaded machine, an ASan build).
+  defp eventually(fun), do: TensorBlob.Test.Shm.eventually(fun, 600, 50)
 
   # A region opened here that another program shrinks to nothing.
   defp shrunk_region(shape) do

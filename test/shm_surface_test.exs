@@ -17,7 +17,7 @@ defmodule TensorBlob.ShmSurfaceTest do
   defp shm(name), do: Shm.path(name)
   defp refcount(name), do: Shm.refcount(name)
   # Waits up to ~10 s for a condition.
-  defp eventually(fun), do: Shm.eventually(fun, 200, 50)
+  defp eventually(fun), do: Shm.eventually(fun, 600, 50)
 
   # A region laid out as PyTorch lays it out: its process holds one reference.
   defp pytorch_region(data) do
