@@ -16,7 +16,7 @@ defmodule TensorBlob.ShmSurfaceTest do
   defp ebin, do: Path.dirname(:code.which(:tensor_blob))
   defp shm(name), do: Shm.path(name)
   defp refcount(name), do: Shm.refcount(name)
-  # Waits up to ~10 s for a condition.
+  # Waits up to ~30 s for a condition (a loaded machine, an ASan build).
   defp eventually(fun), do: Shm.eventually(fun, 600, 50)
 
   # A region laid out as PyTorch lays it out: its process holds one reference.
