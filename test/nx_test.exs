@@ -346,6 +346,11 @@ if Code.ensure_loaded?(Nx) do
 
         assert %Nx.BinaryBackend{} = TNx.to_nx(t).data
         assert_raise ArgumentError, ~r/options/, fn -> TNx.to_nx(t, backend: PointerBackend, view: true) end
+
+        for arg <- [Foo, {Foo, []}, [backend: Foo], [backend: {Foo, []}]] do
+          assert_raise ArgumentError, ~r/^backend: Foo is not an Nx backend/, fn -> TNx.to_nx(t, arg) end
+        end
+
         assert_raise ArgumentError, ~r/options/, fn -> TNx.to_nx(t, unsafe_view: :yes) end
       end
     end

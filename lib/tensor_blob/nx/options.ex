@@ -9,16 +9,16 @@ if Code.ensure_loaded?(Nx) do
     def __mix_recompile__?, do: not Code.ensure_loaded?(Nx)
 
     # to_nx/2: {{backend, backend_options}, unsafe_view}.
-    def to_nx!(backend) when is_atom(backend) and backend != nil, do: {{backend, []}, false}
-    def to_nx!({backend, opts} = b) when is_atom(backend) and is_list(opts), do: {b, false}
+    def to_nx!(backend) when is_atom(backend) and backend != nil, do: {{backend!(backend), []}, false}
+    def to_nx!({backend, opts}) when is_atom(backend) and is_list(opts), do: {{backend!(backend), opts}, false}
 
     def to_nx!(opts) when is_list(opts) do
       opts = validate_options!(opts, [:backend, unsafe_view: false])
 
       backend =
         case Keyword.get_lazy(opts, :backend, &Nx.default_backend/0) do
-          b when is_atom(b) and b != nil -> {b, []}
-          {b, o} = bo when is_atom(b) and is_list(o) -> bo
+          b when is_atom(b) and b != nil -> {backend!(b), []}
+          {b, o} when is_atom(b) and is_list(o) -> {backend!(b), o}
           other -> invalid_option!(:backend, other, "module | {module, keyword}")
         end
 
@@ -31,6 +31,19 @@ if Code.ensure_loaded?(Nx) do
     def to_nx!(other) do
       "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
       |> badarg!(:bad_option, :none)
+    end
+
+    # A module that can make an Nx tensor of bytes (Nx.Backend's
+    # from_binary/3), checked before any data moves: otherwise the call
+    # fails later inside Nx with an UndefinedFunctionError.
+    defp backend!(module) do
+      if Code.ensure_loaded?(module) and function_exported?(module, :from_binary, 3) do
+        module
+      else
+        ("backend: #{inspect(module)} is not an Nx backend (no loaded module of that name " <>
+           "has from_binary/3); pass one such as Nx.BinaryBackend or Torchx.Backend")
+        |> badarg!(:bad_option, :backend)
+      end
     end
 
     # from_nx/2: {copy, device, ipc}.
