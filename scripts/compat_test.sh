@@ -36,6 +36,15 @@ packages=(
   elixir rebar3
   libtorch-dev python3-torch
 )
+# The ExTorch stage (scripts/extorch_build.sh): Rust and the crates ExTorch's
+# NIF needs, all from Debian (cargo reads them as a directory source, offline).
+packages+=(
+  cargo rustc librust-cxx-dev librust-cxx-build-dev librust-cxxbridge-macro-dev
+  librust-tera-dev librust-rustc-hash-2-dev librust-rustc-hash-dev librust-glob-dev
+  librust-prettyplease-dev librust-syn-dev librust-lazy-static-dev librust-libc-dev
+  librust-inventory-dev librust-libloading-dev librust-regex-lite-dev librust-heck-dev
+  librust-quote-dev librust-proc-macro2-dev librust-link-cplusplus-dev
+)
 
 log() { printf '==> compat-test: %s\n' "$*"; }
 
