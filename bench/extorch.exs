@@ -59,6 +59,8 @@ defmodule ExTorchBench do
           [
             {"ExTorch's own to_blob + from_blob(owner:)",
              fn -> ExTorch.Tensor.Blob.from_blob(ExTorch.Tensor.Blob.to_blob(x), owner: x) end},
+            {"ExTorch's own clone (a copy, for scale)", fn -> ExTorch.clone(x) end},
+            {"tensor_blob's own copy (to_device :cpu, for scale)", fn -> Tensor.to_device(ours, :cpu) end},
             {"ExTorch -> tensor_blob (from_extorch, pinned)", fn -> TEx.from_extorch(x) end},
             {"tensor_blob -> ExTorch (default: one copy)", fn -> TEx.to_extorch(ours) end},
             {"tensor_blob -> ExTorch (unsafe_view: true)", fn -> TEx.to_extorch(ours, unsafe_view: true) end},
