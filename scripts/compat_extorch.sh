@@ -4,8 +4,8 @@
 # scripts/compat_extorch.sh). Builds ExTorch from the source archives
 # (scripts/build_extorch.sh, kept in build/extorch between runs: a second
 # run builds nothing), then, in one VM with ExTorch, tensor_blob, Nx and
-# Torchx loaded (one libtorch_cpu mapped), the :extorch tests, the ExTorch
-# guide's blocks and the exchange bench.
+# Torchx loaded (one libtorch_cpu mapped), the :extorch tests (and again
+# under AddressSanitizer), the ExTorch guide's blocks and the exchange bench.
 #
 # NX_PATH: the Nx/Torchx build (default: scripts/build_nx.sh main, as
 # compat_inner.sh builds it). EXTORCH_BENCH=0 skips the bench.
@@ -34,6 +34,9 @@ echo "==> compat-test: ExTorch ready in $((built - began)) s ($extorch_path)"
 export NX_PATH="$nx_path:$extorch_path"
 make --no-print-directory nif
 MIX_ENV=test mix test --only extorch
+# The same tests against an AddressSanitizer build: a read of freed memory
+# aborts the VM.
+make --no-print-directory extorch-asan-test
 MIX_ENV=test mix run --no-compile scripts/docs_test.exs guides/extorch.md
 if [ "${EXTORCH_BENCH:-1}" != 0 ]; then
   MIX_ENV=test mix run --no-compile bench/extorch.exs
