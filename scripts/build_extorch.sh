@@ -30,6 +30,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 third_party="$(NX_SOURCES="${NX_SOURCES:-}" "$repo/scripts/build_nx.sh" --sources)"
 dest="${1:-$repo/build/extorch}"
+mkdir -p "$dest"
+dest="$(cd "$dest" && pwd)"
 registry=/usr/share/cargo/registry
 libdir="$(dirname "$(ls /usr/lib/*/libtorch_cpu.so 2>/dev/null | head -n1)")"
 
