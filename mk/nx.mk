@@ -29,6 +29,11 @@ torchx-test: nif foreign-nif
 	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
 	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
+# The ExTorch stage of compat-test alone, in the Debian 13 root compat-test
+# made (scripts/compat_test.sh --extorch); skipped, saying why, without one.
+extorch-test:
+	scripts/compat_test.sh --extorch
+
 # The :extorch tests against an AddressSanitizer/UBSan build of the NIF
 # (asan-test's flags and environment): NX_PATH must hold ExTorch's build
 # (scripts/build_extorch.sh) and Nx's; the ExTorch stage of compat-test
@@ -45,4 +50,4 @@ extorch-asan-test: nif
 compat-test:
 	scripts/compat_test.sh
 
-.PHONY: nx-test nx-consumer-test torchx-test extorch-asan-test compat-test
+.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test

@@ -7,6 +7,9 @@
 #   scripts/compat_test.sh            build (or reuse) the root, run the suites
 #   scripts/compat_test.sh --root     build (or reuse) the root only
 #   scripts/compat_test.sh --run CMD  run CMD there, in the checkout's copy
+#   scripts/compat_test.sh --extorch  only the ExTorch stage (make extorch-test),
+#                                     in the root a compat-test made; skipped,
+#                                     saying why, where there is none
 #
 # COMPAT_DIR     where the root and its build products live (default
 #                build/compat: ignored by git, kept between runs)
@@ -47,6 +50,16 @@ packages+=(
 )
 
 log() { printf '==> compat-test: %s\n' "$*"; }
+
+if [ "$mode" = --extorch ]; then
+  why=""
+  [ -f "$root/.tb-debootstrap" ] || why="no Debian 13 root in $root (make compat-test makes it)"
+  [ "$(id -u)" -eq 0 ] || why="needs root (chroot, mount)"
+  if [ -n "$why" ]; then
+    log "ExTorch stage skipped: $why"
+    exit 0
+  fi
+fi
 
 [ "$(id -u)" -eq 0 ] || { echo "compat-test: needs root (debootstrap, chroot, mount)" >&2; exit 1; }
 
@@ -151,6 +164,10 @@ if [ "$mode" = "--root" ]; then
   exit 0
 fi
 copy_tree
+if [ "$mode" = "--extorch" ]; then
+  in_root /bin/bash /work/tensor_blob/scripts/compat_extorch.sh
+  exit
+fi
 if [ "$mode" = "--run" ]; then
   in_root /bin/bash -c "cd /work/tensor_blob && $2"
   exit
