@@ -270,6 +270,9 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
         # tensor and our view of it. Copies: Torchx's and ExTorch's own.
         Tensor.write!(view, Shm.floats([1.0, 2.0, 3.0, 4.0, 5.0, 7.0]))
         assert ExTorch.Tensor.to_list(x) == [[1.0, 2.0, 3.0], [4.0, 5.0, 7.0]]
+        # ExTorch's in-place write, seen through our view.
+        _ = ExTorch.index_put(x, [0, 0], 8.0, true)
+        assert Tensor.to_binary(view) == Shm.floats([8.0, 2.0, 3.0, 4.0, 5.0, 7.0])
         Tensor.write!(t2, Shm.floats([9.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
         assert Nx.to_flat_list(tx) == [9.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         assert ExTorch.Tensor.to_list(back) == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
