@@ -218,16 +218,19 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       assert ExTorch.Tensor.to_list(view.tensor) == Enum.chunk_every(Enum.map(1..16, &(&1 * 1.0)), 4)
     end
 
-    test "a tensor ExTorch allocated is zero-copy both ways" do
-      x = ExTorch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    test "a tensor ExTorch allocated is zero-copy both ways, for every dtype both hold" do
+      for dtype <- TEx.shared_dtypes(), do: zero_copy_both_ways(ExTorch.zeros({2, 2}, dtype: dtype))
+      zero_copy_both_ways(ExTorch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    end
 
+    defp zero_copy_both_ways(x) do
       {{back, back_unsafe}, evs} =
         events(fn ->
           view = TEx.from_extorch(x)
           {TEx.to_extorch(view), TEx.to_extorch(view, unsafe_view: true)}
         end)
 
-      assert back == x
+      assert back == x, inspect(x.dtype)
       assert %ExTorch.Tensor.BlobView{tensor: ^x} = back_unsafe
       assert copies(evs) == []
       assert Enum.all?(for {:transfer, m, _} <- evs, do: m.copied == 0)

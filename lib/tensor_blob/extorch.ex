@@ -211,7 +211,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       theirs = ExTorch.Tensor.Blob.to_blob(owner)
 
       if theirs.ptr == blob.ptr and theirs.shape == blob.shape and theirs.strides == blob.strides and
-           canonical(theirs.dtype) == blob.dtype and theirs.device == :cpu,
+           canonical(named_dtype(theirs, owner)) == blob.dtype and theirs.device == :cpu,
          do: owner
     end
 
