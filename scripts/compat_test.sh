@@ -39,7 +39,7 @@ packages=(
   elixir rebar3
   libtorch-dev python3-torch
 )
-# The ExTorch stage (scripts/extorch_build.sh): Rust and the crates ExTorch's
+# The ExTorch stage (scripts/build_extorch.sh): Rust and the crates ExTorch's
 # NIF needs, all from Debian (cargo reads them as a directory source, offline).
 packages+=(
   cargo rustc librust-cxx-dev librust-cxx-build-dev librust-cxxbridge-macro-dev
