@@ -105,6 +105,10 @@ defmodule TensorBlob do
   `priv/include/tensor_blob.h`); `view.tensor` is the bare
   `%TensorBlob.Tensor{}`.
 
+  ExTorch's `%ExTorch.Tensor.Blob{}` (`ExTorch.Tensor.Blob.to_blob/1`) is
+  such a spec, as it is: its owner, the ExTorch tensor, is pinned
+  (`TensorBlob.ExTorch`, guides/extorch.md).
+
   A spec that describes one of our tensors exactly (a blob from
   `to_blob/1`, unchanged) gives that tensor back, as `numpy.asarray` gives
   an array back: nothing is made and nothing is pinned. Any other layout

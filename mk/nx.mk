@@ -29,10 +29,25 @@ torchx-test: nif foreign-nif
 	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
 	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
+# The ExTorch stage of compat-test alone, in the Debian 13 root compat-test
+# made (scripts/compat_test.sh --extorch); skipped, saying why, without one.
+extorch-test:
+	scripts/compat_test.sh --extorch
+
+# The :extorch tests against an AddressSanitizer/UBSan build of the NIF
+# (asan-test's flags and environment): NX_PATH must hold ExTorch's build
+# (scripts/build_extorch.sh) and Nx's; the ExTorch stage of compat-test
+# (scripts/compat_extorch.sh) runs it.
+extorch-asan-test: nif
+	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
+		$(ASAN_BUILD)/tensor_blob_nif.so
+	MIX_ENV=test mix compile
+	$(ASAN_ENV) MIX_ENV=test mix test --only extorch
+
 # Every suite of `make test`, then the :nx and :torchx tests, on Debian 13's
 # stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root cached
 # under the build folder (scripts/compat_test.sh; needs root).
 compat-test:
 	scripts/compat_test.sh
 
-.PHONY: nx-test nx-consumer-test torchx-test compat-test
+.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test

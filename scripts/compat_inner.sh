@@ -2,7 +2,8 @@
 # The part of `make compat-test` that runs inside the Debian 13 root
 # (scripts/compat_test.sh copies the checkout to /work/tensor_blob there):
 # every suite of `make test`, then the :nx tests against Nx main and the
-# :torchx tests against Torchx main built with the root's libtorch.
+# :torchx tests against Torchx main built with the root's libtorch, then
+# the ExTorch stage (scripts/compat_extorch.sh).
 set -euo pipefail
 cd /work/tensor_blob
 
@@ -17,4 +18,6 @@ make --no-print-directory suites
 nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
 make --no-print-directory nx-test NX_PATH="$nx_path"
 make --no-print-directory torchx-test NX_PATH="$nx_path"
+# ExTorch, built from source against the same libtorch, beside Nx and Torchx.
+NX_PATH="$nx_path" scripts/compat_extorch.sh
 echo "==> compat-test: every suite passed on Debian 13"

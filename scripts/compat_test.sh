@@ -7,6 +7,9 @@
 #   scripts/compat_test.sh            build (or reuse) the root, run the suites
 #   scripts/compat_test.sh --root     build (or reuse) the root only
 #   scripts/compat_test.sh --run CMD  run CMD there, in the checkout's copy
+#   scripts/compat_test.sh --extorch  only the ExTorch stage (make extorch-test),
+#                                     in the root a compat-test made; skipped,
+#                                     saying why, where there is none
 #
 # COMPAT_DIR     where the root and its build products live (default
 #                build/compat: ignored by git, kept between runs)
@@ -36,8 +39,27 @@ packages=(
   elixir rebar3
   libtorch-dev python3-torch
 )
+# The ExTorch stage (scripts/build_extorch.sh): Rust and the crates ExTorch's
+# NIF needs, all from Debian (cargo reads them as a directory source, offline).
+packages+=(
+  cargo rustc librust-cxx-dev librust-cxx-build-dev librust-cxxbridge-macro-dev
+  librust-tera-dev librust-rustc-hash-2-dev librust-rustc-hash-dev librust-glob-dev
+  librust-prettyplease-dev librust-syn-dev librust-lazy-static-dev librust-libc-dev
+  librust-inventory-dev librust-libloading-dev librust-regex-lite-dev librust-heck-dev
+  librust-quote-dev librust-proc-macro2-dev librust-link-cplusplus-dev
+)
 
 log() { printf '==> compat-test: %s\n' "$*"; }
+
+if [ "$mode" = --extorch ]; then
+  why=""
+  [ -f "$root/.tb-debootstrap" ] || why="no Debian 13 root in $root (make compat-test makes it)"
+  [ "$(id -u)" -eq 0 ] || why="needs root (chroot, mount)"
+  if [ -n "$why" ]; then
+    log "ExTorch stage skipped: $why"
+    exit 0
+  fi
+fi
 
 [ "$(id -u)" -eq 0 ] || { echo "compat-test: needs root (debootstrap, chroot, mount)" >&2; exit 1; }
 
@@ -142,6 +164,10 @@ if [ "$mode" = "--root" ]; then
   exit 0
 fi
 copy_tree
+if [ "$mode" = "--extorch" ]; then
+  in_root /bin/bash /work/tensor_blob/scripts/compat_extorch.sh
+  exit
+fi
 if [ "$mode" = "--run" ]; then
   in_root /bin/bash -c "cd /work/tensor_blob && $2"
   exit

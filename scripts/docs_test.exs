@@ -11,8 +11,8 @@
 #                    says true, parsed only elsewhere
 #   ```elixir nocuda (or erlang nocuda) run where the linked libtorch has
 #                    no CUDA (the errors it gives), parsed only elsewhere
-#   ```elixir nx     (or torchx) run where Nx (Torchx) is loaded, parsed
-#                    only elsewhere
+#   ```elixir nx     (or torchx, extorch) run where Nx (Torchx, ExTorch)
+#                    is loaded, parsed only elsewhere
 #   ```elixir torch  run where the file's Python blocks have torch (they
 #                    made what it opens), parsed only elsewhere
 #   ```elixir telemetry  run where the telemetry library is on the code
@@ -126,6 +126,7 @@ defmodule DocsTest do
     # project depending on it would.
     if loaded?.(Nx), do: {:ok, _} = Application.ensure_all_started(:nx)
     if loaded?.(:telemetry), do: {:ok, _} = Application.ensure_all_started(:telemetry)
+    if loaded?.(ExTorch.Tensor.Blob), do: {:ok, _} = Application.ensure_all_started(:extorch)
 
     decide = fn tags ->
       cond do
@@ -134,6 +135,7 @@ defmodule DocsTest do
         "nocuda" in tags and cuda_torch? -> :parse
         "nx" in tags and not loaded?.(Nx) -> :parse
         "torchx" in tags and not loaded?.(Torchx) -> :parse
+        "extorch" in tags and not loaded?.(ExTorch.Tensor.Blob) -> :parse
         "torch" in tags and not (python() != nil and python_torch?()) -> :parse
         "telemetry" in tags and not loaded?.(:telemetry) -> :parse
         true -> :run

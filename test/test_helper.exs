@@ -1,5 +1,6 @@
 # :cuda tests need a GPU; :nx tests need Nx on the code path (NX_PATH);
-# :torchx tests need Torchx there too; :telemetry tests need the telemetry
+# :torchx tests need Torchx there too; :extorch tests need ExTorch there
+# (scripts/compat_extorch.sh); :telemetry tests need the telemetry
 # library (NX_PATH holds it: make nx-test), and :no_telemetry tests its
 # absence (make mix-test).
 telemetry? = Code.ensure_loaded?(:telemetry)
@@ -37,6 +38,7 @@ exclude =
     missing ++
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++
+    if(Code.ensure_loaded?(ExTorch.Tensor.Blob), do: [], else: [:extorch]) ++
     if(telemetry?, do: [:no_telemetry], else: [:telemetry])
 
 ExUnit.start(exclude: exclude)

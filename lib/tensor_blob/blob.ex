@@ -13,8 +13,11 @@ defmodule TensorBlob.Blob do
       (a view whose `ptr` is not a multiple of `element_size` is refused)
     * `owner` - the term that keeps the memory alive
 
-  The field names match ExTorch's `%ExTorch.Tensor.Blob{}`. The pointer is
-  valid while the blob, or its owner, is reachable.
+  The pointer is valid while the blob, or its owner, is reachable.
+  ExTorch's `%ExTorch.Tensor.Blob{}` (from `ExTorch.Tensor.Blob.to_blob/1`)
+  has the same fields but `byte_size` and `alignment`, and its owner is
+  the ExTorch tensor: `TensorBlob.from_blob/2` takes it as it is, pinning
+  that tensor (guides/extorch.md, `TensorBlob.ExTorch`).
   """
   defstruct [:ptr, :shape, :strides, :dtype, :device, :element_size, :byte_size, :alignment, :owner]
 

@@ -1,0 +1,245 @@
+# Compiled only when ExTorch is loaded; each branch asks Mix to compile it
+# again (`__mix_recompile__?/0`) once that changes.
+if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
+  defmodule TensorBlob.ExTorch do
+    @moduledoc """
+    Exchange with ExTorch tensors, in the same VM and the same libtorch.
+
+    Compiled only when ExTorch is available. See guides/extorch.md.
+
+    ## From ExTorch: zero-copy, pinned
+
+        view = TensorBlob.ExTorch.from_extorch(extorch_tensor)
+
+    gives a `%TensorBlob.BlobView{}` over the ExTorch tensor's memory whose
+    owner is the ExTorch tensor: it stays alive until the last tensor_blob
+    tensor using that memory is freed, whatever the ExTorch side drops.
+    `TensorBlob.from_blob/2` takes ExTorch's own `%ExTorch.Tensor.Blob{}`
+    (`ExTorch.Tensor.Blob.to_blob/1`) as it is, with the same result.
+    ExTorch's dtype names (`:float`, `:long`, `:cfloat`, ...) are names of the
+    dtype table.
+
+    ## To ExTorch: one copy by default
+
+    ExTorch's `from_blob` makes a tensor with no deleter: it cannot keep our
+    memory alive. So `to_extorch/2` gives, by default, an ExTorch tensor
+    that owns its memory, allocated by ExTorch and filled by one copy (a
+    `[:tensor_blob, :copy]` event with reason `:backend`). Two cases are
+    zero-copy:
+
+      * a `%TensorBlob.BlobView{}` whose owner is an ExTorch tensor and that
+        views exactly that tensor's memory (what `from_extorch/1` gives)
+        comes back as that ExTorch tensor: its memory was ExTorch's;
+      * `unsafe_view: true` gives ExTorch's own `%ExTorch.Tensor.BlobView{}`
+        over our memory, as `ExTorch.Tensor.Blob.from_blob/2` makes it:
+        its owner (our tensor) is held by that struct only. **Keep the
+        `%ExTorch.Tensor.BlobView{}` itself reachable for as long as its
+        `tensor`, or any ExTorch tensor made from it, is used**: dropping the
+        struct and keeping `view.tensor` reads freed memory once the
+        garbage collector runs.
+    """
+
+    # ExTorch gone since this file was compiled: compile it again.
+    @doc false
+    def __mix_recompile__?, do: not Code.ensure_loaded?(ExTorch.Tensor.Blob)
+
+    import TensorBlob.Raise
+
+    alias TensorBlob.{Blob, BlobView, Tensor}
+
+    @doc """
+    A `%TensorBlob.BlobView{}` over an ExTorch tensor's memory, zero-copy,
+    that keeps the ExTorch tensor alive (its owner). Takes an
+    `%ExTorch.Tensor{}`, its `%ExTorch.Tensor.Blob{}`, or an
+    `%ExTorch.Tensor.BlobView{}` (whose struct, pinned whole, keeps its
+    owner).
+    """
+    @spec from_extorch(ExTorch.Tensor.t() | ExTorch.Tensor.Blob.t() | ExTorch.Tensor.BlobView.t()) :: BlobView.t()
+    def from_extorch(%ExTorch.Tensor{} = t), do: transfer(:from_extorch, fn -> blob_of(t) end, [])
+
+    def from_extorch(%ExTorch.Tensor.Blob{owner: %ExTorch.Tensor{} = t} = blob),
+      do: transfer(:from_extorch, fn -> %{blob | dtype: named_dtype(blob, t)} end, [])
+
+    def from_extorch(%ExTorch.Tensor.Blob{} = blob), do: transfer(:from_extorch, fn -> blob end, [])
+
+    def from_extorch(%ExTorch.Tensor.BlobView{tensor: %ExTorch.Tensor{} = t} = view),
+      do: transfer(:from_extorch, fn -> blob_of(t) end, owner: view)
+
+    def from_extorch(other) do
+      ("from_extorch: expected an ExTorch tensor (%ExTorch.Tensor{}), its %ExTorch.Tensor.Blob{} or an " <>
+         "%ExTorch.Tensor.BlobView{}, got #{TensorBlob.Raise.inspect_term(other)}")
+      |> badarg!(:not_a_tensor, :none)
+    end
+
+    defp blob_of(t) do
+      blob = ExTorch.Tensor.Blob.to_blob(t)
+      %{blob | dtype: named_dtype(blob, t)}
+    end
+
+    # ExTorch 0.4 names int8 and bfloat16 tensors :"" (its table of names
+    # lacks them). Of the dtypes ExTorch can make, those two are the only
+    # unnamed ones, and their element size and kind tell them apart; any
+    # other unnamed tensor keeps :"", which from_blob refuses.
+    defp named_dtype(%{dtype: :"", element_size: 1}, t) do
+      if ExTorch.Tensor.is_floating_point(t) or ExTorch.Tensor.is_complex(t), do: :"", else: :int8
+    end
+
+    defp named_dtype(%{dtype: :"", element_size: 2}, t) do
+      if ExTorch.Tensor.is_floating_point(t) and not ExTorch.Tensor.is_complex(t), do: :bfloat16, else: :""
+    end
+
+    defp named_dtype(%{dtype: dtype}, _t), do: dtype
+
+    defp transfer(function, blob_of, opts) do
+      :tensor_blob_telemetry.as({__MODULE__, function, 1}, fn ->
+        start = :tensor_blob_telemetry.start(:transfer)
+        view = TensorBlob.from_blob(blob_of.(), opts)
+
+        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, function, 1}, Tensor.ref(view), false, %{
+          backend: ExTorch
+        })
+
+        view
+      end)
+    end
+
+    @doc """
+    An ExTorch tensor of a tensor_blob tensor's contents (see the module
+    doc). Takes a `%TensorBlob.Tensor{}`, a `%TensorBlob.BlobView{}` or a
+    `%TensorBlob.Blob{}` (viewed with its owner pinned) on the CPU.
+
+      * by default: an `%ExTorch.Tensor{}` that owns its memory (one copy), or
+        the ExTorch tensor itself for a view of exactly its memory;
+      * `unsafe_view: true`: an `%ExTorch.Tensor.BlobView{}` over our memory,
+        zero-copy; keep that struct reachable while its tensor is used.
+    """
+    @spec to_extorch(Tensor.t() | BlobView.t() | Blob.t(), keyword()) ::
+            ExTorch.Tensor.t() | ExTorch.Tensor.BlobView.t()
+    def to_extorch(tensor, opts \\ [])
+
+    def to_extorch(%Blob{} = blob, opts), do: to_extorch(TensorBlob.from_blob(blob), opts)
+
+    def to_extorch(%struct{} = t, opts) when struct in [Tensor, BlobView] do
+      unsafe_view = unsafe_view!(opts)
+
+      :tensor_blob_telemetry.as({__MODULE__, :to_extorch, 2}, fn ->
+        start = :tensor_blob_telemetry.start(:transfer)
+        blob = extorch_blob!(t)
+
+        {result, copied} =
+          cond do
+            owner = extorch_owner(t, blob) -> {if(unsafe_view, do: own_view(owner), else: owner), false}
+            unsafe_view -> {ExTorch.Tensor.Blob.from_blob(blob, owner: t), false}
+            true -> {copy_of(t, blob), true}
+          end
+
+        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, :to_extorch, 2}, Tensor.ref(t), copied, %{
+          backend: ExTorch
+        })
+
+        result
+      end)
+    end
+
+    def to_extorch(other, _opts) do
+      ("to_extorch: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
+         "%TensorBlob.Blob{}), got #{TensorBlob.Raise.inspect_term(other)}")
+      |> badarg!(:not_a_tensor, :none)
+    end
+
+    defp unsafe_view!(opts) do
+      unless Keyword.keyword?(opts) do
+        "options: expected a keyword list such as [unsafe_view: true], got #{TensorBlob.Raise.inspect_term(opts)}"
+        |> badarg!(:bad_option, :options)
+      end
+
+      case Keyword.split(opts, [:unsafe_view]) do
+        {given, []} ->
+          case Keyword.get(given, :unsafe_view, false) do
+            u when is_boolean(u) ->
+              u
+
+            other ->
+              "unsafe_view: expected a boolean, got #{TensorBlob.Raise.inspect_term(other)}"
+              |> badarg!(:bad_option, :unsafe_view)
+          end
+
+        {_, [{key, _} | _]} ->
+          "options: unknown option #{inspect(key)}; to_extorch takes unsafe_view: boolean"
+          |> badarg!(:bad_option, :options)
+      end
+    end
+
+    # Our tensor's layout, as ExTorch's from_blob takes it. ExTorch's
+    # from_blob ignores the device (a CUDA pointer would become a CPU
+    # tensor), so only CPU tensors go; and only dtypes ExTorch holds.
+    defp extorch_blob!(t) do
+      {ptr, shape, strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
+
+      if device != :cpu do
+        ("tensor: on #{inspect(device)}; ExTorch's from_blob takes host memory only " <>
+           "(copy it with TensorBlob.Tensor.to_device(t, :cpu))")
+        |> badarg!(:wrong_device, :tensor)
+      end
+
+      unless extorch_dtype?(dtype) do
+        "tensor: dtype #{inspect(dtype)} has no ExTorch counterpart (ExTorch holds #{inspect(shared_dtypes())})"
+        |> badarg!(:unsupported, :tensor)
+      end
+
+      %{ptr: ptr, shape: shape, strides: strides, dtype: dtype, device: :cpu}
+    end
+
+    @doc """
+    The canonical dtypes both this libtorch (through the dtype table) and
+    ExTorch hold: those of the table ExTorch takes by their canonical
+    names.
+    """
+    @spec shared_dtypes() :: [atom()]
+    def shared_dtypes do
+      for %{name: name, available: true} <- TensorBlob.tables().dtypes, extorch_name?(name), do: name
+    end
+
+    defp extorch_dtype?(dtype), do: dtype in shared_dtypes()
+
+    require ExTorch.DType
+    defp extorch_name?(name) when ExTorch.DType.is_dtype(name), do: true
+    defp extorch_name?(_), do: false
+
+    # The ExTorch tensor a view pins, when the view is exactly its memory.
+    defp extorch_owner(%BlobView{owner: %ExTorch.Tensor{} = owner}, blob) do
+      theirs = ExTorch.Tensor.Blob.to_blob(owner)
+
+      if theirs.ptr == blob.ptr and theirs.shape == blob.shape and theirs.strides == blob.strides and
+           canonical(named_dtype(theirs, owner)) == blob.dtype and theirs.device == :cpu,
+         do: owner
+    end
+
+    defp extorch_owner(_, _), do: nil
+
+    defp canonical(dtype) do
+      Enum.find_value(TensorBlob.tables().dtypes, fn %{name: name, aliases: aliases} ->
+        if dtype == name or dtype in aliases, do: name
+      end)
+    end
+
+    # ExTorch's own view of memory ExTorch owns: safe, its tensor is the owner.
+    defp own_view(owner), do: %ExTorch.Tensor.BlobView{tensor: owner, owner: owner}
+
+    # One copy, made by ExTorch (clone of a transient view of our memory, which
+    # `t` keeps alive: it is used after the copy).
+    defp copy_of(t, blob) do
+      start = :tensor_blob_telemetry.start(:copy)
+      copy = ExTorch.clone(ExTorch.Tensor.Blob.from_blob(blob))
+      ref = Tensor.ref(t)
+      :tensor_blob_telemetry.copy(start, {__MODULE__, :to_extorch, 2}, :backend, :tensor_blob.data_bytes(ref), ref)
+      copy
+    end
+  end
+else
+  defmodule TensorBlob.ExTorch.Absent do
+    @moduledoc false
+    # ExTorch was not on the code path when this file was compiled.
+    def __mix_recompile__?, do: Code.ensure_loaded?(ExTorch.Tensor.Blob)
+  end
+end

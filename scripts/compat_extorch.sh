@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The ExTorch stage of `make compat-test`, inside the Debian 13 root
+# (scripts/compat_inner.sh runs it; alone: scripts/compat_test.sh --run
+# scripts/compat_extorch.sh). Builds ExTorch from the source archives
+# (scripts/build_extorch.sh, kept in build/extorch between runs: a second
+# run builds nothing), then, in one VM with ExTorch, tensor_blob, Nx and
+# Torchx loaded (one libtorch_cpu mapped), the :extorch tests (and again
+# under AddressSanitizer), the ExTorch guide's blocks and the exchange bench.
+#
+# NX_PATH: the Nx/Torchx build (default: scripts/build_nx.sh main, as
+# compat_inner.sh builds it). EXTORCH_BENCH=0 skips the bench.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sources="${NX_SOURCES:-/work/third_party}"
+
+skip() {
+  echo "==> compat-test: ExTorch stage skipped: $*"
+  exit 0
+}
+ls "$sources"/extorch-*.tar.gz "$sources"/rustler-*.tar.gz "$sources"/jason-*.tar.gz >/dev/null 2>&1 \
+  || skip "no ExTorch, rustler or jason source archive in $sources"
+command -v cargo >/dev/null || skip "cargo is not installed in this root"
+ls -d /usr/share/cargo/registry/cxx-build-* >/dev/null 2>&1 \
+  || skip "Debian's crates (librust-cxx-build-dev, ...) are not installed in this root"
+elixir -e 'System.halt(if Version.match?(System.version(), ">= 1.16.0"), do: 0, else: 1)' \
+  || skip "ExTorch needs Elixir >= 1.16"
+
+began=$(date +%s)
+nx_path="${NX_PATH:-$(NX_SOURCES="$sources" LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)}"
+extorch_path="$(NX_SOURCES="$sources" nice scripts/build_extorch.sh)"
+built=$(date +%s)
+echo "==> compat-test: ExTorch ready in $((built - began)) s ($extorch_path)"
+
+export NX_PATH="$nx_path:$extorch_path"
+make --no-print-directory nif
+MIX_ENV=test mix test --only extorch
+# The same tests against an AddressSanitizer build: a read of freed memory
+# aborts the VM.
+make --no-print-directory extorch-asan-test
+MIX_ENV=test mix run --no-compile scripts/docs_test.exs guides/extorch.md
+if [ "${EXTORCH_BENCH:-1}" != 0 ]; then
+  MIX_ENV=test mix run --no-compile bench/extorch.exs
+fi
+echo "==> compat-test: ExTorch stage passed in $(($(date +%s) - began)) s (build or reuse: $((built - began)) s)"
