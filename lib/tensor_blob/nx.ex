@@ -402,11 +402,13 @@ if Code.ensure_loaded?(Nx) do
 
     ## Helpers
 
-    # from_nx copied: an owned tensor, or a view of a binary on a process heap
-    # (64 bytes or less, or a part of one), of which its pin holds a copy.
+    # from_nx copied: an owned tensor, or a view of a binary of 64 bytes or
+    # less, of which its pin holds a copy (the VM copies such a binary with
+    # the term, a part of a larger one too on OTP 27, whose
+    # referenced_byte_size/1 then says nothing of it).
     defp copied?(nx, t) do
       memory = Tensor.memory(t)
-      memory == :owned or (memory == :binary and :binary.referenced_byte_size(nx.data.state) <= 64)
+      memory == :owned or (memory == :binary and byte_size(nx.data.state) <= 64)
     end
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
