@@ -36,6 +36,8 @@ packages=(
   elixir rebar3
   libtorch-dev python3-torch
 )
+# Python in the VM (Pythonx, scripts/compat_pythonx.sh): libpython and NumPy.
+packages+=(python3-numpy libpython3-dev)
 
 log() { printf '==> compat-test: %s\n' "$*"; }
 

@@ -542,7 +542,7 @@ to_dlpack(T, Opts) -> tensor_blob_dlpack:to_dlpack(T, Opts).
 %% and that no import took yet (see from_dlpack/2 for others); it is read as what it was handed
 %% out as (versioned or legacy).
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
-from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
+from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined, false)).
 
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address of another producer (default
@@ -560,6 +560,8 @@ from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false
 %%     the producer made the data ready for the legacy default stream (the array API's default), and
 %%     for host memory finished writing it; nothing is waited for. A kDLCPU tensor takes no stream.
 %%     With a stream the import runs on a dirty I/O scheduler.
+%%   defer_release: true runs the producer's deleter on a thread of the library's own, never on a
+%%     scheduler: for producers whose deleter may block (Python's take the GIL).
 %% kDLCPU and kDLCUDAHost (page-locked host memory) tensors become CPU tensors; kDLCUDA and
 %% kDLCUDAManaged tensors become CUDA tensors of their device (where the linked libtorch has CUDA),
 %% after the CUDA runtime confirms what the memory is. The tensor is read-only (write/2 refuses it,
@@ -568,7 +570,7 @@ from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false
 %% and the call raises; when it does not look like a DLPack tensor at all, nothing in it is called.
 -spec from_dlpack(capsule() | non_neg_integer(),
                   #{version => dlpack_version(), read_only => boolean(), stream => integer(),
-                    unsafe_address => boolean()}) -> tensor().
+                    unsafe_address => boolean(), defer_release => boolean()}) -> tensor().
 from_dlpack(Source, Opts) -> tensor_blob_dlpack:from_dlpack(Source, Opts).
 
 %% @doc Disarms a capsule and returns the address of its managed tensor; the caller now owes its

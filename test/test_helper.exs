@@ -28,6 +28,17 @@ capabilities = [
 
 missing = for {tag, false} <- capabilities, do: tag
 
+# :python tests need Pythonx on the code path (PYTHONX_PATH, built by
+# scripts/build_pythonx.sh: make python-test); Pythonx needs Elixir >= 1.15.
+python? = Code.ensure_loaded?(Pythonx)
+
+unless python? do
+  IO.puts(
+    "note: Pythonx is not on the code path (Elixir #{System.version()}; it needs 1.15 or newer and " <>
+      "PYTHONX_PATH): the :python tests are excluded (make python-test runs them)"
+  )
+end
+
 if missing != [] do
   IO.puts("note: this machine does not allow #{inspect(missing)}: the tests tagged so are excluded")
 end
@@ -37,6 +48,7 @@ exclude =
     missing ++
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++
-    if(telemetry?, do: [:no_telemetry], else: [:telemetry])
+    if(telemetry?, do: [:no_telemetry], else: [:telemetry]) ++
+    if(python?, do: [], else: [:python])
 
 ExUnit.start(exclude: exclude)
