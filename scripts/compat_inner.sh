@@ -17,4 +17,6 @@ make --no-print-directory suites
 nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
 make --no-print-directory nx-test NX_PATH="$nx_path"
 make --no-print-directory torchx-test NX_PATH="$nx_path"
+# Python in the VM: Pythonx built from the archives, the :python suite.
+make --no-print-directory pythonx-test PYTHONX_PATH="$(NX_SOURCES=/work/third_party scripts/build_pythonx.sh)"
 echo "==> compat-test: every suite passed on Debian 13"

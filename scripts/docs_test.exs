@@ -119,6 +119,8 @@ defmodule DocsTest do
     # project depending on it would.
     if loaded?.(Nx), do: {:ok, _} = Application.ensure_all_started(:nx)
     if loaded?.(:telemetry), do: {:ok, _} = Application.ensure_all_started(:telemetry)
+    # Pythonx from PYTHONX_PATH likewise (its guide blocks call Pythonx.init).
+    if loaded?.(Pythonx), do: {:ok, _} = Application.ensure_all_started(:pythonx)
 
     decide = fn tags ->
       cond do
@@ -127,6 +129,7 @@ defmodule DocsTest do
         "nocuda" in tags and cuda_torch? -> :parse
         "nx" in tags and not loaded?.(Nx) -> :parse
         "torchx" in tags and not loaded?.(Torchx) -> :parse
+        "pythonx" in tags and not loaded?.(Pythonx) -> :parse
         "torch" in tags and not (python() != nil and python_torch?()) -> :parse
         "telemetry" in tags and not loaded?.(:telemetry) -> :parse
         true -> :run

@@ -29,13 +29,13 @@ capabilities = [
 missing = for {tag, false} <- capabilities, do: tag
 
 # :python tests need Pythonx on the code path (PYTHONX_PATH, built by
-# scripts/build_pythonx.sh: make python-test); Pythonx needs Elixir >= 1.15.
+# scripts/build_pythonx.sh: make pythonx-test); Pythonx needs Elixir >= 1.15.
 python? = Code.ensure_loaded?(Pythonx)
 
 unless python? do
   IO.puts(
     "note: Pythonx is not on the code path (Elixir #{System.version()}; it needs 1.15 or newer and " <>
-      "PYTHONX_PATH): the :python tests are excluded (make python-test runs them)"
+      "PYTHONX_PATH): the :python tests are excluded (make pythonx-test runs them)"
   )
 end
 

@@ -144,7 +144,7 @@ if Code.ensure_loaded?(Pythonx) do
       address = DLPack.consume(capsule)
 
       {object, _} =
-        eval("import #{@module}\n#{@module}.to_python(address, versioned, device, kind)", %{
+        eval(:tensor, "import #{@module}\n#{@module}.to_python(address, versioned, device, kind)", %{
           "address" => address,
           "versioned" => version == :versioned,
           "device" => device,
@@ -165,7 +165,7 @@ if Code.ensure_loaded?(Pythonx) do
     @spec from_python(Pythonx.Object.t()) :: Tensor.t()
     def from_python(%Pythonx.Object{} = object) do
       ensure_ready()
-      {result, _} = eval("import #{@module}\n#{@module}.take(obj)", %{"obj" => object})
+      {result, _} = eval(:object, "import #{@module}\n#{@module}.take(obj)", %{"obj" => object})
       {address, versioned} = Pythonx.decode(result)
 
       DLPack.import(address,
@@ -179,12 +179,13 @@ if Code.ensure_loaded?(Pythonx) do
       do: "object: expected a Pythonx.Object, got #{inspect(other)}" |> badarg!(:bad_value, :object)
 
     # Python's errors in the library's code become ArgumentErrors that say
-    # what Python said.
-    defp eval(code, globals) do
+    # what Python said (the exception's last line), about the argument.
+    defp eval(argument, code, globals) do
       Pythonx.eval(code, globals)
     rescue
       error in Pythonx.Error ->
-        "object: Python raised #{Exception.message(error) |> String.trim()}" |> badarg!(:bad_value, :object)
+        said = error |> Exception.message() |> String.split("\n", trim: true) |> List.last() |> String.trim()
+        "#{argument}: Python refused it: #{said}" |> badarg!(:bad_value, argument)
     end
 
     defp dlpack_code(device_type) do
