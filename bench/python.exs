@@ -71,5 +71,7 @@ Python, libtorch #{TensorBlob.torch_version()}); median µs; an empty Pythonx.ev
 """)
 
 for {label, tz, tc, fz, fc} <- rows do
-  IO.puts("| #{label} | #{tz} | #{tc} | #{Float.round(tc / max(tz, 1), 1)}x | #{fz} | #{fc} | #{Float.round(fc / max(fz, 1), 1)}x |")
+  IO.puts(
+    "| #{label} | #{tz} | #{tc} | #{Float.round(tc / max(tz, 1), 1)}x | #{fz} | #{fc} | #{Float.round(fc / max(fz, 1), 1)}x |"
+  )
 end
