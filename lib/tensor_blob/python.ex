@@ -107,8 +107,10 @@ if Code.ensure_loaded?(Pythonx) do
                 address = _pointer(capsule, _abi[name])
                 if not address:
                     raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule holding NULL")
+                if address % 2:
+                    raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule at an odd address")
                 _rename(capsule, _abi["used_" + name])
-                return (address, versioned)
+                return address | versioned
         for name in ("used_dltensor_versioned", "used_dltensor"):
             if _valid(capsule, _abi[name]):
                 raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a capsule a consumer took already ({name})")
@@ -143,13 +145,15 @@ if Code.ensure_loaded?(Pythonx) do
       device = {dlpack_code(device_type), device_index(Tensor.device(tensor))}
       address = DLPack.consume(capsule)
 
+      # All in the code, none as globals: each global costs Pythonx a
+      # conversion (more than the exchange itself at small sizes).
       {object, _} =
-        eval(:tensor, "import #{@module}\n#{@module}.to_python(address, versioned, device, kind)", %{
-          "address" => address,
-          "versioned" => version == :versioned,
-          "device" => device,
-          "kind" => Atom.to_string(kind)
-        })
+        eval(
+          :tensor,
+          "import #{@module}\n#{@module}.to_python(#{address}, #{if version == :versioned, do: "True", else: "False"}, " <>
+            "(#{elem(device, 0)}, #{elem(device, 1)}), b'#{kind}')",
+          %{}
+        )
 
       object
     end
@@ -165,8 +169,11 @@ if Code.ensure_loaded?(Pythonx) do
     @spec from_python(Pythonx.Object.t()) :: Tensor.t()
     def from_python(%Pythonx.Object{} = object) do
       ensure_ready()
+      # One integer back: the address (aligned, so its low bit is free) and
+      # whether it is versioned.
       {result, _} = eval(:object, "import #{@module}\n#{@module}.take(obj)", %{"obj" => object})
-      {address, versioned} = Pythonx.decode(result)
+      tagged = Pythonx.decode(result)
+      {address, versioned} = {tagged - rem(tagged, 2), rem(tagged, 2) == 1}
 
       DLPack.import(address,
         version: if(versioned, do: :versioned, else: :legacy),
