@@ -130,6 +130,7 @@ defmodule TensorBlob.MixProject do
         Interop: [
           TensorBlob.DLPack,
           TensorBlob.Nx,
+          TensorBlob.Python,
           TensorBlob.IPC,
           TensorBlob.IPC.Handle,
           TensorBlob.Nodes,
