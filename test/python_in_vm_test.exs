@@ -176,6 +176,17 @@ defmodule TensorBlob.PythonInVMTest do
       assert await_settled(start) == start
     end
 
+    test "a read-only tensor goes to NumPy read-only, and PyTorch refuses it" do
+      x = py_object("import numpy\na = numpy.arange(3, dtype=numpy.int16)\na.flags.writeable = False\na")
+      t = Python.from_python(x)
+      y = Python.to_python(t, as: :numpy)
+      assert py("(y.flags.writeable, y.tolist())", %{"y" => y}) == {false, [0, 1, 2]}
+
+      assert_raise ArgumentError, ~r/^tensor: it is read-only, and PyTorch has no read-only tensors/, fn ->
+        Python.to_python(t)
+      end
+    end
+
     test "a bad option raises" do
       t = Tensor.zeros({2}, :float32)
       assert_raise ArgumentError, ~r/as: expected :torch or :numpy/, fn -> Python.to_python(t, as: :jax) end

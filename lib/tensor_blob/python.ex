@@ -140,7 +140,7 @@ if Code.ensure_loaded?(Pythonx) do
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
       # which carry the READ_ONLY flag.
       version = if kind == :numpy, do: :versioned, else: :legacy
-      capsule = DLPack.export(tensor, version: version)
+      capsule = export(tensor, version)
       %{device_type: device_type} = DLPack.info(capsule)
       device = {dlpack_code(device_type), device_index(Tensor.device(tensor))}
       address = DLPack.consume(capsule)
@@ -184,6 +184,23 @@ if Code.ensure_loaded?(Pythonx) do
 
     def from_python(other),
       do: "object: expected a Pythonx.Object, got #{inspect(other)}" |> badarg!(:bad_value, :object)
+
+    # A read-only tensor cannot be a legacy export (no READ_ONLY flag), and
+    # PyTorch takes nothing else: said in PyTorch's terms.
+    defp export(tensor, version) do
+      DLPack.export(tensor, version: version)
+    rescue
+      error in ArgumentError ->
+        case :tensor_blob.error_reason(__STACKTRACE__) do
+          %{reason: :unsupported, argument: :version} ->
+            ("tensor: it is read-only, and PyTorch has no read-only tensors; give it to NumPy " <>
+               "(as: :numpy), which keeps it read-only, or copy it")
+            |> badarg!(:read_only, :tensor)
+
+          _ ->
+            reraise error, __STACKTRACE__
+        end
+    end
 
     # Python's errors in the library's code become ArgumentErrors that say
     # what Python said (the exception's last line), about the argument.
