@@ -261,10 +261,10 @@ describe(T) when is_reference(T) ->
 describe(T) -> not_a_tensor(T).
 
 %% @doc Live tensors, live pins, live DLPack exports (capsules: exported managed tensors whose
-%% deleter has not run yet, consumed or not) and live binaries from to_binary(T, #{copy => false}),
-%% for leak checks.
--spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer(),
-                   capsules := non_neg_integer(), binaries := non_neg_integer()}.
+%% deleter has not run yet, consumed or not), live binaries from to_binary(T, #{copy => false}) and
+%% deferred imports (from_dlpack/2 with defer_release: Python's memory held here), for leak checks.
+-spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer(), capsules := non_neg_integer(),
+                   binaries := non_neg_integer(), deferred := non_neg_integer()}.
 stats() -> tensor_blob_nif:stats().
 
 %% @doc The canonical dtypes the linked libtorch can hold.

@@ -270,6 +270,7 @@ defmodule TensorBlob.PythonInVMTest do
     end
 
     test "Python drops its object first: Elixir still reads the memory, then the producer frees it" do
+      start = settled()
       freed = py_object("import weakref\n[]")
 
       t =
@@ -286,12 +287,14 @@ defmodule TensorBlob.PythonInVMTest do
       Lifetime.collect()
       py("import gc\ngc.collect()")
       assert py("len(f)", %{"f" => freed}) == 0
+      assert TensorBlob.stats().deferred == start.deferred + 1
       assert Tensor.to_binary(t) == for(i <- 0..1023, into: <<>>, do: <<i::32-native>>)
       _ = t
       t = nil
       _ = t
       Lifetime.collect()
       assert wait_until(fn -> py("import gc\ngc.collect()\nlen(f)", %{"f" => freed}) == 1 end)
+      assert await_settled(start) == start
     end
 
     @tag timeout: 900_000

@@ -238,6 +238,12 @@ static void release_import_job(tb_release_job *job)
     tb_import *im = (tb_import *)((char *)job - offsetof(tb_import, job));
     release_managed(im->managed, im->versioned);
     free(im);
+    tb_count_add(&tb_st->deferred, -1);
+}
+
+long tb_dlpack_deferred(void)
+{
+    return tb_count_read(&tb_st->deferred);
 }
 
 /* A deferred import's deleter never runs on the thread that frees the
@@ -267,6 +273,7 @@ static void release_deferred_job(tb_release_job *job)
     deferred_managed *d = (deferred_managed *)job;
     release_managed(d->managed, d->versioned);
     free(d);
+    tb_count_add(&tb_st->deferred, -1);
 }
 
 static void release_managed_as(void *managed, int versioned, int deferred)
@@ -279,6 +286,7 @@ static void release_managed_as(void *managed, int versioned, int deferred)
     d->job.run = release_deferred_job;
     d->managed = managed;
     d->versioned = versioned;
+    tb_count_add(&tb_st->deferred, 1);
     tb_release_later(&d->job);
 }
 
@@ -749,6 +757,8 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     im->versioned = versioned;
     im->deferred = args.deferred;
     im->job.run = release_import_job;
+    if (im->deferred)
+        tb_count_add(&tb_st->deferred, 1);
     tb_shim_tensor *h;
     tb_shim_error err;
     /* The shim owns the storage from here: released when libtorch frees it,

@@ -13,6 +13,11 @@ int tb_dlpack_open_type(ErlNifEnv *env, ErlNifResourceFlags flags);
  * consumed and held by a consumer. */
 long tb_dlpack_live(void);
 
+/* Imports with defer_release (foreign memory this VM holds, as Python's)
+ * whose producer's deleter has not run yet: live, or queued on the release
+ * thread. */
+long tb_dlpack_deferred(void);
+
 /* A new DLManagedTensorVersioned (or legacy DLManagedTensor) over the
  * tensor's memory, holding its own libtorch reference until its deleter
  * runs. NULL when out of memory or the scalar type has no dtype. */
