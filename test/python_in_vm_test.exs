@@ -111,6 +111,16 @@ defmodule TensorBlob.PythonInVMTest do
     )
   end
 
+  test "describe/0: the versions, and one libtorch where PyTorch links the one tensor_blob links" do
+    info = Python.describe()
+    assert info.torch == py("torch.__version__")
+    assert info.numpy == py("numpy.__version__")
+    # Debian's python3-torch links the system's libtorch, as tensor_blob
+    # does: one libtorch_cpu mapped.
+    assert [_] = info.libtorch
+    assert info.one_libtorch
+  end
+
   describe "to_python/2" do
     test "a torch tensor over the same memory, writes seen both ways" do
       t =

@@ -94,6 +94,14 @@ if Code.ensure_loaded?(Pythonx) do
         import torch
         return torch.from_dlpack(exported)
 
+    def describe():
+        import sys, importlib.util
+        def version(name):
+            if importlib.util.find_spec(name) is None:
+                return None
+            return __import__(name).__version__.encode()
+        return (sys.version.split()[0].encode(), version("torch"), version("numpy"))
+
     def take(obj):
         if not hasattr(obj, "__dlpack__"):
             raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
@@ -156,6 +164,46 @@ if Code.ensure_loaded?(Pythonx) do
         )
 
       object
+    end
+
+    @doc """
+    What the Python of this VM brings: its version, PyTorch's and NumPy's
+    (`nil` when absent), and the libtorch files mapped in this OS process
+    (`:libtorch`, from `/proc/self/maps`). `:one_libtorch` is `false` when
+    PyTorch brought a libtorch of its own (a pip wheel) beside the one
+    tensor_blob links: DLPack still works across the two, but tensors do
+    not share one allocator or one set of threads.
+    """
+    @spec describe() :: %{
+            python: String.t(),
+            torch: String.t() | nil,
+            numpy: String.t() | nil,
+            libtorch: [String.t()],
+            one_libtorch: boolean()
+          }
+    def describe do
+      ensure_ready()
+
+      {result, _} = eval(:python, "import #{@module}\n#{@module}.describe()", %{})
+
+      {python, torch, numpy} = Pythonx.decode(result)
+
+      # The kernel names each mapping by its file's own path (links
+      # resolved): one path per libtorch loaded.
+      libtorch =
+        case File.read("/proc/self/maps") do
+          {:ok, maps} ->
+            for line <- String.split(maps, "\n"),
+                [_, _, _, _, _, path | _] <- [String.split(line, " ", trim: true)],
+                Path.basename(path) =~ ~r/^libtorch_cpu\.(so|dylib)/,
+                uniq: true,
+                do: path
+
+          {:error, _} ->
+            []
+        end
+
+      %{python: python, torch: torch, numpy: numpy, libtorch: libtorch, one_libtorch: length(libtorch) <= 1}
     end
 
     @doc """
