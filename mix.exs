@@ -63,8 +63,13 @@ defmodule TensorBlob.MixProject do
   # NX_PATH: directories holding an Nx build (an ebin, or folders with
   # */ebin: Nx and its dependencies), colon-separated. With it, TensorBlob.Nx
   # is compiled and the :nx tests run; the build goes to _build/nx so that
-  # builds with and without Nx never mix.
-  @nx_ebins for dir <- String.split(System.get_env("NX_PATH", ""), ":", trim: true),
+  # builds with and without Nx never mix. PYTHONX_PATH (a Pythonx build,
+  # scripts/build_pythonx.sh) is taken the same way: TensorBlob.Python and
+  # the :python tests.
+  @nx_ebins for dir <-
+                  String.split(System.get_env("NX_PATH", "") <> ":" <> System.get_env("PYTHONX_PATH", ""), ":",
+                    trim: true
+                  ),
                 ebin <- [dir | Path.wildcard(Path.join(dir, "*/ebin"))],
                 Path.basename(ebin) == "ebin" and File.dir?(ebin),
                 do: Path.expand(ebin)
@@ -86,7 +91,9 @@ defmodule TensorBlob.MixProject do
       prune_code_paths: @nx_ebins == [],
       # Nx is an optional dependency only when tensor_blob is someone's
       # dependency (see deps/0).
-      xref: [exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend, Nx.LazyContainer]],
+      xref: [
+        exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend, Nx.LazyContainer, Pythonx, Pythonx.Encoder]
+      ],
       description:
         "Zero-copy tensor exchange for the BEAM: libtorch tensors shared by pointer with Nx/Torchx, " <>
           "ExTorch, DLPack, binaries, shared memory and other NIFs",
@@ -123,6 +130,7 @@ defmodule TensorBlob.MixProject do
         Interop: [
           TensorBlob.DLPack,
           TensorBlob.Nx,
+          TensorBlob.Python,
           TensorBlob.IPC,
           TensorBlob.IPC.Handle,
           TensorBlob.Nodes,

@@ -153,15 +153,19 @@ defmodule TensorBlob do
   @doc """
   Live counts, for leak checks: `tensors` (tensor resources), `pins` (owner
   terms pinned by views; a view sharing one of our tensors' storage holds
-  none), `capsules` (DLPack exports whose deleter has not run) and
-  `binaries` (binaries from `Tensor.to_binary(t, copy: false)`). After
+  none), `capsules` (DLPack exports whose deleter has not run: Python's
+  references to tensor_blob memory among them), `binaries` (binaries from
+  `Tensor.to_binary(t, copy: false)`) and `deferred` (DLPack imports with
+  `defer_release`, as `TensorBlob.Python.from_python/1` makes, whose
+  producer's deleter has not run: Python's memory held here). After
   everything is dropped and collected, each returns to where it was.
   """
   @spec stats() :: %{
           tensors: non_neg_integer(),
           pins: non_neg_integer(),
           capsules: non_neg_integer(),
-          binaries: non_neg_integer()
+          binaries: non_neg_integer(),
+          deferred: non_neg_integer()
         }
   def stats, do: translating(do: :tensor_blob.stats())
 

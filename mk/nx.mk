@@ -50,4 +50,14 @@ extorch-asan-test: nif
 compat-test:
 	scripts/compat_test.sh
 
-.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test
+# The :python tests (Python in the VM through Pythonx; Elixir >= 1.15, and a
+# python3 with PyTorch, NumPy and its libpython): PYTHONX_PATH holds a
+# Pythonx build, made from the third-party archives when unset
+# (scripts/build_pythonx.sh); then the Python guide's blocks.
+pythonx-test: nif
+	@px="$(PYTHONX_PATH)"; [ -n "$$px" ] || px="$$(scripts/build_pythonx.sh)"; \
+	echo "PYTHONX_PATH=$$px MIX_ENV=test mix test --only python"; \
+	PYTHONX_PATH="$$px" MIX_ENV=test mix test --only python && \
+	PYTHONX_PATH="$$px" MIX_ENV=test mix run scripts/docs_test.exs guides/python.md
+
+.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test pythonx-test

@@ -18,6 +18,8 @@ make --no-print-directory suites
 nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
 make --no-print-directory nx-test NX_PATH="$nx_path"
 make --no-print-directory torchx-test NX_PATH="$nx_path"
+# Python in the VM: Pythonx built from the archives, the :python suite.
+make --no-print-directory pythonx-test PYTHONX_PATH="$(NX_SOURCES=/work/third_party scripts/build_pythonx.sh)"
 # ExTorch, built from source against the same libtorch, beside Nx and Torchx.
 NX_PATH="$nx_path" scripts/compat_extorch.sh
 echo "==> compat-test: every suite passed on Debian 13"

@@ -48,6 +48,8 @@ packages+=(
   librust-inventory-dev librust-libloading-dev librust-regex-lite-dev librust-heck-dev
   librust-quote-dev librust-proc-macro2-dev librust-link-cplusplus-dev
 )
+# Python in the VM (Pythonx, make pythonx-test): libpython and NumPy.
+packages+=(python3-numpy libpython3-dev)
 
 log() { printf '==> compat-test: %s\n' "$*"; }
 

@@ -127,6 +127,8 @@ defmodule DocsTest do
     if loaded?.(Nx), do: {:ok, _} = Application.ensure_all_started(:nx)
     if loaded?.(:telemetry), do: {:ok, _} = Application.ensure_all_started(:telemetry)
     if loaded?.(ExTorch.Tensor.Blob), do: {:ok, _} = Application.ensure_all_started(:extorch)
+    # Pythonx from PYTHONX_PATH likewise (its guide blocks call Pythonx.init).
+    if loaded?.(Pythonx), do: {:ok, _} = Application.ensure_all_started(:pythonx)
 
     decide = fn tags ->
       cond do
@@ -136,6 +138,7 @@ defmodule DocsTest do
         "nx" in tags and not loaded?.(Nx) -> :parse
         "torchx" in tags and not loaded?.(Torchx) -> :parse
         "extorch" in tags and not loaded?.(ExTorch.Tensor.Blob) -> :parse
+        "pythonx" in tags and not loaded?.(Pythonx) -> :parse
         "torch" in tags and not (python() != nil and python_torch?()) -> :parse
         "telemetry" in tags and not loaded?.(:telemetry) -> :parse
         true -> :run

@@ -265,11 +265,10 @@ describe(T) when is_reference(T) ->
     #{dtype => dtype(T), shape => shape(T), device => device(T), memory => memory(T)};
 describe(T) -> not_a_tensor(T).
 
-%% @doc Live tensors, live pins, live DLPack exports (capsules: exported managed tensors whose
-%% deleter has not run yet, consumed or not) and live binaries from to_binary(T, #{copy => false}),
-%% for leak checks.
--spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer(),
-                   capsules := non_neg_integer(), binaries := non_neg_integer()}.
+%% @doc Live tensors, pins, DLPack exports (capsules whose deleter has not run, consumed or not),
+%% binaries of to_binary(T, #{copy => false}) and imports with defer_release, for leak checks.
+-spec stats() -> #{tensors := non_neg_integer(), pins := non_neg_integer(), capsules := non_neg_integer(),
+                   binaries := non_neg_integer(), deferred := non_neg_integer()}.
 stats() -> tensor_blob_nif:stats().
 
 %% @doc The canonical dtypes the linked libtorch can hold.
@@ -546,7 +545,7 @@ to_dlpack(T, Opts) -> tensor_blob_dlpack:to_dlpack(T, Opts).
 %% and that no import took yet (see from_dlpack/2 for others); it is read as what it was handed
 %% out as (versioned or legacy).
 -spec from_dlpack(capsule() | non_neg_integer()) -> tensor().
-from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined)).
+from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false, undefined, false)).
 
 %% @doc Like from_dlpack/1, with options:
 %%   version: versioned | legacy, how to read an address of another producer (default
@@ -564,6 +563,7 @@ from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false
 %%     the producer made the data ready for the legacy default stream (the array API's default), and
 %%     for host memory finished writing it; nothing is waited for. A kDLCPU tensor takes no stream.
 %%     With a stream the import runs on a dirty I/O scheduler.
+%%   defer_release: true runs the producer's deleter off the schedulers (Python's takes the GIL).
 %% kDLCPU and kDLCUDAHost (page-locked host memory) tensors become CPU tensors; kDLCUDA and
 %% kDLCUDAManaged tensors become CUDA tensors of their device (where the linked libtorch has CUDA),
 %% after the CUDA runtime confirms what the memory is. The tensor is read-only (write/2 refuses it,
@@ -572,7 +572,7 @@ from_dlpack(Source) -> ?NIF(tensor_blob_nif:from_dlpack(Source, undefined, false
 %% and the call raises; when it does not look like a DLPack tensor at all, nothing in it is called.
 -spec from_dlpack(capsule() | non_neg_integer(),
                   #{version => dlpack_version(), read_only => boolean(), stream => integer(),
-                    unsafe_address => boolean()}) -> tensor().
+                    unsafe_address => boolean(), defer_release => boolean()}) -> tensor().
 from_dlpack(Source, Opts) -> tensor_blob_dlpack:from_dlpack(Source, Opts).
 
 %% @doc Disarms a capsule and returns the address of its managed tensor; the caller now owes its

@@ -7,7 +7,7 @@
 
 -include("tensor_blob_internal.hrl").
 
--export([to_dlpack/2, from_dlpack/2]).
+-export([to_dlpack/2, from_dlpack/2, python_capsule_abi/2]).
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
 -import(tensor_blob_options, [check_options/2, boolean_option/2, stream_option/1]).
@@ -43,7 +43,7 @@ to_dlpack(_T, Opts) ->
 
 -spec from_dlpack(term(), term()) -> tensor_blob:tensor().
 from_dlpack(Source, Opts) when is_map(Opts) ->
-    check_options(Opts, [version, read_only, stream, unsafe_address]),
+    check_options(Opts, [version, read_only, stream, unsafe_address, defer_release]),
     Version = case maps:get(version, Opts, undefined) of
                   V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
                   Other -> badarg(bad_value, version, ["version: expected versioned or legacy, got ", {term, Other}])
@@ -52,7 +52,8 @@ from_dlpack(Source, Opts) when is_map(Opts) ->
                 true when is_integer(Source) -> {unsafe_address, Source};
                 _ -> Source
             end,
-    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts)));
+    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts),
+                                     boolean_option(defer_release, Opts)));
 from_dlpack(_Source, Opts) ->
     badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
 
@@ -79,3 +80,10 @@ export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
            ["version: ", {term, V}, " contradicts max_version, which allows ", {term, Negotiated}, " only"]);
 export_version(V, _) ->
     badarg(bad_value, version, ["version: expected versioned or legacy, got ", {term, V}]).
+
+%% The addresses an embedded Python's capsules need (TensorBlob.Python):
+%% the C destructor of our capsules and their names, once the interpreter's
+%% PyCapsule_IsValid and PyCapsule_GetPointer are bound.
+-spec python_capsule_abi(non_neg_integer(), non_neg_integer()) -> #{atom() => non_neg_integer()}.
+python_capsule_abi(IsValid, GetPointer) ->
+    ?NIF(tensor_blob_nif:python_capsule_abi(IsValid, GetPointer)).

@@ -34,10 +34,11 @@
     from_blob/3,
     from_blob_fields/7,
     to_dlpack/4,
-    from_dlpack/4,
+    from_dlpack/5,
     consume_dlpack/1,
     dlpack_version/1,
     dlpack_info/1,
+    python_capsule_abi/2,
     ipc_zeros/2,
     ipc_name/1,
     ipc_open/3,
@@ -78,10 +79,11 @@ blob_fields(_) -> ?NOT_LOADED.
 from_blob(_, _, _) -> ?NOT_LOADED.
 from_blob_fields(_, _, _, _, _, _, _) -> ?NOT_LOADED.
 to_dlpack(_, _, _, _) -> ?NOT_LOADED.
-from_dlpack(_, _, _, _) -> ?NOT_LOADED.
+from_dlpack(_, _, _, _, _) -> ?NOT_LOADED.
 consume_dlpack(_) -> ?NOT_LOADED.
 dlpack_version(_) -> ?NOT_LOADED.
 dlpack_info(_) -> ?NOT_LOADED.
+python_capsule_abi(_, _) -> ?NOT_LOADED.
 ipc_zeros(_, _) -> ?NOT_LOADED.
 ipc_name(_) -> ?NOT_LOADED.
 ipc_open(_, _, _) -> ?NOT_LOADED.

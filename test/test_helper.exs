@@ -29,6 +29,17 @@ capabilities = [
 
 missing = for {tag, false} <- capabilities, do: tag
 
+# :python tests need Pythonx on the code path (PYTHONX_PATH, built by
+# scripts/build_pythonx.sh: make pythonx-test); Pythonx needs Elixir >= 1.15.
+python? = Code.ensure_loaded?(Pythonx)
+
+unless python? do
+  IO.puts(
+    "note: Pythonx is not on the code path (Elixir #{System.version()}; it needs 1.15 or newer and " <>
+      "PYTHONX_PATH): the :python tests are excluded (make pythonx-test runs them)"
+  )
+end
+
 if missing != [] do
   IO.puts("note: this machine does not allow #{inspect(missing)}: the tests tagged so are excluded")
 end
@@ -39,6 +50,7 @@ exclude =
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++
     if(Code.ensure_loaded?(ExTorch.Tensor.Blob), do: [], else: [:extorch]) ++
-    if(telemetry?, do: [:no_telemetry], else: [:telemetry])
+    if(telemetry?, do: [:no_telemetry], else: [:telemetry]) ++
+    if(python?, do: [], else: [:python])
 
 ExUnit.start(exclude: exclude)

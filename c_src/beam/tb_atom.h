@@ -32,6 +32,7 @@
     X(pins)                                                                                 \
     X(capsules)                                                                             \
     X(binaries)                                                                             \
+    X(deferred)                                                                             \
     X(versioned) /* DLPack kinds */                                                         \
     X(legacy)                                                                               \
     X(unsafe_address)                                                                       \

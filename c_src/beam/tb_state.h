@@ -18,7 +18,8 @@
 #include "tb_load.h"
 #include "tb_registry.h"
 
-/* 8: DLPack addresses handed out are a kind of the registry, which any
+/* 9: a count of deferred DLPack imports (defer_release) in stats/0;
+ * 8: DLPack addresses handed out are a kind of the registry, which any
  * build takes back (tb_dlpack_export.c's tb_export, up to its handed flag);
  * 7: one region container for both formats (tb_shm.c), read by the
  * name NIFs of every build;
@@ -28,14 +29,14 @@
  * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
  * keeps its tensor resource */
 #ifndef TB_ABI /* the load tests build one with another */
-#define TB_ABI 8u
+#define TB_ABI 9u
 #endif
 #define TB_MAX_BUILDS 16
 
 typedef struct {
     uint32_t abi;
     tb_registry registry; /* guarded memory */
-    tb_count tensors, pins, capsules, binary_views;
+    tb_count tensors, pins, capsules, binary_views, deferred;
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */
 } tb_state;

@@ -5,11 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tb_dlpack.h"
 #include "tb_dlpack_check.h"
 #include "tb_dlpack_device.h"
 #include "tb_dlpack_export.h"
 #include "tb_nifs.h"
+#include "tb_release.h"
 #include "tb_runtime.h"
+#include "tb_state.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
@@ -24,13 +27,65 @@ typedef struct {
     tb_storage header;
     void *managed;
     int versioned;
+    int deferred;       /* the deleter runs on the release thread (tb_release.h) */
+    tb_release_job job; /* while queued there */
 } tb_import;
 
+static void release_import_job(tb_release_job *job)
+{
+    tb_import *im = (tb_import *)((char *)job - offsetof(tb_import, job));
+    tb_dlpack_release(im->managed, im->versioned);
+    free(im);
+    tb_count_add(&tb_st->deferred, -1);
+}
+
+long tb_dlpack_deferred(void)
+{
+    return tb_count_read(&tb_st->deferred);
+}
+
+/* A deferred import's deleter never runs on the thread that frees the
+ * storage (a scheduler, when the last tensor is collected): a producer's
+ * deleter may block there (Python's takes the GIL). */
 static void release_import(tb_storage *s)
 {
     tb_import *im = (tb_import *)s;
+    if (im->deferred) {
+        tb_release_later(&im->job);
+        return;
+    }
     tb_dlpack_release(im->managed, im->versioned);
     free(im);
+}
+
+/* A managed tensor an import refused, released as the import says: at once,
+ * or on the release thread (at once only where no job can be allocated). */
+typedef struct {
+    tb_release_job job; /* first */
+    void *managed;
+    int versioned;
+} deferred_managed;
+
+static void release_deferred_job(tb_release_job *job)
+{
+    deferred_managed *d = (deferred_managed *)job;
+    tb_dlpack_release(d->managed, d->versioned);
+    free(d);
+    tb_count_add(&tb_st->deferred, -1);
+}
+
+static void release_managed_as(void *managed, int versioned, int deferred)
+{
+    deferred_managed *d = deferred ? malloc(sizeof *d) : NULL;
+    if (!d) {
+        tb_dlpack_release(managed, versioned);
+        return;
+    }
+    d->job.run = release_deferred_job;
+    d->managed = managed;
+    d->versioned = versioned;
+    tb_count_add(&tb_st->deferred, 1);
+    tb_release_later(&d->job);
 }
 
 /* ---- NIFs ------------------------------------------------------------ */
@@ -142,10 +197,10 @@ ERL_NIF_TERM tb_nif_dlpack_version(TB_NIF_PARAMS)
 /* A refused import. The tensor is released first when the import owns it
  * (see tb_dlpack_check.h); otherwise nothing in it is called and the
  * message says the caller still answers for it. */
-static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, const tb_dlpack_checked *c)
+static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, int deferred, const tb_dlpack_checked *c)
 {
     if (owned)
-        tb_dlpack_release(m, versioned);
+        release_managed_as(m, versioned, deferred);
     const char *fate = owned ? "the producer's deleter was called"
                              : "nothing in it was called: whoever passed the address still owns it";
     const char *dev = tb_dlpack_device_name(c->device_type);
@@ -215,6 +270,7 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
 typedef struct {
     enum { VERSION_ANY, VERSION_VERSIONED, VERSION_LEGACY } version; /* undefined: as the capsule holds */
     int read_only;
+    int deferred; /* the producer's deleter runs on the release thread */
     tb_dlpack_stream stream;
 } import_args;
 
@@ -236,6 +292,11 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
     }
     if (!tb_get_boolean(argv[2], &a->read_only)) {
         *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "read_only", "read_only: expected a boolean, got %T", argv[2]);
+        return 0;
+    }
+    if (!tb_get_boolean(argv[4], &a->deferred)) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "defer_release", "defer_release: expected a boolean, got %T",
+                               argv[4]);
         return 0;
     }
     tb_dlpack_stream_decode(env, argv[3], &a->stream);
@@ -375,11 +436,11 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
          * the caller's, and one later import may still take it. */
         if (claimed && !owned)
             tb_dlpack_hand_back(m, claimed);
-        return refuse(env, m, versioned, owned, &chk);
+        return refuse(env, m, versioned, owned, args.deferred, &chk);
     }
     int st = tb_dtypes[chk.dtype].torch_scalar_type;
     if (!tb_shim_has_scalar_type(st)) {
-        tb_dlpack_release(m, versioned);
+        release_managed_as(m, versioned, args.deferred);
         return tb_raise_error(env, TB_WHY_UNSUPPORTED, "dtype",
                               "dtype: %s is not supported by the linked libtorch %s; "
                               "the producer's deleter was called",
@@ -393,20 +454,24 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     if ((chk.device_type != tb_kDLCPU || stream->term != tb_atoms.undefined || tb_runtime_devices_anywhere()) &&
         !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, stream,
                                  "; the producer's deleter was called", &device, &exc)) {
-        tb_dlpack_release(m, versioned);
+        release_managed_as(m, versioned, args.deferred);
         return exc;
     }
 
     read_only |= (chk.flags & TB_DLPACK_FLAG_READ_ONLY) != 0;
     tb_import *im = malloc(sizeof *im);
     if (!im) {
-        tb_dlpack_release(m, versioned);
+        release_managed_as(m, versioned, args.deferred);
         return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
                               "from_dlpack: out of memory; the producer's deleter was called");
     }
     tb_storage_init(&im->header, TB_MEMORY_DLPACK, read_only ? TB_STORAGE_READ_ONLY : 0, release_import);
     im->managed = m;
     im->versioned = versioned;
+    im->deferred = args.deferred;
+    im->job.run = release_import_job;
+    if (im->deferred)
+        tb_count_add(&tb_st->deferred, 1);
     tb_shim_tensor *h;
     tb_shim_error err;
     /* The shim owns the storage from here: released when libtorch frees it,
@@ -416,4 +481,65 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
         return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "from_dlpack: %s; the producer's deleter was called",
                               err.message);
     return tb_tensor_return(env, h);
+}
+
+/* ---- Capsules in an embedded Python ------------------------------------- */
+
+/* Python in this VM (Pythonx) holds our exports in PyCapsules named as the
+ * DLPack protocol says, made by the library's own Python code with the
+ * destructor below: a C function of this library, given to Python as an
+ * address of this loaded image (never found again by path or by name), so
+ * the capsule's release does not depend on ctypes callbacks or on which
+ * copy of the library a second dlopen would find. The interpreter's
+ * PyCapsule_IsValid and PyCapsule_GetPointer are given to us the same way,
+ * from its own ctypes.pythonapi: the library links no libpython. */
+typedef int (*py_is_valid_fn)(void *capsule, const char *name);
+typedef void *(*py_get_pointer_fn)(void *capsule, const char *name);
+static _Atomic(py_is_valid_fn) py_is_valid;
+static _Atomic(py_get_pointer_fn) py_get_pointer;
+
+/* The capsule names, static: a capsule keeps the pointer to its name. */
+static const char name_legacy[] = "dltensor";
+static const char name_versioned[] = "dltensor_versioned";
+static const char name_used_legacy[] = "used_dltensor";
+static const char name_used_versioned[] = "used_dltensor_versioned";
+
+/* A PyCapsule destructor (called with the GIL held): a capsule no consumer
+ * took (its name unchanged) releases the managed tensor it holds; a used
+ * one (renamed by its consumer, who now owes the deleter) nothing. */
+static void python_capsule_destructor(void *capsule)
+{
+    py_is_valid_fn valid = atomic_load(&py_is_valid);
+    py_get_pointer_fn get = atomic_load(&py_get_pointer);
+    if (!valid || !get)
+        return;
+    if (valid(capsule, name_versioned))
+        tb_dlpack_release(get(capsule, name_versioned), 1);
+    else if (valid(capsule, name_legacy))
+        tb_dlpack_release(get(capsule, name_legacy), 0);
+}
+
+/* python_capsule_abi(IsValid, GetPointer) -> #{destructor, dltensor,
+ * dltensor_versioned, used_dltensor, used_dltensor_versioned}: addresses
+ * for the library's Python code (TensorBlob.Python), after binding the
+ * interpreter's two capsule functions. */
+ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
+{
+    ErlNifUInt64 is_valid, get_pointer;
+    if (!enif_get_uint64(env, argv[0], &is_valid) || is_valid == 0)
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "is_valid",
+                               "is_valid: expected the address of PyCapsule_IsValid, got %T", argv[0]);
+    if (!enif_get_uint64(env, argv[1], &get_pointer) || get_pointer == 0)
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "get_pointer",
+                               "get_pointer: expected the address of PyCapsule_GetPointer, got %T", argv[1]);
+    atomic_store(&py_is_valid, (py_is_valid_fn)(uintptr_t)is_valid);
+    atomic_store(&py_get_pointer, (py_get_pointer_fn)(uintptr_t)get_pointer);
+    static const char *const keys[] = {"destructor", name_legacy, name_versioned, name_used_legacy,
+                                       name_used_versioned};
+    const void *values[] = {(const void *)(uintptr_t)python_capsule_destructor, name_legacy, name_versioned,
+                            name_used_legacy, name_used_versioned};
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        enif_make_map_put(env, map, enif_make_atom(env, keys[i]), enif_make_uint64(env, (uintptr_t)values[i]), &map);
+    return map;
 }

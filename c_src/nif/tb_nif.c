@@ -11,6 +11,7 @@
 
 #include "tb_binary.h"
 #include "tb_bridge.h"
+#include "tb_dlpack.h"
 #include "tb_dlpack_export.h"
 #include "tb_fault.h"
 #include "tb_load.h"
@@ -26,11 +27,12 @@
 
 ERL_NIF_TERM tb_nif_stats(TB_NIF_PARAMS)
 {
-    ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins, tb_atoms.capsules, tb_atoms.binaries};
+    ERL_NIF_TERM keys[] = {tb_atoms.tensors, tb_atoms.pins, tb_atoms.capsules, tb_atoms.binaries, tb_atoms.deferred};
     ERL_NIF_TERM values[] = {enif_make_long(env, tb_tensor_live()), enif_make_long(env, tb_pin_live()),
-                             enif_make_long(env, tb_dlpack_live()), enif_make_long(env, tb_storage_binary_views())};
+                             enif_make_long(env, tb_dlpack_live()), enif_make_long(env, tb_storage_binary_views()),
+                             enif_make_long(env, tb_dlpack_deferred())};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 4, &map);
+    enif_make_map_from_arrays(env, keys, values, 5, &map);
     return map;
 }
 

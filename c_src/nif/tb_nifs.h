@@ -56,11 +56,13 @@
     X(from_blob_fields, 7, tb_nif_from_blob_fields, TB_MAY_GO_DIRTY)                                                   \
     /* DLPack (dlpack/tb_dlpack.c); Stream: undefined, or the other side's stream (tb_stream.h) */                     \
     X(to_dlpack, 4, tb_nif_to_dlpack, 0) /* (Tensor, versioned | legacy, ReadOnly, Stream) -> Capsule */               \
-    /* (Capsule | Address, versioned | legacy | undefined, ReadOnly, Stream) */                                        \
-    X(from_dlpack, 4, tb_nif_from_dlpack, TB_MAY_GO_DIRTY)                                                             \
+    /* (Capsule | Address, versioned | legacy | undefined, ReadOnly, Stream, DeferRelease) */                          \
+    X(from_dlpack, 5, tb_nif_from_dlpack, TB_MAY_GO_DIRTY)                                                             \
     X(consume_dlpack, 1, tb_nif_consume_dlpack, 0) /* (Capsule) -> Address */                                          \
     X(dlpack_version, 1, tb_nif_dlpack_version, 0) /* (Capsule) -> versioned | legacy */                               \
     X(dlpack_info, 1, tb_nif_dlpack_info, 0)       /* (Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */ \
+    /* (IsValid, GetPointer) -> #{destructor, dltensor, ...}: addresses for an embedded Python's capsules */           \
+    X(python_capsule_abi, 2, tb_nif_python_capsule_abi, 0)                                                             \
     /* POSIX shared-memory regions (shm/tb_shm.c) */                                                                   \
     X(ipc_zeros, 2, tb_nif_ipc_zeros, TB_MAY_GO_DIRTY) /* (Shape, Dtype) -> a tensor in a new region */                \
     X(ipc_name, 1, tb_nif_ipc_name, 0) /* (Tensor) -> {Name, ByteSize} when it is a whole region, or nil */            \

@@ -205,6 +205,11 @@ defmodule TensorBlob.DLPack do
       `kDLCPU` tensors.
     * `:unsafe_address` - `true` imports an address another producer made
       (see "Raw addresses"): the caller answers for it.
+    * `:defer_release` - `true` runs the producer's deleter on a thread of
+      the library's own, never on a scheduler: for producers whose deleter
+      may block (Python's take the GIL; `TensorBlob.Python` sets it).
+      `TensorBlob.stats/0` counts such imports as `deferred` until their
+      deleter has run.
   """
   @spec import(t() | reference() | non_neg_integer(), keyword()) :: Tensor.t()
   def import(capsule_or_address, opts \\ [])

@@ -1,0 +1,306 @@
+# Compiled only when Pythonx (CPython embedded in the BEAM) is loaded; Mix
+# compiles it again (`__mix_recompile__?/0`) once that changes.
+if Code.ensure_loaded?(Pythonx) do
+  defmodule TensorBlob.Python do
+    @moduledoc """
+    Zero-copy tensors between tensor_blob and the Python of this VM (Pythonx).
+
+    Pythonx runs CPython inside the BEAM's OS process, so both sides share
+    one address space: a tensor crosses by DLPack, with no copy.
+
+      * `to_python/2` gives a PyTorch tensor (or, with `as: :numpy`, a NumPy
+        array) over the memory of a tensor_blob tensor.
+      * `from_python/2` gives a tensor_blob tensor over the memory of any
+        Python object that speaks DLPack (`__dlpack__` and
+        `__dlpack_device__`: PyTorch, NumPy, JAX, CuPy, ...).
+      * `TensorBlob.Tensor` implements `Pythonx.Encoder`, so
+        `Pythonx.eval(code, %{"x" => tensor})` hands `x` to Python as a
+        PyTorch tensor over the same memory.
+
+    No address reaches user code: the library makes the capsules, names them
+    as the DLPack protocol says and takes each one once. A tensor given to
+    Python travels in a `dltensor` capsule (`dltensor_versioned` for NumPy)
+    whose destructor is a C function of this library: a capsule no consumer
+    took releases the tensor when Python collects it. A Python tensor taken
+    by `from_python/2` is asked for versioned DLPack first
+    (`__dlpack__(max_version=(1, 0))`), then legacy; its capsule is renamed
+    `used_dltensor` (`used_dltensor_versioned`), so no second consumer takes
+    it, and the producer's deleter runs once, when the last tensor over the
+    memory is gone.
+
+    The producer's deleter of Python memory takes the GIL, which another
+    evaluation may hold for seconds: it runs on a thread of the library's
+    own (`defer_release`, `TensorBlob.DLPack.import/2`), never on a
+    scheduler.
+
+    Writes are seen by both sides. Read-only memory stays read-only: a
+    read-only tensor goes to NumPy with DLPack's `READ_ONLY` flag, and a
+    read-only NumPy array (NumPy 2.2 makes every array it imports from
+    DLPack read-only) comes back as a read-only tensor. PyTorch has no
+    read-only tensors: giving it one raises.
+    """
+    import TensorBlob.Raise
+
+    alias TensorBlob.{DLPack, Tensor}
+
+    @module "_tensor_blob_pythonx"
+
+    # The Python side: capsules made, checked and renamed with the
+    # interpreter's own C API (ctypes prototypes of its own, so the argtypes
+    # of ctypes.pythonapi that other code may set are left alone).
+    @source """
+    import ctypes
+
+    _api = ctypes.pythonapi
+    _new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(("PyCapsule_New", _api))
+    _valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_IsValid", _api))
+    _pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_GetPointer", _api))
+    _rename = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_SetName", _api))
+    _abi = {}
+
+    def c_api():
+        address = lambda name: ctypes.cast(getattr(_api, name), ctypes.c_void_p).value
+        return (address("PyCapsule_IsValid"), address("PyCapsule_GetPointer"))
+
+    def configure(abi):
+        _abi.update({k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()})
+
+    def capsule(address, versioned):
+        return _new(address, _abi["dltensor_versioned" if versioned else "dltensor"], _abi["destructor"])
+
+    class Exported:
+        # What NumPy's from_dlpack asks: an object with __dlpack__, handing
+        # its capsule once.
+        __slots__ = ("_capsule", "_device")
+
+        def __init__(self, capsule, device):
+            self._capsule = capsule
+            self._device = device
+
+        def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+            capsule, self._capsule = self._capsule, None
+            if capsule is None:
+                raise BufferError("tensor_blob: this export was consumed already")
+            return capsule
+
+        def __dlpack_device__(self):
+            return self._device
+
+    def to_python(address, versioned, device, kind):
+        exported = capsule(address, versioned)
+        if kind == b"numpy":
+            import numpy
+            return numpy.from_dlpack(Exported(exported, device))
+        import torch
+        return torch.from_dlpack(exported)
+
+    def describe():
+        import sys, importlib.util
+        def version(name):
+            if importlib.util.find_spec(name) is None:
+                return None
+            return __import__(name).__version__.encode()
+        return (sys.version.split()[0].encode(), version("torch"), version("numpy"))
+
+    def take(obj):
+        if not hasattr(obj, "__dlpack__"):
+            raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
+        try:
+            capsule = obj.__dlpack__(max_version=(1, 0))
+        except TypeError:
+            capsule = obj.__dlpack__()
+        for versioned in (True, False):
+            name = "dltensor_versioned" if versioned else "dltensor"
+            if _valid(capsule, _abi[name]):
+                address = _pointer(capsule, _abi[name])
+                if not address:
+                    raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule holding NULL")
+                if address % 2:
+                    raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule at an odd address")
+                _rename(capsule, _abi["used_" + name])
+                return address | versioned
+        for name in ("used_dltensor_versioned", "used_dltensor"):
+            if _valid(capsule, _abi[name]):
+                raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a capsule a consumer took already ({name})")
+        raise TypeError(f"__dlpack__ of a {type(obj).__name__} gave a {type(capsule).__name__}, not a DLPack capsule")
+    """
+
+    @doc """
+    A Python tensor over the memory of `tensor`, as a `Pythonx.Object`.
+
+    Options: `as: :torch` (the default) for a PyTorch tensor, `as: :numpy`
+    for a NumPy array. The memory stays alive while either side uses it.
+    """
+    @spec to_python(Tensor.t(), keyword()) :: Pythonx.Object.t()
+    def to_python(tensor, opts \\ []) do
+      kind =
+        case Keyword.get(opts, :as, :torch) do
+          kind when kind in [:torch, :numpy] -> kind
+          other -> "as: expected :torch or :numpy, got #{inspect(other)}" |> badarg!(:bad_value, :as)
+        end
+
+      case Keyword.keys(opts) -- [:as] do
+        [] -> :ok
+        keys -> "options: unknown #{inspect(keys)}; to_python/2 takes :as" |> badarg!(:bad_option, :options)
+      end
+
+      ensure_ready()
+      # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
+      # which carry the READ_ONLY flag.
+      version = if kind == :numpy, do: :versioned, else: :legacy
+      capsule = export(tensor, version)
+      %{device_type: device_type} = DLPack.info(capsule)
+      device = {dlpack_code(device_type), device_index(Tensor.device(tensor))}
+      address = DLPack.consume(capsule)
+
+      # All in the code, none as globals: each global costs Pythonx a
+      # conversion (more than the exchange itself at small sizes).
+      {object, _} =
+        eval(
+          :tensor,
+          "import #{@module}\n#{@module}.to_python(#{address}, #{if version == :versioned, do: "True", else: "False"}, " <>
+            "(#{elem(device, 0)}, #{elem(device, 1)}), b'#{kind}')",
+          %{}
+        )
+
+      object
+    end
+
+    @doc """
+    What the Python of this VM brings: its version, PyTorch's and NumPy's
+    (`nil` when absent), and the libtorch files mapped in this OS process
+    (`:libtorch`, from `/proc/self/maps`). `:one_libtorch` is `false` when
+    PyTorch brought a libtorch of its own (a pip wheel) beside the one
+    tensor_blob links: DLPack still works across the two, but tensors do
+    not share one allocator or one set of threads.
+    """
+    @spec describe() :: %{
+            python: String.t(),
+            torch: String.t() | nil,
+            numpy: String.t() | nil,
+            libtorch: [String.t()],
+            one_libtorch: boolean()
+          }
+    def describe do
+      ensure_ready()
+
+      {result, _} = eval(:python, "import #{@module}\n#{@module}.describe()", %{})
+
+      {python, torch, numpy} = Pythonx.decode(result)
+
+      # The kernel names each mapping by its file's own path (links
+      # resolved): one path per libtorch loaded.
+      libtorch =
+        case File.read("/proc/self/maps") do
+          {:ok, maps} ->
+            for line <- String.split(maps, "\n"),
+                [_, _, _, _, _, path | _] <- [String.split(line, " ", trim: true)],
+                Path.basename(path) =~ ~r/^libtorch_cpu\.(so|dylib)/,
+                uniq: true,
+                do: path
+
+          {:error, _} ->
+            []
+        end
+
+      %{python: python, torch: torch, numpy: numpy, libtorch: libtorch, one_libtorch: length(libtorch) <= 1}
+    end
+
+    @doc """
+    A tensor_blob tensor over the memory of a Python object that speaks
+    DLPack (a `Pythonx.Object`: a PyTorch tensor, a NumPy array, ...).
+
+    The object's memory stays alive while the tensor (or any slice of it)
+    does. Raises `ArgumentError` when the object is no DLPack producer, or
+    its `__dlpack__` raises or gives anything but an unused DLPack capsule.
+    """
+    @spec from_python(Pythonx.Object.t()) :: Tensor.t()
+    def from_python(%Pythonx.Object{} = object) do
+      ensure_ready()
+      # One integer back: the address (aligned, so its low bit is free) and
+      # whether it is versioned.
+      {result, _} = eval(:object, "import #{@module}\n#{@module}.take(obj)", %{"obj" => object})
+      tagged = Pythonx.decode(result)
+      {address, versioned} = {tagged - rem(tagged, 2), rem(tagged, 2) == 1}
+
+      DLPack.import(address,
+        version: if(versioned, do: :versioned, else: :legacy),
+        unsafe_address: true,
+        defer_release: true
+      )
+    end
+
+    def from_python(other),
+      do: "object: expected a Pythonx.Object, got #{inspect(other)}" |> badarg!(:bad_value, :object)
+
+    # A read-only tensor cannot be a legacy export (no READ_ONLY flag), and
+    # PyTorch takes nothing else: said in PyTorch's terms.
+    defp export(tensor, version) do
+      DLPack.export(tensor, version: version)
+    rescue
+      error in ArgumentError ->
+        case :tensor_blob.error_reason(__STACKTRACE__) do
+          %{reason: :unsupported, argument: :version} ->
+            ("tensor: it is read-only, and PyTorch has no read-only tensors; give it to NumPy " <>
+               "(as: :numpy), which keeps it read-only, or copy it")
+            |> badarg!(:read_only, :tensor)
+
+          _ ->
+            reraise error, __STACKTRACE__
+        end
+    end
+
+    # Python's errors in the library's code become ArgumentErrors that say
+    # what Python said (the exception's last line), about the argument.
+    defp eval(argument, code, globals) do
+      Pythonx.eval(code, globals)
+    rescue
+      error in Pythonx.Error ->
+        said = error |> Exception.message() |> String.split("\n", trim: true) |> List.last() |> String.trim()
+        "#{argument}: Python refused it: #{said}" |> badarg!(:bad_value, argument)
+    end
+
+    defp dlpack_code(device_type) do
+      Enum.find_value(TensorBlob.tables().devices, fn %{name: name, dlpack: code} ->
+        if name == device_type, do: code
+      end) || 1
+    end
+
+    defp device_index({_type, index}), do: index
+    defp device_index(_), do: 0
+
+    # The Python module and the C destructor's binding, once per VM.
+    defp ensure_ready do
+      unless :persistent_term.get({__MODULE__, :ready}, false) do
+        {api, _} =
+          Pythonx.eval(
+            """
+            import sys, types
+            module = types.ModuleType(name)
+            exec(source, module.__dict__)
+            sys.modules[name] = module
+            module.c_api()
+            """,
+            %{"name" => String.to_atom(@module), "source" => @source}
+          )
+
+        {is_valid, get_pointer} = Pythonx.decode(api)
+        abi = :tensor_blob_dlpack.python_capsule_abi(is_valid, get_pointer)
+        Pythonx.eval("import #{@module}\n#{@module}.configure(abi)", %{"abi" => abi})
+        :persistent_term.put({__MODULE__, :ready}, true)
+      end
+
+      :ok
+    end
+  end
+
+  defimpl Pythonx.Encoder, for: TensorBlob.Tensor do
+    def encode(tensor, _encoder), do: TensorBlob.Python.to_python(tensor)
+  end
+else
+  defmodule TensorBlob.Python.Absent do
+    @moduledoc false
+    # Pythonx was not on the code path when this file was compiled.
+    def __mix_recompile__?, do: Code.ensure_loaded?(Pythonx)
+  end
+end
