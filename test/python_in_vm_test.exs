@@ -100,6 +100,10 @@ defmodule TensorBlob.PythonInVMTest do
 
   defp pattern(n), do: for(i <- 1..n, into: <<>>, do: <<rem(i * 37 + 11, 256)>>)
 
+  # Bytes a tensor of dtype holds: a bool's are 0 and 1.
+  defp pattern(n, :bool), do: for(i <- 1..n, into: <<>>, do: <<rem(i, 2)>>)
+  defp pattern(n, _dtype), do: pattern(n)
+
   # Bytes of a Python tensor/array, as Python reads them.
   defp py_bytes(object) do
     py(
@@ -164,7 +168,7 @@ defmodule TensorBlob.PythonInVMTest do
     test "every dtype both share crosses to torch and to numpy" do
       for {module, as} <- [{"torch", :torch}, {"numpy", :numpy}], dtype <- shared_dtypes(module) do
         size = Enum.find_value(TensorBlob.tables().dtypes, fn d -> d.name == dtype && d.element_size end)
-        bytes = pattern(6 * size)
+        bytes = pattern(6 * size, dtype)
         t = Tensor.from_binary(bytes, dtype, {2, 3})
         x = Python.to_python(t, as: as)
         assert py_bytes(x) == bytes, "#{module} #{dtype}"
@@ -178,7 +182,7 @@ defmodule TensorBlob.PythonInVMTest do
 
       for dtype <- refused do
         size = Enum.find_value(TensorBlob.tables().dtypes, fn d -> d.name == dtype && d.element_size end)
-        t = Tensor.from_binary(pattern(size), dtype, {1})
+        t = Tensor.from_binary(pattern(size, dtype), dtype, {1})
         assert_raise ArgumentError, ~r/^tensor: Python refused it/, fn -> Python.to_python(t) end
       end
 
