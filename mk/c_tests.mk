@@ -18,7 +18,7 @@ $(BUILD)/test/src/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # Whether a layout's elements share memory, against a brute-force model.
@@ -31,6 +31,9 @@ c_test_intervals_SOURCES := test_intervals src/tb_intervals
 c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count src/tb_stripe
 # The release thread, from many threads at once (make tsan-test too).
 c_test_release_SOURCES := test_release src/tb_release
+# The slots that carry a word to an embedded Python, from many threads at
+# once (make tsan-test too).
+c_test_slots_SOURCES := test_slots src/tb_slots
 # The DLPack import checks.
 c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dtype
 # The CUDA logic that runs without a GPU (pointer-check decisions and the
@@ -56,6 +59,9 @@ tsan-test: | $(BUILD)
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
 		c_test/test_release.c c_src/memory/tb_release.c -o $(BUILD)/c_test_release_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_release_tsan
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
+		c_test/test_slots.c c_src/memory/tb_slots.c -o $(BUILD)/c_test_slots_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_slots_tsan
 
 c-test: $(C_TESTS:%=$(BUILD)/%)
 	@set -e; for t in $(C_TESTS); do echo "$(BUILD)/$$t"; $(BUILD)/$$t; done

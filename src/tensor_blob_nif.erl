@@ -39,6 +39,9 @@
     dlpack_version/1,
     dlpack_info/1,
     python_capsule_abi/2,
+    python_slot_export/2,
+    python_slot_receive/0,
+    python_slot_close/1,
     ipc_zeros/2,
     ipc_name/1,
     ipc_open/3,
@@ -84,6 +87,9 @@ consume_dlpack(_) -> ?NOT_LOADED.
 dlpack_version(_) -> ?NOT_LOADED.
 dlpack_info(_) -> ?NOT_LOADED.
 python_capsule_abi(_, _) -> ?NOT_LOADED.
+python_slot_export(_, _) -> ?NOT_LOADED.
+python_slot_receive() -> ?NOT_LOADED.
+python_slot_close(_) -> ?NOT_LOADED.
 ipc_zeros(_, _) -> ?NOT_LOADED.
 ipc_name(_) -> ?NOT_LOADED.
 ipc_open(_, _, _) -> ?NOT_LOADED.

@@ -17,8 +17,11 @@
 #include "tb_count.h"
 #include "tb_load.h"
 #include "tb_registry.h"
+#include "tb_slots.h"
 
-/* 9: a count of deferred DLPack imports (defer_release) in stats/0;
+/* 10: the slots that carry words to an embedded Python (tb_slots.h), and
+ * their resource type (dlpack/tb_python.c);
+ * 9: a count of deferred DLPack imports (defer_release) in stats/0;
  * 8: DLPack addresses handed out are a kind of the registry, which any
  * build takes back (tb_dlpack_export.c's tb_export, up to its handed flag);
  * 7: one region container for both formats (tb_shm.c), read by the
@@ -29,7 +32,7 @@
  * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
  * keeps its tensor resource */
 #ifndef TB_ABI /* the load tests build one with another */
-#define TB_ABI 9u
+#define TB_ABI 10u
 #endif
 #define TB_MAX_BUILDS 16
 
@@ -39,6 +42,9 @@ typedef struct {
     tb_count tensors, pins, capsules, binary_views, deferred;
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */
+    /* Words on their way to or from an embedded Python: every build's
+     * code finds the same ones (TensorBlob.Python). */
+    tb_slots python_slots;
 } tb_state;
 
 extern tb_state *tb_st;

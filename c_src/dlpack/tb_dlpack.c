@@ -58,34 +58,13 @@ static void release_import(tb_storage *s)
     free(im);
 }
 
-/* A managed tensor an import refused, released as the import says: at once,
- * or on the release thread (at once only where no job can be allocated). */
-typedef struct {
-    tb_release_job job; /* first */
-    void *managed;
-    int versioned;
-} deferred_managed;
-
-static void release_deferred_job(tb_release_job *job)
-{
-    deferred_managed *d = (deferred_managed *)job;
-    tb_dlpack_release(d->managed, d->versioned);
-    free(d);
-    tb_count_add(&tb_st->deferred, -1);
-}
-
+/* A managed tensor an import refused, released as the import says. */
 static void release_managed_as(void *managed, int versioned, int deferred)
 {
-    deferred_managed *d = deferred ? malloc(sizeof *d) : NULL;
-    if (!d) {
+    if (deferred)
+        tb_dlpack_release_later(managed, versioned);
+    else
         tb_dlpack_release(managed, versioned);
-        return;
-    }
-    d->job.run = release_deferred_job;
-    d->managed = managed;
-    d->versioned = versioned;
-    tb_count_add(&tb_st->deferred, 1);
-    tb_release_later(&d->job);
 }
 
 /* ---- NIFs ------------------------------------------------------------ */
@@ -481,65 +460,4 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
         return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "from_dlpack: %s; the producer's deleter was called",
                               err.message);
     return tb_tensor_return(env, h);
-}
-
-/* ---- Capsules in an embedded Python ------------------------------------- */
-
-/* Python in this VM (Pythonx) holds our exports in PyCapsules named as the
- * DLPack protocol says, made by the library's own Python code with the
- * destructor below: a C function of this library, given to Python as an
- * address of this loaded image (never found again by path or by name), so
- * the capsule's release does not depend on ctypes callbacks or on which
- * copy of the library a second dlopen would find. The interpreter's
- * PyCapsule_IsValid and PyCapsule_GetPointer are given to us the same way,
- * from its own ctypes.pythonapi: the library links no libpython. */
-typedef int (*py_is_valid_fn)(void *capsule, const char *name);
-typedef void *(*py_get_pointer_fn)(void *capsule, const char *name);
-static _Atomic(py_is_valid_fn) py_is_valid;
-static _Atomic(py_get_pointer_fn) py_get_pointer;
-
-/* The capsule names, static: a capsule keeps the pointer to its name. */
-static const char name_legacy[] = "dltensor";
-static const char name_versioned[] = "dltensor_versioned";
-static const char name_used_legacy[] = "used_dltensor";
-static const char name_used_versioned[] = "used_dltensor_versioned";
-
-/* A PyCapsule destructor (called with the GIL held): a capsule no consumer
- * took (its name unchanged) releases the managed tensor it holds; a used
- * one (renamed by its consumer, who now owes the deleter) nothing. */
-static void python_capsule_destructor(void *capsule)
-{
-    py_is_valid_fn valid = atomic_load(&py_is_valid);
-    py_get_pointer_fn get = atomic_load(&py_get_pointer);
-    if (!valid || !get)
-        return;
-    if (valid(capsule, name_versioned))
-        tb_dlpack_release(get(capsule, name_versioned), 1);
-    else if (valid(capsule, name_legacy))
-        tb_dlpack_release(get(capsule, name_legacy), 0);
-}
-
-/* python_capsule_abi(IsValid, GetPointer) -> #{destructor, dltensor,
- * dltensor_versioned, used_dltensor, used_dltensor_versioned}: addresses
- * for the library's Python code (TensorBlob.Python), after binding the
- * interpreter's two capsule functions. */
-ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
-{
-    ErlNifUInt64 is_valid, get_pointer;
-    if (!enif_get_uint64(env, argv[0], &is_valid) || is_valid == 0)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "is_valid",
-                               "is_valid: expected the address of PyCapsule_IsValid, got %T", argv[0]);
-    if (!enif_get_uint64(env, argv[1], &get_pointer) || get_pointer == 0)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "get_pointer",
-                               "get_pointer: expected the address of PyCapsule_GetPointer, got %T", argv[1]);
-    atomic_store(&py_is_valid, (py_is_valid_fn)(uintptr_t)is_valid);
-    atomic_store(&py_get_pointer, (py_get_pointer_fn)(uintptr_t)get_pointer);
-    static const char *const keys[] = {"destructor", name_legacy, name_versioned, name_used_legacy,
-                                       name_used_versioned};
-    const void *values[] = {(const void *)(uintptr_t)python_capsule_destructor, name_legacy, name_versioned,
-                            name_used_legacy, name_used_versioned};
-    ERL_NIF_TERM map = enif_make_new_map(env);
-    for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        enif_make_map_put(env, map, enif_make_atom(env, keys[i]), enif_make_uint64(env, (uintptr_t)values[i]), &map);
-    return map;
 }

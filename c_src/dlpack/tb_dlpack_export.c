@@ -7,6 +7,7 @@
 #include "tb_count.h"
 #include "tb_intervals.h"
 #include "tb_registry.h"
+#include "tb_release.h"
 #include "tb_rtype.h"
 #include "tb_state.h"
 #include "tb_storage.h"
@@ -198,6 +199,36 @@ void tb_dlpack_release(void *managed, int versioned)
         if (l->deleter)
             l->deleter(l);
     }
+}
+
+/* A deleter off the schedulers: the release thread runs it (at once only
+ * where no job can be allocated). */
+typedef struct {
+    tb_release_job job; /* first */
+    void *managed;
+    int versioned;
+} deferred_managed;
+
+static void release_deferred_job(tb_release_job *job)
+{
+    deferred_managed *d = (deferred_managed *)job;
+    tb_dlpack_release(d->managed, d->versioned);
+    free(d);
+    tb_count_add(&tb_st->deferred, -1);
+}
+
+void tb_dlpack_release_later(void *managed, int versioned)
+{
+    deferred_managed *d = malloc(sizeof *d);
+    if (!d) {
+        tb_dlpack_release(managed, versioned);
+        return;
+    }
+    d->job.run = release_deferred_job;
+    d->managed = managed;
+    d->versioned = versioned;
+    tb_count_add(&tb_st->deferred, 1);
+    tb_release_later(&d->job);
 }
 
 static void capsule_dtor(ErlNifEnv *env, void *obj)

@@ -31,6 +31,11 @@ int tb_dlpack_own_export(void *m, int versioned, int read_only);
 /* Calls a managed tensor's deleter, if it has one (ours or a producer's). */
 void tb_dlpack_release(void *managed, int versioned);
 
+/* The same on the release thread (tb_release.h), for a producer whose
+ * deleter may block (Python's takes the GIL); counted as deferred in
+ * stats/0 until it has run. */
+void tb_dlpack_release_later(void *managed, int versioned);
+
 /* Checks a managed tensor as what it is said to hold (tb_dlpack_check.h). */
 void tb_dlpack_check_managed(void *managed, int versioned, tb_dlpack_checked *chk);
 

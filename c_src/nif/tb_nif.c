@@ -17,6 +17,7 @@
 #include "tb_load.h"
 #include "tb_nifs.h"
 #include "tb_pin.h"
+#include "tb_python.h"
 #include "tb_runtime.h"
 #include "tb_shm.h"
 #include "tb_state.h"
@@ -196,6 +197,8 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
         return fail(TB_LOAD_CAPSULE_TYPE);
     if (tb_load_fault(TB_LOAD_BINARY_TYPE) || !tb_binary_open_type(env, flags))
         return fail(TB_LOAD_BINARY_TYPE);
+    if (tb_load_fault(TB_LOAD_PYTHON_SLOT_TYPE) || !tb_python_open_type(env, flags))
+        return fail(TB_LOAD_PYTHON_SLOT_TYPE);
     return TB_LOAD_OK;
 }
 

@@ -41,7 +41,7 @@ if Code.ensure_loaded?(Pythonx) do
     """
     import TensorBlob.Raise
 
-    alias TensorBlob.{DLPack, Tensor}
+    alias TensorBlob.Tensor
 
     @module "_tensor_blob_pythonx"
 
@@ -64,18 +64,26 @@ if Code.ensure_loaded?(Pythonx) do
 
     def configure(abi):
         _abi.update({k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()})
+        # The slots the Elixir side opens (their number is in the code it
+        # evaluates): C functions of the library, called with the GIL held.
+        _abi["take"] = ctypes.PYFUNCTYPE(ctypes.c_size_t, ctypes.c_uint)(_abi["slot_take"])
+        _abi["put"] = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_uint, ctypes.c_size_t)(_abi["slot_put"])
 
-    def capsule(address, versioned):
-        return _new(address, _abi["dltensor_versioned" if versioned else "dltensor"], _abi["destructor"])
+    def _capsule(k, versioned):
+        # The export the Elixir side put in slot k, taken once.
+        tagged = _abi["take"](k)
+        if not tagged:
+            raise BufferError(f"tensor_blob: slot {k} holds no export")
+        name = "dltensor_versioned" if versioned else "dltensor"
+        return _new(tagged & ~1, _abi[name], _abi["destructor"])
 
     class Exported:
         # What NumPy's from_dlpack asks: an object with __dlpack__, handing
         # its capsule once.
-        __slots__ = ("_capsule", "_device")
+        __slots__ = ("_capsule",)
 
-        def __init__(self, capsule, device):
+        def __init__(self, capsule):
             self._capsule = capsule
-            self._device = device
 
         def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
             capsule, self._capsule = self._capsule, None
@@ -84,15 +92,15 @@ if Code.ensure_loaded?(Pythonx) do
             return capsule
 
         def __dlpack_device__(self):
-            return self._device
+            return (1, 0)
 
-    def to_python(address, versioned, device, kind):
-        exported = capsule(address, versioned)
-        if kind == b"numpy":
-            import numpy
-            return numpy.from_dlpack(Exported(exported, device))
+    def to_torch(k):
         import torch
-        return torch.from_dlpack(exported)
+        return torch.from_dlpack(_capsule(k, False))
+
+    def to_numpy(k):
+        import numpy
+        return numpy.from_dlpack(Exported(_capsule(k, True)))
 
     def describe():
         import sys, importlib.util
@@ -102,13 +110,21 @@ if Code.ensure_loaded?(Pythonx) do
             return __import__(name).__version__.encode()
         return (sys.version.split()[0].encode(), version("torch"), version("numpy"))
 
-    def take(obj):
+    _legacy_types = set()
+
+    def take(obj, k):
+        # Puts obj's managed tensor in slot k, its capsule marked used.
         if not hasattr(obj, "__dlpack__"):
             raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
-        try:
-            capsule = obj.__dlpack__(max_version=(1, 0))
-        except TypeError:
+        if type(obj) in _legacy_types:
             capsule = obj.__dlpack__()
+        else:
+            try:
+                capsule = obj.__dlpack__(max_version=(1, 0))
+            except TypeError:
+                # Asked once per type: a producer before DLPack 1.0.
+                _legacy_types.add(type(obj))
+                capsule = obj.__dlpack__()
         for versioned in (True, False):
             name = "dltensor_versioned" if versioned else "dltensor"
             if _valid(capsule, _abi[name]):
@@ -117,8 +133,12 @@ if Code.ensure_loaded?(Pythonx) do
                     raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule holding NULL")
                 if address % 2:
                     raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule at an odd address")
+                # Renamed first: a capsule left armed would free what the
+                # slot holds; a failed put leaks, never frees twice.
                 _rename(capsule, _abi["used_" + name])
-                return address | versioned
+                if not _abi["put"](k, address | versioned):
+                    raise BufferError(f"tensor_blob: slot {k} is not open and empty")
+                return None
         for name in ("used_dltensor_versioned", "used_dltensor"):
             if _valid(capsule, _abi[name]):
                 raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a capsule a consumer took already ({name})")
@@ -147,23 +167,19 @@ if Code.ensure_loaded?(Pythonx) do
       ensure_ready()
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
       # which carry the READ_ONLY flag.
-      version = if kind == :numpy, do: :versioned, else: :legacy
-      capsule = export(tensor, version)
-      %{device_type: device_type} = DLPack.info(capsule)
-      device = {dlpack_code(device_type), device_index(Tensor.device(tensor))}
-      address = DLPack.consume(capsule)
+      {version, function} = if kind == :numpy, do: {:versioned, "to_numpy"}, else: {:legacy, "to_torch"}
+      if kind == :numpy, do: host_only!(tensor)
+      {k, slot} = export(tensor, version)
 
-      # All in the code, none as globals: each global costs Pythonx a
-      # conversion (more than the exchange itself at small sizes).
-      {object, _} =
-        eval(
-          :tensor,
-          "import #{@module}\n#{@module}.to_python(#{address}, #{if version == :versioned, do: "True", else: "False"}, " <>
-            "(#{elem(device, 0)}, #{elem(device, 1)}), b'#{kind}')",
-          %{}
-        )
-
-      object
+      # The export crosses in slot k, which the code names: a code text
+      # per slot in use, compiled once each (Pythonx caches by text), and
+      # no global to convert. What Python did not take is released here.
+      try do
+        {object, _} = eval(:tensor, "__import__('#{@module}').#{function}(#{k})", %{})
+        object
+      after
+        :tensor_blob_dlpack.python_slot_close(slot)
+      end
     end
 
     @doc """
@@ -217,17 +233,22 @@ if Code.ensure_loaded?(Pythonx) do
     @spec from_python(Pythonx.Object.t()) :: Tensor.t()
     def from_python(%Pythonx.Object{} = object) do
       ensure_ready()
-      # One integer back: the address (aligned, so its low bit is free) and
-      # whether it is versioned.
-      {result, _} = eval(:object, "import #{@module}\n#{@module}.take(obj)", %{"obj" => object})
-      tagged = Pythonx.decode(result)
-      {address, versioned} = {tagged - rem(tagged, 2), rem(tagged, 2) == 1}
+      {k, slot} = :tensor_blob_dlpack.python_slot_receive()
 
-      DLPack.import(address,
-        version: if(versioned, do: :versioned, else: :legacy),
-        unsafe_address: true,
-        defer_release: true
-      )
+      # Python puts the object's managed tensor in slot k; closing the slot
+      # imports it (the producer's deleter off the schedulers, for it takes
+      # the GIL). Nothing is decoded from Python.
+      try do
+        eval(:object, "__import__('#{@module}').take(obj, #{k})", %{"obj" => object})
+      rescue
+        error ->
+          :tensor_blob_dlpack.python_slot_close(slot)
+          reraise error, __STACKTRACE__
+      end
+
+      case translating(do: :tensor_blob_dlpack.python_slot_close(slot)) do
+        ref when is_reference(ref) -> Tensor.wrap(ref)
+      end
     end
 
     def from_python(other),
@@ -236,7 +257,7 @@ if Code.ensure_loaded?(Pythonx) do
     # A read-only tensor cannot be a legacy export (no READ_ONLY flag), and
     # PyTorch takes nothing else: said in PyTorch's terms.
     defp export(tensor, version) do
-      DLPack.export(tensor, version: version)
+      translating(do: :tensor_blob_dlpack.python_slot_export(Tensor.ref(tensor), version))
     rescue
       error in ArgumentError ->
         case :tensor_blob.error_reason(__STACKTRACE__) do
@@ -250,6 +271,18 @@ if Code.ensure_loaded?(Pythonx) do
         end
     end
 
+    # NumPy holds host memory only.
+    defp host_only!(tensor) do
+      case Tensor.device(tensor) do
+        :cpu ->
+          :ok
+
+        device ->
+          "tensor: it is on #{inspect(device)}, and NumPy holds host memory only; give it to PyTorch (as: :torch)"
+          |> badarg!(:wrong_device, :tensor)
+      end
+    end
+
     # Python's errors in the library's code become ArgumentErrors that say
     # what Python said (the exception's last line), about the argument.
     defp eval(argument, code, globals) do
@@ -259,15 +292,6 @@ if Code.ensure_loaded?(Pythonx) do
         said = error |> Exception.message() |> String.split("\n", trim: true) |> List.last() |> String.trim()
         "#{argument}: Python refused it: #{said}" |> badarg!(:bad_value, argument)
     end
-
-    defp dlpack_code(device_type) do
-      Enum.find_value(TensorBlob.tables().devices, fn %{name: name, dlpack: code} ->
-        if name == device_type, do: code
-      end) || 1
-    end
-
-    defp device_index({_type, index}), do: index
-    defp device_index(_), do: 0
 
     # The Python module and the C destructor's binding, once per VM.
     defp ensure_ready do
