@@ -137,9 +137,10 @@ ERL_NIF_TERM tb_nif_python_slot_export(TB_NIF_PARAMS)
 {
     ERL_NIF_TERM args[4] = {argv[0], argv[1], tb_atoms.false_, tb_atoms.undefined};
     ERL_NIF_TERM made = tb_nif_to_dlpack(env, 4, args);
+    /* A raised error is no term to look at: returned as it is. */
+    if (enif_has_pending_exception(env, NULL))
+        return made;
     tb_capsule *c = tb_capsule_get(env, made);
-    if (!c)
-        return made; /* to_dlpack raised */
     ERL_NIF_TERM exc;
     void *m = tb_capsule_managed(env, c, 1, NULL, &exc);
     if (!m)
