@@ -314,6 +314,44 @@ if Code.ensure_loaded?(Pythonx) do
         assert await_settled(start) == start
       end
 
+      test "a caller killed while Python hands it a tensor: the tensor is released, every slot free again" do
+        start = settled()
+        freed = py_object("[]")
+
+        # __dlpack__ pauses long enough for the caller to be killed in
+        # the middle of the evaluation.
+        slow =
+          py_object(
+            """
+            import numpy, time, weakref
+            class Slow:
+                def __init__(self, a): self.a = a
+                def __dlpack__(self, **kw):
+                    time.sleep(0.3)
+                    return self.a.__dlpack__(**kw)
+            a = numpy.arange(16, dtype=numpy.int32)
+            weakref.finalize(a, freed.append, 1)
+            Slow(a)
+            """,
+            %{"freed" => freed}
+          )
+
+        caller = spawn(fn -> Python.from_python(slow) end)
+        ref = Process.monitor(caller)
+        Process.sleep(100)
+        Process.exit(caller, :kill)
+        assert_receive {:DOWN, ^ref, :process, _, :killed}, 5000
+        _ = slow
+        slow = nil
+        _ = slow
+        # The array's last reference was the tensor Python put in the slot.
+        assert wait_until(fn -> Lifetime.collect() && py("import gc\ngc.collect()\nlen(f)", %{"f" => freed}) == 1 end)
+        assert await_settled(start) == start
+        {k, slot} = :tensor_blob_dlpack.python_slot_receive()
+        :tensor_blob_dlpack.python_slot_close(slot)
+        assert k == 0
+      end
+
       @tag timeout: 900_000
       test "100,000 exchanges both ways leave stats/0 and the RSS where they were" do
         start = settled()

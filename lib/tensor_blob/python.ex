@@ -28,6 +28,14 @@ if Code.ensure_loaded?(Pythonx) do
     it, and the producer's deleter runs once, when the last tensor over the
     memory is gone.
 
+    Each exchange is one `Pythonx.eval` of the library's own code, and
+    nothing is converted: the managed tensor crosses in a numbered slot of
+    the library, and the code names only the slot. Pythonx compiles a
+    code text once and keeps it, so the texts are as few as the slots in
+    use at once (the lowest free slot is taken each time; 4096 at most,
+    then `TensorBlob.Error`). A slot belongs to its caller: if the caller
+    dies during the evaluation, what the slot holds is released with it.
+
     The producer's deleter of Python memory takes the GIL, which another
     evaluation may hold for seconds: it runs on a thread of the library's
     own (`defer_release`, `TensorBlob.DLPack.import/2`), never on a
