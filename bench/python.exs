@@ -7,8 +7,10 @@
 #
 #   PYTHONX_PATH=$(scripts/build_pythonx.sh) MIX_ENV=prod mix run bench/python.exs
 #
-# Prints a Markdown table: the median of each case in microseconds (2000
-# calls; the copies at 64 MiB 15).
+# Prints a Markdown table: the median of each case in microseconds, the
+# cases of a size timed in turns (at 4 B 10 rounds of 200 calls each; at
+# 64 MiB 3 rounds of 200, the copies 3 of 5), with the zero-copy ones as a
+# multiple of an empty eval.
 {:ok, _} = Application.ensure_all_started(:pythonx)
 
 {paths, 0} =
@@ -24,16 +26,20 @@
 
 alias TensorBlob.{Python, Tensor}
 
-median = fn runs, fun ->
-  fun.()
+# The cases of one size are timed in turns (rounds of `calls` each), so
+# that a change in the machine's load falls on all of them alike; the
+# median of all of a case's samples, in µs.
+interleaved = fn cases, rounds, calls ->
+  Enum.each(cases, fn {_, fun} -> fun.() end)
 
-  times =
-    for _ <- 1..runs do
-      {us, _} = :timer.tc(fun)
-      us
+  samples =
+    for _ <- 1..rounds, {name, fun} <- cases, _ <- 1..calls, reduce: %{} do
+      acc ->
+        {us, _} = :timer.tc(fun)
+        Map.update(acc, name, [us], &[us | &1])
     end
 
-  Enum.at(Enum.sort(times), div(runs, 2))
+  Map.new(samples, fn {name, times} -> {name, Enum.at(Enum.sort(times), div(length(times), 2))} end)
 end
 
 eval = fn code, globals ->
@@ -41,38 +47,48 @@ eval = fn code, globals ->
   result
 end
 
-empty = median.(2000, fn -> eval.("None", %{}) end)
-
 rows =
-  for {label, bytes, runs} <- [{"4 B", 4, 2000}, {"64 MiB", 64 * 1024 * 1024, 15}] do
+  for {label, bytes, rounds, copy_calls} <- [{"4 B", 4, 10, 200}, {"64 MiB", 64 * 1024 * 1024, 3, 5}] do
     n = div(bytes, 4)
     t = Tensor.zeros({n}, :float32)
     binary = Tensor.to_binary(t)
     x = eval.("import torch\ntorch.zeros(n, dtype=torch.float32)", %{"n" => n})
 
-    to_zero = median.(2000, fn -> Python.to_python(t) end)
-    to_copy = median.(runs, fn -> eval.("import numpy\nnumpy.frombuffer(b, dtype=numpy.float32)", %{"b" => binary}) end)
-    from_zero = median.(2000, fn -> Python.from_python(x) end)
+    zero = [
+      empty: fn -> eval.("None", %{}) end,
+      to_zero: fn -> Python.to_python(t) end,
+      from_zero: fn -> Python.from_python(x) end
+    ]
 
-    from_copy =
-      median.(runs, fn ->
+    copies = [
+      to_copy: fn -> eval.("import numpy\nnumpy.frombuffer(b, dtype=numpy.float32)", %{"b" => binary}) end,
+      from_copy: fn ->
         b = Pythonx.decode(eval.("x.numpy().tobytes()", %{"x" => x}))
         Tensor.from_binary(b, :float32, {n})
-      end)
+      end
+    ]
 
-    {label, to_zero, to_copy, from_zero, from_copy}
+    cases =
+      if bytes == 4,
+        do: interleaved.(zero ++ copies, rounds, copy_calls),
+        else: Map.merge(interleaved.(zero, rounds, 200), interleaved.(copies, rounds, copy_calls))
+
+    {label, cases}
   end
 
 IO.puts("""
 Python in the VM (Pythonx #{Application.spec(:pythonx, :vsn)}, #{elem(Pythonx.decode(eval.("import sys, torch, numpy\n(sys.version.split()[0], torch.__version__, numpy.__version__)", %{})), 0)} \
-Python, libtorch #{TensorBlob.torch_version()}); median µs; an empty Pythonx.eval: #{empty} µs
+Python, libtorch #{TensorBlob.torch_version()}); median µs, each size's cases timed in turns
 
-| size | to Python: to_python/2 | to Python: Pythonx copy | speedup | from Python: from_python/1 | from Python: Pythonx copy | speedup |
-|---|---|---|---|---|---|---|\
+| size | empty eval | to_python/2 | ÷ empty | Pythonx copy | speedup | from_python/1 | ÷ empty | Pythonx copy | speedup |
+|---|---|---|---|---|---|---|---|---|---|\
 """)
 
-for {label, tz, tc, fz, fc} <- rows do
+ratio = fn a, b -> "#{Float.round(a / max(b, 1), 1)}x" end
+
+for {label, c} <- rows do
   IO.puts(
-    "| #{label} | #{tz} | #{tc} | #{Float.round(tc / max(tz, 1), 1)}x | #{fz} | #{fc} | #{Float.round(fc / max(fz, 1), 1)}x |"
+    "| #{label} | #{c.empty} | #{c.to_zero} | #{ratio.(c.to_zero, c.empty)} | #{c.to_copy} | #{ratio.(c.to_copy, c.to_zero)} " <>
+      "| #{c.from_zero} | #{ratio.(c.from_zero, c.empty)} | #{c.from_copy} | #{ratio.(c.from_copy, c.from_zero)} |"
   )
 end
