@@ -28,8 +28,12 @@
 
 typedef int (*py_is_valid_fn)(void *capsule, const char *name);
 typedef void *(*py_get_pointer_fn)(void *capsule, const char *name);
+typedef void *(*py_new_fn)(void *pointer, const char *name, void (*destructor)(void *));
+typedef int (*py_set_name_fn)(void *capsule, const char *name);
 static _Atomic(py_is_valid_fn) py_is_valid;
 static _Atomic(py_get_pointer_fn) py_get_pointer;
+static _Atomic(py_new_fn) py_new;
+static _Atomic(py_set_name_fn) py_set_name;
 
 /* The capsule names, static: a capsule keeps the pointer to its name. */
 static const char name_legacy[] = "dltensor";
@@ -61,16 +65,49 @@ static void *tagged_managed(uintptr_t tagged)
     return (void *)(tagged & ~(uintptr_t)1);
 }
 
-/* Python's side, called by its ctypes with the GIL held: empty a slot the
- * Elixir side filled, fill one it opened empty. */
-static uintptr_t python_slot_take(unsigned k)
+/* Python's side, called by its ctypes with the GIL held (one call each
+ * way: a ctypes call costs about what the rest of the exchange does). */
+
+/* A new capsule over the export in slot k (a new reference), named for
+ * what it holds, with our destructor; NULL when the slot is empty. */
+static void *python_capsule_from_slot(unsigned k)
 {
-    return tb_slot_take(&tb_st->python_slots, k);
+    py_new_fn new_capsule = atomic_load(&py_new);
+    uintptr_t tagged = tb_slot_take(&tb_st->python_slots, k);
+    if (!tagged || !new_capsule)
+        return NULL;
+    void *capsule = new_capsule(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy,
+                                python_capsule_destructor);
+    if (!capsule) /* Python's error is set (out of memory): ours again */
+        tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
+    return capsule;
 }
 
-static int python_slot_put(unsigned k, uintptr_t tagged)
+/* What python_take_capsule answers. */
+enum { TAKEN = 1, NOT_DLPACK = 0, HOLDS_NULL = -1, ODD_ADDRESS = -2, SLOT_REFUSED = -3 };
+
+/* Takes the managed tensor of an unused DLPack capsule (versioned first)
+ * into slot k, and marks the capsule used, so that neither it nor another
+ * consumer frees the tensor. Anything else is left as it was. */
+static int python_take_capsule(void *capsule, unsigned k)
 {
-    return (tagged & ~(uintptr_t)1) != 0 && tb_slot_put(&tb_st->python_slots, k, tagged);
+    py_is_valid_fn valid = atomic_load(&py_is_valid);
+    py_get_pointer_fn get = atomic_load(&py_get_pointer);
+    py_set_name_fn rename = atomic_load(&py_set_name);
+    if (!valid || !get || !rename)
+        return NOT_DLPACK;
+    int versioned = valid(capsule, name_versioned);
+    if (!versioned && !valid(capsule, name_legacy))
+        return NOT_DLPACK;
+    uintptr_t address = (uintptr_t)get(capsule, versioned ? name_versioned : name_legacy);
+    if (!address)
+        return HOLDS_NULL;
+    if (address & 1)
+        return ODD_ADDRESS;
+    /* Renamed first: a capsule left armed would free what the slot holds;
+     * a refused slot (never, for the library's own code) leaks instead. */
+    rename(capsule, versioned ? name_used_versioned : name_used_legacy);
+    return tb_slot_put(&tb_st->python_slots, k, address | (uintptr_t)versioned) ? TAKEN : SLOT_REFUSED;
 }
 
 /* The Elixir side's hold on a slot: its number while open (-1 once
@@ -180,30 +217,33 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
     return tb_nif_from_dlpack(env, 5, args);
 }
 
-/* python_capsule_abi(IsValid, GetPointer) -> #{destructor, dltensor,
- * dltensor_versioned, used_dltensor, used_dltensor_versioned, slot_take,
- * slot_put}: addresses for the library's Python code (TensorBlob.Python),
- * after binding the interpreter's two capsule functions. */
+/* python_capsule_abi(IsValid, GetPointer, New, SetName) -> #{destructor,
+ * dltensor, dltensor_versioned, used_dltensor, used_dltensor_versioned,
+ * capsule_from_slot, take_capsule}: addresses for the library's Python
+ * code (TensorBlob.Python), after binding the interpreter's capsule
+ * functions (PyCapsule_IsValid, _GetPointer, _New, _SetName). */
 ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
 {
-    ErlNifUInt64 is_valid, get_pointer;
-    if (!enif_get_uint64(env, argv[0], &is_valid) || is_valid == 0)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "is_valid",
-                               "is_valid: expected the address of PyCapsule_IsValid, got %T", argv[0]);
-    if (!enif_get_uint64(env, argv[1], &get_pointer) || get_pointer == 0)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "get_pointer",
-                               "get_pointer: expected the address of PyCapsule_GetPointer, got %T", argv[1]);
-    atomic_store(&py_is_valid, (py_is_valid_fn)(uintptr_t)is_valid);
-    atomic_store(&py_get_pointer, (py_get_pointer_fn)(uintptr_t)get_pointer);
-    static const char *const keys[] = {"destructor",          name_legacy, name_versioned, name_used_legacy,
-                                       name_used_versioned, "slot_take", "slot_put"};
+    static const char *const arguments[] = {"is_valid", "get_pointer", "new", "set_name"};
+    ErlNifUInt64 functions[4];
+    for (int i = 0; i < 4; i++)
+        if (!enif_get_uint64(env, argv[i], &functions[i]) || functions[i] == 0)
+            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, arguments[i], "%s: expected the address of a function, got %T",
+                                   arguments[i], argv[i]);
+    atomic_store(&py_is_valid, (py_is_valid_fn)(uintptr_t)functions[0]);
+    atomic_store(&py_get_pointer, (py_get_pointer_fn)(uintptr_t)functions[1]);
+    atomic_store(&py_new, (py_new_fn)(uintptr_t)functions[2]);
+    atomic_store(&py_set_name, (py_set_name_fn)(uintptr_t)functions[3]);
+    static const char *const keys[] = {"destructor",          name_legacy,         name_versioned,
+                                       name_used_legacy,      name_used_versioned, "capsule_from_slot",
+                                       "take_capsule"};
     const void *values[] = {(const void *)(uintptr_t)python_capsule_destructor,
                             name_legacy,
                             name_versioned,
                             name_used_legacy,
                             name_used_versioned,
-                            (const void *)(uintptr_t)python_slot_take,
-                            (const void *)(uintptr_t)python_slot_put};
+                            (const void *)(uintptr_t)python_capsule_from_slot,
+                            (const void *)(uintptr_t)python_take_capsule};
     ERL_NIF_TERM map = enif_make_new_map(env);
     for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
         enif_make_map_put(env, map, enif_make_atom(env, keys[i]), enif_make_uint64(env, (uintptr_t)values[i]), &map);

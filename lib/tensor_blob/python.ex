@@ -60,30 +60,20 @@ if Code.ensure_loaded?(Pythonx) do
     import ctypes
 
     _api = ctypes.pythonapi
-    _new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(("PyCapsule_New", _api))
     _valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_IsValid", _api))
-    _pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_GetPointer", _api))
-    _rename = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_SetName", _api))
     _abi = {}
 
     def c_api():
         address = lambda name: ctypes.cast(getattr(_api, name), ctypes.c_void_p).value
-        return (address("PyCapsule_IsValid"), address("PyCapsule_GetPointer"))
+        return tuple(address("PyCapsule_" + f) for f in ("IsValid", "GetPointer", "New", "SetName"))
 
     def configure(abi):
+        global _capsule_from_slot, _take_capsule
         _abi.update({k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()})
         # The slots the Elixir side opens (their number is in the code it
         # evaluates): C functions of the library, called with the GIL held.
-        _abi["take"] = ctypes.PYFUNCTYPE(ctypes.c_size_t, ctypes.c_uint)(_abi["slot_take"])
-        _abi["put"] = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_uint, ctypes.c_size_t)(_abi["slot_put"])
-
-    def _capsule(k, versioned):
-        # The export the Elixir side put in slot k, taken once.
-        tagged = _abi["take"](k)
-        if not tagged:
-            raise BufferError(f"tensor_blob: slot {k} holds no export")
-        name = "dltensor_versioned" if versioned else "dltensor"
-        return _new(tagged & ~1, _abi[name], _abi["destructor"])
+        _capsule_from_slot = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_uint)(_abi["capsule_from_slot"])
+        _take_capsule = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint)(_abi["take_capsule"])
 
     class Exported:
         # What NumPy's from_dlpack asks: an object with __dlpack__, handing
@@ -104,11 +94,11 @@ if Code.ensure_loaded?(Pythonx) do
 
     def to_torch(k):
         import torch
-        return torch.from_dlpack(_capsule(k, False))
+        return torch.from_dlpack(_capsule_from_slot(k))
 
     def to_numpy(k):
         import numpy
-        return numpy.from_dlpack(Exported(_capsule(k, True)))
+        return numpy.from_dlpack(Exported(_capsule_from_slot(k)))
 
     def describe():
         import sys, importlib.util
@@ -133,20 +123,16 @@ if Code.ensure_loaded?(Pythonx) do
                 # Asked once per type: a producer before DLPack 1.0.
                 _legacy_types.add(type(obj))
                 capsule = obj.__dlpack__()
-        for versioned in (True, False):
-            name = "dltensor_versioned" if versioned else "dltensor"
-            if _valid(capsule, _abi[name]):
-                address = _pointer(capsule, _abi[name])
-                if not address:
-                    raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule holding NULL")
-                if address % 2:
-                    raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a {name} capsule at an odd address")
-                # Renamed first: a capsule left armed would free what the
-                # slot holds; a failed put leaks, never frees twice.
-                _rename(capsule, _abi["used_" + name])
-                if not _abi["put"](k, address | versioned):
-                    raise BufferError(f"tensor_blob: slot {k} is not open and empty")
-                return None
+        taken = _take_capsule(capsule, k)
+        if taken == 1:
+            return None
+        what = f"__dlpack__ of a {type(obj).__name__} gave"
+        if taken == -1:
+            raise ValueError(f"{what} a DLPack capsule holding NULL")
+        if taken == -2:
+            raise ValueError(f"{what} a DLPack capsule at an odd address")
+        if taken == -3:
+            raise BufferError(f"tensor_blob: slot {k} is not open and empty")
         for name in ("used_dltensor_versioned", "used_dltensor"):
             if _valid(capsule, _abi[name]):
                 raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a capsule a consumer took already ({name})")
@@ -316,8 +302,8 @@ if Code.ensure_loaded?(Pythonx) do
             %{"name" => String.to_atom(@module), "source" => @source}
           )
 
-        {is_valid, get_pointer} = Pythonx.decode(api)
-        abi = :tensor_blob_dlpack.python_capsule_abi(is_valid, get_pointer)
+        {is_valid, get_pointer, new, set_name} = Pythonx.decode(api)
+        abi = :tensor_blob_dlpack.python_capsule_abi(is_valid, get_pointer, new, set_name)
         Pythonx.eval("import #{@module}\n#{@module}.configure(abi)", %{"abi" => abi})
         :persistent_term.put({__MODULE__, :ready}, true)
       end
