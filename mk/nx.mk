@@ -60,4 +60,14 @@ pythonx-test: nif
 	PYTHONX_PATH="$$px" MIX_ENV=test mix test --only python && \
 	PYTHONX_PATH="$$px" MIX_ENV=test mix run scripts/docs_test.exs guides/python.md
 
-.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test pythonx-test
+# The :python tests against an AddressSanitizer/UBSan build of the NIF
+# (asan-test's flags and environment), Pythonx as pythonx-test finds it;
+# compat-test runs it after pythonx-test.
+pythonx-asan-test: nif
+	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
+		$(ASAN_BUILD)/tensor_blob_nif.so
+	@px="$(PYTHONX_PATH)"; [ -n "$$px" ] || px="$$(scripts/build_pythonx.sh)"; \
+	PYTHONX_PATH="$$px" MIX_ENV=test mix compile && \
+	PYTHONX_PATH="$$px" $(ASAN_ENV) MIX_ENV=test mix test --only python
+
+.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test pythonx-test pythonx-asan-test

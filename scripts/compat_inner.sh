@@ -19,7 +19,9 @@ nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh ma
 make --no-print-directory nx-test NX_PATH="$nx_path"
 make --no-print-directory torchx-test NX_PATH="$nx_path"
 # Python in the VM: Pythonx built from the archives, the :python suite.
-make --no-print-directory pythonx-test PYTHONX_PATH="$(NX_SOURCES=/work/third_party scripts/build_pythonx.sh)"
+pythonx_path="$(NX_SOURCES=/work/third_party scripts/build_pythonx.sh)"
+make --no-print-directory pythonx-test PYTHONX_PATH="$pythonx_path"
+make --no-print-directory pythonx-asan-test PYTHONX_PATH="$pythonx_path"
 # ExTorch, built from source against the same libtorch, beside Nx and Torchx.
 NX_PATH="$nx_path" scripts/compat_extorch.sh
 echo "==> compat-test: every suite passed on Debian 13"

@@ -366,8 +366,13 @@ if Code.ensure_loaded?(Pythonx) do
         assert await_settled(start) == start
         py("import gc\ngc.collect()")
         growth = rss_kib() - rss0
-        # 100,000 leaked 4 KiB tensors would be 400 MiB.
-        assert growth < 64 * 1024, "RSS grew by #{growth} KiB"
+
+        # 100,000 leaked 4 KiB tensors would be 400 MiB. Under ASan the
+        # RSS holds its quarantine of freed memory (256 MiB): stats/0 alone
+        # says there.
+        unless System.get_env("LD_PRELOAD", "") =~ "libasan" do
+          assert growth < 64 * 1024, "RSS grew by #{growth} KiB"
+        end
       end
     end
 
