@@ -242,6 +242,7 @@ if Code.ensure_loaded?(Pythonx) do
 
       case translating(do: :tensor_blob_dlpack.python_slot_close(slot)) do
         ref when is_reference(ref) -> Tensor.wrap(ref)
+        :undefined -> "object: Python put no tensor in slot #{k}" |> badarg!(:gone, :object)
       end
     end
 
