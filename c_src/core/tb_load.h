@@ -15,7 +15,7 @@
     X(TB_LOAD_TENSOR_TYPE, 7, tensor_type, "cannot open the resource type tensor_blob_tensor")                 \
     X(TB_LOAD_CAPSULE_TYPE, 8, capsule_type,                                                                   \
       "cannot open the resource type tensor_blob_dlpack_capsule or create its mutex")                          \
-    X(TB_LOAD_BINARY_TYPE, 9, binary_type, "cannot open the resource type tensor_blob_binary_view")     \
+    X(TB_LOAD_BINARY_TYPE, 9, binary_type, "cannot open the resource type tensor_blob_binary_view")            \
     X(TB_LOAD_PYTHON_SLOT_TYPE, 10, python_slot_type, "cannot open the resource type tensor_blob_python_slot")
 
 typedef enum {

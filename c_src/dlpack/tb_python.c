@@ -76,8 +76,8 @@ static void *python_capsule_from_slot(unsigned k)
     uintptr_t tagged = tb_slot_take(&tb_st->python_slots, k);
     if (!tagged || !new_capsule)
         return NULL;
-    void *capsule = new_capsule(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy,
-                                python_capsule_destructor);
+    void *capsule =
+        new_capsule(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy, python_capsule_destructor);
     if (!capsule) /* Python's error is set (out of memory): ours again */
         tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
     return capsule;
@@ -155,9 +155,9 @@ static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t tagged, int to_python)
     if (k < 0) {
         if (tagged)
             tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
-                              "too many exchanges with Python at once: %d are under way in this VM, the most there can be",
-                              TB_SLOTS);
+        return tb_raise_error(
+            env, TB_WHY_NO_MEMORY, NULL,
+            "too many exchanges with Python at once: %d are under way in this VM, the most there can be", TB_SLOTS);
     }
     python_slot *s = tb_rtype_alloc(&slot_type, sizeof *s);
     atomic_init(&s->k, k);
@@ -228,15 +228,14 @@ ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
     ErlNifUInt64 functions[4];
     for (int i = 0; i < 4; i++)
         if (!enif_get_uint64(env, argv[i], &functions[i]) || functions[i] == 0)
-            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, arguments[i], "%s: expected the address of a function, got %T",
-                                   arguments[i], argv[i]);
+            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, arguments[i],
+                                   "%s: expected the address of a function, got %T", arguments[i], argv[i]);
     atomic_store(&py_is_valid, (py_is_valid_fn)(uintptr_t)functions[0]);
     atomic_store(&py_get_pointer, (py_get_pointer_fn)(uintptr_t)functions[1]);
     atomic_store(&py_new, (py_new_fn)(uintptr_t)functions[2]);
     atomic_store(&py_set_name, (py_set_name_fn)(uintptr_t)functions[3]);
-    static const char *const keys[] = {"destructor",          name_legacy,         name_versioned,
-                                       name_used_legacy,      name_used_versioned, "capsule_from_slot",
-                                       "take_capsule"};
+    static const char *const keys[] = {"destructor",        name_legacy,         name_versioned, name_used_legacy,
+                                       name_used_versioned, "capsule_from_slot", "take_capsule"};
     const void *values[] = {(const void *)(uintptr_t)python_capsule_destructor,
                             name_legacy,
                             name_versioned,
