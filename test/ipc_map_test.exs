@@ -158,7 +158,7 @@ defmodule TensorBlob.IPCMapTest do
       {micros, error} = :timer.tc(fn -> assert_raise ArgumentError, fn -> IPC.open(line) end end)
       assert error.message =~ "of at most 8192 bytes", error.message
       assert error.message =~ "got #{byte_size(line)} bytes"
-      assert micros < 100_000, "#{micros} us"
+      assert micros < 1_000_000, "#{micros} us"
     end
 
     # The longest line that is accepted decodes at once too: a name of
@@ -168,7 +168,7 @@ defmodule TensorBlob.IPCMapTest do
     assert byte_size(line) <= 8192
     {micros, error} = :timer.tc(fn -> assert_raise ArgumentError, fn -> IPC.open(line) end end)
     assert error.message =~ "handle: "
-    assert micros < 500_000, "#{micros} us"
+    assert micros < 2_000_000, "#{micros} us"
   end
 
   # The decoders themselves run in time linear in the text (the bound on
