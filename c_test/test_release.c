@@ -1,6 +1,7 @@
 /* The release thread (tb_release.c): jobs queued from many threads at once
  * each run exactly once, off the queuing thread, in the order each thread
- * queued them; a job that blocks holds up no thread that queues. make
+ * queued them; a job that blocks holds up no thread that queues; held jobs
+ * run inside the hold, taken once per run of them. make
  * tsan-test runs it under ThreadSanitizer. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -50,7 +51,7 @@ static void *producer(void *arg)
         t->producer = id;
         t->seq = i;
         t->queued_by = pthread_self();
-        tb_release_later(&t->job);
+        tb_release_later(&t->job, 0);
     }
     return NULL;
 }
@@ -91,8 +92,11 @@ static void test_many_threads(void)
 /* A job that blocks (as a deleter waiting for Python's GIL). */
 static atomic_int release_blocker;
 
+static atomic_int blocker_running;
+
 static void blocking_job(tb_release_job *job)
 {
+    atomic_store(&blocker_running, 1);
     while (!atomic_load(&release_blocker)) {
         struct timespec pause = {0, 1000000};
         nanosleep(&pause, NULL);
@@ -111,11 +115,11 @@ static void test_blocking_job_holds_no_caller(void)
     atomic_store(&ran, 0);
     tb_release_job *blocker = malloc(sizeof *blocker);
     blocker->run = blocking_job;
-    tb_release_later(blocker);
+    tb_release_later(blocker, 0);
     for (int i = 0; i < 100; i++) {
         tb_release_job *j = malloc(sizeof *j);
         j->run = counted_job;
-        tb_release_later(j);
+        tb_release_later(j, 0);
     }
     /* The caller came back while the blocker still runs: nothing ran yet. */
     CHECK_EQ(tb_release_pending(), 101);
@@ -126,10 +130,101 @@ static void test_blocking_job_holds_no_caller(void)
     CHECK_EQ(atomic_load(&ran), 100);
 }
 
+/* The hold (Python's GIL): taken once around a run of held jobs queued
+ * together, given up for an unheld job and every TB_RELEASE_HOLD_RUN held
+ * ones, and never held by an unheld job; the jobs in their order. */
+static atomic_int holding, takes, gives, held_outside, unheld_inside, order_broken;
+static atomic_int last_hold_seq;
+
+static int take_hold(void)
+{
+    if (atomic_exchange(&holding, 1))
+        atomic_fetch_add(&order_broken, 1000); /* taken twice */
+    atomic_fetch_add(&takes, 1);
+    return 42;
+}
+
+static void give_hold(int state)
+{
+    if (state != 42 || !atomic_exchange(&holding, 0))
+        atomic_fetch_add(&order_broken, 1000);
+    atomic_fetch_add(&gives, 1);
+}
+
+typedef struct {
+    tb_release_job job; /* first */
+    int seq;
+    int held;
+} hold_job;
+
+static void run_hold_job(tb_release_job *job)
+{
+    hold_job *h = (hold_job *)job;
+    if (h->held && !atomic_load(&holding))
+        atomic_fetch_add(&held_outside, 1);
+    if (!h->held && atomic_load(&holding))
+        atomic_fetch_add(&unheld_inside, 1);
+    if (h->seq != atomic_load(&last_hold_seq) + 1)
+        atomic_fetch_add(&order_broken, 1);
+    atomic_store(&last_hold_seq, h->seq);
+    free(h);
+}
+
+static void queue_hold_job(int seq, int held)
+{
+    hold_job *h = malloc(sizeof *h);
+    h->job.run = run_hold_job;
+    h->seq = seq;
+    h->held = held;
+    tb_release_later(&h->job, held);
+}
+
+static void test_hold(void)
+{
+    /* No hold set yet: a held job just runs. */
+    atomic_store(&last_hold_seq, 0);
+    queue_hold_job(1, 1);
+    drain();
+    CHECK_EQ(atomic_load(&takes), 0);
+    CHECK_EQ(atomic_load(&last_hold_seq), 1);
+    atomic_store(&held_outside, 0);
+
+    tb_release_set_hold(take_hold, give_hold);
+    /* Jobs queued behind a blocker run as one burst. */
+    atomic_store(&release_blocker, 0);
+    atomic_store(&blocker_running, 0);
+    tb_release_job *blocker = malloc(sizeof *blocker);
+    blocker->run = blocking_job;
+    tb_release_later(blocker, 0);
+    while (!atomic_load(&blocker_running)) {
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    atomic_store(&last_hold_seq, 0);
+    int seq = 0;
+    for (int i = 0; i < 10; i++)
+        queue_hold_job(++seq, 1);
+    queue_hold_job(++seq, 0);
+    for (int i = 0; i < TB_RELEASE_HOLD_RUN + 36; i++)
+        queue_hold_job(++seq, 1);
+    atomic_store(&release_blocker, 1);
+    drain();
+    CHECK_EQ(atomic_load(&last_hold_seq), seq);
+    CHECK_EQ(atomic_load(&order_broken), 0);
+    CHECK_EQ(atomic_load(&held_outside), 0);
+    CHECK_EQ(atomic_load(&unheld_inside), 0);
+    /* 10 held (one take), the unheld one (given up), 100 held (a take,
+     * given up and taken again after TB_RELEASE_HOLD_RUN). */
+    CHECK_EQ(atomic_load(&takes), 3);
+    CHECK_EQ(atomic_load(&gives), 3);
+    CHECK_EQ(atomic_load(&holding), 0);
+}
+
 int main(void)
 {
     test_many_threads();
     test_blocking_job_holds_no_caller();
+    test_hold();
     printf("test_release: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -7,7 +7,7 @@
 
 -include("tensor_blob_internal.hrl").
 
--export([to_dlpack/2, from_dlpack/2, python_capsule_abi/4, python_slot_export/2, python_slot_receive/0,
+-export([to_dlpack/2, from_dlpack/2, python_capsule_abi/1, python_slot_export/2, python_slot_receive/0,
          python_slot_close/1]).
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
@@ -84,12 +84,12 @@ export_version(V, _) ->
 
 %% The addresses an embedded Python's code needs (TensorBlob.Python): the C
 %% destructor of our capsules, their names and the two functions that make
-%% and take them over slots, once the interpreter's PyCapsule_IsValid,
-%% PyCapsule_GetPointer, PyCapsule_New and PyCapsule_SetName are bound.
--spec python_capsule_abi(non_neg_integer(), non_neg_integer(), non_neg_integer(), non_neg_integer()) ->
-          #{atom() => non_neg_integer()}.
-python_capsule_abi(IsValid, GetPointer, New, SetName) ->
-    ?NIF(tensor_blob_nif:python_capsule_abi(IsValid, GetPointer, New, SetName)).
+%% and take them over slots, once the interpreter's functions are bound
+%% (Functions: is_valid, get_pointer, new and set_name, its PyCapsule_
+%% functions; gil_ensure and gil_release, its PyGILState_ ones).
+-spec python_capsule_abi(#{atom() => non_neg_integer()}) -> #{atom() => non_neg_integer()}.
+python_capsule_abi(Functions) ->
+    ?NIF(tensor_blob_nif:python_capsule_abi(Functions)).
 
 %% A managed tensor crosses one Python evaluation in a numbered slot, which
 %% the evaluated code names (TensorBlob.Python): the tensor exported into

@@ -38,7 +38,7 @@
     consume_dlpack/1,
     dlpack_version/1,
     dlpack_info/1,
-    python_capsule_abi/4,
+    python_capsule_abi/1,
     python_slot_export/2,
     python_slot_receive/0,
     python_slot_close/1,
@@ -86,7 +86,7 @@ from_dlpack(_, _, _, _, _) -> ?NOT_LOADED.
 consume_dlpack(_) -> ?NOT_LOADED.
 dlpack_version(_) -> ?NOT_LOADED.
 dlpack_info(_) -> ?NOT_LOADED.
-python_capsule_abi(_, _, _, _) -> ?NOT_LOADED.
+python_capsule_abi(_) -> ?NOT_LOADED.
 python_slot_export(_, _) -> ?NOT_LOADED.
 python_slot_receive() -> ?NOT_LOADED.
 python_slot_close(_) -> ?NOT_LOADED.

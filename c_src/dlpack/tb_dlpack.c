@@ -21,13 +21,17 @@
 
 /* ---- Import: the storage ------------------------------------------------ */
 
+/* Where an import's producer's deleter runs: at once, on the release
+ * thread, or there inside its hold of Python's GIL. */
+enum { DEFER_NO = 0, DEFER = 1, DEFER_PYTHON = 2 };
+
 /* The storage of an imported tensor: it calls the producer's deleter, once,
  * when libtorch frees it. malloc: that may happen on any thread. */
 typedef struct {
     tb_storage header;
     void *managed;
     int versioned;
-    int deferred;       /* the deleter runs on the release thread (tb_release.h) */
+    int deferred;       /* the deleter runs on the release thread (tb_release.h): a DEFER_ value */
     tb_release_job job; /* while queued there */
 } tb_import;
 
@@ -51,7 +55,7 @@ static void release_import(tb_storage *s)
 {
     tb_import *im = (tb_import *)s;
     if (im->deferred) {
-        tb_release_later(&im->job);
+        tb_release_later(&im->job, im->deferred == DEFER_PYTHON);
         return;
     }
     tb_dlpack_release(im->managed, im->versioned);
@@ -62,7 +66,7 @@ static void release_import(tb_storage *s)
 static void release_managed_as(void *managed, int versioned, int deferred)
 {
     if (deferred)
-        tb_dlpack_release_later(managed, versioned);
+        tb_dlpack_release_later(managed, versioned, deferred == DEFER_PYTHON);
     else
         tb_dlpack_release(managed, versioned);
 }
@@ -249,7 +253,7 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
 typedef struct {
     enum { VERSION_ANY, VERSION_VERSIONED, VERSION_LEGACY } version; /* undefined: as the capsule holds */
     int read_only;
-    int deferred; /* the producer's deleter runs on the release thread */
+    int deferred; /* the producer's deleter runs on the release thread: a DEFER_ value */
     tb_dlpack_stream stream;
 } import_args;
 
@@ -273,7 +277,12 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
         *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "read_only", "read_only: expected a boolean, got %T", argv[2]);
         return 0;
     }
-    if (!tb_get_boolean(argv[4], &a->deferred)) {
+    /* python (TensorBlob.Python's imports, tb_python.c): deferred, and
+     * the deleter is Python's, so it runs inside the release thread's
+     * hold of the GIL. */
+    if (argv[4] == tb_atoms.python)
+        a->deferred = DEFER_PYTHON;
+    else if (!tb_get_boolean(argv[4], &a->deferred)) {
         *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "defer_release", "defer_release: expected a boolean, got %T",
                                argv[4]);
         return 0;

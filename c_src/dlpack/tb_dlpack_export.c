@@ -217,7 +217,7 @@ static void release_deferred_job(tb_release_job *job)
     tb_count_add(&tb_st->deferred, -1);
 }
 
-void tb_dlpack_release_later(void *managed, int versioned)
+void tb_dlpack_release_later(void *managed, int versioned, int held)
 {
     deferred_managed *d = malloc(sizeof *d);
     if (!d) {
@@ -228,7 +228,7 @@ void tb_dlpack_release_later(void *managed, int versioned)
     d->managed = managed;
     d->versioned = versioned;
     tb_count_add(&tb_st->deferred, 1);
-    tb_release_later(&d->job);
+    tb_release_later(&d->job, held);
 }
 
 static void capsule_dtor(ErlNifEnv *env, void *obj)

@@ -33,8 +33,9 @@ void tb_dlpack_release(void *managed, int versioned);
 
 /* The same on the release thread (tb_release.h), for a producer whose
  * deleter may block (Python's takes the GIL); counted as deferred in
- * stats/0 until it has run. */
-void tb_dlpack_release_later(void *managed, int versioned);
+ * stats/0 until it has run. held: Python's, run inside the release
+ * thread's hold of the GIL. */
+void tb_dlpack_release_later(void *managed, int versioned, int held);
 
 /* Checks a managed tensor as what it is said to hold (tb_dlpack_check.h). */
 void tb_dlpack_check_managed(void *managed, int versioned, tb_dlpack_checked *chk);

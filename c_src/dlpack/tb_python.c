@@ -19,6 +19,7 @@
 #include "tb_dlpack_export.h"
 #include "tb_nifs.h"
 #include "tb_raise.h"
+#include "tb_release.h"
 #include "tb_rtype.h"
 #include "tb_slots.h"
 #include "tb_state.h"
@@ -128,7 +129,7 @@ static void release_left(unsigned k, int to_python)
     if (left && to_python)
         tb_dlpack_release(tagged_managed(left), (int)(left & 1));
     else if (left)
-        tb_dlpack_release_later(tagged_managed(left), (int)(left & 1));
+        tb_dlpack_release_later(tagged_managed(left), (int)(left & 1), 1);
     tb_slot_close(&tb_st->python_slots, k);
 }
 
@@ -213,27 +214,37 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
         return tb_atoms.undefined;
     ERL_NIF_TERM args[5] = {
         enif_make_tuple2(env, tb_atoms.unsafe_address, enif_make_uint64(env, (uintptr_t)tagged_managed(got))),
-        got & 1 ? tb_atoms.versioned : tb_atoms.legacy, tb_atoms.false_, tb_atoms.undefined, tb_atoms.true_};
+        got & 1 ? tb_atoms.versioned : tb_atoms.legacy, tb_atoms.false_, tb_atoms.undefined, tb_atoms.python};
     return tb_nif_from_dlpack(env, 5, args);
 }
 
-/* python_capsule_abi(IsValid, GetPointer, New, SetName) -> #{destructor,
- * dltensor, dltensor_versioned, used_dltensor, used_dltensor_versioned,
- * capsule_from_slot, take_capsule}: addresses for the library's Python
- * code (TensorBlob.Python), after binding the interpreter's capsule
- * functions (PyCapsule_IsValid, _GetPointer, _New, _SetName). */
+/* python_capsule_abi(#{is_valid, get_pointer, new, set_name, gil_ensure,
+ * gil_release}) -> #{destructor, dltensor, dltensor_versioned,
+ * used_dltensor, used_dltensor_versioned, capsule_from_slot,
+ * take_capsule}: addresses for the library's Python code
+ * (TensorBlob.Python), after binding the interpreter's functions given
+ * (PyCapsule_IsValid, _GetPointer, _New, _SetName, PyGILState_Ensure,
+ * _Release: the release thread holds the GIL across a burst of Python's
+ * deleters, tb_release.h). */
 ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
 {
-    static const char *const arguments[] = {"is_valid", "get_pointer", "new", "set_name"};
-    ErlNifUInt64 functions[4];
-    for (int i = 0; i < 4; i++)
-        if (!enif_get_uint64(env, argv[i], &functions[i]) || functions[i] == 0)
-            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, arguments[i],
-                                   "%s: expected the address of a function, got %T", arguments[i], argv[i]);
+    static const char *const arguments[] = {"is_valid", "get_pointer", "new", "set_name", "gil_ensure", "gil_release"};
+    enum { FUNCTIONS = sizeof arguments / sizeof arguments[0] };
+    ErlNifUInt64 functions[FUNCTIONS];
+    for (int i = 0; i < FUNCTIONS; i++) {
+        ERL_NIF_TERM value;
+        if (!enif_get_map_value(env, argv[0], enif_make_atom(env, arguments[i]), &value) ||
+            !enif_get_uint64(env, value, &functions[i]) || functions[i] == 0)
+            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "functions",
+                                   "functions: expected a map holding the address of %s, got %T", arguments[i],
+                                   argv[0]);
+    }
     atomic_store(&py_is_valid, (py_is_valid_fn)(uintptr_t)functions[0]);
     atomic_store(&py_get_pointer, (py_get_pointer_fn)(uintptr_t)functions[1]);
     atomic_store(&py_new, (py_new_fn)(uintptr_t)functions[2]);
     atomic_store(&py_set_name, (py_set_name_fn)(uintptr_t)functions[3]);
+    /* PyGILState_STATE is an enum: an int. */
+    tb_release_set_hold((int (*)(void))(uintptr_t)functions[4], (void (*)(int))(uintptr_t)functions[5]);
     static const char *const keys[] = {"destructor",        name_legacy,         name_versioned, name_used_legacy,
                                        name_used_versioned, "capsule_from_slot", "take_capsule"};
     const void *values[] = {(const void *)(uintptr_t)python_capsule_destructor,

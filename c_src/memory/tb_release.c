@@ -13,6 +13,15 @@ static tb_release_job *head, *tail;
 static int started; /* 1 running, -1 could not start */
 static atomic_long pending;
 
+static _Atomic(int (*)(void)) hold_take;
+static _Atomic(void (*)(int)) hold_give;
+
+void tb_release_set_hold(int (*take)(void), void (*give)(int))
+{
+    atomic_store(&hold_give, give);
+    atomic_store(&hold_take, take);
+}
+
 static void *release_main(void *arg)
 {
     (void)arg;
@@ -20,13 +29,35 @@ static void *release_main(void *arg)
         pthread_mutex_lock(&lock);
         while (!head)
             pthread_cond_wait(&wake, &lock);
-        tb_release_job *job = head;
-        head = job->next;
-        if (!head)
-            tail = NULL;
+        /* The whole queue at once: a burst runs under one hold. */
+        tb_release_job *batch = head;
+        head = tail = NULL;
         pthread_mutex_unlock(&lock);
-        job->run(job);
-        atomic_fetch_sub_explicit(&pending, 1, memory_order_relaxed);
+        int (*take)(void) = atomic_load(&hold_take);
+        void (*give)(int) = atomic_load(&hold_give);
+        int holding = 0, state = 0, run = 0;
+        while (batch) {
+            tb_release_job *job = batch;
+            batch = job->next; /* run frees the job */
+            if (job->held && take && give && !holding) {
+                state = take();
+                holding = 1;
+                run = 0;
+            } else if (holding && (!job->held || run == TB_RELEASE_HOLD_RUN)) {
+                give(state);
+                holding = 0;
+                if (job->held) {
+                    state = take();
+                    holding = 1;
+                    run = 0;
+                }
+            }
+            run++;
+            job->run(job);
+            atomic_fetch_sub_explicit(&pending, 1, memory_order_relaxed);
+        }
+        if (holding)
+            give(state);
     }
     return NULL;
 }
@@ -48,9 +79,10 @@ static int start(void)
     return started > 0;
 }
 
-void tb_release_later(tb_release_job *job)
+void tb_release_later(tb_release_job *job, int held)
 {
     job->next = NULL;
+    job->held = held;
     atomic_fetch_add_explicit(&pending, 1, memory_order_relaxed);
     pthread_mutex_lock(&lock);
     if (!start()) {

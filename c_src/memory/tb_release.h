@@ -9,12 +9,22 @@
 typedef struct tb_release_job {
     struct tb_release_job *next;
     void (*run)(struct tb_release_job *job); /* frees what holds the job */
+    int held;                                /* runs inside the hold (tb_release_set_hold) */
 } tb_release_job;
 
-/* Queues job; the release thread calls job->run(job). Where that thread
- * cannot be started, runs it at once (a wait is better than a leak). Any
- * thread may call it. */
-void tb_release_later(tb_release_job *job);
+/* Queues job; the release thread calls job->run(job). held: the job runs
+ * inside the hold, when one is set. Where that thread cannot be started,
+ * runs it at once (a wait is better than a leak). Any thread may call it. */
+void tb_release_later(tb_release_job *job, int held);
+
+/* A hold the release thread takes once around each run of held jobs that
+ * it finds queued together, rather than each job taking it on its own:
+ * Python's GIL (PyGILState_Ensure and _Release), which every Python
+ * deleter takes, so a burst of them costs one hand-over of the GIL, not
+ * one each. Given up every TB_RELEASE_HOLD_RUN jobs, so that a long burst
+ * lets Python's other threads in. Set once Python is known (any thread). */
+#define TB_RELEASE_HOLD_RUN 64
+void tb_release_set_hold(int (*take)(void), void (*give)(int));
 
 /* Jobs queued and not yet finished. */
 long tb_release_pending(void);

@@ -65,7 +65,9 @@ if Code.ensure_loaded?(Pythonx) do
 
     def c_api():
         address = lambda name: ctypes.cast(getattr(_api, name), ctypes.c_void_p).value
-        return tuple(address("PyCapsule_" + f) for f in ("IsValid", "GetPointer", "New", "SetName"))
+        functions = ("PyCapsule_IsValid", "PyCapsule_GetPointer", "PyCapsule_New", "PyCapsule_SetName",
+                     "PyGILState_Ensure", "PyGILState_Release")
+        return tuple(address(f) for f in functions)
 
     def configure(abi):
         global _capsule_from_slot, _take_capsule
@@ -303,8 +305,18 @@ if Code.ensure_loaded?(Pythonx) do
             %{"name" => String.to_atom(@module), "source" => @source}
           )
 
-        {is_valid, get_pointer, new, set_name} = Pythonx.decode(api)
-        abi = :tensor_blob_dlpack.python_capsule_abi(is_valid, get_pointer, new, set_name)
+        {is_valid, get_pointer, new, set_name, gil_ensure, gil_release} = Pythonx.decode(api)
+
+        abi =
+          :tensor_blob_dlpack.python_capsule_abi(%{
+            is_valid: is_valid,
+            get_pointer: get_pointer,
+            new: new,
+            set_name: set_name,
+            gil_ensure: gil_ensure,
+            gil_release: gil_release
+          })
+
         Pythonx.eval("import #{@module}\n#{@module}.configure(abi)", %{"abi" => abi})
         :persistent_term.put({__MODULE__, :ready}, true)
       end
