@@ -54,8 +54,13 @@ rows =
     binary = Tensor.to_binary(t)
     x = eval.("import torch\ntorch.zeros(n, dtype=torch.float32)", %{"n" => n})
 
+    # The floors: an empty eval; one that makes a torch tensor (what any
+    # way to PyTorch ends in); one that asks a tensor for DLPack and makes
+    # no Pythonx object (what any way from PyTorch starts with).
     zero = [
       empty: fn -> eval.("None", %{}) end,
+      to_floor: fn -> eval.("__import__('torch').zeros(1)", %{}) end,
+      from_floor: fn -> eval.("obj.__dlpack__()\ndel obj", %{"obj" => x}) end,
       to_zero: fn -> Python.to_python(t) end,
       from_zero: fn -> Python.from_python(x) end
     ]
@@ -78,17 +83,23 @@ rows =
 
 IO.puts("""
 Python in the VM (Pythonx #{Application.spec(:pythonx, :vsn)}, #{elem(Pythonx.decode(eval.("import sys, torch, numpy\n(sys.version.split()[0], torch.__version__, numpy.__version__)", %{})), 0)} \
-Python, libtorch #{TensorBlob.torch_version()}); median µs, each size's cases timed in turns
+Python, libtorch #{TensorBlob.torch_version()}); median µs, each size's cases timed in turns. \
+The floors: an empty eval; to Python, an eval that makes a torch tensor; from Python, an eval that calls \
+`__dlpack__` and makes no Pythonx object.
 
-| size | empty eval | to_python/2 | ÷ empty | Pythonx copy | speedup | from_python/1 | ÷ empty | Pythonx copy | speedup |
-|---|---|---|---|---|---|---|---|---|---|\
+| size | direction | zero-copy | empty eval | ÷ empty | floor | ÷ floor | Pythonx copy | speedup |
+|---|---|---|---|---|---|---|---|---|\
 """)
 
 ratio = fn a, b -> "#{Float.round(a / max(b, 1), 1)}x" end
 
-for {label, c} <- rows do
+for {label, c} <- rows,
+    {direction, zero, floor, copy} <- [
+      {"to", c.to_zero, c.to_floor, c.to_copy},
+      {"from", c.from_zero, c.from_floor, c.from_copy}
+    ] do
   IO.puts(
-    "| #{label} | #{c.empty} | #{c.to_zero} | #{ratio.(c.to_zero, c.empty)} | #{c.to_copy} | #{ratio.(c.to_copy, c.to_zero)} " <>
-      "| #{c.from_zero} | #{ratio.(c.from_zero, c.empty)} | #{c.from_copy} | #{ratio.(c.from_copy, c.from_zero)} |"
+    "| #{label} | #{direction} | #{zero} | #{c.empty} | #{ratio.(zero, c.empty)} | #{floor} | #{ratio.(zero, floor)} " <>
+      "| #{copy} | #{ratio.(copy, zero)} |"
   )
 end

@@ -233,9 +233,13 @@ if Code.ensure_loaded?(Pythonx) do
 
       # Python puts the object's managed tensor in slot k; closing the slot
       # imports it (the producer's deleter off the schedulers, for it takes
-      # the GIL). Nothing is decoded from Python.
+      # the GIL). Nothing is decoded from Python, and the code makes no
+      # Pythonx object: it ends in a statement (no result) and deletes its
+      # global (none given back). Each object Pythonx makes costs its
+      # janitor a call on a dirty scheduler once collected, and every
+      # evaluation waits for the janitor.
       try do
-        eval(:object, "__import__('#{@module}').take(obj, #{k})", %{"obj" => object})
+        eval(:object, "__import__('#{@module}').take(obj, #{k})\ndel obj", %{"obj" => object})
       rescue
         error ->
           :tensor_blob_dlpack.python_slot_close(slot)
