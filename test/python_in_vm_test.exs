@@ -352,6 +352,29 @@ if Code.ensure_loaded?(Pythonx) do
         assert k == 0
       end
 
+      test "halting the VM with tensors shared both ways exits cleanly" do
+        # A VM of its own: Pythonx and tensor_blob loaded, a tensor given
+        # to Python and one taken from it, both alive at the halt.
+        paths = for app <- [:tensor_blob, :pythonx], do: app |> :code.lib_dir() |> Path.join("ebin")
+
+        code = ~S"""
+        {:ok, _} = Application.ensure_all_started(:pythonx)
+        {out, 0} = System.cmd("python3", ["-c", "import os, sys, sysconfig; print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME'))); print(sys.base_prefix); print(sys.executable)"])
+        [lib, home, exe] = String.split(out, "\n", trim: true)
+        :ok = Pythonx.init(lib, home, exe)
+        given = TensorBlob.Python.to_python(TensorBlob.Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4}))
+        {y, _} = Pythonx.eval("import torch\ntorch.arange(4)", %{})
+        taken = TensorBlob.Python.from_python(y)
+        IO.puts("shared: #{byte_size(TensorBlob.Tensor.to_binary(taken))} #{inspect(Pythonx.decode(elem(Pythonx.eval("int(x.sum())", %{"x" => given}), 0)))}")
+        System.halt(0)
+        """
+
+        {out, status} = System.cmd("elixir", Enum.flat_map(paths, &["-pa", &1]) ++ ["-e", code], stderr_to_stdout: true)
+        assert out =~ "shared: 32 10"
+        assert status == 0, out
+        refute out =~ ~r/terminate called|Segmentation|Aborted|core dumped/, out
+      end
+
       @tag timeout: 900_000
       test "100,000 exchanges both ways leave stats/0 and the RSS where they were" do
         start = settled()
