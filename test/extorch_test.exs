@@ -216,6 +216,9 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       assert copies(evs) == []
       Tensor.write!(ours, Shm.floats(Enum.map(1..16, &(&1 * 1.0))))
       assert ExTorch.Tensor.to_list(view.tensor) == Enum.chunk_every(Enum.map(1..16, &(&1 * 1.0)), 4)
+      # The caller keeps our tensor while ExTorch reads the view (the rule
+      # of unsafe_view): a use after the read keeps it from the collector.
+      assert Tensor.shape(ours) == {4, 4}
     end
 
     test "a tensor ExTorch allocated is zero-copy both ways, for every dtype both hold" do
