@@ -74,8 +74,10 @@ static void *tagged_managed(uintptr_t tagged)
 static void *python_capsule_from_slot(unsigned k)
 {
     py_new_fn new_capsule = atomic_load(&py_new);
+    if (!new_capsule) /* not configured: the slot keeps its export */
+        return NULL;
     uintptr_t tagged = tb_slot_take(&tb_st->python_slots, k);
-    if (!tagged || !new_capsule)
+    if (!tagged)
         return NULL;
     void *capsule =
         new_capsule(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy, python_capsule_destructor);
