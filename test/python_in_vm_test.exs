@@ -257,6 +257,8 @@ if Code.ensure_loaded?(Pythonx) do
           {"class Garbage:\n    def __dlpack__(self, **kw): return 42\nGarbage()", ~r/not a DLPack capsule/},
           {"import ctypes\nclass Named:\n    def __dlpack__(self, **kw):\n        new = ctypes.pythonapi.PyCapsule_New\n        new.restype = ctypes.py_object\n        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]\n        return new(8, b'other', None)\nNamed()",
            ~r/not a DLPack capsule/},
+          {"import ctypes\nclass Odd:\n    def __dlpack__(self, **kw):\n        new = ctypes.pythonapi.PyCapsule_New\n        new.restype = ctypes.py_object\n        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]\n        return new(9, b'dltensor', None)\nOdd()",
+           ~r/odd address/},
           {"import torch\nc = torch.zeros(3).__dlpack__()\ntorch.from_dlpack(c)\nclass Used:\n    def __dlpack__(self, **kw): return c\nUsed()",
            ~r/took already/}
         ]
@@ -268,6 +270,28 @@ if Code.ensure_loaded?(Pythonx) do
 
         assert_raise ArgumentError, ~r/expected a Pythonx.Object/, fn -> Python.from_python(:not_python) end
         assert await_settled(start) == start
+      end
+
+      test "the library's builtins refuse a slot that is not theirs with Python's own errors" do
+        # What a stray call from user code gets: an exception, never a crash
+        # or a slot's content.
+        {k, slot} = :tensor_blob_dlpack.python_slot_receive()
+
+        code =
+          "import _tensor_blob_pythonx as m\ntry:\n    r = repr(call())\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"
+
+        said = fn call ->
+          {result, _} = Pythonx.eval("def call(): return " <> call <> "\n" <> code, %{})
+          Pythonx.decode(result)
+        end
+
+        assert said.("m.capsule_from_slot(#{k})") =~ ~r/^BufferError: .*holds no export/
+        assert said.("m.capsule_from_slot(4096)") =~ ~r/^BufferError: .*no such slot/
+        assert said.("m.capsule_from_slot(-1)") =~ ~r/^OverflowError/
+        assert said.("m.capsule_from_slot('0')") =~ ~r/^TypeError/
+        assert said.("m.capsule_from_slot()") =~ ~r/^TypeError: .*wrong number of arguments/
+        assert said.("m.take_capsule(None, #{k})") == "0"
+        assert :tensor_blob_dlpack.python_slot_close(slot) == :undefined
       end
     end
 

@@ -1,13 +1,17 @@
 /* Tensors to and from the Python of this VM (Pythonx, TensorBlob.Python).
  *
+ * The library links no libpython: the interpreter's C functions it calls
+ * (PyCapsule_*, PyLong_*, PyErr_*, PyGILState_*) are given to it by
+ * address, from the interpreter's own ctypes.pythonapi, once per VM
+ * (python_capsule_abi). In return it gives Python two builtin functions
+ * (PyMethodDef, METH_FASTCALL: a call costs what a call of len() does, a
+ * twentieth of a ctypes call) and a capsule destructor, all C functions of
+ * this loaded image (never found again by path or by name), so nothing
+ * depends on ctypes callbacks or on which copy of the library a second
+ * dlopen would find.
+ *
  * Capsules: Python holds our exports in PyCapsules named as the DLPack
- * protocol says, made by the library's own Python code with the destructor
- * below: a C function of this library, given to Python as an address of
- * this loaded image (never found again by path or by name), so the
- * capsule's release does not depend on ctypes callbacks or on which copy of
- * the library a second dlopen would find. The interpreter's
- * PyCapsule_IsValid and PyCapsule_GetPointer are given to us the same way,
- * from its own ctypes.pythonapi: the library links no libpython.
+ * protocol says, with the destructor below.
  *
  * Slots: a managed tensor crosses one evaluation in a slot (tb_slots.h)
  * whose number the evaluated code names, so that the code's text is one of
@@ -15,6 +19,10 @@
  * into a Python object. The slot is a resource of the calling process: if
  * the process dies, whatever is left in it is released with it. */
 #include "tb_python.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <sys/types.h>
 
 #include "tb_dlpack_export.h"
 #include "tb_nifs.h"
@@ -25,16 +33,23 @@
 #include "tb_state.h"
 #include "tb_term.h"
 
-/* ---- Capsules ------------------------------------------------------------ */
+/* ---- The interpreter's functions -------------------------------------------- */
 
-typedef int (*py_is_valid_fn)(void *capsule, const char *name);
-typedef void *(*py_get_pointer_fn)(void *capsule, const char *name);
-typedef void *(*py_new_fn)(void *pointer, const char *name, void (*destructor)(void *));
-typedef int (*py_set_name_fn)(void *capsule, const char *name);
-static _Atomic(py_is_valid_fn) py_is_valid;
-static _Atomic(py_get_pointer_fn) py_get_pointer;
-static _Atomic(py_new_fn) py_new;
-static _Atomic(py_set_name_fn) py_set_name;
+/* Set once per VM (python_capsule_abi), read with the GIL held. PyObject *
+ * is void * here, Py_ssize_t ssize_t. */
+typedef struct {
+    int (*is_valid)(void *capsule, const char *name);
+    void *(*get_pointer)(void *capsule, const char *name);
+    void *(*new_capsule)(void *pointer, const char *name, void (*destructor)(void *));
+    int (*set_name)(void *capsule, const char *name);
+    unsigned long (*as_unsigned_long)(void *number);
+    void *(*from_long)(long value);
+    void (*set_string)(void *type, const char *message);
+    void *(*occurred)(void);
+    void *buffer_error, *type_error; /* PyExc_BufferError, PyExc_TypeError */
+} py_api;
+static py_api py;
+static atomic_int py_bound;
 
 /* The capsule names, static: a capsule keeps the pointer to its name. */
 static const char name_legacy[] = "dltensor";
@@ -47,14 +62,12 @@ static const char name_used_versioned[] = "used_dltensor_versioned";
  * one (renamed by its consumer, who now owes the deleter) nothing. */
 static void python_capsule_destructor(void *capsule)
 {
-    py_is_valid_fn valid = atomic_load(&py_is_valid);
-    py_get_pointer_fn get = atomic_load(&py_get_pointer);
-    if (!valid || !get)
+    if (!atomic_load(&py_bound))
         return;
-    if (valid(capsule, name_versioned))
-        tb_dlpack_release(get(capsule, name_versioned), 1);
-    else if (valid(capsule, name_legacy))
-        tb_dlpack_release(get(capsule, name_legacy), 0);
+    if (py.is_valid(capsule, name_versioned))
+        tb_dlpack_release(py.get_pointer(capsule, name_versioned), 1);
+    else if (py.is_valid(capsule, name_legacy))
+        tb_dlpack_release(py.get_pointer(capsule, name_legacy), 0);
 }
 
 /* ---- Slots ------------------------------------------------------------------ */
@@ -66,52 +79,88 @@ static void *tagged_managed(uintptr_t tagged)
     return (void *)(tagged & ~(uintptr_t)1);
 }
 
-/* Python's side, called by its ctypes with the GIL held (one call each
- * way: a ctypes call costs about what the rest of the exchange does). */
+/* Python's side: two builtins, called with the GIL held. */
 
-/* A new capsule over the export in slot k (a new reference), named for
- * what it holds, with our destructor; NULL when the slot is empty. */
-static void *python_capsule_from_slot(unsigned k)
+/* A PyMethodDef, as the stable ABI lays it out. */
+typedef void *(*py_fastcall)(void *self, void *const *args, ssize_t nargs);
+typedef struct {
+    const char *name;
+    py_fastcall function;
+    int flags;
+    const char *doc;
+} py_method_def;
+enum { PY_METH_FASTCALL = 0x0080 };
+
+/* The slot number that is the last of nargs arguments (1 or 0 when
+ * refused, Python's error set). */
+static int slot_argument(void *const *args, ssize_t nargs, ssize_t expected, unsigned *k)
 {
-    py_new_fn new_capsule = atomic_load(&py_new);
-    if (!new_capsule) /* not configured: the slot keeps its export */
+    if (nargs != expected) {
+        py.set_string(py.type_error, "tensor_blob: a slot builtin was given the wrong number of arguments");
+        return 0;
+    }
+    unsigned long number = py.as_unsigned_long(args[expected - 1]);
+    if (number < TB_SLOTS) {
+        *k = (unsigned)number;
+        return 1;
+    }
+    if (!py.occurred())
+        py.set_string(py.buffer_error, "tensor_blob: no such slot");
+    return 0;
+}
+
+/* capsule_from_slot(k): a new capsule over the export in slot k, named
+ * for what it holds, with our destructor. */
+static void *python_capsule_from_slot(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    if (!slot_argument(args, nargs, 1, &k))
         return NULL;
     uintptr_t tagged = tb_slot_take(&tb_st->python_slots, k);
-    if (!tagged)
+    if (!tagged) {
+        py.set_string(py.buffer_error, "tensor_blob: the slot holds no export (taken already, or closed)");
         return NULL;
+    }
     void *capsule =
-        new_capsule(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy, python_capsule_destructor);
+        py.new_capsule(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy, python_capsule_destructor);
     if (!capsule) /* Python's error is set (out of memory): ours again */
         tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
     return capsule;
 }
 
-/* What python_take_capsule answers. */
+/* What take_capsule answers. */
 enum { TAKEN = 1, NOT_DLPACK = 0, HOLDS_NULL = -1, ODD_ADDRESS = -2, SLOT_REFUSED = -3 };
 
-/* Takes the managed tensor of an unused DLPack capsule (versioned first)
- * into slot k, and marks the capsule used, so that neither it nor another
- * consumer frees the tensor. Anything else is left as it was. */
-static int python_take_capsule(void *capsule, unsigned k)
+/* take_capsule(capsule, k): takes the managed tensor of an unused DLPack
+ * capsule (versioned first) into slot k, and marks the capsule used, so
+ * that neither it nor another consumer frees the tensor. Anything else is
+ * left as it was. Answers one of the codes above. */
+static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
 {
-    py_is_valid_fn valid = atomic_load(&py_is_valid);
-    py_get_pointer_fn get = atomic_load(&py_get_pointer);
-    py_set_name_fn rename = atomic_load(&py_set_name);
-    if (!valid || !get || !rename)
-        return NOT_DLPACK;
-    int versioned = valid(capsule, name_versioned);
-    if (!versioned && !valid(capsule, name_legacy))
-        return NOT_DLPACK;
-    uintptr_t address = (uintptr_t)get(capsule, versioned ? name_versioned : name_legacy);
+    (void)self;
+    unsigned k;
+    if (!slot_argument(args, nargs, 2, &k))
+        return NULL;
+    void *capsule = args[0];
+    int versioned = py.is_valid(capsule, name_versioned);
+    if (!versioned && !py.is_valid(capsule, name_legacy))
+        return py.from_long(NOT_DLPACK);
+    uintptr_t address = (uintptr_t)py.get_pointer(capsule, versioned ? name_versioned : name_legacy);
     if (!address)
-        return HOLDS_NULL;
+        return py.from_long(HOLDS_NULL);
     if (address & 1)
-        return ODD_ADDRESS;
+        return py.from_long(ODD_ADDRESS);
     /* Renamed first: a capsule left armed would free what the slot holds;
      * a refused slot (never, for the library's own code) leaks instead. */
-    rename(capsule, versioned ? name_used_versioned : name_used_legacy);
-    return tb_slot_put(&tb_st->python_slots, k, address | (uintptr_t)versioned) ? TAKEN : SLOT_REFUSED;
+    py.set_name(capsule, versioned ? name_used_versioned : name_used_legacy);
+    int put = tb_slot_put(&tb_st->python_slots, k, address | (uintptr_t)versioned);
+    return py.from_long(put ? TAKEN : SLOT_REFUSED);
 }
+
+static const py_method_def capsule_from_slot_def = {"capsule_from_slot", python_capsule_from_slot, PY_METH_FASTCALL,
+                                                    NULL};
+static const py_method_def take_capsule_def = {"take_capsule", python_take_capsule, PY_METH_FASTCALL, NULL};
 
 /* The Elixir side's hold on a slot: its number while open (-1 once
  * closed), and which way it carries. */
@@ -220,42 +269,64 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
     return tb_nif_from_dlpack(env, 5, args);
 }
 
-/* python_capsule_abi(#{is_valid, get_pointer, new, set_name, gil_ensure,
- * gil_release}) -> #{destructor, dltensor, dltensor_versioned,
+/* python_capsule_abi(#{Name => Address}) -> #{dltensor, dltensor_versioned,
  * used_dltensor, used_dltensor_versioned, capsule_from_slot,
- * take_capsule}: addresses for the library's Python code
- * (TensorBlob.Python), after binding the interpreter's functions given
- * (PyCapsule_IsValid, _GetPointer, _New, _SetName, PyGILState_Ensure,
- * _Release: the release thread holds the GIL across a burst of Python's
- * deleters, tb_release.h). */
+ * take_capsule}: binds the interpreter's functions and exception types
+ * named in `interpreter` below, by address, and answers the addresses of
+ * the capsule names and of the two builtins' PyMethodDefs, for the
+ * library's Python code (TensorBlob.Python) to make them with
+ * PyCFunction_NewEx. The release thread holds the GIL across a burst of
+ * Python's deleters with PyGILState_Ensure/_Release (tb_release.h).
+ *
+ * Bound once per VM, before any builtin exists (there is one interpreter
+ * per OS process): a second call must give the same addresses. */
 ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
 {
-    static const char *const arguments[] = {"is_valid", "get_pointer", "new", "set_name", "gil_ensure", "gil_release"};
-    enum { FUNCTIONS = sizeof arguments / sizeof arguments[0] };
-    ErlNifUInt64 functions[FUNCTIONS];
-    for (int i = 0; i < FUNCTIONS; i++) {
+    static const char *const interpreter[] = {"PyCapsule_IsValid", "PyCapsule_GetPointer",  "PyCapsule_New",
+                                              "PyCapsule_SetName", "PyLong_AsUnsignedLong", "PyLong_FromLong",
+                                              "PyErr_SetString",   "PyErr_Occurred",        "PyExc_BufferError",
+                                              "PyExc_TypeError",   "PyGILState_Ensure",     "PyGILState_Release"};
+    enum { GIVEN = sizeof interpreter / sizeof interpreter[0] };
+    ErlNifUInt64 at[GIVEN];
+    for (int i = 0; i < GIVEN; i++) {
         ERL_NIF_TERM value;
-        if (!enif_get_map_value(env, argv[0], enif_make_atom(env, arguments[i]), &value) ||
-            !enif_get_uint64(env, value, &functions[i]) || functions[i] == 0)
-            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "functions",
-                                   "functions: expected a map holding the address of %s, got %T", arguments[i],
+        if (!enif_get_map_value(env, argv[0], enif_make_atom(env, interpreter[i]), &value) ||
+            !enif_get_uint64(env, value, &at[i]) || at[i] == 0)
+            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "interpreter",
+                                   "interpreter: expected a map holding the address of %s, got %T", interpreter[i],
                                    argv[0]);
     }
-    atomic_store(&py_is_valid, (py_is_valid_fn)(uintptr_t)functions[0]);
-    atomic_store(&py_get_pointer, (py_get_pointer_fn)(uintptr_t)functions[1]);
-    atomic_store(&py_new, (py_new_fn)(uintptr_t)functions[2]);
-    atomic_store(&py_set_name, (py_set_name_fn)(uintptr_t)functions[3]);
-    /* PyGILState_STATE is an enum: an int. */
-    tb_release_set_hold((int (*)(void))(uintptr_t)functions[4], (void (*)(int))(uintptr_t)functions[5]);
-    static const char *const keys[] = {"destructor",        name_legacy,         name_versioned, name_used_legacy,
+    py_api given = {
+        .is_valid = (int (*)(void *, const char *))(uintptr_t)at[0],
+        .get_pointer = (void *(*)(void *, const char *))(uintptr_t)at[1],
+        .new_capsule = (void *(*)(void *, const char *, void (*)(void *)))(uintptr_t)at[2],
+        .set_name = (int (*)(void *, const char *))(uintptr_t)at[3],
+        .as_unsigned_long = (unsigned long (*)(void *))(uintptr_t)at[4],
+        .from_long = (void *(*)(long))(uintptr_t)at[5],
+        .set_string = (void (*)(void *, const char *))(uintptr_t)at[6],
+        .occurred = (void *(*)(void))(uintptr_t)at[7],
+        .buffer_error = (void *)(uintptr_t)at[8],
+        .type_error = (void *)(uintptr_t)at[9],
+    };
+    static pthread_mutex_t binding = PTHREAD_MUTEX_INITIALIZER;
+    static ErlNifUInt64 bound_at[GIVEN];
+    pthread_mutex_lock(&binding);
+    int bound = atomic_load(&py_bound);
+    if (!bound) {
+        py = given;
+        memcpy(bound_at, at, sizeof at);
+        /* PyGILState_STATE is an enum: an int. */
+        tb_release_set_hold((int (*)(void))(uintptr_t)at[10], (void (*)(int))(uintptr_t)at[11]);
+        atomic_store(&py_bound, 1);
+    }
+    pthread_mutex_unlock(&binding);
+    if (bound && memcmp(at, bound_at, sizeof at) != 0)
+        return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "interpreter",
+                               "interpreter: bound already to another interpreter's functions (one per VM)");
+    static const char *const keys[] = {name_legacy,         name_versioned,      name_used_legacy,
                                        name_used_versioned, "capsule_from_slot", "take_capsule"};
-    const void *values[] = {(const void *)(uintptr_t)python_capsule_destructor,
-                            name_legacy,
-                            name_versioned,
-                            name_used_legacy,
-                            name_used_versioned,
-                            (const void *)(uintptr_t)python_capsule_from_slot,
-                            (const void *)(uintptr_t)python_take_capsule};
+    const void *values[] = {name_legacy,         name_versioned,         name_used_legacy,
+                            name_used_versioned, &capsule_from_slot_def, &take_capsule_def};
     ERL_NIF_TERM map = enif_make_new_map(env);
     for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
         enif_make_map_put(env, map, enif_make_atom(env, keys[i]), enif_make_uint64(env, (uintptr_t)values[i]), &map);

@@ -53,9 +53,9 @@ if Code.ensure_loaded?(Pythonx) do
 
     @module "_tensor_blob_pythonx"
 
-    # The Python side: capsules made, checked and renamed with the
-    # interpreter's own C API (ctypes prototypes of its own, so the argtypes
-    # of ctypes.pythonapi that other code may set are left alone).
+    # The Python side. The pointer work is two builtins of the library
+    # (C, METH_FASTCALL), made at configure from the PyMethodDefs it gives;
+    # ctypes only finds the interpreter's C API for it, once.
     @source """
     import ctypes
 
@@ -64,18 +64,23 @@ if Code.ensure_loaded?(Pythonx) do
     _abi = {}
 
     def c_api():
-        address = lambda name: ctypes.cast(getattr(_api, name), ctypes.c_void_p).value
         functions = ("PyCapsule_IsValid", "PyCapsule_GetPointer", "PyCapsule_New", "PyCapsule_SetName",
+                     "PyLong_AsUnsignedLong", "PyLong_FromLong", "PyErr_SetString", "PyErr_Occurred",
                      "PyGILState_Ensure", "PyGILState_Release")
-        return tuple(address(f) for f in functions)
+        exceptions = ("PyExc_BufferError", "PyExc_TypeError")
+        api = {f: ctypes.cast(getattr(_api, f), ctypes.c_void_p).value for f in functions}
+        api.update({e: ctypes.c_void_p.in_dll(_api, e).value for e in exceptions})
+        return api
 
     def configure(abi):
-        global _capsule_from_slot, _take_capsule
+        global capsule_from_slot, take_capsule
         _abi.update({k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()})
-        # The slots the Elixir side opens (their number is in the code it
-        # evaluates): C functions of the library, called with the GIL held.
-        _capsule_from_slot = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_uint)(_abi["capsule_from_slot"])
-        _take_capsule = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_uint)(_abi["take_capsule"])
+        # PyCFunction_NewEx(def, NULL, NULL): the library's builtins,
+        # called with the GIL held, as fast as any builtin.
+        builtin = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+            ("PyCFunction_NewEx", _api))
+        capsule_from_slot = builtin(_abi["capsule_from_slot"], None, None)
+        take_capsule = builtin(_abi["take_capsule"], None, None)
 
     class Exported:
         # What NumPy's from_dlpack asks: an object with __dlpack__, handing
@@ -96,11 +101,11 @@ if Code.ensure_loaded?(Pythonx) do
 
     def to_torch(k):
         import torch
-        return torch.from_dlpack(_capsule_from_slot(k))
+        return torch.from_dlpack(capsule_from_slot(k))
 
     def to_numpy(k):
         import numpy
-        return numpy.from_dlpack(Exported(_capsule_from_slot(k)))
+        return numpy.from_dlpack(Exported(capsule_from_slot(k)))
 
     def describe():
         import sys, importlib.util
@@ -114,21 +119,24 @@ if Code.ensure_loaded?(Pythonx) do
 
     def take(obj, k):
         # Puts obj's managed tensor in slot k, its capsule marked used.
-        if not hasattr(obj, "__dlpack__"):
+        dlpack = getattr(obj, "__dlpack__", None)
+        if dlpack is None:
             raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
         if type(obj) in _legacy_types:
-            capsule = obj.__dlpack__()
+            capsule = dlpack()
         else:
             try:
-                capsule = obj.__dlpack__(max_version=(1, 0))
+                capsule = dlpack(max_version=(1, 0))
             except TypeError:
                 # Asked once per type: a producer before DLPack 1.0.
                 _legacy_types.add(type(obj))
-                capsule = obj.__dlpack__()
-        taken = _take_capsule(capsule, k)
-        if taken == 1:
-            return None
-        what = f"__dlpack__ of a {type(obj).__name__} gave"
+                capsule = dlpack()
+        taken = take_capsule(capsule, k)
+        if taken != 1:
+            _refuse(type(obj).__name__, capsule, taken, k)
+
+    def _refuse(producer, capsule, taken, k):
+        what = f"__dlpack__ of a {producer} gave"
         if taken == -1:
             raise ValueError(f"{what} a DLPack capsule holding NULL")
         if taken == -2:
@@ -137,8 +145,8 @@ if Code.ensure_loaded?(Pythonx) do
             raise BufferError(f"tensor_blob: slot {k} is not open and empty")
         for name in ("used_dltensor_versioned", "used_dltensor"):
             if _valid(capsule, _abi[name]):
-                raise ValueError(f"__dlpack__ of a {type(obj).__name__} gave a capsule a consumer took already ({name})")
-        raise TypeError(f"__dlpack__ of a {type(obj).__name__} gave a {type(capsule).__name__}, not a DLPack capsule")
+                raise ValueError(f"{what} a capsule a consumer took already ({name})")
+        raise TypeError(f"{what} a {type(capsule).__name__}, not a DLPack capsule")
     """
 
     @doc """
@@ -309,17 +317,9 @@ if Code.ensure_loaded?(Pythonx) do
             %{"name" => String.to_atom(@module), "source" => @source}
           )
 
-        {is_valid, get_pointer, new, set_name, gil_ensure, gil_release} = Pythonx.decode(api)
-
-        abi =
-          :tensor_blob_dlpack.python_capsule_abi(%{
-            is_valid: is_valid,
-            get_pointer: get_pointer,
-            new: new,
-            set_name: set_name,
-            gil_ensure: gil_ensure,
-            gil_release: gil_release
-          })
+        # The interpreter's C API by address, keyed by its own names.
+        interpreter = Map.new(Pythonx.decode(api), fn {name, address} -> {String.to_atom(name), address} end)
+        abi = :tensor_blob_dlpack.python_capsule_abi(interpreter)
 
         Pythonx.eval("import #{@module}\n#{@module}.configure(abi)", %{"abi" => abi})
         :persistent_term.put({__MODULE__, :ready}, true)
