@@ -7,10 +7,10 @@
 #
 #   PYTHONX_PATH=$(scripts/build_pythonx.sh) MIX_ENV=prod mix run bench/python.exs
 #
-# Prints a Markdown table: the median of each case in microseconds, the
-# cases of a size timed in turns (at 4 B 10 rounds of 200 calls each; at
-# 64 MiB 3 rounds of 200, the copies 3 of 5), with the zero-copy ones as a
-# multiple of an empty eval.
+# Prints a Markdown table: each case's cost per call in microseconds (the
+# median of its rounds' means, each round started settled), the cases of a size timed in turns (at 4 B
+# 20 rounds of 200 calls each; at 64 MiB 5 rounds of 200, the copies 5 of
+# 5), with the zero-copy ones as a multiple of an empty eval.
 {:ok, _} = Application.ensure_all_started(:pythonx)
 
 {paths, 0} =
@@ -27,19 +27,48 @@
 alias TensorBlob.{Python, Tensor}
 
 # The cases of one size are timed in turns (rounds of `calls` each), so
-# that a change in the machine's load falls on all of them alike; the
-# median of all of a case's samples, in µs.
+# that a change in the machine's load falls on all of them alike. A sample
+# is one round timed as a whole, divided by its calls; the median of a
+# case's samples, in µs. Nothing is stored per call: a growing list of
+# samples would make every collection dearer, most of all for the cases
+# that allocate most.
+#
+# Each round starts settled, outside the timing: this process's garbage
+# collected, Pythonx's janitor done (it drops each collected Pythonx
+# object in a call of its own, and every Pythonx.eval waits for it), the
+# library's release thread done (Python's deleters of what from_python
+# took: stats/0's `deferred`). Otherwise a case pays for the objects the
+# case before it made: from_python, timed after to_python, took up to 0.5x
+# an empty eval more that way.
+deferred = fn -> TensorBlob.stats().deferred end
+base_deferred = deferred.()
+
+settle = fn ->
+  :erlang.garbage_collect()
+  {_, _} = Pythonx.eval("None", %{})
+  :erlang.garbage_collect()
+
+  Stream.repeatedly(fn -> deferred.() <= base_deferred || Process.sleep(1) end)
+  |> Enum.find(&(&1 == true))
+end
+
 interleaved = fn cases, rounds, calls ->
-  Enum.each(cases, fn {_, fun} -> fun.() end)
+  round = fn fun ->
+    settle.()
+    {us, _} = :timer.tc(fn -> Enum.each(1..calls, fn _ -> fun.() end) end)
+    us / calls
+  end
+
+  Enum.each(cases, fn {_, fun} -> round.(fun) end)
 
   samples =
-    for _ <- 1..rounds, {name, fun} <- cases, _ <- 1..calls, reduce: %{} do
+    for _ <- 1..rounds, {name, fun} <- cases, reduce: %{} do
       acc ->
-        {us, _} = :timer.tc(fun)
+        us = round.(fun)
         Map.update(acc, name, [us], &[us | &1])
     end
 
-  Map.new(samples, fn {name, times} -> {name, Enum.at(Enum.sort(times), div(length(times), 2))} end)
+  Map.new(samples, fn {name, times} -> {name, round(Enum.at(Enum.sort(times), div(length(times), 2)))} end)
 end
 
 eval = fn code, globals ->
@@ -48,7 +77,7 @@ eval = fn code, globals ->
 end
 
 rows =
-  for {label, bytes, rounds, copy_calls} <- [{"4 B", 4, 10, 200}, {"64 MiB", 64 * 1024 * 1024, 3, 5}] do
+  for {label, bytes, rounds, copy_calls} <- [{"4 B", 4, 20, 200}, {"64 MiB", 64 * 1024 * 1024, 5, 5}] do
     n = div(bytes, 4)
     t = Tensor.zeros({n}, :float32)
     binary = Tensor.to_binary(t)
@@ -83,7 +112,7 @@ rows =
 
 IO.puts("""
 Python in the VM (Pythonx #{Application.spec(:pythonx, :vsn)}, #{elem(Pythonx.decode(eval.("import sys, torch, numpy\n(sys.version.split()[0], torch.__version__, numpy.__version__)", %{})), 0)} \
-Python, libtorch #{TensorBlob.torch_version()}); median µs, each size's cases timed in turns. \
+Python, libtorch #{TensorBlob.torch_version()}); µs per call (the median of rounds' means, each round started settled), each size's cases timed in turns. \
 The floors: an empty eval; to Python, an eval that makes a torch tensor; from Python, an eval that calls \
 `__dlpack__` and makes no Pythonx object.
 

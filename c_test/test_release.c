@@ -1,10 +1,12 @@
 /* The release thread (tb_release.c): jobs queued from many threads at once
  * each run exactly once, off the queuing thread, in the order each thread
  * queued them; a job that blocks holds up no thread that queues; held jobs
- * run inside the hold, taken once per run of them. make
+ * run inside the hold, taken once per run of them, or on the holder's own
+ * thread when it asks (tb_release_run_held), exactly once either way. make
  * tsan-test runs it under ThreadSanitizer. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -220,11 +222,180 @@ static void test_hold(void)
     CHECK_EQ(atomic_load(&holding), 0);
 }
 
+/* tb_release_run_held: the holder's call runs the held jobs first in line
+ * on its own thread, TB_RELEASE_HOLD_RUN at most, in order, and leaves the
+ * rest to the release thread; with a hold set, that thread leaves a held
+ * job first in line alone for TB_RELEASE_GRACE_MS. */
+#define DRAINED (TB_RELEASE_HOLD_RUN + 12)
+static pthread_t ran_on[DRAINED + 1];
+static double ran_at[DRAINED + 1];
+static atomic_int drained_seq_broken, last_drained_seq;
+
+typedef struct {
+    tb_release_job job; /* first */
+    int seq;
+} drained_job;
+
+static void run_drained_job(tb_release_job *job)
+{
+    drained_job *d = (drained_job *)job;
+    ran_on[d->seq] = pthread_self();
+    ran_at[d->seq] = now();
+    if (d->seq != atomic_load(&last_drained_seq) + 1)
+        atomic_fetch_add(&drained_seq_broken, 1);
+    atomic_store(&last_drained_seq, d->seq);
+    free(d);
+}
+
+static void queue_drained_job(int seq, int held)
+{
+    drained_job *d = malloc(sizeof *d);
+    d->job.run = run_drained_job;
+    d->seq = seq;
+    tb_release_later(&d->job, held);
+}
+
+static void test_run_held(void)
+{
+    /* The thread kept busy by a blocker, so that only this thread's calls
+     * can take what is queued behind it. */
+    atomic_store(&release_blocker, 0);
+    atomic_store(&blocker_running, 0);
+    tb_release_job *blocker = malloc(sizeof *blocker);
+    blocker->run = blocking_job;
+    tb_release_later(blocker, 0);
+    while (!atomic_load(&blocker_running)) {
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    atomic_store(&last_drained_seq, 0);
+    int seq = 0;
+    for (int i = 0; i < TB_RELEASE_HOLD_RUN + 10; i++)
+        queue_drained_job(++seq, 1);
+    queue_drained_job(++seq, 0);
+    queue_drained_job(++seq, 1);
+    CHECK_EQ(seq, DRAINED);
+    tb_release_run_held(); /* the first TB_RELEASE_HOLD_RUN */
+    CHECK_EQ(atomic_load(&last_drained_seq), TB_RELEASE_HOLD_RUN);
+    tb_release_run_held(); /* the other 10 held first in line */
+    CHECK_EQ(atomic_load(&last_drained_seq), TB_RELEASE_HOLD_RUN + 10);
+    tb_release_run_held(); /* an unheld one is first in line: nothing */
+    CHECK_EQ(atomic_load(&last_drained_seq), TB_RELEASE_HOLD_RUN + 10);
+    atomic_store(&release_blocker, 1);
+    drain();
+    CHECK_EQ(atomic_load(&last_drained_seq), DRAINED);
+    CHECK_EQ(atomic_load(&drained_seq_broken), 0);
+    int here = 0;
+    for (int i = 1; i <= DRAINED; i++)
+        here += pthread_equal(ran_on[i], pthread_self()) != 0;
+    CHECK_EQ(here, TB_RELEASE_HOLD_RUN + 10);
+    CHECK(!pthread_equal(ran_on[DRAINED - 1], pthread_self()));
+    CHECK(!pthread_equal(ran_on[DRAINED], pthread_self()));
+
+    /* Nobody asks: the thread runs a held job itself, after the grace
+     * (counted from a moment before it was queued). */
+    atomic_store(&last_drained_seq, 0);
+    double queued = now();
+    queue_drained_job(1, 1);
+    drain();
+    CHECK_EQ(atomic_load(&last_drained_seq), 1);
+    CHECK(!pthread_equal(ran_on[1], pthread_self()));
+    CHECK(ran_at[1] - queued >= TB_RELEASE_GRACE_MS / 1000.0);
+}
+
+/* Producers queue held and unheld jobs while two holders (a mutex as the
+ * GIL, which the release thread's hold takes too) keep asking: every job
+ * runs once, and no two held jobs at once. */
+#define STRESS_PRODUCERS 4
+#define STRESS_JOBS 4000
+static pthread_mutex_t gil = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int stress_runs[STRESS_PRODUCERS * STRESS_JOBS];
+static atomic_int held_running, held_overlap, producers_left;
+
+typedef struct {
+    tb_release_job job; /* first */
+    int id;
+    int held;
+} stress_job;
+
+static void run_stress_job(tb_release_job *job)
+{
+    stress_job *j = (stress_job *)job;
+    if (j->held && atomic_fetch_add(&held_running, 1) != 0)
+        atomic_fetch_add(&held_overlap, 1);
+    atomic_fetch_add(&stress_runs[j->id], 1);
+    if (j->held)
+        atomic_fetch_sub(&held_running, 1);
+    free(j);
+}
+
+static void *stress_producer(void *arg)
+{
+    int p = (int)(intptr_t)arg;
+    for (int i = 0; i < STRESS_JOBS; i++) {
+        stress_job *j = malloc(sizeof *j);
+        j->job.run = run_stress_job;
+        j->id = p * STRESS_JOBS + i;
+        j->held = (i % 5) != 0; /* mostly Python's deleters */
+        tb_release_later(&j->job, j->held);
+    }
+    atomic_fetch_sub(&producers_left, 1);
+    return NULL;
+}
+
+static void *stress_holder(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&producers_left) > 0 || tb_release_pending() > 0) {
+        pthread_mutex_lock(&gil);
+        tb_release_run_held();
+        pthread_mutex_unlock(&gil);
+        sched_yield();
+    }
+    return NULL;
+}
+
+static int take_gil(void)
+{
+    pthread_mutex_lock(&gil);
+    return 7;
+}
+
+static void give_gil(int state)
+{
+    (void)state;
+    pthread_mutex_unlock(&gil);
+}
+
+static void test_run_held_stress(void)
+{
+    tb_release_set_hold(take_gil, give_gil);
+    atomic_store(&producers_left, STRESS_PRODUCERS);
+    pthread_t producers[STRESS_PRODUCERS], holders[2];
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_create(&holders[i], NULL, stress_holder, NULL), 0);
+    for (int i = 0; i < STRESS_PRODUCERS; i++)
+        CHECK_EQ(pthread_create(&producers[i], NULL, stress_producer, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < STRESS_PRODUCERS; i++)
+        CHECK_EQ(pthread_join(producers[i], NULL), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_join(holders[i], NULL), 0);
+    drain();
+    int once = 0;
+    for (int i = 0; i < STRESS_PRODUCERS * STRESS_JOBS; i++)
+        once += atomic_load(&stress_runs[i]) == 1;
+    CHECK_EQ(once, STRESS_PRODUCERS * STRESS_JOBS);
+    CHECK_EQ(atomic_load(&held_overlap), 0);
+    CHECK_EQ(tb_release_pending(), 0);
+}
+
 int main(void)
 {
     test_many_threads();
     test_blocking_job_holds_no_caller();
     test_hold();
+    test_run_held();
+    test_run_held_stress();
     printf("test_release: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -82,14 +82,14 @@ export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
 export_version(V, _) ->
     badarg(bad_value, version, ["version: expected versioned or legacy, got ", {term, V}]).
 
-%% The addresses an embedded Python's code needs (TensorBlob.Python): the C
-%% destructor of our capsules, their names and the two functions that make
-%% and take them over slots, once the interpreter's functions are bound
-%% (Functions: is_valid, get_pointer, new and set_name, its PyCapsule_
-%% functions; gil_ensure and gil_release, its PyGILState_ ones).
+%% Binds an embedded Python's C API (Interpreter: the addresses of the
+%% functions and exception types tb_python.c names, keyed by their C names;
+%% once per VM) and answers what that Python's code (TensorBlob.Python)
+%% needs: the DLPack capsule names and the PyMethodDefs of the library's
+%% two builtins, capsule_from_slot and take_capsule, by address.
 -spec python_capsule_abi(#{atom() => non_neg_integer()}) -> #{atom() => non_neg_integer()}.
-python_capsule_abi(Functions) ->
-    ?NIF(tensor_blob_nif:python_capsule_abi(Functions)).
+python_capsule_abi(Interpreter) ->
+    ?NIF(tensor_blob_nif:python_capsule_abi(Interpreter)).
 
 %% A managed tensor crosses one Python evaluation in a numbered slot, which
 %% the evaluated code names (TensorBlob.Python): the tensor exported into

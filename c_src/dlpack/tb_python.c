@@ -79,7 +79,9 @@ static void *tagged_managed(uintptr_t tagged)
     return (void *)(tagged & ~(uintptr_t)1);
 }
 
-/* Python's side: two builtins, called with the GIL held. */
+/* Python's side: two builtins, called with the GIL held. Each first runs
+ * Python's deleters waiting on the release thread (tb_release_run_held):
+ * here the GIL is held already, and no thread hands it over. */
 
 /* A PyMethodDef, as the stable ABI lays it out. */
 typedef void *(*py_fastcall)(void *self, void *const *args, ssize_t nargs);
@@ -114,6 +116,7 @@ static int slot_argument(void *const *args, ssize_t nargs, ssize_t expected, uns
 static void *python_capsule_from_slot(void *self, void *const *args, ssize_t nargs)
 {
     (void)self;
+    tb_release_run_held();
     unsigned k;
     if (!slot_argument(args, nargs, 1, &k))
         return NULL;
@@ -139,6 +142,7 @@ enum { TAKEN = 1, NOT_DLPACK = 0, HOLDS_NULL = -1, ODD_ADDRESS = -2, SLOT_REFUSE
 static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
 {
     (void)self;
+    tb_release_run_held();
     unsigned k;
     if (!slot_argument(args, nargs, 2, &k))
         return NULL;

@@ -1,8 +1,8 @@
 /* Releases that must not run on a scheduler: a thread of the library's
- * own runs them, in the order they came. A DLPack producer's deleter may
- * block (Python's take the GIL, which another thread may hold for
- * seconds); an import that says so hands its deleter here, so the
- * scheduler that drops the last reference never waits for it. */
+ * own runs them, in the order they came (but see tb_release_run_held). A
+ * DLPack producer's deleter may block (Python's take the GIL, which another
+ * thread may hold for seconds); an import that says so hands its deleter
+ * here, so the scheduler that drops the last reference never waits for it. */
 #ifndef TB_RELEASE_H
 #define TB_RELEASE_H
 
@@ -25,6 +25,16 @@ void tb_release_later(tb_release_job *job, int held);
  * lets Python's other threads in. Set once Python is known (any thread). */
 #define TB_RELEASE_HOLD_RUN 64
 void tb_release_set_hold(int (*take)(void), void (*give)(int));
+
+/* Runs the held jobs first in line (TB_RELEASE_HOLD_RUN at most) here and
+ * now, for the holder's own code, called with the hold taken: Python's
+ * deleters then run where the GIL is held already, with no hand-over to
+ * the release thread (tb_python.c's builtins call it). Once a hold is set,
+ * the thread leaves held jobs first in line to such calls for
+ * TB_RELEASE_GRACE_MS after the queue fills, then runs them itself. Such a
+ * job may run before older ones the thread is still running. */
+#define TB_RELEASE_GRACE_MS 2
+void tb_release_run_held(void);
 
 /* Jobs queued and not yet finished. */
 long tb_release_pending(void);
