@@ -37,9 +37,10 @@ if Code.ensure_loaded?(Pythonx) do
     dies during the evaluation, what the slot holds is released with it.
 
     The producer's deleter of Python memory takes the GIL, which another
-    evaluation may hold for seconds: it runs on a thread of the library's
-    own (`defer_release`, `TensorBlob.DLPack.import/2`), never on a
-    scheduler.
+    evaluation may hold for seconds: it never runs on a scheduler. It runs
+    in the library's next call into Python, which holds the GIL already,
+    or after 2 ms on a thread of the library's own (`defer_release`,
+    `TensorBlob.DLPack.import/2`).
 
     Writes are seen by both sides. Read-only memory stays read-only: a
     read-only tensor goes to NumPy with DLPack's `READ_ONLY` flag, and a
