@@ -191,9 +191,10 @@ if Code.ensure_loaded?(Pythonx) do
     What the Python of this VM brings: its version, PyTorch's and NumPy's
     (`nil` when absent), and the libtorch files mapped in this OS process
     (`:libtorch`, from `/proc/self/maps`). `:one_libtorch` is `false` when
-    PyTorch brought a libtorch of its own (a pip wheel) beside the one
-    tensor_blob links: DLPack still works across the two, but tensors do
-    not share one allocator or one set of threads.
+    two are mapped. Two libtorches do not load into one process (their
+    registries are C++ statics the dynamic linker makes one for every
+    copy; the second to load fails): build tensor_blob against the
+    libtorch that Python's PyTorch brings (guides/python.md).
     """
     @spec describe() :: %{
             python: String.t(),
