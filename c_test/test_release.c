@@ -106,6 +106,21 @@ static void blocking_job(tb_release_job *job)
     free(job);
 }
 
+/* Returns once the release thread runs a blocking job (until
+ * release_blocker is set): what is queued after waits behind it. */
+static void block_release_thread(void)
+{
+    atomic_store(&release_blocker, 0);
+    atomic_store(&blocker_running, 0);
+    tb_release_job *blocker = malloc(sizeof *blocker);
+    blocker->run = blocking_job;
+    tb_release_later(blocker, 0);
+    while (!atomic_load(&blocker_running)) {
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 static void counted_job(tb_release_job *job)
 {
     free(job);
@@ -193,15 +208,7 @@ static void test_hold(void)
 
     tb_release_set_hold(take_hold, give_hold);
     /* Jobs queued behind a blocker run as one burst. */
-    atomic_store(&release_blocker, 0);
-    atomic_store(&blocker_running, 0);
-    tb_release_job *blocker = malloc(sizeof *blocker);
-    blocker->run = blocking_job;
-    tb_release_later(blocker, 0);
-    while (!atomic_load(&blocker_running)) {
-        struct timespec pause = {0, 1000000};
-        nanosleep(&pause, NULL);
-    }
+    block_release_thread();
     atomic_store(&last_hold_seq, 0);
     int seq = 0;
     for (int i = 0; i < 10; i++)
@@ -259,15 +266,7 @@ static void test_run_held(void)
 {
     /* The thread kept busy by a blocker, so that only this thread's calls
      * can take what is queued behind it. */
-    atomic_store(&release_blocker, 0);
-    atomic_store(&blocker_running, 0);
-    tb_release_job *blocker = malloc(sizeof *blocker);
-    blocker->run = blocking_job;
-    tb_release_later(blocker, 0);
-    while (!atomic_load(&blocker_running)) {
-        struct timespec pause = {0, 1000000};
-        nanosleep(&pause, NULL);
-    }
+    block_release_thread();
     atomic_store(&last_drained_seq, 0);
     int seq = 0;
     for (int i = 0; i < TB_RELEASE_HOLD_RUN + 10; i++)
