@@ -20,6 +20,18 @@ defmodule Bench.Scaling do
       {"from_blob, term owner",
        fn t -> (b = TensorBlob.to_blob(t)) && fn -> TensorBlob.from_blob(b, owner: {:keep, t}) end end},
       {"DLPack export + import", fn t -> fn -> DLPack.import(DLPack.export(t)) end end},
+      # Every release through the release thread's queue (shared by all
+      # schedulers), as from_python's are.
+      {"DLPack, deferred release", fn t -> fn -> DLPack.import(DLPack.export(t), defer_release: true) end end},
+      # The slot table Python exchanges cross (shared by all schedulers):
+      # an export put in the lowest free slot, then released on close.
+      {"Python slot, export + close",
+       fn t ->
+         fn ->
+           {_k, slot} = :tensor_blob_dlpack.python_slot_export(Tensor.ref(t), :legacy)
+           :tensor_blob_dlpack.python_slot_close(slot)
+         end
+       end},
       {"DLPack through an address", fn t -> fn -> t |> DLPack.export() |> DLPack.consume() |> DLPack.import() end end},
       {"to_binary copy: false", fn t -> fn -> Tensor.to_binary(t, copy: false) end end},
       {"from_binary copy: false",

@@ -80,8 +80,8 @@ static void *tagged_managed(uintptr_t tagged)
 }
 
 /* Python's side: two builtins, called with the GIL held. Each first runs
- * Python's deleters waiting on the release thread (tb_release_run_held):
- * here the GIL is held already, and no thread hands it over. */
+ * Python's deleters waiting on the release thread (enter_builtin): here
+ * the GIL is held already, and no thread hands it over. */
 
 /* A PyMethodDef, as the stable ABI lays it out. */
 typedef void *(*py_fastcall)(void *self, void *const *args, ssize_t nargs);
@@ -93,10 +93,12 @@ typedef struct {
 } py_method_def;
 enum { PY_METH_FASTCALL = 0x0080 };
 
-/* The slot number that is the last of nargs arguments (1 or 0 when
- * refused, Python's error set). */
-static int slot_argument(void *const *args, ssize_t nargs, ssize_t expected, unsigned *k)
+/* What each builtin does first: runs Python's deleters waiting in line
+ * (the GIL is held here already), then reads the slot number, the last of
+ * nargs arguments (1, or 0 when refused, Python's error set). */
+static int enter_builtin(void *const *args, ssize_t nargs, ssize_t expected, unsigned *k)
 {
+    tb_release_run_held();
     if (nargs != expected) {
         py.set_string(py.type_error, "tensor_blob: a slot builtin was given the wrong number of arguments");
         return 0;
@@ -116,9 +118,8 @@ static int slot_argument(void *const *args, ssize_t nargs, ssize_t expected, uns
 static void *python_capsule_from_slot(void *self, void *const *args, ssize_t nargs)
 {
     (void)self;
-    tb_release_run_held();
     unsigned k;
-    if (!slot_argument(args, nargs, 1, &k))
+    if (!enter_builtin(args, nargs, 1, &k))
         return NULL;
     uintptr_t tagged = tb_slot_take(&tb_st->python_slots, k);
     if (!tagged) {
@@ -142,9 +143,8 @@ enum { TAKEN = 1, NOT_DLPACK = 0, HOLDS_NULL = -1, ODD_ADDRESS = -2, SLOT_REFUSE
 static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
 {
     (void)self;
-    tb_release_run_held();
     unsigned k;
-    if (!slot_argument(args, nargs, 2, &k))
+    if (!enter_builtin(args, nargs, 2, &k))
         return NULL;
     void *capsule = args[0];
     int versioned = py.is_valid(capsule, name_versioned);
