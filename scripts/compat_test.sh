@@ -50,6 +50,8 @@ packages+=(
 )
 # Python in the VM (Pythonx, make pythonx-test): libpython and NumPy.
 packages+=(python3-numpy libpython3-dev)
+# Safetensors files: the reference implementation, for the file door's compat tests.
+packages+=(python3-safetensors)
 
 log() { printf '==> compat-test: %s\n' "$*"; }
 
