@@ -2,7 +2,12 @@
 
 -include_lib("eunit/include/eunit.hrl").
 
-exchange_test() ->
+%% The first call loads the NIF library and libtorch with it: on a loaded
+%% machine that can outlast EUnit's default 5 s, so the test allows a minute.
+exchange_test_() ->
+    {timeout, 60, fun exchange/0}.
+
+exchange() ->
     {Bytes, View} = rebar3_consumer:exchange(),
     ?assertEqual(<<10, 20, 30, 40, 50, 60>>, Bytes),
     %% The view shares the tensor's storage: it answers as the tensor does.
