@@ -285,7 +285,7 @@ defmodule TensorBlob.Tensor do
           address = "0x" <> String.downcase(Integer.to_string(:tensor_blob.to_blob(ref).ptr, 16))
           concat(["#TensorBlob.Tensor<", head, " at ", address, ">"])
         else
-          case :tensor_blob_telemetry.unreported(fn ->
+          case :tensor_blob_door.unreported(fn ->
                  preview(tensor, shape, device, dtype, min(@preview, opts.limit))
                end) do
             nil -> concat(["#TensorBlob.Tensor<", head, ">"])
