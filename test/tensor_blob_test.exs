@@ -482,26 +482,22 @@ defmodule TensorBlobTest do
 
   describe "lifetimes" do
     test "a slice of a view keeps the owner alive after the struct and the owner are dropped" do
-      before = Lifetime.settled_stats()
       bytes = for i <- 0..4095, into: <<>>, do: <<i::32-native>>
 
-      slice =
-        Lifetime.in_process(fn ->
+      Lifetime.assert_last_user(
+        fn ->
           owner = Tensor.from_binary(bytes, :int32, {64, 64})
           %BlobView{tensor: view} = TensorBlob.from_blob(TensorBlob.to_blob(owner))
           view |> Tensor.narrow(0, 10, 2) |> Tensor.transpose(0, 1)
-        end)
-
-      Lifetime.churn()
-      expected = for c <- 0..63, r <- 10..11, into: <<>>, do: <<r * 64 + c::32-native>>
-      assert Tensor.to_binary(slice) == expected
-      # The view shares the owner tensor's storage: no pin object is held.
-      assert Tensor.memory(slice) == :owned
-      assert TensorBlob.stats().pins == before.pins
-
-      slice = nil
-      _ = slice
-      assert Lifetime.await_stats(before) == before
+        end,
+        fn slice, before ->
+          expected = for c <- 0..63, r <- 10..11, into: <<>>, do: <<r * 64 + c::32-native>>
+          assert Tensor.to_binary(slice) == expected
+          # The view shares the owner tensor's storage: no pin object is held.
+          assert Tensor.memory(slice) == :owned
+          assert TensorBlob.stats().pins == before.pins
+        end
+      )
     end
 
     test "a view of another dtype, inside the owner at an offset, outlives the owner it shares storage with" do

@@ -174,58 +174,9 @@ defmodule TensorBlob.Test.Doors do
           )
         ]
       },
-      %{
-        door: :nx,
-        tag: :nx,
-        calls: [
-          call("TensorBlob.Nx.to_nx/2", fn [t, o] -> apply(TensorBlob.Nx, :to_nx, [t, o]) end, [tensor(), keywords()]),
-          call("TensorBlob.Nx.from_nx/2", fn [t, o] -> apply(TensorBlob.Nx, :from_nx, [t, o]) end, [
-            %{
-              name: :tensor,
-              kind: :foreign,
-              good: fn -> apply(TensorBlob.Nx, :to_nx, [Tensor.zeros({4}, :uint8)]) end,
-              names: [:tensor, :none]
-            },
-            keywords()
-          ])
-        ]
-      },
-      %{
-        door: :python_in_vm,
-        tag: :python,
-        calls: [
-          call("TensorBlob.Python.to_python/2", fn [t, o] -> apply(TensorBlob.Python, :to_python, [t, o]) end, [
-            tensor(),
-            keywords()
-          ]),
-          call("TensorBlob.Python.from_python/1", fn [o] -> apply(TensorBlob.Python, :from_python, [o]) end, [
-            %{
-              name: :object,
-              kind: :foreign,
-              good: fn -> apply(TensorBlob.Python, :to_python, [Tensor.zeros({4}, :uint8)]) end,
-              names: [:object, :tensor, :none]
-            }
-          ])
-        ]
-      },
-      %{
-        door: :extorch,
-        tag: :extorch,
-        calls: [
-          call("TensorBlob.ExTorch.to_extorch/2", fn [t, o] -> apply(TensorBlob.ExTorch, :to_extorch, [t, o]) end, [
-            tensor(),
-            keywords()
-          ]),
-          call("TensorBlob.ExTorch.from_extorch/1", fn [t] -> apply(TensorBlob.ExTorch, :from_extorch, [t]) end, [
-            %{
-              name: :tensor,
-              kind: :foreign,
-              good: fn -> apply(TensorBlob.ExTorch, :to_extorch, [Tensor.zeros({4}, :uint8)]) end,
-              names: [:tensor, :none]
-            }
-          ])
-        ]
-      },
+      runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true),
+      runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
+      runtime_row(:extorch, :extorch, TensorBlob.ExTorch, {:to_extorch, :from_extorch}, :tensor, false),
       %{
         door: :python_module,
         tag: :python_module,
@@ -241,6 +192,31 @@ defmodule TensorBlob.Test.Doors do
         ]
       }
     ]
+  end
+
+  # The door to another runtime's tensors: Module.To(tensor, options) gives
+  # one, Module.From(that) (with options where from_options) takes it back.
+  # The module is compiled only where the runtime is: called by apply/3.
+  defp runtime_row(door, tag, module, {to, from}, foreign_name, from_options) do
+    name = fn function, arity -> "#{inspect(module)}.#{function}/#{arity}" end
+
+    foreign = %{
+      name: foreign_name,
+      kind: :foreign,
+      good: fn -> apply(module, to, [Tensor.zeros({4}, :uint8), []]) end,
+      names: [foreign_name, :tensor, :none]
+    }
+
+    from_call =
+      if from_options,
+        do: call(name.(from, 2), fn args -> apply(module, from, args) end, [foreign, keywords()]),
+        else: call(name.(from, 1), fn args -> apply(module, from, args) end, [foreign])
+
+    %{
+      door: door,
+      tag: tag,
+      calls: [call(name.(to, 2), fn args -> apply(module, to, args) end, [tensor(), keywords()]), from_call]
+    }
   end
 
   # An export whose tensor (and so its region) lives as long as the VM:
