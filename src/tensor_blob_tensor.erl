@@ -39,7 +39,8 @@ to_blob_struct(T, _Owner, _Struct) ->
 to_blob(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_blob(T, Opts) ->
-    Checked = check(Opts, [{owner, any}, {struct, atom, undefined}], map),
+    Checked = check(Opts, [{owner, any}, {struct, {satisfies, "a module name (an atom)", fun erlang:is_atom/1},
+                                               undefined}], map),
     Owner = maps:get(owner, Checked, T),
     case Checked of
         #{struct := undefined} -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
