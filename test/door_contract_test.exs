@@ -50,6 +50,9 @@ defmodule TensorBlob.DoorContractTest do
     end
   end
 
+  # An argument with a debt: its door names no argument (:none) yet, as
+  # the row's note says; every other answer is held to the contract.
+  defp names?(%{debt: _} = arg, :none), do: names?(Map.delete(arg, :debt), arg.name)
   defp names?(%{names: :any_option}, argument), do: is_atom(argument) and argument not in [nil, :none]
   defp names?(%{names: names}, argument), do: argument in names
   defp names?(%{name: name}, argument), do: argument == name
@@ -90,9 +93,16 @@ defmodule TensorBlob.DoorContractTest do
         do: {dtype, layout, t}
   end
 
-  for %{door: door, tag: tag, calls: calls} <- Doors.table() do
+  for %{door: door, tag: tag, calls: calls} = row <- Doors.table() do
     describe "#{door}" do
       if tag, do: @describetag(tag)
+
+      # The applications the door's runtime needs started (Nx's backend
+      # setting, ...).
+      setup do
+        for app <- unquote(Map.get(row, :apps, [])), do: {:ok, _} = Application.ensure_all_started(app)
+        :ok
+      end
 
       for call <- calls do
         @call_name call.name

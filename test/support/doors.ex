@@ -6,11 +6,13 @@ defmodule TensorBlob.Test.Doors do
   # door joins by adding a row here.
   #
   # A row: %{door: atom, tag: nil or the ExUnit tag whose environment it
-  # needs (test/test_helper.exs excludes it elsewhere), calls: [call]}.
+  # needs (test/test_helper.exs excludes it elsewhere), calls: [call],
+  # apps: the applications to start first (optional)}.
   # A call: %{name: string, run: fn args -> result end, args: [arg],
   # writes: whether it writes the tensor it is given}. An arg: %{name:
   # atom, kind: kind, good: fn -> value end, names: the error arguments
-  # a bad value of it may be about (default [name])}. A kind says what
+  # a bad value of it may be about (default [name]), debt: a note where
+  # the door names no argument (:none) yet}. A kind says what
   # the argument takes, and so which terms of the battery's are of a
   # wrong type for it (wrong?/2); :tensor args also get the freed, the
   # read-only, and the 0-dim, empty and strided tensors of every dtype.
@@ -174,7 +176,7 @@ defmodule TensorBlob.Test.Doors do
           )
         ]
       },
-      runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true),
+      Map.put(runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true), :apps, [:nx]),
       runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
       runtime_row(:extorch, :extorch, TensorBlob.ExTorch, {:to_extorch, :from_extorch}, :tensor, false),
       %{
@@ -200,11 +202,16 @@ defmodule TensorBlob.Test.Doors do
   defp runtime_row(door, tag, module, {to, from}, foreign_name, from_options) do
     name = fn function, arity -> "#{inspect(module)}.#{function}/#{arity}" end
 
+    # Debt: these doors answer a term that is no tensor with argument
+    # :none (their message names the function), not the argument.
+    debt = "#{inspect(module)} names no argument for a term that is no tensor"
+
     foreign = %{
       name: foreign_name,
       kind: :foreign,
       good: fn -> apply(module, to, [Tensor.zeros({4}, :uint8), []]) end,
-      names: [foreign_name, :tensor, :none]
+      names: [foreign_name, :tensor],
+      debt: debt
     }
 
     from_call =
@@ -215,7 +222,10 @@ defmodule TensorBlob.Test.Doors do
     %{
       door: door,
       tag: tag,
-      calls: [call(name.(to, 2), fn args -> apply(module, to, args) end, [tensor(), keywords()]), from_call]
+      calls: [
+        call(name.(to, 2), fn args -> apply(module, to, args) end, [Map.put(tensor(), :debt, debt), keywords()]),
+        from_call
+      ]
     }
   end
 
