@@ -3,7 +3,7 @@
 if Code.ensure_loaded?(Nx) do
   defmodule TensorBlob.Nx.Options do
     @moduledoc false
-    import TensorBlob.Raise, only: [badarg!: 3]
+    import TensorBlob.Raise, only: [badarg!: 3, translating: 1]
 
     @doc false
     def __mix_recompile__?, do: not Code.ensure_loaded?(Nx)
@@ -13,25 +13,23 @@ if Code.ensure_loaded?(Nx) do
     def to_nx!({backend, opts}) when is_atom(backend) and is_list(opts), do: {{backend!(backend), opts}, false}
 
     def to_nx!(opts) when is_list(opts) do
-      opts = validate_options!(opts, [:backend, unsafe_view: false])
+      backend = {:satisfies, "a module or {module, keyword}", &backend?/1}
+      %{unsafe_view: unsafe_view} = opts = checked(opts, [{:backend, backend}, {:unsafe_view, :boolean, false}])
 
-      backend =
-        case Keyword.get_lazy(opts, :backend, &Nx.default_backend/0) do
-          b when is_atom(b) and b != nil -> {backend!(b), []}
-          {b, o} when is_atom(b) and is_list(o) -> {backend!(b), o}
-          other -> invalid_option!(:backend, other, "module | {module, keyword}")
-        end
-
-      case opts[:unsafe_view] do
-        u when is_boolean(u) -> {backend, u}
-        other -> invalid_option!(:unsafe_view, other, "boolean")
+      case Map.get_lazy(opts, :backend, &Nx.default_backend/0) do
+        {b, o} -> {{backend!(b), o}, unsafe_view}
+        b -> {{backend!(b), []}, unsafe_view}
       end
     end
 
     def to_nx!(other) do
-      "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
-      |> badarg!(:bad_option, :none)
+      "options: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
+      |> badarg!(:bad_option, :options)
     end
+
+    defp backend?(b) when is_atom(b) and b != nil, do: true
+    defp backend?({b, o}) when is_atom(b) and b != nil and is_list(o), do: true
+    defp backend?(_), do: false
 
     # A module that can make an Nx tensor of bytes (Nx.Backend's
     # from_binary/3), checked before any data moves: otherwise the call
@@ -50,36 +48,18 @@ if Code.ensure_loaded?(Nx) do
     def from_nx!([]), do: {:auto, nil, false}
 
     def from_nx!(opts) do
-      opts = validate_options!(opts, copy: :auto, device: nil, ipc: false)
-      copy = opts[:copy]
-      copy in [:auto, :never, :always] or invalid_option!(:copy, copy, ":auto | :never | :always")
-      opts[:device] in [nil, :cpu] or invalid_option!(:device, opts[:device], ":cpu")
-      is_boolean(opts[:ipc]) or invalid_option!(:ipc, opts[:ipc], "boolean")
-      {copy, opts[:device], opts[:ipc]}
+      spec = [
+        {:copy, {:one_of, [:auto, :never, :always]}, :auto},
+        {:device, {:one_of, [nil, :cpu]}, nil},
+        {:ipc, :boolean, false}
+      ]
+
+      %{copy: copy, device: device, ipc: ipc} = checked(opts, spec)
+      {copy, device, ipc}
     end
 
-    # Keyword.validate/2, in the library's words.
-    defp validate_options!(opts, known) do
-      case Keyword.validate(opts, known) do
-        {:ok, opts} ->
-          opts
-
-        {:error, unknown} ->
-          keys =
-            Enum.map(known, fn
-              {key, _default} -> key
-              key -> key
-            end)
-
-          "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
-          |> badarg!(:bad_option, :options)
-      end
-    end
-
-    defp invalid_option!(key, value, expected) do
-      "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
-      |> badarg!(:bad_option, :options)
-    end
+    # The library's option checker (tensor_blob_options), on a keyword list.
+    defp checked(opts, spec), do: translating(do: :tensor_blob_options.check(opts, spec, :keywords))
   end
 else
   defmodule TensorBlob.Nx.Options.Absent do
