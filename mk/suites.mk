@@ -150,8 +150,8 @@ demo: setup
 # NIF library of their own (bench/nif), which only bench/ loads: the
 # library users load carries no benchmark code.
 BENCH_NIF := $(BUILD)/tensor_blob_bench_nif.so
-$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c | $(BUILD)
-	$(CC) $(CFLAGS) -Werror -shared -I$(ERTS_INCLUDE) $< -o $@
+$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c $(wildcard priv/include/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) -Werror -shared -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@
 bench-nif: $(BENCH_NIF)
 
 bench:
