@@ -157,6 +157,89 @@ defmodule Bench do
     ]
   end
 
+  # The C bridge (priv/include/tensor_blob.h), from a consumer NIF of the
+  # bench library (bench/nif): exports and deleters in a tight C loop, and
+  # take + release from the BEAM beside two bare calls of the same library;
+  # at 4 B and 1 GiB. Three rounds; each ratio is taken within its round,
+  # and the best round's is kept (the machine may be busy).
+  def bridge(rounds \\ 3) do
+    for {label, bytes} <- [hd(@sizes), List.last(@sizes)] do
+      t = tensor_of(bytes)
+
+      runs =
+        for _ <- 1..rounds do
+          c_loop = bridge_c_loop(t)
+
+          beam = measure(fn -> :tensor_blob_bench_nif.release(:tensor_blob_bench_nif.take(t)) end).median_ns
+
+          bare = measure(fn -> :tensor_blob_bench_nif.identity(:tensor_blob_bench_nif.identity(t)) end).median_ns
+          %{c_loop_ns: c_loop, take_release_ns: beam, two_bare_calls_ns: bare, ratio_to_bare: beam / bare}
+        end
+
+      t = nil
+      _ = t
+      collect()
+
+      %{
+        size: label,
+        c_loop_ns: runs |> Enum.map(& &1.c_loop_ns) |> Enum.min(),
+        take_release_ns: runs |> Enum.map(& &1.take_release_ns) |> Enum.min(),
+        two_bare_calls_ns: runs |> Enum.map(& &1.two_bare_calls_ns) |> Enum.min(),
+        ratio_to_bare: runs |> Enum.map(& &1.ratio_to_bare) |> Enum.min()
+      }
+    end
+  end
+
+  # Median ns of one export and its deleter, over batches of 1000 in C.
+  defp bridge_c_loop(t) do
+    n = 1000
+    for _ <- 1..20, do: :tensor_blob_bench_nif.bridge_loop(t, n)
+    samples = for(_ <- 1..200, do: :tensor_blob_bench_nif.bridge_loop(t, n) / n) |> Enum.sort()
+    percentile(samples, 0.5)
+  end
+
+  # from_blob(to_blob(t)) beside PyTorch's DLPack round trip, each the best
+  # of 3 in one run; DLPack export + import with them.
+  def round_trips(rounds \\ 3) do
+    t = tensor_of(4)
+    best = fn f -> Enum.min(for _ <- 1..rounds, do: measure(f).median_ns) end
+    rt = best.(fn -> TensorBlob.from_blob(TensorBlob.to_blob(t)) end)
+    dl = best.(fn -> TensorBlob.DLPack.import(TensorBlob.DLPack.export(t)) end)
+    py = for _ <- 1..rounds, do: python_dlpack()
+
+    case Enum.reject(py, & &1[:skipped]) do
+      [] ->
+        %{round_trip_ns: rt, dlpack_ns: dl, skipped: hd(py).skipped}
+
+      done ->
+        p = done |> Enum.map(& &1.median_ns) |> Enum.min()
+        %{round_trip_ns: rt, dlpack_ns: dl, python_ns: p, torch: hd(done).torch, speedup: p / rt}
+    end
+  end
+
+  def print_bridge(bridge, rt) do
+    IO.puts("\nC bridge (priv/include/tensor_blob.h) from the bench library's consumer NIF, best of 3:")
+
+    for b <- bridge do
+      IO.puts(
+        "  #{String.pad_trailing(b.size, 6)} C loop #{fmt(b.c_loop_ns, 1)} ns per export + deleter (goal <= 100); " <>
+          "take + release from the BEAM #{fmt(b.take_release_ns, 0)} ns, two bare calls " <>
+          "#{fmt(b.two_bare_calls_ns, 0)} ns: #{fmt(b.ratio_to_bare, 2)}x (goal <= 2)"
+      )
+    end
+
+    IO.puts(
+      "Round trip from_blob(to_blob(t)), 4 B: #{fmt(rt.round_trip_ns, 0)} ns; DLPack export + import " <>
+        "#{fmt(rt.dlpack_ns, 0)} ns; " <>
+        if(rt[:skipped],
+          do: "PyTorch: skipped (#{rt.skipped})",
+          else:
+            "PyTorch #{rt.torch} from_dlpack(to_dlpack(x)) #{fmt(rt.python_ns, 0)} ns: " <>
+              "#{fmt(rt.speedup, 2)}x faster (goal >= 3)"
+        )
+    )
+  end
+
   def collect do
     for pid <- Process.list(), do: :erlang.garbage_collect(pid)
     Process.sleep(100)
@@ -446,6 +529,8 @@ defmodule Bench do
     # kernel reclaiming their pages disturbs whatever runs right after.
     nx = nx_round_trip()
     py = python_dlpack()
+    round_trips = round_trips()
+    bridge = bridge()
 
     rows =
       for {label, bytes} <- @sizes do
@@ -494,6 +579,7 @@ defmodule Bench do
         "#{fmt(crowd.write_with_tensor_binaries_ns, 0)} ns"
     )
 
+    print_bridge(bridge, round_trips)
     Bench.Scaling.print(scaling, mixed)
     nodes = NodesBench.floors(256, 5)
     NodesBench.print_floors(nodes)
@@ -556,6 +642,8 @@ defmodule Bench do
       with_binary_views: crowd,
       nodes: nodes,
       python_dlpack: py,
+      bridge: bridge,
+      round_trips: round_trips,
       nx_round_trip: nx,
       cuda: cuda
     }
@@ -670,6 +758,12 @@ case System.argv() do
       %{median_ns: median, p99_ns: p99} = Bench.measure(fun, opts)
       IO.puts("#{String.pad_trailing(name, 32)} median #{Float.round(median, 1)} ns, p99 #{Float.round(p99, 1)} ns")
     end
+
+  # The bridge and the round trips alone (mix run bench/bench.exs --bridge),
+  # with their scaling at 1 and 2 schedulers.
+  ["--bridge"] ->
+    Bench.print_bridge(Bench.bridge(), Bench.round_trips())
+    Bench.Scaling.print(Bench.Scaling.operations_table(300, 3, "ridge"), nil)
 
   # The child VMs of Bench.cpu_views_visible_and_hidden/0.
   ["--cpu-views"] ->

@@ -39,6 +39,10 @@ defmodule Bench.Scaling do
          bin = Tensor.to_binary(t)
          fn -> Tensor.from_binary(bin, :float32, {16}, copy: false) end
        end},
+      # The C bridge from another library's NIF: a C loop of 100 exports
+      # and deleters per call, and take + release as two calls.
+      {"bridge, C loop of 100", fn t -> fn -> :tensor_blob_bench_nif.bridge_loop(t, 100) end end},
+      {"bridge, take + release", fn t -> fn -> :tensor_blob_bench_nif.release(:tensor_blob_bench_nif.take(t)) end end},
       {"bare NIF making a resource", fn _t -> fn -> :tensor_blob_bench_nif.bare_resource() end end}
     ]
   end

@@ -17,8 +17,11 @@ $(BUILD)/test/src/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 # Our DLPack declarations against the dlpack.h of the linked libtorch.
 $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 
+# The bridge header as a consumer compiles it, over a stand-in VM.
+$(BUILD)/test/test_bridge.o: TEST_CFLAGS += -I$(ERTS_INCLUDE)
+
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # Whether a layout's elements share memory, against a brute-force model.
@@ -41,6 +44,9 @@ c_test_dlpack_SOURCES := test_dlpack src/tb_dlpack_check src/tb_layout src/tb_dt
 # stand-in runtime defined in the test only.
 c_test_cuda_SOURCES := test_cuda src/tb_devmem src/tb_runtime src/tb_stream src/tb_cuda_handle src/tb_torch_cuda src/tb_shm_names src/tb_fault src/tb_cuda_ops
 c_test_dlpack_abi_SOURCES := test_dlpack_abi
+# The bridge header's table: found once, retired, the first layout, and
+# threads calling while builds come and go (make tsan-test too).
+c_test_bridge_SOURCES := test_bridge
 # Region files (names, opening by name, PyTorch's header count under the
 # SIGBUS guard, what a dead VM left), in a private /dev/shm when the
 # machine allows one.
@@ -62,6 +68,9 @@ tsan-test: | $(BUILD)
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
 		c_test/test_slots.c c_src/memory/tb_slots.c -o $(BUILD)/c_test_slots_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_slots_tsan
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ipriv/include -I$(ERTS_INCLUDE) \
+		c_test/test_bridge.c -o $(BUILD)/c_test_bridge_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_bridge_tsan
 
 c-test: $(C_TESTS:%=$(BUILD)/%)
 	@set -e; for t in $(C_TESTS); do echo "$(BUILD)/$$t"; $(BUILD)/$$t; done

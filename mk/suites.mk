@@ -13,7 +13,15 @@ $(FOREIGN_NIF): test/support/foreign_tensor_nif.c $(wildcard priv/include/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -g -fPIC -shared -std=c11 -Wall -Wextra -Werror -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@ -ldl
 
-foreign-nif: $(FOREIGN_NIF)
+# The same consumer built against the bridge's first header, as one built
+# before the table: it must keep working with this library.
+FOREIGN_NIF_V1 := $(BUILD)/foreign_tensor_nif_v1.so
+$(FOREIGN_NIF_V1): test/support/foreign_tensor_nif.c test/support/bridge_v1/tensor_blob.h $(wildcard priv/include/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -g -fPIC -shared -std=c11 -Wall -Wextra -Werror -DFOREIGN_TENSOR_NIF_MODULE=foreign_tensor_nif_v1 \
+		-Itest/support/bridge_v1 -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@ -ldl
+
+foreign-nif: $(FOREIGN_NIF) $(FOREIGN_NIF_V1)
 
 mix-test: nif foreign-nif
 	MIX_ENV=test mix test
@@ -153,8 +161,8 @@ demo: setup
 # NIF library of their own (bench/nif), which only bench/ loads: the
 # library users load carries no benchmark code.
 BENCH_NIF := $(BUILD)/tensor_blob_bench_nif.so
-$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c | $(BUILD)
-	$(CC) $(CFLAGS) -Werror -shared -I$(ERTS_INCLUDE) $< -o $@
+$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c $(wildcard priv/include/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) -Werror -shared -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@
 bench-nif: $(BENCH_NIF)
 
 bench:

@@ -141,6 +141,83 @@ defmodule TensorBlob.BridgeTest do
       assert Lifetime.await_stats(start) == start
     end
 
+    test "the deleter called from a thread the VM never saw frees the export once; the tensor lives on" do
+      start = Lifetime.settled_stats()
+
+      {address, expected} =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(payload(), :float32, {8, 8})
+          {:ok, address} = @foreign.take(Tensor.transpose(t, 0, 1), false)
+          {address, t |> Tensor.transpose(0, 1) |> Tensor.to_binary()}
+        end)
+
+      Lifetime.churn()
+      assert Lifetime.settled_stats().capsules == start.capsules + 1
+      assert @foreign.read(address) == {expected, [8, 8], false}
+      assert @foreign.release_on_thread(address) == :ok
+      assert Lifetime.await_stats(start) == start
+
+      t = Tensor.from_binary(payload(), :float32, {64})
+      {:ok, address} = @foreign.take(t, false)
+      @foreign.release_on_thread(address)
+      Lifetime.churn()
+      assert Tensor.to_binary(t) == payload()
+    end
+
+    test "exports one after another, as a consumer's loop makes them: each its own, each freed" do
+      start = Lifetime.settled_stats()
+      t = Tensor.from_binary(payload(), :float32, {64})
+
+      addresses =
+        for _ <- 1..100 do
+          {:ok, address} = @foreign.take(t, false)
+          address
+        end
+
+      assert length(Enum.uniq(addresses)) == 100
+      assert Lifetime.settled_stats().capsules == start.capsules + 100
+      for a <- addresses, do: assert(@foreign.read(a) == {payload(), [64], false})
+      Enum.each(addresses, &@foreign.release/1)
+      assert Lifetime.settled_stats().capsules == start.capsules
+    end
+
+    test "a consumer built against the first header (version 1) works as before" do
+      v1 = :foreign_tensor_nif_v1
+      start = Lifetime.settled_stats()
+
+      address =
+        Lifetime.in_process(fn ->
+          t = Tensor.from_binary(payload(), :float32, {4, 16})
+          {:ok, address} = v1.take(TensorBlob.from_blob(TensorBlob.to_blob(t)), false)
+          address
+        end)
+
+      Lifetime.churn()
+      assert v1.read(address) == {payload(), [4, 16], false}
+      assert v1.release(address) == :ok
+      assert Lifetime.await_stats(start) == start
+
+      t = Tensor.from_binary(payload(), :float32, {64}, copy: false)
+      assert {:ok, address} = v1.take(t, false)
+      assert {_, [64], true} = v1.read(address)
+      v1.release(address)
+      assert v1.take(:nope, false) == {:error, 1}
+    end
+
+    test "the table a lookup answers with serves without one: tensors of every kind, refusals as such" do
+      t = Tensor.from_binary(payload(), :float32, {4, 16})
+      assert @foreign.table_find(t) == :ok
+
+      for term <- [t, t.ref, TensorBlob.from_blob(TensorBlob.to_blob(t), owner: {:keep, t})] do
+        assert {:ok, address} = @foreign.table_take(term)
+        assert @foreign.read(address) == {payload(), [4, 16], false}
+        @foreign.release(address)
+      end
+
+      assert @foreign.table_take(:nope) == {:error, 1}
+      assert @foreign.table_take(%{__struct__: TensorBlob.Tensor, ref: make_ref()}) == {:error, 1}
+    end
+
     test "not a tensor, or another layout of the call: an error status and nothing to free" do
       start = Lifetime.settled_stats()
       assert @foreign.take(:nope, false) == {:error, 1}

@@ -152,6 +152,25 @@ bridge_take_read_release_test() ->
     ok = foreign_tensor_nif:release(Address),
     wait_for_stats(Start).
 
+%% The export outlives its term, and its deleter runs on a thread the VM
+%% never saw; a consumer built against the first header does the same.
+bridge_released_on_another_thread_test() ->
+    lists:foreach(
+      fun(Consumer) ->
+              Start = settled_stats(),
+              Self = self(),
+              run_isolated(fun() ->
+                                   T = tensor_blob:from_binary(payload(), float32, {256}),
+                                   {ok, Address} = Consumer:take(T, false),
+                                   Self ! {address, Address}
+                           end),
+              Address = receive {address, A} -> A end,
+              ?assertEqual(maps:get(tensors, Start), maps:get(tensors, settled_stats())),
+              ?assertEqual({payload(), [256], false}, Consumer:read(Address)),
+              ok = Consumer:release_on_thread(Address),
+              wait_for_stats(Start)
+      end, [foreign_tensor_nif, foreign_tensor_nif_v1]).
+
 bridge_refusals_test() ->
     ?assertEqual({error, 1}, foreign_tensor_nif:take(not_a_tensor, false)),
     ?assertEqual({2, none}, foreign_tensor_nif:take_with_version(tensor_blob:zeros({1}, float32), 7)),

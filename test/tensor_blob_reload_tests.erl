@@ -190,6 +190,11 @@ live_through_other_build() ->
     FrozenBin = tensor_blob:to_binary(Frozen, #{copy => false}),
     Kinds = [tensor_blob:memory(X) || X <- [RoView, RoImport, Pinned, Region, Src]],
     ?assertEqual([binary, dlpack, pinned, ipc, owned], Kinds),
+    %% Another NIF library holding this build's bridge table, and an export
+    %% from it that outlives the build's code.
+    Bridged = tensor_blob:from_binary(binary:copy(<<7>>, 16), uint8, {16}),
+    ok = foreign_tensor_nif:table_find(Bridged),
+    {ok, TakenBefore} = foreign_tensor_nif:take(Bridged, false),
     Live = settled_stats(),
 
     load_other_build(),
@@ -201,8 +206,19 @@ live_through_other_build() ->
     ?assertEqual(binary:copy(<<1, 2, 3, 4>>, 64), tensor_blob:to_binary(RoView)),
     ?assertEqual(binary:copy(<<0>>, 16), FrozenBin),
     ?assertMatch({_, 16}, tensor_blob_nif:ipc_name(Region)),
+    %% Until the old build's code is purged, its table serves.
+    {ok, TakenBetween} = foreign_tensor_nif:table_take(Bridged),
     %% The old build's code is purged; its storages still release through it.
     ?assertEqual(false, code:purge(?M)),
+    %% Its table retires (its types may go with it), and a consumer's next
+    %% call finds the new build by itself.
+    ?assertEqual({error, 4}, foreign_tensor_nif:table_take(Bridged)),
+    {ok, TakenAfter} = foreign_tensor_nif:take(Bridged, false),
+    ok = foreign_tensor_nif:table_find(Bridged),
+    {ok, TakenNew} = foreign_tensor_nif:table_take(Bridged),
+    Taken = [TakenBefore, TakenBetween, TakenAfter, TakenNew],
+    [?assertEqual({binary:copy(<<7>>, 16), [16], false}, foreign_tensor_nif:read(A)) || A <- Taken],
+    [ok = foreign_tensor_nif:release(A) || A <- Taken],
     ok.
 
 %% Loads the NIF module again, its on_load pointed at a copy of the library

@@ -5,7 +5,12 @@
  * so these are the floor of tensor_blob's calls without being in the
  * library every user loads. Its module, :tensor_blob_bench_nif, is
  * bench/nif/tensor_blob_bench_nif.ex. */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <erl_nif.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "tensor_blob.h"
 
 static ErlNifResourceType *bare_resource_type;
 
@@ -38,6 +43,54 @@ static ERL_NIF_TERM bare_resource(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
     return term;
 }
 
+/* A consumer of priv/include/tensor_blob.h, as another library's NIF
+ * would be: take(Tensor) -> Address of a managed tensor from the bridge;
+ * release(Address) calls its deleter. Together: the bridge from the BEAM. */
+static ERL_NIF_TERM take(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_DLManagedTensorVersioned *m;
+    if (tensor_blob_to_dlpack(env, argv[0], 0, &m) != TENSOR_BLOB_BRIDGE_OK)
+        return enif_make_badarg(env);
+    return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
+}
+
+static ERL_NIF_TERM release(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    ErlNifUInt64 address;
+    if (!enif_get_uint64(env, argv[0], &address) || address == 0)
+        return enif_make_badarg(env);
+    tb_DLManagedTensorVersioned *m = (tb_DLManagedTensorVersioned *)(uintptr_t)address;
+    m->deleter(m);
+    return argv[0];
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* bridge_loop(Tensor, N) -> ns: N exports and deleters in a C loop, inside
+ * one call: the bridge's own cost, without the VM's calls around it. */
+static ERL_NIF_TERM bridge_loop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    unsigned n;
+    if (!enif_get_uint(env, argv[1], &n))
+        return enif_make_badarg(env);
+    int64_t t0 = now_ns();
+    for (unsigned i = 0; i < n; i++) {
+        tb_DLManagedTensorVersioned *m;
+        if (tensor_blob_to_dlpack(env, argv[0], 0, &m) != TENSOR_BLOB_BRIDGE_OK)
+            return enif_make_badarg(env);
+        m->deleter(m);
+    }
+    return enif_make_int64(env, now_ns() - t0);
+}
+
 static int open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
     bare_resource_type =
@@ -60,6 +113,10 @@ static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM in
     return open_type(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
 }
 
-static ErlNifFunc funcs[] = {{"identity", 1, identity, 0}, {"bare_resource", 0, bare_resource, 0}};
+static ErlNifFunc funcs[] = {{"identity", 1, identity, 0},
+                             {"bare_resource", 0, bare_resource, 0},
+                             {"take", 1, take, 0},
+                             {"release", 1, release, 0},
+                             {"bridge_loop", 2, bridge_loop, 0}};
 
 ERL_NIF_INIT(tensor_blob_bench_nif, funcs, load, NULL, upgrade, NULL)

@@ -25,4 +25,13 @@ defmodule :tensor_blob_bench_nif do
 
   @doc "A new resource of one word: the floor of a call that makes a tensor."
   def bare_resource, do: :erlang.nif_error(:not_loaded)
+
+  @doc "A consumer's take: the address of a managed tensor from priv/include/tensor_blob.h's bridge."
+  def take(_tensor), do: :erlang.nif_error(:not_loaded)
+
+  @doc "A consumer's release: the deleter of take/1's managed tensor, called once."
+  def release(_address), do: :erlang.nif_error(:not_loaded)
+
+  @doc "Nanoseconds for n exports and deleters through the bridge, in a C loop inside one call."
+  def bridge_loop(_tensor, _n), do: :erlang.nif_error(:not_loaded)
 end

@@ -114,8 +114,13 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     tb_tensor_desc d;
     if (!tb_tensor_describe(handle, &d))
         return NULL;
-    const tb_shim_info info = d.info;
-    tb_dtype_id id = d.dtype;
+    return tb_dlpack_export_described(handle, &d, versioned, read_only);
+}
+
+void *tb_dlpack_export_described(tb_shim_tensor *handle, const tb_tensor_desc *d, int versioned, int read_only)
+{
+    const tb_shim_info info = d->info;
+    tb_dtype_id id = d->dtype;
     size_t ndim = (size_t)info.ndim;
     tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
     if (!e)

@@ -88,10 +88,11 @@ ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storag
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
 {
     tb_tensor *t;
-    if (tb_rtype_get(env, term, &tensor_type, (void **)&t))
-        return t;
+    /* A map is never a resource: spared the lookups over every stripe. */
+    if (!enif_is_map(env, term))
+        return tb_rtype_get(env, term, &tensor_type, (void **)&t) ? t : NULL;
     ERL_NIF_TERM name, ref;
-    if (!enif_is_map(env, term) || !enif_get_map_value(env, term, tb_atoms.struct_, &name))
+    if (!enif_get_map_value(env, term, tb_atoms.struct_, &name))
         return NULL;
     /* What the Elixir facade's from_blob returns: its tensor. */
     if (name == tb_atoms.blob_view_struct && enif_get_map_value(env, term, tb_atoms.tensor, &term) &&

@@ -78,6 +78,7 @@ static int describes(const tb_layout *l, tb_dtype_id dtype, const tb_device *dev
 typedef struct {
     tb_spec s;
     ERL_NIF_TERM owner;
+    tb_tensor *owner_tensor; /* when pinning one of our tensors */
     int pin;
     int read_only;
 } view_args;
@@ -106,13 +107,7 @@ static int tensor_owner_storage(ErlNifEnv *env, tb_tensor *owner, const view_arg
      * registered read-only needs a pin of its own to carry the flag. */
     int owner_read_only = tb_storage_read_only(&o);
     int shares = v->s.r.byte_size > 0 && (!v->read_only || owner_read_only);
-    if (shares && describes(l, v->s.dtype, &v->s.device, &o)) {
-        /* The spec is the owner's own layout (a round trip through
-         * to_blob): the owner is that tensor already. No new tensor,
-         * as numpy.asarray answers an array with itself. */
-        *answer = enif_make_resource(env, owner);
-        return 0;
-    }
+    /* (The owner's own layout was answered before: make_blob_view.) */
     if (shares && tb_multiple_of_element(l->ptr - base, l->element_size)) {
         tb_shim_tensor *h;
         tb_shim_error err;
@@ -179,10 +174,21 @@ static ERL_NIF_TERM make_blob_view(ErlNifEnv *env, view_args *v)
     /* The storage: a pin of the owner, or nothing for an unpinned view.
      * An owner whose extent is known (our tensor, a binary) also proves
      * which device the memory is on: the runtime need not be asked. */
+    tb_tensor *owner = v->owner_tensor;
+    if (owner && v->s.r.byte_size > 0) {
+        /* A tensor's own blob, unchanged (a round trip through to_blob):
+         * that tensor, as numpy.asarray answers an array with itself. Its
+         * lifetime and read-only status stay its own; what the checks below
+         * ask of memory (its extent, its device, whether it is registered
+         * read-only) this tensor already answers, as it shows that memory. */
+        tb_shim_info o;
+        tb_shim_info_of(owner->handle, &o);
+        if (describes(&v->s.l, v->s.dtype, &v->s.device, &o))
+            return enif_make_resource(env, owner);
+    }
     v->read_only = tb_storage_overlaps_read_only((uintptr_t)v->s.l.ptr, v->s.r.byte_size);
     tb_storage *storage;
     int proven = 0;
-    tb_tensor *owner = v->pin ? tb_tensor_get(env, v->owner) : NULL;
     if (owner) {
         if (!tensor_owner_storage(env, owner, v, &storage, &exc))
             return exc;
@@ -211,7 +217,10 @@ static int get_args(ErlNifEnv *env, tb_nif_fun *self, int argc, const ERL_NIF_TE
         *out = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "pin", "pin: expected a boolean, got %T", pin_term);
         return 0;
     }
-    if (a->pin && enif_thread_type() == ERL_NIF_THR_NORMAL_SCHEDULER && !tb_pin_term_is_small(env, a->owner)) {
+    /* One of our tensors is pinned by its storage, never copied: at once. */
+    a->owner_tensor = a->pin ? tb_tensor_get(env, a->owner) : NULL;
+    if (a->pin && !a->owner_tensor && enif_thread_type() == ERL_NIF_THR_NORMAL_SCHEDULER &&
+        !tb_pin_term_is_small(env, a->owner)) {
         *out = enif_schedule_nif(env, "from_blob", ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
         return 0;
     }

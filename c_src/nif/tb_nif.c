@@ -199,6 +199,7 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
         return fail(TB_LOAD_BINARY_TYPE);
     if (tb_load_fault(TB_LOAD_PYTHON_SLOT_TYPE) || !tb_python_open_type(env, flags))
         return fail(TB_LOAD_PYTHON_SLOT_TYPE);
+    tb_bridge_load();
     return TB_LOAD_OK;
 }
 
@@ -217,4 +218,13 @@ static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM in
     return load_build(env, priv, *old_priv, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
 }
 
-ERL_NIF_INIT(tensor_blob_nif, nif_funcs, load, NULL, upgrade, NULL)
+/* This build's code is purged (after an upgrade, or with its module): the
+ * library stays mapped, but the bridge table it handed out retires. */
+static void unload(ErlNifEnv *env, void *priv)
+{
+    (void)env;
+    (void)priv;
+    tb_bridge_unload();
+}
+
+ERL_NIF_INIT(tensor_blob_nif, nif_funcs, load, NULL, upgrade, unload)

@@ -35,7 +35,14 @@
  * The types are tensor_blob_dlpack.h's: the DLPack 1.x ABI with a tb_
  * prefix, so they never clash with a dlpack.h of your own; the layouts are
  * DLPack's, so a pointer may be cast to DLManagedTensorVersioned *.
- * Needs OTP 24 or later (enif_dynamic_resource_call). */
+ * Needs OTP 24 or later (enif_dynamic_resource_call).
+ *
+ * The cost: the first call in each file that includes this header finds
+ * tensor_blob by name (enif_dynamic_resource_call, about a microsecond)
+ * and keeps the table of functions it answers with; every later call goes
+ * straight to it, with no atom made and no lookup. The table stays valid
+ * for the life of the VM; after a hot upgrade of tensor_blob, once the old
+ * code is purged, the next call finds the new build's table by itself. */
 #ifndef TENSOR_BLOB_H
 #define TENSOR_BLOB_H
 
@@ -44,8 +51,13 @@
 
 #include "tensor_blob_dlpack.h"
 
-/* The layout of tensor_blob_bridge_call; tensor_blob refuses other versions. */
-#define TENSOR_BLOB_BRIDGE_VERSION 1
+/* The layout of tensor_blob_bridge_call. Every build of tensor_blob takes
+ * the first layout too (without `bridge`), and a build from before the
+ * table refuses this one with BAD_VERSION: tensor_blob_to_dlpack then asks
+ * it in the first layout, so a consumer built with this header works with
+ * older builds, and one built with an older header works with this one. */
+#define TENSOR_BLOB_BRIDGE_VERSION 2
+#define TENSOR_BLOB_BRIDGE_VERSION_FIRST 1
 
 /* Ask for a read-only export. */
 #define TENSOR_BLOB_BRIDGE_READ_ONLY 1u
@@ -54,8 +66,21 @@ enum {
     TENSOR_BLOB_BRIDGE_OK = 0,
     TENSOR_BLOB_BRIDGE_NOT_A_TENSOR = 1, /* or tensor_blob is not loaded */
     TENSOR_BLOB_BRIDGE_BAD_VERSION = 2,  /* of tensor_blob_bridge_call */
-    TENSOR_BLOB_BRIDGE_NO_MEMORY = 3
+    TENSOR_BLOB_BRIDGE_NO_MEMORY = 3,
+    /* From a table whose build was unloaded (its code purged after an
+     * upgrade): look tensor_blob up again. tensor_blob_to_dlpack does. */
+    TENSOR_BLOB_BRIDGE_RETIRED = 4
 };
+
+/* A build's functions, found once: valid for the life of the VM (a build
+ * is never unmapped). Later versions only add fields after these. */
+typedef struct tensor_blob_bridge {
+    uint32_t version; /* the TENSOR_BLOB_BRIDGE_VERSION it was built with */
+    uint32_t size;    /* of the table, in bytes */
+    /* tensor_blob_to_dlpack's work on any tensor term, without a lookup:
+     * a TENSOR_BLOB_BRIDGE_ status; *out set when OK. */
+    int (*to_dlpack)(ErlNifEnv *env, ERL_NIF_TERM term, uint32_t flags, tb_DLManagedTensorVersioned **out);
+} tensor_blob_bridge;
 
 /* What enif_dynamic_resource_call passes to tensor_blob. */
 typedef struct {
@@ -63,6 +88,9 @@ typedef struct {
     uint32_t flags;                      /* in: TENSOR_BLOB_BRIDGE_READ_ONLY or 0 */
     int32_t status;                      /* out: TENSOR_BLOB_BRIDGE_* */
     tb_DLManagedTensorVersioned *tensor; /* out, when status is OK: yours */
+    /* Version 2 on: out, the answering build's table (the first layout
+     * ends before it). */
+    const tensor_blob_bridge *bridge;
 } tensor_blob_bridge_call;
 
 /* tensor_blob's tensor resource type is striped over threads (the VM's
@@ -71,7 +99,8 @@ typedef struct {
  * ... up to TENSOR_BLOB_TENSOR_TYPES. A tensor is of one of them. */
 #define TENSOR_BLOB_TENSOR_TYPES 8
 
-/* Passes call to the tensor resource behind term; 0 when it was one. */
+/* Passes call to the tensor resource behind term; 0 when it was one. The
+ * lookup by name: tensor_blob_to_dlpack needs it once. */
 static inline int tensor_blob_dyncall(ErlNifEnv *env, ERL_NIF_TERM term, tensor_blob_bridge_call *call)
 {
     ERL_NIF_TERM module = enif_make_atom(env, "tensor_blob_nif");
@@ -88,12 +117,10 @@ static inline int tensor_blob_dyncall(ErlNifEnv *env, ERL_NIF_TERM term, tensor_
     return 1;
 }
 
-/* A DLManagedTensorVersioned over the memory of the tensor term (a tensor
- * resource, a %TensorBlob.Tensor{}, or a %TensorBlob.BlobView{}: what the
- * Elixir facade's from_blob returns). Returns TENSOR_BLOB_BRIDGE_OK and
- * sets *out, or another status and leaves *out alone. */
-static inline int tensor_blob_to_dlpack(ErlNifEnv *env, ERL_NIF_TERM term, uint32_t flags,
-                                        tb_DLManagedTensorVersioned **out)
+/* The export by name, as the first call makes it: *bridge set to the
+ * answering build's table where it has one. */
+static inline int tensor_blob_to_dlpack_by_name(ErlNifEnv *env, ERL_NIF_TERM term, uint32_t flags,
+                                                tb_DLManagedTensorVersioned **out, const tensor_blob_bridge **bridge)
 {
     ERL_NIF_TERM name, ref;
     if (enif_is_map(env, term) && enif_get_map_value(env, term, enif_make_atom(env, "__struct__"), &name) &&
@@ -107,12 +134,47 @@ static inline int tensor_blob_to_dlpack(ErlNifEnv *env, ERL_NIF_TERM term, uint3
             return TENSOR_BLOB_BRIDGE_NOT_A_TENSOR;
         term = ref;
     }
-    tensor_blob_bridge_call call = {TENSOR_BLOB_BRIDGE_VERSION, flags, TENSOR_BLOB_BRIDGE_NOT_A_TENSOR, NULL};
+    tensor_blob_bridge_call call = {TENSOR_BLOB_BRIDGE_VERSION, flags, TENSOR_BLOB_BRIDGE_NOT_A_TENSOR, NULL, NULL};
     if (tensor_blob_dyncall(env, term, &call) != 0)
         return TENSOR_BLOB_BRIDGE_NOT_A_TENSOR;
+    if (call.status == TENSOR_BLOB_BRIDGE_BAD_VERSION) {
+        /* A build from before the table: the first layout. */
+        call.version = TENSOR_BLOB_BRIDGE_VERSION_FIRST;
+        call.status = TENSOR_BLOB_BRIDGE_NOT_A_TENSOR;
+        call.bridge = NULL;
+        if (tensor_blob_dyncall(env, term, &call) != 0)
+            return TENSOR_BLOB_BRIDGE_NOT_A_TENSOR;
+    }
     if (call.status == TENSOR_BLOB_BRIDGE_OK)
         *out = call.tensor;
+    if (call.version >= 2 && call.bridge && call.bridge->version >= 2 && call.bridge->to_dlpack)
+        *bridge = call.bridge;
     return call.status;
+}
+
+/* A DLManagedTensorVersioned over the memory of the tensor term (a tensor
+ * resource, a %TensorBlob.Tensor{}, or a %TensorBlob.BlobView{}: what the
+ * Elixir facade's from_blob returns). Returns TENSOR_BLOB_BRIDGE_OK and
+ * sets *out, or another status and leaves *out alone. From any thread
+ * that may use env. */
+static inline int tensor_blob_to_dlpack(ErlNifEnv *env, ERL_NIF_TERM term, uint32_t flags,
+                                        tb_DLManagedTensorVersioned **out)
+{
+    /* This file's table, once found. Threads racing to find it store the
+     * same table, or tables of two live builds: either serves. */
+    static const tensor_blob_bridge *found;
+    const tensor_blob_bridge *bridge = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
+    if (bridge) {
+        int status = bridge->to_dlpack(env, term, flags, out);
+        /* Not a tensor of that build's: maybe of a build loaded since. */
+        if (status != TENSOR_BLOB_BRIDGE_NOT_A_TENSOR && status != TENSOR_BLOB_BRIDGE_RETIRED)
+            return status;
+    }
+    const tensor_blob_bridge *answered = NULL;
+    int status = tensor_blob_to_dlpack_by_name(env, term, flags, out, &answered);
+    if (answered && answered != bridge)
+        __atomic_store_n(&found, answered, __ATOMIC_RELEASE);
+    return status;
 }
 
 #endif

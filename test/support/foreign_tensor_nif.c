@@ -10,11 +10,11 @@
 #include <dlfcn.h>
 #include <erl_nif.h>
 #include <link.h>
-#include <stdio.h>
-#include <time.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tensor_blob.h"
 
@@ -85,10 +85,10 @@ static int cuda_ready(void)
 #undef SYM
     }
     int n = 0;
-    cu.ok = lib && cu.get_device_count && cu.malloc_device && cu.malloc_host && cu.malloc_managed &&
-            cu.free_device && cu.free_host && cu.memcpy_sync && cu.memcpy_async && cu.memset_sync &&
-            cu.memset_async && cu.stream_create && cu.stream_destroy && cu.stream_synchronize &&
-            cu.launch_host_func && cu.device_synchronize && cu.get_device_count(&n) == 0 && n > 0;
+    cu.ok = lib && cu.get_device_count && cu.malloc_device && cu.malloc_host && cu.malloc_managed && cu.free_device &&
+            cu.free_host && cu.memcpy_sync && cu.memcpy_async && cu.memset_sync && cu.memset_async &&
+            cu.stream_create && cu.stream_destroy && cu.stream_synchronize && cu.launch_host_func &&
+            cu.device_synchronize && cu.get_device_count(&n) == 0 && n > 0;
     cu.tried = 1;
     return cu.ok;
 }
@@ -255,11 +255,66 @@ static ERL_NIF_TERM take_with_version(ErlNifEnv *env, int argc, const ERL_NIF_TE
     unsigned version;
     if (!enif_get_uint(env, argv[1], &version))
         return enif_make_badarg(env);
-    tensor_blob_bridge_call call = {version, 0, -1, NULL};
+    tensor_blob_bridge_call call = {.version = version, .status = -1};
     if (tensor_blob_dyncall(env, argv[0], &call) != 0)
         return enif_make_atom(env, "not_a_tensor");
     return enif_make_tuple2(env, enif_make_int(env, call.status), enif_make_atom(env, call.tensor ? "tensor" : "none"));
 }
+
+/* release_on_thread(Address): the deleter called from a thread the VM
+ * never saw, as a consumer's worker pool would. */
+static void *release_there(void *m)
+{
+    ((tb_DLManagedTensorVersioned *)m)->deleter(m);
+    return NULL;
+}
+
+static ERL_NIF_TERM release_on_thread(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_DLManagedTensorVersioned *m = get_managed(env, argv[0]);
+    ErlNifTid tid;
+    if (!m || enif_thread_create("foreign_release", &tid, release_there, m, NULL) != 0)
+        return enif_make_badarg(env);
+    enif_thread_join(tid, NULL);
+    return enif_make_atom(env, "ok");
+}
+
+#ifdef TENSOR_BLOB_BRIDGE_VERSION_FIRST /* the table's header */
+/* The table a lookup by name answered with, kept by table_find: what
+ * tensor_blob_to_dlpack keeps, here to be called as it is. */
+static const tensor_blob_bridge *kept_table;
+
+/* table_find(Tensor) -> ok | Status: looks tensor_blob up by name. */
+static ERL_NIF_TERM table_find(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_DLManagedTensorVersioned *m = NULL;
+    const tensor_blob_bridge *b = NULL;
+    int status = tensor_blob_to_dlpack_by_name(env, argv[0], 0, &m, &b);
+    if (status != TENSOR_BLOB_BRIDGE_OK)
+        return enif_make_int(env, status);
+    m->deleter(m);
+    if (!b)
+        return enif_make_atom(env, "no_table");
+    kept_table = b;
+    return enif_make_atom(env, "ok");
+}
+
+/* table_take(Tensor) -> {ok, Address} | {error, Status}: through the kept
+ * table alone, never by name. */
+static ERL_NIF_TERM table_take(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    tb_DLManagedTensorVersioned *m = NULL;
+    if (!kept_table)
+        return enif_make_badarg(env);
+    int status = kept_table->to_dlpack(env, argv[0], 0, &m);
+    if (status != TENSOR_BLOB_BRIDGE_OK)
+        return enif_make_tuple2(env, enif_make_atom(env, "error"), enif_make_int(env, status));
+    return enif_make_tuple2(env, enif_make_atom(env, "ok"), enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m));
+}
+#endif
 
 static ERL_NIF_TERM counters(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
@@ -432,6 +487,17 @@ static ErlNifFunc funcs[] = {
     {"take", 2, take, 0},
     {"take_with_version", 2, take_with_version, 0},
     {"counters", 0, counters, 0},
+    {"release_on_thread", 1, release_on_thread, 0},
+#ifdef TENSOR_BLOB_BRIDGE_VERSION_FIRST /* the table's header */
+    {"table_find", 1, table_find, 0},
+    {"table_take", 1, table_take, 0},
+#endif
 };
 
-ERL_NIF_INIT(foreign_tensor_nif, funcs, NULL, NULL, NULL, NULL)
+/* The module: another one for the build against the bridge's first header
+ * (test/support/bridge_v1), so that both load at once. */
+#ifndef FOREIGN_TENSOR_NIF_MODULE
+#define FOREIGN_TENSOR_NIF_MODULE foreign_tensor_nif
+#endif
+#define FOREIGN_INIT(name) ERL_NIF_INIT(name, funcs, NULL, NULL, NULL, NULL)
+FOREIGN_INIT(FOREIGN_TENSOR_NIF_MODULE)

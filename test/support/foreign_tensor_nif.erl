@@ -5,6 +5,7 @@
 -module(foreign_tensor_nif).
 
 -export([produce/2, read/1, release/1, take/2, take_with_version/2, counters/0,
+         release_on_thread/1, table_find/1, table_take/1,
          cuda_produce/2, cuda_produce_late/3, cuda_stream/0, cuda_stream_destroy/1, cuda_read/2]).
 
 -on_load(init/0).
@@ -24,6 +25,9 @@ release(_) -> ?NOT_LOADED.
 take(_, _) -> ?NOT_LOADED.
 take_with_version(_, _) -> ?NOT_LOADED.
 counters() -> ?NOT_LOADED.
+release_on_thread(_) -> ?NOT_LOADED.
+table_find(_) -> ?NOT_LOADED.
+table_take(_) -> ?NOT_LOADED.
 cuda_produce(_, _) -> ?NOT_LOADED.
 cuda_produce_late(_, _, _) -> ?NOT_LOADED.
 cuda_stream() -> ?NOT_LOADED.
