@@ -132,10 +132,10 @@ python-test: nif
 
 # test/BAD_INPUTS.md: written by `make bad-inputs`; `make test` and `make
 # lint` fail when it is stale (scripts/bad_inputs.exs).
-bad-inputs: nif
+bad-inputs: nif foreign-nif
 	scripts/bad_inputs.sh test/BAD_INPUTS.md
 
-bad-inputs-check: nif
+bad-inputs-check: nif foreign-nif
 	scripts/bad_inputs.sh --check test/BAD_INPUTS.md
 
 # The suites of `make test`, without the setup (compat-test runs them too).

@@ -91,6 +91,27 @@ planted = fn kind, call ->
   end
 end
 
+# A fresh VM (the library's code on its path, erl's Args and the OS
+# variables Env added) that evaluates Eval, which prints MESSAGE:<text> of
+# the error it expects: that text, the priv folder written PRIV.
+fresh_vm_message = fn args, env, eval ->
+  ebin = :code.which(:tensor_blob) |> Path.dirname()
+  priv = :code.priv_dir(:tensor_blob) |> to_string()
+
+  {out, 0} =
+    System.cmd(System.find_executable("erl"), ["-noshell", "-pa", ebin | args] ++ ["-eval", eval],
+      env: env,
+      stderr_to_stdout: true
+    )
+
+  [_, message] = Regex.run(~r/MESSAGE:(.*)/, out)
+  String.replace(message, priv, "PRIV")
+end
+
+# The foreign NIF library of the test suites (make foreign-nif): a real
+# NIF library that is not tensor_blob's.
+foreign_nif = System.get_env("FOREIGN_TENSOR_NIF") || "build/foreign_tensor_nif"
+
 cases = [
   {"spec not a map", fn -> TensorBlob.from_blob(:nope) end},
   {"spec with no owner", fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {6}, dtype: :float32}) end},
@@ -312,23 +333,55 @@ cases = [
    fn ->
      # The library loads once per VM: a fresh one, given the variable,
      # makes its first call; the message it raises is raised here.
-     ebin = :code.which(:tensor_blob) |> Path.dirname()
-     priv = :code.priv_dir(:tensor_blob) |> to_string()
-
      eval = ~S"""
      try tensor_blob:stats() of _ -> halt(1)
      catch error:{tensor_blob, M} -> io:format("MESSAGE:~ts~n", [M]), halt(0)
      end.
      """
 
-     {out, 0} =
-       System.cmd(System.find_executable("erl"), ["-noshell", "-pa", ebin, "-eval", eval],
-         env: [{"TENSOR_BLOB_NIF", "nowhere/tensor_blob_nif"}],
-         stderr_to_stdout: true
-       )
+     raise TensorBlob.Error, fresh_vm_message.([], [{"TENSOR_BLOB_NIF", "nowhere/tensor_blob_nif"}], eval)
+   end},
+  {"IPC.open/1: a JSON line that names a field twice (decoders differ on its value)",
+   fn -> TensorBlob.IPC.open(~s({"handle": "/torch_1_2_3", "dtype": "float32", "shape": [2], "dtype": "float64"})) end},
+  {"Nodes: pack with no keep, the application environment's node_keep bad",
+   fn ->
+     Application.put_env(:tensor_blob, :node_keep, :soon)
 
-     [_, message] = Regex.run(~r/MESSAGE:(.*)/, out)
-     raise TensorBlob.Error, String.replace(message, priv, "PRIV")
+     try do
+       TensorBlob.Nodes.pack(t, node(), via: :region)
+     after
+       Application.delete_env(:tensor_blob, :node_keep)
+     end
+   end},
+  {"Nodes: pack with no keep, erl's argument -tensor_blob node_keep 5x (a fresh VM)",
+   fn ->
+     eval = ~S"""
+     try tensor_blob:node_pack(tensor_blob:zeros({2}, float32), node(), #{via => region}) of _ -> halt(1)
+     catch error:{badarg, M} -> io:format("MESSAGE:~ts~n", [M]), halt(0)
+     end.
+     """
+
+     raise ArgumentError, fresh_vm_message.(["-tensor_blob", "node_keep", "5x"], [], eval)
+   end},
+  {"Nodes: via region to a node named downs (a name the library once kept a row under)",
+   fn -> TensorBlob.Nodes.pack(t, :downs, via: :region) end},
+  {"write! a tensor the binary of a packed term shows (Nodes.pack from 32 KiB, via binary)",
+   fn ->
+     big = Tensor.zeros({8192}, :float32)
+     packed = TensorBlob.Nodes.pack(big, node(), via: :binary)
+     Tensor.write!(big, :binary.copy(<<0>>, 32768))
+     packed
+   end},
+  {"TENSOR_BLOB_NIF naming another NIF library (a fresh VM's first call)",
+   fn ->
+     eval = ~S"""
+     try tensor_blob:stats() of _ -> halt(1)
+     catch error:{tensor_blob, M} -> io:format("MESSAGE:~ts~n", [M]), halt(0)
+     end.
+     """
+
+     message = fresh_vm_message.([], [{"TENSOR_BLOB_NIF", foreign_nif}], eval)
+     raise TensorBlob.Error, String.replace(message, foreign_nif, "FOREIGN_NIF")
    end}
 ]
 

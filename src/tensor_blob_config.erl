@@ -16,12 +16,15 @@
 %% -config files.
 -module(tensor_blob_config).
 
--export([settings/0, lookup/1, get/1]).
+-export([settings/0, lookup/1, get/1, argument_text/2]).
 
 -export_type([source/0]).
 
-%% Where a setting's value came from.
--type source() :: {os, string()} | app_env | default.
+%% Where a setting's value came from: {argument, Text} is erl's
+%% `-tensor_blob Key Text' read before the application is loaded, whose
+%% Text does not parse as an Erlang term (its value is then Text, which
+%% get/1 and the NIF's loader refuse).
+-type source() :: {os, string()} | app_env | {argument, string()} | default.
 
 %% The settings: each one's application environment key, its OS variable,
 %% its default, and what it is.
@@ -44,6 +47,7 @@ lookup(Key) ->
         _ ->
             case app_env(Key) of
                 {ok, Value} -> {Value, app_env};
+                {unparsed, Text} -> {Text, {argument, Text}};
                 undefined -> {Default, default}
             end
     end.
@@ -59,12 +63,20 @@ get(node_keep = Key) ->
                 {Ms, ""} when Ms >= 0, Ms =< 16#FFFFFFFF -> Ms;
                 _ -> bad(Key, [Var, " (an OS environment variable) is ", {term, Value}])
             end;
+        {_, {argument, Text}} ->
+            bad(Key, [argument_text(Key, Text)]);
         {Ms, _} when is_integer(Ms), Ms >= 0, Ms =< 16#FFFFFFFF ->
             Ms;
         {Value, app_env} ->
             bad(Key, ["the application environment gives ", {term, Value}, " (",
                       {code, "{tensor_blob, [{node_keep, Ms}]}", "config :tensor_blob, node_keep: ms"}, ")"])
     end.
+
+%% Where an argument that does not parse came from, and why it is refused.
+-spec argument_text(atom(), string()) -> iodata().
+argument_text(Key, Text) ->
+    ["the argument -tensor_blob ", atom_to_list(Key), " ", Text, " of erl's command line does not parse as an "
+     "Erlang term"].
 
 -spec bad(node_keep, [tensor_blob_error:segment()]) -> no_return().
 bad(node_keep, Where) ->
@@ -100,13 +112,16 @@ boot_env(Key) ->
                 end,
     case lists:reverse(Arguments) of
         [Text | _] ->
+            %% As the application controller reads it; what does not parse
+            %% is refused by the reader of the setting, never dropped for
+            %% the default.
             case erl_scan:string(Text ++ ".") of
                 {ok, Tokens, _} ->
                     case erl_parse:parse_term(Tokens) of
                         {ok, Term} -> {ok, Term};
-                        _ -> undefined
+                        _ -> {unparsed, Text}
                     end;
-                _ -> undefined
+                _ -> {unparsed, Text}
             end;
         [] ->
             config_files_env(Key)

@@ -290,14 +290,20 @@ error_message(_Reason, _Stack) ->
 %% reasons) and the argument it is about (an atom naming the argument or
 %% field, or none); none for an error of anyone else.
 -spec error_reason(erlang:stacktrace()) -> #{reason := atom(), argument := atom()} | none.
-error_reason([{_, _, _, Info} | _]) when is_list(Info) ->
-    case proplists:get_value(error_info, Info) of
+error_reason([{_, _, _, Info} | _]) ->
+    case frame_error_info(Info) of
         #{module := ?ERROR_INFO_MODULE, cause := #{reason := Reason, argument := Argument}} ->
             #{reason => Reason, argument => Argument};
         _ -> none
     end;
 error_reason(_Stack) ->
     none.
+
+%% A frame's error_info, read from whatever the frame holds (an improper
+%% or malformed list included: a stacktrace can be any term a caller made).
+frame_error_info([{error_info, Info} | _]) -> Info;
+frame_error_info([_ | Rest]) -> frame_error_info(Rest);
+frame_error_info(_) -> none.
 
 %% A reference made on another node, where a tensor was expected (the
 %% argument Argument): a tensor that was sent as it is.

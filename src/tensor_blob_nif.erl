@@ -107,20 +107,29 @@ cuda_torch_open(_, _, _, _, _, _, _, _, _, _) -> ?NOT_LOADED.
 
 init() ->
     {Path, Source} = library(),
-    case Source =:= default orelse (Path =/= [] andalso io_lib:printable_unicode_list(Path)) of
-        true -> load(Path, Source);
-        false -> failed([setting_name(Source), " is ", io_lib:format("~0tp", [Path]),
-                         ": expected the path of the NIF library (a string). See guides/configuration.md"])
+    case Source of
+        {argument, Text} ->
+            failed([tensor_blob_config:argument_text(nif_path, Text),
+                    ": the NIF library did not load. Give the path as an Erlang string "
+                    "(-tensor_blob nif_path '\"/path/to/tensor_blob_nif\"'). See guides/configuration.md"]);
+        _ ->
+            case Source =:= default orelse (Path =/= [] andalso io_lib:printable_unicode_list(Path)) of
+                true -> load(Path, Source);
+                false -> failed([setting_name(Source), " is ", io_lib:format("~0tp", [Path]),
+                                 ": expected the path of the NIF library (a string). See guides/configuration.md"])
+            end
     end.
 
 load(Path, Source) ->
     case erlang:load_nif(Path, 0) of
-        {error, {load_failed, Why}} ->
+        {error, {Kind, Why}} when Kind =:= load_failed; Kind =:= bad_lib ->
             %% The dynamic loader refused the library, most often for a
             %% shared library it needs (libtorch) that is not where it
-            %% looks. The module loads all the same, so that every call
-            %% says why and what to do, rather than "not available".
-            failed(load_failed_message(Why, Path, Source));
+            %% looks (load_failed), or the library is not tensor_blob's:
+            %% another NIF library, or none (bad_lib). The module loads all
+            %% the same, so that every call says why and what to do,
+            %% rather than "not available" or an undefined function.
+            failed(load_failed_message(Kind, Why, Path, Source));
         Result ->
             _ = Result =:= ok andalso persistent_term:get({?MODULE, load_failed}, undefined) =/= undefined
                 andalso persistent_term:erase({?MODULE, load_failed}),
@@ -136,24 +145,32 @@ failed(Text) ->
 %% A library named by the configuration (TENSOR_BLOB_NIF, or the nif_path
 %% setting) that is not there: say which setting names it, and how to fix
 %% it; nothing to rebuild.
-load_failed_message(Why, Path, Source) when Source =/= default ->
-    case filelib:is_regular(Path ++ ".so") of
-        false ->
+load_failed_message(Kind, Why, Path, Source) when Source =/= default ->
+    case {Kind, filelib:is_regular(Path ++ ".so")} of
+        {_, false} ->
             [setting_name(Source), " names ", Path, ", and there is no ", Path,
-             ".so: the NIF library did not load. Set it to a build of the library (its path, with or "
-             "without .so), or unset it to load the one in ", filename:join(priv_dir(), "tensor_blob_nif.so"),
-             ". See guides/configuration.md"];
-        true ->
+             ".so: the NIF library did not load. ", set_it()];
+        {bad_lib, true} ->
+            [setting_name(Source), " names ", Path, ", and ", Path, ".so is not tensor_blob's NIF library (",
+             why_text(Why), "): the NIF library did not load. ", set_it()];
+        {load_failed, true} ->
             [load_failed_message(Why), " (", setting_name(Source), " names ", Path, ".so)"]
     end;
-load_failed_message(Why, _Path, default) ->
+load_failed_message(_Kind, Why, _Path, default) ->
     load_failed_message(Why).
+
+set_it() ->
+    ["Set it to a build of the library (its path, with or without .so), or unset it to load the one in ",
+     filename:join(priv_dir(), "tensor_blob_nif.so"), ". See guides/configuration.md"].
+
+why_text(Why) ->
+    unicode:characters_to_list(io_lib:format("~ts", [Why])).
 
 setting_name({os, Var}) -> [Var, " (an OS environment variable)"];
 setting_name(app_env) -> "the application environment's nif_path".
 
 load_failed_message(Why) ->
-    Text = unicode:characters_to_list(io_lib:format("~ts", [Why])),
+    Text = why_text(Why),
     Fix = case string:find(Text, "libtorch") =/= nomatch orelse string:find(Text, "libc10") =/= nomatch of
               true ->
                   "it needs libtorch's shared libraries (libtorch.so, libtorch_cpu.so, libc10.so) where the "

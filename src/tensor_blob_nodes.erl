@@ -22,7 +22,7 @@
 -import(tensor_blob_options, [check/3]).
 -import(tensor_blob, [device/1, dtype/1, shape/1, memory/1, from_binary/3, from_binary/4, to_blob/1,
                       to_device/2, ipc_torch_open/3]).
--import(tensor_blob_tensor, [binary_of/3, transferred/5]).
+-import(tensor_blob_tensor, [binary_of/3, copy_to_binary/3, transferred/5]).
 
 %% The packed term's format: node_unpack/2 refuses the ones it does not know.
 -define(NODE_FORMAT, 1).
@@ -38,6 +38,8 @@ node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
 node_pack(T, Node, Opts0) when is_atom(Node) ->
     Opts = check(Opts0, [{via, {one_of, [region, binary]}}, {keep, {integer, 0, 16#FFFFFFFF}}], map),
     Keep = case Opts of
+               %% The setting is read only when the call gives no keep: an option
+               %% wins, even over a setting that would be refused.
                #{keep := K} -> K;
                #{} -> tensor_blob_config:get(node_keep)
            end,
@@ -61,10 +63,17 @@ node_pack(T, Node, Opts0) when is_atom(Node) ->
                        keep => Keep},
                  Shared =/= T};
             binary ->
-                %% A view when T is a contiguous CPU tensor, else a copy.
-                %% The pad goes before the bytes in the message (a tuple
-                %% keeps its order): see node_learn_pad/2.
-                {Binary, C} = binary_of(T, false, Function),
+                %% Below the size where the default turns to a region a
+                %% copy costs next to nothing, and leaves T as it was (a
+                %% view would freeze it: write/2 refuses memory a binary
+                %% shows); above it, a view when T is a contiguous CPU
+                %% tensor, else a copy. The pad goes before the bytes in
+                %% the message (a tuple keeps its order): see
+                %% node_learn_pad/2.
+                {Binary, C} = case Bytes < ?NODE_REGION_BYTES of
+                                  true -> {copy_to_binary(T, Function, small), true};
+                                  false -> binary_of(T, false, Function)
+                              end,
                 Pad = persistent_term:get({tensor_blob, node_pad, Node}, 0),
                 {Base#{via => binary, binary => {binary:copy(<<0>>, Pad), Binary}, from => node()}, C}
         end,
@@ -300,16 +309,19 @@ same_host(Node) ->
 %% that answers to the name then. An answer is only kept when it came back
 %% over a connection (an unreachable node gets no nodedown to forget it
 %% by), and only when no connection went down between the question and
-%% the answer ({downs, N} counts them): an answer from a connection whose
-%% nodedown came first is never written after it.
+%% the answer (the row under ?DOWNS counts them): an answer from a
+%% connection whose nodedown came first is never written after it. Node
+%% names are atoms, and the count's key is a tuple: no node's name, and no
+%% nodedown, reaches it.
 -define(HOST_TABLE, tensor_blob_same_host).
+-define(DOWNS, {tensor_blob, downs}).
 
 remembered(Node) ->
     try ets:lookup(?HOST_TABLE, Node) catch error:badarg -> [] end.
 
 %% How many connections went down so far; the watcher started if need be.
 host_watch() ->
-    try ets:lookup_element(?HOST_TABLE, downs, 2)
+    try ets:lookup_element(?HOST_TABLE, ?DOWNS, 2)
     catch
         error:badarg ->
             Caller = self(),
@@ -318,7 +330,7 @@ host_watch() ->
                 {Pid, watching} -> erlang:demonitor(Ref, [flush]);
                 {'DOWN', Ref, process, Pid, _} -> ok
             end,
-            try ets:lookup_element(?HOST_TABLE, downs, 2) catch error:badarg -> undefined end
+            try ets:lookup_element(?HOST_TABLE, ?DOWNS, 2) catch error:badarg -> undefined end
     end.
 
 remember(_Node, undefined, Same) ->
@@ -344,7 +356,7 @@ host_watcher(Caller) ->
             true = register(?HOST_TABLE, self()),
             true = group_leader(whereis(init), self()),
             ok = net_kernel:monitor_nodes(true, [{node_type, all}]),
-            true = ets:insert(?HOST_TABLE, {downs, 0}),
+            true = ets:insert(?HOST_TABLE, {?DOWNS, 0}),
             Caller ! {self(), watching},
             ?MODULE:host_watch_loop()
     catch
@@ -356,10 +368,10 @@ host_watch_loop() ->
     receive
         {nodedown, Node, _Info} ->
             %% The count first: an answer asked before this is not kept.
-            _ = ets:update_counter(?HOST_TABLE, downs, 1),
+            _ = ets:update_counter(?HOST_TABLE, ?DOWNS, 1),
             true = ets:delete(?HOST_TABLE, Node);
         {remember, From, Ref, Node, Downs, Same} ->
-            _ = Node =/= downs andalso ets:lookup_element(?HOST_TABLE, downs, 2) =:= Downs andalso
+            _ = is_atom(Node) andalso ets:lookup_element(?HOST_TABLE, ?DOWNS, 2) =:= Downs andalso
                 ets:insert(?HOST_TABLE, {Node, Same}),
             From ! {Ref, ok};
         _ ->
@@ -370,4 +382,4 @@ host_watch_loop() ->
 %% For the tests: the answers remembered now.
 -spec host_answers() -> [{node(), boolean()}].
 host_answers() ->
-    try [E || {N, _} = E <- ets:tab2list(?HOST_TABLE), N =/= downs] catch error:badarg -> [] end.
+    try [E || {N, _} = E <- ets:tab2list(?HOST_TABLE), is_atom(N)] catch error:badarg -> [] end.

@@ -38,7 +38,7 @@
 -export_type([reason/0, token/0]).
 
 %% Why a copy was made.
--type reason() :: requested | not_contiguous | shared_memory | device | misaligned | not_a_region | backend.
+-type reason() :: requested | not_contiguous | shared_memory | device | misaligned | not_a_region | backend | small.
 
 %% What start/1 gives: undefined where nothing is measured.
 -type token() :: {copy | transfer, integer(), integer()} | undefined.

@@ -144,7 +144,13 @@ copy_to_binary(T, Function, Reason) ->
 
 -spec binary_of(tensor_blob:tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
 binary_of(T, Unguarded, Function) ->
-    case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, true)) of
+    %% Who makes the binary: a write the binary refuses names it.
+    Maker = case Function of
+                {_, node_pack, _} -> node_pack;
+                {_, to_nx, _} -> to_nx;
+                _ -> true
+            end,
+    case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, Maker)) of
         Reason when is_atom(Reason) -> {copy_to_binary(T, Function, Reason), true};
         Binary -> {Binary, false}
     end.

@@ -188,6 +188,51 @@ defmodule TensorBlob.BinaryViewTest do
       assert Tensor.to_binary(t) == payload()
     end
 
+    # A binary the library made on the caller's behalf refuses a write as
+    # one the caller made does, and the refusal names who made it and how to
+    # let go of it: to_binary's (copy: false or :if_needed), or the binary
+    # of a term Nodes.pack/3 made. Dropping the term and collecting it lets
+    # the write through.
+    test "write! names what shares the memory, and how to release it or avoid it" do
+      n = div(:tensor_blob_nodes.default_thresholds().region, 4)
+      t = Tensor.from_binary(payload(n), :float32, {n})
+
+      makers = [
+        {fn -> Tensor.to_binary(t, copy: false) end, ["a binary made by to_binary(copy: false)", "copy: true"],
+         "to_binary(T, \#{copy => false})"},
+        {fn -> Tensor.to_binary(t, copy: :if_needed) end, ["to_binary(copy: false) (or copy: :if_needed)"],
+         "(or \#{copy => if_needed})"},
+        {fn -> TensorBlob.Nodes.pack(t, node(), via: :binary) end,
+         ["the binary of a term TensorBlob.Nodes.pack/3 made", "Drop the packed term", "Tensor.to_device(t, "],
+         "tensor_blob:node_pack/3"}
+      ]
+
+      for {make, words, erlang_words} <- makers do
+        Lifetime.in_process(fn ->
+          made = make.()
+          e = assert_raise ArgumentError, fn -> Tensor.write!(t, payload(n)) end
+          for w <- words, do: assert(e.message =~ w, e.message)
+          assert e.message =~ "immutable"
+          assert e.message =~ "let it be collected"
+          # The Erlang API names it the Erlang way.
+          erlang =
+            try do
+              :tensor_blob.write(Tensor.ref(t), payload(n))
+            catch
+              :error, {:badarg, message} -> message
+            end
+
+          assert erlang =~ erlang_words
+          # Used here, so that it lives until here.
+          assert made != nil
+          :ok
+        end)
+
+        Lifetime.settled_stats()
+        assert Tensor.to_binary(Tensor.write!(t, payload(n))) == payload(n)
+      end
+    end
+
     test "non-contiguous tensors are refused; an empty tensor gives an empty binary" do
       t = Tensor.zeros({2, 3}, :float32)
       assert_badarg(fn -> Tensor.to_binary(Tensor.transpose(t, 0, 1), copy: false) end, "not contiguous")

@@ -281,6 +281,57 @@ defmodule TensorBlob.IPCMapTest do
     end
   end
 
+  # A key twice in one object: decoders differ on its value (OTP 27's json
+  # keeps the first, others the last), so every decoder refuses it, naming
+  # the key, at any depth; the same key in two objects is no repeat.
+  for backend <- [:fallback, :stdlib] do
+    if backend == :stdlib and not Code.ensure_loaded?(:json),
+      do: @tag(skip: "stdlib has no json module before OTP 27: the fallback codec serves")
+
+    test "a key named twice in one object is refused, naming it (#{backend})" do
+      backend = unquote(backend)
+
+      for {text, key} <- [
+            {~s({"dtype": "float32", "dtype": "float64"}), "dtype"},
+            {~s({"handle": "/a", "shape": [2], "handle": "/a"}), "handle"},
+            {~s({"a": 1, "\\u0061": 2}), "a"},
+            {~s([1, {"x": {"b": 1, "c": 2, "b": 3}}]), "b"},
+            {~s({"b": 1, "a": 1, "a": 2, "b": 2}), "a"}
+          ] do
+        assert JSON.decode(text, backend) == {:error, {:duplicate_key, key}}, text
+      end
+
+      assert JSON.decode(~s([{"x": 1}, {"x": 2}]), backend) == {:ok, [%{"x" => 1}, %{"x" => 2}]}
+      assert JSON.decode(~s({"x": {"x": 1}}), backend) == {:ok, %{"x" => %{"x" => 1}}}
+    end
+  end
+
+  test "open/1 refuses a line that names a field twice, naming it, before it opens anything" do
+    t = IPC.torch_zeros({2}, :float32)
+    handle = IPC.export_torch(t).handle
+
+    for {line, field} <- [
+          {~s({"handle": "#{handle}", "dtype": "float32", "shape": [2], "dtype": "float64"}), :dtype},
+          {~s({"handle": "#{handle}", "shape": [2], "dtype": "float32", "shape": [1]}), :shape},
+          {~s({"handle": "#{handle}", "dtype": "float32", "shape": [2], "extra": 1, "extra": 2}), :spec}
+        ] do
+      {e, data} =
+        try do
+          IPC.open(line)
+        rescue
+          e in ArgumentError -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
+        end
+
+      assert data == %{reason: :bad_value, argument: field}
+      key = if field == :spec, do: "extra", else: Atom.to_string(field)
+      assert e.message =~ ~s(#{field}: the JSON names the key "#{key}" more than once)
+    end
+
+    # The line without its repeat opens (t, used here, holds the region).
+    assert Tensor.to_binary(IPC.open(~s({"handle": "#{handle}", "dtype": "float32", "shape": [2]}))) ==
+             Tensor.to_binary(t)
+  end
+
   test "the backend follows the OTP" do
     assert JSON.backend() == if(Code.ensure_loaded?(:json), do: :stdlib, else: :fallback)
   end

@@ -110,20 +110,47 @@ defmodule TensorBlob.NodesTest do
     refute packed.handle == IPC.export_torch(t).handle
   end
 
-  test "to a node elsewhere the tensor travels as one binary, a view on both sides", %{peer: peer} do
-    t = Tensor.from_binary(floats([1.5, 2.5]), :float32, {2})
+  test "to a node elsewhere a large tensor travels as one binary, a view of its memory", %{peer: peer} do
+    # Large enough that the binary shows t's own memory (no copy is made):
+    # t is frozen while the packed term lives.
+    n = div(:tensor_blob_nodes.default_thresholds().region, 4)
+    values = floats(Enum.map(1..n, &(&1 * 0.5)))
+    t = Tensor.from_binary(values, :float32, {n})
     packed = Nodes.pack(t, peer, via: :binary)
     assert packed.via == :binary
-    # The binary shows t's own memory (no copy was made): t is frozen while it lives.
-    assert_raise ArgumentError, ~r/binary/, fn -> Tensor.write!(t, floats([0.0, 0.0])) end
+    {_pad, bytes} = packed.binary
+    assert TensorBlob.to_blob(Tensor.from_binary(bytes, :float32, {n}, copy: false)).ptr == TensorBlob.to_blob(t).ptr
+    assert_raise ArgumentError, ~r/binary/, fn -> Tensor.write!(t, values) end
 
+    # There, a view of the bytes where they land aligned (from the second
+    # message on a path: the test of large binaries below), else a copy.
     receiver = Holder.start(peer, {Nodes, :unpack, [packed]})
-    assert Holder.call(receiver, Tensor, :memory) == :binary
-    assert Holder.call(receiver, Tensor, :to_binary) == floats([1.5, 2.5])
+    assert Holder.call(receiver, Tensor, :to_binary) == values
     Holder.drop(receiver)
 
     copied = Holder.start(peer, {Nodes, :unpack, [packed, [copy: true]]})
     assert Holder.call(copied, Tensor, :memory) == :owned
+  end
+
+  # Below the size where the default turns to a region, a send copies the
+  # bytes (it costs next to nothing) and leaves the source as it was: a
+  # view would freeze it until the packed term is collected. By default
+  # and through a binary asked for, whatever the tensor's memory.
+  test "a small tensor sent through a binary is left writable", %{peer: peer} do
+    n = div(:tensor_blob_nodes.default_thresholds().region, 4) - 1
+
+    for make <- [&Tensor.zeros/2, &IPC.torch_zeros/2], opts <- [[], [via: :binary]] do
+      t = make.({n}, :float32)
+      packed = Nodes.pack(t, peer, opts)
+      assert packed.via == :binary
+      ones = floats(List.duplicate(1.0, n))
+      assert Tensor.to_binary(Tensor.write!(t, ones)) == ones
+
+      # The packed term holds the values at the time of the send.
+      receiver = Holder.start(peer, {Nodes, :unpack, [packed]})
+      assert Holder.call(receiver, Tensor, :to_binary) == floats(List.duplicate(0.0, n))
+      Holder.drop(receiver)
+    end
   end
 
   test "unpack(copy: true) of a region is a private writable copy", %{peer: peer} do
@@ -271,6 +298,30 @@ defmodule TensorBlob.NodesTest do
     refute Nodes.same_host?(:"nobody_here@127.0.0.1")
     assert Nodes.same_host?(node())
     assert_raise ArgumentError, ~r/expected a node name/, fn -> Nodes.same_host?("peer") end
+  end
+
+  # A node may be named anything, the names the library keeps its own rows
+  # under included: none of them reaches those rows. Each name is asked
+  # twice (the first question starts the table, the second reads it), and
+  # its nodedown (a node of that name going down) leaves the table's own
+  # count in place: answers are remembered after it.
+  test "a node named as the library's own keys is a node like any other", %{peer: peer} do
+    region = IPC.torch_zeros({div(:tensor_blob_nodes.default_thresholds().region, 4)}, :float32)
+    own = [:downs, :tensor_blob, :tensor_blob_same_host, :node_pad, :tables, :keeps_owner]
+
+    for name <- own, _ <- 1..2 do
+      assert Nodes.same_host?(name) == false
+      assert Nodes.pack(region, name).via == :binary
+      refute List.keymember?(:tensor_blob_nodes.host_answers(), name, 0)
+    end
+
+    for name <- own, do: send(:tensor_blob_same_host, {:nodedown, name, []})
+    # A peer's answer is kept after those nodedowns (the count still counts).
+    {other, name} = start_named_peer()
+    assert Nodes.same_host?(name)
+    assert {name, true} in :tensor_blob_nodes.host_answers()
+    :peer.stop(other)
+    assert Nodes.same_host?(peer)
   end
 
   @tag :other_user

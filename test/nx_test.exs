@@ -269,9 +269,14 @@ if Code.ensure_loaded?(Nx) do
         t = Tensor.zeros({4}, :float32)
         nx2 = TNx.to_nx(t)
 
-        assert_raise ArgumentError, ~r/immutable/, fn ->
-          Tensor.write!(t, Nx.to_binary(Nx.iota({4}, type: {:f, 32})))
-        end
+        # The refusal names the Nx tensor to_nx made, and how to let go of it.
+        e =
+          assert_raise ArgumentError, ~r/immutable/, fn ->
+            Tensor.write!(t, Nx.to_binary(Nx.iota({4}, type: {:f, 32})))
+          end
+
+        assert e.message =~ "the binary of an Nx tensor TensorBlob.Nx.to_nx/2 made"
+        assert e.message =~ "let them be collected"
 
         _ = {nx, nx2}
         nx = nil

@@ -160,12 +160,18 @@ defmodule TensorBlob.TelemetryTest do
       assert Tensor.memory(Nodes.unpack(packed)) == :ipc
       assert_transfer({Nodes, :unpack, 1}, 24, 0)
 
-      # Through a binary: a view of a contiguous tensor, a copy of a strided one.
+      # Through a binary: a small tensor is copied, which leaves it writable.
       _ = Nodes.pack(t, node(), via: :binary)
-      assert_transfer({Nodes, :pack, 3}, 24, 0)
-      _ = Nodes.pack(Tensor.transpose(t, 0, 1), node(), via: :binary)
-      assert_copy({Nodes, :pack, 3}, :not_contiguous, 24)
+      assert_copy({Nodes, :pack, 3}, :small, 24)
       assert_transfer({Nodes, :pack, 3}, 24, 24)
+      # A large one: a view of a contiguous tensor, a copy of a strided one.
+      n = :tensor_blob_nodes.default_thresholds().region
+      big = Tensor.zeros({2, div(n, 2)}, :uint8)
+      _ = Nodes.pack(big, node(), via: :binary)
+      assert_transfer({Nodes, :pack, 3}, n, 0)
+      _ = Nodes.pack(Tensor.transpose(big, 0, 1), node(), via: :binary)
+      assert_copy({Nodes, :pack, 3}, :not_contiguous, n)
+      assert_transfer({Nodes, :pack, 3}, n, n)
       refute_events()
     end
 

@@ -5,7 +5,7 @@
 
 -include_lib("eunit/include/eunit.hrl").
 
--export([child_call/0]).
+-export([child_call/0, child_pack/0]).
 
 %% Every setting is documented in guides/configuration.md, by its key and
 %% its OS variable.
@@ -24,7 +24,7 @@ node_keep_test_() ->
              restore_os("TENSOR_BLOB_NODE_KEEP", Saved)
      end,
      fun(_) -> [fun node_keep_default/0, fun node_keep_app_env/0, fun node_keep_os_wins/0,
-                fun node_keep_option_wins/0, fun node_keep_bad/0] end}.
+                fun node_keep_option_wins/0, fun node_keep_option_wins_over_bad/0, fun node_keep_bad/0] end}.
 
 node_keep_default() ->
     os:unsetenv("TENSOR_BLOB_NODE_KEEP"),
@@ -53,6 +53,19 @@ node_keep_os_wins() ->
 node_keep_option_wins() ->
     ok = application:set_env(tensor_blob, node_keep, 0),
     ?assertEqual(5, keep_of(#{keep => 5})).
+
+%% A call's keep wins over a setting that would be refused: the setting
+%% is not read at all when the call gives keep.
+node_keep_option_wins_over_bad() ->
+    os:unsetenv("TENSOR_BLOB_NODE_KEEP"),
+    ok = application:set_env(tensor_blob, node_keep, -1),
+    ?assertEqual(5000, keep_of(#{keep => 5000})),
+    application:unset_env(tensor_blob, node_keep),
+    true = os:putenv("TENSOR_BLOB_NODE_KEEP", "soon"),
+    ?assertEqual(7, keep_of(#{keep => 7})),
+    %% The option itself is still checked.
+    ?assertMatch({badarg, <<"keep: expected milliseconds", _/binary>>}, catch_error(fun() -> pack(#{keep => -1}) end)),
+    os:unsetenv("TENSOR_BLOB_NODE_KEEP").
 
 node_keep_bad() ->
     os:unsetenv("TENSOR_BLOB_NODE_KEEP"),
@@ -128,17 +141,86 @@ nif_path() ->
     ?assertMatch({ok, #{}}, child(["-tensor_blob", "nif_path", quoted(Missing)], [{"TENSOR_BLOB_NIF", Library}], "")),
     file:delete(Config).
 
+%% An argument of erl's command line that does not parse as an Erlang term
+%% (read before the application is loaded) is refused, naming the argument,
+%% never dropped for the default: node_keep when a pack reads it, nif_path
+%% when the library loads.
+unparsable_argument_test_() ->
+    {timeout, 120, fun unparsable_argument/0}.
+
+unparsable_argument() ->
+    [?assertEqual({error, {badarg, iolist_to_binary(["node_keep: the argument -tensor_blob node_keep ", Text,
+                                                     " of erl's command line does not parse as an Erlang term; "
+                                                     "expected milliseconds (an integer in 0..4294967295)"])}},
+                  child(["-tensor_blob", "node_keep", Text], [], "", child_pack))
+     || Text <- ["5x", "["]],
+    %% A parsable one is read, and a call's keep wins over a bad one.
+    ?assertEqual({ok, 5}, child(["-tensor_blob", "node_keep", "5"], [], "", child_pack)),
+    ?assertEqual({ok, 9}, child(["-tensor_blob", "node_keep", "5x"], [], "put(keep, 9), ", child_pack)),
+    {error, {tensor_blob, Nif}} = child(["-tensor_blob", "nif_path", "["], [], ""),
+    ?assertEqual(<<"the argument -tensor_blob nif_path [ of erl's command line does not parse as an Erlang term: "
+                   "the NIF library did not load. Give the path as an Erlang string "
+                   "(-tensor_blob nif_path '\"/path/to/tensor_blob_nif\"'). See guides/configuration.md">>, Nif).
+
+%% TENSOR_BLOB_NIF naming a real library that is not tensor_blob's (another
+%% NIF library; a shared library with no NIF in it) is reported as a
+%% missing one is: the setting, where it came from, the path and why; every
+%% call raises that, never an undefined function.
+not_our_library_test_() ->
+    {timeout, 120, fun not_our_library/0}.
+
+not_our_library() ->
+    Dir = filename:absname(filename:join(["_build", "not_our_library", os:getpid()])),
+    ok = filelib:ensure_dir(filename:join(Dir, "x")),
+    try
+        ok = file:write_file(filename:join(Dir, "plain.c"), "int tb_not_a_nif(void) { return 1; }\n"),
+        Cc = os:getenv("CC", "cc"),
+        ?assertEqual("built\n", os:cmd(lists:flatten(io_lib:format(
+                                            "cd '~ts' && ~ts -shared -fPIC -o plain.so plain.c && echo built",
+                                            [Dir, Cc])))),
+        Foreign = filename:absname(filename:rootname(foreign_nif(), ".so")),
+        [begin
+             {error, {tensor_blob, Message}} = child([], [{"TENSOR_BLOB_NIF", Library}], ""),
+             Prefix = iolist_to_binary(["TENSOR_BLOB_NIF (an OS environment variable) names ", Library, ", and ",
+                                        Library, ".so is not tensor_blob's NIF library (", Why]),
+             ?assertEqual(Prefix, binary:part(Message, 0, min(byte_size(Prefix), byte_size(Message)))),
+             ?assertNotEqual(nomatch, binary:match(Message, <<"the NIF library did not load. Set it to a build">>)),
+             %% From the application environment, the same, naming it.
+             {error, {tensor_blob, FromArgs}} =
+                 child(["-tensor_blob", "nif_path", quoted(Library)], [], ""),
+             ?assertMatch(<<"the application environment's nif_path names ", _/binary>>, FromArgs),
+             ?assertNotEqual(nomatch, binary:match(FromArgs, <<"is not tensor_blob's NIF library">>))
+         end
+         || {Library, Why} <- [{filename:join(Dir, "plain"), "Failed to find library init function"},
+                               {Foreign, "Library module name 'foreign_tensor_nif' does not match calling module "
+                                         "'tensor_blob_nif'"}]]
+    after
+        file:del_dir_r(Dir)
+    end.
+
+%% The foreign NIF library the test run builds (make foreign-nif).
+foreign_nif() ->
+    Path = case os:getenv("FOREIGN_TENSOR_NIF") of
+               P when is_list(P), P =/= "" -> P ++ ".so";
+               _ -> filename:join("build", "foreign_tensor_nif.so")
+           end,
+    filelib:is_regular(Path) orelse erlang:error({missing_build, Path, "make foreign-nif"}),
+    Path.
+
 quoted(Path) -> "\"" ++ Path ++ "\"".
 
 %% A fresh VM with the library's code, erl's Args and the OS variables Env
 %% (TENSOR_BLOB_NIF unset unless given), that runs Before and then calls
 %% the API: what the call returned, or the error it raised.
 child(Args, Env, Before) ->
+    child(Args, Env, Before, child_call).
+
+child(Args, Env, Before, Call) ->
     Erl = filename:join([code:root_dir(), "bin", "erl"]),
     Dirs = lists:usort([filename:dirname(code:which(M)) || M <- [tensor_blob, tensor_blob_nif, ?MODULE]]),
     Port = open_port({spawn_executable, Erl},
                      [{args, ["-noshell", "-pa" | Dirs] ++ Args
-                             ++ ["-eval", Before ++ "tensor_blob_config_tests:child_call()."]},
+                             ++ ["-eval", Before ++ "tensor_blob_config_tests:" ++ atom_to_list(Call) ++ "()."]},
                       {env, [{"TENSOR_BLOB_NIF", false}, {"TB_LOAD_FAULT", false} | Env]},
                       exit_status, stderr_to_stdout, binary]),
     {0, Output} = tensor_blob_test_util:wait_port(Port, 100000),
@@ -149,6 +231,21 @@ child(Args, Env, Before) ->
 child_call() ->
     Result = try tensor_blob:stats() of
                  Stats -> {ok, Stats}
+             catch
+                 error:Reason -> {error, Reason}
+             end,
+    io:format("RESULT:~s~n", [base64:encode(term_to_binary(Result))]),
+    halt(0).
+
+%% In the child: a region packed to this node, with the keep the process
+%% dictionary gives, or none; the keep it got, or the error it raised.
+child_pack() ->
+    Opts = case get(keep) of
+               undefined -> #{via => region};
+               Keep -> #{via => region, keep => Keep}
+           end,
+    Result = try tensor_blob:node_pack(tensor_blob:zeros({4}, float32), node(), Opts) of
+                 #{keep := K} -> {ok, K}
              catch
                  error:Reason -> {error, Reason}
              end,

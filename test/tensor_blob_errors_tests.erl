@@ -110,6 +110,18 @@ foreign_error_has_no_reason_test() ->
         error:badarg:Stack -> ?assertEqual(none, tensor_blob:error_reason(Stack))
     end.
 
+%% What error_reason/1 cannot read (a frame whose information is an
+%% improper or malformed list, a stacktrace that is no list) is none, as
+%% for an error of anyone else; a readable frame after such junk still
+%% answers.
+unreadable_stacktrace_has_no_reason_test() ->
+    Cause = #{module => tensor_blob, cause => #{reason => bad_value, argument => shape}},
+    [?assertEqual(none, tensor_blob:error_reason(Stack))
+     || Stack <- [[{m, f, 1, [file | "x.erl"]}], [{m, f, 1, [{line, 3} | bad]}], [{m, f, 1, not_a_list}],
+                  [{m, f, 1, [{error_info} | {error_info, Cause}]}], [bad | tail], {m, f, 1, []}, []]],
+    ?assertEqual(#{reason => bad_value, argument => shape},
+                 tensor_blob:error_reason([{m, f, 1, [{line, 3}, junk, {error_info, Cause} | tail]}])).
+
 %% The two decisions the facade makes on an error: a reference of another
 %% node where a tensor was expected (not_a_tensor), and a region gone
 %% before it was unpacked (no_region). Each keeps its reason and argument.

@@ -40,6 +40,8 @@
     X(tensor)         /* the BlobView struct's key */                                       \
     X(not_contiguous) /* why to_binary_view made no view */                                 \
     X(shared_memory)                                                                        \
+    X(node_pack) /* who asks to_binary_view for a binary (tb_storage.h's makers) */         \
+    X(to_nx)                                                                                \
     X(badarg) /* an error: {Kind, #{reason, argument, message => Segments}} (tb_raise.h) */ \
     X(tensor_blob)                                                                          \
     X(reason)                                                                               \

@@ -19,7 +19,8 @@
 #include "tb_registry.h"
 #include "tb_slots.h"
 
-/* 10: the slots that carry words to an embedded Python (tb_slots.h), and
+/* 11: a frozen range says who made its binary (tb_range's tag);
+ * 10: the slots that carry words to an embedded Python (tb_slots.h), and
  * their resource type (dlpack/tb_python.c);
  * 9: a count of deferred DLPack imports (defer_release) in stats/0;
  * 8: DLPack addresses handed out are a kind of the registry, which any
@@ -32,7 +33,7 @@
  * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
  * keeps its tensor resource */
 #ifndef TB_ABI /* the load tests build one with another */
-#define TB_ABI 10u
+#define TB_ABI 11u
 #endif
 #define TB_MAX_BUILDS 16
 

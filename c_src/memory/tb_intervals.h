@@ -20,6 +20,7 @@ typedef struct tb_range {
     struct tb_range *left, *right;
     uintptr_t max_hi; /* the largest hi in this subtree */
     unsigned home;    /* where a registry keeps it (tb_registry.c) */
+    unsigned tag;     /* what its holder says of it (a frozen range: who made the binary, tb_storage.h) */
 } tb_range;
 
 /* root is NULL for an empty set. r must not be in a set; it must stay put

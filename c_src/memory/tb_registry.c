@@ -267,9 +267,14 @@ static int same_file_overlap(const tb_range *a, const tb_range *b)
 
 int tb_registry_overlap(tb_registry *reg, unsigned kinds, const tb_range *r)
 {
+    return tb_registry_find(reg, kinds, r, NULL);
+}
+
+int tb_registry_find(tb_registry *reg, unsigned kinds, const tb_range *r, tb_range *hit)
+{
     if (r->hi <= r->lo)
         return -1;
-    int kind = find(reg, kinds, r->lo, r->hi, NULL);
+    int kind = find(reg, kinds, r->lo, r->hi, hit);
     if (kind >= 0 || !r->file_ino || __atomic_load_n(&reg->file_count, __ATOMIC_SEQ_CST) == 0)
         return kind;
     pthread_mutex_lock(&reg->files_lock);
@@ -277,8 +282,11 @@ int tb_registry_overlap(tb_registry *reg, unsigned kinds, const tb_range *r)
         if (!(kinds & TB_REG_BIT(k)))
             continue;
         for (const tb_range *e = reg->files[k].next; e != &reg->files[k] && kind < 0; e = e->next)
-            if (same_file_overlap(e, r))
+            if (same_file_overlap(e, r)) {
                 kind = k;
+                if (hit)
+                    *hit = *e;
+            }
     }
     pthread_mutex_unlock(&reg->files_lock);
     return kind;

@@ -86,6 +86,9 @@ void tb_registry_remove(tb_registry *reg, tb_reg_kind kind, tb_range *r);
 /* The first kind in `kinds` (a mask of TB_REG_BIT) with a range that
  * overlaps r by address, or by file when r names one; -1 when none. */
 int tb_registry_overlap(tb_registry *reg, unsigned kinds, const tb_range *r);
+/* The same, the range found copied to *hit (under the lock it was found
+ * under: it may be gone once this returns). */
+int tb_registry_find(tb_registry *reg, unsigned kinds, const tb_range *r, tb_range *hit);
 
 /* The mapped region holding address p, copied to *out; 0 when none. */
 int tb_registry_mapping_at(tb_registry *reg, uintptr_t p, tb_range *out);

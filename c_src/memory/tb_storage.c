@@ -36,16 +36,20 @@ int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
 /* A write and a binary view of the same memory each register first and
  * look for the other second: of two racing, at least one sees the other
  * (tb_registry.h), so a binary never shows a write in progress. */
-tb_guard_status tb_storage_write_begin(tb_range *guard)
+tb_guard_status tb_storage_write_begin(tb_range *guard, tb_binary_maker *maker)
 {
     tb_registry_add(&tb_st->registry, TB_REG_WRITING, guard);
-    int kind = tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN) | TB_REG_BIT(TB_REG_READ_ONLY), guard);
+    tb_range hit;
+    int kind =
+        tb_registry_find(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN) | TB_REG_BIT(TB_REG_READ_ONLY), guard, &hit);
     if (kind < 0)
         return TB_GUARD_OK;
     tb_registry_remove(&tb_st->registry, TB_REG_WRITING, guard);
     /* A binary showing it is the reason to give, when there is one. */
-    if (kind == TB_REG_FROZEN || tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN), guard) >= 0)
+    if (kind == TB_REG_FROZEN || tb_registry_find(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN), guard, &hit) >= 0) {
+        *maker = (tb_binary_maker)hit.tag;
         return TB_GUARD_FROZEN;
+    }
     return TB_GUARD_READ_ONLY;
 }
 
@@ -54,8 +58,9 @@ void tb_storage_write_end(tb_range *guard)
     tb_registry_remove(&tb_st->registry, TB_REG_WRITING, guard);
 }
 
-tb_guard_status tb_storage_freeze(tb_range *guard)
+tb_guard_status tb_storage_freeze(tb_range *guard, tb_binary_maker maker)
 {
+    guard->tag = maker;
     tb_registry_add(&tb_st->registry, TB_REG_FROZEN, guard);
     if (tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_WRITING), guard) >= 0) {
         tb_registry_remove(&tb_st->registry, TB_REG_FROZEN, guard);

@@ -113,12 +113,17 @@ int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes);
 
 typedef enum { TB_GUARD_OK, TB_GUARD_FROZEN, TB_GUARD_READ_ONLY, TB_GUARD_WRITING } tb_guard_status;
 
+/* Who made a binary that shows a tensor's memory, on the caller's behalf
+ * or not: a refused write names it, and how to let go of it. */
+typedef enum { TB_MAKER_TO_BINARY, TB_MAKER_NODE_PACK, TB_MAKER_TO_NX } tb_binary_maker;
+
 /* Brackets an in-place write: refused while a binary shows the memory or
- * when it is read-only; otherwise registered until write_end. */
-tb_guard_status tb_storage_write_begin(tb_range *guard);
+ * when it is read-only; otherwise registered until write_end. *maker: who
+ * made the binary, when one refuses it (TB_GUARD_FROZEN). */
+tb_guard_status tb_storage_write_begin(tb_range *guard, tb_binary_maker *maker);
 void tb_storage_write_end(tb_range *guard);
-/* A binary view: refused while a write is in progress. */
-tb_guard_status tb_storage_freeze(tb_range *guard);
+/* A binary view, made by maker: refused while a write is in progress. */
+tb_guard_status tb_storage_freeze(tb_range *guard, tb_binary_maker maker);
 void tb_storage_unfreeze(tb_range *guard);
 
 long tb_storage_binary_views(void);

@@ -10,7 +10,8 @@
 /* ---- Binary views of tensors ------------------------------------------
  *
  * A binary is immutable: while a binary made by to_binary(copy: false)
- * lives, its memory is frozen (tb_storage.h) and write! refuses it. The
+ * (or for node_pack or to_nx) lives, its memory is frozen (tb_storage.h),
+ * with who made it, and write! refuses it, naming that. The
  * resource behind the binary holds a libtorch reference, so the memory
  * lives as long as the binary. */
 typedef struct {
@@ -43,9 +44,14 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     int unguarded = argv[1] == tb_atoms.true_;
-    /* if_needed: where no view can be made, the reason (device,
-     * not_contiguous, shared_memory), and the caller copies. */
-    int if_needed = argv[2] == tb_atoms.true_;
+    /* false: to_binary(copy: false). Else the call that asks for a view
+     * if one can be made (if_needed): where none can, the reason (device,
+     * not_contiguous, shared_memory), and the caller copies. Its atom
+     * names who makes the binary, which a refused write names. */
+    int if_needed = argv[2] != tb_atoms.false_;
+    tb_binary_maker maker = argv[2] == tb_atoms.node_pack ? TB_MAKER_NODE_PACK
+                            : argv[2] == tb_atoms.to_nx   ? TB_MAKER_TO_NX
+                                                          : TB_MAKER_TO_BINARY;
     if (if_needed && d.info.device_type != TB_DEVICE_CPU)
         return tb_atoms.device;
     if (if_needed && !d.info.is_contiguous)
@@ -90,7 +96,7 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
         return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_binary: out of memory allocating a binary view");
     v->range = span;
     v->ref = NULL;
-    if (tb_storage_freeze(&v->range) != TB_GUARD_OK) {
+    if (tb_storage_freeze(&v->range, maker) != TB_GUARD_OK) {
         enif_release_resource(v);
         return tb_raise_badarg(env, TB_WHY_UNSAFE, "tensor",
                                "tensor: %C is writing its memory right now; a binary view of it "

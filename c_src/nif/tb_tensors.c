@@ -63,15 +63,44 @@ ERL_NIF_TERM tb_nif_to_binary(TB_NIF_PARAMS)
     return enif_make_binary(env, &bin);
 }
 
+/* A binary that shows the memory refuses a write: who made it, and how to
+ * let go of it or not make it. */
+static ERL_NIF_TERM raise_frozen(ErlNifEnv *env, tb_binary_maker maker)
+{
+    switch (maker) {
+    case TB_MAKER_NODE_PACK:
+        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
+                               "tensor: its memory is shared with the binary of a term %C made (through a "
+                               "binary, a view of a tensor that large), and binaries are immutable; %C "
+                               "refuses it while that term lives, here or in a message. Drop the packed term "
+                               "and let it be collected, or pack a copy (%C)",
+                               "tensor_blob:node_pack/3", "TensorBlob.Nodes.pack/3", "write/2", "write!",
+                               "tensor_blob:to_device(T, tensor_blob:device(T))",
+                               "Tensor.to_device(t, Tensor.device(t))");
+    case TB_MAKER_TO_NX:
+        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
+                               "tensor: its memory is shared with the binary of an Nx tensor %C made "
+                               "(Nx.BinaryBackend, zero-copy), and binaries are immutable; %C refuses it "
+                               "while that Nx tensor, or a result sharing its binary, lives. Drop them and "
+                               "let them be collected, or convert a copy (%C)",
+                               "'Elixir.TensorBlob.Nx':to_nx/2", "TensorBlob.Nx.to_nx/2", "write/2", "write!",
+                               "tensor_blob:to_device(T, tensor_blob:device(T))",
+                               "Tensor.to_device(t, Tensor.device(t))");
+    default:
+        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
+                               "tensor: its memory is shared with a binary made by %C (or %C), and binaries "
+                               "are immutable; %C refuses it while that binary lives. Drop the binary and let "
+                               "it be collected, or make a copy (%C)",
+                               "to_binary(T, #{copy => false})", "to_binary(copy: false)", "#{copy => if_needed}",
+                               "copy: :if_needed", "write/2", "write!", "#{copy => true}", "copy: true");
+    }
+}
+
 /* Why the write guard refused; the message says which call refuses. */
-static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status)
+static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status, tb_binary_maker maker)
 {
     switch (status) {
-    case TB_GUARD_FROZEN:
-        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
-                               "tensor: its memory is shared with a binary made by %C, and binaries are "
-                               "immutable; %C refuses it while that binary lives",
-                               "to_binary(T, #{copy => false})", "to_binary(copy: false)", "write/2", "write!");
+    case TB_GUARD_FROZEN: return raise_frozen(env, maker);
     case TB_GUARD_READ_ONLY:
         return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
                                "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
@@ -161,9 +190,10 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
     tb_range guard;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &guard))
         return argv[0]; /* no elements: nothing to write */
-    tb_guard_status status = tb_storage_write_begin(&guard);
+    tb_binary_maker maker = TB_MAKER_TO_BINARY;
+    tb_guard_status status = tb_storage_write_begin(&guard, &maker);
     if (status != TB_GUARD_OK)
-        return raise_guard_refusal(env, status);
+        return raise_guard_refusal(env, status, maker);
     tb_shim_error err;
     int ok = from_tensor ? tb_shim_to_bytes(src.tensor->handle, d.info.data, &err)
                          : tb_shim_write_bytes(d.tensor->handle, bin.data, &err);

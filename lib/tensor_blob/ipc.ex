@@ -205,6 +205,9 @@ defmodule TensorBlob.IPC do
   # bytes, and a dtype and the sizes of a shape fit many times over.
   @max_line 8192
 
+  # The fields of a map from outside.
+  @fields [:handle, :dtype, :shape, :data_size]
+
   @doc """
   A tensor over the region a map names: the map `to_map/1` gives, or the
   one the Python module's `tensor_blob.export(t)` and
@@ -229,6 +232,15 @@ defmodule TensorBlob.IPC do
     case TensorBlob.IPC.JSON.decode(spec) do
       {:ok, map} when is_map(map) ->
         open(map)
+
+      {:error, {:duplicate_key, key}} ->
+        # Decoders disagree on a repeated key's value: refused, whichever.
+        field = Enum.find(@fields, :spec, &(Atom.to_string(&1) == key))
+
+        ("#{field}: the JSON names the key #{TensorBlob.Raise.inspect_term(key)} more than once; " <>
+           "decoders differ on which value a repeated key has (the first or the last), so a map that " <>
+           "repeats one is refused")
+        |> badarg!(:bad_value, field)
 
       _ ->
         ("expected a shared tensor's map as JSON " <>

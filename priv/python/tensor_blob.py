@@ -98,9 +98,23 @@ def _torch():
     return torch
 
 
+def _object(pairs):
+    # A key twice in one object is refused: decoders differ on its value
+    # (the first or the last), so one text would be two maps.
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(
+                "tensor_blob: the JSON names the key %r more than once; decoders differ on which value a "
+                "repeated key has (the first or the last), so a map that repeats one is refused" % (key,)
+            )
+        obj[key] = value
+    return obj
+
+
 def loads(text):
-    """The map from its JSON text."""
-    return json.loads(text)
+    """The map from its JSON text (a key named twice in an object is refused)."""
+    return json.loads(text, object_pairs_hook=_object)
 
 
 def dumps(spec):
@@ -114,7 +128,7 @@ def _is_size(n):
 
 def _parse(spec):
     if isinstance(spec, (str, bytes)):
-        spec = json.loads(spec)
+        spec = loads(spec)
     if not isinstance(spec, dict):
         raise TypeError("tensor_blob: expected the map tensor_blob prints (a dict or its JSON), got %r" % (spec,))
     missing = [k for k in ("handle", "dtype", "shape") if k not in spec]

@@ -151,6 +151,23 @@ def hostile_maps(_):
         refused(ValueError, [word], tensor_blob.open, m, torch=False)
 
 
+def repeated_keys(_):
+    """A JSON map naming a key twice is refused, naming the key, before any
+    region is opened: decoders differ on which value such a key has."""
+    name = plant("twice", bytes(16))
+    for line, key in [
+        ('{"handle": "%s", "dtype": "float32", "shape": [4], "dtype": "float64"}' % name, "dtype"),
+        ('{"handle": "%s", "shape": [4], "dtype": "float32", "shape": [2]}' % name, "shape"),
+        ('{"handle": "%s", "dtype": "float32", "shape": [4], "x": {"y": 1, "y": 2}}' % name, "y"),
+    ]:
+        refused(ValueError, ["%r more than once" % key], tensor_blob.open, line, torch=False)
+        refused(ValueError, ["%r more than once" % key], tensor_blob.loads, line)
+        refused(ValueError, ["%r more than once" % key], tensor_blob.open, line.encode(), torch=False)
+    check(tensor_blob.loads('[{"x": 1}, {"x": 2}]') == [{"x": 1}, {"x": 2}], "the same key in two objects")
+    view = tensor_blob.open('{"handle": "%s", "dtype": "float32", "shape": [4]}' % name, torch=False)
+    check(view.tolist() == [0.0] * 4, "the line without its repeat opens: %r" % view.tolist())
+
+
 # ---- PyTorch's format -------------------------------------------------------
 
 
@@ -194,6 +211,7 @@ TESTS = [
     ("another user's file is refused", other_users_refused, False),
     ("a plain region's sizes come from fstat", plain_sizes_from_fstat, False),
     ("maps with fields of the wrong type are refused", hostile_maps, False),
+    ("a JSON map naming a key twice is refused, naming it", repeated_keys, False),
     ("a missing PyTorch name says the exporter must hold its tensor", missing_torch_name, True),
     ("a PyTorch region's sizes come from fstat: no file grows", torch_sizes_from_fstat, True),
     ("a PyTorch header with no live count is refused", torch_dead_counts, True),

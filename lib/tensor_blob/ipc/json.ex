@@ -6,8 +6,11 @@ defmodule TensorBlob.IPC.JSON do
   # `json` module decodes and escapes strings (`:stdlib`); on older OTPs a
   # small codec of this module does (`:fallback`). Both give the same
   # terms: null is nil, and a number with a fraction or an exponent is
-  # refused (a map of a shared tensor holds integers only). Both run in
-  # time and memory linear in the text; open/1 bounds the text's length.
+  # refused (a map of a shared tensor holds integers only). An object that
+  # names a key twice is refused by both, naming the key: decoders differ
+  # on which value such a key has (stdlib keeps the first, others the
+  # last), so one text would be two specs. Both run in time and memory
+  # linear in the text; open/1 bounds the text's length.
 
   @type backend :: :stdlib | :fallback
 
@@ -69,18 +72,20 @@ defmodule TensorBlob.IPC.JSON do
 
   # The float decoder below only throws, on purpose.
   @dialyzer {:nowarn_function, decode: 2}
-  @spec decode(String.t(), backend()) :: {:ok, term()} | :error
+  @spec decode(String.t(), backend()) :: {:ok, term()} | {:error, {:duplicate_key, String.t()}} | :error
   def decode(text, backend \\ backend())
 
   def decode(text, :stdlib) when is_binary(text) do
     # A float is refused: the decoder's fun fails, which stdlib reports
-    # as an error (or lets the throw through): :error either way.
-    decoders = %{null: nil, float: fn _ -> throw(:float) end}
+    # as an error (or lets the throw through): :error either way. An
+    # object is made by object_finish, which refuses a repeated key.
+    decoders = %{null: nil, float: fn _ -> throw(:float) end, object_finish: &object_finish/2}
 
     case apply(stdlib_json(), :decode, [text, :ok, decoders]) do
       {value, :ok, rest} -> if skip(rest) == "", do: {:ok, value}, else: :error
     end
   catch
+    {:duplicate_key, key} -> {:error, {:duplicate_key, key}}
     :float -> :error
     :error, _ -> :error
   end
@@ -90,6 +95,20 @@ defmodule TensorBlob.IPC.JSON do
       {:ok, v, rest} -> if skip(rest) == "", do: {:ok, v}, else: :error
       :error -> :error
     end
+  catch
+    {:duplicate_key, key} -> {:error, {:duplicate_key, key}}
+  end
+
+  # stdlib's object_finish: the object's pairs, last first. One map when
+  # every key differs; else the first key named twice, in the text's order.
+  defp object_finish(pairs, old_acc) do
+    map = Map.new(pairs)
+    if map_size(map) != length(pairs), do: throw({:duplicate_key, repeated(Enum.reverse(pairs), MapSet.new())})
+    {map, old_acc}
+  end
+
+  defp repeated([{key, _} | rest], seen) do
+    if MapSet.member?(seen, key), do: key, else: repeated(rest, MapSet.put(seen, key))
   end
 
   defp skip(<<c, rest::binary>>) when c in ~c" \t\r\n", do: skip(rest)
@@ -127,6 +146,7 @@ defmodule TensorBlob.IPC.JSON do
 
   defp members("\"" <> rest, acc) do
     with {:ok, k, rest} <- string(rest, []),
+         :ok <- if(is_map_key(acc, k), do: throw({:duplicate_key, k}), else: :ok),
          ":" <> rest <- skip(rest),
          {:ok, v, rest} <- value(skip(rest)) do
       case skip(rest) do
