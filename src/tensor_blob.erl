@@ -66,10 +66,10 @@
                         dlpack := {non_neg_integer(), pos_integer(), pos_integer()},
                         kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
                         nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
-                        available := boolean()}.
+                        available := boolean(), safetensors := binary() | nil}.
 %% A row of the dtype table: its canonical name, its elements (kind and bits), its DLPack
-%% {Code, Bits, Lanes}, its Nx type, its other names, the libtorch release that brought it, and
-%% whether the linked libtorch holds it.
+%% {Code, Bits, Lanes}, its Nx type, its other names, the libtorch release that brought it,
+%% whether the linked libtorch holds it, and its safetensors name.
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
 %% A row of the device table: a device type, its DLPack code, whether its devices are numbered.
 -type memory() :: owned | pinned | unpinned | dlpack | binary | ipc | file.

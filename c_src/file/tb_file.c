@@ -184,18 +184,19 @@ static ERL_NIF_TERM make_string(ErlNifEnv *env, const tb_st_string *s)
 /* The header's refusal, naming the file and the tensor. */
 static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const tb_st_header *h)
 {
-    tb_reason why = h->error == TB_ST_NO_MEMORY        ? TB_WHY_NO_MEMORY
-                    : h->error == TB_ST_UNKNOWN_DTYPE  ? TB_WHY_BAD_DTYPE
+    tb_reason why = h->error == TB_ST_NO_MEMORY       ? TB_WHY_NO_MEMORY
+                    : h->error == TB_ST_UNKNOWN_DTYPE ? TB_WHY_BAD_DTYPE
                     : h->error == TB_ST_TOO_MANY_DIMS ? TB_WHY_UNSUPPORTED
-                                                       : TB_WHY_BAD_FILE;
+                                                      : TB_WHY_BAD_FILE;
     const char *text = tb_st_error_text(h->error);
     if (h->error == TB_ST_UNKNOWN_DTYPE)
-        return tb_raise_badarg(env, why, "path", "path: %T: tensor %T: dtype %T is not one the format and this "
+        return tb_raise_badarg(env, why, "path",
+                               "path: %T: tensor %T: dtype %T is not one the format and this "
                                "library share (tables/0's safetensors names)",
                                path_term, make_string(env, &h->name), make_string(env, &h->detail));
     if (h->name.ptr)
-        return tb_raise_badarg(env, why, "path", "path: %T is not a valid safetensors file: tensor %T: %s",
-                               path_term, make_string(env, &h->name), text);
+        return tb_raise_badarg(env, why, "path", "path: %T is not a valid safetensors file: tensor %T: %s", path_term,
+                               make_string(env, &h->name), text);
     if (h->error == TB_ST_BAD_JSON || h->error == TB_ST_TOO_DEEP)
         return tb_raise_badarg(env, why, "path", "path: %T is not a valid safetensors file: %s (at byte %lu of it)",
                                path_term, text, (unsigned long)h->at);
@@ -205,8 +206,8 @@ static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const t
 /* The tensor of entry e over the mapping (base: a byte tensor of the whole
  * file): an alias of its storage, or, where its offset does not fit its
  * element size, a copy (*copied set). */
-static int entry_tensor(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file, uint64_t data_at,
-                        const tb_st_entry *e, ERL_NIF_TERM *out, int *copied, ERL_NIF_TERM *exc)
+static int entry_tensor(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
+                        uint64_t data_at, const tb_st_entry *e, ERL_NIF_TERM *out, int *copied, ERL_NIF_TERM *exc)
 {
     const tb_dtype *dt = &tb_dtypes[e->dtype];
     int64_t strides[TB_ST_MAX_DIMS];
@@ -262,7 +263,7 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     }
     unsigned char prefix[8];
     uint64_t header_len = 0;
-    tb_st_error pe = (uint64_t)st.st_size < 8 ? TB_ST_TOO_SMALL
+    tb_st_error pe = (uint64_t)st.st_size < 8     ? TB_ST_TOO_SMALL
                      : read_all(fd, prefix, 8, 0) ? tb_st_prefix(prefix, (uint64_t)st.st_size, &header_len)
                                                   : TB_ST_TOO_SMALL;
     tb_st_header h;
@@ -344,8 +345,8 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     /* One storage for the whole file: every tensor aliases it. */
     int64_t size = (int64_t)st.st_size, one = 1;
     tb_shim_out base;
-    if (!tb_shim_from_blob(file, 1, &size, &one, tb_dtypes[TB_DT_UINT8].torch_scalar_type, TB_DEVICE_CPU, 0,
-                           &m->header, tb_storage_release, &base.handle, &base.err)) {
+    if (!tb_shim_from_blob(file, 1, &size, &one, tb_dtypes[TB_DT_UINT8].torch_scalar_type, TB_DEVICE_CPU, 0, &m->header,
+                           tb_storage_release, &base.handle, &base.err)) {
         free(sel.names);
         tb_st_free(&h);
         return tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: %s", argv[0], base.err.message);
@@ -376,8 +377,7 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
         meta = enif_make_list(env, 0);
         for (size_t i = h.meta_count; i-- > 0;)
             meta = enif_make_list_cell(
-                env, enif_make_tuple2(env, make_string(env, &h.meta[i].key), make_string(env, &h.meta[i].value)),
-                meta);
+                env, enif_make_tuple2(env, make_string(env, &h.meta[i].key), make_string(env, &h.meta[i].value)), meta);
     }
     tb_st_free(&h);
     return enif_make_tuple3(env, tensors, meta, copied);

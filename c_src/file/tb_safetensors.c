@@ -84,7 +84,7 @@ static int valid_utf8(const unsigned char *s, size_t len)
 typedef struct {
     const char *p, *start, *end;
     tb_st_header *h;
-    char *out;         /* where the next decoded string goes */
+    char *out; /* where the next decoded string goes */
     size_t dims_used, dims_cap;
     size_t entries_cap, meta_cap;
 } reader;

@@ -31,21 +31,21 @@
 #define TB_ST_ERRORS(X)                                                                               \
     X(OK, "valid")                                                                                    \
     X(TOO_SMALL, "shorter than the 8 bytes of its header length")                                     \
-    X(HEADER_TOO_LARGE, "its header length is over the format's limit of 100000000 bytes")           \
-    X(HEADER_PAST_END, "its header length runs past the end of the file")                            \
+    X(HEADER_TOO_LARGE, "its header length is over the format's limit of 100000000 bytes")            \
+    X(HEADER_PAST_END, "its header length runs past the end of the file")                             \
     X(NOT_UTF8, "its header is not UTF-8")                                                            \
     X(NOT_OBJECT, "its header is not a JSON object")                                                  \
     X(BAD_JSON, "its header is not valid JSON")                                                       \
     X(TOO_DEEP, "its header nests arrays or objects too deep")                                        \
     X(DUPLICATE, "a tensor name appears twice")                                                       \
-    X(BAD_ENTRY, "a tensor's entry is not {dtype, shape, data_offsets} of the right types")          \
-    X(UNKNOWN_DTYPE, "a tensor's dtype is not one the format and this library share")                \
-    X(TOO_MANY_DIMS, "a tensor's shape has more dimensions than a tensor here can have (64)")       \
-    X(OVERFLOW, "a tensor's shape overflows (its element count or byte size)")                       \
-    X(SIZE_MISMATCH, "a tensor's data offsets do not span its shape's bytes")                        \
+    X(BAD_ENTRY, "a tensor's entry is not {dtype, shape, data_offsets} of the right types")           \
+    X(UNKNOWN_DTYPE, "a tensor's dtype is not one the format and this library share")                 \
+    X(TOO_MANY_DIMS, "a tensor's shape has more dimensions than a tensor here can have (64)")         \
+    X(OVERFLOW, "a tensor's shape overflows (its element count or byte size)")                        \
+    X(SIZE_MISMATCH, "a tensor's data offsets do not span its shape's bytes")                         \
     X(BAD_OFFSETS, "a tensor's data offsets leave a gap, overlap another's or end before they begin") \
-    X(INCOMPLETE, "the tensors do not cover the data buffer exactly (bytes missing or left over)")   \
-    X(BAD_METADATA, "__metadata__ is not an object of strings to strings")                           \
+    X(INCOMPLETE, "the tensors do not cover the data buffer exactly (bytes missing or left over)")    \
+    X(BAD_METADATA, "__metadata__ is not an object of strings to strings")                            \
     X(NO_MEMORY, "out of memory decoding the header")
 
 typedef enum {

@@ -39,14 +39,14 @@
  * header's layout does. A kind appended at the end needs no bump: no
  * older header carries it (tb_storage_kind reads a kind past the table,
  * from a newer build of the same ABI, as owned). */
-#define TB_STORAGE_KINDS(X)                                                                               \
-    X(TB_MEMORY_OWNED, owned, owned, 0, 0)          /* libtorch allocated it */                           \
-    X(TB_MEMORY_PINNED, pinned, pinned, 1, 0)       /* a view that keeps an owner term or tensor alive */ \
-    X(TB_MEMORY_UNPINNED, unpinned, unpinned, 0, 0) /* a view whose memory the caller answers for */      \
-    X(TB_MEMORY_DLPACK, dlpack, dlpack, 1, 0)       /* a DLPack import: the producer's memory */          \
-    X(TB_MEMORY_BINARY, binary, binary, 1, 0)       /* a view of a BEAM binary's bytes */                 \
-    X(TB_MEMORY_REGION, region, ipc, 0, 1)          /* a mapping of a POSIX shared-memory region */       \
-    X(TB_MEMORY_CUDA_IPC, cuda_ipc, ipc, 0, 0)      /* a mapping of a CUDA IPC handle */                  \
+#define TB_STORAGE_KINDS(X)                                                                                            \
+    X(TB_MEMORY_OWNED, owned, owned, 0, 0)          /* libtorch allocated it */                                        \
+    X(TB_MEMORY_PINNED, pinned, pinned, 1, 0)       /* a view that keeps an owner term or tensor alive */              \
+    X(TB_MEMORY_UNPINNED, unpinned, unpinned, 0, 0) /* a view whose memory the caller answers for */                   \
+    X(TB_MEMORY_DLPACK, dlpack, dlpack, 1, 0)       /* a DLPack import: the producer's memory */                       \
+    X(TB_MEMORY_BINARY, binary, binary, 1, 0)       /* a view of a BEAM binary's bytes */                              \
+    X(TB_MEMORY_REGION, region, ipc, 0, 1)          /* a mapping of a POSIX shared-memory region */                    \
+    X(TB_MEMORY_CUDA_IPC, cuda_ipc, ipc, 0, 0)      /* a mapping of a CUDA IPC handle */                               \
     X(TB_MEMORY_TORCH_SHM, torch_shm, ipc, 0, 1)    /* a region in PyTorch's format: its data, after a count header */ \
     X(TB_MEMORY_FILE, file, file, 0, 0)             /* a private mapping of a file (safetensors) */
 
