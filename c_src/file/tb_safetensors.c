@@ -546,7 +546,8 @@ static int check(tb_st_header *h, uint64_t data_bytes)
         if (e->end - e->begin != bytes)
             return fault_at(h, TB_ST_SIZE_MISMATCH, e);
     }
-    qsort(h->entries, h->count, sizeof *h->entries, by_offset);
+    if (h->count > 1)
+        qsort(h->entries, h->count, sizeof *h->entries, by_offset);
     uint64_t next = 0;
     for (size_t i = 0; i < h->count; i++) {
         const tb_st_entry *e = &h->entries[i];
