@@ -160,6 +160,13 @@ bench:
 	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	NX_PATH="$$nx_path" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" MIX_ENV=prod mix run bench/bench.exs
 
+# Files both ways with the safetensors reference implementation (python3
+# with safetensors and torch: the Debian 13 root has them); fails where the
+# reference is missing rather than skip.
+safetensors-compat-test: nif
+	$(PYTHON) -c "import safetensors, torch"
+	MIX_ENV=test mix test --only safetensors_reference test/safetensors_reference_test.exs
+
 # Loading a 1 GiB safetensors file beside elixir-nx's reader (read! and
 # lazy: true, compiled from its archive with Jason's) and the reference's
 # Python loop (python3 with safetensors and torch): the Debian 13 root has
@@ -195,4 +202,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-safetensors asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-safetensors safetensors-compat-test asan-test

@@ -44,8 +44,18 @@ if missing != [] do
   IO.puts("note: this machine does not allow #{inspect(missing)}: the tests tagged so are excluded")
 end
 
+# :safetensors_reference tests need a python3 with the safetensors format's
+# reference implementation and PyTorch (the Debian 13 root has them: make
+# safetensors-compat-test).
+reference? =
+  match?(
+    {_, 0},
+    System.cmd(System.get_env("PYTHON", "python3"), ["-c", "import safetensors, torch"], stderr_to_stdout: true)
+  )
+
 exclude =
   [:cuda] ++
+    if(reference?, do: [], else: [:safetensors_reference]) ++
     missing ++
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++
