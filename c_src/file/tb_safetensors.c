@@ -345,7 +345,7 @@ static int sizes(reader *r, uint64_t max, size_t limit, tb_st_error too_many, si
         return 1;
     }
     for (;;) {
-        uint64_t v;
+        uint64_t v = 0;
         if (!size_value(r, max, &v))
             return 0;
         if (*n == limit)
@@ -375,7 +375,9 @@ static int entry(reader *r, tb_st_entry *e, size_t *shape_at)
 {
     int have_dtype = 0, have_shape = 0, have_offsets = 0;
     skip_space(r);
-    if (r->p >= r->end || *r->p != '{')
+    if (r->p >= r->end)
+        return fail(r, TB_ST_BAD_JSON);
+    if (*r->p != '{')
         return fail(r, TB_ST_BAD_ENTRY);
     r->p++;
     skip_space(r);
