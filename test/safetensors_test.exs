@@ -49,6 +49,11 @@ defmodule TensorBlob.SafeTensorsTest do
     message
   end
 
+  # No mapping of a file of dir is left in this OS process.
+  defp assert_no_mapping(dir) do
+    refute File.read!("/proc/self/maps") =~ dir
+  end
+
   describe "open/2" do
     test "every shared dtype, 0-dim and empty tensors, and metadata, with their values", %{dir: dir} do
       tensors =
@@ -121,6 +126,7 @@ defmodule TensorBlob.SafeTensorsTest do
       # the data cut short: the last tensor runs past the end
       path = file(dir, "cut.st", header([entry("a", "F32", [4], 0, 16)]), <<0::64>>)
       assert_refused(path, :bad_file, "a")
+      assert_no_mapping(dir)
     end
 
     test "a 100 MB header (a sparse file) is refused before it is read", %{dir: dir} do
@@ -148,6 +154,8 @@ defmodule TensorBlob.SafeTensorsTest do
         path = file(dir, "#{name}.st", header(entries), :binary.copy(<<0>>, bytes))
         assert_refused(path, :bad_file, tensor)
       end
+
+      assert_no_mapping(dir)
     end
 
     test "shapes that overflow", %{dir: dir} do
@@ -155,6 +163,8 @@ defmodule TensorBlob.SafeTensorsTest do
         path = file(dir, "big#{i}.st", header([entry("w", "F32", shape, 0, 0)]), "")
         assert_refused(path, :bad_file, "w")
       end
+
+      assert_no_mapping(dir)
     end
 
     test "duplicate names, non-UTF-8, deep JSON, not an object, bad metadata, bad JSON", %{dir: dir} do
@@ -167,6 +177,7 @@ defmodule TensorBlob.SafeTensorsTest do
       assert_refused(file(dir, "meta.st", ~s({"__metadata__":{"k":1}}), ""), :bad_file)
       assert_refused(file(dir, "json.st", ~s({"a":{"dtype":"U8",}}), ""), :bad_file)
       assert_refused(file(dir, "trail.st", ~s({} x), ""), :bad_file)
+      assert_no_mapping(dir)
     end
 
     test "an unknown dtype is refused, naming it and the tensor", %{dir: dir} do
@@ -221,6 +232,14 @@ defmodule TensorBlob.SafeTensorsTest do
       assert Tensor.to_binary(view) == binary_part(data, 4000, 40)
       imported = TensorBlob.DLPack.import(capsule)
       assert Tensor.to_binary(imported) == binary_part(data, 8000, 12)
+      # the last users gone, the mappings go
+      _ = {view, imported}
+      view = nil
+      imported = nil
+      capsule = nil
+      :erlang.garbage_collect()
+      _ = {view, imported, capsule}
+      assert_no_mapping(dir)
     end
 
     test "write/3 renames over the target: a mapping of the old file stays valid", %{dir: dir} do
