@@ -135,6 +135,7 @@ path(Path) ->
         error:_ -> bad_path(Path)
     end.
 
+-spec bad_path(term()) -> no_return().
 bad_path(Path) ->
     badarg(bad_value, path, ["path: expected a file name, got ", {term, Path}]).
 
@@ -148,5 +149,6 @@ name(Argument, S) ->
         error:_ -> bad_name(Argument, S)
     end.
 
+-spec bad_name(atom(), term()) -> no_return().
 bad_name(Argument, S) ->
     badarg(bad_value, Argument, [atom_to_binary(Argument, utf8), ": expected a UTF-8 string, got ", {term, S}]).
