@@ -173,8 +173,12 @@ defmodule TensorBlob.SafeTensorsReferenceTest do
   end
 
   test "the files written here open in the reference with the same values", %{dir: dir} do
+    # the dtypes this release of the reference holds (it refuses a file
+    # naming one it does not know)
+    refused = python(@python_write, [dir, names_json(Enum.map(shared(), & &1.safetensors))])["refused"]
+
     tensors =
-      for d <- shared(), into: %{} do
+      for d <- shared(), not Map.has_key?(refused, d.safetensors), into: %{} do
         bytes =
           for i <- 0..(6 * d.element_size - 1),
               into: <<>>,
