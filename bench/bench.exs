@@ -5,6 +5,8 @@ Code.require_file("scaling.exs", __DIR__)
 Code.require_file("rss.exs", __DIR__)
 System.put_env("TB_NODES_LIBRARY", "1")
 Code.require_file("nodes.exs", __DIR__)
+System.put_env("TB_SAFETENSORS_LIBRARY", "1")
+Code.require_file("safetensors.exs", __DIR__)
 
 defmodule Bench do
   alias TensorBlob.Tensor
@@ -583,6 +585,8 @@ defmodule Bench do
     Bench.Scaling.print(scaling, mixed)
     nodes = NodesBench.floors(256, 5)
     NodesBench.print_floors(nodes)
+    safetensors = SafeTensorsBench.ours()
+    SafeTensorsBench.print(safetensors)
 
     IO.puts(
       "TensorBlob.Nx from_nx + to_nx, BinaryBackend, 4 B: " <>
@@ -641,6 +645,7 @@ defmodule Bench do
       scaling: Bench.Scaling.to_json(scaling, mixed),
       with_binary_views: crowd,
       nodes: nodes,
+      safetensors: safetensors,
       python_dlpack: py,
       bridge: bridge,
       round_trips: round_trips,

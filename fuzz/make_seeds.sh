@@ -49,3 +49,18 @@ printf '\002\000\001\360\015\100\002\003\003' > $O/200000x3-strides-2-3 # {3392,
 printf '\002\000\001\003\002\002\003' > $O/3x2-disjoint             # interleaved, disjoint
 printf '\003\000\001\002\014\003\004\004\001' > $O/row-major-2x3x4
 printf '\002\020\001\360\003\350\360\000\000\003\350\360\003\350\360\000\000\003\351' > $O/1000x1000-bounded
+
+# safetensors: the data buffer's size (2 bytes, little-endian), then the
+# header's JSON.
+S=corpus/safetensors
+mkdir -p "$S"
+st() { printf "\\$(printf '%03o' $(($1 % 256)))\\$(printf '%03o' $(($1 / 256)))"; printf '%s' "$2"; }
+st 24 '{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}' > $S/one-f32
+st 11 '{"b":{"dtype":"I64","shape":[],"data_offsets":[0,8]},"c":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}}' > $S/scalar-and-u8
+st 0 '{"e":{"dtype":"BF16","shape":[0,4],"data_offsets":[0,0]}}     ' > $S/empty-padded
+st 2 '{"n\u00e9\ud83d\ude00":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2],"extra":[{"x":null}]}}' > $S/escapes-extra
+st 4 '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}}' > $S/duplicate
+st 3 '{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}' > $S/overlap
+st 0 '{"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}}' > $S/overflow
+st 1 '{"w":{"dtype":"F4","shape":[1],"data_offsets":[0,1]}}' > $S/unknown-dtype
+st 0 '{"__metadata__":{"k":1}}' > $S/bad-metadata

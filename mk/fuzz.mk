@@ -12,13 +12,14 @@
 FUZZ_CC ?= clang-14
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS := -g -O1 -std=c11 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(C_INCLUDES) -Ic_test -Ipriv/include
-FUZZ_HARNESSES := layout dtype overlap
+FUZZ_HARNESSES := layout dtype overlap safetensors
 STRESS_CYCLES ?= 1000000
 
 # Each harness and the sources it fuzzes.
 fuzz_layout_SOURCES := fuzz_layout src/tb_layout src/tb_dtype
 fuzz_dtype_SOURCES := fuzz_dtype src/tb_dtype
 fuzz_overlap_SOURCES := fuzz_overlap src/tb_overlap
+fuzz_safetensors_SOURCES := fuzz_safetensors src/tb_safetensors src/tb_dtype
 
 $(BUILD)/fuzz/%.o: fuzz/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)

@@ -171,6 +171,27 @@ bench:
 	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	NX_PATH="$$nx_path" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" MIX_ENV=prod mix run bench/bench.exs
 
+# Files both ways with the safetensors reference implementation (python3
+# with safetensors and torch: the Debian 13 root has them); fails where the
+# reference is missing rather than skip.
+safetensors-compat-test: nif
+	$(PYTHON) -c "import safetensors, torch"
+	MIX_ENV=test mix test --only safetensors_reference test/safetensors_reference_test.exs
+
+# Loading a 1 GiB safetensors file beside elixir-nx's reader (read! and
+# lazy: true, compiled from its archive with Jason's) and the reference's
+# Python loop (python3 with safetensors and torch): the Debian 13 root has
+# them all (bench/safetensors.exs). make bench runs our side alone.
+bench-safetensors: nif
+	@set -e; third_party="$$(scripts/build_nx.sh --sources)"; src="$(BUILD)/third_party"; mkdir -p "$$src"; \
+	for a in safetensors jason; do \
+	    f="$$(cd "$$third_party" && ls $$a-*.tar.gz | head -n1)"; \
+	    rm -rf "$$src/$$a"; mkdir -p "$$src/$$a"; tar -C "$$src/$$a" --strip-components=1 -xzf "$$third_party/$$f"; \
+	done; \
+	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
+	NX_PATH="$$nx_path" SAFETENSORS_SRC="$(CURDIR)/$$src/safetensors" JASON_SRC="$(CURDIR)/$$src/jason" \
+	    MIX_ENV=prod mix run bench/safetensors.exs --compare
+
 # The whole ExUnit and EUnit suites against an -fsanitize=address,undefined
 # build, on the stock BEAM with the sanitizer runtime preloaded. +Mea min
 # sends the BEAM's own allocations through malloc so ASan sees them. Any
@@ -192,4 +213,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-safetensors safetensors-compat-test asan-test

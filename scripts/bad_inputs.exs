@@ -382,7 +382,18 @@ cases = [
 
      message = fresh_vm_message.([], [{"TENSOR_BLOB_NIF", foreign_nif}], eval)
      raise TensorBlob.Error, String.replace(message, foreign_nif, "FOREIGN_NIF")
-   end}
+   end},
+  {"SafeTensors.open of a directory", fn -> TensorBlob.SafeTensors.open("/") end},
+  {"SafeTensors.open of a device", fn -> TensorBlob.SafeTensors.open("/dev/null") end},
+  {"SafeTensors.open of no file", fn -> TensorBlob.SafeTensors.open("/nonexistent.safetensors") end},
+  {"SafeTensors.open: path not a file name", fn -> TensorBlob.SafeTensors.open({:a}) end},
+  {"SafeTensors.open: only not a list", fn -> TensorBlob.SafeTensors.open("/", only: :w) end},
+  {"SafeTensors.open: unknown option", fn -> TensorBlob.SafeTensors.open("/", lazy: true) end},
+  {"SafeTensors.write of a dtype the format lacks",
+   fn -> TensorBlob.SafeTensors.write("/nonexistent/x.safetensors", %{"c" => Tensor.zeros({1}, :complex128)}) end},
+  {"SafeTensors.write: metadata not strings",
+   fn -> TensorBlob.SafeTensors.write("/nonexistent/x.safetensors", %{"c" => t}, %{"k" => 1}) end},
+  {"SafeTensors.write: not a tensor", fn -> TensorBlob.SafeTensors.write("/nonexistent/x.safetensors", %{"c" => 1}) end}
 ]
 
 {check?, path} =

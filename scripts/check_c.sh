@@ -95,7 +95,7 @@ for f, t in text.items():
         print(f"check_c: {src}/{f}:{line}: an exception term is tested")
         failed = True
 # The argument beside the message.
-NOT_ARGUMENTS = {"ipc", "cuda", "dlpack", "to_dlpack", "from_dlpack", "from_blob", "to_binary", "from_binary"}
+NOT_ARGUMENTS = {"ipc", "safetensors", "cuda", "dlpack", "to_dlpack", "from_dlpack", "from_blob", "to_binary", "from_binary"}
 raises = 0
 for f, t in text.items():
     for m in re.finditer(r'tb_raise_(?:badarg|error)\(\s*env,\s*([^,]+?),\s*([^,]+?),\s*"(?:([a-z_]+): )?', t):

@@ -13,6 +13,8 @@ echo "==> compat-test: OTP $(erl -noshell -eval 'io:format("~s", [erlang:system_
 
 make --no-print-directory nif
 make --no-print-directory suites
+# safetensors files both ways with the reference implementation (python3-safetensors).
+make --no-print-directory safetensors-compat-test
 
 # Torchx is built against the libtorch tensor_blob links (the system's).
 nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"

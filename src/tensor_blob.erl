@@ -66,13 +66,13 @@
                         dlpack := {non_neg_integer(), pos_integer(), pos_integer()},
                         kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
                         nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
-                        available := boolean()}.
+                        available := boolean(), safetensors := binary() | nil}.
 %% A row of the dtype table: its canonical name, its elements (kind and bits), its DLPack
-%% {Code, Bits, Lanes}, its Nx type, its other names, the libtorch release that brought it, and
-%% whether the linked libtorch holds it.
+%% {Code, Bits, Lanes}, its Nx type, its other names, the libtorch release that brought it,
+%% whether the linked libtorch holds it, and its safetensors name.
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
 %% A row of the device table: a device type, its DLPack code, whether its devices are numbered.
--type memory() :: owned | pinned | unpinned | dlpack | binary | ipc.
+-type memory() :: owned | pinned | unpinned | dlpack | binary | ipc | file.
 %% What memory/1 answers: one atom per row of the storage kind table (tables/0's storage).
 -type storage_info() :: #{name := atom(), memory := memory(), keeps_owner := boolean(), region := boolean()}.
 %% A row of the storage kind table: a kind, what memory/1 answers for it, whether it keeps its
@@ -239,8 +239,8 @@ device(T) -> not_a_tensor(T).
 %% that keeps an owner term alive; a view inside one of our tensors shares its storage and answers
 %% as it does), unpinned (a view the caller answers for), dlpack (a DLPack import: the producer's
 %% memory, released through its deleter), binary (a view of a binary's bytes), ipc (a mapping of a
-%% shared-memory region, or of a CUDA IPC handle). Slices and transposes answer as the tensor they
-%% view.
+%% shared-memory region, or of a CUDA IPC handle), file (a private mapping of a file: safetensors).
+%% Slices and transposes answer as the tensor they view.
 -spec memory(tensor()) -> memory().
 memory(T) when is_reference(T) -> ?NIF(tensor_blob_nif:memory(T));
 memory(T) -> not_a_tensor(T).

@@ -49,6 +49,8 @@
     torch_shm_zeros/2,
     torch_shm_open/3,
     torch_shm_name/1,
+    safetensors_open/2,
+    safetensors_write/3,
     cuda_info/0,
     cuda_synchronize/1,
     cuda_memory/1,
@@ -97,6 +99,8 @@ ipc_reclaim() -> ?NOT_LOADED.
 torch_shm_zeros(_, _) -> ?NOT_LOADED.
 torch_shm_open(_, _, _) -> ?NOT_LOADED.
 torch_shm_name(_) -> ?NOT_LOADED.
+safetensors_open(_, _) -> ?NOT_LOADED.
+safetensors_write(_, _, _) -> ?NOT_LOADED.
 cuda_info() -> ?NOT_LOADED.
 cuda_synchronize(_) -> ?NOT_LOADED.
 cuda_memory(_) -> ?NOT_LOADED.

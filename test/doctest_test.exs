@@ -6,4 +6,5 @@ defmodule TensorBlob.DoctestTest do
   doctest TensorBlob.Tensor
   doctest TensorBlob.DLPack
   doctest TensorBlob.IPC
+  doctest TensorBlob.SafeTensors
 end

@@ -602,6 +602,26 @@ if Code.ensure_loaded?(Nx) do
       end
     end
 
+    test "a safetensors file's tensors: a params map to jit as it is, and to_nx's views of the mapping" do
+      dir = Path.join(System.tmp_dir!(), "tb_nx_st_#{System.unique_integer([:positive])}")
+      File.mkdir_p!(dir)
+      path = Path.join(dir, "params.safetensors")
+      w = Tensor.from_binary(<<1.0::float-32-little, 2.0::float-32-little, 3.0::float-32-little>>, :float32, {3})
+      :ok = TensorBlob.SafeTensors.write(path, %{"w" => w, "b" => {<<0.5::float-32-little>>, :float32, {1}}})
+      %{tensors: params} = TensorBlob.SafeTensors.open(path)
+      File.rm_rf!(dir)
+      # the map of tensors, as Nx.LazyContainer takes it
+      sum = Nx.Defn.jit(fn p -> Nx.add(Nx.sum(p["w"]), p["b"]) end).(params)
+      assert Nx.to_flat_list(sum) == [6.5]
+      # the binary backend over the mapping, no copy, when asked
+      view = TNx.to_nx(params["w"], unsafe_view: true)
+      assert Nx.to_flat_list(view) == [1.0, 2.0, 3.0]
+      # while the binary shows the memory, no write! changes it under Nx
+      assert_raise ArgumentError, fn -> Tensor.write!(params["w"], :binary.copy(<<0>>, 12)) end
+      # by default a copy (another program may shrink the file)
+      assert Nx.to_flat_list(TNx.to_nx(params["b"])) == [0.5]
+    end
+
     defp collect_traces(calls) do
       receive do
         {:trace, _, :call, mfa} -> collect_traces([mfa | calls])

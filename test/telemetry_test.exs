@@ -87,6 +87,21 @@ defmodule TensorBlob.TelemetryTest do
       assert stop == start + duration and is_reference(meta.telemetry_span_context)
     end
 
+    test "a safetensors tensor at an offset its element size does not divide: one copy, reason misaligned" do
+      dir = Path.join(System.tmp_dir!(), "tb_telemetry_#{System.unique_integer([:positive])}")
+      File.mkdir_p!(dir)
+      path = Path.join(dir, "odd.safetensors")
+      # a 58-byte header: the data starts at byte 66, which 4 does not divide
+      header = ~s({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}) |> String.pad_trailing(58)
+      File.write!(path, [<<byte_size(header)::little-64>>, header, <<1.5::float-little-32>>])
+      _ = drain()
+      %{tensors: %{"x" => x}} = TensorBlob.SafeTensors.open(path)
+      File.rm_rf!(dir)
+      assert %{dtype: :float32, shape: {1}} = assert_copy({TensorBlob.SafeTensors, :open, 2}, :misaligned, 4)
+      assert Tensor.memory(x) == :owned
+      refute_events()
+    end
+
     test "explicit copies: to_binary, from_binary, write!, to_device" do
       t = t64()
       assert_copy({Tensor, :from_binary, 3}, :requested, 24)

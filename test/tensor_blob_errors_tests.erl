@@ -42,6 +42,7 @@ cases() ->
               T = tensor_blob:from_binary(binary:copy(<<0>>, 1024), float32, {256}, #{copy => false}),
               tensor_blob:write(T, binary:copy(<<1>>, 1024))
       end},
+     {bad_file, badarg, path, fun() -> tensor_blob_safetensors:open("/") end},
      {unsafe, badarg, tensor, fun() -> tensor_blob:to_binary(tensor_blob:ipc_zeros({4}, float32), #{copy => false}) end},
      {unsupported, badarg, read_only,
       fun() -> tensor_blob:to_dlpack(tensor_blob:zeros({1}, float32), #{version => legacy, read_only => true}) end},

@@ -47,8 +47,18 @@ end
 # :python_module: the door contract's row for the Python module of
 # priv/python, whose errors carry no reason and argument yet
 # (test/support/doors.ex): excluded until they do.
+# :safetensors_reference tests need a python3 with the safetensors format's
+# reference implementation and PyTorch (the Debian 13 root has them: make
+# safetensors-compat-test).
+reference? =
+  match?(
+    {_, 0},
+    System.cmd(System.get_env("PYTHON", "python3"), ["-c", "import safetensors, torch"], stderr_to_stdout: true)
+  )
+
 exclude =
   [:cuda, :python_module] ++
+    if(reference?, do: [], else: [:safetensors_reference]) ++
     missing ++
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++

@@ -14,6 +14,7 @@
 #define TB_ATOMS(X)                                                                         \
     X(ok) /* answers */                                                                     \
     X(nil)                                                                                  \
+    X(all)                                                                                  \
     X(undefined)                                                                            \
     X(ptr) /* blob keys */                                                                  \
     X(shape)                                                                                \

@@ -59,6 +59,7 @@
     X(WRONG_DEVICE, wrong_device)     /* memory on a device the call does not take */                      \
     X(NO_DEVICE, no_device)           /* no such device here */                                            \
     X(NO_REGION, no_region)           /* no shared memory of that name */                                  \
+    X(BAD_FILE, bad_file)             /* a file that is not a regular file in the format the call reads */ \
     X(GONE, gone)                     /* consumed, released or shrunk already (a capsule, a region) */     \
     X(READ_ONLY, read_only)           /* memory that may not be written (or is a binary's bytes) */        \
     X(UNSAFE, unsafe)                 /* refused: the VM could crash, or a reader see bytes change */      \

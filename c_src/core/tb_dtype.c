@@ -1,5 +1,7 @@
 #include "tb_dtype.h"
 
+#include <string.h>
+
 #include "tensor_blob_dlpack.h"
 
 #define TB_DTYPE_ROW_(id, name, code, bits, size, st, c10_name, nx_kind, nx_bits) \
@@ -98,4 +100,25 @@ int tb_dtype_of_scalar_type(int scalar_type, tb_dtype_id *out)
         return 0;
     *out = (tb_dtype_id)(dtype_of_scalar_type[scalar_type] - 1);
     return 1;
+}
+
+#define TB_DTYPE_ST_ROW_(name, id) [TB_DT_##id] = name,
+static const char *const safetensors_names[TB_DT_COUNT] = {TB_DTYPE_SAFETENSORS(TB_DTYPE_ST_ROW_)};
+#undef TB_DTYPE_ST_ROW_
+
+const char *tb_dtype_safetensors_name(tb_dtype_id id)
+{
+    return safetensors_names[id];
+}
+
+int tb_dtype_from_safetensors(const char *name, size_t len, tb_dtype_id *out)
+{
+    for (int i = 0; i < TB_DT_COUNT; i++) {
+        const char *n = safetensors_names[i];
+        if (n && strlen(n) == len && memcmp(n, name, len) == 0) {
+            *out = (tb_dtype_id)i;
+            return 1;
+        }
+    }
+    return 0;
 }

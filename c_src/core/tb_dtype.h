@@ -57,6 +57,17 @@
     A("c64", COMPLEX64) A("c128", COMPLEX128)
 /* clang-format on */
 
+/* The safetensors format's name of each dtype it shares with the table:
+ * S(format name, ID). The format's element sizes are the table's. A dtype
+ * not named here has no safetensors name (tables/0 gives nil). */
+/* clang-format off */
+#define TB_DTYPE_SAFETENSORS(S)                                                                   \
+    S("BOOL", BOOL) S("U8", UINT8) S("I8", INT8) S("I16", INT16) S("U16", UINT16)               \
+    S("I32", INT32) S("U32", UINT32) S("I64", INT64) S("U64", UINT64)                             \
+    S("F16", FLOAT16) S("BF16", BFLOAT16) S("F32", FLOAT32) S("F64", FLOAT64)                     \
+    S("F8_E4M3", FLOAT8_E4M3FN) S("F8_E5M2", FLOAT8_E5M2) S("C64", COMPLEX64)
+/* clang-format on */
+
 #define TB_DTYPE_ENUM_(id, ...) TB_DT_##id,
 typedef enum { TB_DTYPE_LIST(TB_DTYPE_ENUM_) TB_DT_COUNT } tb_dtype_id;
 #undef TB_DTYPE_ENUM_
@@ -119,6 +130,11 @@ void tb_dtype_index_build(tb_dtype_index *index, tb_dtype_key (*intern)(const ch
 int tb_dtype_find_name(const tb_dtype_index *index, tb_dtype_key name, tb_dtype_id *out);
 int tb_dtype_find_nx(const tb_dtype_index *index, tb_dtype_key kind, unsigned long bits, tb_dtype_id *out);
 int tb_dtype_from_dlpack(unsigned code, unsigned bits, unsigned lanes, tb_dtype_id *out);
+/* The safetensors name of a dtype, or NULL; and the dtype of a name (len
+ * bytes, not NUL-terminated): 1 and *out when the format and the table
+ * share it, else 0. */
+const char *tb_dtype_safetensors_name(tb_dtype_id id);
+int tb_dtype_from_safetensors(const char *name, size_t len, tb_dtype_id *out);
 /* The dtype of a c10::ScalarType number; 0 when the table has none. */
 int tb_dtype_of_scalar_type(int scalar_type, tb_dtype_id *out);
 

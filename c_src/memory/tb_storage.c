@@ -106,6 +106,26 @@ void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_of
     return addr;
 }
 
+void *tb_storage_map_private(tb_storage *s, int fd, size_t length, tb_range *mapping, int *error)
+{
+    void *addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (addr == MAP_FAILED) {
+        *error = errno;
+        return NULL;
+    }
+    s->file_dev = TB_PRIVATE_DEV;
+    s->file_ino = (uint64_t)(uintptr_t)addr;
+    s->file_offset = 0;
+    *mapping = (tb_range){.lo = (uintptr_t)addr,
+                          .hi = (uintptr_t)addr + length,
+                          .file_dev = s->file_dev,
+                          .file_ino = s->file_ino,
+                          .file_lo = 0,
+                          .file_hi = length};
+    tb_registry_add(&tb_st->registry, TB_REG_MAPPED, mapping);
+    return addr;
+}
+
 void tb_storage_unmap_file(tb_range *mapping)
 {
     tb_registry_remove(&tb_st->registry, TB_REG_MAPPED, mapping);

@@ -39,15 +39,16 @@
  * header's layout does. A kind appended at the end needs no bump: no
  * older header carries it (tb_storage_kind reads a kind past the table,
  * from a newer build of the same ABI, as owned). */
-#define TB_STORAGE_KINDS(X)                                                                               \
-    X(TB_MEMORY_OWNED, owned, owned, 0, 0)          /* libtorch allocated it */                           \
-    X(TB_MEMORY_PINNED, pinned, pinned, 1, 0)       /* a view that keeps an owner term or tensor alive */ \
-    X(TB_MEMORY_UNPINNED, unpinned, unpinned, 0, 0) /* a view whose memory the caller answers for */      \
-    X(TB_MEMORY_DLPACK, dlpack, dlpack, 1, 0)       /* a DLPack import: the producer's memory */          \
-    X(TB_MEMORY_BINARY, binary, binary, 1, 0)       /* a view of a BEAM binary's bytes */                 \
-    X(TB_MEMORY_REGION, region, ipc, 0, 1)          /* a mapping of a POSIX shared-memory region */       \
-    X(TB_MEMORY_CUDA_IPC, cuda_ipc, ipc, 0, 0)      /* a mapping of a CUDA IPC handle */                  \
-    X(TB_MEMORY_TORCH_SHM, torch_shm, ipc, 0, 1)    /* a region in PyTorch's format: its data, after a count header */
+#define TB_STORAGE_KINDS(X)                                                                                            \
+    X(TB_MEMORY_OWNED, owned, owned, 0, 0)          /* libtorch allocated it */                                        \
+    X(TB_MEMORY_PINNED, pinned, pinned, 1, 0)       /* a view that keeps an owner term or tensor alive */              \
+    X(TB_MEMORY_UNPINNED, unpinned, unpinned, 0, 0) /* a view whose memory the caller answers for */                   \
+    X(TB_MEMORY_DLPACK, dlpack, dlpack, 1, 0)       /* a DLPack import: the producer's memory */                       \
+    X(TB_MEMORY_BINARY, binary, binary, 1, 0)       /* a view of a BEAM binary's bytes */                              \
+    X(TB_MEMORY_REGION, region, ipc, 0, 1)          /* a mapping of a POSIX shared-memory region */                    \
+    X(TB_MEMORY_CUDA_IPC, cuda_ipc, ipc, 0, 0)      /* a mapping of a CUDA IPC handle */                               \
+    X(TB_MEMORY_TORCH_SHM, torch_shm, ipc, 0, 1)    /* a region in PyTorch's format: its data, after a count header */ \
+    X(TB_MEMORY_FILE, file, file, 0, 0)             /* a private mapping of a file (safetensors) */
 
 typedef enum {
 #define TB_STORAGE_KIND_ENUM(id, name, atom, keeps_owner, region) id,
@@ -134,6 +135,16 @@ long tb_storage_binary_views(void);
  * file's other mappings. The header s gets the file's identity, its data
  * starting data_offset bytes in. NULL with *error (an errno) when not. */
 void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_offset, tb_range *mapping, int *error);
+/* A file mapped privately (its pages copied on write: the file is never
+ * written) for length bytes, and registered as a mapping of its own: a
+ * private mapping shares its pages with no other, so its range is named
+ * by the mapping itself (TB_PRIVATE_DEV), not by the file. Any tensor over
+ * it answers as memory that can vanish (another program can shrink the
+ * file): the library's copies of it run under the SIGBUS guard, and
+ * binaries of it are refused unless asked for (to_binary_view). NULL with
+ * *error (an errno) when not. tb_storage_unmap_file undoes it. */
+#define TB_PRIVATE_DEV UINT64_MAX
+void *tb_storage_map_private(tb_storage *s, int fd, size_t length, tb_range *mapping, int *error);
 /* Unregisters and unmaps what tb_storage_map_file mapped. */
 void tb_storage_unmap_file(tb_range *mapping);
 

@@ -80,8 +80,9 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
         if (if_needed)
             return tb_atoms.shared_memory;
         return tb_raise_badarg(env, TB_WHY_UNSAFE, "tensor",
-                               "tensor: its memory is a shared-memory region, which another program can "
-                               "shrink, and a read of a binary of it would then kill the VM (SIGBUS); copy "
+                               "tensor: its memory is a mapped file (a shared-memory region, a safetensors "
+                               "file), which another program can shrink, and a read of a binary of it would then kill "
+                               "the VM (SIGBUS); copy "
                                "it (%C), or accept that risk with %C",
                                "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
                                "copy: false, unsafe_shared_memory: true");

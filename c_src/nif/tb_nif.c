@@ -69,8 +69,8 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
     for (int a = TB_DT_ALIAS_COUNT - 1; a >= 0; a--)
         if (tb_dtype_aliases[a].id == id)
             aliases = enif_make_list_cell(env, enif_make_atom(env, tb_dtype_aliases[a].name), aliases);
-    static const char *const keys[] = {"name", "element_size", "dlpack", "kind",     "bits",
-                                       "nx",   "aliases",      "since",  "available"};
+    static const char *const keys[] = {"name", "element_size", "dlpack", "kind",      "bits",
+                                       "nx",   "aliases",      "since",  "available", "safetensors"};
     ERL_NIF_TERM values[] = {
         tb_atoms.dtypes[id],
         enif_make_uint(env, d->element_size),
@@ -83,6 +83,7 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
         aliases,
         tb_make_string(env, tb_dtype_since[id]),
         tb_shim_has_scalar_type(d->torch_scalar_type) ? tb_atoms.true_ : tb_atoms.false_,
+        tb_dtype_safetensors_name(id) ? tb_make_string(env, tb_dtype_safetensors_name(id)) : tb_atoms.nil,
     };
     return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }

@@ -78,6 +78,11 @@
     X(torch_shm_open, 3, tb_nif_torch_shm_open, TB_MAY_GO_DIRTY)   /* (Name, Dtype, Shape): holds one reference */     \
     /* (Tensor) -> {Name, ByteSize} when it is a whole region's data, or nil */                                        \
     X(torch_shm_name, 1, tb_nif_torch_shm_name, 0)                                                                     \
+    /* safetensors files (file/tb_file.c): read from the file, so always on a dirty I/O scheduler */                   \
+    /* (Path, all | [Name]) -> {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied: misaligned]} */                  \
+    X(safetensors_open, 2, tb_nif_safetensors_open, ERL_NIF_DIRTY_JOB_IO_BOUND)                                        \
+    /* (Path, [{Name, Tensor}], [{Key, Value}] | nil) -> ok: written in that order, renamed over Path */               \
+    X(safetensors_write, 3, tb_nif_safetensors_write, ERL_NIF_DIRTY_JOB_IO_BOUND)                                      \
     /* CUDA (cuda/tb_cuda.c) */                                                                                        \
     X(cuda_info, 0, tb_nif_cuda_info, 0) /* -> what the CUDA runtime and libtorch say */                               \
     X(cuda_synchronize, 1, tb_nif_cuda_synchronize, ERL_NIF_DIRTY_JOB_IO_BOUND) /* (DeviceIndex) */                    \

@@ -192,7 +192,8 @@ defmodule TensorBlob.Tensor do
   `:unpinned` (a view the caller answers for), `:dlpack` (a DLPack import:
   the producer's memory), `:binary` (a view of a binary's bytes), `:ipc` (a
   mapping of a shared-memory region, or of another process's CUDA memory opened
-  with `TensorBlob.IPC.open/3`). Slices answer as what they view.
+  with `TensorBlob.IPC.open/3`), `:file` (a private mapping of a file, as
+  `TensorBlob.SafeTensors.open/2` makes). Slices answer as what they view.
   """
   @spec memory(input()) :: :tensor_blob.memory()
   def memory(tensor), do: translating(do: :tensor_blob.memory(ref(tensor)))

@@ -1,0 +1,116 @@
+/* The safetensors format's header, decoded and checked in one bounded
+ * pass. Pure C: no BEAM, no libtorch (fuzz/fuzz_safetensors.c fuzzes it).
+ *
+ * A file is an 8-byte little-endian length N, N bytes of JSON (the
+ * header), then the data buffer. The header is an object: each key a
+ * tensor's name, its value {"dtype": D, "shape": [...], "data_offsets":
+ * [Begin, End]} (offsets into the data buffer), and an optional
+ * "__metadata__" object of strings to strings. The checks are the
+ * reference implementation's: N at most TB_ST_MAX_HEADER and inside the
+ * file; the header UTF-8, a JSON object (nested at most TB_ST_MAX_DEPTH
+ * deep); each entry's dtype one the dtype table names, its shape's element
+ * count times the element size equal to End - Begin, without overflow; the
+ * entries, ordered by offset, cover the data buffer from its first byte to
+ * its last exactly, with no gap and no overlap; names unique.
+ *
+ * The work is linear in N, plus a sort of the entries (n log n): a header
+ * of any content costs no more. */
+#ifndef TB_SAFETENSORS_H
+#define TB_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tb_dtype.h"
+
+#define TB_ST_MAX_HEADER 100000000u /* the reference's limit, in bytes */
+#define TB_ST_MAX_DEPTH 64          /* nesting of arrays and objects */
+#define TB_ST_MAX_DIMS 64           /* a shape's length: what a tensor here can have */
+
+/* Why a header is refused: X(ID, text). */
+#define TB_ST_ERRORS(X)                                                                               \
+    X(OK, "valid")                                                                                    \
+    X(TOO_SMALL, "shorter than the 8 bytes of its header length")                                     \
+    X(HEADER_TOO_LARGE, "its header length is over the format's limit of 100000000 bytes")            \
+    X(HEADER_PAST_END, "its header length runs past the end of the file")                             \
+    X(NOT_UTF8, "its header is not UTF-8")                                                            \
+    X(NOT_OBJECT, "its header is not a JSON object")                                                  \
+    X(BAD_JSON, "its header is not valid JSON")                                                       \
+    X(TOO_DEEP, "its header nests arrays or objects too deep")                                        \
+    X(DUPLICATE, "a tensor name appears twice")                                                       \
+    X(BAD_ENTRY, "a tensor's entry is not {dtype, shape, data_offsets} of the right types")           \
+    X(UNKNOWN_DTYPE, "a tensor's dtype is not one the format and this library share")                 \
+    X(TOO_MANY_DIMS, "a tensor's shape has more dimensions than a tensor here can have (64)")         \
+    X(OVERFLOW, "a tensor's shape overflows (its element count or byte size)")                        \
+    X(SIZE_MISMATCH, "a tensor's data offsets do not span its shape's bytes")                         \
+    X(BAD_OFFSETS, "a tensor's data offsets leave a gap, overlap another's or end before they begin") \
+    X(INCOMPLETE, "the tensors do not cover the data buffer exactly (bytes missing or left over)")    \
+    X(BAD_METADATA, "__metadata__ is not an object of strings to strings")                            \
+    X(NO_MEMORY, "out of memory decoding the header")
+
+typedef enum {
+#define TB_ST_ERROR_ENUM(id, text) TB_ST_##id,
+    TB_ST_ERRORS(TB_ST_ERROR_ENUM)
+#undef TB_ST_ERROR_ENUM
+} tb_st_error;
+
+const char *tb_st_error_text(tb_st_error e);
+
+/* A string decoded from the header (escapes resolved): UTF-8, len bytes,
+ * not NUL-terminated. */
+typedef struct {
+    const char *ptr;
+    size_t len;
+} tb_st_string;
+
+typedef struct {
+    tb_st_string name;
+    tb_dtype_id dtype;
+    int ndim;
+    const int64_t *shape; /* ndim sizes */
+    uint64_t begin, end;  /* in the data buffer */
+} tb_st_entry;
+
+typedef struct {
+    tb_st_string key, value;
+} tb_st_meta;
+
+typedef struct {
+    tb_st_entry *entries; /* ordered by offset */
+    size_t count;
+    tb_st_meta *meta;
+    size_t meta_count;
+    int has_meta; /* the header had __metadata__ (possibly empty) */
+    /* On failure: why, where in the header decoding stopped, the tensor
+     * at fault (empty when none) and the value at fault (the dtype). */
+    tb_st_error error;
+    size_t at;
+    tb_st_string name, detail;
+    /* Owned storage. */
+    char *strings;
+    int64_t *dims;
+} tb_st_header;
+
+/* Checks the 8-byte prefix of a file of file_size bytes: *header_len (N)
+ * when the header fits, else the error. */
+tb_st_error tb_st_prefix(const unsigned char prefix[8], uint64_t file_size, uint64_t *header_len);
+
+/* Decodes and checks len bytes of header, for a data buffer of data_bytes.
+ * 1 when valid; 0 with out->error (and what it names) when not. Either
+ * way, tb_st_free releases what out holds. */
+int tb_st_decode(const char *json, size_t len, uint64_t data_bytes, tb_st_header *out);
+void tb_st_free(tb_st_header *h);
+
+/* 1 when len bytes are well-formed UTF-8 (what a name must be). */
+int tb_st_valid_utf8(const char *s, size_t len);
+
+/* The header of a file holding entries (in file order: each one's begin
+ * and end given) and, when has_meta, the metadata: JSON, padded with
+ * spaces to a multiple of 8 bytes as the reference pads it, so that data
+ * offsets aligned in the buffer stay aligned in the file. Names and
+ * strings must be UTF-8 (tb_st_valid_utf8). A malloc'd buffer and *len,
+ * or NULL when out of memory. */
+char *tb_st_encode(const tb_st_entry *entries, size_t count, const tb_st_meta *meta, size_t meta_count, int has_meta,
+                   size_t *len);
+
+#endif

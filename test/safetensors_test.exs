@@ -1,0 +1,307 @@
+defmodule TensorBlob.SafeTensorsTest do
+  # safetensors files: what open/2 takes and refuses (the hostile files:
+  # each refused with its reason, naming the file and the tensor, without
+  # a crash, a hang or a mapping left behind), the lifetime of the mapping,
+  # a file shrunk under its tensors, and write/3. Files live in a private
+  # temporary directory of each test.
+  use ExUnit.Case, async: true
+
+  alias TensorBlob.{SafeTensors, Tensor}
+
+  setup do
+    dir = Path.join(System.tmp_dir!(), "tb_safetensors_#{System.unique_integer([:positive])}")
+    File.mkdir_p!(dir)
+    on_exit(fn -> File.rm_rf!(dir) end)
+    %{dir: dir}
+  end
+
+  # The dtypes the format and the table share, and the linked libtorch has:
+  # from tables/0, never a list of our own.
+  defp shared_dtypes do
+    for d <- TensorBlob.tables().dtypes, d.safetensors != nil, d.available, do: d
+  end
+
+  defp file(dir, name, header, data) do
+    path = Path.join(dir, name)
+    File.write!(path, [<<byte_size(header)::little-64>>, header, data])
+    path
+  end
+
+  defp entry(name, dtype, shape, b, e),
+    do: ~s("#{name}":{"dtype":"#{dtype}","shape":[#{Enum.join(shape, ",")}],"data_offsets":[#{b},#{e}]})
+
+  defp header(entries), do: "{" <> Enum.join(entries, ",") <> "}"
+
+  # Padded with spaces to a multiple of 8 bytes, as writers pad it: the
+  # data then starts aligned for every element size, and is mapped.
+  defp aligned(header), do: header <> String.duplicate(" ", rem(8 - rem(byte_size(header), 8), 8))
+
+  # What open/2 raises: {exception module, reason, argument, message}.
+  defp refusal(path, opts \\ []) do
+    SafeTensors.open(path, opts)
+    flunk("opened #{inspect(path)}")
+  rescue
+    e in [ArgumentError, TensorBlob.Error] ->
+      %{reason: reason, argument: argument} = :tensor_blob.error_reason(__STACKTRACE__)
+      {e.__struct__, reason, argument, Exception.message(e)}
+  end
+
+  defp assert_refused(path, reason, tensor \\ nil) do
+    {ArgumentError, ^reason, :path, message} = refusal(path)
+    assert message =~ path
+    if tensor, do: assert(message =~ inspect(tensor))
+    message
+  end
+
+  # No mapping of a file of dir is left in this OS process.
+  defp assert_no_mapping(dir) do
+    refute File.read!("/proc/self/maps") =~ dir
+  end
+
+  describe "open/2" do
+    test "every shared dtype, 0-dim and empty tensors, and metadata, with their values", %{dir: dir} do
+      tensors =
+        for d <- shared_dtypes(), into: %{} do
+          bytes = for i <- 1..(6 * d.element_size), into: <<>>, do: <<rem(i * 7, 2)>>
+          {"t_#{d.name}", Tensor.from_binary(bytes, d.name, {2, 3})}
+        end
+
+      tensors =
+        Map.merge(tensors, %{
+          "scalar" => Tensor.from_binary(<<42::little-64>>, :int64, {}),
+          "empty" => Tensor.from_binary(<<>>, :float32, {0, 4})
+        })
+
+      path = Path.join(dir, "all.safetensors")
+      :ok = SafeTensors.write(path, tensors, %{"format" => "pt", "é" => "ü\"\n"})
+      %{tensors: opened, metadata: meta} = SafeTensors.open(path)
+      assert meta == %{"format" => "pt", "é" => "ü\"\n"}
+      assert Map.keys(opened) |> Enum.sort() == Map.keys(tensors) |> Enum.sort()
+
+      for {name, t} <- tensors do
+        o = opened[name]
+        assert Tensor.dtype(o) == Tensor.dtype(t), name
+        assert Tensor.shape(o) == Tensor.shape(t), name
+        assert Tensor.to_binary(o) == Tensor.to_binary(t), name
+        if Tensor.shape(t) != {0, 4}, do: assert(Tensor.memory(o) == :file, name)
+      end
+    end
+
+    test "only: some names; a name the file lacks is refused", %{dir: dir} do
+      path =
+        file(dir, "two.st", header([entry("a", "U8", [2], 0, 2), entry("b", "U8", [1], 2, 3)]) <> "  ", <<1, 2, 3>>)
+
+      assert %{tensors: %{"b" => b} = ts} = SafeTensors.open(path, only: ["b"])
+      assert map_size(ts) == 1
+      assert Tensor.to_binary(b) == <<3>>
+      {ArgumentError, :missing, :only, message} = refusal(path, only: ["c"])
+      assert message =~ ~s("c")
+    end
+
+    test "a tensor at an offset its element size does not divide is copied once, or refused", %{dir: dir} do
+      # a 2-byte header: data starts at byte 10, which 4 does not divide
+      h = header([entry("x", "F32", [1], 0, 4)])
+      pad = rem(4 - rem(8 + byte_size(h), 4), 4) + 2
+      path = file(dir, "odd.st", h <> String.duplicate(" ", pad), <<1.5::float-little-32>>)
+      %{tensors: %{"x" => x}} = SafeTensors.open(path)
+      assert Tensor.memory(x) == :owned
+      assert Tensor.to_binary(x) == <<1.5::float-little-32>>
+      {ArgumentError, :misaligned, :path, _} = refusal(path, misaligned: :refuse)
+    end
+
+    test "a symbolic link to a regular file is followed", %{dir: dir} do
+      path = file(dir, "real.st", header([entry("a", "U8", [1], 0, 1)]), <<7>>)
+      link = Path.join(dir, "link.st")
+      File.ln_s!(path, link)
+      assert %{tensors: %{"a" => a}} = SafeTensors.open(link)
+      assert Tensor.to_binary(a) == <<7>>
+    end
+  end
+
+  describe "hostile files" do
+    test "truncated, and header lengths that lie", %{dir: dir} do
+      assert_refused(file(dir, "short.st", "", "") |> tap(&File.write!(&1, <<1, 2, 3>>)), :bad_file)
+      assert_refused(file(dir, "empty.st", "", "") |> tap(&File.write!(&1, "")), :bad_file)
+      path = Path.join(dir, "lying.st")
+      File.write!(path, [<<1000::little-64>>, "{}"])
+      assert assert_refused(path, :bad_file) =~ "past the end"
+      File.write!(path, [<<0xFFFFFFFFFFFFFFFF::little-64>>, "{}"])
+      assert assert_refused(path, :bad_file) =~ "limit"
+      # the data cut short: the last tensor runs past the end
+      path = file(dir, "cut.st", header([entry("a", "F32", [4], 0, 16)]), <<0::64>>)
+      assert_refused(path, :bad_file, "a")
+      assert_no_mapping(dir)
+    end
+
+    test "a 100 MB header (a sparse file) is refused before it is read", %{dir: dir} do
+      path = Path.join(dir, "huge.st")
+      n = 100_000_001
+      {:ok, f} = :file.open(path, [:write, :raw, :binary])
+      :ok = :file.write(f, <<n::little-64>>)
+      {:ok, _} = :file.position(f, 8 + n)
+      :ok = :file.write(f, "}")
+      :ok = :file.close(f)
+      assert assert_refused(path, :bad_file) =~ "limit"
+    end
+
+    test "offsets that overlap, leave a gap, run past the end or end before they begin", %{dir: dir} do
+      cases = [
+        overlap: {[entry("a", "U8", [2], 0, 2), entry("b", "U8", [2], 1, 3)], 3, "b"},
+        gap: {[entry("a", "U8", [2], 0, 2), entry("b", "U8", [1], 3, 4)], 4, "b"},
+        past_end: {[entry("a", "U8", [2], 0, 2), entry("b", "U8", [2], 2, 4)], 3, "b"},
+        reversed: {[entry("a", "U8", [0], 2, 0)], 2, "a"},
+        left_over: {[entry("a", "U8", [2], 0, 2)], 3, nil},
+        size: {[entry("a", "F32", [2], 0, 4)], 4, "a"}
+      ]
+
+      for {name, {entries, bytes, tensor}} <- cases do
+        path = file(dir, "#{name}.st", header(entries), :binary.copy(<<0>>, bytes))
+        assert_refused(path, :bad_file, tensor)
+      end
+
+      assert_no_mapping(dir)
+    end
+
+    test "shapes that overflow", %{dir: dir} do
+      for {shape, i} <- Enum.with_index([[4_611_686_018_427_387_904, 4], [99_999_999_999_999_999_999], [-1]]) do
+        path = file(dir, "big#{i}.st", header([entry("w", "F32", shape, 0, 0)]), "")
+        assert_refused(path, :bad_file, "w")
+      end
+
+      assert_no_mapping(dir)
+    end
+
+    test "duplicate names, non-UTF-8, deep JSON, not an object, bad metadata, bad JSON", %{dir: dir} do
+      dup = header([entry("a", "U8", [1], 0, 1), entry("a", "U8", [1], 1, 2)])
+      assert_refused(file(dir, "dup.st", dup, <<1, 2>>), :bad_file, "a")
+      assert_refused(file(dir, "utf8.st", ~s({"\xff":{}}), ""), :bad_file)
+      deep = ~s({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":) <> String.duplicate("[", 100_000)
+      assert assert_refused(file(dir, "deep.st", deep, <<1>>), :bad_file) =~ "deep"
+      assert_refused(file(dir, "array.st", "[]", ""), :bad_file)
+      assert_refused(file(dir, "meta.st", ~s({"__metadata__":{"k":1}}), ""), :bad_file)
+      assert_refused(file(dir, "json.st", ~s({"a":{"dtype":"U8",}}), ""), :bad_file)
+      assert_refused(file(dir, "trail.st", ~s({} x), ""), :bad_file)
+      assert_no_mapping(dir)
+    end
+
+    test "an unknown dtype is refused, naming it and the tensor", %{dir: dir} do
+      path = file(dir, "dtype.st", header([entry("w", "F4", [1], 0, 1)]), <<0>>)
+      {ArgumentError, :bad_dtype, :path, message} = refusal(path)
+      assert message =~ ~s("F4") and message =~ ~s("w") and message =~ path
+    end
+
+    test "a FIFO, a directory and a device are refused without blocking", %{dir: dir} do
+      fifo = Path.join(dir, "fifo.st")
+      {_, 0} = System.cmd("mkfifo", [fifo])
+      for path <- [fifo, dir, "/dev/null"], do: assert_refused(path, :bad_file)
+      {ArgumentError, :missing, :path, _} = refusal(Path.join(dir, "none.st"))
+    end
+
+    test "a file shrunk under its tensors: the library's copies raise, the VM lives", %{dir: dir} do
+      n = Bitwise.bsl(1, 20)
+      path = file(dir, "shrunk.st", aligned(header([entry("w", "U8", [n], 0, n)])), :binary.copy(<<5>>, n))
+      %{tensors: %{"w" => w}} = SafeTensors.open(path)
+      assert Tensor.memory(w) == :file
+      {:ok, f} = :file.open(path, [:read, :write, :raw])
+      {:ok, _} = :file.position(f, 0)
+      :ok = :file.truncate(f)
+      :ok = :file.close(f)
+      assert_raise TensorBlob.Error, fn -> Tensor.to_binary(w) end
+      assert_raise ArgumentError, fn -> Tensor.to_binary(w, copy: false) end
+      assert_raise TensorBlob.Error, fn -> Tensor.write!(w, :binary.copy(<<1>>, n)) end
+      assert_raise TensorBlob.Error, fn -> SafeTensors.write(Path.join(dir, "out.st"), %{"w" => w}) end
+      refute File.exists?(Path.join(dir, "out.st"))
+    end
+  end
+
+  describe "lifetime" do
+    test "a view of one tensor keeps the mapping after everything else is dropped", %{dir: dir} do
+      n = 4096
+      data = for i <- 0..(n - 1), into: <<>>, do: <<i::little-32>>
+      path = file(dir, "life.st", aligned(header([entry("w", "I32", [n], 0, 4 * n)])), data)
+
+      view =
+        (fn ->
+           %{tensors: %{"w" => w}} = SafeTensors.open(path)
+           assert Tensor.memory(w) == :file
+           Tensor.narrow(w, 0, 1000, 10)
+         end).()
+
+      capsule =
+        (fn ->
+           %{tensors: %{"w" => w}} = SafeTensors.open(path)
+           TensorBlob.DLPack.export(Tensor.narrow(w, 0, 2000, 3))
+         end).()
+
+      :erlang.garbage_collect()
+      File.rm!(path)
+      assert Tensor.to_binary(view) == binary_part(data, 4000, 40)
+      imported = TensorBlob.DLPack.import(capsule)
+      assert Tensor.to_binary(imported) == binary_part(data, 8000, 12)
+      # the last users gone, the mappings go
+      _ = {view, imported}
+      view = nil
+      imported = nil
+      capsule = nil
+      :erlang.garbage_collect()
+      _ = {view, imported, capsule}
+      assert_no_mapping(dir)
+    end
+
+    test "write/3 renames over the target: a mapping of the old file stays valid", %{dir: dir} do
+      path = Path.join(dir, "model.st")
+      :ok = SafeTensors.write(path, %{"w" => {<<1, 2, 3, 4>>, :uint8, {4}}})
+      %{tensors: %{"w" => old}} = SafeTensors.open(path)
+      :ok = SafeTensors.write(path, %{"w" => {<<9, 9>>, :uint8, {2}}})
+      assert Tensor.to_binary(old) == <<1, 2, 3, 4>>
+      assert %{tensors: %{"w" => new}} = SafeTensors.open(path)
+      assert Tensor.to_binary(new) == <<9, 9>>
+      assert File.ls!(dir) == ["model.st"]
+    end
+
+    test "writes through a tensor go to private pages, never to the file", %{dir: dir} do
+      path = file(dir, "w.st", aligned(header([entry("w", "U8", [4], 0, 4)])), <<1, 2, 3, 4>>)
+      %{tensors: %{"w" => w}} = SafeTensors.open(path)
+      assert Tensor.memory(w) == :file
+      Tensor.write!(w, <<5, 6, 7, 8>>)
+      assert Tensor.to_binary(w) == <<5, 6, 7, 8>>
+      assert binary_part(File.read!(path), byte_size(File.read!(path)) - 4, 4) == <<1, 2, 3, 4>>
+    end
+  end
+
+  describe "write/3" do
+    test "strided views, regions and binaries, written row-major", %{dir: dir} do
+      m = Tensor.from_binary(<<1, 2, 3, 4, 5, 6>>, :uint8, {2, 3})
+      t = Tensor.transpose(m, 0, 1)
+      region = TensorBlob.IPC.zeros({2}, :int16)
+      Tensor.write!(region, <<7::little-16, 8::little-16>>)
+      path = Path.join(dir, "mixed.st")
+      :ok = SafeTensors.write(path, [{"t", t}, {"r", region}, {"b", {<<1.0::float-little-64>>, :float64, {1}}}])
+      %{tensors: ts} = SafeTensors.open(path)
+      assert Tensor.to_binary(ts["t"]) == <<1, 4, 2, 5, 3, 6>>
+      assert Tensor.shape(ts["t"]) == {3, 2}
+      assert Tensor.to_binary(ts["r"]) == <<7::little-16, 8::little-16>>
+      assert Tensor.to_binary(ts["b"]) == <<1.0::float-little-64>>
+      # largest element first: every offset fits its element size
+      for {_, x} <- ts, do: assert(Tensor.memory(x) == :file)
+    end
+
+    test "refuses what the format cannot hold", %{dir: dir} do
+      path = Path.join(dir, "bad.st")
+
+      assert_raise ArgumentError, ~r/safetensors name/, fn ->
+        SafeTensors.write(path, %{"c" => Tensor.zeros({1}, :complex128)})
+      end
+
+      assert_raise ArgumentError, ~r/twice/, fn ->
+        SafeTensors.write(path, [{"a", Tensor.zeros({1}, :uint8)}, {"a", Tensor.zeros({1}, :uint8)}])
+      end
+
+      assert_raise ArgumentError, ~r/metadata/, fn ->
+        SafeTensors.write(path, %{"a" => Tensor.zeros({1}, :uint8)}, %{"k" => 1})
+      end
+
+      refute File.exists?(path)
+    end
+  end
+end
