@@ -147,16 +147,32 @@ ensure_root() {
 # /work/tensor_blob there. Build products made there (_build/, build/,
 # priv/*.so, examples' builds) are ignored files, so they stay between runs.
 copy_tree() {
-  local dest="$root/work/tensor_blob" list
+  local dest="$root/work/tensor_blob" list stage f
   mkdir -p "$dest"
-  # Drop the previous copy's sources (a file removed here goes there too).
-  if [ -f "$dest/.tb-files" ]; then
-    (cd "$dest" && tr '\n' '\0' <.tb-files | xargs -0 rm -f)
-  fi
   list="$(mktemp)"
   (cd "$repo" && git -c safe.directory='*' ls-files -z --cached --others --exclude-standard \
     | while IFS= read -r -d '' f; do if [ -f "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi; done) >"$list"
-  (cd "$repo" && tar --null -T "$list" -cf -) | tar -C "$dest" -xf -
+  # Drop the previous copy's sources that are gone from the checkout.
+  if [ -f "$dest/.tb-files" ]; then
+    (cd "$dest" && tr '\n' '\0' <.tb-files | while IFS= read -r -d '' f; do
+      grep -qxF -- "$f" <(tr '\0' '\n' <"$list") || rm -f -- "$f"
+    done)
+  fi
+  # Unpacked beside the copy, then moved in only where the content
+  # changed, stamped now: a file that changed is newer than every build
+  # product made from its old content (the checkout's own time may be
+  # older), and one that did not change rebuilds nothing.
+  stage="$(mktemp -d "$root/work/.tb-stage.XXXXXX")"
+  (cd "$repo" && tar --null -T "$list" -cf -) | tar -C "$stage" -xf -
+  while IFS= read -r -d '' f; do
+    if ! cmp -s -- "$stage/$f" "$dest/$f"; then
+      mkdir -p -- "$(dirname -- "$dest/$f")"
+      rm -f -- "$dest/$f"
+      mv -- "$stage/$f" "$dest/$f"
+      touch -h -- "$dest/$f"
+    fi
+  done <"$list"
+  rm -rf "$stage"
   tr '\0' '\n' <"$list" >"$dest/.tb-files"
   rm -f "$list"
   mkdir -p "$root/work/third_party"
