@@ -18,6 +18,7 @@ defmodule TensorBlob.DocsCoverageTest do
         {:ok, {_, [compile_info: info]}} = :beam_lib.chunks(:code.which(module), [:compile_info]),
         source = info[:source],
         source |> to_string() |> Path.relative_to(@root) |> String.starts_with?("lib/"),
+        Code.ensure_loaded?(module),
         not function_exported?(module, :__impl__, 1),
         do: module
   end
