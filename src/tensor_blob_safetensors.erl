@@ -24,7 +24,7 @@
 -include("tensor_blob_internal.hrl").
 
 -import(tensor_blob_error, [badarg/3]).
--import(tensor_blob_options, [check_options/2]).
+-import(tensor_blob_options, [check/3]).
 
 -type file() :: #{tensors := #{binary() => tensor_blob:tensor()}, metadata := #{binary() => binary()}}.
 
@@ -47,7 +47,7 @@ open(Path) -> open(Path, #{}).
 %% once (a copy event, reason misaligned, with telemetry), or refused.
 -spec open(file:name_all(), #{only => [iodata() | atom()], misaligned => copy | refuse}) -> file().
 open(Path, Opts) when is_map(Opts) ->
-    check_options(Opts, [only, misaligned]),
+    _ = check(Opts, [{only, any}, {misaligned, any}], map),
     Name = path(Path),
     Only = case maps:get(only, Opts, all) of
                all -> all;
