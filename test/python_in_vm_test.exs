@@ -275,7 +275,7 @@ if Code.ensure_loaded?(Pythonx) do
       test "the library's builtins refuse a slot that is not theirs with Python's own errors" do
         # What a stray call from user code gets: an exception, never a crash
         # or a slot's content.
-        {k, slot} = :tensor_blob_dlpack.python_slot_receive()
+        {k, slot} = :tensor_blob.python_slot_receive()
 
         code =
           "import _tensor_blob_pythonx as m\ntry:\n    r = repr(call())\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"
@@ -291,7 +291,7 @@ if Code.ensure_loaded?(Pythonx) do
         assert said.("m.capsule_from_slot('0')") =~ ~r/^TypeError/
         assert said.("m.capsule_from_slot()") =~ ~r/^TypeError: .*wrong number of arguments/
         assert said.("m.take_capsule(None, #{k})") == "0"
-        assert :tensor_blob_dlpack.python_slot_close(slot) == :undefined
+        assert :tensor_blob.python_slot_close(slot) == :undefined
       end
     end
 
@@ -371,8 +371,8 @@ if Code.ensure_loaded?(Pythonx) do
         # The array's last reference was the tensor Python put in the slot.
         assert wait_until(fn -> Lifetime.collect() && py("import gc\ngc.collect()\nlen(f)", %{"f" => freed}) == 1 end)
         assert await_settled(start) == start
-        {k, slot} = :tensor_blob_dlpack.python_slot_receive()
-        :tensor_blob_dlpack.python_slot_close(slot)
+        {k, slot} = :tensor_blob.python_slot_receive()
+        :tensor_blob.python_slot_close(slot)
         assert k == 0
       end
 
