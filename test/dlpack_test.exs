@@ -964,6 +964,36 @@ defmodule TensorBlob.DLPackTest do
       message
     end
 
+    test "python_bind binds only a libpython loaded in this process, by name; anything else is refused" do
+      nif = :code.priv_dir(:tensor_blob) |> Path.join("tensor_blob_nif.so")
+
+      for {library, message} <- [
+            {%{"PyCapsule_New" => 4096}, ~r/^library: expected the path of the interpreter's libpython/},
+            {140_000_000, ~r/^library: expected the path/},
+            {"", ~r/^library: expected the path/},
+            {"/nonexistent/libpython3.so", ~r/^library: \/nonexistent\/libpython3.so is not loaded in this OS process/},
+            # Loaded, and no Python: the library's own file.
+            {nif, ~r/has no PyCapsule_IsValid, so it is not a Python interpreter's C API/}
+          ] do
+        assert {:badarg, said} = catch_error(:tensor_blob.python_bind(library))
+        assert said =~ message
+
+        assert %{reason: :bad_value, argument: :library} =
+                 (try do
+                    :tensor_blob.python_bind(library)
+                  catch
+                    :error, _ -> :tensor_blob.error_reason(__STACKTRACE__)
+                  end)
+      end
+    end
+
+    test "from_dlpack's defer_release is a boolean, and nothing else" do
+      for other <- [:python, :yes, 1] do
+        assert %{reason: :bad_value, argument: :defer_release} =
+                 slot_error(fn -> :tensor_blob_nif.from_dlpack(0, :undefined, false, :undefined, other) end)
+      end
+    end
+
     test "the lowest free slot is given, and given again once closed" do
       {k0, s0} = :tensor_blob.python_slot_receive()
       {k1, s1} = :tensor_blob.python_slot_receive()
