@@ -217,8 +217,21 @@ if Code.ensure_loaded?(Pythonx) do
 
       test "a bad option raises" do
         t = Tensor.zeros({2}, :float32)
-        assert_raise ArgumentError, ~r/as: expected :torch or :numpy/, fn -> Python.to_python(t, as: :jax) end
-        assert_raise ArgumentError, ~r/unknown \[:copy\]/, fn -> Python.to_python(t, copy: true) end
+        # The common checker's errors, with data: the option is the argument.
+        for {opts, message, reason, argument} <- [
+              {[as: :jax], ~r/^as: expected one of :torch, :numpy, got :jax/, :bad_value, :as},
+              {[copy: true], ~r/^copy: unknown option/, :bad_option, :copy},
+              {%{as: :numpy}, ~r/^options: expected a keyword list/, :bad_option, :options}
+            ] do
+          assert_raise ArgumentError, message, fn -> Python.to_python(t, opts) end
+
+          assert %{reason: ^reason, argument: ^argument} =
+                   (try do
+                      Python.to_python(t, opts)
+                    rescue
+                      ArgumentError -> :tensor_blob.error_reason(__STACKTRACE__)
+                    end)
+        end
       end
     end
 

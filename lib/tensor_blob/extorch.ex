@@ -91,11 +91,11 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     defp named_dtype(%{dtype: dtype}, _t), do: dtype
 
     defp transfer(function, blob_of, opts) do
-      :tensor_blob_telemetry.as({__MODULE__, function, 1}, fn ->
-        start = :tensor_blob_telemetry.start(:transfer)
+      :tensor_blob_door.span({__MODULE__, function, 1}, fn ->
+        start = :tensor_blob_door.start(:transfer)
         view = TensorBlob.from_blob(blob_of.(), opts)
 
-        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, function, 1}, Tensor.ref(view), false, %{
+        :tensor_blob_door.transferred(start, {__MODULE__, function, 1}, Tensor.ref(view), false, %{
           backend: ExTorch
         })
 
@@ -122,8 +122,8 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     def to_extorch(%struct{} = t, opts) when struct in [Tensor, BlobView] do
       unsafe_view = unsafe_view!(opts)
 
-      :tensor_blob_telemetry.as({__MODULE__, :to_extorch, 2}, fn ->
-        start = :tensor_blob_telemetry.start(:transfer)
+      :tensor_blob_door.span({__MODULE__, :to_extorch, 2}, fn ->
+        start = :tensor_blob_door.start(:transfer)
         blob = extorch_blob!(t)
 
         {result, copied} =
@@ -133,7 +133,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
             true -> {copy_of(t, blob), true}
           end
 
-        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, :to_extorch, 2}, Tensor.ref(t), copied, %{
+        :tensor_blob_door.transferred(start, {__MODULE__, :to_extorch, 2}, Tensor.ref(t), copied, %{
           backend: ExTorch
         })
 
@@ -229,10 +229,10 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     # One copy, made by ExTorch (clone of a transient view of our memory, which
     # `t` keeps alive: it is used after the copy).
     defp copy_of(t, blob) do
-      start = :tensor_blob_telemetry.start(:copy)
+      start = :tensor_blob_door.start(:copy)
       copy = ExTorch.clone(ExTorch.Tensor.Blob.from_blob(blob))
       ref = Tensor.ref(t)
-      :tensor_blob_telemetry.copy(start, {__MODULE__, :to_extorch, 2}, :backend, :tensor_blob.data_bytes(ref), ref)
+      :tensor_blob_door.copied(start, {__MODULE__, :to_extorch, 2}, :backend, :tensor_blob.data_bytes(ref), ref)
       copy
     end
   end

@@ -75,16 +75,8 @@ if Code.ensure_loaded?(Pythonx) do
     """
     @spec to_python(Tensor.t(), keyword()) :: Pythonx.Object.t()
     def to_python(tensor, opts \\ []) do
-      kind =
-        case Keyword.get(opts, :as, :torch) do
-          kind when kind in [:torch, :numpy] -> kind
-          other -> "as: expected :torch or :numpy, got #{inspect(other)}" |> badarg!(:bad_value, :as)
-        end
-
-      case Keyword.keys(opts) -- [:as] do
-        [] -> :ok
-        keys -> "options: unknown #{inspect(keys)}; to_python/2 takes :as" |> badarg!(:bad_option, :options)
-      end
+      %{as: kind} =
+        translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
 
       ensure_ready()
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
