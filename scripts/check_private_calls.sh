@@ -1,7 +1,8 @@
 #!/bin/sh
 # Fails when the Elixir facade (lib/**/*.ex) names a private module of
 # src/ (one whose header says @private): the facade calls the Erlang API
-# alone (tensor_blob, tensor_blob_options, tensor_blob_door), which owns
+# alone (tensor_blob, tensor_blob_options, tensor_blob_door,
+# tensor_blob_python), which owns
 # every decision (ARCHITECTURE.md, "Doors"). A call, a capture or an
 # apply/3 all name the module as an atom, :tensor_blob_x; comments are
 # skipped.

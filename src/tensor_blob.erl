@@ -34,10 +34,6 @@
 %% The Elixir facade's to_blob, with no option map to build and match.
 -export([to_blob_struct/3, blob_fields/1]).
 
-%% The Python of this VM (TensorBlob.Python): the interpreter's C API bound, and the slots a
-%% managed tensor crosses one evaluation in.
--export([python_bind/1, python_slot_export/2, python_slot_receive/0, python_slot_close/1]).
-
 %% Copies and views that report telemetry events in the caller's name (TensorBlob.Nx).
 -export([copy_from_binary/5, copy_to_binary/3, binary_of/3, data_bytes/1]).
 
@@ -543,34 +539,6 @@ to_dlpack(T) -> not_a_tensor(T).
                             version => dlpack_version(), read_only => boolean(),
                             stream => integer()}) -> capsule().
 to_dlpack(T, Opts) -> tensor_blob_dlpack:to_dlpack(T, Opts).
-
-%% @doc Binds the C API of the Python embedded in this VM (Pythonx), once per VM: its functions
-%% are looked up by name in Library, the path of the libpython loaded in this OS process (as the
-%% interpreter tells it); nothing is loaded, and no address is taken from a term. Answers the
-%% addresses of the library's two builtins' PyMethodDefs (capsule_from_slot, take_capsule), for
-%% the library's Python module (priv/python/tensor_blob_pythonx.py) to make them. A path that
-%% is not loaded, or not a Python's C API, raises badarg (reason bad_value, argument library).
--spec python_bind(binary()) -> #{capsule_from_slot := non_neg_integer(), take_capsule := non_neg_integer()}.
-python_bind(Library) -> ?NIF(tensor_blob_nif:python_capsule_abi(Library)).
-
-%% @doc A managed tensor crosses one Python evaluation in a numbered slot, which the evaluated
-%% code names (TensorBlob.Python): the tensor exported into one (versioned or legacy, checked
-%% as to_dlpack/2 checks), or an empty one for Python to fill (python_slot_receive/0). Closing
-%% gives back what Python put there, imported (its deleter off the schedulers; refused, the
-%% deleter is called all the same), and releases what it left. A slot that is never closed is
-%% closed when it is collected. 4096 slots at most are open at once: one more raises
-%% (reason no_memory).
--spec python_slot_export(tensor(), dlpack_version()) -> {non_neg_integer(), reference()}.
-python_slot_export(T, Version) -> ?NIF(tensor_blob_nif:python_slot_export(T, Version)).
-
-%% @doc An empty slot for Python to fill (python_slot_export/2).
--spec python_slot_receive() -> {non_neg_integer(), reference()}.
-python_slot_receive() -> ?NIF(tensor_blob_nif:python_slot_receive()).
-
-%% @doc Closes a slot (python_slot_export/2): ok for a slot to Python; for a slot from Python,
-%% the tensor over what Python put there, or undefined when it put nothing.
--spec python_slot_close(reference()) -> ok | tensor() | undefined.
-python_slot_close(Slot) -> ?NIF(tensor_blob_nif:python_slot_close(Slot)).
 
 %% @doc A tensor over the memory of a DLPack capsule or managed tensor address. A capsule is
 %% consumed, whether the import succeeds or not. An address must be one this library handed out

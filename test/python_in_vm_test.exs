@@ -301,7 +301,7 @@ if Code.ensure_loaded?(Pythonx) do
         # or a slot's content. The module is there once the door is set up,
         # which any call does: this test's own, whatever ran before.
         Python.describe()
-        {k, slot} = :tensor_blob.python_slot_receive()
+        {k, slot} = :tensor_blob_python.python_slot_receive()
 
         code =
           "import tensor_blob_pythonx as m\ntry:\n    r = repr(call())\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"
@@ -317,7 +317,7 @@ if Code.ensure_loaded?(Pythonx) do
         assert said.("m.capsule_from_slot('0')") =~ ~r/^TypeError/
         assert said.("m.capsule_from_slot()") =~ ~r/^TypeError: .*wrong number of arguments/
         assert said.("m.take_capsule(None, #{k})") == "0"
-        assert :tensor_blob.python_slot_close(slot) == :undefined
+        assert :tensor_blob_python.python_slot_close(slot) == :undefined
       end
     end
 
@@ -405,7 +405,7 @@ if Code.ensure_loaded?(Pythonx) do
             assert error.reason == :no_memory
           end
         after
-          for {_k, slot} <- slots, do: :tensor_blob.python_slot_close(slot)
+          for {_k, slot} <- slots, do: :tensor_blob_python.python_slot_close(slot)
         end
       end
 
@@ -460,8 +460,8 @@ if Code.ensure_loaded?(Pythonx) do
         x = nil
         _ = x
         assert await_settled(start) == start
-        {k, slot} = :tensor_blob.python_slot_receive()
-        :tensor_blob.python_slot_close(slot)
+        {k, slot} = :tensor_blob_python.python_slot_receive()
+        :tensor_blob_python.python_slot_close(slot)
         assert k == 0
       end
     end
@@ -542,8 +542,8 @@ if Code.ensure_loaded?(Pythonx) do
         # The array's last reference was the tensor Python put in the slot.
         assert wait_until(fn -> Lifetime.collect() && py("import gc\ngc.collect()\nlen(f)", %{"f" => freed}) == 1 end)
         assert await_settled(start) == start
-        {k, slot} = :tensor_blob.python_slot_receive()
-        :tensor_blob.python_slot_close(slot)
+        {k, slot} = :tensor_blob_python.python_slot_receive()
+        :tensor_blob_python.python_slot_close(slot)
         assert k == 0
       end
 
@@ -644,7 +644,7 @@ if Code.ensure_loaded?(Pythonx) do
     defp hold_every_slot do
       Stream.repeatedly(fn ->
         try do
-          :tensor_blob.python_slot_receive()
+          :tensor_blob_python.python_slot_receive()
         catch
           :error, {:tensor_blob, _} -> :full
         end

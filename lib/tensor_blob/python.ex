@@ -92,7 +92,7 @@ if Code.ensure_loaded?(Pythonx) do
         {object, _} = eval(:tensor, "__import__('#{@module}').#{function}(#{k})", %{})
         object
       after
-        translating(do: :tensor_blob.python_slot_close(slot))
+        translating(do: :tensor_blob_python.python_slot_close(slot))
       end
     end
 
@@ -148,7 +148,7 @@ if Code.ensure_loaded?(Pythonx) do
     @spec from_python(Pythonx.Object.t()) :: Tensor.t()
     def from_python(%Pythonx.Object{} = object) do
       ensure_ready()
-      {k, slot} = translating(do: :tensor_blob.python_slot_receive())
+      {k, slot} = translating(do: :tensor_blob_python.python_slot_receive())
 
       # Python puts the object's managed tensor in slot k; closing the slot
       # imports it (the producer's deleter off the schedulers, for it takes
@@ -161,11 +161,11 @@ if Code.ensure_loaded?(Pythonx) do
         eval(:object, "__import__('#{@module}').take(obj, #{k})\ndel obj", %{"obj" => object})
       rescue
         error ->
-          translating(do: :tensor_blob.python_slot_close(slot))
+          translating(do: :tensor_blob_python.python_slot_close(slot))
           reraise error, __STACKTRACE__
       end
 
-      case translating(do: :tensor_blob.python_slot_close(slot)) do
+      case translating(do: :tensor_blob_python.python_slot_close(slot)) do
         ref when is_reference(ref) -> Tensor.wrap(ref)
         :undefined -> "object: Python put no tensor in slot #{k}" |> badarg!(:gone, :object)
       end
@@ -177,7 +177,7 @@ if Code.ensure_loaded?(Pythonx) do
     # A read-only tensor cannot be a legacy export (no READ_ONLY flag), and
     # PyTorch takes nothing else: said in PyTorch's terms.
     defp export(tensor, version) do
-      translating(do: :tensor_blob.python_slot_export(Tensor.ref(tensor), version))
+      translating(do: :tensor_blob_python.python_slot_export(Tensor.ref(tensor), version))
     rescue
       error in ArgumentError ->
         case :tensor_blob.error_reason(__STACKTRACE__) do
@@ -279,7 +279,7 @@ if Code.ensure_loaded?(Pythonx) do
             %{"path" => module_path()}
           )
 
-        abi = translating(do: :tensor_blob.python_bind(Pythonx.decode(library)))
+        abi = translating(do: :tensor_blob_python.python_bind(Pythonx.decode(library)))
         eval(:python, "__import__('#{@module}').configure(abi)", %{"abi" => abi})
         :persistent_term.put(@ready, true)
       end

@@ -57,7 +57,7 @@ def library(maps="/proc/self/maps"):
 
 def configure(abi):
     """Makes the library's builtins from the PyMethodDefs whose addresses
-    the library gave (tensor_blob:python_bind/1), as any builtin is made:
+    the library gave (tensor_blob_python:python_bind/1), as any builtin is made:
     PyCFunction_NewEx(def, NULL, NULL)."""
     global capsule_from_slot, take_capsule
     abi = {k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()}
