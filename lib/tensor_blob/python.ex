@@ -63,7 +63,7 @@ if Code.ensure_loaded?(Pythonx) do
     @ready {__MODULE__, :ready}
 
     # Mix compiles this file again once Pythonx is gone from the code path
-    # (and the other module's function below, once it is there).
+    # (TensorBlob.Python.Absent's does the same once it is there).
     @doc false
     def __mix_recompile__?, do: not Code.ensure_loaded?(Pythonx)
 
@@ -75,8 +75,12 @@ if Code.ensure_loaded?(Pythonx) do
     """
     @spec to_python(Tensor.t(), keyword()) :: Pythonx.Object.t()
     def to_python(tensor, opts \\ []) do
+      # No options (the Encoder's call, the common one): the default, unchecked.
       %{as: kind} =
-        translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
+        if opts == [],
+          do: %{as: :torch},
+          else:
+            translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
 
       ensure_ready()
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
