@@ -16,10 +16,20 @@
 #     tb_nif_ function of c_src is listed; a NIF flagged TB_MAY_GO_DIRTY
 #     reaches enif_schedule_nif (itself or through the functions it calls),
 #     and a NIF flagged 0 does not.
+#  5. No NIF calls a NIF: no function calls a tb_nif_ function but itself
+#     (what two NIFs share is a C function of a lower layer, called with C
+#     arguments).
+#  6. No unit calls a function defined in a unit beside it (the same line of
+#     c_src/LAYERS), whatever declares it.
+#  7. No function pointer is made from an integer: the Python door binds the
+#     interpreter's C API by name (dlsym), so no address an Erlang caller
+#     passes can become a call target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Every check runs, whichever fails first.
+status=0
 
-python3 - <<'PY'
+python3 - <<'PY' || status=1
 import os, re, sys
 
 src = "c_src"
@@ -113,7 +123,7 @@ print("check_c: %d raises, %d files in %d layers, %d raising functions, %s" % (r
 sys.exit(1 if failed else 0)
 PY
 
-python3 - <<'PY'
+python3 - <<'PY' || status=1
 import os, re, sys
 
 src = "c_src"
@@ -192,3 +202,64 @@ for (f, fun) in sorted(bodies):
 print("check_c: %d NIFs, each in the file its list names, %s" % (len(listed), "FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
 PY
+
+python3 - <<'PY' || status=1
+import os, re, sys
+
+src = "c_src"
+files = sorted(os.path.relpath(os.path.join(d, f), src)
+               for d, _, fs in os.walk(src) for f in fs if f.endswith(".c"))
+unit = lambda f: os.path.splitext(f)[0]
+text = {f: open(os.path.join(src, f)).read() for f in files}
+line_of = lambda t, i: t[:i].count("\n") + 1
+failed = False
+
+layer_of = {}
+for n, line in enumerate(open(os.path.join(src, "LAYERS")), 1):
+    line = line.split("#", 1)[0].split("|", 1)[0].strip()
+    for u in line.split():
+        layer_of[u] = n
+
+# Functions with their bodies, and the unit defining each global one.
+functions = []
+defined_in = {}
+for f, t in text.items():
+    for m in re.finditer(r'^(static\s+)?[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{}]*\)\s*\{(.*?)^\}', t, re.S | re.M):
+        functions.append((f, m.group(2), m.start(3), m.group(3)))
+        if not m.group(1):
+            defined_in[m.group(2)] = unit(f)
+
+calls = nifs = sideways = 0
+for f, name, start, body in functions:
+    for c in re.finditer(r'\b(\w+)\s*\(', body):
+        callee = c.group(1)
+        if callee.startswith("tb_nif_") and callee != name:
+            nifs += 1
+            print(f"check_c: {src}/{f}:{line_of(text[f], start + c.start())}: {name} calls the NIF {callee}: "
+                  f"no NIF calls a NIF (share a C function of a lower layer, called with C arguments)")
+            failed = True
+        owner = defined_in.get(callee)
+        if owner is None or owner == unit(f):
+            continue
+        calls += 1
+        if layer_of.get(owner) is not None and layer_of.get(owner) == layer_of.get(unit(f)):
+            sideways += 1
+            print(f"check_c: {src}/{f}:{line_of(text[f], start + c.start())}: {name} calls {callee} of {owner}, "
+                  f"a unit beside it ({src}/LAYERS): share it through a unit of a lower line")
+            failed = True
+
+# A cast to a function pointer type of an integer (an address from a term).
+made = 0
+for f, t in text.items():
+    for m in re.finditer(r'\(\s*\*\s*\)\s*\((?:[^()]|\([^()]*\))*\)\s*\)\s*\(\s*(?:uintptr_t|intptr_t|uint64_t|'
+                         r'ErlNifUInt64|ErlNifSInt64|unsigned long|long)\s*\)', t):
+        made += 1
+        print(f"check_c: {src}/{f}:{line_of(t, m.start())}: a function pointer made from an integer: "
+              f"bind functions by name (dlsym), never by an address from a term")
+        failed = True
+
+print("check_c: %d calls across units, none sideways, no NIF calling a NIF, no function pointer from an "
+      "integer: %s" % (calls, "FAILED" if failed else "ok"))
+sys.exit(1 if failed else 0)
+PY
+exit $status

@@ -7,8 +7,7 @@
 
 -include("tensor_blob_internal.hrl").
 
--export([to_dlpack/2, from_dlpack/2, python_capsule_abi/1, python_slot_export/2, python_slot_receive/0,
-         python_slot_close/1]).
+-export([to_dlpack/2, from_dlpack/2]).
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
 -import(tensor_blob_options, [check/3]).
@@ -86,29 +85,3 @@ export_version(V, Negotiated) when V =:= versioned; V =:= legacy ->
 export_version(V, _) ->
     badarg(bad_value, version, ["version: expected versioned or legacy, got ", {term, V}]).
 
-%% Binds an embedded Python's C API (Interpreter: the addresses of the
-%% functions and exception types tb_python.c names, keyed by their C names;
-%% once per VM) and answers what that Python's code (TensorBlob.Python)
-%% needs: the DLPack capsule names and the PyMethodDefs of the library's
-%% two builtins, capsule_from_slot and take_capsule, by address.
--spec python_capsule_abi(#{atom() => non_neg_integer()}) -> #{atom() => non_neg_integer()}.
-python_capsule_abi(Interpreter) ->
-    ?NIF(tensor_blob_nif:python_capsule_abi(Interpreter)).
-
-%% A managed tensor crosses one Python evaluation in a numbered slot, which
-%% the evaluated code names (TensorBlob.Python): the tensor exported into
-%% one (versioned or legacy, checked as to_dlpack checks), or an empty one
-%% for Python to fill. Closing gives back what Python put there, imported
-%% (its deleter off the schedulers), and releases what it left. A slot
-%% that is never closed is closed when it is collected.
--spec python_slot_export(term(), versioned | legacy) -> {non_neg_integer(), reference()}.
-python_slot_export(Tensor, Version) ->
-    ?NIF(tensor_blob_nif:python_slot_export(Tensor, Version)).
-
--spec python_slot_receive() -> {non_neg_integer(), reference()}.
-python_slot_receive() ->
-    ?NIF(tensor_blob_nif:python_slot_receive()).
-
--spec python_slot_close(reference()) -> ok | reference() | undefined.
-python_slot_close(Slot) ->
-    ?NIF(tensor_blob_nif:python_slot_close(Slot)).

@@ -959,51 +959,81 @@ defmodule TensorBlob.DLPackTest do
       message
     end
 
+    test "python_bind binds only a libpython loaded in this process, by name; anything else is refused" do
+      nif = :code.priv_dir(:tensor_blob) |> Path.join("tensor_blob_nif.so")
+
+      for {library, message} <- [
+            {%{"PyCapsule_New" => 4096}, ~r/^library: expected the path of the interpreter's libpython/},
+            {140_000_000, ~r/^library: expected the path/},
+            {"", ~r/^library: expected the path/},
+            {"/nonexistent/libpython3.so", ~r/^library: \/nonexistent\/libpython3.so is not loaded in this OS process/},
+            # Loaded, and no Python: the library's own file.
+            {nif, ~r/has no PyCapsule_IsValid, so it is not a Python interpreter's C API/}
+          ] do
+        assert {:badarg, said} = catch_error(:tensor_blob_python.python_bind(library))
+        assert said =~ message
+
+        assert %{reason: :bad_value, argument: :library} =
+                 (try do
+                    :tensor_blob_python.python_bind(library)
+                  catch
+                    :error, _ -> :tensor_blob.error_reason(__STACKTRACE__)
+                  end)
+      end
+    end
+
+    test "from_dlpack's defer_release is a boolean, and nothing else" do
+      for other <- [:python, :yes, 1] do
+        assert %{reason: :bad_value, argument: :defer_release} =
+                 slot_error(fn -> :tensor_blob_nif.from_dlpack(0, :undefined, false, :undefined, other) end)
+      end
+    end
+
     test "the lowest free slot is given, and given again once closed" do
-      {k0, s0} = :tensor_blob_dlpack.python_slot_receive()
-      {k1, s1} = :tensor_blob_dlpack.python_slot_receive()
+      {k0, s0} = :tensor_blob_python.python_slot_receive()
+      {k1, s1} = :tensor_blob_python.python_slot_receive()
       assert k1 > k0
       # Nothing was put in it: nothing to import.
-      assert :tensor_blob_dlpack.python_slot_close(s0) == :undefined
-      assert {^k0, s2} = :tensor_blob_dlpack.python_slot_receive()
-      for s <- [s1, s2], do: :tensor_blob_dlpack.python_slot_close(s)
-      assert slot_error(fn -> :tensor_blob_dlpack.python_slot_close(s1) end) =~ "slot: closed already"
-      assert slot_error(fn -> :tensor_blob_dlpack.python_slot_close(make_ref()) end) =~ "slot: expected a Python slot"
+      assert :tensor_blob_python.python_slot_close(s0) == :undefined
+      assert {^k0, s2} = :tensor_blob_python.python_slot_receive()
+      for s <- [s1, s2], do: :tensor_blob_python.python_slot_close(s)
+      assert slot_error(fn -> :tensor_blob_python.python_slot_close(s1) end) =~ "slot: closed already"
+      assert slot_error(fn -> :tensor_blob_python.python_slot_close(make_ref()) end) =~ "slot: expected a Python slot"
     end
 
     test "an export Python never took is released when its slot closes, or is collected unclosed" do
       t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
       start = Lifetime.settled_stats()
-      {_k, slot} = :tensor_blob_dlpack.python_slot_export(Tensor.ref(t), :legacy)
+      {_k, slot} = :tensor_blob_python.python_slot_export(Tensor.ref(t), :legacy)
       assert TensorBlob.stats().capsules == start.capsules + 1
-      assert :tensor_blob_dlpack.python_slot_close(slot) == :ok
+      assert :tensor_blob_python.python_slot_close(slot) == :ok
       assert TensorBlob.stats().capsules == start.capsules
 
       # A process that dies holding an open slot: its export is released,
       # and the slot is free again.
-      {k, slot} = :tensor_blob_dlpack.python_slot_receive()
-      :tensor_blob_dlpack.python_slot_close(slot)
-      Lifetime.in_process(fn -> :tensor_blob_dlpack.python_slot_export(Tensor.ref(t), :versioned) end)
+      {k, slot} = :tensor_blob_python.python_slot_receive()
+      :tensor_blob_python.python_slot_close(slot)
+      Lifetime.in_process(fn -> :tensor_blob_python.python_slot_export(Tensor.ref(t), :versioned) end)
       assert Lifetime.await_stats(start) == start
-      {^k, slot} = :tensor_blob_dlpack.python_slot_receive()
-      :tensor_blob_dlpack.python_slot_close(slot)
+      {^k, slot} = :tensor_blob_python.python_slot_receive()
+      :tensor_blob_python.python_slot_close(slot)
       assert Tensor.to_binary(t) == <<1, 2, 3, 4>>
     end
 
     test "an export is checked as DLPack.export checks it" do
       read_only = t46() |> DLPack.export(read_only: true) |> DLPack.import()
 
-      assert slot_error(fn -> :tensor_blob_dlpack.python_slot_export(Tensor.ref(read_only), :legacy) end) =~
+      assert slot_error(fn -> :tensor_blob_python.python_slot_export(Tensor.ref(read_only), :legacy) end) =~
                "read-only"
 
-      assert slot_error(fn -> :tensor_blob_dlpack.python_slot_export(:nope, :legacy) end) =~ "tensor: expected"
-      assert slot_error(fn -> :tensor_blob_dlpack.python_slot_export(Tensor.ref(read_only), :new) end) =~ "version:"
+      assert slot_error(fn -> :tensor_blob_python.python_slot_export(:nope, :legacy) end) =~ "tensor: expected"
+      assert slot_error(fn -> :tensor_blob_python.python_slot_export(Tensor.ref(read_only), :new) end) =~ "version:"
     end
 
     test "every slot at once, then a clear error, and slots again once closed" do
       open = fn ->
         try do
-          :tensor_blob_dlpack.python_slot_receive()
+          :tensor_blob_python.python_slot_receive()
         catch
           :error, error -> error
         end
@@ -1015,9 +1045,9 @@ defmodule TensorBlob.DLPackTest do
       assert length(slots) <= 4096 and length(slots) > 4000
       assert {:tensor_blob, message} = error
       assert message =~ "too many exchanges with Python at once: 4096"
-      for {_k, s} <- slots, do: :tensor_blob_dlpack.python_slot_close(s)
-      {_k, s} = :tensor_blob_dlpack.python_slot_receive()
-      :tensor_blob_dlpack.python_slot_close(s)
+      for {_k, s} <- slots, do: :tensor_blob_python.python_slot_close(s)
+      {_k, s} = :tensor_blob_python.python_slot_receive()
+      :tensor_blob_python.python_slot_close(s)
     end
   end
 end

@@ -75,12 +75,16 @@ if Code.ensure_loaded?(Pythonx) do
       TensorBlob.stats()
     end
 
-    # The dtypes of the library's table (that the linked libtorch has) that
-    # the Python library names, split by whether its DLPack takes them.
-    defp python_dtypes(module) do
-      names = for %{name: name, available: true} <- TensorBlob.tables().dtypes, do: Atom.to_string(name)
+    # Every dtype of the library's table (that the linked libtorch has), in
+    # one of three cases for the Python library `module`: its DLPack takes
+    # it (:shared), refuses it (:refused), or the library has no dtype of
+    # that name (:unnamed). The cases are the table's, checked here: a
+    # helper that answered nothing fails, and so does one where Python's
+    # own default dtype does not cross.
+    defp dtype_cases(module) do
+      table = for %{name: name, available: true} <- TensorBlob.tables().dtypes, do: name
 
-      {shared, refused} =
+      cases =
         py(
           """
           def dlpack_takes(d):
@@ -89,17 +93,25 @@ if Code.ensure_loaded?(Pythonx) do
                   return True
               except Exception:
                   return False
-          named = [(n, getattr(#{module}, n.decode(), None)) for n in names]
-          named = [(n, d) for n, d in named if d is not None and isinstance(d, torch.dtype if #{(module == "torch" && "True") || "False"} else type)]
-          ([n for n, d in named if dlpack_takes(d)], [n for n, d in named if not dlpack_takes(d)])
+          kind = torch.dtype if #{(module == "torch" && "True") || "False"} else type
+          def case(n):
+              d = getattr(#{module}, n.decode(), None)
+              if d is None or not isinstance(d, kind):
+                  return b"unnamed"
+              return b"shared" if dlpack_takes(d) else b"refused"
+          ([(n, case(n)) for n in names], str(#{module}.zeros(1).dtype).split(".")[-1].encode())
           """,
-          %{"names" => names}
+          %{"names" => Enum.map(table, &Atom.to_string/1)}
         )
 
-      {Enum.map(shared, &String.to_existing_atom/1), Enum.map(refused, &String.to_existing_atom/1)}
+      {pairs, default} = cases
+      cases = for {name, kind} <- pairs, do: {String.to_existing_atom(name), String.to_existing_atom(kind)}
+      assert Enum.map(cases, &elem(&1, 0)) == table
+      assert {String.to_existing_atom(default), :shared} in cases
+      cases
     end
 
-    defp shared_dtypes(module), do: module |> python_dtypes() |> elem(0)
+    defp dtypes(module, kind), do: for({dtype, ^kind} <- dtype_cases(module), do: dtype)
 
     defp pattern(n), do: for(i <- 1..n, into: <<>>, do: <<rem(i * 37 + 11, 256)>>)
 
@@ -169,7 +181,7 @@ if Code.ensure_loaded?(Pythonx) do
       end
 
       test "every dtype both share crosses to torch and to numpy" do
-        for {module, as} <- [{"torch", :torch}, {"numpy", :numpy}], dtype <- shared_dtypes(module) do
+        for {module, as} <- [{"torch", :torch}, {"numpy", :numpy}], dtype <- dtypes(module, :shared) do
           size = Enum.find_value(TensorBlob.tables().dtypes, fn d -> d.name == dtype && d.element_size end)
           bytes = pattern(6 * size, dtype)
           t = Tensor.from_binary(bytes, dtype, {2, 3})
@@ -181,9 +193,8 @@ if Code.ensure_loaded?(Pythonx) do
 
       test "a dtype the Python library names but its DLPack refuses raises, and leaks nothing" do
         start = settled()
-        {_, refused} = python_dtypes("torch")
 
-        for dtype <- refused do
+        for dtype <- dtypes("torch", :refused) do
           size = Enum.find_value(TensorBlob.tables().dtypes, fn d -> d.name == dtype && d.element_size end)
           t = Tensor.from_binary(pattern(size, dtype), dtype, {1})
           assert_raise ArgumentError, ~r/^tensor: Python refused it/, fn -> Python.to_python(t) end
@@ -206,8 +217,21 @@ if Code.ensure_loaded?(Pythonx) do
 
       test "a bad option raises" do
         t = Tensor.zeros({2}, :float32)
-        assert_raise ArgumentError, ~r/as: expected :torch or :numpy/, fn -> Python.to_python(t, as: :jax) end
-        assert_raise ArgumentError, ~r/unknown \[:copy\]/, fn -> Python.to_python(t, copy: true) end
+        # The common checker's errors, with data: the option is the argument.
+        for {opts, message, reason, argument} <- [
+              {[as: :jax], ~r/^as: expected one of :torch, :numpy, got :jax/, :bad_value, :as},
+              {[copy: true], ~r/^copy: unknown option/, :bad_option, :copy},
+              {%{as: :numpy}, ~r/^options: expected a keyword list/, :bad_option, :options}
+            ] do
+          assert_raise ArgumentError, message, fn -> Python.to_python(t, opts) end
+
+          assert %{reason: ^reason, argument: ^argument} =
+                   (try do
+                      Python.to_python(t, opts)
+                    rescue
+                      ArgumentError -> :tensor_blob.error_reason(__STACKTRACE__)
+                    end)
+        end
       end
     end
 
@@ -239,7 +263,7 @@ if Code.ensure_loaded?(Pythonx) do
       end
 
       test "every dtype both share comes from torch and from numpy" do
-        for module <- ["torch", "numpy"], dtype <- shared_dtypes(module) do
+        for module <- ["torch", "numpy"], dtype <- dtypes(module, :shared) do
           x = py_object("import #{module}\n#{module}.ones((2, 3), dtype=#{module}.#{dtype})")
           t = Python.from_python(x)
           assert {Tensor.dtype(t), Tensor.shape(t)} == {dtype, {2, 3}}, "#{module} #{dtype}"
@@ -274,11 +298,13 @@ if Code.ensure_loaded?(Pythonx) do
 
       test "the library's builtins refuse a slot that is not theirs with Python's own errors" do
         # What a stray call from user code gets: an exception, never a crash
-        # or a slot's content.
-        {k, slot} = :tensor_blob_dlpack.python_slot_receive()
+        # or a slot's content. The module is there once the door is set up,
+        # which any call does: this test's own, whatever ran before.
+        Python.describe()
+        {k, slot} = :tensor_blob_python.python_slot_receive()
 
         code =
-          "import _tensor_blob_pythonx as m\ntry:\n    r = repr(call())\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"
+          "import tensor_blob_pythonx as m\ntry:\n    r = repr(call())\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"
 
         said = fn call ->
           {result, _} = Pythonx.eval("def call(): return " <> call <> "\n" <> code, %{})
@@ -291,7 +317,152 @@ if Code.ensure_loaded?(Pythonx) do
         assert said.("m.capsule_from_slot('0')") =~ ~r/^TypeError/
         assert said.("m.capsule_from_slot()") =~ ~r/^TypeError: .*wrong number of arguments/
         assert said.("m.take_capsule(None, #{k})") == "0"
-        assert :tensor_blob_dlpack.python_slot_close(slot) == :undefined
+        assert :tensor_blob_python.python_slot_close(slot) == :undefined
+      end
+    end
+
+    describe "the door's refusals and its setup" do
+      test "a legacy capsule the door refuses: its producer's deleter is called all the same" do
+        start = settled()
+        freed = py_object("[]")
+
+        # NumPy's own legacy capsule, spoiled after it is made: a field the
+        # import refuses (ndim -1, an unknown dtype code).
+        for {type, offset, value, message} <- [
+              {"c_int32", 16, -1, ~r/^ndim: -1 is out of range/},
+              {"c_uint8", 20, 99, ~r/^dtype: unknown DLPack type code 99/}
+            ] do
+          x =
+            py_object(
+              """
+              import ctypes, numpy, weakref
+              get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+                  ("PyCapsule_GetPointer", ctypes.pythonapi))
+              class Spoiled:
+                  def __init__(self, a): self.a = a
+                  def __dlpack__(self):
+                      capsule = self.a.__dlpack__()
+                      ctypes.#{type}.from_address(get(capsule, b"dltensor") + #{offset}).value = #{value}
+                      return capsule
+              a = numpy.arange(16, dtype=numpy.int32)
+              weakref.finalize(a, freed.append, 1)
+              Spoiled(a)
+              """,
+              %{"freed" => freed}
+            )
+
+          assert_raise ArgumentError, message, fn -> Python.from_python(x) end
+        end
+
+        # The arrays' last references were the refused capsules' tensors.
+        assert wait_until(fn -> Lifetime.collect() && py("import gc\ngc.collect()\nlen(f)", %{"f" => freed}) == 2 end)
+        assert await_settled(start) == start
+      end
+
+      test "a legacy producer's type is not kept once its objects are gone" do
+        types = py_object("[]")
+
+        t =
+          Lifetime.in_process(fn ->
+            x =
+              py_object(
+                """
+                import numpy, weakref
+                def make():
+                    class Legacy:
+                        def __init__(self, a): self.a = a
+                        def __dlpack__(self): return self.a.__dlpack__()
+                    return Legacy
+                legacy = make()
+                types.append(weakref.ref(legacy))
+                legacy(numpy.arange(4, dtype=numpy.int8))
+                """,
+                %{"types" => types}
+              )
+
+            Python.from_python(x)
+          end)
+
+        assert Tensor.to_binary(t) == <<0, 1, 2, 3>>
+        _ = t
+        t = nil
+        _ = t
+
+        assert wait_until(fn ->
+                 Lifetime.collect() && py("import gc\ngc.collect()\nt[0]() is None", %{"t" => types})
+               end),
+               "the legacy producer's type is still held"
+      end
+
+      test "with every slot held, both ways raise TensorBlob.Error (no_memory)" do
+        x = py_object("import numpy\nnumpy.zeros(2)")
+        t = Tensor.zeros({2}, :float32)
+        slots = hold_every_slot()
+
+        try do
+          for call <- [fn -> Python.from_python(x) end, fn -> Python.to_python(t) end] do
+            error = assert_raise TensorBlob.Error, ~r/too many exchanges with Python at once/, call
+            assert error.reason == :no_memory
+          end
+        after
+          for {_k, slot} <- slots, do: :tensor_blob_python.python_slot_close(slot)
+        end
+      end
+
+      @tag timeout: 600_000
+      test "5,000 cold processes: each gets a tensor or a clean refusal, nothing leaked" do
+        start = settled()
+        x = py_object("import numpy\nnumpy.arange(8, dtype=numpy.uint8)")
+        # Cold: the door set up by no call yet (as in a fresh VM), so that
+        # every process's first call finds it not ready.
+        :persistent_term.erase({Python, :ready})
+        parent = self()
+
+        callers =
+          for _ <- 1..5000 do
+            spawn_monitor(fn ->
+              result =
+                try do
+                  t = Python.from_python(x)
+                  {:tensor, Tensor.to_binary(t)}
+                rescue
+                  error in TensorBlob.Error -> {:refused, error.reason, Exception.message(error)}
+                end
+
+              send(parent, {self(), result})
+            end)
+          end
+
+        results =
+          for {pid, ref} <- callers do
+            receive do
+              {^pid, result} ->
+                receive do: ({:DOWN, ^ref, :process, _, :normal} -> result)
+
+              {:DOWN, ^ref, :process, _, reason} ->
+                {:exit, reason}
+            end
+          end
+
+        # A clean refusal: the door's error, with its reason: every slot
+        # in use (no_memory), or Pythonx gone past its own timeout (runtime).
+        odd = Enum.reject(results, &match?({:tensor, <<0, 1, 2, 3, 4, 5, 6, 7>>}, &1))
+
+        clean? = fn
+          {:refused, :no_memory, "too many exchanges with Python at once" <> _} -> true
+          {:refused, :runtime, "object: Pythonx exited during the evaluation" <> _} -> true
+          _ -> false
+        end
+
+        assert Enum.all?(odd, clean?), inspect(odd |> Enum.reject(clean?) |> Enum.uniq() |> Enum.take(3))
+        assert length(odd) < 5000
+        _ = x
+        x = nil
+        _ = x
+        assert await_settled(start) == start
+        {k, slot} = :tensor_blob_python.python_slot_receive()
+        :tensor_blob_python.python_slot_close(slot)
+        assert k == 0
       end
     end
 
@@ -371,8 +542,8 @@ if Code.ensure_loaded?(Pythonx) do
         # The array's last reference was the tensor Python put in the slot.
         assert wait_until(fn -> Lifetime.collect() && py("import gc\ngc.collect()\nlen(f)", %{"f" => freed}) == 1 end)
         assert await_settled(start) == start
-        {k, slot} = :tensor_blob_dlpack.python_slot_receive()
-        :tensor_blob_dlpack.python_slot_close(slot)
+        {k, slot} = :tensor_blob_python.python_slot_receive()
+        :tensor_blob_python.python_slot_close(slot)
         assert k == 0
       end
 
@@ -467,6 +638,18 @@ if Code.ensure_loaded?(Pythonx) do
           now = System.monotonic_time(:microsecond)
           tick(parent, now, max(max_gap, now - last))
       end
+    end
+
+    # Every free slot, open: {K, Slot} each, until the library refuses one.
+    defp hold_every_slot do
+      Stream.repeatedly(fn ->
+        try do
+          :tensor_blob_python.python_slot_receive()
+        catch
+          :error, {:tensor_blob, _} -> :full
+        end
+      end)
+      |> Enum.take_while(&(&1 != :full))
     end
 
     defp wait_until(fun, tries \\ 200) do

@@ -37,7 +37,6 @@
     X(versioned) /* DLPack kinds */                                                         \
     X(legacy)                                                                               \
     X(unsafe_address)                                                                       \
-    X(python)         /* from_dlpack's defer_release for TensorBlob.Python's imports */     \
     X(tensor)         /* the BlobView struct's key */                                       \
     X(not_contiguous) /* why to_binary_view made no view */                                 \
     X(shared_memory)                                                                        \

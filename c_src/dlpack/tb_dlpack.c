@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tb_dlpack.h"
 #include "tb_dlpack_check.h"
 #include "tb_dlpack_device.h"
+#include "tb_dlpack_exchange.h"
 #include "tb_dlpack_export.h"
 #include "tb_nifs.h"
 #include "tb_release.h"
@@ -18,58 +18,6 @@
 #include "tb_term.h"
 #include "tensor_blob_dlpack.h"
 #include "torch_shim.h"
-
-/* ---- Import: the storage ------------------------------------------------ */
-
-/* Where an import's producer's deleter runs: at once, on the release
- * thread, or there inside its hold of Python's GIL. */
-enum { DEFER_NO = 0, DEFER = 1, DEFER_PYTHON = 2 };
-
-/* The storage of an imported tensor: it calls the producer's deleter, once,
- * when libtorch frees it. malloc: that may happen on any thread. */
-typedef struct {
-    tb_storage header;
-    void *managed;
-    int versioned;
-    int deferred;       /* the deleter runs on the release thread (tb_release.h): a DEFER_ value */
-    tb_release_job job; /* while queued there */
-} tb_import;
-
-static void release_import_job(tb_release_job *job)
-{
-    tb_import *im = (tb_import *)((char *)job - offsetof(tb_import, job));
-    tb_dlpack_release(im->managed, im->versioned);
-    free(im);
-    tb_count_add(&tb_st->deferred, -1);
-}
-
-long tb_dlpack_deferred(void)
-{
-    return tb_count_read(&tb_st->deferred);
-}
-
-/* A deferred import's deleter never runs on the thread that frees the
- * storage (a scheduler, when the last tensor is collected): a producer's
- * deleter may block there (Python's takes the GIL). */
-static void release_import(tb_storage *s)
-{
-    tb_import *im = (tb_import *)s;
-    if (im->deferred) {
-        tb_release_later(&im->job, im->deferred == DEFER_PYTHON);
-        return;
-    }
-    tb_dlpack_release(im->managed, im->versioned);
-    free(im);
-}
-
-/* A managed tensor an import refused, released as the import says. */
-static void release_managed_as(void *managed, int versioned, int deferred)
-{
-    if (deferred)
-        tb_dlpack_release_later(managed, versioned, deferred == DEFER_PYTHON);
-    else
-        tb_dlpack_release(managed, versioned);
-}
 
 /* ---- NIFs ------------------------------------------------------------ */
 
@@ -86,22 +34,7 @@ ERL_NIF_TERM tb_nif_to_dlpack(TB_NIF_PARAMS)
     versioned = argv[1] == tb_atoms.versioned;
     if (!tb_get_boolean(argv[2], &read_only))
         return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "read_only", "read_only: expected a boolean, got %T", argv[2]);
-    if (read_only && !versioned)
-        return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "read_only",
-                               "read_only: a legacy DLManagedTensor cannot carry the READ_ONLY flag; "
-                               "export it versioned");
-    /* A read-only tensor stays read-only when passed on. */
-    if (tb_storage_read_only(&d.info)) {
-        if (!versioned)
-            return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "version",
-                                   "version: the tensor is read-only (%s), and a legacy "
-                                   "DLManagedTensor cannot carry the READ_ONLY flag; export it versioned",
-                                   tb_storage_read_only_reason(&d.info));
-        read_only = 1;
-    }
-    /* The stream contract (tb_stream.h); host tensors without a stream skip it. */
-    if ((tb_device_runtime(d.info.device_type) != TB_RUNTIME_HOST || argv[3] != tb_atoms.undefined) &&
-        !tb_dlpack_export_stream(env, &d.info, argv[3], &exc))
+    if (!tb_dlpack_export_checks(env, &d, versioned, &read_only, argv[3], &exc))
         return exc;
     return tb_capsule_make(env, d.tensor, versioned, read_only);
 }
@@ -117,28 +50,6 @@ ERL_NIF_TERM tb_nif_consume_dlpack(TB_NIF_PARAMS)
     return enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)m);
 }
 
-/* What a caller may do about a DLPack tensor that fails the checks: the
- * reason of its error. */
-static tb_reason status_reason(tb_dlc_status status)
-{
-    switch (status) {
-    case TB_DLC_OK:
-    case TB_DLC_NOT_VERSIONED:
-    case TB_DLC_UNKNOWN_DEVICE:
-    case TB_DLC_LAYOUT: return TB_WHY_BAD_VALUE;
-    case TB_DLC_MAJOR_VERSION:
-    case TB_DLC_UNKNOWN_FLAGS:
-    case TB_DLC_UNSUPPORTED_DEVICE:
-    case TB_DLC_LANES:
-    case TB_DLC_UNSUPPORTED_DTYPE: return TB_WHY_UNSUPPORTED;
-    case TB_DLC_NDIM:
-    case TB_DLC_NULL_SHAPE: return TB_WHY_BAD_SHAPE;
-    case TB_DLC_UNKNOWN_DTYPE: return TB_WHY_BAD_DTYPE;
-    case TB_DLC_BYTE_OFFSET: return TB_WHY_OUT_OF_EXTENT;
-    }
-    return TB_WHY_BAD_VALUE;
-}
-
 /* dlpack_info(Capsule) -> the metadata of its managed tensor, read without
  * consuming it and without touching the memory: #{device, ptr, shape,
  * strides, dtype, read_only}. For any device, CUDA included. */
@@ -150,7 +61,7 @@ ERL_NIF_TERM tb_nif_dlpack_info(TB_NIF_PARAMS)
     if (!c || !tb_capsule_managed(env, c, 0, &chk, &exc))
         return exc;
     if (chk.status != TB_DLC_OK)
-        return tb_raise_badarg(env, status_reason(chk.status), "capsule", "capsule: %s",
+        return tb_raise_badarg(env, tb_dlpack_status_reason(chk.status), "capsule", "capsule: %s",
                                tb_dlpack_status_text(chk.status));
     ERL_NIF_TERM device_type;
     ERL_NIF_TERM device = tb_dlpack_device_term(env, chk.device_type, chk.device_id, &device_type);
@@ -177,68 +88,6 @@ ERL_NIF_TERM tb_nif_dlpack_version(TB_NIF_PARAMS)
     return c->versioned ? tb_atoms.versioned : tb_atoms.legacy;
 }
 
-/* A refused import. The tensor is released first when the import owns it
- * (see tb_dlpack_check.h); otherwise nothing in it is called and the
- * message says the caller still answers for it. */
-static ERL_NIF_TERM refuse(ErlNifEnv *env, void *m, int versioned, int owned, int deferred, const tb_dlpack_checked *c)
-{
-    if (owned)
-        release_managed_as(m, versioned, deferred);
-    const char *fate = owned ? "the producer's deleter was called"
-                             : "nothing in it was called: whoever passed the address still owns it";
-    const char *dev = tb_dlpack_device_name(c->device_type);
-    const char *code = tb_dlpack_type_code_name(c->dl_dtype.code);
-    const tb_layout *l = &c->layout;
-    tb_reason why = status_reason(c->status);
-
-    switch (c->status) {
-    case TB_DLC_OK: break;
-    case TB_DLC_NOT_VERSIONED:
-        return tb_raise_badarg(env, why, "version",
-                               "version: the address does not hold a DLManagedTensorVersioned "
-                               "(its version reads %u.%u; a legacy DLManagedTensor needs version: legacy); %s",
-                               c->version.major, c->version.minor, fate);
-    case TB_DLC_MAJOR_VERSION:
-        return tb_raise_error(env, why, "version", "version: DLPack %u.%u is not supported, this library reads 1.x; %s",
-                              c->version.major, c->version.minor, fate);
-    case TB_DLC_UNKNOWN_FLAGS:
-        return tb_raise_error(env, why, "flags", "flags: %#lx has bits DLPack 1.3 does not define; %s",
-                              (unsigned long)c->flags, fate);
-    case TB_DLC_NDIM:
-        return tb_raise_badarg(env, why, "ndim", "ndim: %d is out of range (0 to %d); %s", (int)c->ndim, TB_MAX_DIMS,
-                               fate);
-    case TB_DLC_UNKNOWN_DEVICE:
-        return tb_raise_badarg(env, why, "device", "device: unknown DLPack device type %d; %s", (int)c->device_type,
-                               fate);
-    case TB_DLC_UNSUPPORTED_DEVICE:
-        return tb_raise_error(env, why, "device",
-                              "device: a %s tensor (device type %d, device %d): only %s tensors can be "
-                              "imported; %s",
-                              dev, (int)c->device_type, (int)c->device_id, tb_dlpack_imported_devices(), fate);
-    case TB_DLC_UNKNOWN_DTYPE:
-        return tb_raise_badarg(env, why, "dtype", "dtype: unknown DLPack type code %u (bits %u, lanes %u); %s",
-                               c->dl_dtype.code, c->dl_dtype.bits, c->dl_dtype.lanes, fate);
-    case TB_DLC_LANES:
-        return tb_raise_error(env, why, "dtype",
-                              "dtype: %s with %u lanes (type code %u, bits %u): vector types are not "
-                              "supported; %s",
-                              code, c->dl_dtype.lanes, c->dl_dtype.code, c->dl_dtype.bits, fate);
-    case TB_DLC_UNSUPPORTED_DTYPE:
-        return tb_raise_error(env, why, "dtype", "dtype: %s with %u bits (type code %u) has no dtype here; %s", code,
-                              c->dl_dtype.bits, c->dl_dtype.code, fate);
-    case TB_DLC_NULL_SHAPE:
-        return tb_raise_badarg(env, why, "shape", "shape: NULL with ndim %d; %s", (int)c->ndim, fate);
-    case TB_DLC_BYTE_OFFSET:
-        return tb_raise_badarg(env, why, "byte_offset", "byte_offset: data + byte_offset overflows 64 bits; %s", fate);
-    case TB_DLC_LAYOUT: {
-        char suffix[120];
-        snprintf(suffix, sizeof suffix, "; %s", fate);
-        return tb_raise_layout(env, "data", l, c->spec, tb_dtypes[c->dtype].name, suffix);
-    }
-    }
-    return tb_raise_badarg(env, TB_WHY_BAD_VALUE, NULL, "dlpack: invalid tensor; %s", fate);
-}
-
 /* Our own export, imported as it is: the capsule's tensor is that tensor
  * (as from_blob of a tensor's own blob gives it back). The managed tensor is
  * released at once. */
@@ -253,7 +102,7 @@ static ERL_NIF_TERM import_own_export(ErlNifEnv *env, tb_capsule *c, void *m)
 typedef struct {
     enum { VERSION_ANY, VERSION_VERSIONED, VERSION_LEGACY } version; /* undefined: as the capsule holds */
     int read_only;
-    int deferred; /* the producer's deleter runs on the release thread: a DEFER_ value */
+    tb_defer deferred; /* where the producer's deleter runs */
     tb_dlpack_stream stream;
 } import_args;
 
@@ -277,16 +126,13 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
         *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "read_only", "read_only: expected a boolean, got %T", argv[2]);
         return 0;
     }
-    /* python (TensorBlob.Python's imports, tb_python.c): deferred, and
-     * the deleter is Python's, so it runs inside the release thread's
-     * hold of the GIL. */
-    if (argv[4] == tb_atoms.python)
-        a->deferred = DEFER_PYTHON;
-    else if (!tb_get_boolean(argv[4], &a->deferred)) {
+    int deferred;
+    if (!tb_get_boolean(argv[4], &deferred)) {
         *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "defer_release", "defer_release: expected a boolean, got %T",
                                argv[4]);
         return 0;
     }
+    a->deferred = deferred ? TB_DEFER : TB_DEFER_NO;
     tb_dlpack_stream_decode(env, argv[3], &a->stream);
     return 1;
 }
@@ -407,66 +253,15 @@ ERL_NIF_TERM tb_nif_from_dlpack(TB_NIF_PARAMS)
     ERL_NIF_TERM answer;
     if (!get_import_args(env, argv, &args, &answer))
         return answer;
-    int read_only = args.read_only;
-    tb_dlpack_stream *stream = &args.stream;
-
     void *m;
     int versioned, from_capsule, claimed;
     if (!take_managed(env, argv, &args, &m, &versioned, &from_capsule, &claimed, &answer))
         return answer;
 
-    tb_dlpack_checked chk;
-    tb_dlpack_check_managed(m, versioned, &chk);
-    /* Our own capsules are always trusted: they hold our exports. */
-    int owned = chk.owned || from_capsule;
-    if (chk.status != TB_DLC_OK) {
-        /* Refused unread (read as the wrong version): the address stays
-         * the caller's, and one later import may still take it. */
-        if (claimed && !owned)
-            tb_dlpack_hand_back(m, claimed);
-        return refuse(env, m, versioned, owned, args.deferred, &chk);
-    }
-    int st = tb_dtypes[chk.dtype].torch_scalar_type;
-    if (!tb_shim_has_scalar_type(st)) {
-        release_managed_as(m, versioned, args.deferred);
-        return tb_raise_error(env, TB_WHY_UNSUPPORTED, "dtype",
-                              "dtype: %s is not supported by the linked libtorch %s; "
-                              "the producer's deleter was called",
-                              tb_dtypes[chk.dtype].name, tb_shim_torch_version());
-    }
-
-    /* The device libtorch sees, the runtime's check of the pointer, and the
-     * wait for the producer's stream. */
-    tb_device device = {TB_DEVICE_CPU, 0};
-    ERL_NIF_TERM exc;
-    if ((chk.device_type != tb_kDLCPU || stream->term != tb_atoms.undefined || tb_runtime_devices_anywhere()) &&
-        !tb_dlpack_device_import(env, chk.device_type, chk.device_id, chk.layout.ptr, chk.spec.byte_size, stream,
-                                 "; the producer's deleter was called", &device, &exc)) {
-        release_managed_as(m, versioned, args.deferred);
-        return exc;
-    }
-
-    read_only |= (chk.flags & TB_DLPACK_FLAG_READ_ONLY) != 0;
-    tb_import *im = malloc(sizeof *im);
-    if (!im) {
-        release_managed_as(m, versioned, args.deferred);
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
-                              "from_dlpack: out of memory; the producer's deleter was called");
-    }
-    tb_storage_init(&im->header, TB_MEMORY_DLPACK, read_only ? TB_STORAGE_READ_ONLY : 0, release_import);
-    im->managed = m;
-    im->versioned = versioned;
-    im->deferred = args.deferred;
-    im->job.run = release_import_job;
-    if (im->deferred)
-        tb_count_add(&tb_st->deferred, 1);
-    tb_shim_tensor *h;
-    tb_shim_error err;
-    /* The shim owns the storage from here: released when libtorch frees it,
-     * or at once if the call fails. */
-    if (!tb_shim_from_blob((void *)(uintptr_t)chk.layout.ptr, chk.layout.ndim, chk.layout.shape, chk.layout.strides, st,
-                           device.type, device.index, &im->header, tb_storage_release, &h, &err))
-        return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "from_dlpack: %s; the producer's deleter was called",
-                              err.message);
-    return tb_tensor_return(env, h);
+    tb_dlpack_import_how how = {.read_only = args.read_only,
+                                .deferred = args.deferred,
+                                .owned = from_capsule,
+                                .claimed = claimed,
+                                .stream = &args.stream};
+    return tb_dlpack_import(env, m, versioned, &how);
 }

@@ -1,14 +1,15 @@
 /* Tensors to and from the Python of this VM (Pythonx, TensorBlob.Python).
  *
- * The library links no libpython: the interpreter's C functions it calls
- * (PyCapsule_*, PyLong_*, PyErr_*, PyGILState_*) are given to it by
- * address, from the interpreter's own ctypes.pythonapi, once per VM
- * (python_capsule_abi). In return it gives Python two builtin functions
- * (PyMethodDef, METH_FASTCALL: a call costs what a call of len() does, a
- * twentieth of a ctypes call) and a capsule destructor, all C functions of
- * this loaded image (never found again by path or by name), so nothing
- * depends on ctypes callbacks or on which copy of the library a second
- * dlopen would find.
+ * The library links no libpython: it binds the interpreter's C functions
+ * it calls (PyCapsule_*, PyLong_*, PyErr_*, PyGILState_*) by name, once per
+ * VM (python_capsule_abi), from the libpython already loaded in this OS
+ * process, whose path the interpreter tells it: dlopen(RTLD_NOLOAD) loads
+ * nothing, and nothing an Erlang caller passes becomes a call target. In
+ * return it gives Python two builtin functions (PyMethodDef,
+ * METH_FASTCALL: a call costs what a call of len() does, a twentieth of a
+ * ctypes call) and a capsule destructor, all C functions of this loaded
+ * image, so nothing depends on ctypes callbacks or on which copy of the
+ * library a second dlopen would find.
  *
  * Capsules: Python holds our exports in PyCapsules named as the DLPack
  * protocol says, with the destructor below.
@@ -20,10 +21,12 @@
  * the process dies, whatever is left in it is released with it. */
 #include "tb_python.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/types.h>
 
+#include "tb_dlpack_exchange.h"
 #include "tb_dlpack_export.h"
 #include "tb_nifs.h"
 #include "tb_raise.h"
@@ -35,21 +38,50 @@
 
 /* ---- The interpreter's functions -------------------------------------------- */
 
-/* Set once per VM (python_capsule_abi), read with the GIL held. PyObject *
- * is void * here, Py_ssize_t ssize_t. */
+/* The one list of the interpreter's C API the library calls: each is looked
+ * up by this name. PyObject * is void * here, Py_ssize_t ssize_t,
+ * PyGILState_STATE (an enum) int. */
+#define PY_FUNCTIONS(X)                                                                     \
+    X(int, PyCapsule_IsValid, (void *capsule, const char *name))                            \
+    X(void *, PyCapsule_GetPointer, (void *capsule, const char *name))                      \
+    X(void *, PyCapsule_New, (void *pointer, const char *name, void (*destructor)(void *))) \
+    X(int, PyCapsule_SetName, (void *capsule, const char *name))                            \
+    X(unsigned long, PyLong_AsUnsignedLong, (void *number))                                 \
+    X(void *, PyLong_FromLong, (long value))                                                \
+    X(void, PyErr_SetString, (void *type, const char *message))                             \
+    X(void *, PyErr_Occurred, (void))                                                       \
+    X(int, PyGILState_Ensure, (void))                                                       \
+    X(void, PyGILState_Release, (int state))
+/* Its exception types: variables (PyObject *) of the library. */
+#define PY_OBJECTS(X) X(PyExc_BufferError) X(PyExc_TypeError)
+
+/* Set once per VM (python_capsule_abi), read with the GIL held. */
 typedef struct {
-    int (*is_valid)(void *capsule, const char *name);
-    void *(*get_pointer)(void *capsule, const char *name);
-    void *(*new_capsule)(void *pointer, const char *name, void (*destructor)(void *));
-    int (*set_name)(void *capsule, const char *name);
-    unsigned long (*as_unsigned_long)(void *number);
-    void *(*from_long)(long value);
-    void (*set_string)(void *type, const char *message);
-    void *(*occurred)(void);
-    void *buffer_error, *type_error; /* PyExc_BufferError, PyExc_TypeError */
+#define PY_FUNCTION_FIELD(result, name, params) result(*name) params;
+    PY_FUNCTIONS(PY_FUNCTION_FIELD)
+#define PY_OBJECT_FIELD(name) void *name;
+    PY_OBJECTS(PY_OBJECT_FIELD)
 } py_api;
 static py_api py;
 static atomic_int py_bound;
+
+/* Looks up every name of the list in the library `handle`: 1, or 0 with
+ * *missing the first name it lacks. */
+static int py_lookup(void *handle, py_api *api, const char **missing)
+{
+    void *found;
+#define PY_LOOKUP(name)                    \
+    if (!(found = dlsym(handle, #name))) { \
+        *missing = #name;                  \
+        return 0;                          \
+    }
+    /* POSIX: a function's address, as dlsym gives it, fits a void *. */
+#define PY_FUNCTION_LOOKUP(result, name, params) PY_LOOKUP(name) memcpy(&api->name, &found, sizeof found);
+    PY_FUNCTIONS(PY_FUNCTION_LOOKUP)
+#define PY_OBJECT_LOOKUP(name) PY_LOOKUP(name) api->name = *(void **)found;
+    PY_OBJECTS(PY_OBJECT_LOOKUP)
+    return 1;
+}
 
 /* The capsule names, static: a capsule keeps the pointer to its name. */
 static const char name_legacy[] = "dltensor";
@@ -64,10 +96,10 @@ static void python_capsule_destructor(void *capsule)
 {
     if (!atomic_load(&py_bound))
         return;
-    if (py.is_valid(capsule, name_versioned))
-        tb_dlpack_release(py.get_pointer(capsule, name_versioned), 1);
-    else if (py.is_valid(capsule, name_legacy))
-        tb_dlpack_release(py.get_pointer(capsule, name_legacy), 0);
+    if (py.PyCapsule_IsValid(capsule, name_versioned))
+        tb_dlpack_release(py.PyCapsule_GetPointer(capsule, name_versioned), 1);
+    else if (py.PyCapsule_IsValid(capsule, name_legacy))
+        tb_dlpack_release(py.PyCapsule_GetPointer(capsule, name_legacy), 0);
 }
 
 /* ---- Slots ------------------------------------------------------------------ */
@@ -100,16 +132,16 @@ static int enter_builtin(void *const *args, ssize_t nargs, ssize_t expected, uns
 {
     tb_release_run_held();
     if (nargs != expected) {
-        py.set_string(py.type_error, "tensor_blob: a slot builtin was given the wrong number of arguments");
+        py.PyErr_SetString(py.PyExc_TypeError, "tensor_blob: a slot builtin was given the wrong number of arguments");
         return 0;
     }
-    unsigned long number = py.as_unsigned_long(args[expected - 1]);
+    unsigned long number = py.PyLong_AsUnsignedLong(args[expected - 1]);
     if (number < TB_SLOTS) {
         *k = (unsigned)number;
         return 1;
     }
-    if (!py.occurred())
-        py.set_string(py.buffer_error, "tensor_blob: no such slot");
+    if (!py.PyErr_Occurred())
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: no such slot");
     return 0;
 }
 
@@ -123,11 +155,11 @@ static void *python_capsule_from_slot(void *self, void *const *args, ssize_t nar
         return NULL;
     uintptr_t tagged = tb_slot_take(&tb_st->python_slots, k);
     if (!tagged) {
-        py.set_string(py.buffer_error, "tensor_blob: the slot holds no export (taken already, or closed)");
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the slot holds no export (taken already, or closed)");
         return NULL;
     }
     void *capsule =
-        py.new_capsule(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy, python_capsule_destructor);
+        py.PyCapsule_New(tagged_managed(tagged), tagged & 1 ? name_versioned : name_legacy, python_capsule_destructor);
     if (!capsule) /* Python's error is set (out of memory): ours again */
         tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
     return capsule;
@@ -147,19 +179,22 @@ static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
     if (!enter_builtin(args, nargs, 2, &k))
         return NULL;
     void *capsule = args[0];
-    int versioned = py.is_valid(capsule, name_versioned);
-    if (!versioned && !py.is_valid(capsule, name_legacy))
-        return py.from_long(NOT_DLPACK);
-    uintptr_t address = (uintptr_t)py.get_pointer(capsule, versioned ? name_versioned : name_legacy);
+    int versioned = py.PyCapsule_IsValid(capsule, name_versioned);
+    if (!versioned && !py.PyCapsule_IsValid(capsule, name_legacy))
+        return py.PyLong_FromLong(NOT_DLPACK);
+    uintptr_t address = (uintptr_t)py.PyCapsule_GetPointer(capsule, versioned ? name_versioned : name_legacy);
     if (!address)
-        return py.from_long(HOLDS_NULL);
+        return py.PyLong_FromLong(HOLDS_NULL);
     if (address & 1)
-        return py.from_long(ODD_ADDRESS);
-    /* Renamed first: a capsule left armed would free what the slot holds;
-     * a refused slot (never, for the library's own code) leaks instead. */
-    py.set_name(capsule, versioned ? name_used_versioned : name_used_legacy);
-    int put = tb_slot_put(&tb_st->python_slots, k, address | (uintptr_t)versioned);
-    return py.from_long(put ? TAKEN : SLOT_REFUSED);
+        return py.PyLong_FromLong(ODD_ADDRESS);
+    /* Renamed first: a capsule left armed would free what the slot holds.
+     * From here the tensor is the library's to release, on every path. */
+    py.PyCapsule_SetName(capsule, versioned ? name_used_versioned : name_used_legacy);
+    if (!tb_slot_put(&tb_st->python_slots, k, address | (uintptr_t)versioned)) {
+        tb_dlpack_release((void *)address, versioned); /* the GIL is held here */
+        return py.PyLong_FromLong(SLOT_REFUSED);
+    }
+    return py.PyLong_FromLong(TAKEN);
 }
 
 static const py_method_def capsule_from_slot_def = {"capsule_from_slot", python_capsule_from_slot, PY_METH_FASTCALL,
@@ -228,17 +263,20 @@ static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t tagged, int to_python)
  * slot for Python to take. */
 ERL_NIF_TERM tb_nif_python_slot_export(TB_NIF_PARAMS)
 {
-    ERL_NIF_TERM args[4] = {argv[0], argv[1], tb_atoms.false_, tb_atoms.undefined};
-    ERL_NIF_TERM made = tb_nif_to_dlpack(env, 4, args);
-    /* A raised error is no term to look at: returned as it is. */
-    if (enif_has_pending_exception(env, NULL))
-        return made;
-    tb_capsule *c = tb_capsule_get(env, made);
+    tb_tensor_desc d;
     ERL_NIF_TERM exc;
-    void *m = tb_capsule_managed(env, c, 1, NULL, &exc);
-    if (!m)
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
-    return open_slot(env, (uintptr_t)m | (uintptr_t)(c->versioned != 0), 1);
+    if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy)
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version", "version: expected versioned or legacy, got %T",
+                               argv[1]);
+    int versioned = argv[1] == tb_atoms.versioned, read_only = 0;
+    if (!tb_dlpack_export_checks(env, &d, versioned, &read_only, tb_atoms.undefined, &exc))
+        return exc;
+    void *m = tb_dlpack_export(d.tensor->handle, versioned, read_only);
+    if (!m)
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory exporting a tensor to Python");
+    return open_slot(env, (uintptr_t)m | (uintptr_t)versioned, 1);
 }
 
 /* python_slot_receive() -> {K, Slot}: an empty slot for Python to fill. */
@@ -249,8 +287,10 @@ ERL_NIF_TERM tb_nif_python_slot_receive(TB_NIF_PARAMS)
 
 /* python_slot_close(Slot) -> ok for a slot to Python (what Python did not
  * take released); for a slot from Python, the tensor over what Python put
- * there (imported as from_dlpack imports, its deleter deferred), or
- * undefined when it put nothing. */
+ * there (imported as from_dlpack imports, its deleter deferred into the
+ * release thread's hold of the GIL), or undefined when it put nothing.
+ * The library took the capsule: a refused import calls the producer's
+ * deleter as an accepted one does. */
 ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
 {
     python_slot *s;
@@ -267,72 +307,69 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
     tb_slot_close(&tb_st->python_slots, (unsigned)k);
     if (!got)
         return tb_atoms.undefined;
-    ERL_NIF_TERM args[5] = {
-        enif_make_tuple2(env, tb_atoms.unsafe_address, enif_make_uint64(env, (uintptr_t)tagged_managed(got))),
-        got & 1 ? tb_atoms.versioned : tb_atoms.legacy, tb_atoms.false_, tb_atoms.undefined, tb_atoms.python};
-    return tb_nif_from_dlpack(env, 5, args);
+    tb_dlpack_stream none;
+    tb_dlpack_stream_decode(env, tb_atoms.undefined, &none);
+    tb_dlpack_import_how how = {
+        .read_only = 0, .deferred = TB_DEFER_PYTHON, .owned = 1, .claimed = TB_HANDED_NO, .stream = &none};
+    return tb_dlpack_import(env, tagged_managed(got), (int)(got & 1), &how);
 }
 
-/* python_capsule_abi(#{Name => Address}) -> #{dltensor, dltensor_versioned,
- * used_dltensor, used_dltensor_versioned, capsule_from_slot,
- * take_capsule}: binds the interpreter's functions and exception types
- * named in `interpreter` below, by address, and answers the addresses of
- * the capsule names and of the two builtins' PyMethodDefs, for the
- * library's Python code (TensorBlob.Python) to make them with
+/* python_capsule_abi(Library) -> #{capsule_from_slot, take_capsule}: binds
+ * the interpreter's functions and exception types (PY_FUNCTIONS,
+ * PY_OBJECTS) by name, from the libpython at the path Library (a binary)
+ * that is loaded in this OS process already, and answers the addresses of
+ * the two builtins' PyMethodDefs, for the library's Python code
+ * (priv/python/tensor_blob_pythonx.py) to make them with
  * PyCFunction_NewEx. The release thread holds the GIL across a burst of
  * Python's deleters with PyGILState_Ensure/_Release (tb_release.h).
  *
  * Bound once per VM, before any builtin exists (there is one interpreter
- * per OS process): a second call must give the same addresses. */
+ * per OS process): a second call must find the same functions. */
 ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
 {
-    static const char *const interpreter[] = {"PyCapsule_IsValid", "PyCapsule_GetPointer",  "PyCapsule_New",
-                                              "PyCapsule_SetName", "PyLong_AsUnsignedLong", "PyLong_FromLong",
-                                              "PyErr_SetString",   "PyErr_Occurred",        "PyExc_BufferError",
-                                              "PyExc_TypeError",   "PyGILState_Ensure",     "PyGILState_Release"};
-    enum { GIVEN = sizeof interpreter / sizeof interpreter[0] };
-    ErlNifUInt64 at[GIVEN];
-    for (int i = 0; i < GIVEN; i++) {
-        ERL_NIF_TERM value;
-        if (!enif_get_map_value(env, argv[0], enif_make_atom(env, interpreter[i]), &value) ||
-            !enif_get_uint64(env, value, &at[i]) || at[i] == 0)
-            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "interpreter",
-                                   "interpreter: expected a map holding the address of %s, got %T", interpreter[i],
-                                   argv[0]);
+    ErlNifBinary path;
+    char file[4096];
+    if (!enif_inspect_binary(env, argv[0], &path) || path.size == 0 || path.size >= sizeof file ||
+        memchr(path.data, 0, path.size))
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "library",
+                               "library: expected the path of the interpreter's libpython, as a binary, got %T",
+                               argv[0]);
+    memcpy(file, path.data, path.size);
+    file[path.size] = 0;
+    /* RTLD_NOLOAD: only a library this process has loaded already; the
+     * handle, kept, keeps it loaded while the functions are bound. */
+    void *handle = dlopen(file, RTLD_LAZY | RTLD_NOLOAD);
+    if (!handle)
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "library",
+                               "library: %s is not loaded in this OS process, so it is not this VM's Python (%s)", file,
+                               dlerror());
+    py_api found;
+    const char *missing = NULL;
+    if (!py_lookup(handle, &found, &missing)) {
+        dlclose(handle);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "library",
+                               "library: %s has no %s, so it is not a Python interpreter's C API", file, missing);
     }
-    py_api given = {
-        .is_valid = (int (*)(void *, const char *))(uintptr_t)at[0],
-        .get_pointer = (void *(*)(void *, const char *))(uintptr_t)at[1],
-        .new_capsule = (void *(*)(void *, const char *, void (*)(void *)))(uintptr_t)at[2],
-        .set_name = (int (*)(void *, const char *))(uintptr_t)at[3],
-        .as_unsigned_long = (unsigned long (*)(void *))(uintptr_t)at[4],
-        .from_long = (void *(*)(long))(uintptr_t)at[5],
-        .set_string = (void (*)(void *, const char *))(uintptr_t)at[6],
-        .occurred = (void *(*)(void))(uintptr_t)at[7],
-        .buffer_error = (void *)(uintptr_t)at[8],
-        .type_error = (void *)(uintptr_t)at[9],
-    };
     static pthread_mutex_t binding = PTHREAD_MUTEX_INITIALIZER;
-    static ErlNifUInt64 bound_at[GIVEN];
     pthread_mutex_lock(&binding);
     int bound = atomic_load(&py_bound);
     if (!bound) {
-        py = given;
-        memcpy(bound_at, at, sizeof at);
-        /* PyGILState_STATE is an enum: an int. */
-        tb_release_set_hold((int (*)(void))(uintptr_t)at[10], (void (*)(int))(uintptr_t)at[11]);
+        py = found;
+        tb_release_set_hold(py.PyGILState_Ensure, py.PyGILState_Release);
         atomic_store(&py_bound, 1);
     }
     pthread_mutex_unlock(&binding);
-    if (bound && memcmp(at, bound_at, sizeof at) != 0)
-        return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "interpreter",
-                               "interpreter: bound already to another interpreter's functions (one per VM)");
-    static const char *const keys[] = {name_legacy,         name_versioned,      name_used_legacy,
-                                       name_used_versioned, "capsule_from_slot", "take_capsule"};
-    const void *values[] = {name_legacy,         name_versioned,         name_used_legacy,
-                            name_used_versioned, &capsule_from_slot_def, &take_capsule_def};
-    ERL_NIF_TERM map = enif_make_new_map(env);
-    for (unsigned i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        enif_make_map_put(env, map, enif_make_atom(env, keys[i]), enif_make_uint64(env, (uintptr_t)values[i]), &map);
+    int same = !bound || memcmp(&found, &py, sizeof found) == 0;
+    if (bound)
+        dlclose(handle); /* the first binding's handle is the one kept */
+    if (!same)
+        return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "library",
+                               "library: bound already to another interpreter's functions (one per VM), not %s's",
+                               file);
+    ERL_NIF_TERM keys[] = {enif_make_atom(env, "capsule_from_slot"), enif_make_atom(env, "take_capsule")};
+    ERL_NIF_TERM values[] = {enif_make_uint64(env, (uintptr_t)&capsule_from_slot_def),
+                             enif_make_uint64(env, (uintptr_t)&take_capsule_def)};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, 2, &map);
     return map;
 }

@@ -11,7 +11,7 @@
 
 #include "tb_binary.h"
 #include "tb_bridge.h"
-#include "tb_dlpack.h"
+#include "tb_dlpack_exchange.h"
 #include "tb_dlpack_export.h"
 #include "tb_fault.h"
 #include "tb_load.h"

@@ -62,11 +62,10 @@
     X(dlpack_version, 1, tb_nif_dlpack_version, 0) /* (Capsule) -> versioned | legacy */                               \
     X(dlpack_info, 1, tb_nif_dlpack_info, 0)       /* (Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */ \
     /* The Python of this VM (dlpack/tb_python.c) */                                                                   \
-    /* (#{is_valid, ...}: the interpreter's functions) -> #{destructor, ...}: addresses for its code */                \
-    X(python_capsule_abi, 1, tb_nif_python_capsule_abi, 0)                                                             \
-    X(python_slot_export, 2, tb_nif_python_slot_export, 0)             /* (Tensor, versioned | legacy) -> {K, Slot} */ \
-    X(python_slot_receive, 0, tb_nif_python_slot_receive, 0)           /* -> {K, Slot}, empty */                       \
-    X(python_slot_close, 1, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot) -> ok | Tensor | undefined */         \
+    X(python_capsule_abi, 1, tb_nif_python_capsule_abi, 0)   /* (Library) -> #{capsule_from_slot, take_capsule} */     \
+    X(python_slot_export, 2, tb_nif_python_slot_export, 0)   /* (Tensor, versioned | legacy) -> {K, Slot} */           \
+    X(python_slot_receive, 0, tb_nif_python_slot_receive, 0) /* -> {K, Slot}, empty */                                 \
+    X(python_slot_close, 1, tb_nif_python_slot_close, 0)     /* (Slot) -> ok | Tensor | undefined */                   \
     /* POSIX shared-memory regions (shm/tb_shm.c) */                                                                   \
     X(ipc_zeros, 2, tb_nif_ipc_zeros, TB_MAY_GO_DIRTY) /* (Shape, Dtype) -> a tensor in a new region */                \
     X(ipc_name, 1, tb_nif_ipc_name, 0) /* (Tensor) -> {Name, ByteSize} when it is a whole region, or nil */            \

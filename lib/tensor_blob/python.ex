@@ -1,5 +1,6 @@
 # Compiled only when Pythonx (CPython embedded in the BEAM) is loaded; Mix
-# compiles it again (`__mix_recompile__?/0`) once that changes.
+# compiles it again once that changes (`__mix_recompile__?/0`, in both
+# modules).
 if Code.ensure_loaded?(Pythonx) do
   defmodule TensorBlob.Python do
     @moduledoc """
@@ -10,7 +11,7 @@ if Code.ensure_loaded?(Pythonx) do
 
       * `to_python/2` gives a PyTorch tensor (or, with `as: :numpy`, a NumPy
         array) over the memory of a tensor_blob tensor.
-      * `from_python/2` gives a tensor_blob tensor over the memory of any
+      * `from_python/1` gives a tensor_blob tensor over the memory of any
         Python object that speaks DLPack (`__dlpack__` and
         `__dlpack_device__`: PyTorch, NumPy, JAX, CuPy, ...).
       * `TensorBlob.Tensor` implements `Pythonx.Encoder`, so
@@ -22,7 +23,7 @@ if Code.ensure_loaded?(Pythonx) do
     Python travels in a `dltensor` capsule (`dltensor_versioned` for NumPy)
     whose destructor is a C function of this library: a capsule no consumer
     took releases the tensor when Python collects it. A Python tensor taken
-    by `from_python/2` is asked for versioned DLPack first
+    by `from_python/1` is asked for versioned DLPack first
     (`__dlpack__(max_version=(1, 0))`), then legacy; its capsule is renamed
     `used_dltensor` (`used_dltensor_versioned`), so no second consumer takes
     it, and the producer's deleter runs once, when the last tensor over the
@@ -52,103 +53,19 @@ if Code.ensure_loaded?(Pythonx) do
 
     alias TensorBlob.Tensor
 
-    @module "_tensor_blob_pythonx"
+    # The Python side is a module of its own, priv/python/tensor_blob_pythonx.py
+    # (tested by test/python/pythonx_module_test.py), which the VM's
+    # interpreter imports once (ensure_ready/0).
+    @module "tensor_blob_pythonx"
 
-    # The Python side. The pointer work is two builtins of the library
-    # (C, METH_FASTCALL), made at configure from the PyMethodDefs it gives;
-    # ctypes only finds the interpreter's C API for it, once.
-    @source """
-    import ctypes
+    # Where the module's setup runs, once, while the others wait for it.
+    @setup TensorBlob.Python.Setup
+    @ready {__MODULE__, :ready}
 
-    _api = ctypes.pythonapi
-    _valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_IsValid", _api))
-    _abi = {}
-
-    def c_api():
-        functions = ("PyCapsule_IsValid", "PyCapsule_GetPointer", "PyCapsule_New", "PyCapsule_SetName",
-                     "PyLong_AsUnsignedLong", "PyLong_FromLong", "PyErr_SetString", "PyErr_Occurred",
-                     "PyGILState_Ensure", "PyGILState_Release")
-        exceptions = ("PyExc_BufferError", "PyExc_TypeError")
-        api = {f: ctypes.cast(getattr(_api, f), ctypes.c_void_p).value for f in functions}
-        api.update({e: ctypes.c_void_p.in_dll(_api, e).value for e in exceptions})
-        return api
-
-    def configure(abi):
-        global capsule_from_slot, take_capsule
-        _abi.update({k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()})
-        # PyCFunction_NewEx(def, NULL, NULL): the library's builtins,
-        # called with the GIL held, as fast as any builtin.
-        builtin = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
-            ("PyCFunction_NewEx", _api))
-        capsule_from_slot = builtin(_abi["capsule_from_slot"], None, None)
-        take_capsule = builtin(_abi["take_capsule"], None, None)
-
-    class Exported:
-        # What NumPy's from_dlpack asks: an object with __dlpack__, handing
-        # its capsule once.
-        __slots__ = ("_capsule",)
-
-        def __init__(self, capsule):
-            self._capsule = capsule
-
-        def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-            capsule, self._capsule = self._capsule, None
-            if capsule is None:
-                raise BufferError("tensor_blob: this export was consumed already")
-            return capsule
-
-        def __dlpack_device__(self):
-            return (1, 0)
-
-    def to_torch(k):
-        import torch
-        return torch.from_dlpack(capsule_from_slot(k))
-
-    def to_numpy(k):
-        import numpy
-        return numpy.from_dlpack(Exported(capsule_from_slot(k)))
-
-    def describe():
-        import sys, importlib.util
-        def version(name):
-            if importlib.util.find_spec(name) is None:
-                return None
-            return __import__(name).__version__.encode()
-        return (sys.version.split()[0].encode(), version("torch"), version("numpy"))
-
-    _legacy_types = set()
-
-    def take(obj, k):
-        # Puts obj's managed tensor in slot k, its capsule marked used.
-        dlpack = getattr(obj, "__dlpack__", None)
-        if dlpack is None:
-            raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
-        if type(obj) in _legacy_types:
-            capsule = dlpack()
-        else:
-            try:
-                capsule = dlpack(max_version=(1, 0))
-            except TypeError:
-                # Asked once per type: a producer before DLPack 1.0.
-                _legacy_types.add(type(obj))
-                capsule = dlpack()
-        taken = take_capsule(capsule, k)
-        if taken != 1:
-            _refuse(type(obj).__name__, capsule, taken, k)
-
-    def _refuse(producer, capsule, taken, k):
-        what = f"__dlpack__ of a {producer} gave"
-        if taken == -1:
-            raise ValueError(f"{what} a DLPack capsule holding NULL")
-        if taken == -2:
-            raise ValueError(f"{what} a DLPack capsule at an odd address")
-        if taken == -3:
-            raise BufferError(f"tensor_blob: slot {k} is not open and empty")
-        for name in ("used_dltensor_versioned", "used_dltensor"):
-            if _valid(capsule, _abi[name]):
-                raise ValueError(f"{what} a capsule a consumer took already ({name})")
-        raise TypeError(f"{what} a {type(capsule).__name__}, not a DLPack capsule")
-    """
+    # Mix compiles this file again once Pythonx is gone from the code path
+    # (TensorBlob.Python.Absent's does the same once it is there).
+    @doc false
+    def __mix_recompile__?, do: not Code.ensure_loaded?(Pythonx)
 
     @doc """
     A Python tensor over the memory of `tensor`, as a `Pythonx.Object`.
@@ -158,16 +75,12 @@ if Code.ensure_loaded?(Pythonx) do
     """
     @spec to_python(Tensor.t(), keyword()) :: Pythonx.Object.t()
     def to_python(tensor, opts \\ []) do
-      kind =
-        case Keyword.get(opts, :as, :torch) do
-          kind when kind in [:torch, :numpy] -> kind
-          other -> "as: expected :torch or :numpy, got #{inspect(other)}" |> badarg!(:bad_value, :as)
-        end
-
-      case Keyword.keys(opts) -- [:as] do
-        [] -> :ok
-        keys -> "options: unknown #{inspect(keys)}; to_python/2 takes :as" |> badarg!(:bad_option, :options)
-      end
+      # No options (the Encoder's call, the common one): the default, unchecked.
+      %{as: kind} =
+        if opts == [],
+          do: %{as: :torch},
+          else:
+            translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
 
       ensure_ready()
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
@@ -183,7 +96,7 @@ if Code.ensure_loaded?(Pythonx) do
         {object, _} = eval(:tensor, "__import__('#{@module}').#{function}(#{k})", %{})
         object
       after
-        :tensor_blob_dlpack.python_slot_close(slot)
+        translating(do: :tensor_blob_python.python_slot_close(slot))
       end
     end
 
@@ -206,7 +119,7 @@ if Code.ensure_loaded?(Pythonx) do
     def describe do
       ensure_ready()
 
-      {result, _} = eval(:python, "import #{@module}\n#{@module}.describe()", %{})
+      {result, _} = eval(:python, "__import__('#{@module}').describe()", %{})
 
       {python, torch, numpy} = Pythonx.decode(result)
 
@@ -239,7 +152,7 @@ if Code.ensure_loaded?(Pythonx) do
     @spec from_python(Pythonx.Object.t()) :: Tensor.t()
     def from_python(%Pythonx.Object{} = object) do
       ensure_ready()
-      {k, slot} = :tensor_blob_dlpack.python_slot_receive()
+      {k, slot} = translating(do: :tensor_blob_python.python_slot_receive())
 
       # Python puts the object's managed tensor in slot k; closing the slot
       # imports it (the producer's deleter off the schedulers, for it takes
@@ -252,11 +165,11 @@ if Code.ensure_loaded?(Pythonx) do
         eval(:object, "__import__('#{@module}').take(obj, #{k})\ndel obj", %{"obj" => object})
       rescue
         error ->
-          :tensor_blob_dlpack.python_slot_close(slot)
+          translating(do: :tensor_blob_python.python_slot_close(slot))
           reraise error, __STACKTRACE__
       end
 
-      case translating(do: :tensor_blob_dlpack.python_slot_close(slot)) do
+      case translating(do: :tensor_blob_python.python_slot_close(slot)) do
         ref when is_reference(ref) -> Tensor.wrap(ref)
         :undefined -> "object: Python put no tensor in slot #{k}" |> badarg!(:gone, :object)
       end
@@ -268,7 +181,7 @@ if Code.ensure_loaded?(Pythonx) do
     # A read-only tensor cannot be a legacy export (no READ_ONLY flag), and
     # PyTorch takes nothing else: said in PyTorch's terms.
     defp export(tensor, version) do
-      translating(do: :tensor_blob_dlpack.python_slot_export(Tensor.ref(tensor), version))
+      translating(do: :tensor_blob_python.python_slot_export(Tensor.ref(tensor), version))
     rescue
       error in ArgumentError ->
         case :tensor_blob.error_reason(__STACKTRACE__) do
@@ -295,40 +208,90 @@ if Code.ensure_loaded?(Pythonx) do
     end
 
     # Python's errors in the library's code become ArgumentErrors that say
-    # what Python said (the exception's last line), about the argument.
+    # what Python said (the exception's last line), about the argument; an
+    # exit of Pythonx (its janitor busy past its timeout) a TensorBlob.Error.
     defp eval(argument, code, globals) do
       Pythonx.eval(code, globals)
     rescue
       error in Pythonx.Error ->
         said = error |> Exception.message() |> String.split("\n", trim: true) |> List.last() |> String.trim()
         "#{argument}: Python refused it: #{said}" |> badarg!(:bad_value, argument)
+    catch
+      :exit, reason ->
+        "#{argument}: Pythonx exited during the evaluation: #{Exception.format_exit(reason)}"
+        |> error!(:runtime, argument)
     end
 
-    # The Python module and the C destructor's binding, once per VM.
+    # The Python module and the library's binding of the interpreter, once
+    # per VM: the first caller starts the setup in a process of its own,
+    # and every caller until it is done waits for that one.
     defp ensure_ready do
-      unless :persistent_term.get({__MODULE__, :ready}, false) do
-        {api, _} =
-          Pythonx.eval(
+      if :persistent_term.get(@ready, false), do: :ok, else: await_setup()
+    end
+
+    defp await_setup do
+      case Process.whereis(@setup) || start_setup() do
+        nil ->
+          ensure_ready()
+
+        pid ->
+          ref = Process.monitor(pid)
+
+          receive do
+            {:DOWN, ^ref, :process, _, {:shutdown, {:failed, kind, reason, stacktrace}}} ->
+              :erlang.raise(kind, reason, stacktrace)
+
+            {:DOWN, ^ref, :process, _, _} ->
+              ensure_ready()
+          end
+      end
+    end
+
+    # The setup's process, registered; nil when another registered first
+    # and is gone already.
+    defp start_setup do
+      pid = spawn(fn -> receive(do: (:go -> setup())) end)
+
+      try do
+        Process.register(pid, @setup)
+        send(pid, :go)
+        pid
+      rescue
+        ArgumentError ->
+          Process.exit(pid, :kill)
+          Process.whereis(@setup)
+      end
+    end
+
+    defp setup do
+      unless :persistent_term.get(@ready, false) do
+        # The interpreter imports the module from its file, and says where
+        # its libpython is; the library binds the C API from there, by
+        # name, and gives the module its builtins.
+        {library, _} =
+          eval(
+            :python,
             """
-            import sys, types
-            module = types.ModuleType(name)
-            exec(source, module.__dict__)
-            sys.modules[name] = module
-            module.c_api()
+            import importlib.util, sys
+            path = path.decode() if isinstance(path, bytes) else path
+            spec = importlib.util.spec_from_file_location("#{@module}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules["#{@module}"] = module
+            module.library()
             """,
-            %{"name" => String.to_atom(@module), "source" => @source}
+            %{"path" => module_path()}
           )
 
-        # The interpreter's C API by address, keyed by its own names.
-        interpreter = Map.new(Pythonx.decode(api), fn {name, address} -> {String.to_atom(name), address} end)
-        abi = :tensor_blob_dlpack.python_capsule_abi(interpreter)
-
-        Pythonx.eval("import #{@module}\n#{@module}.configure(abi)", %{"abi" => abi})
-        :persistent_term.put({__MODULE__, :ready}, true)
+        abi = translating(do: :tensor_blob_python.python_bind(Pythonx.decode(library)))
+        eval(:python, "__import__('#{@module}').configure(abi)", %{"abi" => abi})
+        :persistent_term.put(@ready, true)
       end
-
-      :ok
+    catch
+      kind, reason -> exit({:shutdown, {:failed, kind, reason, __STACKTRACE__}})
     end
+
+    defp module_path, do: Path.join([:code.priv_dir(:tensor_blob), "python", "#{@module}.py"])
   end
 
   defimpl Pythonx.Encoder, for: TensorBlob.Tensor do

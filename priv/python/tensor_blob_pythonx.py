@@ -1,0 +1,152 @@
+"""The Python side of TensorBlob.Python: tensors between tensor_blob and the
+Python embedded in the BEAM (Pythonx), by DLPack, with no copy.
+
+The VM's interpreter imports this module once (TensorBlob.Python), asks it
+where its libpython is (library), has the library bind the interpreter's C
+API by name from there, and gives it back the library's two builtins
+(configure). Each exchange then names a slot of the library: to_torch(k)
+and to_numpy(k) make a tensor of the export in slot k; take(obj, k) puts
+obj's managed tensor in slot k. The pointer work is the builtins' (C,
+METH_FASTCALL); ctypes only makes them, once.
+"""
+
+import ctypes
+import os
+import sysconfig
+import weakref
+
+# The builtins of the library (configure): capsule_from_slot(k) gives a
+# capsule over the export in slot k; take_capsule(capsule, k) takes an
+# unused DLPack capsule's managed tensor into slot k and answers one of the
+# codes below.
+capsule_from_slot = None
+take_capsule = None
+
+TAKEN, NOT_DLPACK, HOLDS_NULL, ODD_ADDRESS, SLOT_REFUSED = 1, 0, -1, -2, -3
+
+# The capsule names a consumer gives the capsules it takes.
+USED_NAMES = (b"used_dltensor_versioned", b"used_dltensor")
+
+# The interpreter's own (ctypes.pythonapi: the program and what it loaded).
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
+
+
+def library(maps="/proc/self/maps"):
+    """The path of the libpython this interpreter runs from, as mapped in
+    this OS process (the file under the library's own name), as bytes. Where
+    no maps can be read, its name, which the library's dlopen(RTLD_NOLOAD)
+    finds among the loaded libraries. Raises RuntimeError when the
+    interpreter has no shared libpython loaded: the library binds the C API
+    from that file, and loads nothing."""
+    name = sysconfig.get_config_var("INSTSONAME")
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED") or not name:
+        raise RuntimeError("tensor_blob: this Python was built without a shared libpython to bind its C API from")
+    try:
+        with open(maps) as lines:
+            paths = [fields[5].strip() for fields in (line.split(None, 5) for line in lines) if len(fields) == 6]
+    except OSError:
+        return name.encode()
+    for path in paths:
+        if os.path.basename(path) == name:
+            return path.encode()
+    raise RuntimeError(f"tensor_blob: this Python's libpython ({name}) is not loaded in this process: "
+                       "its interpreter is linked into the program")
+
+
+def configure(abi):
+    """Makes the library's builtins from the PyMethodDefs whose addresses
+    the library gave (tensor_blob_python:python_bind/1), as any builtin is made:
+    PyCFunction_NewEx(def, NULL, NULL)."""
+    global capsule_from_slot, take_capsule
+    abi = {k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()}
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+        ("PyCFunction_NewEx", ctypes.pythonapi)
+    )
+    capsule_from_slot = new(abi["capsule_from_slot"], None, None)
+    take_capsule = new(abi["take_capsule"], None, None)
+
+
+class Exported:
+    """What NumPy's from_dlpack asks: an object with __dlpack__, handing its
+    capsule once."""
+
+    __slots__ = ("_capsule",)
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        capsule, self._capsule = self._capsule, None
+        if capsule is None:
+            raise BufferError("tensor_blob: this export was consumed already")
+        return capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def to_torch(k):
+    import torch
+
+    return torch.from_dlpack(capsule_from_slot(k))
+
+
+def to_numpy(k):
+    import numpy
+
+    return numpy.from_dlpack(Exported(capsule_from_slot(k)))
+
+
+def describe():
+    """This Python's version, and PyTorch's and NumPy's (None when absent)."""
+    import importlib.util
+    import sys
+
+    def version(name):
+        if importlib.util.find_spec(name) is None:
+            return None
+        return __import__(name).__version__.encode()
+
+    return (sys.version.split()[0].encode(), version("torch"), version("numpy"))
+
+
+# The producer types found to speak DLPack before 1.0 (their __dlpack__
+# takes no max_version): asked once per type. Held weakly: a type, and
+# through its methods' globals whatever its module holds, goes when its
+# producer does.
+_legacy_types = weakref.WeakSet()
+
+
+def take(obj, k):
+    """Puts obj's managed tensor in slot k, its capsule marked used."""
+    dlpack = getattr(obj, "__dlpack__", None)
+    if dlpack is None:
+        raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
+    if type(obj) in _legacy_types:
+        capsule = dlpack()
+    else:
+        try:
+            capsule = dlpack(max_version=(1, 0))
+        except TypeError:
+            _legacy_types.add(type(obj))
+            capsule = dlpack()
+    taken = take_capsule(capsule, k)
+    if taken != TAKEN:
+        _refuse(type(obj).__name__, capsule, taken, k)
+
+
+def _refuse(producer, capsule, taken, k):
+    what = f"__dlpack__ of a {producer} gave"
+    if taken == HOLDS_NULL:
+        raise ValueError(f"{what} a DLPack capsule holding NULL")
+    if taken == ODD_ADDRESS:
+        raise ValueError(f"{what} a DLPack capsule at an odd address")
+    if taken == SLOT_REFUSED:
+        raise BufferError(f"tensor_blob: slot {k} is not open and empty")
+    if type(capsule).__name__ == "PyCapsule":
+        for name in USED_NAMES:
+            if _capsule_is_valid(capsule, name):
+                raise ValueError(f"{what} a capsule a consumer took already ({name.decode()})")
+    raise TypeError(f"{what} a {type(capsule).__name__}, not a DLPack capsule")

@@ -1,0 +1,36 @@
+%% @doc The Erlang API of the Python embedded in this VM (Pythonx), which
+%% the Elixir door TensorBlob.Python calls: the interpreter's C API bound
+%% by name, and the slots a managed tensor crosses one evaluation in.
+-module(tensor_blob_python).
+
+-export([python_bind/1, python_slot_export/2, python_slot_receive/0, python_slot_close/1]).
+
+-include("tensor_blob_internal.hrl").
+
+%% @doc Binds the C API of the Python embedded in this VM (Pythonx), once per VM: its functions
+%% are looked up by name in Library, the path of the libpython loaded in this OS process (as the
+%% interpreter tells it); nothing is loaded, and no address is taken from a term. Answers the
+%% addresses of the library's two builtins' PyMethodDefs (capsule_from_slot, take_capsule), for
+%% the library's Python module (priv/python/tensor_blob_pythonx.py) to make them. A path that
+%% is not loaded, or not a Python's C API, raises badarg (reason bad_value, argument library).
+-spec python_bind(binary()) -> #{capsule_from_slot := non_neg_integer(), take_capsule := non_neg_integer()}.
+python_bind(Library) -> ?NIF(tensor_blob_nif:python_capsule_abi(Library)).
+
+%% @doc A managed tensor crosses one Python evaluation in a numbered slot, which the evaluated
+%% code names (TensorBlob.Python): the tensor exported into one (versioned or legacy, checked
+%% as to_dlpack/2 checks), or an empty one for Python to fill (python_slot_receive/0). Closing
+%% gives back what Python put there, imported (its deleter off the schedulers; refused, the
+%% deleter is called all the same), and releases what it left. A slot that is never closed is
+%% closed when it is collected. 4096 slots at most are open at once: one more raises
+%% (reason no_memory).
+-spec python_slot_export(tensor_blob:tensor(), tensor_blob:dlpack_version()) -> {non_neg_integer(), reference()}.
+python_slot_export(T, Version) -> ?NIF(tensor_blob_nif:python_slot_export(T, Version)).
+
+%% @doc An empty slot for Python to fill (python_slot_export/2).
+-spec python_slot_receive() -> {non_neg_integer(), reference()}.
+python_slot_receive() -> ?NIF(tensor_blob_nif:python_slot_receive()).
+
+%% @doc Closes a slot (python_slot_export/2): ok for a slot to Python; for a slot from Python,
+%% the tensor over what Python put there, or undefined when it put nothing.
+-spec python_slot_close(reference()) -> ok | tensor_blob:tensor() | undefined.
+python_slot_close(Slot) -> ?NIF(tensor_blob_nif:python_slot_close(Slot)).
