@@ -40,6 +40,7 @@
     X(tensor)         /* the BlobView struct's key */                                       \
     X(not_contiguous) /* why to_binary_view made no view */                                 \
     X(shared_memory)                                                                        \
+    X(frozen) /* why writable/1 says no */                                                  \
     X(badarg) /* an error: {Kind, #{reason, argument, message => Segments}} (tb_raise.h) */ \
     X(tensor_blob)                                                                          \
     X(reason)                                                                               \

@@ -73,7 +73,11 @@ static const tb_storage_kind_info tb_storage_kinds[TB_MEMORY_COUNT] = {
 extern ERL_NIF_TERM tb_storage_atoms[TB_MEMORY_COUNT];
 void tb_storage_load(ErlNifEnv *env);
 
-enum { TB_STORAGE_READ_ONLY = 1, TB_STORAGE_GUARDED = 2 /* guard is in the read-only set */ };
+enum {
+    TB_STORAGE_READ_ONLY = 1,
+    TB_STORAGE_GUARDED = 2, /* guard is in the read-only set */
+    TB_STORAGE_ASKED = 4    /* the kernel was asked what file the memory is (file_*), once */
+};
 
 typedef struct tb_storage {
     uint32_t abi; /* TB_ABI */
@@ -117,6 +121,8 @@ typedef enum { TB_GUARD_OK, TB_GUARD_FROZEN, TB_GUARD_READ_ONLY, TB_GUARD_WRITIN
  * when it is read-only; otherwise registered until write_end. */
 tb_guard_status tb_storage_write_begin(tb_range *guard);
 void tb_storage_write_end(tb_range *guard);
+/* What tb_storage_write_begin would answer now, registering nothing. */
+tb_guard_status tb_storage_write_check(const tb_range *guard);
 /* A binary view: refused while a write is in progress. */
 tb_guard_status tb_storage_freeze(tb_range *guard);
 void tb_storage_unfreeze(tb_range *guard);
