@@ -291,7 +291,9 @@ if Code.ensure_loaded?(Nx) do
 
     # The backend maps the region itself: its mapping is its own.
     defp region_handover(t, backend, type, shape) do
-      case :tensor_blob.ipc_name(Tensor.ref(t)) do
+      # ipc_name refuses a region another program shrank: the backend's
+      # first read of its own mapping would kill the VM (SIGBUS).
+      case translating(do: :tensor_blob.ipc_name(Tensor.ref(t))) do
         {name, size} ->
           pointer = %Nx.Pointer{kind: :ipc, handle: name, data_size: size}
 
@@ -427,11 +429,29 @@ if Code.ensure_loaded?(Nx) do
 
     # reason: :requested (copy: :always) or :backend (no view can be made).
     defp copy_of(nx, dtype, reason) do
-      bytes = Nx.to_binary(nx)
+      bytes = backend_bytes!(nx)
 
       translating(
         do: Tensor.wrap(:tensor_blob.copy_from_binary(bytes, dtype, nx.shape, {__MODULE__, :from_nx, 2}, reason))
       )
+    end
+
+    # The backend's bytes of the tensor; a tensor it cannot read (freed, or
+    # a struct that holds none of its tensors) raises ArgumentError.
+    defp backend_bytes!(nx) do
+      Nx.to_binary(nx)
+    rescue
+      e ->
+        message = Exception.message(e)
+
+        if message =~ "deallocated" do
+          "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
+          |> badarg!(:gone, :none)
+        else
+          ("from_nx: #{inspect(nx.data.__struct__)} cannot read this tensor (#{inspect(e.__struct__)}: " <>
+             "#{message}); is its data one of the backend's tensors?")
+          |> badarg!(:bad_value, :none)
+        end
     end
 
     defp refuse_copy!(nx, why) do
@@ -456,16 +476,26 @@ if Code.ensure_loaded?(Nx) do
            when is_integer(address) and address > 0 <- local_pointer(nx) do
         expected = Nx.byte_size(nx)
 
-        if size in [nil, expected] do
-          %BlobView{tensor: tensor} = TensorBlob.from_blob(%{ptr: address, shape: nx.shape, dtype: dtype}, owner: nx)
-          tensor
-        else
-          # Torchx keeps {:u, 16} in 32-bit and {:u, 32} in 64-bit integers.
-          why =
-            "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
-              "not #{expected}), so no view can show them as #{inspect(nx.type)}"
+        cond do
+          size in [nil, expected] ->
+            %BlobView{tensor: tensor} = TensorBlob.from_blob(%{ptr: address, shape: nx.shape, dtype: dtype}, owner: nx)
+            tensor
 
-          if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
+          nx.type in [{:u, 16}, {:u, 32}] and size == 2 * expected ->
+            # Torchx keeps {:u, 16} in 32-bit and {:u, 32} in 64-bit integers.
+            why =
+              "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
+                "not #{expected}), so no view can show them as #{inspect(nx.type)}"
+
+            if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
+
+          true ->
+            # The struct's shape or type is not what the backend holds: any
+            # view or copy by the struct would read past the backend's memory.
+            ("from_nx: the tensor's struct says shape #{inspect(nx.shape)} of #{inspect(nx.type)} " <>
+               "(#{expected} bytes), and #{inspect(nx.data.__struct__)} holds #{size} bytes for it; " <>
+               "the struct does not describe its data")
+            |> badarg!(:out_of_extent, :none)
         end
       else
         {:deallocated, message} ->

@@ -13,6 +13,7 @@ if Code.ensure_loaded?(Nx) do
     def to_nx!({backend, opts}) when is_atom(backend) and is_list(opts), do: {{backend!(backend), opts}, false}
 
     def to_nx!(opts) when is_list(opts) do
+      keyword!(opts, "backend: module, unsafe_view: boolean")
       opts = validate_options!(opts, [:backend, unsafe_view: false])
 
       backend =
@@ -33,29 +34,47 @@ if Code.ensure_loaded?(Nx) do
       |> badarg!(:bad_option, :none)
     end
 
-    # A module that can make an Nx tensor of bytes (Nx.Backend's
-    # from_binary/3), checked before any data moves: otherwise the call
-    # fails later inside Nx with an UndefinedFunctionError.
+    # A module that implements Nx.Backend, checked before any data moves:
+    # otherwise the call fails later inside Nx (an UndefinedFunctionError,
+    # a FunctionClauseError), or a module that merely has a from_binary/3
+    # (Nx itself, TensorBlob.Tensor) makes something that is no Nx tensor.
     defp backend!(module) do
-      if Code.ensure_loaded?(module) and function_exported?(module, :from_binary, 3) do
+      if Code.ensure_loaded?(module) and function_exported?(module, :from_binary, 3) and nx_backend?(module) do
         module
       else
         ("backend: #{inspect(module)} is not an Nx backend (no loaded module of that name " <>
-           "has from_binary/3); pass one such as Nx.BinaryBackend or Torchx.Backend")
+           "implements Nx.Backend); pass one such as Nx.BinaryBackend or Torchx.Backend")
         |> badarg!(:bad_option, :backend)
       end
+    end
+
+    # It says it implements Nx.Backend, or has the two callbacks Nx calls
+    # first (init/1 when made the default, from_binary/3).
+    defp nx_backend?(module) do
+      behaviours = for {:behaviour, list} <- module.module_info(:attributes), b <- list, do: b
+      Nx.Backend in behaviours or function_exported?(module, :init, 1)
     end
 
     # from_nx/2: {copy, device, ipc}.
     def from_nx!([]), do: {:auto, nil, false}
 
     def from_nx!(opts) do
+      keyword!(opts, "copy: :auto | :never | :always, device: :cpu, ipc: boolean")
       opts = validate_options!(opts, copy: :auto, device: nil, ipc: false)
       copy = opts[:copy]
       copy in [:auto, :never, :always] or invalid_option!(:copy, copy, ":auto | :never | :always")
       opts[:device] in [nil, :cpu] or invalid_option!(:device, opts[:device], ":cpu")
       is_boolean(opts[:ipc]) or invalid_option!(:ipc, opts[:ipc], "boolean")
       {copy, opts[:device], opts[:ipc]}
+    end
+
+    # A proper list of {atom, value}: what Keyword.validate/2 takes (it
+    # raises FunctionClauseError on anything else).
+    defp keyword!(opts, known) do
+      unless Keyword.keyword?(opts) do
+        "options: expected a keyword list (#{known}), got #{TensorBlob.Raise.inspect_term(opts)}"
+        |> badarg!(:bad_option, :options)
+      end
     end
 
     # Keyword.validate/2, in the library's words.
