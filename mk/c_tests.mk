@@ -18,7 +18,7 @@ $(BUILD)/test/src/%.o: $(SOURCE_OF_STEM) $(CONFIG_STAMP)
 $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_maps
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # Whether a layout's elements share memory, against a brute-force model.
@@ -45,6 +45,8 @@ c_test_dlpack_abi_SOURCES := test_dlpack_abi
 # SIGBUS guard, what a dead VM left), in a private /dev/shm when the
 # machine allows one.
 c_test_shm_SOURCES := test_shm src/tb_shm_names src/tb_fault
+# What the kernel says of an address: shared file mappings named by file.
+c_test_maps_SOURCES := test_maps src/tb_maps
 
 .SECONDEXPANSION:
 $(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o,$$($$*_SOURCES)))
