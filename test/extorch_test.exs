@@ -334,7 +334,18 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
           {e, data} = raised(fn -> TEx.from_extorch(forged) end)
           assert %ArgumentError{} = e, inspect(forged)
           assert data == %{reason: reason, argument: field}, inspect({forged, e.message})
+
+          # TensorBlob.from_blob/2 takes ExTorch's blob with the same checks
+          # (an owner that is no ExTorch tensor is an owner term like any).
+          if field != :owner do
+            {e, data} = raised(fn -> TensorBlob.from_blob(forged) end)
+            assert %ArgumentError{} = e, inspect(forged)
+            assert data == %{reason: reason, argument: field}, inspect({forged, e.message})
+          end
         end
+
+        # With an owner given, the caller answers for the fields, as for any spec.
+        assert %TensorBlob.BlobView{} = TensorBlob.from_blob(%{blob | shape: {2, 4}}, owner: x)
 
         # What lies within the owner's memory is taken: a part, by any name of its dtype.
         half = TEx.from_extorch(%{blob | shape: {2, 4}, dtype: :float})

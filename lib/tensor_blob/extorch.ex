@@ -55,10 +55,10 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     owner).
     """
     @spec from_extorch(ExTorch.Tensor.t() | ExTorch.Tensor.Blob.t() | ExTorch.Tensor.BlobView.t()) :: BlobView.t()
-    def from_extorch(%ExTorch.Tensor{} = t), do: transfer(:from_extorch, fn -> blob_of(t) end, [])
+    def from_extorch(%ExTorch.Tensor{} = t), do: transfer(:from_extorch, fn -> blob_of(t) end, owner: t)
 
     def from_extorch(%ExTorch.Tensor.Blob{owner: %ExTorch.Tensor{} = t} = blob),
-      do: transfer(:from_extorch, fn -> checked_blob!(blob, t) end, [])
+      do: transfer(:from_extorch, fn -> checked_blob!(blob, t) end, owner: t)
 
     def from_extorch(%ExTorch.Tensor.Blob{owner: owner}) do
       ("owner: an %ExTorch.Tensor.Blob{} given to from_extorch names its ExTorch tensor as owner " <>
@@ -353,7 +353,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     # program shrank would kill the VM).
     defp copy_of(t, blob) do
       copy = ExTorch.empty(blob.shape, dtype: blob.dtype)
-      target = TensorBlob.from_blob(blob_of(copy))
+      target = TensorBlob.from_blob(blob_of(copy), owner: copy)
 
       translating(do: :tensor_blob.copy_into(Tensor.ref(target), Tensor.ref(t), {__MODULE__, :to_extorch, 2}, :backend))
 

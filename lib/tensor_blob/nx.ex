@@ -109,7 +109,14 @@ if Code.ensure_loaded?(Nx) do
         unguarded: the backend does not pin our tensor, so **keep the
         tensor_blob tensor reachable as long as you use the Nx tensor**
         (dropping it and collecting makes Torchx read freed memory, or
-        crash the VM). Needs a contiguous tensor.
+        crash the VM), and its reads of a region another program shrinks
+        are not guarded. Needs a contiguous tensor.
+
+    A region is handed over only after its file was checked: one another
+    program shrank raises `TensorBlob.Error`, as `Tensor.to_binary/1` does.
+    A view of a backend's own mapping of a shared-memory file (a region
+    handed over, Torchx's `to_pointer(mode: :ipc)`) is known as region
+    memory (the kernel names the file), and keeps a region's protection.
     """
 
     # Nx gone since this file was compiled: compile it again (see above).
