@@ -145,20 +145,8 @@ defmodule TensorBlob do
   end
 
   def from_blob(spec, opts) do
-    {ref, owner} = translating(do: :tensor_blob.blob_view(spec, options(opts)))
+    {ref, owner} = translating(do: :tensor_blob.blob_view(spec, :tensor_blob_options.keywords(opts)))
     BlobView.new(Tensor.wrap(ref), owner)
-  end
-
-  defp options([]), do: %{}
-  defp options(owner: owner), do: %{owner: owner}
-
-  defp options(opts) do
-    if Keyword.keyword?(opts) do
-      Map.new(opts)
-    else
-      "options: expected a keyword list such as [owner: term], got #{TensorBlob.Raise.inspect_term(opts)}"
-      |> badarg!(:bad_option, :options)
-    end
   end
 
   @doc """

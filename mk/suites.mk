@@ -62,11 +62,13 @@ format:
 
 # Static checks, run by CI: dialyzer, mix format, the C style of
 # .clang-format, no module of src/ or lib/ over 600 lines
-# (scripts/check_module_size.sh), test/BAD_INPUTS.md current, and that
+# (scripts/check_module_size.sh), no call from lib/ to a private module of
+# src/ (scripts/check_private_calls.sh), test/BAD_INPUTS.md current, and that
 # nx-test builds the foreign NIF its bridge tests load.
 lint: dialyzer bad-inputs-check
 	mix format --check-formatted
 	scripts/check_module_size.sh
+	scripts/check_private_calls.sh
 	@if [ "$(LINT_FORMAT)" = 1 ]; then scripts/check_format.sh; fi
 	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
 	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
@@ -97,6 +99,7 @@ docs-test: nif
 # NIFs up to date.
 check-c:
 	scripts/check_c.sh
+	scripts/check_private_calls.sh
 	scripts/check_errors.sh
 	scripts/gen_nifs.py --check
 

@@ -11,7 +11,10 @@
          python_slot_close/1]).
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
--import(tensor_blob_options, [check_options/2, boolean_option/2, stream_option/1]).
+-import(tensor_blob_options, [check/3]).
+
+-define(STREAM, {stream, {satisfies, "an integer (a cudaStream_t, 1 or 2 for the default streams, -1 for no "
+                                      "synchronization)", fun is_stream/1}, undefined}).
 
 %%--------------------------------------------------------------------
 %% DLPack
@@ -34,29 +37,30 @@
 -spec to_dlpack(term(), term()) -> tensor_blob:capsule().
 to_dlpack(T, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
-to_dlpack(T, Opts) when is_map(Opts) ->
-    check_options(Opts, [max_version, version, read_only, stream]),
-    Version = export_version(maps:get(version, Opts, undefined),
-                             negotiate(maps:get(max_version, Opts, undefined))),
-    ?NIF(tensor_blob_nif:to_dlpack(T, Version, boolean_option(read_only, Opts), stream_option(Opts)));
-to_dlpack(_T, Opts) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
+to_dlpack(T, Opts) ->
+    #{version := V, max_version := Max, read_only := ReadOnly, stream := Stream} =
+        check(Opts, [{max_version, any, undefined}, {version, any, undefined}, {read_only, boolean, false},
+                     ?STREAM], map),
+    Version = export_version(V, negotiate(Max)),
+    ?NIF(tensor_blob_nif:to_dlpack(T, Version, ReadOnly, stream(Stream))).
 
 -spec from_dlpack(term(), term()) -> tensor_blob:tensor().
-from_dlpack(Source, Opts) when is_map(Opts) ->
-    check_options(Opts, [version, read_only, stream, unsafe_address, defer_release]),
-    Version = case maps:get(version, Opts, undefined) of
-                  V when V =:= versioned; V =:= legacy; V =:= undefined -> V;
-                  Other -> badarg(bad_value, version, ["version: expected versioned or legacy, got ", {term, Other}])
-              end,
-    Given = case boolean_option(unsafe_address, Opts) of
+from_dlpack(Source, Opts) ->
+    #{version := Version, read_only := ReadOnly, stream := Stream, unsafe_address := Unsafe,
+      defer_release := Defer} =
+        check(Opts, [{version, {one_of, [versioned, legacy, undefined]}, undefined}, {read_only, boolean, false}, ?STREAM,
+                     {unsafe_address, boolean, false}, {defer_release, boolean, false}], map),
+    Given = case Unsafe of
                 true when is_integer(Source) -> {unsafe_address, Source};
                 _ -> Source
             end,
-    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, boolean_option(read_only, Opts), stream_option(Opts),
-                                     boolean_option(defer_release, Opts)));
-from_dlpack(_Source, Opts) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
+    ?NIF(tensor_blob_nif:from_dlpack(Given, Version, ReadOnly, stream(Stream), Defer)).
+
+%% A stream: an integer, checked in C (its meaning depends on the device).
+stream(nil) -> undefined;
+stream(S) -> S.
+
+is_stream(S) -> is_integer(S) orelse S =:= undefined orelse S =:= nil.
 
 %% What a consumer's max_version allows.
 negotiate(undefined) -> undefined;

@@ -19,7 +19,7 @@
 -export([default_thresholds/0]).
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
--import(tensor_blob_options, [check_options/2]).
+-import(tensor_blob_options, [check/3]).
 -import(tensor_blob, [device/1, dtype/1, shape/1, memory/1, from_binary/3, from_binary/4, to_blob/1,
                       to_device/2, ipc_torch_open/3]).
 -import(tensor_blob_tensor, [binary_of/3, transferred/5]).
@@ -35,12 +35,11 @@
 -spec node_pack(term(), term(), term()) -> map().
 node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
-node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
-    check_options(Opts, [via, keep]),
-    Keep = case maps:get(keep, Opts, tensor_blob_config:get(node_keep)) of
-               K when is_integer(K), K >= 0, K =< 16#FFFFFFFF -> K;
-               K -> badarg(bad_value, keep,
-                           ["keep: expected milliseconds (an integer in 0..4294967295), got ", {term, K}])
+node_pack(T, Node, Opts0) when is_atom(Node) ->
+    Opts = check(Opts0, [{via, {one_of, [region, binary]}}, {keep, {integer, 0, 16#FFFFFFFF}}], map),
+    Keep = case Opts of
+               #{keep := K} -> K;
+               #{} -> tensor_blob_config:get(node_keep)
            end,
     Start = tensor_blob_telemetry:start(transfer),
     Function = {tensor_blob, node_pack, 3},
@@ -51,8 +50,6 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
     {Via, Region} = case Opts of
                         #{via := region} -> {region, region_checked(T, Node, Device)};
                         #{via := binary} -> {binary, nil};
-                        #{via := V} ->
-                            badarg(bad_option, options, ["options: via must be region or binary, got ", {term, V}]);
                         #{} -> default_via(T, Node, Device, Bytes)
                     end,
     {Packed, Copied} =
@@ -73,8 +70,6 @@ node_pack(T, Node, Opts) when is_atom(Node), is_map(Opts) ->
         end,
     _ = Start =:= undefined orelse transferred(Start, Function, T, Copied, #{node => Node, via => Via}) =:= ok,
     Packed;
-node_pack(_T, Node, Opts) when is_atom(Node) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]);
 node_pack(_T, Node, _Opts) ->
     badarg(bad_value, node, ["node: expected a node name (an atom), got ", {term, Node} | node_name_hint(Node)]).
 
@@ -137,20 +132,14 @@ node_keeper(Shared, Keep) ->
           end).
 
 -spec node_unpack(term(), term()) -> tensor_blob:tensor().
-node_unpack(#{'__tensor_blob_node__' := ?NODE_FORMAT} = Packed, Opts) when is_map(Opts) ->
-    check_options(Opts, [copy]),
-    Copy = case maps:get(copy, Opts, false) of
-               C when is_boolean(C) -> C;
-               C -> badarg(bad_value, copy, ["copy: expected a boolean, got ", {term, C}])
-           end,
+node_unpack(#{'__tensor_blob_node__' := ?NODE_FORMAT} = Packed, Opts) ->
+    #{copy := Copy} = check(Opts, [{copy, boolean, false}], map),
     Start = tensor_blob_telemetry:start(transfer),
     T = node_unpack_checked(Packed, Copy),
     _ = Start =:= undefined orelse
         transferred(Start, {tensor_blob, node_unpack, 2}, T, memory(T) =:= owned,
                     #{node => node(), via => maps:get(via, Packed, undefined)}) =:= ok,
     T;
-node_unpack(#{'__tensor_blob_node__' := ?NODE_FORMAT}, Opts) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]);
 node_unpack(#{'__tensor_blob_node__' := Format}, _Opts) ->
     badarg(unsupported, packed,
            ["packed: its format is version ", {term, Format}, ", which this build of tensor_blob does not know "

@@ -33,7 +33,7 @@
 %% operation that raises inside as/2.
 -module(tensor_blob_telemetry).
 
--export([enabled/0, start/1, copy/5, transfer/5, transfer_of/5, as/2, unreported/1, reset/0]).
+-export([enabled/0, start/1, copy/5, transfer/5, transfer_of/5, as/2, unreported/1]).
 
 -export_type([reason/0, token/0]).
 
@@ -187,13 +187,6 @@ unreported(Fun) ->
             _ -> put(?CALLER, Old)
         end
     end.
-
-%% @private Forgets the decision, so that the next event decides again
-%% (for tests that load or unload telemetry).
--spec reset() -> ok.
-reset() ->
-    _ = persistent_term:erase(?KEY),
-    ok.
 
 caller(Function) ->
     case get(?CALLER) of

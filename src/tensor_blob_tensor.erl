@@ -12,7 +12,7 @@
          data_bytes/1, copy_into/4, write/2, to_device/2, transferred/5]).
 
 -import(tensor_blob_error, [badarg/3, not_a_tensor/1]).
--import(tensor_blob_options, [check_options/2, check_copy_option/1]).
+-import(tensor_blob_options, [check/3]).
 
 %% An owner term that from_blob pins: none asks for an unpinned view;
 %% undefined and nil (and no owner key) name no owner, which is refused.
@@ -38,16 +38,13 @@ to_blob_struct(T, _Owner, _Struct) ->
 -spec to_blob(term(), term()) -> tensor_blob:blob().
 to_blob(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
-to_blob(T, Opts) when is_map(Opts) ->
-    check_options(Opts, [owner, struct]),
-    Owner = maps:get(owner, Opts, T),
-    case maps:get(struct, Opts, undefined) of
-        undefined -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
-        Struct when is_atom(Struct) -> to_blob_struct(T, Owner, Struct);
-        Struct -> badarg(bad_value, struct, ["struct: expected a module name (an atom), got ", {term, Struct}])
-    end;
-to_blob(_T, Opts) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
+to_blob(T, Opts) ->
+    Checked = check(Opts, [{owner, any}, {struct, atom, undefined}], map),
+    Owner = maps:get(owner, Checked, T),
+    case Checked of
+        #{struct := undefined} -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
+        #{struct := Struct} -> to_blob_struct(T, Owner, Struct)
+    end.
 
 -spec from_blob(tensor_blob:spec()) -> tensor_blob:tensor().
 from_blob(Spec) ->
@@ -58,11 +55,9 @@ blob_view(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
     view(Spec, Owner);
 blob_view(Spec, Opts) when Opts =:= #{} ->
     view(Spec, spec_owner(Spec));
-blob_view(Spec, Opts) when is_map(Opts) ->
-    check_options(Opts, [owner]),
-    view(Spec, spec_owner(Spec));
-blob_view(_Spec, Opts) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
+blob_view(Spec, Opts) ->
+    check(Opts, [{owner, any}], map),
+    view(Spec, spec_owner(Spec)).
 
 spec_owner(#{owner := Owner}) -> Owner;
 spec_owner(_) -> undefined.
@@ -132,7 +127,7 @@ from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opt
         tensor_blob_telemetry:copy(Start, {tensor_blob, from_binary, 4}, misaligned, byte_size(Binary), T) =:= ok,
     T;
 from_binary(Binary, Dtype, Shape, Opts) ->
-    check_copy_option(Opts),
+    check(Opts, [{copy, {one_of, [true, false, if_needed]}}], map),
     from_binary(Binary, Dtype, Shape).
 
 -spec copy_to_binary(tensor_blob:tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
@@ -182,21 +177,14 @@ to_binary(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_binary(T, #{copy := false} = Opts) when map_size(Opts) =:= 1 ->
     ?NIF(tensor_blob_nif:to_binary_view(T, false, false));
-to_binary(T, Opts) when is_map(Opts) ->
-    check_options(Opts, [copy, unsafe_shared_memory]),
-    Unguarded = case maps:get(unsafe_shared_memory, Opts, false) of
-                    U when is_boolean(U) -> U;
-                    U -> badarg(bad_value, unsafe_shared_memory,
-                                ["unsafe_shared_memory: expected a boolean, got ", {term, U}])
-                end,
-    case maps:get(copy, Opts, true) of
+to_binary(T, Opts) ->
+    #{copy := Copy, unsafe_shared_memory := Unguarded} =
+        check(Opts, [{copy, {one_of, [true, false, if_needed]}, true}, {unsafe_shared_memory, boolean, false}], map),
+    case Copy of
         true -> copy_to_binary(T, {tensor_blob, to_binary, 2}, requested);
         false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
-        if_needed -> element(1, binary_of(T, Unguarded, {tensor_blob, to_binary, 2}));
-        Other -> badarg(bad_value, copy, ["copy: expected a boolean or ", {term, if_needed}, ", got ", {term, Other}])
-    end;
-to_binary(_T, Opts) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
+        if_needed -> element(1, binary_of(T, Unguarded, {tensor_blob, to_binary, 2}))
+    end.
 
 -spec write(tensor_blob:tensor(), term()) -> tensor_blob:tensor().
 write(T, Binary) when is_reference(T), is_binary(Binary) ->

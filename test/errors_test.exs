@@ -47,7 +47,10 @@ defmodule TensorBlob.ErrorsTest do
 
   test "an ArgumentError of the Elixir facade's own carries its reason and argument" do
     {e, data} = raised(fn -> DLPack.export(Tensor.zeros({1}, :float32), [1]) end)
-    assert %ArgumentError{message: "options: expected a keyword list, got [1]"} = e
+
+    assert %ArgumentError{message: "options: expected a keyword list (a proper list of {atom, value} pairs), got [1]"} =
+             e
+
     assert data == %{reason: :bad_option, argument: :options}
     assert data.reason in reasons()
   end

@@ -370,7 +370,7 @@ defmodule TensorBlob.NodesTest do
 
   test "bad inputs", %{peer: peer} do
     t = Tensor.zeros({2}, :uint8)
-    assert_raise ArgumentError, ~r/via must be region or binary/, fn -> Nodes.pack(t, peer, via: :pigeon) end
+    assert_raise ArgumentError, ~r/via: expected one of :region, :binary/, fn -> Nodes.pack(t, peer, via: :pigeon) end
     assert_raise ArgumentError, ~r/expected what TensorBlob.Nodes.pack\/2 made/, fn -> Nodes.unpack(%{via: :region}) end
     assert_raise ArgumentError, ~r/expected a tensor/, fn -> Nodes.pack(:nope, peer) end
 

@@ -201,7 +201,7 @@ max_version_test() ->
     badarg(<<"version">>, <<"v3">>, fun() -> V(#{version => v3}) end),
     badarg(<<"read_only">>, <<"yes">>, fun() -> V(#{read_only => yes}) end),
     badarg(<<"read_only">>, <<"legacy">>, fun() -> V(#{read_only => true, version => legacy}) end),
-    badarg(<<"options">>, <<"bogus">>, fun() -> V(#{bogus => 1}) end),
+    badarg(<<"bogus">>, <<"unknown option">>, fun() -> V(#{bogus => 1}) end),
     badarg(<<"options">>, <<"map">>, fun() -> tensor_blob:to_dlpack(T, [read_only]) end),
     badarg(<<"tensor">>, <<"nope">>, fun() -> tensor_blob:to_dlpack(nope) end).
 
@@ -227,7 +227,7 @@ import_options_test() ->
     badarg(<<"read_only">>, <<"1">>, fun() -> tensor_blob:from_dlpack(tensor_blob:to_dlpack(T), #{read_only => 1}) end),
     badarg(<<"version">>, <<"capsule holds a versioned">>,
            fun() -> tensor_blob:from_dlpack(tensor_blob:to_dlpack(T), #{version => legacy}) end),
-    badarg(<<"options">>, <<"foo">>, fun() -> tensor_blob:from_dlpack(tensor_blob:to_dlpack(T), #{foo => 1}) end).
+    badarg(<<"foo">>, <<"unknown option">>, fun() -> tensor_blob:from_dlpack(tensor_blob:to_dlpack(T), #{foo => 1}) end).
 
 %%====================================================================
 %% Raw addresses

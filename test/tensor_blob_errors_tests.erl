@@ -17,7 +17,7 @@ cases() ->
      {bad_value, badarg, ptr, fun() -> tensor_blob:from_blob(#{ptr => -1, shape => {1}, dtype => float32, owner => none}) end},
      {bad_value, badarg, copy, fun() -> tensor_blob:to_binary(tensor_blob:zeros({1}, float32), #{copy => 'maybe'}) end},
      {missing, badarg, shape, fun() -> tensor_blob:from_blob(#{ptr => 64, dtype => float32, owner => none}) end},
-     {bad_option, badarg, options, fun() -> tensor_blob:to_binary(tensor_blob:zeros({1}, float32), #{nope => 1}) end},
+     {bad_option, badarg, nope, fun() -> tensor_blob:to_binary(tensor_blob:zeros({1}, float32), #{nope => 1}) end},
      {bad_dtype, badarg, dtype, fun() -> tensor_blob:zeros({1}, nope) end},
      {bad_shape, badarg, shape, fun() -> tensor_blob:zeros({-1}, float32) end},
      {bad_strides, badarg, strides,

@@ -565,7 +565,7 @@ mutate(Blob, Mutation) ->
         {not_a_map, Bad} ->
             {fun() -> tensor_blob:from_blob(Bad) end, [spec]};
         {bad_options, Bad} ->
-            {fun() -> tensor_blob:from_blob(Blob, Bad) end, [options]};
+            {fun() -> tensor_blob:from_blob(Blob, Bad) end, [options, bogus]};
         {outside, after_end} ->
             Put(#{ptr => Ptr + Size + E}, [ptr]);
         {outside, before} ->

@@ -760,7 +760,9 @@ defmodule TensorBlobTest do
     end
 
     test "options", %{blob: blob} do
-      assert_badarg(fn -> TensorBlob.from_blob(blob, pin: true) end, "options")
+      assert_badarg(fn -> TensorBlob.from_blob(blob, pin: true) end, "pin")
+      assert_badarg(fn -> TensorBlob.from_blob(blob, %{owner: blob}) end, "options")
+      assert_badarg(fn -> TensorBlob.from_blob(blob, [{:owner, blob} | :tail]) end, "options")
       assert_badarg(fn -> TensorBlob.from_blob(blob, :owner) end, "options")
     end
 
@@ -786,7 +788,7 @@ defmodule TensorBlobTest do
       refute error.message =~ "<<"
 
       error = assert_raise ArgumentError, fn -> TensorBlob.from_blob(TensorBlob.to_blob(t), pin: true) end
-      assert error.message =~ "[:pin]"
+      assert error.message =~ "pin: unknown option; known: [:owner]"
 
       error = assert_raise ArgumentError, fn -> Tensor.to_binary(t, copy: :maybe) end
       assert error.message =~ "copy: expected a boolean or :if_needed, got :maybe"

@@ -1253,13 +1253,13 @@ options_test() ->
     B = tensor_blob:to_blob(T),
     ?assertBadarg(<<"options">>, tensor_blob:to_blob(T, [{owner, x}])),
     ?assertBadarg(<<"options">>, tensor_blob:to_blob(T, owner)),
-    ?assertBadarg(<<"options">>, tensor_blob:to_blob(T, #{bogus => 1})),
-    ?assertBadarg(<<"options">>, [<<"bogus">>], tensor_blob:to_blob(T, #{owner => x, bogus => 1})),
+    ?assertBadarg(<<"bogus">>, tensor_blob:to_blob(T, #{bogus => 1})),
+    ?assertBadarg(<<"bogus">>, [<<"unknown option">>], tensor_blob:to_blob(T, #{owner => x, bogus => 1})),
     ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, [{owner, x}])),
     ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, undefined)),
-    ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, #{bogus => 1})),
-    ?assertBadarg(<<"options">>, [<<"bogus">>], tensor_blob:from_blob(B, #{owner => T, bogus => 1})),
-    ?assertBadarg(<<"options">>, tensor_blob:from_blob(B, #{struct => x})).
+    ?assertBadarg(<<"bogus">>, tensor_blob:from_blob(B, #{bogus => 1})),
+    ?assertBadarg(<<"bogus">>, [<<"unknown option">>], tensor_blob:from_blob(B, #{owner => T, bogus => 1})),
+    ?assertBadarg(<<"struct">>, tensor_blob:from_blob(B, #{struct => x})).
 
 %%====================================================================
 %% 8. Zero-size and 0-d tensors

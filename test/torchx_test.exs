@@ -298,8 +298,12 @@ if Code.ensure_loaded?(Torchx.Backend) do
         t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
         assert Nx.to_flat_list(TNx.to_nx(t, Torchx.Backend)) == [1, 2, 3, 4]
 
-        for arg <- [Nx, [backend: Tensor, unsafe_view: true], [{:backend, Torchx.Backend} | :tail]] do
-          assert {%ArgumentError{}, %{reason: :bad_option}} = raised(fn -> TNx.to_nx(t, arg) end)
+        for {arg, reason, argument} <- [
+              {Nx, :bad_value, :backend},
+              {[backend: Tensor, unsafe_view: true], :bad_value, :backend},
+              {[{:backend, Torchx.Backend} | :tail], :bad_option, :options}
+            ] do
+          assert {%ArgumentError{}, %{reason: ^reason, argument: ^argument}} = raised(fn -> TNx.to_nx(t, arg) end)
         end
       end
     end

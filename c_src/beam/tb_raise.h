@@ -49,7 +49,7 @@
     X(NOT_A_TENSOR, not_a_tensor)     /* a term given for a tensor is none (or one of another node) */     \
     X(BAD_VALUE, bad_value)           /* a value of the wrong type or form, or out of its range */         \
     X(MISSING, missing)               /* a key the call needs is not there */                              \
-    X(BAD_OPTION, bad_option)         /* an option the call does not know, or options not a map */         \
+    X(BAD_OPTION, bad_option)         /* an unknown option, or options in a form the call does not take */ \
     X(BAD_DTYPE, bad_dtype)           /* a dtype (or DLPack type) that names no dtype, or the wrong one */ \
     X(BAD_SHAPE, bad_shape)           /* a shape that is no shape, or too large */                         \
     X(BAD_STRIDES, bad_strides)       /* strides that do not fit the shape, or overlap where written */    \

@@ -178,7 +178,7 @@ defmodule TensorBlob.DLPack do
 
   def export(tensor, opts) do
     translating do
-      ref = :tensor_blob.to_dlpack(Tensor.ref(tensor), options(opts))
+      ref = :tensor_blob.to_dlpack(Tensor.ref(tensor), :tensor_blob_options.keywords(opts))
       %__MODULE__{ref: ref, version: :tensor_blob.dlpack_version(ref)}
     end
   end
@@ -219,7 +219,9 @@ defmodule TensorBlob.DLPack do
   end
 
   def import(capsule_or_address, opts) do
-    translating(do: Tensor.wrap(:tensor_blob.from_dlpack(source(capsule_or_address), options(opts))))
+    translating(
+      do: Tensor.wrap(:tensor_blob.from_dlpack(source(capsule_or_address), :tensor_blob_options.keywords(opts)))
+    )
   end
 
   @doc """
@@ -243,20 +245,6 @@ defmodule TensorBlob.DLPack do
 
   defp source(%__MODULE__{ref: ref}), do: ref
   defp source(other), do: other
-
-  defp options(opts) when is_list(opts) do
-    if Keyword.keyword?(opts) do
-      Map.new(opts)
-    else
-      "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}"
-      |> badarg!(:bad_option, :options)
-    end
-  end
-
-  defp options(opts),
-    do:
-      "options: expected a keyword list, got #{TensorBlob.Raise.inspect_term(opts)}"
-      |> badarg!(:bad_option, :options)
 
   defimpl Inspect do
     # The capsule's version, dtype, shape, device and state (armed, read-only,

@@ -195,11 +195,11 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     defp named_dtype(%{dtype: dtype}, _t), do: dtype
 
     defp transfer(function, blob_of, opts) do
-      :tensor_blob_telemetry.as({__MODULE__, function, 1}, fn ->
-        start = :tensor_blob_telemetry.start(:transfer)
+      :tensor_blob_door.span({__MODULE__, function, 1}, fn ->
+        start = :tensor_blob_door.start(:transfer)
         view = TensorBlob.from_blob(blob_of.(), opts)
 
-        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, function, 1}, Tensor.ref(view), false, %{
+        :tensor_blob_door.transferred(start, {__MODULE__, function, 1}, Tensor.ref(view), false, %{
           backend: ExTorch
         })
 
@@ -226,8 +226,8 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     def to_extorch(%struct{} = t, opts) when struct in [Tensor, BlobView] do
       unsafe_view = unsafe_view!(opts)
 
-      :tensor_blob_telemetry.as({__MODULE__, :to_extorch, 2}, fn ->
-        start = :tensor_blob_telemetry.start(:transfer)
+      :tensor_blob_door.span({__MODULE__, :to_extorch, 2}, fn ->
+        start = :tensor_blob_door.start(:transfer)
         blob = extorch_blob!(t)
 
         # ExTorch writes its tensors with no guard of ours: memory that must
@@ -244,7 +244,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
             true -> {copy_of(t, blob), true}
           end
 
-        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, :to_extorch, 2}, Tensor.ref(t), copied, %{
+        :tensor_blob_door.transferred(start, {__MODULE__, :to_extorch, 2}, Tensor.ref(t), copied, %{
           backend: ExTorch
         })
 
@@ -269,28 +269,10 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       |> badarg!(:read_only, :tensor)
     end
 
-    defp unsafe_view!(opts) do
-      unless Keyword.keyword?(opts) do
-        "options: expected a keyword list such as [unsafe_view: true], got #{TensorBlob.Raise.inspect_term(opts)}"
-        |> badarg!(:bad_option, :options)
-      end
+    defp unsafe_view!([]), do: false
 
-      case Keyword.split(opts, [:unsafe_view]) do
-        {given, []} ->
-          case Keyword.get(given, :unsafe_view, false) do
-            u when is_boolean(u) ->
-              u
-
-            other ->
-              "unsafe_view: expected a boolean, got #{TensorBlob.Raise.inspect_term(other)}"
-              |> badarg!(:bad_option, :unsafe_view)
-          end
-
-        {_, [{key, _} | _]} ->
-          "options: unknown option #{inspect(key)}; to_extorch takes unsafe_view: boolean"
-          |> badarg!(:bad_option, :options)
-      end
-    end
+    defp unsafe_view!(opts),
+      do: translating(do: :tensor_blob_options.check(opts, [{:unsafe_view, :boolean, false}], :keywords)).unsafe_view
 
     # Our tensor's layout, as ExTorch's from_blob takes it. ExTorch's
     # from_blob ignores the device (a CUDA pointer would become a CPU

@@ -55,7 +55,7 @@ defmodule TensorBlob.Nodes do
   @spec pack(Tensor.input(), node(), via: :region | :binary, keep: non_neg_integer()) :: packed()
   def pack(tensor, node, opts \\ []) do
     reported({__MODULE__, :pack, if(opts == [], do: 2, else: 3)},
-      do: :tensor_blob.node_pack(Tensor.ref(tensor), node, Map.new(opts))
+      do: :tensor_blob.node_pack(Tensor.ref(tensor), node, :tensor_blob_options.keywords(opts))
     )
   end
 
@@ -72,7 +72,7 @@ defmodule TensorBlob.Nodes do
   @spec unpack(packed(), copy: boolean()) :: Tensor.t()
   def unpack(packed, opts \\ []) do
     reported({__MODULE__, :unpack, if(opts == [], do: 1, else: 2)},
-      do: Tensor.wrap(:tensor_blob.node_unpack(packed, Map.new(opts)))
+      do: Tensor.wrap(:tensor_blob.node_unpack(packed, :tensor_blob_options.keywords(opts)))
     )
   end
 

@@ -151,8 +151,8 @@ if Code.ensure_loaded?(Nx) do
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
-      :tensor_blob_telemetry.as({__MODULE__, :from_nx, 2}, fn ->
-        start = :tensor_blob_telemetry.start(:transfer)
+      :tensor_blob_door.span({__MODULE__, :from_nx, 2}, fn ->
+        start = :tensor_blob_door.start(:transfer)
         {copy, device, ipc} = Options.from_nx!(opts)
         dtype = dtype!(nx.type)
 
@@ -213,10 +213,10 @@ if Code.ensure_loaded?(Nx) do
       |> badarg!(:not_a_tensor, :none)
     end
 
-    def to_nx(%Tensor{} = t, arg), do: :tensor_blob_telemetry.as({__MODULE__, :to_nx, 2}, fn -> to_nx!(t, arg) end)
+    def to_nx(%Tensor{} = t, arg), do: :tensor_blob_door.span({__MODULE__, :to_nx, 2}, fn -> to_nx!(t, arg) end)
 
     defp to_nx!(t, arg) do
-      start = :tensor_blob_telemetry.start(:transfer)
+      start = :tensor_blob_door.start(:transfer)
       {backend, unsafe_view} = Options.to_nx!(arg)
       {shape, type} = layout!(t)
 
@@ -246,8 +246,7 @@ if Code.ensure_loaded?(Nx) do
 
     # A [:tensor_blob, :transfer] span (guides/telemetry.md).
     defp transferred(start, function, t, copied, backend),
-      do:
-        :tensor_blob_telemetry.transfer_of(start, {__MODULE__, function, 2}, Tensor.ref(t), copied, %{backend: backend})
+      do: :tensor_blob_door.transferred(start, {__MODULE__, function, 2}, Tensor.ref(t), copied, %{backend: backend})
 
     # The shape and Nx type of a tensor Nx can take (one call for the
     # layout: shape, strides, dtype and device), or ArgumentError.
@@ -276,7 +275,7 @@ if Code.ensure_loaded?(Nx) do
     # Nx.default_backend(), an ordinary binary that nothing of ours shares.
     @spec copy_to_nx(Tensor.t()) :: Nx.Tensor.t()
     def copy_to_nx(%Tensor{} = t) do
-      start = :tensor_blob_telemetry.start(:transfer)
+      start = :tensor_blob_door.start(:transfer)
       {shape, type} = layout!(t)
       {backend, false} = Options.to_nx!([])
       nx = copy_to(t, backend, type, shape, :requested)

@@ -29,7 +29,7 @@ defmodule TensorBlob.Raise do
   # inside it ends them with an exception event (guides/telemetry.md).
   defmacro reported(function, do: body) do
     quote do
-      :tensor_blob_telemetry.as(unquote(function), fn -> TensorBlob.Raise.translating(do: unquote(body)) end)
+      :tensor_blob_door.span(unquote(function), fn -> TensorBlob.Raise.translating(do: unquote(body)) end)
     end
   end
 
@@ -37,7 +37,7 @@ defmodule TensorBlob.Raise do
   @spec reraise_translated({:badarg | :tensor_blob, binary()}, Exception.stacktrace()) :: no_return()
   def reraise_translated({kind, message} = reason, stacktrace) do
     message =
-      case :tensor_blob_error.error_message(reason, stacktrace) do
+      case :tensor_blob_door.message(reason, stacktrace) do
         :none -> message
         segments -> render(segments)
       end
@@ -93,7 +93,7 @@ defmodule TensorBlob.Raise do
   # time it takes, as the Erlang API's messages are (a 50 MB binary, an
   # integer of 200,000 bits, a million-element list).
   @spec inspect_term(term()) :: String.t()
-  def inspect_term(term), do: inspect_bounded(:tensor_blob_error.prune(term))
+  def inspect_term(term), do: inspect_bounded(:tensor_blob_door.prune(term))
 
   # A term any caller may have passed (a whole struct, a huge binary),
   # already cut down to a bounded tree: inspected with limits, smaller ones
@@ -112,7 +112,7 @@ defmodule TensorBlob.Raise do
   # A pruned term (:tensor_blob's pruned()): whole terms as inspect/2 shows
   # them, the rest as inspect/2 shows a term it cut short.
   defp term(:elided, _opts), do: "..."
-  defp term({:big_integer, sign, bits}, _opts), do: :tensor_blob_error.big_integer_text(sign, bits)
+  defp term({:big_integer, sign, bits}, _opts), do: :tensor_blob_door.big_integer_text(sign, bits)
   defp term({:whole, term}, opts), do: inspect(term, opts)
 
   defp term({:list, items, tail}, opts) do

@@ -79,7 +79,9 @@ defmodule TensorBlob.Tensor do
   end
 
   def from_binary(binary, dtype, shape, opts) do
-    reported({__MODULE__, :from_binary, 4}, do: wrap(:tensor_blob.from_binary(binary, dtype, shape, copy_option(opts))))
+    reported({__MODULE__, :from_binary, 4},
+      do: wrap(:tensor_blob.from_binary(binary, dtype, shape, :tensor_blob_options.keywords(opts)))
+    )
   end
 
   @doc """
@@ -118,28 +120,8 @@ defmodule TensorBlob.Tensor do
   def to_binary(tensor, []), do: reported({__MODULE__, :to_binary, 1}, do: :tensor_blob.to_binary(ref(tensor)))
 
   def to_binary(tensor, opts) do
-    reported({__MODULE__, :to_binary, 2}, do: :tensor_blob.to_binary(ref(tensor), to_binary_options(opts)))
+    reported({__MODULE__, :to_binary, 2}, do: :tensor_blob.to_binary(ref(tensor), :tensor_blob_options.keywords(opts)))
   end
-
-  # No closure on this path: making one touches a count the VM shares
-  # between schedulers.
-  defp to_binary_options(opts) do
-    map = if is_list(opts) and Keyword.keyword?(opts), do: Map.new(opts), else: nil
-
-    if map && map_size(map) == length(opts) && Map.keys(map) -- [:copy, :unsafe_shared_memory] == [] do
-      map
-    else
-      "options: expected [copy: boolean or :if_needed, unsafe_shared_memory: boolean], got #{TensorBlob.Raise.inspect_term(opts)}"
-      |> badarg!(:bad_option, :options)
-    end
-  end
-
-  defp copy_option(copy: copy), do: %{copy: copy}
-
-  defp copy_option(opts),
-    do:
-      "options: expected [copy: boolean or :if_needed], got #{TensorBlob.Raise.inspect_term(opts)}"
-      |> badarg!(:bad_option, :options)
 
   @doc "A new tensor of zeros."
   @spec zeros(shape(), dtype()) :: t()
@@ -303,7 +285,7 @@ defmodule TensorBlob.Tensor do
           address = "0x" <> String.downcase(Integer.to_string(:tensor_blob.to_blob(ref).ptr, 16))
           concat(["#TensorBlob.Tensor<", head, " at ", address, ">"])
         else
-          case :tensor_blob_telemetry.unreported(fn ->
+          case :tensor_blob_door.unreported(fn ->
                  preview(tensor, shape, device, dtype, min(@preview, opts.limit))
                end) do
             nil -> concat(["#TensorBlob.Tensor<", head, ">"])

@@ -1,32 +1,44 @@
-# The options of TensorBlob.Nx.from_nx/2 and to_nx/2, checked. Compiled
-# only when Nx is loaded, as lib/tensor_blob/nx.ex.
+# The options of TensorBlob.Nx.from_nx/2 and to_nx/2, checked by the
+# library's one option checker (tensor_blob_options). Compiled only when Nx
+# is loaded, as lib/tensor_blob/nx.ex.
 if Code.ensure_loaded?(Nx) do
   defmodule TensorBlob.Nx.Options do
     @moduledoc false
-    import TensorBlob.Raise, only: [badarg!: 3]
+    import TensorBlob.Raise, only: [badarg!: 3, translating: 1]
 
     @doc false
     def __mix_recompile__?, do: not Code.ensure_loaded?(Nx)
+
+    @to_nx [
+      {:backend, {:satisfies, "a module or {module, keyword}", &__MODULE__.backend_form?/1}},
+      {:unsafe_view, :boolean, false}
+    ]
+
+    @from_nx [
+      {:copy, {:one_of, [:auto, :never, :always]}, :auto},
+      {:device, {:one_of, [nil, :cpu]}, nil},
+      {:ipc, :boolean, false}
+    ]
+
+    @doc false
+    def backend_form?(b) when is_atom(b) and b != nil, do: true
+    def backend_form?({b, o}) when is_atom(b) and b != nil and is_list(o), do: true
+    def backend_form?(_), do: false
 
     # to_nx/2: {{backend, backend_options}, unsafe_view}.
     def to_nx!(backend) when is_atom(backend) and backend != nil, do: {{backend!(backend), []}, false}
     def to_nx!({backend, opts}) when is_atom(backend) and is_list(opts), do: {{backend!(backend), opts}, false}
 
     def to_nx!(opts) when is_list(opts) do
-      keyword!(opts, "backend: module, unsafe_view: boolean")
-      opts = validate_options!(opts, [:backend, unsafe_view: false])
+      opts = translating(do: :tensor_blob_options.check(opts, @to_nx, :keywords))
 
       backend =
-        case Keyword.get_lazy(opts, :backend, &Nx.default_backend/0) do
-          b when is_atom(b) and b != nil -> {backend!(b), []}
-          {b, o} when is_atom(b) and is_list(o) -> {backend!(b), o}
-          other -> invalid_option!(:backend, other, "module | {module, keyword}")
+        case Map.get_lazy(opts, :backend, &Nx.default_backend/0) do
+          {b, o} -> {backend!(b), o}
+          b -> {backend!(b), []}
         end
 
-      case opts[:unsafe_view] do
-        u when is_boolean(u) -> {backend, u}
-        other -> invalid_option!(:unsafe_view, other, "boolean")
-      end
+      {backend, opts.unsafe_view}
     end
 
     def to_nx!(other) do
@@ -44,7 +56,7 @@ if Code.ensure_loaded?(Nx) do
       else
         ("backend: #{inspect(module)} is not an Nx backend (no loaded module of that name " <>
            "implements Nx.Backend); pass one such as Nx.BinaryBackend or Torchx.Backend")
-        |> badarg!(:bad_option, :backend)
+        |> badarg!(:bad_value, :backend)
       end
     end
 
@@ -59,45 +71,8 @@ if Code.ensure_loaded?(Nx) do
     def from_nx!([]), do: {:auto, nil, false}
 
     def from_nx!(opts) do
-      keyword!(opts, "copy: :auto | :never | :always, device: :cpu, ipc: boolean")
-      opts = validate_options!(opts, copy: :auto, device: nil, ipc: false)
-      copy = opts[:copy]
-      copy in [:auto, :never, :always] or invalid_option!(:copy, copy, ":auto | :never | :always")
-      opts[:device] in [nil, :cpu] or invalid_option!(:device, opts[:device], ":cpu")
-      is_boolean(opts[:ipc]) or invalid_option!(:ipc, opts[:ipc], "boolean")
-      {copy, opts[:device], opts[:ipc]}
-    end
-
-    # A proper list of {atom, value}: what Keyword.validate/2 takes (it
-    # raises FunctionClauseError on anything else).
-    defp keyword!(opts, known) do
-      unless Keyword.keyword?(opts) do
-        "options: expected a keyword list (#{known}), got #{TensorBlob.Raise.inspect_term(opts)}"
-        |> badarg!(:bad_option, :options)
-      end
-    end
-
-    # Keyword.validate/2, in the library's words.
-    defp validate_options!(opts, known) do
-      case Keyword.validate(opts, known) do
-        {:ok, opts} ->
-          opts
-
-        {:error, unknown} ->
-          keys =
-            Enum.map(known, fn
-              {key, _default} -> key
-              key -> key
-            end)
-
-          "options: unknown option(s) #{TensorBlob.Raise.inspect_term(unknown)}; known: #{TensorBlob.Raise.inspect_term(keys)}"
-          |> badarg!(:bad_option, :options)
-      end
-    end
-
-    defp invalid_option!(key, value, expected) do
-      "options: invalid #{key}: #{TensorBlob.Raise.inspect_term(value)}; expected #{expected}"
-      |> badarg!(:bad_option, :options)
+      %{copy: copy, device: device, ipc: ipc} = translating(do: :tensor_blob_options.check(opts, @from_nx, :keywords))
+      {copy, device, ipc}
     end
   end
 else

@@ -1,0 +1,62 @@
+%% @doc What a door builds on: a facade in another language (the Elixir
+%% modules of lib/) or a bridge to another runtime calls the Erlang API,
+%% tensor_blob, for every decision, tensor_blob_options for its options,
+%% and this module for the two things it does in its own name:
+%%
+%% Telemetry. A door that copies or transfers a tensor reports it in its
+%% own function's name (guides/telemetry.md): span/2 runs its body so that
+%% the spans the Erlang API starts inside name the door's function, and an
+%% error raised inside ends them with an exception event; start/1,
+%% transferred/5 and copied/5 report a transfer or copy the door makes
+%% itself; unreported/1 runs code whose copies are none the caller made.
+%%
+%% Errors. An error of the Erlang API carries its reason, argument and
+%% message as data (tensor_blob:error_reason/1); message/2 gives the
+%% message as segments, for a door to print terms and code its own
+%% language's way: text (a binary), {term, Pruned} (a term cut down to a
+%% bounded tree by prune/1) and {code, Erlang, Elixir}.
+-module(tensor_blob_door).
+
+-export([span/2, start/1, transferred/5, copied/5, unreported/1]).
+-export([message/2, prune/1, big_integer_text/2]).
+
+%% @doc Runs Fun as Function ({Module, Name, Arity}, the door's own): the
+%% telemetry spans started inside name it.
+-spec span({module(), atom(), arity()}, fun(() -> Result)) -> Result.
+span(Function, Fun) -> tensor_blob_telemetry:as(Function, Fun).
+
+%% @doc The token that transferred/5 (Kind transfer) or copied/5 (Kind
+%% copy) ends; undefined where nothing listens, and then they do nothing.
+-spec start(copy | transfer) -> tensor_blob_telemetry:token().
+start(Kind) -> tensor_blob_telemetry:start(Kind).
+
+%% @doc Reports the transfer of tensor T by Function since Token; Copied:
+%% whether its data was copied on the way. Meta adds what the door names
+%% (backend, node, ...).
+-spec transferred(tensor_blob_telemetry:token(), {module(), atom(), arity()}, reference(), boolean(), map()) -> ok.
+transferred(Token, Function, T, Copied, Meta) -> tensor_blob_telemetry:transfer_of(Token, Function, T, Copied, Meta).
+
+%% @doc Reports a copy of Bytes bytes of tensor T (a reference, or {Dtype,
+%% Shape}) made by Function since Token, for Reason.
+-spec copied(tensor_blob_telemetry:token(), {module(), atom(), arity()}, tensor_blob_telemetry:reason(),
+             non_neg_integer(), term()) -> ok.
+copied(Token, Function, Reason, Bytes, T) -> tensor_blob_telemetry:copy(Token, Function, Reason, Bytes, T).
+
+%% @doc Runs Fun reporting nothing.
+-spec unreported(fun(() -> Result)) -> Result.
+unreported(Fun) -> tensor_blob_telemetry:unreported(Fun).
+
+%% @doc The segments of an error of the Erlang API ({Kind, Message} and its
+%% stacktrace), or none for an error that has none.
+-spec message(term(), erlang:stacktrace()) ->
+          [binary() | {term, tensor_blob_error:pruned()} | {code, binary(), binary()}] | none.
+message(Error, Stack) -> tensor_blob_error:error_message(Error, Stack).
+
+%% @doc Term cut down to a bounded tree (see message/2), in time bounded by
+%% that tree's size whatever Term is.
+-spec prune(term()) -> tensor_blob_error:pruned().
+prune(Term) -> tensor_blob_error:prune(Term).
+
+%% @doc How a pruned {big_integer, Sign, Bits} is shown.
+-spec big_integer_text(1 | -1, pos_integer()) -> binary().
+big_integer_text(Sign, Bits) -> tensor_blob_error:big_integer_text(Sign, Bits).
