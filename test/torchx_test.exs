@@ -250,6 +250,9 @@ if Code.ensure_loaded?(Torchx.Backend) do
     end
 
     describe "a Torchx struct that does not describe its data" do
+      # Also in the ExTorch stage (Torchx loaded there too), which runs them under ASan.
+      @describetag :extorch
+
       test "a shape or type whose size is not Torchx's is refused, naming the shape and both sizes" do
         tx = Nx.iota({4}, type: {:f, 32}, backend: Torchx.Backend)
 
@@ -309,6 +312,9 @@ if Code.ensure_loaded?(Torchx.Backend) do
     end
 
     describe "region memory and Torchx's own mappings of it" do
+      # Also in the ExTorch stage (Torchx loaded there too), which runs them under ASan.
+      @describetag :extorch
+
       test "a region another program shrank is not handed to Torchx: the same error as Tensor.to_binary" do
         region = IPC.zeros({1024}, :float32)
         %{handle: name} = IPC.export(region)
