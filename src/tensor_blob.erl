@@ -35,7 +35,7 @@
 -export([to_blob_struct/3, blob_fields/1]).
 
 %% Copies and views that report telemetry events in the caller's name (TensorBlob.Nx).
--export([copy_from_binary/5, copy_to_binary/3, binary_of/3, data_bytes/1, copy_into/4, writable/1]).
+-export([copy_from_binary/5, copy_to_binary/3, binary_of/3, data_bytes/1]).
 
 -include("tensor_blob_internal.hrl").
 
@@ -170,20 +170,6 @@ copy_to_binary(T, Function, Reason) -> tensor_blob_tensor:copy_to_binary(T, Func
 %% could be: not_contiguous, device or shared_memory.
 -spec binary_of(tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
 binary_of(T, Unguarded, Function) -> tensor_blob_tensor:binary_of(T, Unguarded, Function).
-
-%% @doc Source's elements written into Target, a contiguous CPU tensor of the same dtype and
-%% element count, read in place under the library's SIGBUS guard (a region shrunk under the copy
-%% raises, as to_binary/1 does), reported as a [tensor_blob, copy] span made by Function for Reason.
-%% Returns Target.
--spec copy_into(tensor(), tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> tensor().
-copy_into(Target, Source, Function, Reason) -> tensor_blob_tensor:copy_into(Target, Source, Function, Reason).
-
-%% @doc Whether write/2 would write T now: true; read_only (a view of a binary's bytes, a read-only
-%% DLPack import, or memory such a tensor shares); frozen (a binary of to_binary(T, #{copy => false})
-%% shows it). A door that hands T's memory to a library that writes it unguarded asks first.
--spec writable(tensor()) -> true | read_only | frozen.
-writable(T) when is_reference(T) -> ?NIF(tensor_blob_nif:writable(T));
-writable(T) -> not_a_tensor(T).
 
 %% @doc The bytes T's elements take (shape times element size; what a transfer span reports).
 -spec data_bytes(tensor()) -> non_neg_integer().

@@ -9,7 +9,7 @@
 
 -export([blob/2, to_blob/2, to_blob_struct/3, from_blob/1, blob_view/2,
          from_binary/3, from_binary/4, copy_from_binary/5, to_binary/2, copy_to_binary/3, binary_of/3,
-         data_bytes/1, copy_into/4, write/2, to_device/2, transferred/5]).
+         data_bytes/1, copy_into/4, writable/1, write/2, to_device/2, transferred/5]).
 
 -import(tensor_blob_error, [badarg/3, not_a_tensor/1]).
 -import(tensor_blob_options, [check/3]).
@@ -162,6 +162,9 @@ copy_into(Target, Source, _Function, _Reason) when is_reference(Target) ->
     not_a_tensor(Source);
 copy_into(Target, _Source, _Function, _Reason) ->
     not_a_tensor(Target).
+
+-spec writable(tensor_blob:tensor()) -> true | read_only | frozen.
+writable(T) -> ?NIF(tensor_blob_nif:writable(T)).
 
 -spec data_bytes(tensor_blob:tensor()) -> non_neg_integer().
 data_bytes(T) ->

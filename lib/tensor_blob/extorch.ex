@@ -233,7 +233,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
         # ExTorch writes its tensors with no guard of ours: memory that must
         # not change (read-only, or a binary's bytes) goes as a copy, or is
         # refused where a view was asked for.
-        writable = translating(do: :tensor_blob.writable(Tensor.ref(t)))
+        writable = translating(do: :tensor_blob_door.writable(Tensor.ref(t)))
 
         {result, copied} =
           cond do
@@ -337,7 +337,9 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       copy = ExTorch.empty(blob.shape, dtype: blob.dtype)
       target = TensorBlob.from_blob(blob_of(copy), owner: copy)
 
-      translating(do: :tensor_blob.copy_into(Tensor.ref(target), Tensor.ref(t), {__MODULE__, :to_extorch, 2}, :backend))
+      translating(
+        do: :tensor_blob_door.copy_into(Tensor.ref(target), Tensor.ref(t), {__MODULE__, :to_extorch, 2}, :backend)
+      )
 
       copy
     end

@@ -297,8 +297,7 @@ if Code.ensure_loaded?(Nx) do
 
     # The backend maps the region itself: its mapping is its own.
     defp region_handover(t, backend, type, shape) do
-      # ipc_name refuses a region another program shrank: the backend's
-      # first read of its own mapping would kill the VM (SIGBUS).
+      # ipc_name refuses a region another program shrank (the backend's reads are unguarded).
       case translating(do: :tensor_blob.ipc_name(Tensor.ref(t))) do
         {name, size} ->
           pointer = %Nx.Pointer{kind: :ipc, handle: name, data_size: size}
@@ -442,8 +441,7 @@ if Code.ensure_loaded?(Nx) do
       )
     end
 
-    # The backend's bytes of the tensor; a tensor it cannot read (freed, or
-    # a struct that holds none of its tensors) raises ArgumentError.
+    # The backend's bytes; data it cannot read (freed, forged) raises ArgumentError.
     defp backend_bytes!(nx) do
       Nx.to_binary(nx)
     rescue
@@ -496,8 +494,7 @@ if Code.ensure_loaded?(Nx) do
             if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
 
           true ->
-            # The struct's shape or type is not what the backend holds: any
-            # view or copy by the struct would read past the backend's memory.
+            # The struct is not what the backend holds: a view by it would read past the memory.
             ("from_nx: the tensor's struct says shape #{inspect(nx.shape)} of #{inspect(nx.type)} " <>
                "(#{expected} bytes), and #{inspect(nx.data.__struct__)} holds #{size} bytes for it; " <>
                "the struct does not describe its data")
