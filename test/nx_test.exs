@@ -210,6 +210,26 @@ if Code.ensure_loaded?(Nx) do
         end
       end
 
+      test "a pointer backend's struct whose size is not the backend's data is refused, copy: :always too" do
+        ours = Tensor.from_binary(Nx.to_binary(Nx.iota({4}, type: {:f, 32})), :float32, {4})
+
+        for style <- [:ok_tuple, :bare],
+            {shape, type} <- [{{4, 4}, {:f, 32}}, {{1_000_000}, {:f, 32}}, {{4}, {:f, 64}}],
+            opts <- [[device: :cpu], [device: :cpu, copy: :never], [copy: :always], []] do
+          nx = %{
+            PointerBackend.wrap(ours, style)
+            | shape: shape,
+              type: type,
+              names: List.duplicate(nil, tuple_size(shape))
+          }
+
+          error = assert_raise ArgumentError, fn -> TNx.from_nx(nx, opts) end
+          expected = div(elem(type, 1), 8) * Tuple.product(shape)
+          assert error.message =~ "shape #{inspect(shape)} of #{inspect(type)} (#{expected} bytes)", error.message
+          assert error.message =~ "holds 16 bytes", error.message
+        end
+      end
+
       test "a pointer view pins the Nx tensor (and so the backend's memory)" do
         start = Lifetime.settled_stats()
 

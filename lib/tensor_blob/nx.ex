@@ -126,7 +126,7 @@ if Code.ensure_loaded?(Nx) do
     import TensorBlob.Raise
 
     alias TensorBlob.{Blob, BlobView, Tensor}
-    alias TensorBlob.Nx.Options
+    alias TensorBlob.Nx.{Data, Options}
 
     @sub_byte [{:u, 2}, {:u, 4}, {:s, 2}, {:s, 4}]
 
@@ -434,28 +434,11 @@ if Code.ensure_loaded?(Nx) do
 
     # reason: :requested (copy: :always) or :backend (no view can be made).
     defp copy_of(nx, dtype, reason) do
-      bytes = backend_bytes!(nx)
+      bytes = Data.bytes!(nx)
 
       translating(
         do: Tensor.wrap(:tensor_blob.copy_from_binary(bytes, dtype, nx.shape, {__MODULE__, :from_nx, 2}, reason))
       )
-    end
-
-    # The backend's bytes; data it cannot read (freed, forged) raises ArgumentError.
-    defp backend_bytes!(nx) do
-      Nx.to_binary(nx)
-    rescue
-      e ->
-        message = Exception.message(e)
-
-        if message =~ "deallocated" do
-          "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
-          |> badarg!(:gone, :none)
-        else
-          ("from_nx: #{inspect(nx.data.__struct__)} cannot read this tensor (#{inspect(e.__struct__)}: " <>
-             "#{message}); is its data one of the backend's tensors?")
-          |> badarg!(:bad_value, :none)
-        end
     end
 
     defp refuse_copy!(nx, why) do
@@ -475,35 +458,24 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp pointer_view(nx, dtype, copy, device) do
-      with :cpu <- device || host_device(nx.data),
+      with :cpu <- device || Data.host_device(nx.data),
            %Nx.Pointer{kind: :local, address: address, data_size: size}
-           when is_integer(address) and address > 0 <- local_pointer(nx) do
-        expected = Nx.byte_size(nx)
-
-        cond do
-          size in [nil, expected] ->
+           when is_integer(address) and address > 0 <- Data.local_pointer(nx) do
+        case Data.fit!(nx, size) do
+          :exact ->
             %BlobView{tensor: tensor} = TensorBlob.from_blob(%{ptr: address, shape: nx.shape, dtype: dtype}, owner: nx)
             tensor
 
-          nx.type in [{:u, 16}, {:u, 32}] and size == 2 * expected ->
-            # Torchx keeps {:u, 16} in 32-bit and {:u, 32} in 64-bit integers.
+          :widened ->
             why =
               "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
-                "not #{expected}), so no view can show them as #{inspect(nx.type)}"
+                "not #{Nx.byte_size(nx)}), so no view can show them as #{inspect(nx.type)}"
 
             if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
-
-          true ->
-            # The struct is not what the backend holds: a view by it would read past the memory.
-            ("from_nx: the tensor's struct says shape #{inspect(nx.shape)} of #{inspect(nx.type)} " <>
-               "(#{expected} bytes), and #{inspect(nx.data.__struct__)} holds #{size} bytes for it; " <>
-               "the struct does not describe its data")
-            |> badarg!(:out_of_extent, :none)
         end
       else
         {:deallocated, message} ->
-          "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
-          |> badarg!(:gone, :none)
+          Data.gone!(nx, message)
 
         {:backend_error, message} when copy == :never ->
           refuse_copy!(nx, "its to_pointer/2 raised: #{message}")
@@ -541,31 +513,6 @@ if Code.ensure_loaded?(Nx) do
       end
 
       TensorBlob.IPC.open(name, dtype, nx.shape)
-    end
-
-    # Backends whose device is known from their data: Torchx and EXLA.
-    defp host_device(%{__struct__: Torchx.Backend, ref: {device, _}}), do: device
-    defp host_device(%{__struct__: EXLA.Backend, buffer: %{client_name: :host}}), do: :cpu
-    defp host_device(_), do: :unknown
-
-    # No options: every backend defaults to a :local pointer, and EXLA 0.9
-    # validates its options (mode:) and rejects Nx 0.9's kind:. Nx 0.9
-    # backends return {:ok, pointer}; later ones the pointer, or raise.
-    defp local_pointer(nx) do
-      case Nx.to_pointer(nx) do
-        {:ok, pointer} -> pointer
-        %Nx.Pointer{} = pointer -> pointer
-        {:error, reason} -> {:backend_error, inspect(reason)}
-        _ -> nil
-      end
-    rescue
-      # Torchx raises "Tensor has been deallocated" after backend_deallocate.
-      e in [ArgumentError, RuntimeError] ->
-        message = Exception.message(e)
-        if message =~ "deallocated", do: {:deallocated, message}, else: {:backend_error, message}
-
-      e ->
-        {:backend_error, Exception.message(e)}
     end
 
     defp pointer_key do
