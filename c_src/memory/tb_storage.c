@@ -213,14 +213,16 @@ const char *tb_storage_read_only_reason(const tb_shim_info *info)
     }
 }
 
-/* Memory another library handed us (a pinned view, an import) may be its
- * own mapping of a shared-memory file, which the registry of our mappings
- * does not hold: the kernel names the file. Asked once per storage (its
- * owner keeps that memory mapped while the storage lives), on first use;
- * two threads asking at once write the same answer. */
+/* Memory another library handed us (a view pinning its term, an import)
+ * may be its own mapping of a shared-memory file, which the registry of
+ * our mappings does not hold: the kernel names the file. Asked once per
+ * storage (its owner keeps that memory mapped while the storage lives), on
+ * first use; two threads asking at once write the same answer. Headers
+ * shared by many storages (unpinned views, views pinning one of our
+ * tensors) are marked asked from the start. */
 static void ask_kernel_once(tb_storage *s, const tb_shim_info *info)
 {
-    if (s->kind != TB_MEMORY_PINNED && s->kind != TB_MEMORY_UNPINNED && s->kind != TB_MEMORY_DLPACK)
+    if (s->kind != TB_MEMORY_PINNED && s->kind != TB_MEMORY_DLPACK)
         return;
     if (__atomic_load_n(&s->flags, __ATOMIC_ACQUIRE) & TB_STORAGE_ASKED)
         return;

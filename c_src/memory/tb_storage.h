@@ -76,7 +76,9 @@ void tb_storage_load(ErlNifEnv *env);
 enum {
     TB_STORAGE_READ_ONLY = 1,
     TB_STORAGE_GUARDED = 2, /* guard is in the read-only set */
-    TB_STORAGE_ASKED = 4    /* the kernel was asked what file the memory is (file_*), once */
+    /* the kernel was asked what file the memory is (file_*), once; or the
+     * header is shared by many storages (no facts of one's memory) */
+    TB_STORAGE_ASKED = 4
 };
 
 typedef struct tb_storage {
