@@ -335,11 +335,16 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     # program shrank would kill the VM).
     defp copy_of(t, blob) do
       copy = ExTorch.empty(blob.shape, dtype: blob.dtype)
-      target = TensorBlob.from_blob(blob_of(copy), owner: copy)
+      ref = Tensor.ref(t)
 
-      translating(
-        do: :tensor_blob_door.copy_into(Tensor.ref(target), Tensor.ref(t), {__MODULE__, :to_extorch, 2}, :backend)
-      )
+      if :tensor_blob.data_bytes(ref) == 0 do
+        # No elements (ExTorch's pointer may be null): nothing to view or copy.
+        start = :tensor_blob_door.start(:copy)
+        :tensor_blob_door.copied(start, {__MODULE__, :to_extorch, 2}, :backend, 0, ref)
+      else
+        target = TensorBlob.from_blob(blob_of(copy), owner: copy)
+        translating(do: :tensor_blob_door.copy_into(Tensor.ref(target), ref, {__MODULE__, :to_extorch, 2}, :backend))
+      end
 
       copy
     end
