@@ -208,49 +208,17 @@ endif
 # The Erlang API's doc chunks (EEP 48), for h(tensor_blob, to_blob) in the
 # shell: doc/chunks/tensor_blob.chunk, shipped beside ebin. Mix and rebar3
 # copy it into the application directory they build (install-docs).
-# edoc's chunks layout lists every function of the module, exported or not
-# (the others with an empty doc), and cuts a signature into one binary per
-# argument, which the shell prints one per line: the chunk keeps what the
-# module exports, each signature whole. The other modules are internal
-# (@private, -moduledoc false): their chunks say hidden, with no entries.
+# The API's modules get their docs; the other modules are internal
+# (@private, -moduledoc false): their chunks say hidden, with no entries
+# (scripts/doc_chunks.escript). Without edoc (Debian's erlang-edoc;
+# erlang-nox brings it) the library still builds: the chunks are skipped
+# with a note, and h/2 has no text to show.
+PUBLIC_MODULES := tensor_blob tensor_blob_options tensor_blob_door
 CHUNKS := $(DOC_DIR)/chunks/tensor_blob.chunk
-INTERNAL_MODULES := $(basename $(notdir $(filter-out src/tensor_blob.erl,$(wildcard src/tensor_blob*.erl))))
+INTERNAL_MODULES := $(filter-out $(PUBLIC_MODULES),$(basename $(notdir $(wildcard src/tensor_blob*.erl))))
 chunks: $(CHUNKS)
-define CHUNKS_ERL
-Dir = os:getenv("TB_DOC_DIR"),
-case code:which(edoc) of
-    non_existing ->
-        io:format("note: edoc is not installed (Debian: erlang-edoc), so the Erlang API has no doc chunks~n");
-    _ ->
-        ok = edoc:files(["src/tensor_blob.erl"], [{doclet, edoc_doclet_chunks}, {layout, edoc_layout_chunks},
-                                                  {dir, Dir}, {preprocess, true}]),
-        Chunk = fun(M) -> filename:join([Dir, "chunks", M ++ ".chunk"]) end,
-        {ok, Bin} = file:read_file(Chunk("tensor_blob")),
-        {docs_v1, Anno, Lang, Format, ModuleDoc, Meta, Entries} = binary_to_term(Bin),
-        {ok, Forms} = epp:parse_file("src/tensor_blob.erl", [{includes, ["src"]}]),
-        Exported = #{function => lists:append([Fs || {attribute, _, export, Fs} <- Forms]),
-                     type => lists:append([Ts || {attribute, _, export_type, Ts} <- Forms])},
-        Whole = fun(Pieces) ->
-                        Joined = iolist_to_binary([case binary:last(P) of 44 -> [P, " "]; _ -> P end
-                                                   || P <- Pieces, P =/= <<>>]),
-                        [string:trim(Joined, trailing, "\n")]
-                end,
-        Kept = [{{Kind, F, A}, EAnno, Whole(Sig), Doc, EMeta}
-                || {{Kind, F, A}, EAnno, Sig, Doc, EMeta} <- Entries,
-                   lists:member({F, A}, maps:get(Kind, Exported, [{F, A}]))],
-        ok = file:write_file(Chunk("tensor_blob"),
-                             term_to_binary({docs_v1, Anno, Lang, Format, ModuleDoc, Meta, Kept})),
-        [ok = file:write_file(Chunk(M), term_to_binary({docs_v1, erl_anno:new(1), erlang,
-                                                         <<"application/erlang+html">>, hidden, #{}, []}))
-         || M <- string:lexemes(os:getenv("TB_INTERNAL_MODULES"), " ")]
-end,
-halt().
-endef
-export CHUNKS_ERL
-# Without edoc (Debian's erlang-edoc; erlang-nox brings it) the library still
-# builds: the chunks are skipped with a note, and h/2 has no text to show.
-$(CHUNKS): src/tensor_blob.erl $(wildcard src/tensor_blob*.erl)
-	@TB_DOC_DIR="$(DOC_DIR)" TB_INTERNAL_MODULES="$(INTERNAL_MODULES)" erl -noshell -eval "$$CHUNKS_ERL"
+$(CHUNKS): scripts/doc_chunks.escript $(wildcard src/tensor_blob*.erl)
+	@escript scripts/doc_chunks.escript "$(DOC_DIR)" "$(PUBLIC_MODULES)" "$(INTERNAL_MODULES)"
 
 # install-docs APP_DIR=dir: the chunks into dir/doc/chunks (built there
 # directly for a dependency; nothing to do when dir is here).

@@ -87,10 +87,7 @@ nif_error(badarg, #{reason := not_a_tensor, argument := Argument, message := Mes
         [Ref] when is_reference(Ref), node(Ref) =/= node() ->
             nif_raise(badarg, not_a_tensor, Argument, other_node(Argument, Ref), Stack);
         [Ref] when is_reference(Ref) ->
-            case resource_reference(Ref) of
-                true -> nif_raise(badarg, gone, Argument, freed(Argument, Ref), Stack);
-                false -> nif_raise(badarg, not_a_tensor, Argument, Message, Stack)
-            end;
+            nif_raise(badarg, not_a_tensor, Argument, no_live_tensor(Argument, Ref), Stack);
         _ ->
             nif_raise(badarg, not_a_tensor, Argument, Message, Stack)
     end;
@@ -310,30 +307,16 @@ other_node(Argument, Ref) ->
      "reference. Move it with ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"},
      " on the sending node and ", {code, "tensor_blob:node_unpack/1", "TensorBlob.Nodes.unpack/1"}, " on this one"].
 
-%% A reference of this node that the NIF does not know as a tensor, but
-%% that was made for native data (a resource): the VM marks such a
-%% reference (bit 17 of its second word), and keeps the mark in its
-%% external format and after the data is gone. A tensor's reference that
-%% outlived its tensor (kept as term_to_binary's output, read back after
-%% the last holder dropped the tensor) reads so.
-resource_reference(Ref) ->
-    case term_to_binary(Ref) of
-        <<131, 90, Words:16, Rest/binary>> when Words >= 2 ->
-            case Rest of
-                <<Tag, Len:16, _:Len/binary, _Creation:32, _:32, Second:32, _/binary>> when Tag =:= 100; Tag =:= 118 ->
-                    Second band (1 bsl 17) =/= 0;
-                <<Tag, Len:8, _:Len/binary, _Creation:32, _:32, Second:32, _/binary>> when Tag =:= 115; Tag =:= 119 ->
-                    Second band (1 bsl 17) =/= 0;
-                _ -> false
-            end;
-        _ -> false
-    end.
-
-freed(Argument, Ref) ->
-    [atom_to_binary(Argument), ": expected a tensor, got ", {term, Ref}, ", a reference to native data that is no live tensor: "
-     "most likely a tensor that was freed (its last holder dropped it; a reference kept only as "
-     "term_to_binary's output, on disk or in another process's memory, does not keep a tensor alive). "
-     "Keep the tensor itself for as long as it is used"].
+%% A reference of this node that the NIF does not know as a tensor: one
+%% that never was a tensor's, or a tensor's that outlived it (kept as
+%% term_to_binary's output, read back after the last holder dropped the
+%% tensor). The VM documents no way to tell them apart: the message says
+%% both.
+no_live_tensor(Argument, Ref) ->
+    [atom_to_binary(Argument), ": expected a tensor, got ", {term, Ref}, ", a reference that names no live tensor: "
+     "a tensor that was freed (its last holder dropped it; a reference kept only as term_to_binary's output, on "
+     "disk or in another process's memory, does not keep a tensor alive), or a reference that never was a "
+     "tensor's. Keep the tensor itself for as long as it is used"].
 
 %% A term given where a tensor is expected: say what it is and what to do.
 -spec not_a_tensor(term()) -> no_return().

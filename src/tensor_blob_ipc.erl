@@ -21,8 +21,11 @@
 %% no export.
 -define(IPC_EXPORTERS, #{1 => region, 2 => cuda_ipc}).
 
--spec ipc_export(term()) -> #{kind := ipc, handle := binary(), address := undefined | non_neg_integer(),
-                              data_size := non_neg_integer(), tensor := tensor_blob:tensor()}.
+%% What an export gives: address is undefined for a region.
+-type export() :: #{kind := ipc, handle := binary(), address := undefined | non_neg_integer(),
+                    data_size := non_neg_integer(), tensor := tensor_blob:tensor()}.
+
+-spec ipc_export(term()) -> export().
 ipc_export(T) when not is_reference(T) ->
     not_a_tensor(T);
 ipc_export(T) ->
@@ -133,14 +136,13 @@ ipc_open(<<"torch_", _/binary>> = Name, Dtype, Shape) ->
 ipc_open(Name, Dtype, Shape) ->
     ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_open(Name, Dtype, Shape)).
 
--spec ipc_torch_export(term()) -> #{kind := ipc, handle := binary(), address := undefined,
-                                    data_size := non_neg_integer(), tensor := tensor_blob:tensor()}.
-ipc_torch_export(T) when not is_reference(T) ->
-    not_a_tensor(T);
-ipc_torch_export(T) ->
+-spec ipc_torch_export(term()) -> export().
+ipc_torch_export(T) when is_reference(T) ->
     Start = tensor_blob_telemetry:start(transfer),
     Function = {tensor_blob, ipc_torch_export, 1},
-    exported(Start, Function, T, region_export(T, torch, region_name(torch, T), undefined, Function)).
+    exported(Start, Function, T, region_export(T, torch, region_name(torch, T), undefined, Function));
+ipc_torch_export(T) ->
+    not_a_tensor(T).
 
 -spec cuda_torch_open(term(), tensor_blob:dtype(), tensor_blob:shape()) -> tensor_blob:tensor().
 cuda_torch_open(#{device := Device, handle := Handle, storage_size_bytes := Size,

@@ -78,6 +78,9 @@ check(Opts, Spec, Form) ->
 -spec keywords(term()) -> #{atom() => term()}.
 keywords([]) ->
     #{};
+keywords([{Key, Value}]) when is_atom(Key) ->
+    %% One option, the common call (copy: false, owner: T): no loop.
+    #{Key => Value};
 keywords(Opts) ->
     container(Opts, keywords).
 

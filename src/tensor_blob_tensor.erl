@@ -39,7 +39,8 @@ to_blob_struct(T, _Owner, _Struct) ->
 to_blob(T, _Opts) when not is_reference(T) ->
     not_a_tensor(T);
 to_blob(T, Opts) ->
-    Checked = check(Opts, [{owner, any}, {struct, atom, undefined}], map),
+    Checked = check(Opts, [{owner, any}, {struct, {satisfies, "a module name (an atom)", fun erlang:is_atom/1},
+                                               undefined}], map),
     Owner = maps:get(owner, Checked, T),
     case Checked of
         #{struct := undefined} -> blob(?NIF(tensor_blob_nif:blob_fields(T)), Owner);
@@ -56,7 +57,7 @@ blob_view(Spec, #{owner := Owner} = Opts) when map_size(Opts) =:= 1 ->
 blob_view(Spec, Opts) when Opts =:= #{} ->
     view(Spec, spec_owner(Spec));
 blob_view(Spec, Opts) ->
-    check(Opts, [{owner, any}], map),
+    _ = check(Opts, [{owner, any}], map),
     view(Spec, spec_owner(Spec)).
 
 spec_owner(#{owner := Owner}) -> Owner;
@@ -127,7 +128,7 @@ from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opt
         tensor_blob_telemetry:copy(Start, {tensor_blob, from_binary, 4}, misaligned, byte_size(Binary), T) =:= ok,
     T;
 from_binary(Binary, Dtype, Shape, Opts) ->
-    check(Opts, [{copy, {one_of, [true, false, if_needed]}}], map),
+    _ = check(Opts, [{copy, {one_of, [true, false, if_needed]}}], map),
     from_binary(Binary, Dtype, Shape).
 
 -spec copy_to_binary(tensor_blob:tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().

@@ -110,7 +110,7 @@ defmodule TensorBlob.BinaryViewTest do
       assert_badarg(fn -> Tensor.from_binary(:nope, :float32, {3}, copy: false) end, "binary: expected a binary")
       assert_badarg(fn -> Tensor.from_binary(payload(), :nope, {256}, copy: false) end, "dtype")
       assert_badarg(fn -> Tensor.from_binary(payload(), :float32, {256}, copy: :maybe) end, "copy")
-      assert_badarg(fn -> Tensor.from_binary(payload(), :float32, {256}, cpy: false) end, "options")
+      assert_badarg(fn -> Tensor.from_binary(payload(), :float32, {256}, cpy: false) end, "cpy: unknown option")
     end
   end
 
@@ -152,25 +152,19 @@ defmodule TensorBlob.BinaryViewTest do
     end
 
     test "only the binary kept (a part of it, even): it keeps the memory alive" do
-      start = Lifetime.settled_stats()
-
-      part =
-        Lifetime.in_process(fn ->
+      Lifetime.assert_last_user(
+        fn ->
           t = Tensor.from_binary(payload(), :float32, {256})
           # Over 64 bytes: a smaller part would be copied into the message.
           binary_part(Tensor.to_binary(t, copy: false), 64, 512)
-        end)
-
-      Lifetime.churn()
-      stats = Lifetime.settled_stats()
-      assert stats.binaries == start.binaries + 1
-      assert stats.tensors == start.tensors
-      assert part == binary_part(payload(), 64, 512)
-
-      _ = part
-      part = nil
-      _ = part
-      assert Lifetime.await_stats(start) == start
+        end,
+        fn part, start ->
+          stats = Lifetime.settled_stats()
+          assert stats.binaries == start.binaries + 1
+          assert stats.tensors == start.tensors
+          assert part == binary_part(payload(), 64, 512)
+        end
+      )
     end
 
     test "write! refuses any tensor overlapping a live binary view, until the binary is collected" do

@@ -923,23 +923,18 @@ defmodule TensorBlob.DLPackTest do
 
   describe "defer_release" do
     test "the producer's deleter runs on the release thread, once, after the last tensor is gone" do
-      start = Lifetime.settled_stats()
-
-      t =
-        Lifetime.in_process(fn ->
+      Lifetime.assert_last_user(
+        fn ->
           tensor = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
           address = tensor |> DLPack.export(version: :legacy) |> DLPack.consume()
           DLPack.import(address, defer_release: true)
-        end)
-
-      Lifetime.churn()
-      assert Tensor.to_binary(t) == <<1, 2, 3, 4>>
-      assert %{capsules: capsules, deferred: deferred} = TensorBlob.stats()
-      assert {capsules, deferred} == {start.capsules + 1, start.deferred + 1}
-      _ = t
-      t = nil
-      _ = t
-      assert Lifetime.await_stats(start) == start
+        end,
+        fn t, start ->
+          assert Tensor.to_binary(t) == <<1, 2, 3, 4>>
+          assert %{capsules: capsules, deferred: deferred} = TensorBlob.stats()
+          assert {capsules, deferred} == {start.capsules + 1, start.deferred + 1}
+        end
+      )
     end
 
     test "a refused import releases on the release thread too; a bad value raises" do

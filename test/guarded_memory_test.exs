@@ -61,21 +61,14 @@ defmodule TensorBlob.GuardedMemoryTest do
     end
 
     test "the last user kept: the view alone keeps the binary, and reads it back after collections" do
-      start = Lifetime.settled_stats()
-
-      {v, expected} =
-        Lifetime.in_process(fn ->
+      Lifetime.assert_last_user(
+        fn ->
           {bin, ptr} = lone_binary()
           %{tensor: v} = TensorBlob.from_blob(%{ptr: ptr, shape: {1024}, dtype: :uint8}, owner: [bin])
           {v, bin}
-        end)
-
-      Lifetime.churn()
-      assert Tensor.to_binary(v) == expected
-      _ = v
-      v = nil
-      _ = v
-      assert Lifetime.await_stats(start) == start
+        end,
+        fn {v, expected}, _start -> assert Tensor.to_binary(v) == expected end
+      )
     end
   end
 

@@ -60,12 +60,23 @@ moduledoc_names_exports_test() ->
     ?assertEqual([], Missing),
     ?assertEqual(nomatch, binary:match(Text, <<"below">>)).
 
+%% The Erlang API: the modules whose chunks hold their docs.
+-define(PUBLIC, [tensor_blob, tensor_blob_options, tensor_blob_door]).
+
+%% The API's other modules have their docs too, as tensor_blob's.
+public_modules_documented_test() ->
+    [begin
+         {ok, {docs_v1, _, erlang, _, #{<<"en">> := _}, _, Entries}} = code:get_doc(M),
+         Exports = lists:sort([FA || {F, _} = FA <- M:module_info(exports), F =/= module_info]),
+         ?assertEqual(Exports, lists:sort([{F, A} || {{function, F, A}, _, _, _, _} <- Entries]))
+     end || M <- ?PUBLIC].
+
 %% The library's other modules are internal: their docs say hidden, so
 %% h/1 shows none of their functions.
 internal_modules_hidden_test() ->
     _ = application:load(tensor_blob),
     {ok, Modules} = application:get_key(tensor_blob, modules),
-    Internal = [M || M <- Modules, M =/= tensor_blob, is_library_module(M)],
+    Internal = [M || M <- Modules, not lists:member(M, ?PUBLIC), is_library_module(M)],
     ?assert(lists:member(tensor_blob_error, Internal)),
     ?assertEqual([], [{M, Doc} || M <- Internal,
                                   Doc <- [case code:get_doc(M) of

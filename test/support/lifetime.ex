@@ -59,4 +59,23 @@ defmodule TensorBlob.Test.Lifetime do
     in_process(fun)
     ExUnit.Assertions.assert(await_stats(start) == start)
   end
+
+  @doc """
+  The lifetime rule's test: `make` runs in a process that exits and gives
+  the last user of some memory; every other user is dropped, memory is
+  churned and collected, `read` reads the data back through the last
+  user, and once it too is dropped every count of stats/0 returns to
+  where it was before `make`.
+  """
+  def assert_last_user(make, read) do
+    require ExUnit.Assertions
+    start = settled_stats()
+    last = in_process(make)
+    churn()
+    read.(last, start)
+    # The last user, dropped here: nothing else holds it.
+    last = nil
+    _ = last
+    ExUnit.Assertions.assert(await_stats(start) == start)
+  end
 end

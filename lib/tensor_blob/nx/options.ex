@@ -1,6 +1,5 @@
-# The options of TensorBlob.Nx.from_nx/2 and to_nx/2, checked by the
-# library's one option checker (tensor_blob_options). Compiled only when Nx
-# is loaded, as lib/tensor_blob/nx.ex.
+# The options of TensorBlob.Nx.from_nx/2 and to_nx/2, checked. Compiled
+# only when Nx is loaded, as lib/tensor_blob/nx.ex.
 if Code.ensure_loaded?(Nx) do
   defmodule TensorBlob.Nx.Options do
     @moduledoc false
@@ -9,42 +8,28 @@ if Code.ensure_loaded?(Nx) do
     @doc false
     def __mix_recompile__?, do: not Code.ensure_loaded?(Nx)
 
-    @to_nx [
-      {:backend, {:satisfies, "a module or {module, keyword}", &__MODULE__.backend_form?/1}},
-      {:unsafe_view, :boolean, false}
-    ]
-
-    @from_nx [
-      {:copy, {:one_of, [:auto, :never, :always]}, :auto},
-      {:device, {:one_of, [nil, :cpu]}, nil},
-      {:ipc, :boolean, false}
-    ]
-
-    @doc false
-    def backend_form?(b) when is_atom(b) and b != nil, do: true
-    def backend_form?({b, o}) when is_atom(b) and b != nil and is_list(o), do: true
-    def backend_form?(_), do: false
-
     # to_nx/2: {{backend, backend_options}, unsafe_view}.
     def to_nx!(backend) when is_atom(backend) and backend != nil, do: {{backend!(backend), []}, false}
     def to_nx!({backend, opts}) when is_atom(backend) and is_list(opts), do: {{backend!(backend), opts}, false}
 
     def to_nx!(opts) when is_list(opts) do
-      opts = translating(do: :tensor_blob_options.check(opts, @to_nx, :keywords))
+      backend = {:satisfies, "a module or {module, keyword}", &backend?/1}
+      %{unsafe_view: unsafe_view} = opts = checked(opts, [{:backend, backend}, {:unsafe_view, :boolean, false}])
 
-      backend =
-        case Map.get_lazy(opts, :backend, &Nx.default_backend/0) do
-          {b, o} -> {backend!(b), o}
-          b -> {backend!(b), []}
-        end
-
-      {backend, opts.unsafe_view}
+      case Map.get_lazy(opts, :backend, &Nx.default_backend/0) do
+        {b, o} -> {{backend!(b), o}, unsafe_view}
+        b -> {{backend!(b), []}, unsafe_view}
+      end
     end
 
     def to_nx!(other) do
-      "to_nx: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
-      |> badarg!(:bad_option, :none)
+      "options: expected a backend (module or {module, keyword}) or options, got #{TensorBlob.Raise.inspect_term(other)}"
+      |> badarg!(:bad_option, :options)
     end
+
+    defp backend?(b) when is_atom(b) and b != nil, do: true
+    defp backend?({b, o}) when is_atom(b) and b != nil and is_list(o), do: true
+    defp backend?(_), do: false
 
     # A module that implements Nx.Backend, checked before any data moves:
     # otherwise the call fails later inside Nx (an UndefinedFunctionError,
@@ -71,9 +56,18 @@ if Code.ensure_loaded?(Nx) do
     def from_nx!([]), do: {:auto, nil, false}
 
     def from_nx!(opts) do
-      %{copy: copy, device: device, ipc: ipc} = translating(do: :tensor_blob_options.check(opts, @from_nx, :keywords))
+      spec = [
+        {:copy, {:one_of, [:auto, :never, :always]}, :auto},
+        {:device, {:one_of, [nil, :cpu]}, nil},
+        {:ipc, :boolean, false}
+      ]
+
+      %{copy: copy, device: device, ipc: ipc} = checked(opts, spec)
       {copy, device, ipc}
     end
+
+    # The library's option checker (tensor_blob_options), on a keyword list.
+    defp checked(opts, spec), do: translating(do: :tensor_blob_options.check(opts, spec, :keywords))
   end
 else
   defmodule TensorBlob.Nx.Options.Absent do
