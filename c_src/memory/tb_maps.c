@@ -31,8 +31,38 @@ static int parse_line(const char *p, uint64_t *lo, uint64_t *hi, int *shared, ui
     return 1;
 }
 
+/* 1 when the page holding addr is present and anonymous: the kernel's page
+ * map (/proc/self/pagemap, 8 bytes a page) says present (bit 63) and not a
+ * file page or shared anonymous memory (bit 61). Such memory has no file
+ * behind it, and one read of 8 bytes says so where the list of mappings
+ * would be read up to addr's line. 0 when not known. */
+static int anonymous_page(uintptr_t addr)
+{
+    /* Opened once (an open of /proc costs tens of µs; pread on one
+     * descriptor from many threads is safe), and kept: -1 when refused. */
+    static int pagemap = -2;
+    int fd = __atomic_load_n(&pagemap, __ATOMIC_ACQUIRE);
+    if (fd == -2) {
+        int opened = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+        int expected = -2;
+        if (!__atomic_compare_exchange_n(&pagemap, &expected, opened, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            if (opened >= 0)
+                close(opened);
+        }
+        fd = __atomic_load_n(&pagemap, __ATOMIC_ACQUIRE);
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    if (fd < 0 || page <= 0)
+        return 0;
+    uint64_t entry = 0;
+    ssize_t n = pread(fd, &entry, sizeof entry, (off_t)(addr / (uintptr_t)page * sizeof entry));
+    return n == (ssize_t)sizeof entry && (entry >> 63 & 1) && !(entry >> 61 & 1);
+}
+
 int tb_maps_shared_file_at(uintptr_t addr, tb_maps_file *out)
 {
+    if (anonymous_page(addr))
+        return 0;
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;

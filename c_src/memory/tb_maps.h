@@ -17,8 +17,9 @@ typedef struct {
 
 /* 1 when addr lies in a shared mapping of a file (*out says which, and
  * where); 0 when in a private mapping (of a file or anonymous), in none, or when the
- * kernel's list cannot be read. Reads the list: call it once per piece of
- * memory and keep the answer. */
+ * kernel's list cannot be read. A present anonymous page is answered from
+ * the page map (8 bytes); anything else reads the list up to addr's line:
+ * call it once per piece of memory and keep the answer. */
 int tb_maps_shared_file_at(uintptr_t addr, tb_maps_file *out);
 
 #endif
