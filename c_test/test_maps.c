@@ -33,6 +33,10 @@ int main(void)
     CHECK_EQU(f.offset, (uint64_t)page);
     CHECK_EQ(tb_maps_shared_file_at((uintptr_t)shared + 2 * page + 17, &f), 1);
     CHECK_EQU(f.offset, (uint64_t)(3 * page + 17));
+    /* A page present in memory is a file's page all the same. */
+    shared[0] = 1;
+    CHECK_EQ(tb_maps_shared_file_at((uintptr_t)shared, &f), 1);
+    CHECK_EQU(f.ino, st.st_ino);
 
     /* The same file mapped privately, the heap, and an
      * address where nothing is mapped: no shared file. */
@@ -40,6 +44,8 @@ int main(void)
     CHECK(private != MAP_FAILED);
     CHECK_EQ(tb_maps_shared_file_at((uintptr_t) private, &f), 0);
     char *heap = malloc(64);
+    CHECK_EQ(tb_maps_shared_file_at((uintptr_t)heap, &f), 0);
+    heap[0] = 1; /* present: answered from the page map */
     CHECK_EQ(tb_maps_shared_file_at((uintptr_t)heap, &f), 0);
     munmap(private, page);
     CHECK_EQ(tb_maps_shared_file_at((uintptr_t) private, &f), 0);
