@@ -133,7 +133,18 @@ defmodule TensorBlob do
       ** (ArgumentError) owner: the spec names no owner. To pin the term that keeps the memory alive, pass owner: term; to ask for an unpinned view, for which the caller answers, pass owner: :none
   """
   @spec from_blob(Blob.t() | map(), owner: term()) :: BlobView.t()
-  def from_blob(spec, opts \\ []) do
+  def from_blob(spec, opts \\ [])
+
+  # ExTorch's blob, owned by its ExTorch tensor: checked against what ExTorch
+  # says of that tensor (TensorBlob.ExTorch.from_extorch/1), as the pinned
+  # memory is the owner's. With an owner given, the caller answers.
+  def from_blob(%{__struct__: ExTorch.Tensor.Blob, owner: %{__struct__: ExTorch.Tensor}} = blob, []) do
+    if Code.ensure_loaded?(TensorBlob.ExTorch),
+      do: apply(TensorBlob.ExTorch, :from_extorch, [blob]),
+      else: from_blob(blob, owner: blob.owner)
+  end
+
+  def from_blob(spec, opts) do
     {ref, owner} = translating(do: :tensor_blob.blob_view(spec, :tensor_blob_options.keywords(opts)))
     BlobView.new(Tensor.wrap(ref), owner)
   end

@@ -21,7 +21,7 @@ $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 $(BUILD)/test/test_bridge.o: TEST_CFLAGS += -I$(ERTS_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors c_test_maps
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # Whether a layout's elements share memory, against a brute-force model.
@@ -53,6 +53,8 @@ c_test_bridge_SOURCES := test_bridge
 c_test_shm_SOURCES := test_shm src/tb_shm_names src/tb_fault
 # The safetensors header: each named refusal, a valid header, the writer.
 c_test_safetensors_SOURCES := test_safetensors src/tb_safetensors src/tb_dtype
+# What the kernel says of an address: shared file mappings named by file.
+c_test_maps_SOURCES := test_maps src/tb_maps
 
 .SECONDEXPANSION:
 $(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o,$$($$*_SOURCES)))

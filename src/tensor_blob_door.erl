@@ -8,7 +8,13 @@
 %% the spans the Erlang API starts inside name the door's function, and an
 %% error raised inside ends them with an exception event; start/1,
 %% transferred/5 and copied/5 report a transfer or copy the door makes
-%% itself; unreported/1 runs code whose copies are none the caller made.
+%% itself; unreported/1 runs code whose copies are none the caller made;
+%% copy_into/4 is the library's guarded copy into a tensor the door made.
+%%
+%% Handing memory over. A door that gives a tensor's memory to a library
+%% that writes it with no guard of ours (ExTorch's from_blob) asks
+%% writable/1 first: read-only memory, or memory a binary shows, must go
+%% as a copy.
 %%
 %% Errors. An error of the Erlang API carries its reason, argument and
 %% message as data (tensor_blob:error_reason/1); message/2 gives the
@@ -17,7 +23,7 @@
 %% bounded tree by prune/1) and {code, Erlang, Elixir}.
 -module(tensor_blob_door).
 
--export([span/2, start/1, transferred/5, copied/5, unreported/1]).
+-export([span/2, start/1, transferred/5, copied/5, unreported/1, copy_into/4, writable/1]).
 -export([message/2, prune/1, big_integer_text/2]).
 
 %% @doc Runs Fun as Function ({Module, Name, Arity}, the door's own): the
@@ -45,6 +51,21 @@ copied(Token, Function, Reason, Bytes, T) -> tensor_blob_telemetry:copy(Token, F
 %% @doc Runs Fun reporting nothing.
 -spec unreported(fun(() -> Result)) -> Result.
 unreported(Fun) -> tensor_blob_telemetry:unreported(Fun).
+
+%% @doc Source's elements written into Target, a contiguous CPU tensor of
+%% the same dtype and element count, read in place under the SIGBUS guard
+%% (a region shrunk under the copy raises, as tensor_blob:to_binary/1
+%% does), reported as a copy made by Function for Reason. Returns Target.
+-spec copy_into(reference(), reference(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> reference().
+copy_into(Target, Source, Function, Reason) -> tensor_blob_tensor:copy_into(Target, Source, Function, Reason).
+
+%% @doc Whether tensor_blob:write/2 would write T now: true; read_only (a
+%% view of a binary's bytes, a read-only DLPack import, or memory such a
+%% tensor shares); frozen (a binary of to_binary(T, #{copy => false})
+%% shows it).
+-spec writable(reference()) -> true | read_only | frozen.
+writable(T) when is_reference(T) -> tensor_blob_tensor:writable(T);
+writable(T) -> tensor_blob_error:not_a_tensor(T).
 
 %% @doc The segments of an error of the Erlang API ({Kind, Message} and its
 %% stacktrace), or none for an error that has none.

@@ -28,6 +28,7 @@
     device/1,
     memory/1,
     overlaps/2,
+    writable/1,
     from_binary_view/4,
     to_binary_view/3,
     blob_fields/1,
@@ -78,6 +79,7 @@ dtype(_) -> ?NOT_LOADED.
 device(_) -> ?NOT_LOADED.
 memory(_) -> ?NOT_LOADED.
 overlaps(_, _) -> ?NOT_LOADED.
+writable(_) -> ?NOT_LOADED.
 from_binary_view(_, _, _, _) -> ?NOT_LOADED.
 to_binary_view(_, _, _) -> ?NOT_LOADED.
 blob_fields(_) -> ?NOT_LOADED.

@@ -9,7 +9,7 @@
 
 -export([blob/2, to_blob/2, to_blob_struct/3, from_blob/1, blob_view/2,
          from_binary/3, from_binary/4, copy_from_binary/5, to_binary/2, copy_to_binary/3, binary_of/3,
-         data_bytes/1, write/2, to_device/2, transferred/5]).
+         data_bytes/1, copy_into/4, writable/1, write/2, to_device/2, transferred/5]).
 
 -import(tensor_blob_error, [badarg/3, not_a_tensor/1]).
 -import(tensor_blob_options, [check/3]).
@@ -154,6 +154,24 @@ binary_of(T, Unguarded, Function) ->
         Reason when is_atom(Reason) -> {copy_to_binary(T, Function, Reason), true};
         Binary -> {Binary, false}
     end.
+
+%% Source read in place by the NIF (no binary made of it, which would freeze
+%% it), under the SIGBUS guard: one copy.
+-spec copy_into(tensor_blob:tensor(), tensor_blob:tensor(), {module(), atom(), arity()},
+                tensor_blob_telemetry:reason()) -> tensor_blob:tensor().
+copy_into(Target, Source, Function, Reason) when is_reference(Target), is_reference(Source) ->
+    Start = tensor_blob_telemetry:start(copy),
+    _ = ?NIF(tensor_blob_nif:write(Target, Source)),
+    _ = Start =:= undefined orelse
+        tensor_blob_telemetry:copy(Start, Function, Reason, data_bytes(Source), Source) =:= ok,
+    Target;
+copy_into(Target, Source, _Function, _Reason) when is_reference(Target) ->
+    not_a_tensor(Source);
+copy_into(Target, _Source, _Function, _Reason) ->
+    not_a_tensor(Target).
+
+-spec writable(tensor_blob:tensor()) -> true | read_only | frozen.
+writable(T) -> ?NIF(tensor_blob_nif:writable(T)).
 
 -spec data_bytes(tensor_blob:tensor()) -> non_neg_integer().
 data_bytes(T) ->

@@ -239,10 +239,144 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       assert Enum.all?(for {:transfer, m, _} <- evs, do: m.copied == 0)
     end
 
+    # {exception, reason data} of what fun raises.
+    defp raised(fun) do
+      fun.()
+      flunk("expected an error")
+    rescue
+      e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
+    end
+
+    describe "memory that must not change" do
+      # A binary of more than 64 bytes: its bytes are shared, not copied with the term.
+      defp threes, do: :binary.copy(<<3>>, 256)
+
+      # Each: a tensor over memory no one may write, and the binary that shows it.
+      defp unwritable do
+        shown_bin = threes()
+        view = Tensor.from_binary(shown_bin, :uint8, {256}, copy: false)
+        import_bin = threes()
+
+        imported =
+          TensorBlob.DLPack.import(TensorBlob.DLPack.export(Tensor.from_binary(import_bin, :uint8, {256})),
+            read_only: true
+          )
+
+        owned = Tensor.from_binary(threes(), :uint8, {256})
+        # A binary that shows our own memory (to_binary(copy: false)).
+        shown = Tensor.to_binary(owned, copy: false)
+        x = extorch_of(threes(), :uint8, {256})
+        of_extorch = TEx.from_extorch(x)
+        # ... and one that shows ExTorch's memory, viewed.
+        shown_x = Tensor.to_binary(of_extorch, copy: false)
+
+        [
+          {"a view of a binary", view, shown_bin},
+          {"a narrowed view of a binary", Tensor.narrow(view, 0, 8, 16), shown_bin},
+          {"a read-only DLPack import", imported, nil},
+          {"memory a binary shows", owned, shown},
+          {"ExTorch's memory a binary shows", of_extorch, shown_x}
+        ]
+      end
+
+      test "unsafe_view: true refuses it with reason read_only; ExTorch never writes it" do
+        for {what, t, bin} <- unwritable() do
+          {e, data} = raised(fn -> TEx.to_extorch(t, unsafe_view: true) end)
+          assert %ArgumentError{} = e, what
+          assert data == %{reason: :read_only, argument: :tensor}, what
+          assert e.message =~ "unsafe_view", what
+          if bin, do: assert(bin == threes(), what)
+        end
+      end
+
+      test "by default ExTorch gets a copy of its own: its writes leave the binary as it was" do
+        for {what, t, bin} <- unwritable() do
+          {x, evs} = events(fn -> TEx.to_extorch(t) end)
+          assert %ExTorch.Tensor{} = x, what
+          assert ptr(x) != ptr(t), what
+          assert [{{TEx, :to_extorch, 2}, :backend, _}] = copies(evs), what
+          # ExTorch's in-place write.
+          x = ExTorch.index_put(x, 0, 9)
+          assert binary_part(extorch_bytes(x), 0, 2) == <<9, 3>>, what
+          if bin, do: assert(bin == threes(), what)
+          assert binary_part(Tensor.to_binary(t), 0, 1) == <<3>>, what
+        end
+      end
+
+      test "writable memory still goes zero-copy with unsafe_view: true, and back as the ExTorch tensor" do
+        ours = Tensor.from_binary(threes(), :uint8, {256})
+        assert %ExTorch.Tensor.BlobView{} = view = TEx.to_extorch(ours, unsafe_view: true)
+        assert ptr(view) == ptr(ours)
+        x = extorch_of(threes(), :uint8, {256})
+        assert TEx.to_extorch(TEx.from_extorch(x)) == x
+      end
+    end
+
+    describe "from_extorch checks a blob against what ExTorch says of its owner" do
+      test "a pointer, shape, strides, dtype or device the owner does not hold is refused, naming the field" do
+        x = extorch_of(bytes_for(:float32, 16), :float32, {4, 4})
+        other = extorch_of(bytes_for(:float32, 4), :float32, {4})
+        blob = ExTorch.Tensor.Blob.to_blob(x)
+
+        for {forged, field, reason} <- [
+              {%{blob | ptr: 0x1000}, :ptr, :out_of_extent},
+              {%{blob | ptr: ptr(other)}, :ptr, :out_of_extent},
+              {%{blob | shape: {4, 1_000_000}}, :shape, :out_of_extent},
+              {%{blob | shape: {8, 4}}, :shape, :out_of_extent},
+              {%{blob | ptr: blob.ptr + 4}, :shape, :out_of_extent},
+              {%{blob | strides: [8, 1]}, :strides, :out_of_extent},
+              {%{blob | shape: {4_000_000}, strides: [1]}, :strides, :out_of_extent},
+              {%{blob | dtype: :float64}, :dtype, :bad_dtype},
+              {%{blob | dtype: :double}, :dtype, :bad_dtype},
+              {%{blob | device: {:cuda, 0}}, :device, :wrong_device},
+              {%{blob | owner: :not_a_tensor}, :owner, :bad_value}
+            ] do
+          {e, data} = raised(fn -> TEx.from_extorch(forged) end)
+          assert %ArgumentError{} = e, inspect(forged)
+          assert data == %{reason: reason, argument: field}, inspect({forged, e.message})
+
+          # TensorBlob.from_blob/2 takes ExTorch's blob with the same checks
+          # (an owner that is no ExTorch tensor is an owner term like any).
+          if field != :owner do
+            {e, data} = raised(fn -> TensorBlob.from_blob(forged) end)
+            assert %ArgumentError{} = e, inspect(forged)
+            assert data == %{reason: reason, argument: field}, inspect({forged, e.message})
+          end
+        end
+
+        # With an owner given, the caller answers for the fields, as for any spec.
+        assert %TensorBlob.BlobView{} = TensorBlob.from_blob(%{blob | shape: {2, 4}}, owner: x)
+
+        # What lies within the owner's memory is taken: a part, by any name of its dtype.
+        half = TEx.from_extorch(%{blob | shape: {2, 4}, dtype: :float})
+        assert Tensor.to_binary(half) == binary_part(bytes_for(:float32, 16), 0, 32)
+        column = TEx.from_extorch(%{blob | ptr: blob.ptr + 4, shape: {4}, strides: [4]})
+
+        assert Tensor.to_binary(column) ==
+                 for(i <- 0..3, into: <<>>, do: binary_part(bytes_for(:float32, 16), i * 16 + 4, 4))
+
+        assert TEx.from_extorch(blob).owner == x
+      end
+    end
+
+    describe "a region another program shrinks" do
+      test "to_extorch's copy raises as Tensor.to_binary does, and the VM lives on" do
+        region = TensorBlob.IPC.zeros({256, 256}, :uint8)
+        %{handle: name} = TensorBlob.IPC.export(region)
+        {_, 0} = System.cmd("truncate", ["-s", "0", "/dev/shm" <> name])
+
+        assert_raise TensorBlob.Error, ~r/vanished under the copy/, fn -> Tensor.to_binary(region) end
+
+        for t <- [region, Tensor.transpose(region, 0, 1), Tensor.narrow(region, 0, 255, 1)] do
+          assert_raise TensorBlob.Error, ~r/vanished under the copy/, fn -> TEx.to_extorch(t) end
+        end
+      end
+    end
+
     test "options and inputs are checked" do
       ours = Tensor.zeros({2}, :float32)
       assert_raise ArgumentError, ~r/unsafe_view: expected a boolean/, fn -> TEx.to_extorch(ours, unsafe_view: 1) end
-      assert_raise ArgumentError, ~r/unknown option :copy/, fn -> TEx.to_extorch(ours, copy: true) end
+      assert_raise ArgumentError, ~r/copy: unknown option/, fn -> TEx.to_extorch(ours, copy: true) end
 
       assert_raise ArgumentError, ~r/to_extorch: expected a tensor_blob tensor/, fn ->
         TEx.to_extorch(ExTorch.zeros({2}))

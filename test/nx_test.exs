@@ -1,6 +1,12 @@
 # Runs when Nx is on the code path: NX_PATH=<dirs of an Nx build> make nx-test
 # (see guides/nx.md). Without Nx, the :nx tests are excluded.
 if Code.ensure_loaded?(Nx) do
+  defmodule TensorBlob.Test.OnlyFromBinary do
+    @moduledoc false
+    # A module with a from_binary/3 and nothing else of Nx.Backend.
+    def from_binary(_template, _bytes, _opts), do: :not_a_tensor
+  end
+
   defmodule TensorBlob.Test.PointerBackend do
     @moduledoc false
     # Just enough of an Nx backend to stand in for Torchx or EXLA: its data
@@ -204,6 +210,26 @@ if Code.ensure_loaded?(Nx) do
           assert Tensor.memory(copy) == :owned
           assert Tensor.to_binary(copy) == Tensor.to_binary(ours)
           assert_raise ArgumentError, ~r/no host pointer/, fn -> TNx.from_nx(nx, copy: :never) end
+        end
+      end
+
+      test "a pointer backend's struct whose size is not the backend's data is refused, copy: :always too" do
+        ours = Tensor.from_binary(Nx.to_binary(Nx.iota({4}, type: {:f, 32})), :float32, {4})
+
+        for style <- [:ok_tuple, :bare],
+            {shape, type} <- [{{4, 4}, {:f, 32}}, {{1_000_000}, {:f, 32}}, {{4}, {:f, 64}}],
+            opts <- [[device: :cpu], [device: :cpu, copy: :never], [copy: :always], []] do
+          nx = %{
+            PointerBackend.wrap(ours, style)
+            | shape: shape,
+              type: type,
+              names: List.duplicate(nil, tuple_size(shape))
+          }
+
+          error = assert_raise ArgumentError, fn -> TNx.from_nx(nx, opts) end
+          expected = div(elem(type, 1), 8) * Tuple.product(shape)
+          assert error.message =~ "shape #{inspect(shape)} of #{inspect(type)} (#{expected} bytes)", error.message
+          assert error.message =~ "holds 16 bytes", error.message
         end
       end
 
@@ -577,6 +603,54 @@ if Code.ensure_loaded?(Nx) do
 
         error = assert_raise ArgumentError, fn -> TNx.from_nx([1, 2], copy: :always) end
         assert error.message =~ "from_nx: expected an Nx tensor (%Nx.Tensor{}), got [1, 2]; make one first"
+      end
+    end
+
+    describe "wrong options to TensorBlob.Nx raise ArgumentError naming them" do
+      # {exception, reason data} of what fun raises.
+      defp raised(fun) do
+        fun.()
+        flunk("expected an error")
+      rescue
+        e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
+      end
+
+      test "to_nx: options that are no keyword list, and modules that are no Nx backend" do
+        t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
+
+        for bad <- [[{:backend, Nx.BinaryBackend} | :tail], [:backend], [{"backend", Nx.BinaryBackend}]] do
+          {e, data} = raised(fn -> TNx.to_nx(t, bad) end)
+          assert %ArgumentError{} = e, inspect(bad)
+          assert e.message =~ "expected a keyword list"
+          assert data == %{reason: :bad_option, argument: :options}
+        end
+
+        # Nx itself has a from_binary/3, as has TensorBlob.Tensor: neither is a backend.
+        for module <- [Nx, TensorBlob.Tensor, TensorBlob.Test.OnlyFromBinary, :no_such_module] do
+          for arg <- [module, {module, []}, [backend: module], [backend: module, unsafe_view: true]] do
+            {e, data} = raised(fn -> TNx.to_nx(t, arg) end)
+            assert %ArgumentError{} = e, inspect(arg)
+            assert e.message =~ "is not an Nx backend"
+            assert data == %{reason: :bad_value, argument: :backend}
+          end
+        end
+
+        # What is a backend still is one.
+        assert Nx.to_binary(TNx.to_nx(t, backend: Nx.BinaryBackend)) == <<1, 2, 3, 4>>
+        assert Nx.to_binary(TNx.to_nx(t, PointerBackend)) == <<1, 2, 3, 4>>
+      end
+
+      test "from_nx: options that are no keyword list" do
+        nx = Nx.iota({4}, type: {:u, 8})
+
+        for bad <- [%{copy: :always}, :always, "copy", nil, {:copy, :always}, [{:copy, :always} | :tail], [:copy]] do
+          {e, data} = raised(fn -> TNx.from_nx(nx, bad) end)
+          assert %ArgumentError{} = e, inspect(bad)
+          assert e.message =~ "expected a keyword list"
+          assert data == %{reason: :bad_option, argument: :options}
+        end
+
+        assert Tensor.to_binary(TNx.from_nx(nx, copy: :always)) == <<0, 1, 2, 3>>
       end
     end
 

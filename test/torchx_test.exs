@@ -241,6 +241,120 @@ if Code.ensure_loaded?(Torchx.Backend) do
       end
     end
 
+    # {exception, reason data} of what fun raises.
+    defp raised(fun) do
+      fun.()
+      flunk("expected an error")
+    rescue
+      e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
+    end
+
+    describe "a Torchx struct that does not describe its data" do
+      # Also in the ExTorch stage (Torchx loaded there too), which runs them under ASan.
+      @describetag :extorch
+
+      test "a shape or type whose size is not Torchx's is refused, naming the shape and both sizes" do
+        tx = Nx.iota({4}, type: {:f, 32}, backend: Torchx.Backend)
+
+        for {shape, type} <- [
+              {{4, 4}, {:f, 32}},
+              {{1_000_000}, {:f, 32}},
+              {{-4}, {:f, 32}},
+              {{4}, {:f, 64}},
+              {{2}, {:u, 16}}
+            ],
+            opts <- [[], [copy: :never], [copy: :always]] do
+          forged = %{tx | shape: shape, type: type, names: List.duplicate(nil, tuple_size(shape))}
+          {e, _data} = raised(fn -> TNx.from_nx(forged, opts) end)
+          assert %ArgumentError{} = e, inspect({shape, type, opts})
+
+          if opts != [copy: :always] do
+            assert e.message =~ inspect(shape), e.message
+            assert e.message =~ "holds 16 bytes", e.message
+            assert e.message =~ "(#{div(elem(type, 1), 8) * Tuple.product(shape)} bytes)", e.message
+          end
+        end
+
+        # The struct as Torchx made it is viewed.
+        assert Tensor.to_binary(TNx.from_nx(tx)) == Nx.to_binary(Nx.iota({4}, type: {:f, 32}))
+      end
+
+      test "deallocated or forged data is refused with ArgumentError, copy: :always too" do
+        tx = Nx.iota({8}, type: {:f, 32}, backend: Torchx.Backend)
+        Nx.backend_deallocate(tx)
+
+        for opts <- [[], [copy: :always], [copy: :never]] do
+          {e, data} = raised(fn -> TNx.from_nx(tx, opts) end)
+          assert %ArgumentError{} = e, inspect(opts)
+          assert e.message =~ "deallocated"
+          assert data.reason == :gone
+        end
+
+        forged = %{Nx.iota({8}, backend: Torchx.Backend) | data: %Torchx.Backend{ref: nil}}
+
+        for opts <- [[], [copy: :always]] do
+          assert {%ArgumentError{}, %{reason: :bad_value}} = raised(fn -> TNx.from_nx(forged, opts) end)
+        end
+      end
+
+      test "to_nx takes Torchx.Backend and no module that is not a backend" do
+        t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
+        assert Nx.to_flat_list(TNx.to_nx(t, Torchx.Backend)) == [1, 2, 3, 4]
+
+        for {arg, reason, argument} <- [
+              {Nx, :bad_value, :backend},
+              {[backend: Tensor, unsafe_view: true], :bad_value, :backend},
+              {[{:backend, Torchx.Backend} | :tail], :bad_option, :options}
+            ] do
+          assert {%ArgumentError{}, %{reason: ^reason, argument: ^argument}} = raised(fn -> TNx.to_nx(t, arg) end)
+        end
+      end
+    end
+
+    describe "region memory and Torchx's own mappings of it" do
+      # Also in the ExTorch stage (Torchx loaded there too), which runs them under ASan.
+      @describetag :extorch
+
+      test "a region another program shrank is not handed to Torchx: the same error as Tensor.to_binary" do
+        region = IPC.zeros({1024}, :float32)
+        %{handle: name} = IPC.export(region)
+        {_, 0} = System.cmd("truncate", ["-s", "0", "/dev/shm" <> name])
+        assert_raise TensorBlob.Error, ~r/vanished/, fn -> Tensor.to_binary(region) end
+        e = assert_raise TensorBlob.Error, ~r/vanished/, fn -> TNx.to_nx(region, backend: Torchx.Backend) end
+        assert e.message =~ name
+        assert_raise TensorBlob.Error, ~r/vanished/, fn -> TNx.to_nx(region, Nx.BinaryBackend) end
+      end
+
+      test "a view of Torchx's mapping of a region keeps the region's protection" do
+        region = IPC.zeros({1024}, :int32)
+        Tensor.write!(region, Nx.to_binary(Nx.iota({1024}, type: {:s, 32})))
+        tx = TNx.to_nx(region, backend: Torchx.Backend)
+        # Torchx's own region (to_pointer(mode: :ipc) moves its tensor into one).
+        ty = Nx.iota({1024}, type: {:s, 32}, backend: Torchx.Backend)
+        _ = Nx.to_pointer(ty, mode: :ipc, permissions: 0o600)
+
+        for {what, nx} <- [{"our region, Torchx's mapping", tx}, {"Torchx's region", ty}] do
+          v = TNx.from_nx(nx)
+          assert Tensor.memory(v) == :pinned, what
+          assert address(nx) == ptr(v), what
+          # No binary shows it: another program can shrink the file.
+          {e, data} = raised(fn -> Tensor.to_binary(v, copy: false) end)
+          assert e.message =~ "shared-memory region", what
+          assert data == %{reason: :unsafe, argument: :tensor}, what
+          # The binary backend gets a copy: writes to the region leave it as it was.
+          bnx = TNx.to_nx(v, Nx.BinaryBackend)
+          before = Nx.to_binary(bnx)
+          assert Tensor.to_binary(v) == before, what
+          Tensor.write!(v, Nx.to_binary(Nx.iota({1024}, type: {:s, 32}) |> Nx.negate()))
+          assert Nx.to_binary(bnx) == before, what
+        end
+
+        # The view and our mapping are the same file's bytes.
+        assert Tensor.overlaps?(TNx.from_nx(tx), region)
+        assert Tensor.to_binary(region) == Nx.to_binary(Nx.iota({1024}, type: {:s, 32}) |> Nx.negate())
+      end
+    end
+
     describe "uint16 and uint32 (Torchx keeps them in int32 and int64)" do
       test "from_nx copies them, or refuses with copy: :never saying why; to_nx copies them" do
         for {type, dtype} <- [{{:u, 16}, :uint16}, {{:u, 32}, :uint32}], dtype in TensorBlob.dtypes() do

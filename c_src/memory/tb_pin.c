@@ -109,9 +109,13 @@ static void release_nothing(tb_storage *s)
 
 tb_storage *tb_pin_none(int read_only)
 {
+    /* Shared by every unpinned view: the kernel is asked of none. */
     static tb_storage none[2] = {
-        {.abi = TB_ABI, .kind = TB_MEMORY_UNPINNED, .free = release_nothing},
-        {.abi = TB_ABI, .kind = TB_MEMORY_UNPINNED, .flags = TB_STORAGE_READ_ONLY, .free = release_nothing},
+        {.abi = TB_ABI, .kind = TB_MEMORY_UNPINNED, .flags = TB_STORAGE_ASKED, .free = release_nothing},
+        {.abi = TB_ABI,
+         .kind = TB_MEMORY_UNPINNED,
+         .flags = TB_STORAGE_READ_ONLY | TB_STORAGE_ASKED,
+         .free = release_nothing},
     };
     return &none[read_only ? 1 : 0];
 }

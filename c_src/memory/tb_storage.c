@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "tb_maps.h"
+
 ERL_NIF_TERM tb_storage_atoms[TB_MEMORY_COUNT];
 
 void tb_storage_load(ErlNifEnv *env)
@@ -56,6 +58,15 @@ tb_guard_status tb_storage_write_begin(tb_range *guard, tb_binary_maker *maker)
 void tb_storage_write_end(tb_range *guard)
 {
     tb_registry_remove(&tb_st->registry, TB_REG_WRITING, guard);
+}
+
+tb_guard_status tb_storage_write_check(const tb_range *guard)
+{
+    if (tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN), guard) >= 0)
+        return TB_GUARD_FROZEN;
+    if (tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_READ_ONLY), guard) >= 0)
+        return TB_GUARD_READ_ONLY;
+    return TB_GUARD_OK;
 }
 
 tb_guard_status tb_storage_freeze(tb_range *guard, tb_binary_maker maker)
@@ -227,6 +238,28 @@ const char *tb_storage_read_only_reason(const tb_shim_info *info)
     }
 }
 
+/* Memory another library handed us (a view pinning its term, an import)
+ * may be its own mapping of a shared-memory file, which the registry of
+ * our mappings does not hold: the kernel names the file. Asked once per
+ * storage (its owner keeps that memory mapped while the storage lives), on
+ * first use; two threads asking at once write the same answer. Headers
+ * shared by many storages (unpinned views, views pinning one of our
+ * tensors) are marked asked from the start. */
+static void ask_kernel_once(tb_storage *s, const tb_shim_info *info)
+{
+    if (s->kind != TB_MEMORY_PINNED && s->kind != TB_MEMORY_DLPACK)
+        return;
+    if (__atomic_load_n(&s->flags, __ATOMIC_ACQUIRE) & TB_STORAGE_ASKED)
+        return;
+    tb_maps_file f;
+    if (info->storage_data && tb_maps_shared_file_at((uintptr_t)info->storage_data, &f)) {
+        __atomic_store_n(&s->file_dev, f.dev, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->file_offset, f.offset, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->file_ino, f.ino, __ATOMIC_RELEASE);
+    }
+    __atomic_fetch_or(&s->flags, TB_STORAGE_ASKED, __ATOMIC_RELEASE);
+}
+
 int tb_storage_span(const tb_shim_info *info, unsigned element_size, tb_range *out)
 {
     uint64_t span = element_size;
@@ -238,8 +271,10 @@ int tb_storage_span(const tb_shim_info *info, unsigned element_size, tb_range *o
     }
     *out = (tb_range){.lo = (uintptr_t)info->data, .hi = (uintptr_t)info->data + span};
     const tb_storage *s = tb_storage_of(info);
+    if (s && info->device_type == TB_DEVICE_CPU)
+        ask_kernel_once((tb_storage *)s, info);
     tb_range mapping;
-    if (s && s->file_ino) {
+    if (s && __atomic_load_n(&s->file_ino, __ATOMIC_ACQUIRE)) {
         out->file_dev = s->file_dev;
         out->file_ino = s->file_ino;
         out->file_lo = s->file_offset + (uint64_t)((char *)info->data - (char *)info->storage_data);

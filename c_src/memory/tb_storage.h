@@ -74,7 +74,13 @@ static const tb_storage_kind_info tb_storage_kinds[TB_MEMORY_COUNT] = {
 extern ERL_NIF_TERM tb_storage_atoms[TB_MEMORY_COUNT];
 void tb_storage_load(ErlNifEnv *env);
 
-enum { TB_STORAGE_READ_ONLY = 1, TB_STORAGE_GUARDED = 2 /* guard is in the read-only set */ };
+enum {
+    TB_STORAGE_READ_ONLY = 1,
+    TB_STORAGE_GUARDED = 2, /* guard is in the read-only set */
+    /* the kernel was asked what file the memory is (file_*), once; or the
+     * header is shared by many storages (no facts of one's memory) */
+    TB_STORAGE_ASKED = 4
+};
 
 typedef struct tb_storage {
     uint32_t abi; /* TB_ABI */
@@ -123,6 +129,8 @@ typedef enum { TB_MAKER_TO_BINARY, TB_MAKER_NODE_PACK, TB_MAKER_TO_NX } tb_binar
  * made the binary, when one refuses it (TB_GUARD_FROZEN). */
 tb_guard_status tb_storage_write_begin(tb_range *guard, tb_binary_maker *maker);
 void tb_storage_write_end(tb_range *guard);
+/* What tb_storage_write_begin would answer now, registering nothing. */
+tb_guard_status tb_storage_write_check(const tb_range *guard);
 /* A binary view, made by maker: refused while a write is in progress. */
 tb_guard_status tb_storage_freeze(tb_range *guard, tb_binary_maker maker);
 void tb_storage_unfreeze(tb_range *guard);

@@ -46,8 +46,10 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
         return 0;
     }
     t->handle = handle;
-    tb_storage_init(&t->as_owner.writable, TB_MEMORY_PINNED, 0, release_as_owner);
-    tb_storage_init(&t->as_owner.read_only, TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY, release_as_owner);
+    /* One header for every view that pins this tensor: asked of nothing. */
+    tb_storage_init(&t->as_owner.writable, TB_MEMORY_PINNED, TB_STORAGE_ASKED, release_as_owner);
+    tb_storage_init(&t->as_owner.read_only, TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY | TB_STORAGE_ASKED,
+                    release_as_owner);
     tb_count_add(&tb_st->tensors, 1);
     *out = enif_make_resource(env, t);
     enif_release_resource(t);

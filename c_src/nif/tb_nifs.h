@@ -43,6 +43,7 @@
     X(device, 1, tb_nif_device, 0)                         /* (Tensor) */                                              \
     X(memory, 1, tb_nif_memory, 0)     /* (Tensor) -> owned | pinned | unpinned | dlpack | binary | ipc */             \
     X(overlaps, 2, tb_nif_overlaps, 0) /* (A, B) -> whether the bytes their elements span overlap */                   \
+    X(writable, 1, tb_nif_writable, 0) /* (Tensor) -> true | read_only | frozen: whether write/2 would take it */      \
     /* binaries and tensors sharing memory, both ways (nif/tb_binary.c) */                                             \
     /* (Binary, Dtype, Shape, CopyIfMisaligned) -> a read-only tensor pinning Binary */                                \
     X(from_binary_view, 4, tb_nif_from_binary_view, TB_MAY_GO_DIRTY)                                                   \

@@ -315,6 +315,29 @@ ERL_NIF_TERM tb_nif_memory(TB_NIF_PARAMS)
     return accessor(env, argv[0], ACCESS_MEMORY);
 }
 
+/* writable(Tensor): whether write/2 would write it now: true, read_only
+ * (its storage is read-only, or the memory is a binary's bytes or a
+ * read-only import), or frozen (a binary of to_binary(copy: false) shows
+ * it). For doors that hand the memory to a library that writes it with no
+ * guard of ours (ExTorch's from_blob): such memory goes as a copy. */
+ERL_NIF_TERM tb_nif_writable(TB_NIF_PARAMS)
+{
+    tb_tensor_desc d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
+        return exc;
+    if (tb_storage_read_only(&d.info))
+        return tb_atoms.read_only;
+    tb_range span;
+    if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span))
+        return tb_atoms.true_;
+    switch (tb_storage_write_check(&span)) {
+    case TB_GUARD_FROZEN: return tb_atoms.frozen;
+    case TB_GUARD_READ_ONLY: return tb_atoms.read_only;
+    default: return tb_atoms.true_;
+    }
+}
+
 /* overlaps(A, B): whether the bytes A's elements span (from its first
  * element to its last) and the bytes B's span overlap: whether a write
  * through one may change what the other reads. Memory in a shared-memory

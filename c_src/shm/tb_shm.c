@@ -415,6 +415,22 @@ static ERL_NIF_TERM region_name_of(ErlNifEnv *env, const region_format *f, ERL_N
     const tb_region *r = (const tb_region *)tb_storage_of(&d.info);
     if (d.info.data != data_of(r) || !d.info.is_contiguous || d.dense_bytes != r->byte_size)
         return tb_atoms.nil;
+    /* Whoever maps the name next reads its pages with no guard of ours (a
+     * backend handed it): a file another program shrank is refused here,
+     * as the library's own copies of it raise. */
+    struct stat st;
+    int error;
+    int fd = tb_shm_open(r->name, 0, &st, &error);
+    if (fd >= 0) {
+        close(fd);
+        uint64_t needed = r->format->header + r->byte_size;
+        if ((uint64_t)st.st_ino == r->header.file_ino && (uint64_t)st.st_size < needed)
+            return tb_raise_error(env, TB_WHY_GONE, "tensor",
+                                  "tensor: its memory vanished under the mapping (the shared memory %s was shrunk "
+                                  "to %ld bytes by another program, and its data needs %lu); nothing else can map "
+                                  "it now",
+                                  r->name, (long)st.st_size, (unsigned long)needed);
+    }
     return enif_make_tuple2(env, tb_make_string(env, r->name), enif_make_uint64(env, r->byte_size));
 }
 

@@ -55,12 +55,17 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     owner).
     """
     @spec from_extorch(ExTorch.Tensor.t() | ExTorch.Tensor.Blob.t() | ExTorch.Tensor.BlobView.t()) :: BlobView.t()
-    def from_extorch(%ExTorch.Tensor{} = t), do: transfer(:from_extorch, fn -> blob_of(t) end, [])
+    def from_extorch(%ExTorch.Tensor{} = t), do: transfer(:from_extorch, fn -> blob_of(t) end, owner: t)
 
     def from_extorch(%ExTorch.Tensor.Blob{owner: %ExTorch.Tensor{} = t} = blob),
-      do: transfer(:from_extorch, fn -> %{blob | dtype: named_dtype(blob, t)} end, [])
+      do: transfer(:from_extorch, fn -> checked_blob!(blob, t) end, owner: t)
 
-    def from_extorch(%ExTorch.Tensor.Blob{} = blob), do: transfer(:from_extorch, fn -> blob end, [])
+    def from_extorch(%ExTorch.Tensor.Blob{owner: owner}) do
+      ("owner: an %ExTorch.Tensor.Blob{} given to from_extorch names its ExTorch tensor as owner " <>
+         "(ExTorch.Tensor.Blob.to_blob/1 does), got #{TensorBlob.Raise.inspect_term(owner)}; for memory " <>
+         "the caller answers for, use TensorBlob.from_blob(spec, owner: :none)")
+      |> badarg!(:bad_value, :owner)
+    end
 
     def from_extorch(%ExTorch.Tensor.BlobView{tensor: %ExTorch.Tensor{} = t} = view),
       do: transfer(:from_extorch, fn -> blob_of(t) end, owner: view)
@@ -74,6 +79,105 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     defp blob_of(t) do
       blob = ExTorch.Tensor.Blob.to_blob(t)
       %{blob | dtype: named_dtype(blob, t)}
+    end
+
+    # A blob is memory its owner holds: its dtype and device are the owner's,
+    # and its elements lie within the owner's elements (what ExTorch says of
+    # the owner, not what the struct says of itself).
+    defp checked_blob!(blob, t) do
+      theirs = blob_of(t)
+      dtype = canonical(named_dtype(blob, t))
+
+      if dtype == nil or dtype != canonical(theirs.dtype) do
+        ("dtype: the blob says #{inspect(blob.dtype)}, and its owner is an ExTorch tensor of " <>
+           "#{inspect(theirs.dtype)}; a blob describes its owner's memory as the owner holds it")
+        |> badarg!(:bad_dtype, :dtype)
+      end
+
+      if blob.device != theirs.device do
+        "device: the blob says #{inspect(blob.device)}, and its owner is on #{inspect(theirs.device)}"
+        |> badarg!(:wrong_device, :device)
+      end
+
+      size = Enum.find(TensorBlob.tables().dtypes, &(&1.name == dtype)).element_size
+
+      case {span(theirs.ptr, theirs.shape, theirs.strides, size), span(blob.ptr, blob.shape, blob.strides, size)} do
+        {_, :malformed} ->
+          # from_blob says what is wrong with the layout.
+          :ok
+
+        {{lo, :empty}, _} ->
+          # An owner with no elements holds no memory to view.
+          if blob.ptr != lo, do: outside!(blob, lo, lo)
+
+        {{lo, hi}, {ptr, :empty}} ->
+          if ptr < lo or ptr > hi, do: outside!(blob, lo, hi)
+
+        {{lo, hi}, {from, to}} ->
+          cond do
+            blob.ptr < lo or blob.ptr >= hi -> outside!(blob, lo, hi)
+            from < lo or to > hi -> past!(blob, theirs, lo, hi, from, to)
+            true -> :ok
+          end
+      end
+
+      %{blob | dtype: dtype}
+    end
+
+    defp outside!(blob, lo, hi) do
+      ("ptr: #{hex(blob.ptr)} is not in its owner's memory ([#{hex(lo)}, #{hex(hi)}), as ExTorch " <>
+         "reports the owner tensor); for memory the caller answers for, use TensorBlob.from_blob(spec, owner: :none)")
+      |> badarg!(:out_of_extent, :ptr)
+    end
+
+    defp past!(blob, theirs, lo, hi, from, to) do
+      field = if blob.strides in [nil, theirs.strides], do: :shape, else: :strides
+
+      ("#{field}: shape #{inspect(blob.shape)} with strides #{inspect(blob.strides)} from #{hex(blob.ptr)} " <>
+         "reaches [#{hex(from)}, #{hex(to)}), past its owner's memory ([#{hex(lo)}, #{hex(hi)}), as ExTorch " <>
+         "reports the owner tensor)")
+      |> badarg!(:out_of_extent, field)
+    end
+
+    defp hex(n) when is_integer(n) and n >= 0, do: "0x" <> Integer.to_string(n, 16)
+    defp hex(n), do: inspect(n)
+
+    # The bytes a layout's elements span: {lo, hi}; {ptr, :empty} with no
+    # elements; :malformed for what is no layout (from_blob refuses it).
+    defp span(ptr, shape, strides, size) when is_integer(ptr) and is_tuple(shape) do
+      dims = Tuple.to_list(shape)
+      strides = if strides == nil, do: row_major(dims), else: strides
+      strides = if is_tuple(strides), do: Tuple.to_list(strides), else: strides
+
+      cond do
+        not (is_list(strides) and length(strides) == length(dims) and Enum.all?(dims ++ strides, &is_integer/1)) ->
+          :malformed
+
+        Enum.any?(dims, &(&1 < 0)) ->
+          :malformed
+
+        0 in dims ->
+          {ptr, :empty}
+
+        true ->
+          {low, high} =
+            Enum.zip_reduce(dims, strides, {0, 0}, fn d, st, {low, high} ->
+              reach = (d - 1) * st
+              {low + min(reach, 0), high + max(reach, 0)}
+            end)
+
+          {ptr + low * size, ptr + (high + 1) * size}
+      end
+    end
+
+    defp span(_ptr, _shape, _strides, _size), do: :malformed
+
+    defp row_major(dims) do
+      dims
+      |> Enum.reverse()
+      |> Enum.map_reduce(1, fn d, step -> {step, step * max(d, 1)} end)
+      |> elem(0)
+      |> Enum.reverse()
     end
 
     # ExTorch 0.4 names int8 and bfloat16 tensors :"" (its table of names
@@ -126,8 +230,15 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
         start = :tensor_blob_door.start(:transfer)
         blob = extorch_blob!(t)
 
+        # ExTorch writes its tensors with no guard of ours: memory that must
+        # not change (read-only, or a binary's bytes) goes as a copy, or is
+        # refused where a view was asked for.
+        writable = translating(do: :tensor_blob_door.writable(Tensor.ref(t)))
+
         {result, copied} =
           cond do
+            unsafe_view and writable != true -> read_only!(writable)
+            writable != true -> {copy_of(t, blob), true}
             owner = extorch_owner(t, blob) -> {if(unsafe_view, do: own_view(owner), else: owner), false}
             unsafe_view -> {ExTorch.Tensor.Blob.from_blob(blob, owner: t), false}
             true -> {copy_of(t, blob), true}
@@ -147,28 +258,21 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       |> badarg!(:not_a_tensor, :none)
     end
 
-    defp unsafe_view!(opts) do
-      unless Keyword.keyword?(opts) do
-        "options: expected a keyword list such as [unsafe_view: true], got #{TensorBlob.Raise.inspect_term(opts)}"
-        |> badarg!(:bad_option, :options)
-      end
+    defp read_only!(why) do
+      shown =
+        if why == :frozen,
+          do: "a binary made by Tensor.to_binary(t, copy: false) shows its memory, and binaries are immutable",
+          else: "it is read-only (a view of a binary's bytes, or a read-only DLPack import, or memory they share)"
 
-      case Keyword.split(opts, [:unsafe_view]) do
-        {given, []} ->
-          case Keyword.get(given, :unsafe_view, false) do
-            u when is_boolean(u) ->
-              u
-
-            other ->
-              "unsafe_view: expected a boolean, got #{TensorBlob.Raise.inspect_term(other)}"
-              |> badarg!(:bad_option, :unsafe_view)
-          end
-
-        {_, [{key, _} | _]} ->
-          "options: unknown option #{inspect(key)}; to_extorch takes unsafe_view: boolean"
-          |> badarg!(:bad_option, :options)
-      end
+      ("tensor: #{shown}; ExTorch can write any tensor it holds, so unsafe_view: true cannot hand it " <>
+         "over; without unsafe_view: true ExTorch gets a copy of its own")
+      |> badarg!(:read_only, :tensor)
     end
+
+    defp unsafe_view!([]), do: false
+
+    defp unsafe_view!(opts),
+      do: translating(do: :tensor_blob_options.check(opts, [{:unsafe_view, :boolean, false}], :keywords)).unsafe_view
 
     # Our tensor's layout, as ExTorch's from_blob takes it. ExTorch's
     # from_blob ignores the device (a CUDA pointer would become a CPU
@@ -226,13 +330,22 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     # ExTorch's own view of memory ExTorch owns: safe, its tensor is the owner.
     defp own_view(owner), do: %ExTorch.Tensor.BlobView{tensor: owner, owner: owner}
 
-    # One copy, made by ExTorch (clone of a transient view of our memory, which
-    # `t` keeps alive: it is used after the copy).
+    # One copy into memory ExTorch allocated and owns, made by the library
+    # under its SIGBUS guard (ExTorch's own copy of a region that another
+    # program shrank would kill the VM).
     defp copy_of(t, blob) do
-      start = :tensor_blob_door.start(:copy)
-      copy = ExTorch.clone(ExTorch.Tensor.Blob.from_blob(blob))
+      copy = ExTorch.empty(blob.shape, dtype: blob.dtype)
       ref = Tensor.ref(t)
-      :tensor_blob_door.copied(start, {__MODULE__, :to_extorch, 2}, :backend, :tensor_blob.data_bytes(ref), ref)
+
+      if :tensor_blob.data_bytes(ref) == 0 do
+        # No elements (ExTorch's pointer may be null): nothing to view or copy.
+        start = :tensor_blob_door.start(:copy)
+        :tensor_blob_door.copied(start, {__MODULE__, :to_extorch, 2}, :backend, 0, ref)
+      else
+        target = TensorBlob.from_blob(blob_of(copy), owner: copy)
+        translating(do: :tensor_blob_door.copy_into(Tensor.ref(target), ref, {__MODULE__, :to_extorch, 2}, :backend))
+      end
+
       copy
     end
   end

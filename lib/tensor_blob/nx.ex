@@ -109,7 +109,14 @@ if Code.ensure_loaded?(Nx) do
         unguarded: the backend does not pin our tensor, so **keep the
         tensor_blob tensor reachable as long as you use the Nx tensor**
         (dropping it and collecting makes Torchx read freed memory, or
-        crash the VM). Needs a contiguous tensor.
+        crash the VM), and its reads of a region another program shrinks
+        are not guarded. Needs a contiguous tensor.
+
+    A region is handed over only after its file was checked: one another
+    program shrank raises `TensorBlob.Error`, as `Tensor.to_binary/1` does.
+    A view of a backend's own mapping of a shared-memory file (a region
+    handed over, Torchx's `to_pointer(mode: :ipc)`) is known as region
+    memory (the kernel names the file), and keeps a region's protection.
     """
 
     # Nx gone since this file was compiled: compile it again (see above).
@@ -119,7 +126,7 @@ if Code.ensure_loaded?(Nx) do
     import TensorBlob.Raise
 
     alias TensorBlob.{Blob, BlobView, Tensor}
-    alias TensorBlob.Nx.Options
+    alias TensorBlob.Nx.{Data, Options}
 
     @sub_byte [{:u, 2}, {:u, 4}, {:s, 2}, {:s, 4}]
 
@@ -290,7 +297,8 @@ if Code.ensure_loaded?(Nx) do
 
     # The backend maps the region itself: its mapping is its own.
     defp region_handover(t, backend, type, shape) do
-      case :tensor_blob.ipc_name(Tensor.ref(t)) do
+      # ipc_name refuses a region another program shrank (the backend's reads are unguarded).
+      case translating(do: :tensor_blob.ipc_name(Tensor.ref(t))) do
         {name, size} ->
           pointer = %Nx.Pointer{kind: :ipc, handle: name, data_size: size}
 
@@ -426,7 +434,7 @@ if Code.ensure_loaded?(Nx) do
 
     # reason: :requested (copy: :always) or :backend (no view can be made).
     defp copy_of(nx, dtype, reason) do
-      bytes = Nx.to_binary(nx)
+      bytes = Data.bytes!(nx)
 
       translating(
         do: Tensor.wrap(:tensor_blob.copy_from_binary(bytes, dtype, nx.shape, {__MODULE__, :from_nx, 2}, reason))
@@ -450,26 +458,24 @@ if Code.ensure_loaded?(Nx) do
     end
 
     defp pointer_view(nx, dtype, copy, device) do
-      with :cpu <- device || host_device(nx.data),
+      with :cpu <- device || Data.host_device(nx.data),
            %Nx.Pointer{kind: :local, address: address, data_size: size}
-           when is_integer(address) and address > 0 <- local_pointer(nx) do
-        expected = Nx.byte_size(nx)
+           when is_integer(address) and address > 0 <- Data.local_pointer(nx) do
+        case Data.fit!(nx, size) do
+          :exact ->
+            %BlobView{tensor: tensor} = TensorBlob.from_blob(%{ptr: address, shape: nx.shape, dtype: dtype}, owner: nx)
+            tensor
 
-        if size in [nil, expected] do
-          %BlobView{tensor: tensor} = TensorBlob.from_blob(%{ptr: address, shape: nx.shape, dtype: dtype}, owner: nx)
-          tensor
-        else
-          # Torchx keeps {:u, 16} in 32-bit and {:u, 32} in 64-bit integers.
-          why =
-            "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
-              "not #{expected}), so no view can show them as #{inspect(nx.type)}"
+          :widened ->
+            why =
+              "it stores #{inspect(nx.type)} in #{div(size * 8, max(Nx.size(nx), 1))}-bit elements (#{size} bytes, " <>
+                "not #{Nx.byte_size(nx)}), so no view can show them as #{inspect(nx.type)}"
 
-          if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
+            if copy == :never, do: refuse_copy!(nx, why), else: copy_of(nx, dtype, :backend)
         end
       else
         {:deallocated, message} ->
-          "from_nx: the #{inspect(nx.data.__struct__)} tensor was deallocated (#{message})"
-          |> badarg!(:gone, :none)
+          Data.gone!(nx, message)
 
         {:backend_error, message} when copy == :never ->
           refuse_copy!(nx, "its to_pointer/2 raised: #{message}")
@@ -507,31 +513,6 @@ if Code.ensure_loaded?(Nx) do
       end
 
       TensorBlob.IPC.open(name, dtype, nx.shape)
-    end
-
-    # Backends whose device is known from their data: Torchx and EXLA.
-    defp host_device(%{__struct__: Torchx.Backend, ref: {device, _}}), do: device
-    defp host_device(%{__struct__: EXLA.Backend, buffer: %{client_name: :host}}), do: :cpu
-    defp host_device(_), do: :unknown
-
-    # No options: every backend defaults to a :local pointer, and EXLA 0.9
-    # validates its options (mode:) and rejects Nx 0.9's kind:. Nx 0.9
-    # backends return {:ok, pointer}; later ones the pointer, or raise.
-    defp local_pointer(nx) do
-      case Nx.to_pointer(nx) do
-        {:ok, pointer} -> pointer
-        %Nx.Pointer{} = pointer -> pointer
-        {:error, reason} -> {:backend_error, inspect(reason)}
-        _ -> nil
-      end
-    rescue
-      # Torchx raises "Tensor has been deallocated" after backend_deallocate.
-      e in [ArgumentError, RuntimeError] ->
-        message = Exception.message(e)
-        if message =~ "deallocated", do: {:deallocated, message}, else: {:backend_error, message}
-
-      e ->
-        {:backend_error, Exception.message(e)}
     end
 
     defp pointer_key do

@@ -178,7 +178,7 @@ defmodule TensorBlob.Test.Doors do
       },
       Map.put(runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true), :apps, [:nx]),
       runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
-      runtime_row(:extorch, :extorch, TensorBlob.ExTorch, {:to_extorch, :from_extorch}, :tensor, false),
+      extorch_row(),
       %{
         door: :python_module,
         tag: :python_module,
@@ -227,6 +227,23 @@ defmodule TensorBlob.Test.Doors do
         from_call
       ]
     }
+  end
+
+  # ExTorch's row, and its view: ExTorch writes what it is given a view
+  # of, so a read-only tensor is refused there.
+  defp extorch_row do
+    row = runtime_row(:extorch, :extorch, TensorBlob.ExTorch, {:to_extorch, :from_extorch}, :tensor, false)
+    debt = "TensorBlob.ExTorch names no argument for a term that is no tensor"
+
+    unsafe_view =
+      call(
+        "TensorBlob.ExTorch.to_extorch/2, unsafe_view: true",
+        fn [t] -> apply(TensorBlob.ExTorch, :to_extorch, [t, [unsafe_view: true]]) end,
+        [Map.put(tensor(), :debt, debt)],
+        true
+      )
+
+    %{row | calls: row.calls ++ [unsafe_view]}
   end
 
   # An export whose tensor (and so its region) lives as long as the VM:

@@ -31,17 +31,25 @@ if Code.ensure_loaded?(Nx) do
     defp backend?({b, o}) when is_atom(b) and b != nil and is_list(o), do: true
     defp backend?(_), do: false
 
-    # A module that can make an Nx tensor of bytes (Nx.Backend's
-    # from_binary/3), checked before any data moves: otherwise the call
-    # fails later inside Nx with an UndefinedFunctionError.
+    # A module that implements Nx.Backend, checked before any data moves:
+    # otherwise the call fails later inside Nx (an UndefinedFunctionError,
+    # a FunctionClauseError), or a module that merely has a from_binary/3
+    # (Nx itself, TensorBlob.Tensor) makes something that is no Nx tensor.
     defp backend!(module) do
-      if Code.ensure_loaded?(module) and function_exported?(module, :from_binary, 3) do
+      if Code.ensure_loaded?(module) and function_exported?(module, :from_binary, 3) and nx_backend?(module) do
         module
       else
         ("backend: #{inspect(module)} is not an Nx backend (no loaded module of that name " <>
-           "has from_binary/3); pass one such as Nx.BinaryBackend or Torchx.Backend")
-        |> badarg!(:bad_option, :backend)
+           "implements Nx.Backend); pass one such as Nx.BinaryBackend or Torchx.Backend")
+        |> badarg!(:bad_value, :backend)
       end
+    end
+
+    # It says it implements Nx.Backend, or has the two callbacks Nx calls
+    # first (init/1 when made the default, from_binary/3).
+    defp nx_backend?(module) do
+      behaviours = for {:behaviour, list} <- module.module_info(:attributes), b <- list, do: b
+      Nx.Backend in behaviours or function_exported?(module, :init, 1)
     end
 
     # from_nx/2: {copy, device, ipc}.
