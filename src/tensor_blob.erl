@@ -115,10 +115,12 @@ blob_fields(T) -> not_a_tensor(T).
 %% does); any other owner term is pinned (memory/1 says pinned). A spec that describes one of our
 %% tensors exactly (its blob, unchanged) gives that tensor back.
 %%
-%% A spec with no owner (absent, undefined or nil) raises badarg: give the term that keeps the
-%% memory alive (`#{owner => Term}' in the spec or the options), or ask for an unpinned view
-%% explicitly with `owner => none': then nothing is pinned and the caller answers for the memory
-%% (memory/1 says unpinned).
+%% A spec with no owner (absent, undefined or nil) raises badarg, offering the safe ways first:
+%% give the term that keeps the memory alive (`#{owner => Term}' in the spec or the options: the
+%% tensor or term the memory belongs to), or copy the data into a tensor of its own
+%% (from_binary/3). Last, and unsafe: `owner => none' asks for an unpinned view; nothing is pinned,
+%% the caller answers for the memory (memory/1 says unpinned), and reading the view after the
+%% memory is freed kills the VM.
 -spec from_blob(spec()) -> tensor().
 from_blob(Spec) -> tensor_blob_tensor:from_blob(Spec).
 

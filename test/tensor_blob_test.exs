@@ -167,11 +167,33 @@ defmodule TensorBlobTest do
           ] do
         error = assert_raise ArgumentError, no_owner
         assert error.message =~ ~r/^owner: /
-        # Elixir spelling of both ways out.
+        # Elixir spelling of every way out.
         assert error.message =~ "owner: term"
         assert error.message =~ "owner: :none"
         assert error.message =~ "the caller answers"
+        assert_safe_fixes_first(error.message)
       end
+    end
+
+    # The safe ways out (pin the owner, or copy) come before the unpinned
+    # view, and the unpinned view comes with what it costs.
+    defp assert_safe_fixes_first(message) do
+      {pin, _} = :binary.match(message, "owner: term")
+      {copy, _} = :binary.match(message, "from_binary")
+      {none, _} = :binary.match(message, "owner: :none")
+      assert pin < none and copy < none, message
+      assert message =~ ~r/owner: :none.*after the memory is freed kills the VM/
+    end
+
+    test "the docs of from_blob offer the owner or a copy before owner: :none, and say its cost" do
+      {:docs_v1, _, :elixir, _, _, _, docs} = Code.fetch_docs(TensorBlob)
+      [doc] = for {{:function, :from_blob, 2}, _, _, %{"en" => doc}, _} <- docs, do: doc
+
+      [owner_term, copy, none] =
+        Enum.map(["an owner term", "copy the data", "`owner: :none`"], &elem(:binary.match(doc, &1), 0))
+
+      assert owner_term < copy and copy < none
+      assert doc =~ ~r/`owner: :none`.*kills the VM/s
     end
 
     test "explicit strides view a transposed layout" do

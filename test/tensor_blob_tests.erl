@@ -548,8 +548,9 @@ memory_unpinned_test() ->
     ?assertEqual(owned, tensor_blob:memory(T)).
 
 %% Safe by default: a spec naming no owner (absent, undefined, nil) is
-%% refused with a message that says how to pin (owner => Term) and how to
-%% ask for an unpinned view (owner => none), in Erlang's spelling.
+%% refused with a message that says how to pin (owner => Term) or copy, and
+%% only then how to ask for an unpinned view (owner => none), in Erlang's
+%% spelling.
 no_owner_refused_test() ->
     T = matrix34(),
     B = tensor_blob:to_blob(T),
@@ -557,7 +558,12 @@ no_owner_refused_test() ->
     [begin
          Msg = badarg_message(Call),
          assert_names_field(<<"owner">>, [<<"owner => Term">>, <<"owner => none">>,
-                                          <<"the caller answers">>], Msg)
+                                          <<"the caller answers">>], Msg),
+         %% The safe ways out (pin, copy) first; owner => none last, with its cost.
+         [Pin, Copy, None] = [element(1, binary:match(Msg, P))
+                              || P <- [<<"owner => Term">>, <<"tensor_blob:from_binary/3">>, <<"owner => none">>]],
+         ?assert(Pin < None andalso Copy < None),
+         ?assertMatch({_, _}, binary:match(Msg, <<"after the memory is freed kills the VM">>))
      end
      || Call <- [fun() -> tensor_blob:from_blob(Spec) end,
                  fun() -> tensor_blob:from_blob(Spec, #{}) end,
