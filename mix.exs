@@ -20,8 +20,26 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
   # configuration made them (scripts/build_cache.sh).
   @impl true
   def run(args) do
-    {opts, _, _} = OptionParser.parse(args, switches: [verbose: :boolean])
+    {opts, _, _} = OptionParser.parse(args, switches: [verbose: :boolean, force: :boolean])
     verbose = opts[:verbose] || System.get_env("V") == "1" || System.get_env("TB_VERBOSE") == "1"
+    stamp = stamp_path()
+    inputs = inputs()
+
+    # Nothing that make reads has changed since it last succeeded here, and
+    # its products are in place: make would do nothing, so it is not run
+    # (it costs more than the rest of a no-op `mix compile`).
+    if !opts[:force] and File.read(stamp) == {:ok, inputs} and products?() do
+      {:noop, []}
+    else
+      build(stamp, inputs, verbose)
+    end
+  end
+
+  defp build(stamp, inputs, verbose) do
+    # A cold build takes a while before anything else is said: say what it does.
+    unless products?() do
+      Mix.shell().info("==> tensor_blob: compiling the NIF against #{libtorch()} (once; later builds are incremental)")
+    end
 
     case make(["nif", "install-docs", "APP_DIR=#{Mix.Project.app_path()}" | if(verbose, do: ["V=1"], else: [])]) do
       {output, 0} ->
@@ -31,9 +49,12 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
           true -> :ok
         end
 
+        File.mkdir_p!(Path.dirname(stamp))
+        File.write!(stamp, inputs)
         {:ok, []}
 
       {output, status} ->
+        File.rm(stamp)
         Mix.shell().error(output)
         Mix.raise("tensor_blob: building the NIF failed (make exited with #{status})")
     end
@@ -43,7 +64,85 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
   def clean do
     {_output, _status} = make(["clean-nif", "APP_DIR=#{Mix.Project.app_path()}"])
     File.rm_rf!(Path.join(Mix.Project.app_path(), "doc"))
+    File.rm(stamp_path())
     :ok
+  end
+
+  defp stamp_path, do: Path.join(Mix.Project.manifest_path(), "compile.tensor_blob_nif")
+
+  # What make's products are: the library and the reaper in the
+  # application's priv (a link to this checkout's priv for the top-level
+  # project).
+  defp products? do
+    priv = Path.join(Mix.Project.app_path(), "priv")
+    Enum.all?(["tensor_blob_nif.so", "tensor_blob_reaper"], &File.exists?(Path.join(priv, &1)))
+  end
+
+  # Everything make's result depends on, as text: the sources and headers
+  # it compiles, the Erlang sources of the doc
+  # chunks, the Makefile, the settings it reads from the environment, the
+  # Erlang runtime and the libtorch it builds against (its version header
+  # and library). Cheap to compute: a few stats, no process.
+  @env_inputs ~w(LIBTORCH_DIR TB_CUDA CUDA_HOME CC CXX OPT SANITIZE TENSOR_BLOB_CACHE TENSOR_BLOB_CACHE_DIR)
+  defp inputs do
+    files =
+      ["c_src/**/*", "priv/include/**/*", "src/*.erl", "src/*.hrl", "Makefile", "scripts/build_cache.sh"]
+      |> Enum.flat_map(&Path.wildcard(Path.join(@root, &1)))
+      |> Kernel.++(libtorch_files())
+      |> Enum.sort()
+      |> Enum.map(fn file ->
+        # The sources by their content (a time in seconds can miss an edit
+        # made within the second of a build), libtorch's files by size and time.
+        case File.stat(file) do
+          {:ok, %File.Stat{type: :regular, size: size, mtime: mtime}} ->
+            if String.starts_with?(file, @root <> "/"),
+              do: "#{file} #{Base.encode16(:erlang.md5(File.read!(file)))}",
+              else: "#{file} #{size} #{inspect(mtime)}"
+
+          _ ->
+            ""
+        end
+      end)
+
+    env = for var <- @env_inputs, do: "#{var}=#{System.get_env(var)}"
+    runtime = "erts=#{:code.root_dir()} #{:erlang.system_info(:version)} app=#{Mix.Project.app_path()}"
+    Enum.join([runtime | env] ++ files, "\n")
+  end
+
+  defp libtorch_dir do
+    case System.get_env("LIBTORCH_DIR", "") do
+      dir when dir in ["", "/usr", "/usr/"] -> nil
+      dir -> dir
+    end
+  end
+
+  defp libtorch_files do
+    case libtorch_dir() do
+      nil ->
+        ["/usr/include/torch/csrc/api/include/torch/version.h" | Path.wildcard("/usr/lib/*/libtorch.so*")]
+
+      dir ->
+        [
+          Path.join(dir, "include/torch/csrc/api/include/torch/version.h")
+          | Path.wildcard(Path.join(dir, "lib/libtorch.*"))
+        ]
+    end
+  end
+
+  # "libtorch 1.13.0 of the system", from its version header.
+  defp libtorch do
+    where = if dir = libtorch_dir(), do: "at #{dir}", else: "of the system"
+
+    version =
+      with {:ok, text} <- File.read(hd(libtorch_files())),
+           [_ | _] = parts <-
+             for(p <- ~w(MAJOR MINOR PATCH), m = Regex.run(~r/TORCH_VERSION_#{p} (\d+)/, text), do: List.last(m)) do
+        Enum.join(parts, ".")
+      else
+        _ -> "(version unknown)"
+      end
+
+    "libtorch #{version} #{where}"
   end
 
   defp make(targets) do

@@ -159,6 +159,12 @@ bench:
 	$(MAKE) nif bench-nif
 	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	NX_PATH="$$nx_path" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" MIX_ENV=prod mix run bench/bench.exs
+	$(MAKE) bench-compile
+
+# A no-op `mix compile` in a project depending on tensor_blob, against a
+# plain project's, in the same run (guides/building.md has the figure).
+bench-compile: nif
+	scripts/noop_compile_bench.sh
 
 # The whole ExUnit and EUnit suites against an -fsanitize=address,undefined
 # build, on the stock BEAM with the sanitizer runtime preloaded. +Mea min
@@ -181,4 +187,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-compile asan-test
