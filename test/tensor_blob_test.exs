@@ -392,15 +392,22 @@ defmodule TensorBlobTest do
     end
 
     test "inspect shows dtype, shape, device, memory and the first elements" do
-      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
+      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]>"
       t = t23()
       %BlobView{tensor: v} = TensorBlob.from_blob(Map.delete(TensorBlob.to_blob(t), :owner), owner: {:keep, t})
-      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
-      # Row-major order whatever the strides; a scalar; no elements.
-      assert inspect(Tensor.transpose(t23(), 0, 1)) =~ "float32[3][2] cpu owned [1.0, 4.0, ...]>"
+      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]>"
+      # Logical (row-major) order whatever the strides, nested by the
+      # shape, as Nx shows it; a scalar; no elements.
+      assert inspect(Tensor.transpose(t23(), 0, 1)) ==
+               "#TensorBlob.Tensor<float32[3][2] cpu owned [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]>"
+
+      assert inspect(Tensor.transpose(t23(), 0, 1), limit: 3) =~
+               "float32[3][2] cpu owned [[1.0, 4.0], [2.0, ...], ...]>"
+
+      assert inspect(Tensor.narrow(Tensor.transpose(t23(), 0, 1), 0, 1, 2)) =~ "[[2.0, 5.0], [3.0, 6.0]]>"
 
       assert inspect(Tensor.from_binary(<<-7::64-signed-native>>, :int64, {})) ==
-               "#TensorBlob.Tensor<int64 cpu owned [-7]>"
+               "#TensorBlob.Tensor<int64 cpu owned -7>"
 
       assert inspect(Tensor.zeros({0, 3}, :int32)) == "#TensorBlob.Tensor<int32[0][3] cpu owned []>"
       # A struct built by hand without its ref is shown, not an Inspect.Error.
@@ -417,8 +424,8 @@ defmodule TensorBlobTest do
       # would be one); :erlang.memory(:binary) is unsupported under +Mea min.
       held = fn -> :erlang.process_info(self(), :binary) |> elem(1) |> Enum.map(&elem(&1, 1)) |> Enum.sum() end
       binary_memory = held.()
-      assert inspect(big) == "#TensorBlob.Tensor<int64[4096][4096] cpu owned [0, 0, 0, 0, 0, 0, 0, 0, ...]>"
-      assert inspect(Tensor.transpose(big, 0, 1), limit: 3) =~ "[0, 0, 0, ...]>"
+      assert inspect(big) == "#TensorBlob.Tensor<int64[4096][4096] cpu owned [[0, 0, 0, 0, 0, 0, 0, 0, ...], ...]>"
+      assert inspect(Tensor.transpose(big, 0, 1), limit: 3) =~ "[[0, 0, 0, ...], ...]>"
       # No copy of the 128 MiB (the copies would still be on this process's heap).
       assert held.() - binary_memory < 1_000_000
     end
