@@ -589,9 +589,9 @@ dlpack_version(Capsule) -> ?NIF(tensor_blob_nif:dlpack_version(Capsule)).
 %% Errors: built as segments and rendered by tensor_blob_error; an error's error_info names this
 %% module, whose format_error/2 the shell calls.
 
-%% @doc The error_info callback of erl_error (the Erlang shell): an error's message, as the general
-%% explanation.
--spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
+%% @doc The error_info callback of erl_error (the Erlang shell): the error's reason, {Kind, Message},
+%% printed whole and once.
+-spec format_error(term(), erlang:stacktrace()) -> #{reason => unicode:chardata()}.
 format_error(Reason, Stack) -> tensor_blob_error:format_error(Reason, Stack).
 
 %% @doc What an error this library raised carries as data, read from its stacktrace: its reason (a

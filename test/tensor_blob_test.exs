@@ -222,6 +222,19 @@ defmodule TensorBlobTest do
   end
 
   describe "documentation" do
+    test "stats/0's docs and specs name every key it returns" do
+      keys = Enum.sort(Map.keys(TensorBlob.stats()))
+      {:docs_v1, _, :elixir, _, _, _, docs} = Code.fetch_docs(TensorBlob)
+      [doc] = for {{:function, :stats, 0}, _, _, %{"en" => doc}, _} <- docs, do: doc
+      for key <- keys, do: assert(doc =~ "`#{key}`", "TensorBlob.stats/0's doc does not name #{key}")
+      # The specs of both APIs: a map of exactly these keys.
+      for module <- [TensorBlob, :tensor_blob] do
+        {:ok, specs} = Code.Typespec.fetch_specs(module)
+        [{:type, _, :fun, [_args, {:type, _, :map, fields}]}] = for {{:stats, 0}, [spec]} <- specs, do: spec
+        assert Enum.sort(for {:type, _, :map_field_exact, [{:atom, _, k}, _]} <- fields, do: k) == keys, inspect(module)
+      end
+    end
+
     test "the Erlang API's doc chunks are installed where Mix builds the app" do
       assert {:docs_v1, _, :erlang, _, %{"en" => _}, _, docs} = Code.fetch_docs(:tensor_blob)
       assert Enum.any?(docs, &match?({{:function, :from_blob, 2}, _, _, %{"en" => _}, _}, &1))

@@ -744,7 +744,17 @@ nif_error_info_test() ->
                   <<" in ">>, {term, {whole, {2, a}}}],
                  tensor_blob_error:error_message(Reason, Stack)),
     Shown = unicode:characters_to_binary(erl_error:format_exception(error, Reason, Stack)),
-    assert_mentions(<<"*** shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>, Shown).
+    %% The shell shows the message once, whole, in the error's reason.
+    Message = <<"shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>,
+    assert_mentions(<<"{badarg,<<\"", Message/binary, "\">>}">>, Shown),
+    ?assertEqual(1, length(binary:matches(Shown, Message))),
+    %% A long one too: the shell would cut the reason short.
+    {_, Long, LongStack} = try tensor_blob:from_blob(#{ptr => 8, shape => {2}, dtype => uint8})
+                           catch error:R2:S2 -> {error, R2, S2}
+                           end,
+    {badarg, LongMessage} = Long,
+    LongShown = unicode:characters_to_binary(erl_error:format_exception(error, Long, LongStack)),
+    ?assertEqual(1, length(binary:matches(LongShown, LongMessage))).
 
 %% A huge term is printed with a limit (io_lib's chars_limit): the message
 %% stays short and ends in a well-formed elision, never cut mid-term.
