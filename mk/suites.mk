@@ -80,12 +80,20 @@ consumer-test: nif
 
 # Every code block of README.md and guides/*.md, run and checked against the
 # output it shows (scripts/docs_test.exs; the convention is in
-# ARCHITECTURE.md): one VM per file, and one PYTHON for its python blocks.
+# ARCHITECTURE.md): one VM per file, and one PYTHON interpreter (python3 -i,
+# the blocks pasted on its standard input) for its python blocks. The
+# guides that say their blocks run in a named node (iex --sname a) run a
+# second time in one (DOCS_NAMED).
 DOCS := README.md $(sort $(wildcard guides/*.md))
+DOCS_NAMED := guides/nodes.md
 docs-test: nif
 	MIX_ENV=test mix compile
 	@status=0; for f in $(DOCS); do \
 	    PYTHON=$(PYTHON) MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
+	done; \
+	for f in $(DOCS_NAMED); do \
+	    echo "docs-test $$f, in a named node:"; \
+	    PYTHON=$(PYTHON) MIX_ENV=test elixir --sname tb_docs_$$$$ -S mix run --no-compile scripts/docs_test.exs $$f || status=1; \
 	done; exit $$status
 
 # Source checks: the include layers of c_src, no test of a term that
