@@ -242,45 +242,52 @@ defmodule TensorBlob.MixProject do
 
   def application, do: [extra_applications: []]
 
-  # Nx is an optional dependency, declared only when tensor_blob is built as
-  # someone's dependency: then Mix builds Nx first and keeps it on the code
-  # path while compiling tensor_blob (Elixir 1.15+ prunes the paths of what
-  # a dependency does not declare), and recompiles tensor_blob when Nx
-  # comes or goes, so TensorBlob.Nx exists exactly when the consumer has Nx.
+  # Nx, Pythonx and ExTorch are optional dependencies (TensorBlob.Nx,
+  # TensorBlob.Python and TensorBlob.ExTorch are compiled when each is
+  # there), declared only when tensor_blob is built as someone's dependency:
+  # then Mix builds them first and keeps them on the code path while
+  # compiling tensor_blob (Elixir 1.15+ prunes the paths of what a
+  # dependency does not declare), and recompiles tensor_blob when one comes
+  # or goes, so each module exists exactly when the consumer has its library.
   # As the top-level project (its own build and tests) there is no
-  # dependency at all: nothing needs Hex, and NX_PATH gives Nx to the tests.
+  # dependency at all: nothing needs Hex, and NX_PATH (PYTHONX_PATH) gives
+  # them to the tests.
   #
   # A Hex requirement needs Hex even where the consumer overrides it (Mix
   # looks for an SCM for every child dependency), so: where the consumer
-  # itself lists nx from a path or git, the same source is declared (the two
-  # converge, no `override:` needed); otherwise, with Hex, `>= 0.9.0`;
-  # without Hex and without nx in the consumer, nothing.
-  @nx_requirement ">= 0.9.0"
-  @nx_source_opts [:path, :git, :github, :ref, :branch, :tag, :sparse, :subdir, :submodules, :depth]
+  # itself lists one from a path or git, the same source is declared (the
+  # two converge, no `override:` needed); otherwise, with Hex, the
+  # requirement below; without Hex and without it in the consumer, nothing.
+  @optional_deps [nx: ">= 0.9.0", pythonx: ">= 0.4.0", extorch: ">= 0.4.0"]
+  @source_opts [:path, :git, :github, :ref, :branch, :tag, :sparse, :subdir, :submodules, :depth]
 
   defp deps do
     # While Mix loads a dependency's mix.exs, the project on the stack is
     # the one that depends on it; for the top-level project there is none.
     if Mix.Project.get() do
-      case consumer_nx_source() do
-        [_ | _] = source -> [{:nx, source ++ [optional: true]}]
-        _ -> if Code.ensure_loaded?(Hex), do: [{:nx, @nx_requirement, optional: true}], else: []
-      end
+      for {app, requirement} <- @optional_deps, dep = optional_dep(app, requirement), do: dep
     else
       []
     end
   end
 
-  # How the consuming project lists nx: its path or git options, or nil.
-  defp consumer_nx_source do
+  defp optional_dep(app, requirement) do
+    case consumer_source(app) do
+      [_ | _] = source -> {app, source ++ [optional: true]}
+      _ -> if Code.ensure_loaded?(Hex), do: {app, requirement, optional: true}
+    end
+  end
+
+  # How the consuming project lists app: its path or git options, or nil.
+  defp consumer_source(app) do
     opts =
       Enum.find_value(Mix.Project.config()[:deps] || [], fn
-        {:nx, opts} when is_list(opts) -> opts
-        {:nx, _requirement, opts} when is_list(opts) -> opts
+        {^app, opts} when is_list(opts) -> opts
+        {^app, _requirement, opts} when is_list(opts) -> opts
         _ -> nil
       end)
 
-    case Keyword.take(opts || [], @nx_source_opts) do
+    case Keyword.take(opts || [], @source_opts) do
       [] ->
         nil
 
