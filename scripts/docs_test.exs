@@ -17,14 +17,25 @@
 #                    made what it opens), parsed only elsewhere
 #   ```elixir telemetry  run where the telemetry library is on the code
 #                    path, parsed only elsewhere
+#   ```elixir quickstart  run, then saved as quick_start.exs in a fresh Mix
+#                    project (as ```sh mix) and run with `mix run
+#                    quick_start.exs`, which must print every value the
+#                    block shows (each `# =>` with no `_` in it)
+#   ```elixir terminal-a (terminal-b) a recipe for two terminals: a's
+#                    blocks in a node named a, b's in a node named b, two
+#                    VMs of their own (this script, --terminal) against an
+#                    epmd of the run's own; b's start once a's wait
 #   ```elixir norun  (or erlang norun) parsed only: a snippet that is not a
 #                    program (a mix.exs deps list, rebar.config)
 #   ```c             compiled (-fsyntax-only) against priv/include
-#   ```python        run here, in order with the file's other blocks, in
-#                    one Python process per file (scripts/docs_test.py:
-#                    the blocks share their names, as one Python session),
-#                    with the library's priv/python on PYTHONPATH; PYTHON
-#                    names the interpreter (default python3)
+#   ```python        pasted, in order with the file's other blocks, into
+#                    one interactive interpreter per file (python3 -q -i,
+#                    the block written to its standard input, with
+#                    scripts/docs_test.py as its start-up script: the
+#                    blocks share their names, as one Python session, and
+#                    a block that does not paste fails), with the
+#                    library's priv/python on PYTHONPATH; PYTHON names the
+#                    interpreter (default python3)
 #   ```python torch  (or python cuda) run where torch imports (a GPU is
 #                    there), parsed only elsewhere; python norun: parsed only
 #   ```sh mix        run with bash in a scratch Mix project of its own (one
