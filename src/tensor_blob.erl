@@ -115,12 +115,10 @@ blob_fields(T) -> not_a_tensor(T).
 %% does); any other owner term is pinned (memory/1 says pinned). A spec that describes one of our
 %% tensors exactly (its blob, unchanged) gives that tensor back.
 %%
-%% A spec with no owner (absent, undefined or nil) raises badarg, offering the safe ways first:
-%% give the term that keeps the memory alive (`#{owner => Term}' in the spec or the options: the
-%% tensor or term the memory belongs to), or copy the data into a tensor of its own
-%% (from_binary/3). Last, and unsafe: `owner => none' asks for an unpinned view; nothing is pinned,
-%% the caller answers for the memory (memory/1 says unpinned), and reading the view after the
-%% memory is freed kills the VM.
+%% A spec with no owner (absent, undefined or nil) raises badarg, offering the safe ways first: the
+%% term the memory belongs to (`#{owner => Term}' in the spec or the options), or a copy
+%% (from_binary/3). Last, and unsafe: `owner => none', an unpinned view the caller answers for
+%% (memory/1 says unpinned): reading it after the memory is freed kills the VM.
 -spec from_blob(spec()) -> tensor().
 from_blob(Spec) -> tensor_blob_tensor:from_blob(Spec).
 
@@ -589,8 +587,7 @@ dlpack_version(Capsule) -> ?NIF(tensor_blob_nif:dlpack_version(Capsule)).
 %% Errors: built as segments and rendered by tensor_blob_error; an error's error_info names this
 %% module, whose format_error/2 the shell calls.
 
-%% @doc The error_info callback of erl_error (the Erlang shell): the error's reason, {Kind, Message},
-%% printed whole and once.
+%% @doc erl_error's error_info callback (the shell): the reason {Kind, Message}, whole and once.
 -spec format_error(term(), erlang:stacktrace()) -> #{reason => unicode:chardata()}.
 format_error(Reason, Stack) -> tensor_blob_error:format_error(Reason, Stack).
 

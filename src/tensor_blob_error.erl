@@ -273,7 +273,8 @@ more_text(_Shown, true, Separator) -> [Separator, "..."].
 %% shell prints the reason cut short, then a general explanation again).
 -spec format_error(term(), erlang:stacktrace()) -> #{reason => unicode:chardata()}.
 format_error({Kind, Message}, _Stack) when is_atom(Kind), is_binary(Message) ->
-    #{reason => io_lib:format("{~w,~p}", [Kind, Message])};
+    Shown = io_lib:format("{~w,~p}", [Kind, Message]),
+    #{reason => Shown};
 format_error(_Reason, _Stack) ->
     #{}.
 
