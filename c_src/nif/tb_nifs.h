@@ -25,7 +25,7 @@
     /* the library itself (nif/tb_nif.c) */                                                                            \
     X(load_failures, 0, tb_nif_load_failures, 0) /* -> [{Name, Code, Message}]: why a load can fail */                 \
     X(nx_type, 1, tb_nif_nx_type, 0)             /* (Dtype) -> {Kind, Bits} | nil */                                   \
-    X(stats, 0, tb_nif_stats, 0)                 /* -> #{tensors, pins, capsules, binaries, deferred} */                         \
+    X(stats, 0, tb_nif_stats, 0)                 /* -> #{tensors, pins, capsules, binaries, deferred} */               \
     X(torch_version, 0, tb_nif_torch_version, 0) /* -> the linked libtorch's version */                                \
     X(dtypes, 0, tb_nif_dtypes, 0)               /* -> the canonical dtypes the linked libtorch holds */               \
     X(tables, 0, tb_nif_tables, 0)               /* -> #{dtypes => [#{name, ...}], devices, storage, reasons} */       \
