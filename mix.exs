@@ -37,7 +37,7 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
 
   defp build(stamp, inputs, verbose) do
     # A cold build takes a while before anything else is said: say what it does.
-    unless products?() do
+    unless File.exists?(built_library()) do
       Mix.shell().info("==> tensor_blob: compiling the NIF against #{libtorch()} (once; later builds are incremental)")
     end
 
@@ -70,12 +70,37 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
 
   defp stamp_path, do: Path.join(Mix.Project.manifest_path(), "compile.tensor_blob_nif")
 
-  # What make's products are: the library and the reaper in the
-  # application's priv (a link to this checkout's priv for the top-level
-  # project).
+  # make's products are in place: the library and the reaper in the
+  # application's priv (for the top-level project a link to this checkout's
+  # priv). As a dependency they are copies of what make built in obj/:
+  # Mix copies the checkout's priv over the application's before each
+  # compile, and a checkout built on its own holds a library of its own
+  # build there, which must not stand in for this one (make copies the
+  # right one back).
   defp products? do
-    priv = Path.join(Mix.Project.app_path(), "priv")
-    Enum.all?(["tensor_blob_nif.so", "tensor_blob_reaper"], &File.exists?(Path.join(priv, &1)))
+    app = Mix.Project.app_path()
+    priv = Path.join(app, "priv")
+    names = ["tensor_blob_nif.so", "tensor_blob_reaper"]
+
+    if top_level?() do
+      Enum.all?(names, &File.exists?(Path.join(priv, &1)))
+    else
+      Enum.all?(
+        names,
+        &(File.read(Path.join(priv, &1)) == File.read(Path.join([app, "obj", &1])) and File.exists?(Path.join(priv, &1)))
+      )
+    end
+  end
+
+  # Built as the top-level project (in this checkout's _build), as make
+  # tells them apart.
+  defp top_level?, do: String.starts_with?(Mix.Project.app_path() <> "/", Path.join(@root, "_build") <> "/")
+
+  # Where make links the library (Makefile's NIF).
+  defp built_library do
+    if top_level?(),
+      do: Path.join(@root, "priv/tensor_blob_nif.so"),
+      else: Path.join([Mix.Project.app_path(), "obj", "tensor_blob_nif.so"])
   end
 
   # Everything make's result depends on, as text: the sources and headers
