@@ -20,8 +20,26 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
   # configuration made them (scripts/build_cache.sh).
   @impl true
   def run(args) do
-    {opts, _, _} = OptionParser.parse(args, switches: [verbose: :boolean])
+    {opts, _, _} = OptionParser.parse(args, switches: [verbose: :boolean, force: :boolean])
     verbose = opts[:verbose] || System.get_env("V") == "1" || System.get_env("TB_VERBOSE") == "1"
+    stamp = stamp_path()
+    inputs = inputs()
+
+    # Nothing that make reads has changed since it last succeeded here, and
+    # its products are in place: make would do nothing, so it is not run
+    # (it costs more than the rest of a no-op `mix compile`).
+    if !opts[:force] and File.read(stamp) == {:ok, inputs} and products?() do
+      {:noop, []}
+    else
+      build(stamp, inputs, verbose)
+    end
+  end
+
+  defp build(stamp, inputs, verbose) do
+    # A cold build takes a while before anything else is said: say what it does.
+    unless File.exists?(built_library()) do
+      Mix.shell().info("==> tensor_blob: compiling the NIF against #{libtorch()} (once; later builds are incremental)")
+    end
 
     case make(["nif", "install-docs", "APP_DIR=#{Mix.Project.app_path()}" | if(verbose, do: ["V=1"], else: [])]) do
       {output, 0} ->
@@ -31,9 +49,12 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
           true -> :ok
         end
 
+        File.mkdir_p!(Path.dirname(stamp))
+        File.write!(stamp, inputs)
         {:ok, []}
 
       {output, status} ->
+        File.rm(stamp)
         Mix.shell().error(output)
         Mix.raise("tensor_blob: building the NIF failed (make exited with #{status})")
     end
@@ -43,7 +64,110 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
   def clean do
     {_output, _status} = make(["clean-nif", "APP_DIR=#{Mix.Project.app_path()}"])
     File.rm_rf!(Path.join(Mix.Project.app_path(), "doc"))
+    File.rm(stamp_path())
     :ok
+  end
+
+  defp stamp_path, do: Path.join(Mix.Project.manifest_path(), "compile.tensor_blob_nif")
+
+  # make's products are in place: the library and the reaper in the
+  # application's priv (for the top-level project a link to this checkout's
+  # priv). As a dependency they are copies of what make built in obj/:
+  # Mix copies the checkout's priv over the application's before each
+  # compile, and a checkout built on its own holds a library of its own
+  # build there, which must not stand in for this one (make copies the
+  # right one back).
+  defp products? do
+    app = Mix.Project.app_path()
+    priv = Path.join(app, "priv")
+    names = ["tensor_blob_nif.so", "tensor_blob_reaper"]
+
+    if top_level?() do
+      Enum.all?(names, &File.exists?(Path.join(priv, &1)))
+    else
+      Enum.all?(
+        names,
+        &(File.read(Path.join(priv, &1)) == File.read(Path.join([app, "obj", &1])) and File.exists?(Path.join(priv, &1)))
+      )
+    end
+  end
+
+  # Built as the top-level project (in this checkout's _build), as make
+  # tells them apart.
+  defp top_level?, do: String.starts_with?(Mix.Project.app_path() <> "/", Path.join(@root, "_build") <> "/")
+
+  # Where make links the library (Makefile's NIF).
+  defp built_library do
+    if top_level?(),
+      do: Path.join(@root, "priv/tensor_blob_nif.so"),
+      else: Path.join([Mix.Project.app_path(), "obj", "tensor_blob_nif.so"])
+  end
+
+  # Everything make's result depends on, as text: the sources and headers
+  # it compiles, the Erlang sources of the doc
+  # chunks, the Makefile, the settings it reads from the environment, the
+  # Erlang runtime and the libtorch it builds against (its version header
+  # and library). Cheap to compute: a few stats, no process.
+  @env_inputs ~w(LIBTORCH_DIR TB_CUDA CUDA_HOME CC CXX OPT SANITIZE TENSOR_BLOB_CACHE TENSOR_BLOB_CACHE_DIR)
+  defp inputs do
+    files =
+      ["c_src/**/*", "priv/include/**/*", "src/*.erl", "src/*.hrl", "Makefile", "scripts/build_cache.sh"]
+      |> Enum.flat_map(&Path.wildcard(Path.join(@root, &1)))
+      |> Kernel.++(libtorch_files())
+      |> Enum.sort()
+      |> Enum.map(fn file ->
+        # The sources by their content (a time in seconds can miss an edit
+        # made within the second of a build), libtorch's files by size and time.
+        case File.stat(file) do
+          {:ok, %File.Stat{type: :regular, size: size, mtime: mtime}} ->
+            if String.starts_with?(file, @root <> "/"),
+              do: "#{file} #{Base.encode16(:erlang.md5(File.read!(file)))}",
+              else: "#{file} #{size} #{inspect(mtime)}"
+
+          _ ->
+            ""
+        end
+      end)
+
+    env = for var <- @env_inputs, do: "#{var}=#{System.get_env(var)}"
+    runtime = "erts=#{:code.root_dir()} #{:erlang.system_info(:version)} app=#{Mix.Project.app_path()}"
+    Enum.join([runtime | env] ++ files, "\n")
+  end
+
+  defp libtorch_dir do
+    case System.get_env("LIBTORCH_DIR", "") do
+      dir when dir in ["", "/usr", "/usr/"] -> nil
+      dir -> dir
+    end
+  end
+
+  defp libtorch_files do
+    case libtorch_dir() do
+      nil ->
+        ["/usr/include/torch/csrc/api/include/torch/version.h" | Path.wildcard("/usr/lib/*/libtorch.so*")]
+
+      dir ->
+        [
+          Path.join(dir, "include/torch/csrc/api/include/torch/version.h")
+          | Path.wildcard(Path.join(dir, "lib/libtorch.*"))
+        ]
+    end
+  end
+
+  # "libtorch 1.13.0 of the system", from its version header.
+  defp libtorch do
+    where = if dir = libtorch_dir(), do: "at #{dir}", else: "of the system"
+
+    version =
+      with {:ok, text} <- File.read(hd(libtorch_files())),
+           [_ | _] = parts <-
+             for(p <- ~w(MAJOR MINOR PATCH), m = Regex.run(~r/TORCH_VERSION_#{p} (\d+)/, text), do: List.last(m)) do
+        Enum.join(parts, ".")
+      else
+        _ -> "(version unknown)"
+      end
+
+    "libtorch #{version} #{where}"
   end
 
   defp make(targets) do
@@ -143,45 +267,52 @@ defmodule TensorBlob.MixProject do
 
   def application, do: [extra_applications: []]
 
-  # Nx is an optional dependency, declared only when tensor_blob is built as
-  # someone's dependency: then Mix builds Nx first and keeps it on the code
-  # path while compiling tensor_blob (Elixir 1.15+ prunes the paths of what
-  # a dependency does not declare), and recompiles tensor_blob when Nx
-  # comes or goes, so TensorBlob.Nx exists exactly when the consumer has Nx.
+  # Nx, Pythonx and ExTorch are optional dependencies (TensorBlob.Nx,
+  # TensorBlob.Python and TensorBlob.ExTorch are compiled when each is
+  # there), declared only when tensor_blob is built as someone's dependency:
+  # then Mix builds them first and keeps them on the code path while
+  # compiling tensor_blob (Elixir 1.15+ prunes the paths of what a
+  # dependency does not declare), and recompiles tensor_blob when one comes
+  # or goes, so each module exists exactly when the consumer has its library.
   # As the top-level project (its own build and tests) there is no
-  # dependency at all: nothing needs Hex, and NX_PATH gives Nx to the tests.
+  # dependency at all: nothing needs Hex, and NX_PATH (PYTHONX_PATH) gives
+  # them to the tests.
   #
   # A Hex requirement needs Hex even where the consumer overrides it (Mix
   # looks for an SCM for every child dependency), so: where the consumer
-  # itself lists nx from a path or git, the same source is declared (the two
-  # converge, no `override:` needed); otherwise, with Hex, `>= 0.9.0`;
-  # without Hex and without nx in the consumer, nothing.
-  @nx_requirement ">= 0.9.0"
-  @nx_source_opts [:path, :git, :github, :ref, :branch, :tag, :sparse, :subdir, :submodules, :depth]
+  # itself lists one from a path or git, the same source is declared (the
+  # two converge, no `override:` needed); otherwise, with Hex, the
+  # requirement below; without Hex and without it in the consumer, nothing.
+  @optional_deps [nx: ">= 0.9.0", pythonx: ">= 0.4.0", extorch: ">= 0.4.0"]
+  @source_opts [:path, :git, :github, :ref, :branch, :tag, :sparse, :subdir, :submodules, :depth]
 
   defp deps do
     # While Mix loads a dependency's mix.exs, the project on the stack is
     # the one that depends on it; for the top-level project there is none.
     if Mix.Project.get() do
-      case consumer_nx_source() do
-        [_ | _] = source -> [{:nx, source ++ [optional: true]}]
-        _ -> if Code.ensure_loaded?(Hex), do: [{:nx, @nx_requirement, optional: true}], else: []
-      end
+      for {app, requirement} <- @optional_deps, dep = optional_dep(app, requirement), do: dep
     else
       []
     end
   end
 
-  # How the consuming project lists nx: its path or git options, or nil.
-  defp consumer_nx_source do
+  defp optional_dep(app, requirement) do
+    case consumer_source(app) do
+      [_ | _] = source -> {app, source ++ [optional: true]}
+      _ -> if Code.ensure_loaded?(Hex), do: {app, requirement, optional: true}
+    end
+  end
+
+  # How the consuming project lists app: its path or git options, or nil.
+  defp consumer_source(app) do
     opts =
       Enum.find_value(Mix.Project.config()[:deps] || [], fn
-        {:nx, opts} when is_list(opts) -> opts
-        {:nx, _requirement, opts} when is_list(opts) -> opts
+        {^app, opts} when is_list(opts) -> opts
+        {^app, _requirement, opts} when is_list(opts) -> opts
         _ -> nil
       end)
 
-    case Keyword.take(opts || [], @nx_source_opts) do
+    case Keyword.take(opts || [], @source_opts) do
       [] ->
         nil
 

@@ -88,14 +88,18 @@ defmodule TensorBlob do
   `:owner` (a `%Blob{}` from `to_blob/1` names its tensor) or from the
   `owner:` option, which takes precedence:
 
-    * an owner term: the owner is kept alive until the last tensor using
-      the memory is freed (one of our tensors by sharing its storage, any
-      other term by a pin).
-    * `owner: :none`: an unpinned view; nothing is kept alive and **the
-      caller answers for the memory** (its inspect shows `unpinned` and the
-      address, not the values).
-    * no owner at all (or `nil`): raises `ArgumentError`, which says how to
-      pin.
+    * an owner term (the safe choice): the tensor or struct the memory
+      belongs to. It is kept alive until the last tensor using the memory
+      is freed (one of our tensors by sharing its storage, any other term
+      by a pin).
+    * or no view at all: copy the data into a tensor of its own
+      (`TensorBlob.Tensor.from_binary/3`), which owns its memory.
+    * `owner: :none`, last and unsafe: an unpinned view; nothing is kept
+      alive and **the caller answers for the memory**: reading the view
+      after the memory is freed kills the VM (its inspect shows `unpinned`
+      and the address, not the values).
+    * no owner at all (or `nil`): raises `ArgumentError`, which offers the
+      same choices in this order.
 
   The result is always a `%BlobView{tensor, owner}` (`owner` is `:none` for
   an unpinned view). Every function that takes a tensor takes it as it is
@@ -130,7 +134,7 @@ defmodule TensorBlob do
       iex> TensorBlob.Tensor.to_binary(unpinned)
       <<1, 2>>
       iex> TensorBlob.from_blob(%{ptr: blob.ptr, shape: {2}, dtype: :uint8})
-      ** (ArgumentError) owner: the spec names no owner. To pin the term that keeps the memory alive, pass owner: term; to ask for an unpinned view, for which the caller answers, pass owner: :none
+      ** (ArgumentError) owner: the spec names no owner. Pass the term that keeps the memory alive, owner: term (the tensor or struct the memory belongs to; a blob from to_blob/1 names its tensor already), or copy the data into a tensor of its own (TensorBlob.Tensor.from_binary/3). Last, and unsafe: owner: :none gives an unpinned view for which the caller answers: nothing keeps the memory alive, and reading the view after the memory is freed kills the VM
   """
   @spec from_blob(Blob.t() | map(), owner: term()) :: BlobView.t()
   def from_blob(spec, opts \\ [])

@@ -90,12 +90,20 @@ consumer-test: nif
 
 # Every code block of README.md and guides/*.md, run and checked against the
 # output it shows (scripts/docs_test.exs; the convention is in
-# ARCHITECTURE.md): one VM per file, and one PYTHON for its python blocks.
+# ARCHITECTURE.md): one VM per file, and one PYTHON interpreter (python3 -i,
+# the blocks pasted on its standard input) for its python blocks. The
+# guides that say their blocks run in a named node (iex --sname a) run a
+# second time in one (DOCS_NAMED).
 DOCS := README.md $(sort $(wildcard guides/*.md))
+DOCS_NAMED := guides/nodes.md
 docs-test: nif
 	MIX_ENV=test mix compile
 	@status=0; for f in $(DOCS); do \
 	    PYTHON=$(PYTHON) MIX_ENV=test mix run --no-compile scripts/docs_test.exs $$f || status=1; \
+	done; \
+	for f in $(DOCS_NAMED); do \
+	    echo "docs-test $$f, in a named node:"; \
+	    PYTHON=$(PYTHON) MIX_ENV=test elixir --sname tb_docs_$$$$ -S mix run --no-compile scripts/docs_test.exs $$f || status=1; \
 	done; exit $$status
 
 # Source checks: the include layers of c_src, no test of a term that
@@ -170,6 +178,12 @@ bench:
 	$(MAKE) nif bench-nif
 	nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh)"; \
 	NX_PATH="$$nx_path" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" MIX_ENV=prod mix run bench/bench.exs
+	$(MAKE) bench-compile
+
+# A no-op `mix compile` in a project depending on tensor_blob, against a
+# plain project's, in the same run (guides/building.md has the figure).
+bench-compile: nif
+	scripts/noop_compile_bench.sh
 
 # Files both ways with the safetensors reference implementation (python3
 # with safetensors and torch: the Debian 13 root has them); fails where the
@@ -213,4 +227,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-safetensors safetensors-compat-test asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-compile bench-safetensors safetensors-compat-test asan-test

@@ -17,14 +17,25 @@
 #                    made what it opens), parsed only elsewhere
 #   ```elixir telemetry  run where the telemetry library is on the code
 #                    path, parsed only elsewhere
+#   ```elixir quickstart  run, then saved as quick_start.exs in a fresh Mix
+#                    project (as ```sh mix) and run with `mix run
+#                    quick_start.exs`, which must print every value the
+#                    block shows (each `# =>` with no `_` in it)
+#   ```elixir terminal-a (terminal-b) a recipe for two terminals: a's
+#                    blocks in a node named a, b's in a node named b, two
+#                    VMs of their own (this script, --terminal) against an
+#                    epmd of the run's own; b's start once a's wait
 #   ```elixir norun  (or erlang norun) parsed only: a snippet that is not a
 #                    program (a mix.exs deps list, rebar.config)
 #   ```c             compiled (-fsyntax-only) against priv/include
-#   ```python        run here, in order with the file's other blocks, in
-#                    one Python process per file (scripts/docs_test.py:
-#                    the blocks share their names, as one Python session),
-#                    with the library's priv/python on PYTHONPATH; PYTHON
-#                    names the interpreter (default python3)
+#   ```python        pasted, in order with the file's other blocks, into
+#                    one interactive interpreter per file (python3 -q -i,
+#                    the block written to its standard input, with
+#                    scripts/docs_test.py as its start-up script: the
+#                    blocks share their names, as one Python session, and
+#                    a block that does not paste fails), with the
+#                    library's priv/python on PYTHONPATH; PYTHON names the
+#                    interpreter (default python3)
 #   ```python torch  (or python cuda) run where torch imports (a GPU is
 #                    there), parsed only elsewhere; python norun: parsed only
 #   ```sh mix        run with bash in a scratch Mix project of its own (one
@@ -64,6 +75,8 @@ defmodule DocsTest do
 
   @python_runner Path.expand("docs_test.py", __DIR__)
 
+  def main(["--terminal", which, file]), do: terminal(which, file)
+
   def main([file]) do
     tmp = Path.join(System.tmp_dir!(), "tb_docs_#{System.unique_integer([:positive])}")
     File.mkdir_p!(tmp)
@@ -81,7 +94,7 @@ defmodule DocsTest do
     )
 
     # Python drops what its blocks hold while this VM still holds its side.
-    if Process.get(:docs_python), do: python_request("quit", 0, nil, "")
+    python_quit()
     File.rm_rf!(tmp)
 
     if failures != [] do
@@ -147,10 +160,22 @@ defmodule DocsTest do
 
     {elixir_results, state} =
       Enum.map_reduce(blocks, {[], env}, fn
+        {line, "elixir", ["terminal-" <> _ | _], body}, state ->
+          {{:terminal, line, body}, state}
+
         {line, "elixir", tags, body}, {binding, env} ->
-          case decide.(tags) do
-            :parse -> {parse_elixir(line, body), {binding, env}}
-            :run -> run_elixir(line, body, binding, env)
+          case {decide.(tags), "quickstart" in tags} do
+            {:parse, _} ->
+              {parse_elixir(line, body), {binding, env}}
+
+            {:run, false} ->
+              run_elixir(line, body, binding, env)
+
+            {:run, true} ->
+              case run_elixir(line, body, binding, env) do
+                {{:ran, _}, state} -> {run_quick_start(line, body), state}
+                failed -> failed
+              end
           end
 
         {line, "erlang", tags, body}, state ->
@@ -185,11 +210,142 @@ defmodule DocsTest do
     erlang = for {:erlang, line, how, body} <- elixir_results, do: {line, how, body}
     erlang_results = if erlang == [], do: [], else: run_erlang(erlang)
 
+    terminals = for {:terminal, line, _} <- elixir_results, do: line
+    terminal_results = if terminals == [], do: [], else: run_terminals(file, terminals)
+
     Enum.flat_map(elixir_results, fn
       {:erlang, _, _, _} -> []
+      {:terminal, _, _} -> []
       {:text} -> [{:text}]
       result -> [result]
-    end) ++ erlang_results
+    end) ++ erlang_results ++ terminal_results
+  end
+
+  # ```elixir terminal-a and terminal-b: a recipe for two terminals, each
+  # an `iex --sname a -S mix` (or b) in a project depending on tensor_blob.
+  # Run here in two nodes named a and b, each a VM of its own running its
+  # blocks (this script, --terminal), against an epmd of the run's own
+  # (a port of its own: no clash with anyone's a or b). b starts its blocks
+  # once a's are waiting for a message, as the guide says to start a first.
+  defp run_terminals(file, [line | _]) do
+    port = 20_000 + rem(System.unique_integer([:positive]) + String.to_integer(System.pid()), 40_000)
+    dir = Path.join(System.tmp_dir!(), "tb_docs_terminals_#{System.unique_integer([:positive])}")
+    File.mkdir_p!(dir)
+    env = [{~c"ERL_EPMD_PORT", ~c"#{port}"}, {~c"TB_DOCS_TERMINALS", String.to_charlist(dir)}]
+    a = start_terminal("a", file, env)
+    b = start_terminal("b", file, env)
+    # a ends once b has asked (or fails); b then has its answer.
+    {status_a, out_a} = await_terminal(a, 600_000)
+    {status_b, out_b} = await_terminal(b, if(status_a == 0, do: 120_000, else: 0))
+    System.cmd("epmd", ["-port", Integer.to_string(port), "-kill"], stderr_to_stdout: true)
+    File.rm_rf!(dir)
+
+    # Each says how many blocks it ran as its last line: a node stopped
+    # from outside also exits with 0.
+    if status_a == 0 and status_b == 0 and out_a =~ "terminal a: ran" and out_b =~ "terminal b: ran",
+      do: [{:ran, line}],
+      else: [
+        {:fail, line, "the two terminals failed:\nnode a (#{status_a}):\n#{out_a}\nnode b (#{status_b}):\n#{out_b}"}
+      ]
+  end
+
+  defp start_terminal(name, file, env) do
+    args = ["--sname", name, "-S", "mix", "run", "--no-compile", __ENV__.file, "--terminal", name, file]
+
+    Port.open({:spawn_executable, System.find_executable("elixir")}, [
+      :binary,
+      :exit_status,
+      :stderr_to_stdout,
+      args: args,
+      env: env
+    ])
+  end
+
+  # {exit status, output}; one still running after timeout ms is killed.
+  defp await_terminal(port, timeout, acc \\ "") do
+    receive do
+      {^port, {:data, data}} -> await_terminal(port, timeout, acc <> data)
+      {^port, {:exit_status, status}} -> {status, acc}
+    after
+      timeout ->
+        {:os_pid, pid} = Port.info(port, :os_pid)
+        System.cmd("kill", ["-9", Integer.to_string(pid)])
+        {:killed, acc <> "\n(killed: still running)"}
+    end
+  end
+
+  # One terminal's blocks, in a node named a or b.
+  def terminal(which, file) do
+    blocks = for {line, "elixir", ["terminal-" <> ^which | _], body} <- blocks(File.read!(file)), do: {line, body}
+    dir = System.fetch_env!("TB_DOCS_TERMINALS")
+    [_, host] = String.split(Atom.to_string(node()), "@")
+
+    case which do
+      "a" -> File.write!(Path.join(dir, "a.pid"), :erlang.term_to_binary(self()))
+      "b" -> wait_for_terminal_a(:"a@#{host}", Path.join(dir, "a.pid"), 1200)
+    end
+
+    env = Code.env_for_eval(file: file)
+
+    {failures, _} =
+      Enum.reduce(blocks, {[], {[], env}}, fn {line, body}, {failures, state} ->
+        {binding, env} = state
+
+        case run_elixir(line, body, binding, env) do
+          {{:ran, _}, state} -> {failures, state}
+          {{:fail, at, msg}, state} -> {["#{file}:#{at}: terminal #{which}: #{msg}" | failures], state}
+        end
+      end)
+
+    Enum.each(Enum.reverse(failures), &IO.puts(:stderr, &1))
+    if failures == [], do: IO.puts("terminal #{which}: ran #{length(blocks)} blocks")
+    System.halt(if failures == [], do: 0, else: 1)
+  end
+
+  # Until a's blocks wait for a message (a named process of a's, waiting),
+  # checked every 100 ms, for at most tries times.
+  defp wait_for_terminal_a(_a, _pid_file, 0), do: raise("terminal a did not get to wait for a message")
+
+  defp wait_for_terminal_a(a, pid_file, tries) do
+    ready =
+      with true <- Node.connect(a),
+           {:ok, bin} <- File.read(pid_file),
+           pid = :erlang.binary_to_term(bin),
+           [status: :waiting] <- :erpc.call(a, Process, :info, [pid, [:status]]),
+           {:registered_name, name} when is_atom(name) <- :erpc.call(a, Process, :info, [pid, :registered_name]) do
+        true
+      else
+        _ -> false
+      end
+
+    unless ready do
+      Process.sleep(100)
+      wait_for_terminal_a(a, pid_file, tries - 1)
+    end
+  end
+
+  # ```elixir quickstart: also run as a user runs it, `mix run
+  # quick_start.exs` in a fresh Mix project depending on this checkout; it
+  # must print every value the block shows (each `# =>` that is not a
+  # pattern with `_` in it appears in what it printed, as inspect prints it).
+  defp run_quick_start(line, body) do
+    code = Enum.map_join(body, "\n", &elem(&1, 1))
+    shown = for {_, _, {:value, text}} <- chunks(body, "#"), not String.contains?(text, "_"), do: text
+
+    in_mix_project(
+      line,
+      fn project ->
+        File.write!(Path.join(project, "quick_start.exs"), code)
+        "mix run quick_start.exs"
+      end,
+      fn out ->
+        case Enum.reject(shown, &String.contains?(squash(out), squash(&1))) do
+          [] when out != "" -> :ok
+          [] -> {:fail, "mix run quick_start.exs printed nothing"}
+          missing -> {:fail, "mix run quick_start.exs did not print #{Enum.join(missing, "; ")}:\n#{out}"}
+        end
+      end
+    )
   end
 
   # Chunks: [{first_line, code, expectation}], expectation nil,
@@ -374,7 +530,11 @@ defmodule DocsTest do
     end)
   end
 
-  # Python: one process per file, started at its first python block.
+  # Python: one interactive interpreter per file (`python3 -q -i`, with
+  # scripts/docs_test.py as its start-up script), started at its first
+  # python block. Each piece of a block is written to its standard input as
+  # a user pastes it, then a mark; what the interpreter says up to the mark
+  # is that piece's result (docs_test.py says how it is framed).
   defp python do
     case System.get_env("PYTHON", "") do
       "" -> System.find_executable("python3")
@@ -390,8 +550,8 @@ defmodule DocsTest do
         Port.open({:spawn_executable, python()}, [
           :binary,
           :exit_status,
-          {:packet, 4},
-          args: [@python_runner, Process.get(:docs_file, "<docs>")],
+          :stderr_to_stdout,
+          args: ["-q", "-u", "-i", @python_runner, Process.get(:docs_file, "<docs>")],
           env: [{~c"PYTHONPATH", String.to_charlist(priv_python)}]
         ])
 
@@ -400,49 +560,110 @@ defmodule DocsTest do
     end
   end
 
+  # Writes code to the interpreter, then a mark; what it said up to the
+  # mark: {:ok, [{:value, repr} | {:error, text}], output} or {:fail, why}.
+  defp python_paste(code) do
+    port = python_port()
+    n = System.unique_integer([:positive])
+    Port.command(port, code <> "\n\n__docs_mark__(#{n})\n")
+    python_read(port, "\x01mark #{n}\x02", "")
+  end
+
+  defp python_read(port, mark, acc) do
+    case :binary.split(acc, mark) do
+      [said, _] ->
+        events =
+          for [_, kind, text] <- Regex.scan(~r/\x01(value|error) (.*?)\x02/s, said),
+              do: {String.to_atom(kind), text}
+
+        {:ok, events, said}
+
+      [_] ->
+        receive do
+          {^port, {:data, data}} -> python_read(port, mark, acc <> data)
+          {^port, {:exit_status, status}} -> {:fail, "python exited (status #{status}):\n#{acc}"}
+        after
+          300_000 -> {:fail, "python did not answer in 300 s:\n#{acc}"}
+        end
+    end
+  end
+
+  defp python_quit do
+    if port = Process.get(:docs_python) do
+      Port.command(port, "__docs_quit__()\n")
+
+      receive do
+        {^port, {:exit_status, _}} -> :ok
+      after
+        60_000 -> :ok
+      end
+    end
+  end
+
   defp python_torch? do
     with nil <- Process.get(:docs_python_torch) do
-      torch? = python_request("probe", 0, nil, "") == :ok
+      torch? = match?({:ok, [{:value, "True"}], _}, python_paste("__docs_has_torch__()"))
       Process.put(:docs_python_torch, torch?)
       torch?
     end
   end
 
-  defp python_request(op, line, expect, code) do
-    port = python_port()
-
-    {kind, text} =
-      case expect do
-        nil -> {"none", ""}
-        {:value, text} -> {"value", text}
-        {:raise, text} -> {"raise", text}
-      end
-
-    Port.command(port, Enum.join([op, line, kind, String.replace(text, "\n", " "), code], "\n"))
-
-    receive do
-      {^port, {:data, "ok"}} -> :ok
-      {^port, {:data, "fail\n" <> why}} -> {:fail, why}
-      {^port, {:exit_status, status}} -> {:fail, "python exited (status #{status})"}
-    after
-      300_000 -> {:fail, "python did not answer in 300 s"}
-    end
-  end
-
+  # Parsed as the interpreter reads pasted lines, nothing run.
   defp parse_python(line, body) do
-    case python_request("parse", line, nil, Enum.map_join(body, "\n", &elem(&1, 1))) do
-      :ok -> {:parsed, line}
-      {:fail, why} -> {:fail, line, "does not parse: #{why}"}
+    code = Enum.map_join(body, "\n", &elem(&1, 1))
+
+    case python_paste("__docs_parse__(#{inspect(Base.encode64(code))})") do
+      {:ok, [], _} -> {:parsed, line}
+      {:ok, _, said} -> {:fail, line, "does not paste into python3:\n#{said}"}
+      {:fail, why} -> {:fail, line, why}
     end
   end
 
   defp run_python(line, body) do
     Enum.reduce_while(chunks(body, "#"), {:ran, line}, fn {start, code, expect}, acc ->
-      case python_request("run", start, expect, code) do
+      case python_paste(code) |> python_check(expect) do
         :ok -> {:cont, acc}
         {:fail, why} -> {:halt, {:fail, start, why}}
       end
     end)
+  end
+
+  defp python_check({:fail, why}, _expect), do: {:fail, why}
+
+  defp python_check({:ok, events, said}, expect) do
+    errors = for {:error, text} <- events, do: text
+    values = for {:value, text} <- events, do: text
+
+    case {expect, errors} do
+      {nil, []} ->
+        :ok
+
+      {{:value, text}, []} ->
+        shown = List.last(values)
+
+        cond do
+          shown == nil -> {:fail, "shows no value, the block says #{text}"}
+          python_matches?(shown, text) -> :ok
+          true -> {:fail, "shows #{shown}, the block says #{text}"}
+        end
+
+      {{:raise, text}, [error]} ->
+        if String.starts_with?(squash(error), squash(text)),
+          do: :ok,
+          else: {:fail, "raises #{error}, the block says ** #{text}"}
+
+      {{:raise, text}, []} ->
+        {:fail, "should raise #{text}, but does not"}
+
+      {_, _} ->
+        {:fail, "python3 said:\n#{said}"}
+    end
+  end
+
+  # The shown repr against the block's text, "..." matching anything.
+  defp python_matches?(shown, text) do
+    pattern = text |> squash() |> String.split("...") |> Enum.map_join(".*", &Regex.escape/1)
+    Regex.match?(~r/\A#{pattern}\z/s, squash(shown))
   end
 
   defp parse_sh(line, body) do
@@ -458,6 +679,14 @@ defmodule DocsTest do
   # recipe in guides/nx.md does. What Mix prints must not get in the
   # block's way.
   defp run_sh_mix(line, body) do
+    code = Enum.map_join(body, "\n", &elem(&1, 1))
+    in_mix_project(line, fn _project -> code end, fn _out -> :ok end)
+  end
+
+  # A fresh Mix project as run_sh_mix/2 says; setup.(project) writes what
+  # it needs there and gives the bash code to run; check.(output) after bash
+  # exits 0.
+  defp in_mix_project(line, setup, check) do
     dir = Path.join(System.tmp_dir!(), "tb_docs_mix_#{System.unique_integer([:positive])}")
     project = Path.join(dir, "app")
     noisy = Path.join(dir, "noisy")
@@ -506,7 +735,7 @@ defmodule DocsTest do
       {"PATH", bin <> ":" <> System.get_env("PATH", "")}
     ]
 
-    code = Enum.map_join(body, "\n", &elem(&1, 1))
+    code = setup.(project)
 
     {out, status} =
       System.cmd("bash", ["-eu", "-o", "pipefail", "-c", code], cd: project, env: env, stderr_to_stdout: true)
@@ -522,7 +751,10 @@ defmodule DocsTest do
         {:fail, line, "no dependency printed: the block did not compile the project"}
 
       true ->
-        {:ran, line}
+        case check.(out) do
+          :ok -> {:ran, line}
+          {:fail, why} -> {:fail, line, why}
+        end
     end
   end
 

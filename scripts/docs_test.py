@@ -1,118 +1,92 @@
-"""The Python side of scripts/docs_test.exs: runs the python blocks of one
-Markdown file in one namespace, in order, as one Python session would.
+"""The Python side of scripts/docs_test.exs, run as the start-up script of
+an interactive interpreter: `python3 -q -i docs_test.py FILE`. The python
+blocks of one Markdown file are written to that interpreter's standard
+input as they are, in order, as a user pastes them into one `python3`
+session: what does not paste (a line right after an indented block with
+no blank line between) fails as it would there.
 
-Requests and replies are packets (a 4-byte big-endian length, then the
-bytes) on stdin and stdout. A request is four lines and the code:
+After each piece of a block, docs_test.exs writes `__docs_mark__(N)`, and
+reads what the interpreter said up to the mark. The hooks below frame
+what it needs in that output, between \\x01 and \\x02:
 
-    op            probe (does torch import?), parse, run, or quit (drop
-                  the session's names, then exit)
-    line          the block's first line in the file (for tracebacks)
-    expect        none, value or raise
-    text          what the block says the code gives (value: the repr of
-                  the last line's value, "..." matching anything; raise:
-                  "ExceptionName: message" the last line raises, a prefix)
+    \\x01value REPR\\x02        the value of an expression statement, as the
+                              interpreter shows it (its repr)
+    \\x01error TYPE: MSG\\x02   an exception the interpreter reported (the
+                              traceback follows, for the failure message)
+    \\x01mark N\\x02            everything before it belongs to piece N
 
-A reply is "ok" or "fail\\n" and why. What the code prints is not part of
-the protocol: it goes to stderr.
+Anything else (what the code prints) is left as it is.
 """
 
-import contextlib
-import gc
-import re
-import struct
+import base64
+import code
 import sys
 import traceback
 
 FILE = sys.argv[1] if len(sys.argv) > 1 else "<docs>"
-namespace = {"__name__": "__main__"}
+sys.ps1 = ""
+sys.ps2 = ""
 
 
-def receive():
-    header = sys.stdin.buffer.read(4)
-    if len(header) < 4:
-        return None
-    (size,) = struct.unpack(">I", header)
-    return sys.stdin.buffer.read(size).decode()
+def __docs_write(text, sys=sys):
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
-def send(text):
-    data = text.encode()
-    sys.stdout.buffer.write(struct.pack(">I", len(data)) + data)
-    sys.stdout.buffer.flush()
+def __docs_displayhook(value, write=__docs_write):
+    if value is None:
+        return
+    import builtins
+
+    builtins._ = value
+    write("\x01value %s\x02\n" % repr(value))
 
 
-def squash(text):
-    return " ".join(text.split())
+def __docs_excepthook(kind, value, tb, write=__docs_write, traceback=traceback):
+    write("\x01error %s: %s\x02\n" % (kind.__name__, value))
+    write("".join(traceback.format_exception(kind, value, tb)))
 
 
-def matches(shown, expected):
-    pattern = ".*".join(re.escape(part) for part in squash(expected).split("..."))
-    return re.fullmatch(pattern, squash(shown)) is not None
+sys.displayhook = __docs_displayhook
+sys.excepthook = __docs_excepthook
 
 
-def compiled(code, line, mode):
-    # Padding puts the code at its line of the file in tracebacks.
-    return compile("\n" * (line - 1) + code, FILE, mode)
+def __docs_mark__(n, write=__docs_write):
+    write("\x01mark %d\x02\n" % n)
 
 
-def run(code, line, expect, text):
-    lines = code.split("\n")
-    if expect == "none":
-        exec(compiled(code, line, "exec"), namespace)
-        return "ok"
-    # The last line is the expression (value) or statement (raise) that the
-    # expectation is about; the lines before it run as usual.
-    last = len(lines) - 1
-    while last > 0 and not lines[last].strip():
-        last -= 1
-    exec(compiled("\n".join(lines[:last]), line, "exec"), namespace)
-    if expect == "value":
-        value = eval(compiled(lines[last].strip(), line + last, "eval"), namespace)
-        if matches(repr(value), text):
-            return "ok"
-        return "fail\ngives %r, the block says %s" % (value, text)
+def __docs_has_torch__():
     try:
-        exec(compiled(lines[last].strip(), line + last, "exec"), namespace)
-    except Exception as e:  # noqa: BLE001 - the block says which
-        shown = "%s: %s" % (type(e).__name__, e)
-        if squash(shown).startswith(squash(text)):
-            return "ok"
-        return "fail\nraises %s, the block says ** %s" % (shown, text)
-    return "fail\nshould raise %s, but does not" % text
+        import torch  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
 
 
-def main():
-    while True:
-        request = receive()
-        if request is None:
-            return
-        op, line, expect, text, code = request.split("\n", 4)
-        line = int(line)
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                if op == "quit":
-                    # The session's tensors go before the BEAM node stops.
-                    namespace.clear()
-                    gc.collect()
-                    reply = "ok"
-                elif op == "probe":
-                    try:
-                        import torch  # noqa: F401
+class __DocsParser(code.InteractiveConsole):
+    """Compiles lines as the interactive interpreter does, running none."""
 
-                        reply = "ok"
-                    except ImportError:
-                        reply = "fail\nno torch"
-                elif op == "parse":
-                    compiled(code, line, "exec")
-                    reply = "ok"
-                else:
-                    reply = run(code, line, expect, text)
-        except Exception:  # noqa: BLE001 - any failure is the block's
-            reply = "fail\n" + traceback.format_exc()
-        send(reply)
-        if op == "quit":
-            return
+    def runcode(self, _code):
+        pass
+
+    def showsyntaxerror(self, filename=None, **kwargs):
+        raise sys.exc_info()[1]
 
 
-if __name__ == "__main__":
-    main()
+def __docs_parse__(encoded, parser_class=__DocsParser, base64=base64):
+    parser = parser_class()
+    for line in base64.b64decode(encoded).decode().split("\n"):
+        parser.push(line)
+    parser.push("")
+
+
+def __docs_quit__(sys=sys):
+    # The session's tensors go before the BEAM node stops.
+    import gc
+
+    main = sys.modules["__main__"].__dict__
+    for name in [n for n in main if not n.startswith("__")]:
+        del main[name]
+    gc.collect()
+    raise SystemExit(0)

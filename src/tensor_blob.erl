@@ -115,10 +115,10 @@ blob_fields(T) -> not_a_tensor(T).
 %% does); any other owner term is pinned (memory/1 says pinned). A spec that describes one of our
 %% tensors exactly (its blob, unchanged) gives that tensor back.
 %%
-%% A spec with no owner (absent, undefined or nil) raises badarg: give the term that keeps the
-%% memory alive (`#{owner => Term}' in the spec or the options), or ask for an unpinned view
-%% explicitly with `owner => none': then nothing is pinned and the caller answers for the memory
-%% (memory/1 says unpinned).
+%% A spec with no owner (absent, undefined or nil) raises badarg, offering the safe ways first: the
+%% term the memory belongs to (`#{owner => Term}' in the spec or the options), or a copy
+%% (from_binary/3). Last, and unsafe: `owner => none', an unpinned view the caller answers for
+%% (memory/1 says unpinned): reading it after the memory is freed kills the VM.
 -spec from_blob(spec()) -> tensor().
 from_blob(Spec) -> tensor_blob_tensor:from_blob(Spec).
 
@@ -587,9 +587,8 @@ dlpack_version(Capsule) -> ?NIF(tensor_blob_nif:dlpack_version(Capsule)).
 %% Errors: built as segments and rendered by tensor_blob_error; an error's error_info names this
 %% module, whose format_error/2 the shell calls.
 
-%% @doc The error_info callback of erl_error (the Erlang shell): an error's message, as the general
-%% explanation.
--spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
+%% @doc erl_error's error_info callback (the shell): the reason {Kind, Message}, whole and once.
+-spec format_error(term(), erlang:stacktrace()) -> #{reason => unicode:chardata()}.
 format_error(Reason, Stack) -> tensor_blob_error:format_error(Reason, Stack).
 
 %% @doc What an error this library raised carries as data, read from its stacktrace: its reason (a

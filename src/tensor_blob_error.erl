@@ -265,11 +265,13 @@ more_text(_Shown, false, _Separator) -> "";
 more_text([], true, _Separator) -> "...";
 more_text(_Shown, true, Separator) -> [Separator, "..."].
 
-%% @doc The error_info callback of erl_error (the Erlang shell): an
-%% error's message, as the general explanation.
--spec format_error(term(), erlang:stacktrace()) -> #{general => unicode:chardata()}.
-format_error({_Kind, Message}, _Stack) when is_binary(Message) ->
-    #{general => Message};
+%% @doc The error_info callback of erl_error (the Erlang shell): the
+%% error's reason, {Kind, Message}, printed whole and once (by default the
+%% shell prints the reason cut short, then a general explanation again).
+-spec format_error(term(), erlang:stacktrace()) -> #{reason => unicode:chardata()}.
+format_error({Kind, Message}, _Stack) when is_atom(Kind), is_binary(Message) ->
+    Shown = io_lib:format("{~w,~p}", [Kind, Message]),
+    #{reason => Shown};
 format_error(_Reason, _Stack) ->
     #{}.
 

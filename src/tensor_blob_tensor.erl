@@ -77,10 +77,17 @@ view(Spec, none) ->
     {?DTYPE_CHECKED({spec, Spec}, tensor_blob_nif:from_blob(Spec, undefined, false)), none};
 view(Spec, _NoOwner) when is_map(Spec) ->
     atom_keys(Spec),
-    badarg(missing, owner, ["owner: the spec names no owner. To pin the term that keeps the memory alive, pass ",
+    %% The safe ways out first; the unpinned view last, with its cost.
+    badarg(missing, owner, ["owner: the spec names no owner. Pass the term that keeps the memory alive, ",
                             {code, "owner => Term", "owner: term"},
-                            "; to ask for an unpinned view, for which the caller answers, pass ",
-                            {code, "owner => none", "owner: :none"}]);
+                            " (the tensor or struct the memory belongs to; a blob from ",
+                            {code, "to_blob/1", "to_blob/1"},
+                            " names its tensor already), or copy the data into a tensor of its own (",
+                            {code, "tensor_blob:from_binary/3", "TensorBlob.Tensor.from_binary/3"},
+                            "). Last, and unsafe: ",
+                            {code, "owner => none", "owner: :none"},
+                            " gives an unpinned view for which the caller answers: nothing keeps the memory alive,"
+                            " and reading the view after the memory is freed kills the VM"]);
 view(Spec, _NoOwner) ->
     %% Not a map: the NIF says what a spec is.
     {?NIF(tensor_blob_nif:from_blob(Spec, undefined, false)), none}.

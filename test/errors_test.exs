@@ -58,15 +58,53 @@ defmodule TensorBlob.ErrorsTest do
   test "a TensorBlob.Error holds its reason and argument" do
     # 1 PiB does not fit in shared memory.
     {e, data} = raised(fn -> IPC.zeros({1 <<< 48}, :float32) end)
-    assert %TensorBlob.Error{reason: :no_memory, argument: :none} = e
+    assert %TensorBlob.Error{reason: :no_memory, argument: :shape} = e
     assert e.message =~ "does not fit in /dev/shm"
-    assert data == %{reason: :no_memory, argument: :none}
+    assert e.message =~ "needs #{4 <<< 48} bytes"
+    assert data == %{reason: :no_memory, argument: :shape}
 
-    # libtorch refuses to allocate 4 PiB.
-    assert %TensorBlob.Error{reason: :libtorch, argument: :none} =
+    # 4 PiB cannot be allocated: said as such, not in libtorch's words.
+    assert %TensorBlob.Error{reason: :no_memory, argument: :shape} =
              assert_raise(TensorBlob.Error, fn -> Tensor.zeros({1 <<< 40, 1 <<< 10}, :float32) end)
 
     assert Enum.all?([:no_memory, :libtorch], &(&1 in reasons()))
+  end
+
+  # Every dtype the linked libtorch holds, from the dtype table.
+  defp available_dtypes, do: for(%{available: true} = row <- TensorBlob.tables().dtypes, do: row)
+
+  test "an allocation that cannot be made raises no_memory naming the shape, the dtype and the bytes, for every dtype" do
+    assert available_dtypes() != []
+
+    for %{name: dtype, element_size: size} <- available_dtypes() do
+      # 1 EiB: more than any address space holds, whatever the machine.
+      shape = {2, div(1 <<< 60, 2 * size)}
+      bytes = 1 <<< 60
+
+      {e, data} = raised(fn -> Tensor.zeros(shape, dtype) end)
+      assert %TensorBlob.Error{reason: :no_memory, argument: :shape} = e, inspect({dtype, e})
+      assert data == %{reason: :no_memory, argument: :shape}
+
+      assert e.message ==
+               "shape: #{inspect(shape)} of #{dtype} needs #{bytes} bytes, and zeros could not allocate them (out of memory)"
+
+      refute e.message =~ ".cpp"
+
+      # The Erlang API says the same.
+      assert {:tensor_blob, message} = catch_error(:tensor_blob.zeros(shape, dtype))
+      assert message =~ "needs #{bytes} bytes"
+    end
+  end
+
+  test "a shape whose byte count overflows 64 bits is refused as a bad shape, for every dtype" do
+    for %{name: dtype, element_size: size} <- available_dtypes() do
+      # Its elements times the element size exceed 2^63.
+      shape = {2, div(1 <<< 62, size) + 1}
+      {e, data} = raised(fn -> Tensor.zeros(shape, dtype) end)
+      assert %ArgumentError{} = e
+      assert data == %{reason: :bad_shape, argument: :shape}, inspect({dtype, e})
+      assert e.message =~ ~r/^shape: .*overflows 64 bits/
+    end
   end
 
   test "an error that is not the library's has no reason" do

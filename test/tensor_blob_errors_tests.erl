@@ -47,13 +47,14 @@ cases() ->
      {unsupported, badarg, read_only,
       fun() -> tensor_blob:to_dlpack(tensor_blob:zeros({1}, float32), #{version => legacy, read_only => true}) end},
      %% 1 PiB does not fit in shared memory.
-     {no_memory, tensor_blob, none, fun() -> tensor_blob:ipc_zeros({1 bsl 48}, float32) end},
-     %% libtorch refuses to allocate 4 PiB.
-     {libtorch, tensor_blob, none, fun() -> tensor_blob:zeros({1 bsl 40, 1 bsl 10}, float32) end}].
+     {no_memory, tensor_blob, shape, fun() -> tensor_blob:ipc_zeros({1 bsl 48}, float32) end},
+     %% 4 PiB cannot be allocated: said as such, not in libtorch's words.
+     {no_memory, tensor_blob, shape, fun() -> tensor_blob:zeros({1 bsl 40, 1 bsl 10}, float32) end}].
 
 %% The reasons no test here can make happen on demand, and why.
 not_made_here() ->
     [{runtime, "a CUDA runtime call that fails"},
+     {libtorch, "a libtorch call that fails on arguments checked before it (a failed allocation is no_memory)"},
      {system, "an operating-system call that fails (shm_open, mmap) for want of a right or a resource"}].
 
 region_name() ->

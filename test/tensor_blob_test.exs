@@ -167,11 +167,33 @@ defmodule TensorBlobTest do
           ] do
         error = assert_raise ArgumentError, no_owner
         assert error.message =~ ~r/^owner: /
-        # Elixir spelling of both ways out.
+        # Elixir spelling of every way out.
         assert error.message =~ "owner: term"
         assert error.message =~ "owner: :none"
         assert error.message =~ "the caller answers"
+        assert_safe_fixes_first(error.message)
       end
+    end
+
+    # The safe ways out (pin the owner, or copy) come before the unpinned
+    # view, and the unpinned view comes with what it costs.
+    defp assert_safe_fixes_first(message) do
+      {pin, _} = :binary.match(message, "owner: term")
+      {copy, _} = :binary.match(message, "from_binary")
+      {none, _} = :binary.match(message, "owner: :none")
+      assert pin < none and copy < none, message
+      assert message =~ ~r/owner: :none.*after the memory is freed kills the VM/
+    end
+
+    test "the docs of from_blob offer the owner or a copy before owner: :none, and say its cost" do
+      {:docs_v1, _, :elixir, _, _, _, docs} = Code.fetch_docs(TensorBlob)
+      [doc] = for {{:function, :from_blob, 2}, _, _, %{"en" => doc}, _} <- docs, do: doc
+
+      [owner_term, copy, none] =
+        Enum.map(["an owner term", "copy the data", "`owner: :none`"], &elem(:binary.match(doc, &1), 0))
+
+      assert owner_term < copy and copy < none
+      assert doc =~ ~r/`owner: :none`.*kills the VM/s
     end
 
     test "explicit strides view a transposed layout" do
@@ -200,6 +222,19 @@ defmodule TensorBlobTest do
   end
 
   describe "documentation" do
+    test "stats/0's docs and specs name every key it returns" do
+      keys = Enum.sort(Map.keys(TensorBlob.stats()))
+      {:docs_v1, _, :elixir, _, _, _, docs} = Code.fetch_docs(TensorBlob)
+      [doc] = for {{:function, :stats, 0}, _, _, %{"en" => doc}, _} <- docs, do: doc
+      for key <- keys, do: assert(doc =~ "`#{key}`", "TensorBlob.stats/0's doc does not name #{key}")
+      # The specs of both APIs: a map of exactly these keys.
+      for module <- [TensorBlob, :tensor_blob] do
+        {:ok, specs} = Code.Typespec.fetch_specs(module)
+        [{:type, _, :fun, [_args, {:type, _, :map, fields}]}] = for {{:stats, 0}, [spec]} <- specs, do: spec
+        assert Enum.sort(for {:type, _, :map_field_exact, [{:atom, _, k}, _]} <- fields, do: k) == keys, inspect(module)
+      end
+    end
+
     test "the Erlang API's doc chunks are installed where Mix builds the app" do
       assert {:docs_v1, _, :erlang, _, %{"en" => _}, _, docs} = Code.fetch_docs(:tensor_blob)
       assert Enum.any?(docs, &match?({{:function, :from_blob, 2}, _, _, %{"en" => _}, _}, &1))
@@ -370,15 +405,22 @@ defmodule TensorBlobTest do
     end
 
     test "inspect shows dtype, shape, device, memory and the first elements" do
-      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
+      assert inspect(t23()) == "#TensorBlob.Tensor<float32[2][3] cpu owned [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]>"
       t = t23()
       %BlobView{tensor: v} = TensorBlob.from_blob(Map.delete(TensorBlob.to_blob(t), :owner), owner: {:keep, t})
-      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]>"
-      # Row-major order whatever the strides; a scalar; no elements.
-      assert inspect(Tensor.transpose(t23(), 0, 1)) =~ "float32[3][2] cpu owned [1.0, 4.0, ...]>"
+      assert inspect(v) == "#TensorBlob.Tensor<float32[2][3] cpu pinned [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]>"
+      # Logical (row-major) order whatever the strides, nested by the
+      # shape, as Nx shows it; a scalar; no elements.
+      assert inspect(Tensor.transpose(t23(), 0, 1)) ==
+               "#TensorBlob.Tensor<float32[3][2] cpu owned [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]>"
+
+      assert inspect(Tensor.transpose(t23(), 0, 1), limit: 3) =~
+               "float32[3][2] cpu owned [[1.0, 4.0], [2.0, ...], ...]>"
+
+      assert inspect(Tensor.narrow(Tensor.transpose(t23(), 0, 1), 0, 1, 2)) =~ "[[2.0, 5.0], [3.0, 6.0]]>"
 
       assert inspect(Tensor.from_binary(<<-7::64-signed-native>>, :int64, {})) ==
-               "#TensorBlob.Tensor<int64 cpu owned [-7]>"
+               "#TensorBlob.Tensor<int64 cpu owned -7>"
 
       assert inspect(Tensor.zeros({0, 3}, :int32)) == "#TensorBlob.Tensor<int32[0][3] cpu owned []>"
       # A struct built by hand without its ref is shown, not an Inspect.Error.
@@ -395,8 +437,8 @@ defmodule TensorBlobTest do
       # would be one); :erlang.memory(:binary) is unsupported under +Mea min.
       held = fn -> :erlang.process_info(self(), :binary) |> elem(1) |> Enum.map(&elem(&1, 1)) |> Enum.sum() end
       binary_memory = held.()
-      assert inspect(big) == "#TensorBlob.Tensor<int64[4096][4096] cpu owned [0, 0, 0, 0, 0, 0, 0, 0, ...]>"
-      assert inspect(Tensor.transpose(big, 0, 1), limit: 3) =~ "[0, 0, 0, ...]>"
+      assert inspect(big) == "#TensorBlob.Tensor<int64[4096][4096] cpu owned [[0, 0, 0, 0, 0, 0, 0, 0, ...], ...]>"
+      assert inspect(Tensor.transpose(big, 0, 1), limit: 3) =~ "[[0, 0, 0, ...], ...]>"
       # No copy of the 128 MiB (the copies would still be on this process's heap).
       assert held.() - binary_memory < 1_000_000
     end

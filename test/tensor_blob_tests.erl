@@ -554,8 +554,9 @@ memory_unpinned_test() ->
     ?assertEqual(owned, tensor_blob:memory(T)).
 
 %% Safe by default: a spec naming no owner (absent, undefined, nil) is
-%% refused with a message that says how to pin (owner => Term) and how to
-%% ask for an unpinned view (owner => none), in Erlang's spelling.
+%% refused with a message that says how to pin (owner => Term) or copy, and
+%% only then how to ask for an unpinned view (owner => none), in Erlang's
+%% spelling.
 no_owner_refused_test() ->
     T = matrix34(),
     B = tensor_blob:to_blob(T),
@@ -563,7 +564,12 @@ no_owner_refused_test() ->
     [begin
          Msg = badarg_message(Call),
          assert_names_field(<<"owner">>, [<<"owner => Term">>, <<"owner => none">>,
-                                          <<"the caller answers">>], Msg)
+                                          <<"the caller answers">>], Msg),
+         %% The safe ways out (pin, copy) first; owner => none last, with its cost.
+         [Pin, Copy, None] = [element(1, binary:match(Msg, P))
+                              || P <- [<<"owner => Term">>, <<"tensor_blob:from_binary/3">>, <<"owner => none">>]],
+         ?assert(Pin < None andalso Copy < None),
+         ?assertMatch({_, _}, binary:match(Msg, <<"after the memory is freed kills the VM">>))
      end
      || Call <- [fun() -> tensor_blob:from_blob(Spec) end,
                  fun() -> tensor_blob:from_blob(Spec, #{}) end,
@@ -743,7 +749,17 @@ nif_error_info_test() ->
                   <<" in ">>, {term, {whole, {2, a}}}],
                  tensor_blob_error:error_message(Reason, Stack)),
     Shown = unicode:characters_to_binary(erl_error:format_exception(error, Reason, Stack)),
-    assert_mentions(<<"*** shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>, Shown).
+    %% The shell shows the message once, whole, in the error's reason.
+    Message = <<"shape: dimension 1 must be a non-negative 64-bit integer, got a in {2,a}">>,
+    assert_mentions(<<"{badarg,<<\"", Message/binary, "\">>}">>, Shown),
+    ?assertEqual(1, length(binary:matches(Shown, Message))),
+    %% A long one too: the shell would cut the reason short.
+    {_, Long, LongStack} = try tensor_blob:from_blob(#{ptr => 8, shape => {2}, dtype => uint8})
+                           catch error:R2:S2 -> {error, R2, S2}
+                           end,
+    {badarg, LongMessage} = Long,
+    LongShown = unicode:characters_to_binary(erl_error:format_exception(error, Long, LongStack)),
+    ?assertEqual(1, length(binary:matches(LongShown, LongMessage))).
 
 %% A huge term is printed with a limit (io_lib's chars_limit): the message
 %% stays short and ends in a well-formed elision, never cut mid-term.

@@ -71,6 +71,16 @@ ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb
     return tb_tensor_return(env, out->handle);
 }
 
+ERL_NIF_TERM tb_tensor_alloc_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out, int ndim,
+                                    const int64_t *shape, tb_dtype_id dtype, uint64_t bytes)
+{
+    if (!ok && out->err.no_memory)
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, "shape",
+                              "shape: %T of %s needs %llu bytes, and %s could not allocate them (out of memory)",
+                              tb_make_shape(env, ndim, shape), tb_dtypes[dtype].name, (unsigned long long)bytes, what);
+    return tb_tensor_result(env, what, ok, out);
+}
+
 ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storage, int proven)
 {
     const tb_layout *l = &s->l;

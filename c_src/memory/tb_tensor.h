@@ -48,6 +48,11 @@ typedef struct {
 /* A NIF's return after such a call: the new tensor when `ok`, else it
  * raises "what: the shim's message" (a tensor_blob error). */
 ERL_NIF_TERM tb_tensor_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out);
+/* The same after a call that allocates a tensor of that shape, dtype and
+ * byte count: when the allocation failed, it raises no_memory about the
+ * shape, saying what was asked for (libtorch's own text names its source). */
+ERL_NIF_TERM tb_tensor_alloc_result(ErlNifEnv *env, const char *what, int ok, const tb_shim_out *out, int ndim,
+                                    const int64_t *shape, tb_dtype_id dtype, uint64_t bytes);
 
 /* from_blob's last step: a tensor over the memory a decoded spec
  * describes, whose storage is `storage` (owned from the call on). Unless

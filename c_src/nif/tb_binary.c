@@ -152,7 +152,7 @@ ERL_NIF_TERM tb_nif_from_binary_view(TB_NIF_PARAMS)
         /* copy: :if_needed: a copy is what the caller asked for here. */
         int ok = tb_shim_from_bytes(bin.data, l->ndim, l->shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle,
                                     &out.err);
-        return tb_tensor_result(env, "from_binary", ok, &out);
+        return tb_tensor_alloc_result(env, "from_binary", ok, &out, l->ndim, l->shape, d.dtype, d.check.byte_size);
     }
     int ok = tb_shim_from_blob(pinned.data, l->ndim, l->shape, l->strides, tb_dtypes[d.dtype].torch_scalar_type,
                                TB_DEVICE_CPU, 0, &pin->header, tb_storage_release, &out.handle, &out.err);

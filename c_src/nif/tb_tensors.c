@@ -22,7 +22,7 @@ ERL_NIF_TERM tb_nif_zeros(TB_NIF_PARAMS)
         return exc;
     tb_shim_out out;
     int ok = tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &out.handle, &out.err);
-    return tb_tensor_result(env, "zeros", ok, &out);
+    return tb_tensor_alloc_result(env, "zeros", ok, &out, d.layout.ndim, d.layout.shape, d.dtype, d.check.byte_size);
 }
 
 ERL_NIF_TERM tb_nif_from_binary(TB_NIF_PARAMS)
@@ -39,7 +39,8 @@ ERL_NIF_TERM tb_nif_from_binary(TB_NIF_PARAMS)
     tb_shim_out out;
     int ok = tb_shim_from_bytes(bin.data, d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type,
                                 &out.handle, &out.err);
-    return tb_tensor_result(env, "from_binary", ok, &out);
+    return tb_tensor_alloc_result(env, "from_binary", ok, &out, d.layout.ndim, d.layout.shape, d.dtype,
+                                  d.check.byte_size);
 }
 
 ERL_NIF_TERM tb_nif_to_binary(TB_NIF_PARAMS)
@@ -227,7 +228,7 @@ ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
         return exc;
     tb_shim_out out;
     int ok = tb_shim_to_device(d.tensor->handle, device.type, device.index, &out.handle, &out.err);
-    return tb_tensor_result(env, "to_device", ok, &out);
+    return tb_tensor_alloc_result(env, "to_device", ok, &out, d.info.ndim, d.info.sizes, d.dtype, d.dense_bytes);
 }
 
 /* ---- Views ------------------------------------------------------------- */

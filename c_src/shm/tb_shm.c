@@ -121,13 +121,18 @@ static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_region *r, const tb_dense *d)
     return tb_tensor_return(env, h);
 }
 
-static ERL_NIF_TERM no_room(ErlNifEnv *env, const region_format *f, size_t length, int error)
+/* A region that could not be made: for want of room, said about the shape
+ * with the bytes it needs, as a tensor that cannot be allocated is. */
+static ERL_NIF_TERM no_room(ErlNifEnv *env, const region_format *f, const tb_dense *d, size_t length, int error)
 {
     struct statvfs vfs;
     if (error == ENOSPC && statvfs(TB_SHM_DIR, &vfs) == 0)
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
-                              "%s: a region of %lu bytes does not fit in " TB_SHM_DIR " (%lu bytes free)", f->tag,
-                              (unsigned long)length, (unsigned long)(vfs.f_bavail * vfs.f_frsize));
+        return tb_raise_error(env, TB_WHY_NO_MEMORY, "shape",
+                              "shape: %T of %s needs %lu bytes; %s: a region of %lu bytes does not fit in " TB_SHM_DIR
+                              " (%lu bytes free)",
+                              tb_make_shape(env, d->layout.ndim, d->layout.shape), tb_dtypes[d->dtype].name,
+                              (unsigned long)d->check.byte_size, f->tag, (unsigned long)length,
+                              (unsigned long)(vfs.f_bavail * vfs.f_frsize));
     return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot reserve %lu bytes of shared memory: %s", f->tag,
                           (unsigned long)length, tb_shm_strerror(error));
 }
@@ -213,7 +218,7 @@ static ERL_NIF_TERM region_zeros(ErlNifEnv *env, const region_format *f, const t
     if (!r) {
         if (error == EEXIST || error == ELOOP || error == TB_SHM_NOT_REGULAR || error == TB_SHM_NOT_OURS)
             return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: shm_open failed: %s", f->tag, tb_shm_strerror(error));
-        return no_room(env, f, length, error);
+        return no_room(env, f, &d, length, error);
     }
     return make_tensor(env, r, &d);
 }

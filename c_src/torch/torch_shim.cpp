@@ -8,7 +8,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/TensorImpl.h>
@@ -44,10 +43,35 @@ TB_DTYPES_TORCH_2_3(TB_ASSERT_SCALAR_TYPE)
 namespace
 {
 
-void set_error(tb_shim_error *err, const char *what) noexcept
+void set_error(tb_shim_error *err, const char *what, int no_memory = 0) noexcept
 {
-    if (err)
+    if (err) {
         std::snprintf(err->message, sizeof err->message, "%s", what);
+        err->no_memory = no_memory;
+    }
+}
+
+// A host allocation that failed: the callers of allocate() have checked the
+// shape, the dtype and the byte count, so the allocator alone can fail.
+struct NoHostMemory : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// A new tensor of that layout, its elements not set. On the host, any
+// failure is the allocator's, said as such (libtorch's own text names its
+// source file); a device's allocator throws OutOfMemoryError itself.
+at::Tensor allocate(c10::IntArrayRef sizes, const at::TensorOptions &options)
+{
+    if (options.device().is_cpu()) {
+        try {
+            return at::empty(sizes, options);
+        } catch (const c10::Error &e) {
+            throw NoHostMemory(e.what_without_backtrace());
+        } catch (const std::bad_alloc &e) {
+            throw NoHostMemory(e.what());
+        }
+    }
+    return at::empty(sizes, options);
 }
 
 // Runs body; any exception becomes an error message and a 0 return.
@@ -56,6 +80,12 @@ template <typename F> int guarded(tb_shim_error *err, F &&body) noexcept
     try {
         body();
         return 1;
+    } catch (const NoHostMemory &e) {
+        set_error(err, e.what(), 1);
+    } catch (const c10::OutOfMemoryError &e) {
+        set_error(err, e.what_without_backtrace(), 1);
+    } catch (const std::bad_alloc &e) {
+        set_error(err, e.what(), 1);
     } catch (const c10::Error &e) {
         set_error(err, e.what_without_backtrace());
     } catch (const std::exception &e) {
@@ -246,7 +276,9 @@ int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, co
 int tb_shim_zeros(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
     return guarded(err, [&] {
-        *out = release_handle(at::zeros(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st))));
+        at::Tensor t = allocate(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st)));
+        t.zero_();
+        *out = release_handle(std::move(t));
     });
 }
 
@@ -254,7 +286,7 @@ int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int st
                        tb_shim_error *err) noexcept
 {
     return guarded(err, [&] {
-        at::Tensor t = at::empty(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st)));
+        at::Tensor t = allocate(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st)));
         size_t n = t.nbytes();
         if (n > 0)
             std::memcpy(t.data_ptr(), bytes, n);
@@ -302,7 +334,7 @@ int tb_shim_to_device(tb_shim_tensor *handle, int device_type, int device_index,
         // are read under the guard first.
         at::Tensor t = borrow(handle);
         if (t.device().is_cpu() && (device.is_cpu() || !allocated_by_libtorch(t))) {
-            at::Tensor host = at::empty(t.sizes(), t.options());
+            at::Tensor host = allocate(t.sizes(), t.options());
             if (t.numel() > 0)
                 host_copy(t, host.data_ptr(), true);
             t = device.is_cpu() ? host : host.to(device);

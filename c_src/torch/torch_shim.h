@@ -20,6 +20,9 @@ typedef struct tb_shim_tensor tb_shim_tensor;
 
 typedef struct {
     char message[256];
+    /* 1 when the call failed for want of memory (the host's allocator
+     * failed, or a device's reported it is out of memory). */
+    int no_memory;
 } tb_shim_error;
 
 typedef struct {

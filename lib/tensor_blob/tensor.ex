@@ -252,8 +252,9 @@ defmodule TensorBlob.Tensor do
 
   defimpl Inspect do
     # dtype, shape, device, memory kind (memory/1), and a bounded preview of the first
-    # elements (row-major) of a CPU tensor: at most 8 (or opts.limit), read
-    # through a view of those elements only, whatever the tensor's size.
+    # elements of a CPU tensor in logical (row-major) order, nested by its
+    # shape as Nx shows them: at most 8 (or opts.limit), read through views
+    # of those elements only, whatever the tensor's size and strides.
     # An unpinned view (from_blob(..., owner: :none)) is memory the caller
     # answers for, which the library cannot vouch for: printing it is not
     # something the caller asked to do to that memory, so it shows the
@@ -301,46 +302,55 @@ defmodule TensorBlob.Tensor do
     defp preview(_tensor, _shape, device, _dtype, _limit) when device != :cpu, do: nil
 
     defp preview(tensor, shape, :cpu, dtype, limit) do
-      numel = shape |> Tuple.to_list() |> Enum.product()
+      dims = Tuple.to_list(shape)
+      numel = Enum.product(dims)
       # What the elements are comes from the library's dtype table.
       %{element_size: size, kind: kind, bits: bits} = :tensor_blob.dtype_info(dtype)
-      bytes = first_elements(tensor, shape, min(numel, limit))
+      bytes = first_elements(tensor.ref, dims, min(numel, limit))
 
       case decode(decoder(kind, bits), size, bytes) do
-        nil ->
-          nil
-
-        values ->
-          more = if length(values) < numel, do: ", ...", else: ""
-          "[" <> Enum.join(values, ", ") <> more <> "]"
+        nil -> nil
+        values -> values |> nested(dims) |> elem(0)
       end
     end
 
-    # The first n elements in row-major order, through a view of them
-    # when the tensor is contiguous; else the first n of its first row.
-    defp first_elements(_tensor, _shape, 0), do: <<>>
+    # The values nested by the shape, as Nx shows them: "[[1, 2], [3, ...], ...]"
+    # where they run out before the elements do; a scalar is its value.
+    defp nested([value | rest], []), do: {value, rest}
 
-    defp first_elements(tensor, shape, n) do
-      blob = :tensor_blob.to_blob(tensor.ref)
+    defp nested(values, [dim | dims]) do
+      {items, rest} =
+        Enum.reduce_while(1..dim//1, {[], values}, fn
+          _, {items, []} ->
+            {:halt, {["..." | items], []}}
 
-      if blob.strides == row_major(shape) do
-        spec = %{ptr: blob.ptr, shape: {n}, dtype: blob.dtype}
-        spec |> :tensor_blob.from_blob(%{owner: tensor}) |> :tensor_blob.to_binary()
-      else
-        last = tuple_size(shape) - 1
+          _, {items, values} ->
+            {item, values} = nested(values, dims)
+            {:cont, {[item | items], values}}
+        end)
 
-        row = Enum.reduce(0..(last - 1)//1, tensor.ref, fn dim, t -> :tensor_blob.narrow(t, dim, 0, 1) end)
-
-        row |> :tensor_blob.narrow(last, 0, min(n, elem(shape, last))) |> :tensor_blob.to_binary()
-      end
+      {"[" <> Enum.join(Enum.reverse(items), ", ") <> "]", rest}
     end
 
-    defp row_major(shape) do
-      shape
-      |> Tuple.to_list()
-      |> Enum.reverse()
-      |> Enum.reduce({[], 1}, fn dim, {strides, acc} -> {[acc | strides], acc * max(dim, 1)} end)
-      |> elem(0)
+    # The first n elements in row-major (logical) order, whatever the
+    # strides, through views (narrow/4) and copies (to_binary) of those
+    # elements only: the leading slices of the dimension that n covers
+    # whole, then the first elements of the next slice, read the same way
+    # one dimension in.
+    defp first_elements(ref, dims, n), do: first_elements(ref, 0, dims, n)
+
+    defp first_elements(_ref, _d, _dims, 0), do: <<>>
+    defp first_elements(ref, _d, [], _n), do: :tensor_blob.to_binary(ref)
+
+    defp first_elements(ref, d, [dim | dims], n) do
+      inner = Enum.product(dims)
+      whole = min(div(n, inner), dim)
+      left = n - whole * inner
+      head = if whole > 0, do: ref |> :tensor_blob.narrow(d, 0, whole) |> :tensor_blob.to_binary(), else: <<>>
+
+      if left > 0 and whole < dim,
+        do: head <> first_elements(:tensor_blob.narrow(ref, d, whole, 1), d + 1, dims, left),
+        else: head
     end
 
     defp decode(nil, _size, _bytes), do: nil

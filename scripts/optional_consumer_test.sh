@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A user's Mix project that depends on tensor_blob, Pythonx and ExTorch, as
+# guides/python.md and guides/extorch.md show its `deps` lines: tensor_blob
+# is listed first, so Mix must build Pythonx and ExTorch before it (they are
+# tensor_blob's optional dependencies) for TensorBlob.Python and
+# TensorBlob.ExTorch to exist. The project then runs an exchange through
+# each. Part of `make compat-test` (scripts/compat_inner.sh), inside the
+# Debian 13 root: Pythonx needs Elixir >= 1.15, ExTorch >= 1.16 and Rust.
+#
+# PYTHONX_PATH and EXTORCH_PATH: what scripts/build_pythonx.sh and
+# scripts/build_extorch.sh printed (their unpacked sources, with their own
+# dependencies already made path dependencies, lie above). The project is
+# build/optional_consumer (ignored); a second run reuses its build.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+pythonx_src="$(cd "${PYTHONX_PATH:?set PYTHONX_PATH}/../../.." && pwd)"
+extorch_src="$(cd "${EXTORCH_PATH:?set EXTORCH_PATH}/../../.." && pwd)"
+dir="${OPTIONAL_CONSUMER_DIR:-$repo/build/optional_consumer}"
+[ -f "$pythonx_src/mix.exs" ] && [ -f "$extorch_src/mix.exs" ] ||
+    { echo "optional-consumer-test: no Pythonx or ExTorch sources above $PYTHONX_PATH, $EXTORCH_PATH" >&2; exit 1; }
+unset NX_PATH PYTHONX_PATH MIX_ENV
+export MIX_ENV=dev
+
+mkdir -p "$dir/lib"
+cat >"$dir/mix.exs" <<EOF
+defmodule MyApp.MixProject do
+  use Mix.Project
+
+  def project do
+    [app: :my_app, version: "0.1.0", elixir: "~> 1.16", deps: deps()]
+  end
+
+  defp deps do
+    [
+      {:tensor_blob, path: "$repo"},
+      {:pythonx, path: "$pythonx_src"},
+      {:extorch, path: "$extorch_src"}
+    ]
+  end
+end
+EOF
+echo 'defmodule MyApp do end' >"$dir/lib/my_app.ex"
+
+echo "==> optional-consumer-test: a project depending on tensor_blob, Pythonx and ExTorch ($dir)"
+(cd "$dir" && CARGO_HOME="$extorch_src/../.cargo-home" mix run -e '
+  true = Code.ensure_loaded?(TensorBlob.Python)
+  true = Code.ensure_loaded?(TensorBlob.ExTorch)
+
+  x = ExTorch.tensor([[1.0, 2.0], [3.0, 4.0]])
+  view = TensorBlob.ExTorch.from_extorch(x)
+  <<1.0::float-32-native, 2.0::float-32-native, 3.0::float-32-native, 4.0::float-32-native>> =
+    TensorBlob.Tensor.to_binary(view)
+
+  {paths, 0} = System.cmd("python3", ["-c", "import os, sys, sysconfig; print(os.path.join(sysconfig.get_config_var(\"LIBDIR\"), sysconfig.get_config_var(\"INSTSONAME\"))); print(sys.base_prefix); print(sys.executable)"])
+  [libpython, home, executable] = String.split(paths, "\n", trim: true)
+  :ok = Pythonx.init(libpython, home, executable)
+  t = TensorBlob.Tensor.from_binary(<<1.0::float-32-native, 2.0::float-32-native>>, :float32, {2})
+  {result, _} = Pythonx.eval("x.sum().item()", %{"x" => t})
+  3.0 = Pythonx.decode(result)
+  IO.puts("optional-consumer-test: TensorBlob.Python and TensorBlob.ExTorch are there, and exchange")
+')
