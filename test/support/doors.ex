@@ -17,7 +17,7 @@ defmodule TensorBlob.Test.Doors do
   # wrong type for it (wrong?/2); :tensor args also get the freed, the
   # read-only, and the 0-dim, empty and strided tensors of every dtype.
 
-  alias TensorBlob.{DLPack, IPC, Nodes, Tensor}
+  alias TensorBlob.{DLPack, IPC, Nodes, SafeTensors, Tensor}
 
   # Terms of every type: those a kind does not take are its wrong ones.
   def terms, do: [nil, :nope, -1, 2.5, "text", <<1, 2, 3>>, [], [1], {}, {1}, %{}, %{a: 1}, make_ref(), self()]
@@ -35,6 +35,11 @@ defmodule TensorBlob.Test.Doors do
   def wrong?(:spec, _), do: true
   def wrong?(:setting, _), do: true
   def wrong?(:foreign, _), do: true
+  # A path is wrong where it is no file name; a name (an atom, a string) is
+  # never given, so that no file is written where the battery runs.
+  def wrong?(:path, term), do: not (is_atom(term) or is_binary(term) or (is_list(term) and term != []))
+  def wrong?(:tensors, term), do: term not in [[], %{}]
+  def wrong?(:metadata, term), do: term != %{}
 
   defp tensor(name \\ :tensor),
     do: %{name: name, kind: :tensor, good: fn -> Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4}) end}
@@ -176,6 +181,39 @@ defmodule TensorBlob.Test.Doors do
           )
         ]
       },
+      %{
+        door: :safetensors,
+        tag: nil,
+        calls: [
+          call("SafeTensors.open/2", fn [p, o] -> SafeTensors.open(p, o) end, [
+            %{name: :path, kind: :path, good: &safetensors_file/0},
+            keywords(misaligned: :refuse)
+          ]),
+          call("SafeTensors.write/3", fn [p, ts, m] -> SafeTensors.write(p, ts, m) end, [
+            %{name: :path, kind: :path, good: fn -> safetensors_target("write") end},
+            %{name: :tensors, kind: :tensors, good: fn -> %{"t" => Tensor.zeros({4}, :uint8)} end},
+            %{name: :metadata, kind: :metadata, good: fn -> %{"k" => "v"} end}
+          ]),
+          call("SafeTensors.write/3 of a tensor, then open/2", &safetensors_round_trip/1, [
+            %{name: :path, kind: :path, good: fn -> safetensors_target("round_trip") end},
+            Map.put(tensor(), :names, [:tensor, :tensors]),
+            %{name: :metadata, kind: :metadata, good: fn -> %{} end}
+          ]),
+          call("tensor_blob_safetensors:open/2", fn [p, o] -> :tensor_blob_safetensors.open(p, o) end, [
+            %{name: :path, kind: :path, good: &safetensors_file/0},
+            options_map(%{misaligned: :refuse})
+          ]),
+          call(
+            "tensor_blob_safetensors:write/3",
+            fn [p, t, m] -> :tensor_blob_safetensors.write(p, [{"t", t}], m) end,
+            [
+              %{name: :path, kind: :path, good: fn -> safetensors_target("erlang_write") end},
+              Map.put(erl_tensor(), :names, [:tensor, :tensors]),
+              %{name: :metadata, kind: :metadata, good: fn -> %{} end}
+            ]
+          )
+        ]
+      },
       Map.put(runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true), :apps, [:nx]),
       runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
       runtime_row(:extorch, :extorch, TensorBlob.ExTorch, {:to_extorch, :from_extorch}, :tensor, false),
@@ -237,6 +275,38 @@ defmodule TensorBlob.Test.Doors do
       :persistent_term.put({__MODULE__, :export}, handle)
       handle
     end
+  end
+
+  # A directory of the battery's files, made once, removed when the VM
+  # exits; a target in it (its temporary files are the writer's own).
+  defp safetensors_target(name) do
+    dir =
+      with nil <- :persistent_term.get({__MODULE__, :safetensors_dir}, nil) do
+        dir = Path.join(System.tmp_dir!(), "tb_doors_#{System.unique_integer([:positive])}")
+        File.mkdir_p!(dir)
+        System.at_exit(fn _ -> File.rm_rf(dir) end)
+        :persistent_term.put({__MODULE__, :safetensors_dir}, dir)
+        dir
+      end
+
+    Path.join(dir, name <> ".safetensors")
+  end
+
+  # A file that open/2 opens, for the VM's life.
+  defp safetensors_file do
+    path = safetensors_target("open")
+    unless File.exists?(path), do: :ok = SafeTensors.write(path, %{"t" => Tensor.zeros({4}, :uint8)}, %{"k" => "v"})
+    path
+  end
+
+  # The tensor written alone, opened, and its bytes read back as written
+  # (a MatchError where they differ: no error of the contract).
+  defp safetensors_round_trip([path, t, metadata]) do
+    :ok = SafeTensors.write(path, %{"t" => t}, metadata)
+    %{tensors: %{"t" => read}} = SafeTensors.open(path)
+    {shape, dtype, bytes} = {Tensor.shape(t), Tensor.dtype(t), Tensor.to_binary(t)}
+    {^shape, ^dtype, ^bytes} = {Tensor.shape(read), Tensor.dtype(read), Tensor.to_binary(read)}
+    read
   end
 
   # The application env's Key set to Value for the length of fun.
