@@ -48,7 +48,7 @@ open(Path) -> open(Path, #{}).
 -spec open(file:name_all(), #{only => [iodata() | atom()], misaligned => copy | refuse}) -> file().
 open(Path, Opts) ->
     #{misaligned := Misaligned} = Checked =
-        check(Opts, [{only, {list, {satisfies, "a tensor name (a string or an atom)", fun is_name/1}}},
+        check(Opts, [{only, {list, {satisfies, "tensor names (strings or atoms)", fun is_name/1}}},
                      {misaligned, {one_of, [copy, refuse]}, copy}], map),
     Name = path(Path),
     Only = case Checked of
