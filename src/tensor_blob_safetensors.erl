@@ -46,19 +46,15 @@ open(Path) -> open(Path, #{}).
 %% element size cannot be viewed without a misaligned pointer; it is copied
 %% once (a copy event, reason misaligned, with telemetry), or refused.
 -spec open(file:name_all(), #{only => [iodata() | atom()], misaligned => copy | refuse}) -> file().
-open(Path, Opts) when is_map(Opts) ->
-    _ = check(Opts, [{only, any}, {misaligned, any}], map),
+open(Path, Opts) ->
+    #{misaligned := Misaligned} = Checked =
+        check(Opts, [{only, {list, {satisfies, "tensor names (strings or atoms)", fun is_name/1}}},
+                     {misaligned, {one_of, [copy, refuse]}, copy}], map),
     Name = path(Path),
-    Only = case maps:get(only, Opts, all) of
-               all -> all;
-               Names when is_list(Names) -> lists:usort([name(only, N) || N <- Names]);
-               Other -> badarg(bad_value, only, ["only: expected a list of tensor names, got ", {term, Other}])
+    Only = case Checked of
+               #{only := Names} -> lists:usort([name(only, N) || N <- Names]);
+               _ -> all
            end,
-    Misaligned = case maps:get(misaligned, Opts, copy) of
-                     M when M =:= copy; M =:= refuse -> M;
-                     Bad -> badarg(bad_value, misaligned,
-                                   ["misaligned: expected copy or refuse, got ", {term, Bad}])
-                 end,
     Start = tensor_blob_telemetry:start(copy),
     {Tensors, Meta, Copied} = ?NIF(tensor_blob_nif:safetensors_open(Name, Only)),
     ByName = maps:from_list(Tensors),
@@ -72,9 +68,7 @@ open(Path, Opts) when is_map(Opts) ->
                                         maps:get(C, ByName)) || C <- Copied],
             ok
     end,
-    #{tensors => ByName, metadata => case Meta of nil -> #{}; _ -> maps:from_list(Meta) end};
-open(_Path, Opts) ->
-    badarg(bad_option, options, ["options: expected a map, got ", {term, Opts}]).
+    #{tensors => ByName, metadata => case Meta of nil -> #{}; _ -> maps:from_list(Meta) end}.
 
 %% @equiv write(Path, Tensors, #{})
 -spec write(file:name_all(), tensors()) -> ok.
@@ -138,6 +132,10 @@ path(Path) ->
 -spec bad_path(term()) -> no_return().
 bad_path(Path) ->
     badarg(bad_value, path, ["path: expected a file name, got ", {term, Path}]).
+
+%% A term name/2 may take: an atom, a binary or a list (whose content
+%% name/2 checks).
+is_name(N) -> is_atom(N) orelse is_binary(N) orelse is_list(N).
 
 %% A name or a string as UTF-8.
 name(_Argument, A) when is_atom(A) -> atom_to_binary(A, utf8);

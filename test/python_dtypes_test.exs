@@ -27,6 +27,20 @@ defmodule TensorBlob.PythonDtypesTest do
     assert python == library
   end
 
+  test "the reasons the Python module's errors may carry are the library's" do
+    code = """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import tensor_blob
+    print(json.dumps(list(tensor_blob._REASONS)))
+    """
+
+    {out, 0} = System.cmd(System.find_executable(@python), ["-c", code, @module_dir])
+    {:ok, python} = TensorBlob.IPC.JSON.decode(String.trim(out), :fallback)
+
+    assert python == Enum.map(TensorBlob.tables().reasons, &Atom.to_string/1)
+  end
+
   test "every dtype the library can hand Python opens there by its name" do
     # The names to_map/1 prints are the table's names, which Python looks up.
     for %{name: name, available: true} <- TensorBlob.tables().dtypes do

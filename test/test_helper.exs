@@ -45,11 +45,13 @@ if missing != [] do
 end
 
 # :python_module: the door contract's row for the Python module of
-# priv/python, whose errors carry no reason and argument yet
-# (test/support/doors.ex): excluded until they do.
+# priv/python (test/support/doors.ex), run by a Python (PYTHON, /usr/bin/python3 or
+# python3; PyTorch is not needed).
 # :safetensors_reference tests need a python3 with the safetensors format's
 # reference implementation and PyTorch (the Debian 13 root has them: make
 # safetensors-compat-test).
+python_module? = TensorBlob.Test.Doors.python() != nil
+
 reference? =
   match?(
     {_, 0},
@@ -57,7 +59,8 @@ reference? =
   )
 
 exclude =
-  [:cuda, :python_module] ++
+  [:cuda] ++
+    if(python_module?, do: [], else: [:python_module]) ++
     if(reference?, do: [], else: [:safetensors_reference]) ++
     missing ++
     if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++

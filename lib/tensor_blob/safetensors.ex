@@ -67,7 +67,7 @@ defmodule TensorBlob.SafeTensors do
   @spec open(Path.t(), only: [String.t()], misaligned: :copy | :refuse) :: file()
   def open(path, opts \\ []) do
     reported {__MODULE__, :open, 2} do
-      %{tensors: tensors} = file = :tensor_blob_safetensors.open(path, Map.new(opts))
+      %{tensors: tensors} = file = :tensor_blob_safetensors.open(path, :tensor_blob_options.keywords(opts))
       %{file | tensors: Map.new(tensors, fn {name, t} -> {name, Tensor.wrap(t)} end)}
     end
   end
@@ -84,9 +84,22 @@ defmodule TensorBlob.SafeTensors do
   @spec write(Path.t(), map() | [{String.t(), term()}], %{optional(String.t()) => String.t()}) :: :ok
   def write(path, tensors, metadata \\ %{}) do
     translating do
-      :tensor_blob_safetensors.write(path, Enum.map(tensors, fn {name, t} -> {name, input(t)} end), metadata)
+      :tensor_blob_safetensors.write(path, inputs(tensors), metadata)
     end
   end
+
+  # The Erlang API's tensors; what is not a map or a list of pairs goes
+  # through as it is, for the Erlang API to refuse.
+  defp inputs(tensors) when is_map(tensors), do: inputs(Map.to_list(tensors))
+
+  defp inputs(tensors) when is_list(tensors),
+    do:
+      Enum.map(tensors, fn
+        {name, t} -> {name, input(t)}
+        other -> other
+      end)
+
+  defp inputs(other), do: other
 
   defp input({binary, _dtype, _shape} = spec) when is_binary(binary), do: spec
   defp input(t), do: Tensor.ref(t)

@@ -24,6 +24,13 @@ in Elixir and `TensorBlob.IPC.open/1` opens it there.
                                the map of a multiprocessing.shared_memory
                                block that holds a tensor
 
+Bad input raises ArgumentError (a ValueError) or ArgumentTypeError (a
+TypeError), both an Error: its `reason` is one of the library's reasons
+(tensor_blob:tables()'s, as the BEAM side's errors carry) and its
+`argument` the name of what it is about ("spec", "handle", "dtype",
+"shape", "data_size", "tensor", "shm"). A region that cannot be opened
+raises OSError (FileNotFoundError, PermissionError) as the OS answers.
+
 Works with PyTorch 1.13 and 2.x; plain regions open without PyTorch too
 (as a memoryview).
 """
@@ -35,7 +42,7 @@ import os
 import stat
 import struct
 
-__all__ = ["open", "export", "describe", "dumps", "loads"]
+__all__ = ["open", "export", "describe", "dumps", "loads", "Error", "ArgumentError", "ArgumentTypeError"]
 
 SHM_DIR = "/dev/shm"
 TORCH_HEADER = 64  # PyTorch's map_alloc_alignment: the reference count, then padding
@@ -67,6 +74,36 @@ _DTYPES = {
 }
 # END generated dtypes
 
+# The library's reasons (tensor_blob:tables()), the reason an Error may
+# carry. Generated with the dtype table, by the same script.
+
+# BEGIN generated reasons
+_REASONS = (
+    "not_a_tensor",
+    "bad_value",
+    "missing",
+    "bad_option",
+    "bad_dtype",
+    "bad_shape",
+    "bad_strides",
+    "not_contiguous",
+    "out_of_extent",
+    "misaligned",
+    "wrong_device",
+    "no_device",
+    "no_region",
+    "bad_file",
+    "gone",
+    "read_only",
+    "unsafe",
+    "unsupported",
+    "no_memory",
+    "libtorch",
+    "runtime",
+    "system",
+)
+# END generated reasons
+
 # The struct format memoryview casts to, by kind and size; a dtype without
 # one (bfloat16, complex, float8) opens as a torch tensor only.
 _FORMATS = {
@@ -90,6 +127,27 @@ _FORMATS = {
 _OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+class Error(Exception):
+    """An error of this module with data: `reason`, one of the library's
+    reasons (tensor_blob:tables()), and `argument`, the name of what it is
+    about."""
+
+    def __init__(self, message, reason, argument):
+        if reason not in _REASONS:
+            raise AssertionError("tensor_blob: %r is not one of the library's reasons" % (reason,))
+        super().__init__(message)
+        self.reason = reason
+        self.argument = argument
+
+
+class ArgumentError(Error, ValueError):
+    """A value of the right type that is refused."""
+
+
+class ArgumentTypeError(Error, TypeError):
+    """A value of the wrong type."""
+
+
 def _torch():
     try:
         import torch
@@ -104,9 +162,11 @@ def _object(pairs):
     obj = {}
     for key, value in pairs:
         if key in obj:
-            raise ValueError(
+            raise ArgumentError(
                 "tensor_blob: the JSON names the key %r more than once; decoders differ on which value a "
-                "repeated key has (the first or the last), so a map that repeats one is refused" % (key,)
+                "repeated key has (the first or the last), so a map that repeats one is refused" % (key,),
+                "bad_value",
+                "spec",
             )
         obj[key] = value
     return obj
@@ -114,7 +174,14 @@ def _object(pairs):
 
 def loads(text):
     """The map from its JSON text (a key named twice in an object is refused)."""
-    return json.loads(text, object_pairs_hook=_object)
+    try:
+        return json.loads(text, object_pairs_hook=_object)
+    except Error:
+        raise
+    except ValueError as e:
+        raise ArgumentError("tensor_blob: the map's JSON does not parse: %s" % (e,), "bad_value", "spec") from None
+    except TypeError:
+        raise ArgumentTypeError("tensor_blob: expected JSON text, got %r" % (text,), "bad_value", "spec") from None
 
 
 def dumps(spec):
@@ -130,17 +197,19 @@ def _parse(spec):
     if isinstance(spec, (str, bytes)):
         spec = loads(spec)
     if not isinstance(spec, dict):
-        raise TypeError("tensor_blob: expected the map tensor_blob prints (a dict or its JSON), got %r" % (spec,))
+        raise ArgumentTypeError(
+            "tensor_blob: expected the map tensor_blob prints (a dict or its JSON), got %r" % (spec,), "bad_value", "spec"
+        )
     missing = [k for k in ("handle", "dtype", "shape") if k not in spec]
     if missing:
-        raise ValueError("tensor_blob: the map lacks %s: %r" % (", ".join(missing), spec))
+        raise ArgumentError("tensor_blob: the map lacks %s: %r" % (", ".join(missing), spec), "missing", missing[0])
     handle, dtype, shape = spec["handle"], spec["dtype"], spec["shape"]
     if not isinstance(dtype, str) or dtype not in _DTYPES:
-        raise ValueError("tensor_blob: unknown dtype %r (one of %s)" % (dtype, ", ".join(_DTYPES)))
+        raise ArgumentError("tensor_blob: unknown dtype %r (one of %s)" % (dtype, ", ".join(_DTYPES)), "bad_dtype", "dtype")
     if not isinstance(handle, str) or not handle.strip("/") or "/" in handle.strip("/") or "\0" in handle:
-        raise ValueError("tensor_blob: handle %r is not a shared-memory region's name" % (handle,))
+        raise ArgumentError("tensor_blob: handle %r is not a shared-memory region's name" % (handle,), "bad_value", "handle")
     if not isinstance(shape, (list, tuple)) or not all(_is_size(n) for n in shape):
-        raise ValueError("tensor_blob: shape %r is not a list of sizes" % (shape,))
+        raise ArgumentError("tensor_blob: shape %r is not a list of sizes" % (shape,), "bad_shape", "shape")
     count = 1
     for n in shape:
         count *= n
@@ -149,9 +218,13 @@ def _parse(spec):
     # region's own size when it is opened, never trusted for it.
     data_size = spec.get("data_size")
     if data_size is not None and not _is_size(data_size):
-        raise ValueError("tensor_blob: data_size %r is not a size in bytes" % (data_size,))
+        raise ArgumentError("tensor_blob: data_size %r is not a size in bytes" % (data_size,), "bad_value", "data_size")
     if data_size is not None and data_size < nbytes:
-        raise ValueError("tensor_blob: %s %r needs %d bytes, the region holds %d" % (dtype, shape, nbytes, data_size))
+        raise ArgumentError(
+            "tensor_blob: %s %r needs %d bytes, the region holds %d" % (dtype, shape, nbytes, data_size),
+            "out_of_extent",
+            "data_size",
+        )
     return handle.strip("/"), dtype, tuple(shape), count, nbytes, data_size
 
 
@@ -170,7 +243,7 @@ def _untyped(tensor):
 def _torch_dtype(torch, dtype):
     found = getattr(torch, dtype, None)
     if not isinstance(found, torch.dtype):
-        raise ValueError("tensor_blob: PyTorch %s has no dtype %s" % (torch.__version__, dtype))
+        raise ArgumentError("tensor_blob: PyTorch %s has no dtype %s" % (torch.__version__, dtype), "unsupported", "dtype")
     return found
 
 
@@ -201,14 +274,16 @@ def open(spec, *, torch=None):
             torch = False
     if is_torch_region(name):
         if not torch:
-            raise ValueError("tensor_blob: a region in PyTorch's format (/%s) opens as a torch tensor only" % name)
+            raise ArgumentError(
+                "tensor_blob: a region in PyTorch's format (/%s) opens as a torch tensor only" % name, "unsupported", "handle"
+            )
         return _open_torch_region(name, dtype, shape, nbytes, data_size)
     view = _map(name, nbytes, data_size)
     if torch:
         return _buffer_tensor(view, dtype, shape, count)
     fmt = _FORMATS.get(_DTYPES[dtype])
     if fmt is None:
-        raise ValueError("tensor_blob: a memoryview cannot hold %s: open it with PyTorch" % dtype)
+        raise ArgumentError("tensor_blob: a memoryview cannot hold %s: open it with PyTorch" % dtype, "unsupported", "dtype")
     return view.cast("B").cast(fmt, shape) if shape else view.cast(fmt)
 
 
@@ -258,23 +333,33 @@ def _open_torch_region(name, dtype, shape, nbytes, data_size):
         # what the file holds after the header.
         size = st.st_size - TORCH_HEADER
         if size < 0:
-            raise ValueError(
+            raise ArgumentError(
                 "tensor_blob: /%s holds %d bytes, less than PyTorch's %d-byte header: not a region of "
-                "PyTorch's format" % (name, st.st_size, TORCH_HEADER)
+                "PyTorch's format" % (name, st.st_size, TORCH_HEADER),
+                "out_of_extent",
+                "handle",
             )
         if data_size is not None and data_size > size:
-            raise ValueError(
+            raise ArgumentError(
                 "tensor_blob: the map says /%s holds %d bytes of data, it holds %d after PyTorch's %d-byte "
-                "header" % (name, data_size, size, TORCH_HEADER)
+                "header" % (name, data_size, size, TORCH_HEADER),
+                "out_of_extent",
+                "data_size",
             )
         if nbytes > size:
-            raise ValueError(
+            raise ArgumentError(
                 "tensor_blob: %s %r needs %d bytes after PyTorch's %d-byte header; /%s holds %d in all"
-                % (dtype, list(shape), nbytes, TORCH_HEADER, name, st.st_size)
+                % (dtype, list(shape), nbytes, TORCH_HEADER, name, st.st_size),
+                "out_of_extent",
+                "shape",
             )
         (count,) = struct.unpack("=i", os.pread(fd, 4, 0))
         if count <= 0:
-            raise ValueError("tensor_blob: /%s holds no live PyTorch region (its reference count is %d)" % (name, count))
+            raise ArgumentError(
+                "tensor_blob: /%s holds no live PyTorch region (its reference count is %d)" % (name, count),
+                "gone",
+                "handle",
+            )
         # The call torch.multiprocessing.reductions.rebuild_storage_filename
         # makes (1.13 and 2.x); an empty manager handle starts PyTorch's
         # torch_shm_manager if none runs. PyTorch opens the name again:
@@ -307,9 +392,15 @@ def _map(name, nbytes, data_size):
     try:
         size = st.st_size
         if data_size is not None and data_size > size:
-            raise ValueError("tensor_blob: the map says /%s holds %d bytes, it holds %d" % (name, data_size, size))
+            raise ArgumentError(
+                "tensor_blob: the map says /%s holds %d bytes, it holds %d" % (name, data_size, size),
+                "out_of_extent",
+                "data_size",
+            )
         if size < nbytes:
-            raise ValueError("tensor_blob: region /%s holds %d bytes, the tensor needs %d" % (name, size, nbytes))
+            raise ArgumentError(
+                "tensor_blob: region /%s holds %d bytes, the tensor needs %d" % (name, size, nbytes), "out_of_extent", "shape"
+            )
         if size == 0:
             return memoryview(bytearray())
         return memoryview(mmap.mmap(fd, size))[:nbytes]
@@ -336,15 +427,21 @@ def export(tensor):
     holds a reference: keep the tensor until the BEAM node has opened it."""
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError("tensor_blob: export takes a torch.Tensor, got %r" % (type(tensor),))
+        raise ArgumentTypeError(
+            "tensor_blob: export takes a torch.Tensor, got %r" % (type(tensor),), "not_a_tensor", "tensor"
+        )
     if tensor.device.type != "cpu":
-        raise ValueError("tensor_blob: export shares CPU tensors; a %s tensor goes by CUDA IPC" % tensor.device)
+        raise ArgumentError(
+            "tensor_blob: export shares CPU tensors; a %s tensor goes by CUDA IPC" % tensor.device, "wrong_device", "tensor"
+        )
     storage = _untyped(tensor)
     nbytes = tensor.numel() * tensor.element_size()
     if not tensor.is_contiguous() or tensor.storage_offset() != 0 or storage.nbytes() != nbytes:
-        raise ValueError(
+        raise ArgumentError(
             "tensor_blob: the tensor is a view of a larger storage (or not contiguous): "
-            "export tensor.clone(), a copy of exactly the tensor"
+            "export tensor.clone(), a copy of exactly the tensor",
+            "not_contiguous",
+            "tensor",
         )
     _manager, handle, size = storage._share_filename_cpu_()
     return {
@@ -362,6 +459,10 @@ def describe(shm, dtype, shape):
     spec = {"handle": "/" + shm.name.lstrip("/"), "dtype": dtype, "shape": list(shape)}
     _name, _dtype, _shape, _count, nbytes, _size = _parse(spec)
     if nbytes > shm.size:
-        raise ValueError("tensor_blob: %s %r needs %d bytes, the block holds %d" % (dtype, list(shape), nbytes, shm.size))
+        raise ArgumentError(
+            "tensor_blob: %s %r needs %d bytes, the block holds %d" % (dtype, list(shape), nbytes, shm.size),
+            "out_of_extent",
+            "shm",
+        )
     spec["data_size"] = nbytes
     return spec

@@ -17,7 +17,7 @@ defmodule TensorBlob.Test.Doors do
   # wrong type for it (wrong?/2); :tensor args also get the freed, the
   # read-only, and the 0-dim, empty and strided tensors of every dtype.
 
-  alias TensorBlob.{DLPack, IPC, Nodes, Tensor}
+  alias TensorBlob.{DLPack, IPC, Nodes, SafeTensors, Tensor}
 
   # Terms of every type: those a kind does not take are its wrong ones.
   def terms, do: [nil, :nope, -1, 2.5, "text", <<1, 2, 3>>, [], [1], {}, {1}, %{}, %{a: 1}, make_ref(), self()]
@@ -35,6 +35,11 @@ defmodule TensorBlob.Test.Doors do
   def wrong?(:spec, _), do: true
   def wrong?(:setting, _), do: true
   def wrong?(:foreign, _), do: true
+  # A path is wrong where it is no file name; a name (an atom, a string) is
+  # never given, so that no file is written where the battery runs.
+  def wrong?(:path, term), do: not (is_atom(term) or is_binary(term) or (is_list(term) and term != []))
+  def wrong?(:tensors, term), do: term not in [[], %{}]
+  def wrong?(:metadata, term), do: term != %{}
 
   defp tensor(name \\ :tensor),
     do: %{name: name, kind: :tensor, good: fn -> Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4}) end}
@@ -176,6 +181,39 @@ defmodule TensorBlob.Test.Doors do
           )
         ]
       },
+      %{
+        door: :safetensors,
+        tag: nil,
+        calls: [
+          call("SafeTensors.open/2", fn [p, o] -> SafeTensors.open(p, o) end, [
+            %{name: :path, kind: :path, good: &safetensors_file/0},
+            keywords(misaligned: :refuse)
+          ]),
+          call("SafeTensors.write/3", fn [p, ts, m] -> SafeTensors.write(p, ts, m) end, [
+            %{name: :path, kind: :path, good: fn -> safetensors_target("write") end},
+            %{name: :tensors, kind: :tensors, good: fn -> %{"t" => Tensor.zeros({4}, :uint8)} end},
+            %{name: :metadata, kind: :metadata, good: fn -> %{"k" => "v"} end}
+          ]),
+          call("SafeTensors.write/3 of a tensor, then open/2", &safetensors_round_trip/1, [
+            %{name: :path, kind: :path, good: fn -> safetensors_target("round_trip") end},
+            Map.put(tensor(), :names, [:tensor, :tensors]),
+            %{name: :metadata, kind: :metadata, good: fn -> %{} end}
+          ]),
+          call("tensor_blob_safetensors:open/2", fn [p, o] -> :tensor_blob_safetensors.open(p, o) end, [
+            %{name: :path, kind: :path, good: &safetensors_file/0},
+            options_map(%{misaligned: :refuse})
+          ]),
+          call(
+            "tensor_blob_safetensors:write/3",
+            fn [p, t, m] -> :tensor_blob_safetensors.write(p, [{"t", t}], m) end,
+            [
+              %{name: :path, kind: :path, good: fn -> safetensors_target("erlang_write") end},
+              Map.put(erl_tensor(), :names, [:tensor, :tensors]),
+              %{name: :metadata, kind: :metadata, good: fn -> %{} end}
+            ]
+          )
+        ]
+      },
       Map.put(runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true), :apps, [:nx]),
       runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
       extorch_row(),
@@ -258,6 +296,38 @@ defmodule TensorBlob.Test.Doors do
     end
   end
 
+  # A directory of the battery's files, made once, removed when the VM
+  # exits; a target in it (its temporary files are the writer's own).
+  defp safetensors_target(name) do
+    dir =
+      with nil <- :persistent_term.get({__MODULE__, :safetensors_dir}, nil) do
+        dir = Path.join(System.tmp_dir!(), "tb_doors_#{System.unique_integer([:positive])}")
+        File.mkdir_p!(dir)
+        System.at_exit(fn _ -> File.rm_rf(dir) end)
+        :persistent_term.put({__MODULE__, :safetensors_dir}, dir)
+        dir
+      end
+
+    Path.join(dir, name <> ".safetensors")
+  end
+
+  # A file that open/2 opens, for the VM's life.
+  defp safetensors_file do
+    path = safetensors_target("open")
+    unless File.exists?(path), do: :ok = SafeTensors.write(path, %{"t" => Tensor.zeros({4}, :uint8)}, %{"k" => "v"})
+    path
+  end
+
+  # The tensor written alone, opened, and its bytes read back as written
+  # (a MatchError where they differ: no error of the contract).
+  defp safetensors_round_trip([path, t, metadata]) do
+    :ok = SafeTensors.write(path, %{"t" => t}, metadata)
+    %{tensors: %{"t" => read}} = SafeTensors.open(path)
+    {shape, dtype, bytes} = {Tensor.shape(t), Tensor.dtype(t), Tensor.to_binary(t)}
+    {^shape, ^dtype, ^bytes} = {Tensor.shape(read), Tensor.dtype(read), Tensor.to_binary(read)}
+    read
+  end
+
   # The application env's Key set to Value for the length of fun.
   defp with_env(key, value, fun) do
     old = Application.fetch_env(:tensor_blob, key)
@@ -273,7 +343,68 @@ defmodule TensorBlob.Test.Doors do
     end
   end
 
-  # The Python module's errors carry no reason and no argument yet: the
-  # row is tagged :python_module, excluded until they do.
-  defp python_module(_function, _arg), do: raise("the Python module's errors carry no reason")
+  # The first of PYTHON, /usr/bin/python3, python3 there is (nil when
+  # none is).
+  def python do
+    Enum.find_value([System.get_env("PYTHON"), "/usr/bin/python3", "python3"], &(&1 && System.find_executable(&1)))
+  end
+
+  # The Python module's open/1, run by python/0 on
+  # the term as Python holds it (python_literal/1): what it answers, or its
+  # error raised here with the reason and the argument the Python error
+  # carries. Any other Python exception is a RuntimeError: no error of the
+  # contract.
+  defp python_module(function, arg) do
+    code = """
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import tensor_blob
+    try:
+        getattr(tensor_blob, sys.argv[2])(eval(sys.argv[3], {"Ref": object}), torch=False)
+        print(json.dumps({"ok": True}))
+    except tensor_blob.Error as e:
+        print(json.dumps({"reason": e.reason, "argument": e.argument, "message": str(e)}))
+    except Exception as e:
+        print(json.dumps({"raised": repr(e)}))
+    """
+
+    dir = Path.join(:code.priv_dir(:tensor_blob), "python")
+
+    {out, 0} =
+      System.cmd(python(), ["-c", code, dir, Atom.to_string(function), python_literal(arg)], stderr_to_stdout: true)
+
+    case TensorBlob.IPC.JSON.decode(String.trim(out), :fallback) do
+      {:ok, %{"ok" => true}} ->
+        :ok
+
+      {:ok, %{"reason" => reason, "argument" => argument, "message" => message}} ->
+        TensorBlob.Raise.badarg!(message, String.to_existing_atom(reason), String.to_existing_atom(argument))
+
+      other ->
+        raise "tensor_blob.#{function} raised no error of the module: #{inspect(other)}"
+    end
+  end
+
+  # A term as a Python expression: what the JSON a BEAM node prints holds
+  # as Python's values, tuples as tuples, and a term Python has no value
+  # for (a reference, a pid) as an object of no type the module takes.
+  defp python_literal(nil), do: "None"
+  defp python_literal(true), do: "True"
+  defp python_literal(false), do: "False"
+  defp python_literal(a) when is_atom(a), do: python_literal(Atom.to_string(a))
+  defp python_literal(n) when is_integer(n) or is_float(n), do: to_string(n)
+
+  defp python_literal(b) when is_binary(b) do
+    if String.printable?(b), do: inspect(b), else: "bytes(" <> inspect(:binary.bin_to_list(b)) <> ")"
+  end
+
+  defp python_literal(l) when is_list(l), do: "[" <> Enum.map_join(l, ", ", &python_literal/1) <> "]"
+
+  defp python_literal(t) when is_tuple(t),
+    do: "(" <> Enum.map_join(Tuple.to_list(t), "", &(python_literal(&1) <> ", ")) <> ")"
+
+  defp python_literal(m) when is_map(m),
+    do: "{" <> Enum.map_join(m, ", ", fn {k, v} -> python_literal(k) <> ": " <> python_literal(v) end) <> "}"
+
+  defp python_literal(_), do: "Ref()"
 end
