@@ -101,6 +101,8 @@ defmodule TensorBlob.DoorContractTest do
       # setting, ...).
       setup do
         for app <- unquote(Map.get(row, :apps, [])), do: {:ok, _} = Application.ensure_all_started(app)
+
+        with {m, f, a} <- unquote(Macro.escape(Map.get(row, :setup))), do: apply(m, f, a)
         :ok
       end
 

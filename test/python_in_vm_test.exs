@@ -15,26 +15,7 @@ if Code.ensure_loaded?(Pythonx) do
     alias TensorBlob.Test.Lifetime
 
     setup_all do
-      {:ok, _} = Application.ensure_all_started(:pythonx)
-
-      {paths, 0} =
-        System.cmd("python3", [
-          "-c",
-          "import os, sys, sysconfig; " <>
-            "print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME'))); " <>
-            "print(sys.base_prefix); print(sys.executable)"
-        ])
-
-      [lib, home, exe] = String.split(paths, "\n", trim: true)
-
-      try do
-        Pythonx.init(lib, home, exe)
-      rescue
-        # Once per VM: another suite of the run may have started it.
-        error -> if Exception.message(error) =~ "already", do: :ok, else: reraise(error, __STACKTRACE__)
-      end
-
-      :ok
+      TensorBlob.Test.PythonVM.start!()
     end
 
     defp py(code, globals \\ %{}) do

@@ -7,7 +7,8 @@ defmodule TensorBlob.Test.Doors do
   #
   # A row: %{door: atom, tag: nil or the ExUnit tag whose environment it
   # needs (test/test_helper.exs excludes it elsewhere), calls: [call],
-  # apps: the applications to start first (optional)}.
+  # apps: the applications to start first (optional), setup: {m, f, a}
+  # run before each test, to set up the door's runtime (optional)}.
   # A call: %{name: string, run: fn args -> result end, args: [arg],
   # writes: whether it writes the tensor it is given}. An arg: %{name:
   # atom, kind: kind, good: fn -> value end, names: the error arguments
@@ -215,7 +216,11 @@ defmodule TensorBlob.Test.Doors do
         ]
       },
       Map.put(runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true), :apps, [:nx]),
-      runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
+      Map.put(
+        runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
+        :setup,
+        {TensorBlob.Test.PythonVM, :start!, []}
+      ),
       extorch_row(),
       %{
         door: :python_module,
