@@ -960,9 +960,24 @@ defmodule TensorBlob.DLPackTest do
     end
 
     test "python_bind binds only a libpython loaded in this process, by name; anything else is refused" do
-      nif = :code.priv_dir(:tensor_blob) |> Path.join("tensor_blob_nif.so")
+      # The NIF library as this VM loaded it (TENSOR_BLOB_NIF may name
+      # another build than priv's).
+      [nif] =
+        for line <- File.read!("/proc/self/maps") |> String.split("\n"),
+            path = line |> String.split(" ", trim: true) |> Enum.at(5),
+            path && String.ends_with?(path, "/tensor_blob_nif.so"),
+            uniq: true,
+            do: path
+
+      # A library that exists and is not loaded (a copy of the NIF's file,
+      # another inode): the dynamic linker answers RTLD_NOLOAD with
+      # nothing, and no error text.
+      unloaded = Path.join(System.tmp_dir!(), "tensor_blob_not_loaded_#{System.unique_integer([:positive])}.so")
+      File.cp!(nif, unloaded)
+      on_exit(fn -> File.rm(unloaded) end)
 
       for {library, message} <- [
+            {unloaded, ~r/is not loaded in this OS process/},
             {%{"PyCapsule_New" => 4096}, ~r/^library: expected the path of the interpreter's libpython/},
             {140_000_000, ~r/^library: expected the path/},
             {"", ~r/^library: expected the path/},

@@ -339,10 +339,13 @@ ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
     /* RTLD_NOLOAD: only a library this process has loaded already; the
      * handle, kept, keeps it loaded while the functions are bound. */
     void *handle = dlopen(file, RTLD_LAZY | RTLD_NOLOAD);
-    if (!handle)
+    if (!handle) {
+        /* glibc sets no error when RTLD_NOLOAD finds nothing loaded. */
+        const char *why = dlerror();
         return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "library",
                                "library: %s is not loaded in this OS process, so it is not this VM's Python (%s)", file,
-                               dlerror());
+                               why ? why : "no library loaded from that path");
+    }
     py_api found;
     const char *missing = NULL;
     if (!py_lookup(handle, &found, &missing)) {
