@@ -26,12 +26,4 @@ make --no-print-directory pythonx-test PYTHONX_PATH="$pythonx_path"
 make --no-print-directory pythonx-asan-test PYTHONX_PATH="$pythonx_path"
 # ExTorch, built from source against the same libtorch, beside Nx and Torchx.
 NX_PATH="$nx_path" scripts/compat_extorch.sh
-# A user's project listing tensor_blob, Pythonx and ExTorch (the guides'
-# deps lines): the optional dependencies built first, both modules there.
-if [ -n "$(ls build/extorch/.tb-built 2>/dev/null)" ]; then
-  PYTHONX_PATH="$pythonx_path" EXTORCH_PATH="$(NX_SOURCES=/work/third_party scripts/build_extorch.sh)" \
-    scripts/optional_consumer_test.sh
-else
-  echo "==> compat-test: optional-consumer-test skipped: ExTorch was not built (see its stage above)"
-fi
 echo "==> compat-test: every suite passed on Debian 13"

@@ -4,8 +4,11 @@
 # is listed first, so Mix must build Pythonx and ExTorch before it (they are
 # tensor_blob's optional dependencies) for TensorBlob.Python and
 # TensorBlob.ExTorch to exist. The project then runs an exchange through
-# each. Part of `make compat-test` (scripts/compat_inner.sh), inside the
-# Debian 13 root: Pythonx needs Elixir >= 1.15, ExTorch >= 1.16 and Rust.
+# each. Run by hand inside the Debian 13 root (scripts/compat_test.sh --run
+# scripts/optional_consumer_test.sh, with the two variables below): Pythonx
+# needs Elixir >= 1.15, ExTorch >= 1.16 and Rust. Not in `make
+# compat-test`: the project builds ExTorch's Rust crate again, which takes
+# longer than the whole suite.
 #
 # PYTHONX_PATH and EXTORCH_PATH: what scripts/build_pythonx.sh and
 # scripts/build_extorch.sh printed (their unpacked sources, with their own
