@@ -11,13 +11,7 @@ defmodule TensorBlob.ErrorsTest do
 
   defp reasons, do: TensorBlob.tables().reasons
 
-  # {exception, reason data} of what fun raises.
-  defp raised(fun) do
-    fun.()
-    flunk("expected an error")
-  rescue
-    e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
-  end
+  import TensorBlob.Test.Raised, only: [raised: 1]
 
   test "the reason table is a list of distinct atoms" do
     assert reasons() != []

@@ -239,13 +239,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       assert Enum.all?(for {:transfer, m, _} <- evs, do: m.copied == 0)
     end
 
-    # {exception, reason data} of what fun raises.
-    defp raised(fun) do
-      fun.()
-      flunk("expected an error")
-    rescue
-      e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
-    end
+    import TensorBlob.Test.Raised, only: [raised: 1]
 
     describe "memory that must not change" do
       # A binary of more than 64 bytes: its bytes are shared, not copied with the term.

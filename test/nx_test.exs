@@ -607,13 +607,7 @@ if Code.ensure_loaded?(Nx) do
     end
 
     describe "wrong options to TensorBlob.Nx raise ArgumentError naming them" do
-      # {exception, reason data} of what fun raises.
-      defp raised(fun) do
-        fun.()
-        flunk("expected an error")
-      rescue
-        e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
-      end
+      import TensorBlob.Test.Raised, only: [raised: 1]
 
       test "to_nx: options that are no keyword list, and modules that are no Nx backend" do
         t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})

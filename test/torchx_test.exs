@@ -241,13 +241,7 @@ if Code.ensure_loaded?(Torchx.Backend) do
       end
     end
 
-    # {exception, reason data} of what fun raises.
-    defp raised(fun) do
-      fun.()
-      flunk("expected an error")
-    rescue
-      e -> {e, :tensor_blob.error_reason(__STACKTRACE__)}
-    end
+    import TensorBlob.Test.Raised, only: [raised: 1]
 
     describe "a Torchx struct that does not describe its data" do
       # Also in the ExTorch stage (Torchx loaded there too), which runs them under ASan.
