@@ -4,11 +4,10 @@
 %% FOREIGN_TENSOR_NIF names another build (without .so).
 -module(foreign_tensor_nif).
 
--export([produce/2, read/1, release/1, take/2, take_with_version/2, counters/0,
-         release_on_thread/1, table_find/1, table_take/1,
-         cuda_produce/2, cuda_produce_late/3, cuda_stream/0, cuda_stream_destroy/1, cuda_read/2]).
+%% The table the header keeps (this build's header alone).
+-export([table_find/1, table_take/1]).
 
--on_load(init/0).
+-include("foreign_tensor_nif.hrl").
 
 init() ->
     Path = case os:getenv("FOREIGN_TENSOR_NIF") of
@@ -17,19 +16,5 @@ init() ->
            end,
     erlang:load_nif(Path, 0).
 
--define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
-
-produce(_, _) -> ?NOT_LOADED.
-read(_) -> ?NOT_LOADED.
-release(_) -> ?NOT_LOADED.
-take(_, _) -> ?NOT_LOADED.
-take_with_version(_, _) -> ?NOT_LOADED.
-counters() -> ?NOT_LOADED.
-release_on_thread(_) -> ?NOT_LOADED.
 table_find(_) -> ?NOT_LOADED.
 table_take(_) -> ?NOT_LOADED.
-cuda_produce(_, _) -> ?NOT_LOADED.
-cuda_produce_late(_, _, _) -> ?NOT_LOADED.
-cuda_stream() -> ?NOT_LOADED.
-cuda_stream_destroy(_) -> ?NOT_LOADED.
-cuda_read(_, _) -> ?NOT_LOADED.
