@@ -7,14 +7,9 @@
 %% The table the header keeps (this build's header alone).
 -export([table_find/1, table_take/1]).
 
+-define(LIBRARY_ENV, "FOREIGN_TENSOR_NIF").
+-define(LIBRARY_DEFAULT, "build/foreign_tensor_nif").
 -include("foreign_tensor_nif.hrl").
-
-init() ->
-    Path = case os:getenv("FOREIGN_TENSOR_NIF") of
-               P when is_list(P), P =/= "" -> P;
-               _ -> "build/foreign_tensor_nif"
-           end,
-    erlang:load_nif(Path, 0).
 
 table_find(_) -> ?NOT_LOADED.
 table_take(_) -> ?NOT_LOADED.

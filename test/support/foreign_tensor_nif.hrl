@@ -8,6 +8,15 @@
 
 -define(NOT_LOADED, erlang:nif_error({not_loaded, ?MODULE})).
 
+%% The library: the OS variable LIBRARY_ENV names it (without .so), else
+%% LIBRARY_DEFAULT, where make foreign-nif builds it.
+init() ->
+    Path = case os:getenv(?LIBRARY_ENV) of
+               P when is_list(P), P =/= "" -> P;
+               _ -> ?LIBRARY_DEFAULT
+           end,
+    erlang:load_nif(Path, 0).
+
 produce(_, _) -> ?NOT_LOADED.
 read(_) -> ?NOT_LOADED.
 release(_) -> ?NOT_LOADED.

@@ -5,11 +5,7 @@
 %% build/foreign_tensor_nif_v1.so (FOREIGN_TENSOR_NIF_V1 names another).
 -module(foreign_tensor_nif_v1).
 
+-define(LIBRARY_ENV, "FOREIGN_TENSOR_NIF_V1").
+-define(LIBRARY_DEFAULT, "build/foreign_tensor_nif_v1").
 -include("foreign_tensor_nif.hrl").
 
-init() ->
-    Path = case os:getenv("FOREIGN_TENSOR_NIF_V1") of
-               P when is_list(P), P =/= "" -> P;
-               _ -> "build/foreign_tensor_nif_v1"
-           end,
-    erlang:load_nif(Path, 0).
