@@ -35,7 +35,7 @@ bad_options_test_() ->
              {{bad_option, options}, fun() -> tensor_blob_options:check(#{"copy" => true}, ?SPEC) end},
              {{bad_option, options}, fun() -> tensor_blob_options:keywords(#{a => 1}) end},
              {{bad_option, bogus}, fun() -> tensor_blob_options:check(#{bogus => 1}, ?SPEC) end},
-             {{bad_value, copy}, fun() -> tensor_blob_options:check(#{copy => maybe}, ?SPEC) end},
+             {{bad_value, copy}, fun() -> tensor_blob_options:check(#{copy => perhaps}, ?SPEC) end},
              {{bad_value, keep}, fun() -> tensor_blob_options:check(#{keep => 11}, ?SPEC) end},
              {{bad_value, keep}, fun() -> tensor_blob_options:check(#{keep => 1.0}, ?SPEC) end},
              {{bad_value, tag}, fun() -> tensor_blob_options:check(#{tag => "x"}, ?SPEC) end}],
@@ -64,5 +64,5 @@ types_test() ->
 
 %% The message names the option and what it expects.
 message_test() ->
-    {'EXIT', {{badarg, Msg}, _}} = catch tensor_blob_options:check(#{copy => maybe}, ?SPEC),
-    ?assertEqual(<<"copy: expected a boolean or if_needed, got maybe">>, Msg).
+    {'EXIT', {{badarg, Msg}, _}} = catch tensor_blob_options:check(#{copy => perhaps}, ?SPEC),
+    ?assertEqual(<<"copy: expected a boolean or if_needed, got perhaps">>, Msg).
