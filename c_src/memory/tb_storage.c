@@ -92,6 +92,20 @@ long tb_storage_binary_views(void)
     return tb_count_read(&tb_st->binary_views);
 }
 
+/* A mapping of a file, whole, in the registry of mapped memory under the
+ * identity its storage was given. */
+static void *register_mapping(const tb_storage *s, void *addr, size_t length, tb_range *mapping)
+{
+    *mapping = (tb_range){.lo = (uintptr_t)addr,
+                          .hi = (uintptr_t)addr + length,
+                          .file_dev = s->file_dev,
+                          .file_ino = s->file_ino,
+                          .file_lo = 0,
+                          .file_hi = length};
+    tb_registry_add(&tb_st->registry, TB_REG_MAPPED, mapping);
+    return addr;
+}
+
 void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_offset, tb_range *mapping, int *error)
 {
     struct stat st;
@@ -107,14 +121,7 @@ void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_of
     s->file_dev = (uint64_t)st.st_dev;
     s->file_ino = (uint64_t)st.st_ino;
     s->file_offset = data_offset;
-    *mapping = (tb_range){.lo = (uintptr_t)addr,
-                          .hi = (uintptr_t)addr + length,
-                          .file_dev = s->file_dev,
-                          .file_ino = s->file_ino,
-                          .file_lo = 0,
-                          .file_hi = length};
-    tb_registry_add(&tb_st->registry, TB_REG_MAPPED, mapping);
-    return addr;
+    return register_mapping(s, addr, length, mapping);
 }
 
 void *tb_storage_map_private(tb_storage *s, int fd, size_t length, tb_range *mapping, int *error)
@@ -127,14 +134,7 @@ void *tb_storage_map_private(tb_storage *s, int fd, size_t length, tb_range *map
     s->file_dev = TB_PRIVATE_DEV;
     s->file_ino = (uint64_t)(uintptr_t)addr;
     s->file_offset = 0;
-    *mapping = (tb_range){.lo = (uintptr_t)addr,
-                          .hi = (uintptr_t)addr + length,
-                          .file_dev = s->file_dev,
-                          .file_ino = s->file_ino,
-                          .file_lo = 0,
-                          .file_hi = length};
-    tb_registry_add(&tb_st->registry, TB_REG_MAPPED, mapping);
-    return addr;
+    return register_mapping(s, addr, length, mapping);
 }
 
 void tb_storage_unmap_file(tb_range *mapping)
