@@ -28,8 +28,8 @@ defmodule Bench.Scaling do
       {"Python slot, export + close",
        fn t ->
          fn ->
-           {_k, slot} = :tensor_blob_dlpack.python_slot_export(Tensor.ref(t), :legacy)
-           :tensor_blob_dlpack.python_slot_close(slot)
+           {_k, slot} = :tensor_blob_python.python_slot_export(Tensor.ref(t), :legacy)
+           :tensor_blob_python.python_slot_close(slot)
          end
        end},
       {"DLPack through an address", fn t -> fn -> t |> DLPack.export() |> DLPack.consume() |> DLPack.import() end end},
