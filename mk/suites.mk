@@ -77,6 +77,7 @@ lint: dialyzer bad-inputs-check
 	mix format --check-formatted
 	scripts/check_module_size.sh
 	scripts/check_private_calls.sh
+	mix run --no-start scripts/check_script_calls.exs
 	@if [ "$(LINT_FORMAT)" = 1 ]; then scripts/check_format.sh; fi
 	@$(MAKE) --no-print-directory -n -W test/support/foreign_tensor_nif.c nx-test NX_PATH=/nonexistent \
 	    | grep -q foreign_tensor_nif || { echo "lint: make nx-test does not build the foreign NIF"; exit 1; }
@@ -116,6 +117,7 @@ docs-test: nif
 check-c:
 	scripts/check_c.sh
 	scripts/check_private_calls.sh
+	mix run --no-start scripts/check_script_calls.exs
 	scripts/check_errors.sh
 	scripts/gen_nifs.py --check
 
