@@ -1,9 +1,13 @@
 /* What the kernel says of an address (tb_maps.c): a shared mapping of a
  * file is named by the file's identity and the address's offset in it,
  * whatever mapped it; private and anonymous memory, and no mapping, are
- * not; many mappings before the one asked for are read through. */
+ * not; many mappings before the one asked for are read through. Threads
+ * asking at once, before anyone has asked, share one page-map descriptor
+ * (make tsan-test runs this under ThreadSanitizer). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,6 +15,49 @@
 
 #include "check.h"
 #include "tb_maps.h"
+
+/* The descriptors this process holds. */
+static int open_descriptors(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = 0;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+enum { THREADS = 8, ROUNDS = 200 };
+
+typedef struct {
+    pthread_barrier_t *start;
+    char *shared; /* a shared mapping of the file */
+    struct stat *st;
+    int wrong; /* answers that were not the kernel's */
+} racer;
+
+/* Each thread asks of a present heap page (the page map's answer) and of
+ * the shared mapping (the list's), all starting at once, the first call of
+ * the process among them. */
+static void *race(void *arg)
+{
+    racer *r = arg;
+    char *heap = malloc(64);
+    heap[0] = 1;
+    pthread_barrier_wait(r->start);
+    for (int i = 0; i < ROUNDS; i++) {
+        tb_maps_file f = {0};
+        if (tb_maps_shared_file_at((uintptr_t)heap, &f) != 0)
+            r->wrong++;
+        if (tb_maps_shared_file_at((uintptr_t)r->shared + 5, &f) != 1 || f.ino != (uint64_t)r->st->st_ino ||
+            f.offset != 5)
+            r->wrong++;
+    }
+    free(heap);
+    return NULL;
+}
 
 int main(void)
 {
@@ -22,6 +69,31 @@ int main(void)
     CHECK_EQ(ftruncate(fd, 4 * page), 0);
     struct stat st;
     CHECK_EQ(fstat(fd, &st), 0);
+
+    /* Threads first, before any call: they race to open the page map, and
+     * the process keeps exactly one descriptor for it. */
+    {
+        char *first = mmap(NULL, page, PROT_READ, MAP_SHARED, fd, 0);
+        CHECK(first != MAP_FAILED);
+        int before = open_descriptors();
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, THREADS);
+        pthread_t threads[THREADS];
+        racer racers[THREADS];
+        for (int i = 0; i < THREADS; i++) {
+            racers[i] = (racer){.start = &start, .shared = first, .st = &st};
+            CHECK_EQ(pthread_create(&threads[i], NULL, race, &racers[i]), 0);
+        }
+        int wrong = 0;
+        for (int i = 0; i < THREADS; i++) {
+            pthread_join(threads[i], NULL);
+            wrong += racers[i].wrong;
+        }
+        pthread_barrier_destroy(&start);
+        CHECK_EQ(wrong, 0);
+        CHECK_EQ(open_descriptors(), before + 1);
+        munmap(first, page);
+    }
 
     /* Shared: named, at its offset, from the first page and from inside. */
     char *shared = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, page);

@@ -53,7 +53,8 @@ c_test_bridge_SOURCES := test_bridge
 c_test_shm_SOURCES := test_shm src/tb_shm_names src/tb_fault
 # The safetensors header: each named refusal, a valid header, the writer.
 c_test_safetensors_SOURCES := test_safetensors src/tb_safetensors src/tb_dtype
-# What the kernel says of an address: shared file mappings named by file.
+# What the kernel says of an address: shared file mappings named by file,
+# and threads asking at once (make tsan-test too).
 c_test_maps_SOURCES := test_maps src/tb_maps
 
 .SECONDEXPANSION:
@@ -75,6 +76,9 @@ tsan-test: | $(BUILD)
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ipriv/include -I$(ERTS_INCLUDE) \
 		c_test/test_bridge.c -o $(BUILD)/c_test_bridge_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_bridge_tsan
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
+		c_test/test_maps.c c_src/memory/tb_maps.c -o $(BUILD)/c_test_maps_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_maps_tsan
 
 c-test: $(C_TESTS:%=$(BUILD)/%)
 	@set -e; for t in $(C_TESTS); do echo "$(BUILD)/$$t"; $(BUILD)/$$t; done
