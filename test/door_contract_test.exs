@@ -50,9 +50,6 @@ defmodule TensorBlob.DoorContractTest do
     end
   end
 
-  # An argument with a debt: its door names no argument (:none) yet, as
-  # the row's note says; every other answer is held to the contract.
-  defp names?(%{debt: _} = arg, :none), do: names?(Map.delete(arg, :debt), arg.name)
   defp names?(%{names: :any_option}, argument), do: is_atom(argument) and argument not in [nil, :none]
   defp names?(%{names: names}, argument), do: argument in names
   defp names?(%{name: name}, argument), do: argument == name

@@ -73,7 +73,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     def from_extorch(other) do
       ("from_extorch: expected an ExTorch tensor (%ExTorch.Tensor{}), its %ExTorch.Tensor.Blob{} or an " <>
          "%ExTorch.Tensor.BlobView{}, got #{TensorBlob.Raise.inspect_term(other)}")
-      |> badarg!(:not_a_tensor, :none)
+      |> badarg!(:not_a_tensor, :tensor)
     end
 
     defp blob_of(t) do
@@ -255,7 +255,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     def to_extorch(other, _opts) do
       ("to_extorch: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
          "%TensorBlob.Blob{}), got #{TensorBlob.Raise.inspect_term(other)}")
-      |> badarg!(:not_a_tensor, :none)
+      |> badarg!(:not_a_tensor, :tensor)
     end
 
     defp read_only!(why) do

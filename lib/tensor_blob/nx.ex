@@ -147,7 +147,7 @@ if Code.ensure_loaded?(Nx) do
     def from_nx(%Nx.Tensor{vectorized_axes: [_ | _] = axes}, _opts) do
       ("from_nx: a vectorized tensor (vectorized axes #{inspect(axes)}) has no single layout; " <>
          "call Nx.devectorize/2 first")
-      |> badarg!(:bad_shape, :none)
+      |> badarg!(:bad_shape, :tensor)
     end
 
     def from_nx(%Nx.Tensor{} = nx, opts) do
@@ -172,13 +172,13 @@ if Code.ensure_loaded?(Nx) do
     def from_nx(%struct{} = t, _opts) when struct in [Tensor, BlobView, Blob] do
       ("from_nx: expected an Nx tensor (%Nx.Tensor{}), got a tensor_blob #{kind(t)}: " <>
          "it needs no conversion (to_nx/2 makes an Nx tensor of it, and Nx functions take it as it is)")
-      |> badarg!(:bad_value, :none)
+      |> badarg!(:bad_value, :tensor)
     end
 
     def from_nx(other, _opts) do
       ("from_nx: expected an Nx tensor (%Nx.Tensor{}), got #{inspect(other, limit: 8, printable_limit: 64)}; " <>
          "make one first (Nx.tensor/2, Nx.from_binary/3)")
-      |> badarg!(:bad_value, :none)
+      |> badarg!(:bad_value, :tensor)
     end
 
     @doc """
@@ -204,13 +204,13 @@ if Code.ensure_loaded?(Nx) do
     def to_nx(%Nx.Tensor{}, _arg) do
       ("to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
          "%TensorBlob.Blob{}), got an Nx tensor: it needs no conversion (from_nx/2 makes a tensor_blob tensor of it)")
-      |> badarg!(:not_a_tensor, :none)
+      |> badarg!(:not_a_tensor, :tensor)
     end
 
     def to_nx(other, _arg) when not is_struct(other, Tensor) do
       ("to_nx: expected a tensor_blob tensor (%TensorBlob.Tensor{}, %TensorBlob.BlobView{} or " <>
          "%TensorBlob.Blob{}), got #{inspect(other, limit: 8, printable_limit: 64)}")
-      |> badarg!(:not_a_tensor, :none)
+      |> badarg!(:not_a_tensor, :tensor)
     end
 
     def to_nx(%Tensor{} = t, arg), do: :tensor_blob_door.span({__MODULE__, :to_nx, 2}, fn -> to_nx!(t, arg) end)

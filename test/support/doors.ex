@@ -12,8 +12,7 @@ defmodule TensorBlob.Test.Doors do
   # A call: %{name: string, run: fn args -> result end, args: [arg],
   # writes: whether it writes the tensor it is given}. An arg: %{name:
   # atom, kind: kind, good: fn -> value end, names: the error arguments
-  # a bad value of it may be about (default [name]), debt: a note where
-  # the door names no argument (:none) yet}. A kind says what
+  # a bad value of it may be about (default [name])}. A kind says what
   # the argument takes, and so which terms of the battery's are of a
   # wrong type for it (wrong?/2); :tensor args also get the freed, the
   # read-only, and the 0-dim, empty and strided tensors of every dtype.
@@ -216,6 +215,7 @@ defmodule TensorBlob.Test.Doors do
         ]
       },
       Map.put(runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true), :apps, [:nx]),
+      torchx_row(),
       Map.put(
         runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
         :setup,
@@ -245,16 +245,11 @@ defmodule TensorBlob.Test.Doors do
   defp runtime_row(door, tag, module, {to, from}, foreign_name, from_options) do
     name = fn function, arity -> "#{inspect(module)}.#{function}/#{arity}" end
 
-    # Debt: these doors answer a term that is no tensor with argument
-    # :none (their message names the function), not the argument.
-    debt = "#{inspect(module)} names no argument for a term that is no tensor"
-
     foreign = %{
       name: foreign_name,
       kind: :foreign,
       good: fn -> apply(module, to, [Tensor.zeros({4}, :uint8), []]) end,
-      names: [foreign_name, :tensor],
-      debt: debt
+      names: [foreign_name, :tensor]
     }
 
     from_call =
@@ -266,8 +261,35 @@ defmodule TensorBlob.Test.Doors do
       door: door,
       tag: tag,
       calls: [
-        call(name.(to, 2), fn args -> apply(module, to, args) end, [Map.put(tensor(), :debt, debt), keywords()]),
+        call(name.(to, 2), fn args -> apply(module, to, args) end, [tensor(), keywords()]),
         from_call
+      ]
+    }
+  end
+
+  # Torchx's row: the Nx door with Torchx's backend, both ways (a Torchx
+  # tensor's memory is libtorch's, not a binary's).
+  defp torchx_row do
+    foreign = %{
+      name: :tensor,
+      kind: :foreign,
+      good: fn -> apply(Nx, :tensor, [[1, 2, 3, 4], [type: :u8, backend: Torchx.Backend]]) end
+    }
+
+    %{
+      door: :torchx,
+      tag: :torchx,
+      apps: [:nx],
+      calls: [
+        call(
+          "TensorBlob.Nx.to_nx/2, backend: Torchx.Backend",
+          fn args -> apply(TensorBlob.Nx, :to_nx, args) end,
+          [tensor(), keywords(backend: Torchx.Backend)]
+        ),
+        call("TensorBlob.Nx.from_nx/2 of a Torchx tensor", fn args -> apply(TensorBlob.Nx, :from_nx, args) end, [
+          foreign,
+          keywords()
+        ])
       ]
     }
   end
@@ -276,13 +298,12 @@ defmodule TensorBlob.Test.Doors do
   # of, so a read-only tensor is refused there.
   defp extorch_row do
     row = runtime_row(:extorch, :extorch, TensorBlob.ExTorch, {:to_extorch, :from_extorch}, :tensor, false)
-    debt = "TensorBlob.ExTorch names no argument for a term that is no tensor"
 
     unsafe_view =
       call(
         "TensorBlob.ExTorch.to_extorch/2, unsafe_view: true",
         fn [t] -> apply(TensorBlob.ExTorch, :to_extorch, [t, [unsafe_view: true]]) end,
-        [Map.put(tensor(), :debt, debt)],
+        [tensor()],
         true
       )
 
