@@ -8,8 +8,8 @@
 # As Mix's compiler does (mix.exs), make is not run when nothing it reads
 # has changed since it last succeeded for this application directory and
 # its products are in place: a make with nothing to do still takes seconds
-# (it asks erl and the compilers for its configuration), this check
-# milliseconds. Run from the checkout (rebar3 runs hooks there).
+# (it asks erl and the compilers for its configuration), this check a
+# small fraction of that. Run from the checkout (rebar3 runs hooks there).
 set -eu
 
 app="$REBAR_BUILD_DIR/checkouts/tensor_blob"
