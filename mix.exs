@@ -234,7 +234,7 @@ defmodule TensorBlob.MixProject do
       # What building needs (the Makefile's own files included), and the
       # documentation; not the tests, benchmarks or fuzzers.
       files:
-        ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile scripts/build_cache.sh scripts/doc_chunks.escript mix.exs rebar.config README.md CHANGELOG.md LICENSE)
+        ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile scripts/build_cache.sh scripts/doc_chunks.escript scripts/rebar3_nif.sh mix.exs rebar.config README.md CHANGELOG.md LICENSE)
     ]
   end
 

@@ -3,7 +3,8 @@
 # (scripts/compat_test.sh copies the checkout to /work/tensor_blob there):
 # every suite of `make test`, then the :nx tests against Nx main and the
 # :torchx tests against Torchx main built with the root's libtorch, then
-# the ExTorch stage (scripts/compat_extorch.sh).
+# the ExTorch stage (scripts/compat_extorch.sh, with a user's project that
+# depends on tensor_blob, Pythonx and ExTorch).
 set -euo pipefail
 cd /work/tensor_blob
 
@@ -25,5 +26,5 @@ pythonx_path="$(NX_SOURCES=/work/third_party scripts/build_pythonx.sh)"
 make --no-print-directory pythonx-test PYTHONX_PATH="$pythonx_path"
 make --no-print-directory pythonx-asan-test PYTHONX_PATH="$pythonx_path"
 # ExTorch, built from source against the same libtorch, beside Nx and Torchx.
-NX_PATH="$nx_path" scripts/compat_extorch.sh
+NX_PATH="$nx_path" PYTHONX_PATH="$pythonx_path" scripts/compat_extorch.sh
 echo "==> compat-test: every suite passed on Debian 13"

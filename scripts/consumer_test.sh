@@ -93,6 +93,20 @@ echo "consumer-test: MIX_ENV=test compiled in ${first_s} s (empty cache), MIX_EN
 mkdir -p "$outside/rebar3_consumer/_checkouts"
 ln -s "$checkout" "$outside/rebar3_consumer/_checkouts/tensor_blob"
 (cd "$outside/rebar3_consumer" && rebar3 eunit)
+# A rebar3 compile with nothing changed does not run make
+# (scripts/rebar3_nif.sh), and one whose library in priv is not the one
+# built for it does, which puts it back. A make on PATH that leaves a mark
+# says whether it ran.
+mkdir "$outside/bin"
+printf '#!/bin/sh\ntouch "%s/make-ran"\nexec %s "$@"\n' "$outside" "$(command -v make)" >"$outside/bin/make"
+chmod +x "$outside/bin/make"
+rebar3_app="$outside/rebar3_consumer/_build/test/checkouts/tensor_blob"
+(cd "$outside/rebar3_consumer" && PATH="$outside/bin:$PATH" rebar3 as test compile >/dev/null)
+[ ! -e "$outside/make-ran" ] || { echo "consumer-test: a rebar3 compile with nothing changed ran make" >&2; exit 1; }
+cp "$rebar3_app/obj/tensor_blob_reaper" "$rebar3_app/priv/tensor_blob_nif.so"
+(cd "$outside/rebar3_consumer" && PATH="$outside/bin:$PATH" rebar3 as test compile >/dev/null)
+[ -e "$outside/make-ran" ] && cmp -s "$rebar3_app/obj/tensor_blob_nif.so" "$rebar3_app/priv/tensor_blob_nif.so" ||
+    { echo "consumer-test: a rebar3 compile did not rebuild a library replaced in priv" >&2; exit 1; }
 app="$outside/mix_consumer/_build/test/lib/tensor_blob"
 for product in "$app/priv/tensor_blob_nif.so" "$app/priv/tensor_blob_reaper" "$app/priv/include/tensor_blob.h" \
     "$app/obj/torch_shim.o" "$app/doc/chunks/tensor_blob.chunk" \

@@ -4,16 +4,24 @@
 # is listed first, so Mix must build Pythonx and ExTorch before it (they are
 # tensor_blob's optional dependencies) for TensorBlob.Python and
 # TensorBlob.ExTorch to exist. The project then runs an exchange through
-# each. Run by hand inside the Debian 13 root (scripts/compat_test.sh --run
-# scripts/optional_consumer_test.sh, with the two variables below): Pythonx
-# needs Elixir >= 1.15, ExTorch >= 1.16 and Rust. Not in `make
-# compat-test`: the project builds ExTorch's Rust crate again, which takes
-# longer than the whole suite.
+# each. The ExTorch stage of `make compat-test` runs it
+# (scripts/compat_extorch.sh); alone, inside the Debian 13 root:
+# scripts/compat_test.sh --run scripts/optional_consumer_test.sh, with the
+# two variables below. Pythonx needs Elixir >= 1.15, ExTorch >= 1.16 and
+# Rust.
 #
 # PYTHONX_PATH and EXTORCH_PATH: what scripts/build_pythonx.sh and
 # scripts/build_extorch.sh printed (their unpacked sources, with their own
 # dependencies already made path dependencies, lie above). The project is
 # build/optional_consumer (ignored); a second run reuses its build.
+#
+# ExTorch's Rust crate is not compiled again: the project lists the very
+# source folder scripts/build_extorch.sh built, and Rustler runs cargo in
+# the crate's folder (native/extorch) with no --target-dir, in release mode
+# (its default, whatever MIX_ENV), so cargo finds that build's target/
+# fresh, as it does for a user who points `path:` at a checkout they built
+# before. The script checks it: a crate compiled again (about 40 minutes on
+# 2 cores) fails the test, saying so.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,8 +33,16 @@ dir="${OPTIONAL_CONSUMER_DIR:-$repo/build/optional_consumer}"
 unset NX_PATH PYTHONX_PATH MIX_ENV
 export MIX_ENV=dev
 
+# write_if_changed FILE: stdin into FILE, leaving an unchanged FILE (and its
+# time) alone, so that a second run compiles nothing of the project.
+write_if_changed() {
+  local new
+  new="$(cat)"
+  [ -f "$1" ] && [ "$(cat "$1")" = "$new" ] || printf '%s\n' "$new" >"$1"
+}
+
 mkdir -p "$dir/lib"
-cat >"$dir/mix.exs" <<EOF
+write_if_changed "$dir/mix.exs" <<EOF
 defmodule MyApp.MixProject do
   use Mix.Project
 
@@ -43,7 +59,12 @@ defmodule MyApp.MixProject do
   end
 end
 EOF
-echo 'defmodule MyApp do end' >"$dir/lib/my_app.ex"
+echo 'defmodule MyApp do end' | write_if_changed "$dir/lib/my_app.ex"
+
+# The crate's library as scripts/build_extorch.sh left it: its time after
+# the project's build tells whether cargo compiled the crate again.
+crate_lib="$extorch_src/native/extorch/target/release/libextorch.so"
+crate_before="$(stat -c %y "$crate_lib" 2>/dev/null || echo none)"
 
 echo "==> optional-consumer-test: a project depending on tensor_blob, Pythonx and ExTorch ($dir)"
 (cd "$dir" && CARGO_HOME="$extorch_src/../.cargo-home" mix run -e '
@@ -63,3 +84,10 @@ echo "==> optional-consumer-test: a project depending on tensor_blob, Pythonx an
   3.0 = Pythonx.decode(result)
   IO.puts("optional-consumer-test: TensorBlob.Python and TensorBlob.ExTorch are there, and exchange")
 ')
+
+crate_after="$(stat -c %y "$crate_lib" 2>/dev/null || echo none)"
+if [ "$crate_before" != none ] && [ "$crate_before" != "$crate_after" ]; then
+  echo "optional-consumer-test: cargo compiled ExTorch's crate again ($crate_lib); the project should reuse scripts/build_extorch.sh's build" >&2
+  exit 1
+fi
+echo "optional-consumer-test: ExTorch's crate reused, nothing compiled ($crate_lib)"

@@ -29,7 +29,8 @@ defmodule TensorBlob.VersionTest do
     # Every file the package names exists, and building needs no other.
     for file <- package[:files], do: assert(File.exists?(Path.join(@root, file)), file)
 
-    for needed <- ~w(c_src lib src priv/include Makefile scripts/build_cache.sh mix.exs rebar.config),
+    for needed <-
+          ~w(c_src lib src priv/include Makefile scripts/build_cache.sh scripts/rebar3_nif.sh mix.exs rebar.config),
         do: assert(needed in package[:files])
 
     # The README is the docs' main page, every guide an extra, in a group.
