@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "tb_count.h"
+#include "tb_handed.h"
 #include "tb_intervals.h"
 #include "tb_registry.h"
 #include "tb_release.h"
@@ -26,9 +27,10 @@ typedef struct {
     } m;
     tb_shim_tensor *ref;
     /* Its address, while handed out (tb_dlpack_hand_out) and not yet
-     * imported or deleted: in the registry, of kind TB_REG_HANDED. An
-     * import by any build takes it, so the layout up to the flag below is
-     * part of the ABI (tb_state.h). */
+     * imported or deleted: in the set of addresses handed out, or, past
+     * its room, in the registry as this range (tb_handed.h). An import by
+     * any build takes it, so the layout up to the flag below is part of
+     * the ABI (tb_state.h). */
     tb_range out;
     _Atomic int handed; /* a TB_HANDED_ value */
     int64_t dims[];     /* shape[ndim], then strides[ndim] */
@@ -38,9 +40,9 @@ typedef struct {
 
 /* The addresses of our managed tensors given out as integers (consumed
  * capsules, the C bridge), until one import takes each or its deleter
- * runs: a kind of the registry (tb_registry.h), so an import of an address
- * finds out whether it is ours and still unclaimed without reading it, and
- * takes it in the same step.
+ * runs: a set without a lock, the registry past its room (tb_handed.h),
+ * so an import of an address finds out whether it is ours and still
+ * unclaimed without reading it, and takes it in the same step.
  * The handed flag: a TB_HANDED_ value (tb_dlpack_export.h). */
 
 static void hand_out_as(tb_export *e, int handed)
@@ -49,7 +51,7 @@ static void hand_out_as(tb_export *e, int handed)
     e->out = (tb_range){.lo = a, .hi = a + 1};
     /* Set before the address can be found: see export_free. */
     atomic_store_explicit(&e->handed, handed, memory_order_relaxed);
-    tb_registry_add(&tb_st->registry, TB_REG_HANDED, &e->out);
+    tb_handed_add(&tb_st->handed, &tb_st->registry, &e->out);
 }
 
 void tb_dlpack_hand_out(void *managed, int versioned)
@@ -65,10 +67,10 @@ void tb_dlpack_hand_back(void *managed, int handed)
 
 int tb_dlpack_claim(uintptr_t address)
 {
-    tb_range *r = tb_registry_take(&tb_st->registry, TB_REG_HANDED, address);
-    if (!r)
+    if (!tb_handed_take(&tb_st->handed, &tb_st->registry, address))
         return TB_HANDED_NO;
-    tb_export *e = (tb_export *)((char *)r - offsetof(tb_export, out));
+    /* Ours: the address is the export's (its managed tensor is first). */
+    tb_export *e = (tb_export *)address;
     int handed = atomic_exchange_explicit(&e->handed, TB_HANDED_NO, memory_order_relaxed);
     /* Never 0 once taken (set before the add); read as unknown if it were. */
     return handed == TB_HANDED_NO ? TB_HANDED_UNKNOWN : handed;
@@ -77,14 +79,14 @@ int tb_dlpack_claim(uintptr_t address)
 static void export_free(tb_export *e)
 {
     /* Handed out and unclaimed, the address leaves the set. The flag spares
-     * the lock to exports not in it: it is not 0 whenever the address is there
+     * the search to exports not in it: it is not 0 whenever the address is there
      * (set before the add, cleared by a claim after its take), as a deleter
      * sees it, which runs after the hand-out that gave its caller the
      * address. A claim racing the deleter (two consumers of one address) may
      * leave it set here: the take decides, whichever comes first removes the
      * address, the other finds nothing. */
     if (atomic_load_explicit(&e->handed, memory_order_relaxed))
-        tb_registry_take(&tb_st->registry, TB_REG_HANDED, e->out.lo);
+        tb_handed_take(&tb_st->handed, &tb_st->registry, e->out.lo);
     tb_shim_release(e->ref);
     free(e);
     tb_count_add(&tb_st->capsules, -1);
