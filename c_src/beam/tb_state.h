@@ -21,7 +21,8 @@
 #include "tb_slots.h"
 
 /* 12: DLPack addresses handed out are kept in a set without a lock
- * first (tb_handed.h), the registry past its room;
+ * first (tb_handed.h), the registry past its room; the live counts have
+ * stripes owned by one thread, numbered across builds (tb_count.h);
  * 11: a frozen range says who made its binary (tb_range's tag);
  * 10: the slots that carry words to an embedded Python (tb_slots.h), and
  * their resource type (dlpack/tb_python.c);
@@ -45,6 +46,7 @@ typedef struct {
     tb_registry registry; /* guarded memory */
     tb_handed handed;     /* DLPack addresses handed out (before the registry) */
     tb_count tensors, pins, capsules, binary_views, deferred;
+    tb_count_threads count_threads; /* the numbers of the counts' stripes */
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */
     /* Words on their way to or from an embedded Python: every build's
