@@ -22,7 +22,8 @@
 
 /* 12: DLPack addresses handed out are kept in a set without a lock
  * first (tb_handed.h), the registry past its room; the live counts have
- * stripes owned by one thread, numbered across builds (tb_count.h);
+ * stripes owned by one thread, numbered across builds (tb_count.h); a
+ * tensor resource keeps its description for exports (tb_tensor.h);
  * 11: a frozen range says who made its binary (tb_range's tag);
  * 10: the slots that carry words to an embedded Python (tb_slots.h), and
  * their resource type (dlpack/tb_python.c);

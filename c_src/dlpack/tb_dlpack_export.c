@@ -114,16 +114,16 @@ long tb_dlpack_live(void)
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
 {
     tb_tensor_desc d;
+    tb_tensor_exported x;
     if (!tb_tensor_describe(handle, &d))
         return NULL;
-    return tb_dlpack_export_described(handle, &d, versioned, read_only);
+    return tb_dlpack_export_of(handle, tb_tensor_exported_from(&d, &x), versioned, read_only);
 }
 
-void *tb_dlpack_export_described(tb_shim_tensor *handle, const tb_tensor_desc *d, int versioned, int read_only)
+void *tb_dlpack_export_of(tb_shim_tensor *handle, const tb_tensor_exported *x, int versioned, int read_only)
 {
-    const tb_shim_info info = d->info;
-    tb_dtype_id id = d->dtype;
-    size_t ndim = (size_t)info.ndim;
+    tb_dtype_id id = x->dtype;
+    size_t ndim = (size_t)x->ndim;
     tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
     if (!e)
         return NULL;
@@ -131,15 +131,15 @@ void *tb_dlpack_export_described(tb_shim_tensor *handle, const tb_tensor_desc *d
     tb_DLTensor dl;
     int no_elements = 0;
     for (size_t i = 0; i < ndim; i++) {
-        e->dims[i] = info.sizes[i];
-        e->dims[ndim + i] = info.strides[i];
-        no_elements |= info.sizes[i] == 0;
+        e->dims[i] = x->sizes[i];
+        e->dims[ndim + i] = x->strides[i];
+        no_elements |= x->sizes[i] == 0;
     }
     /* The spec asks for NULL data when there are no elements. */
-    dl.data = no_elements ? NULL : info.data;
-    dl.device.device_type = tb_device_dlpack_type(info.device_type);
-    dl.device.device_id = tb_device_indexed(info.device_type) ? info.device_index : 0;
-    dl.ndim = info.ndim;
+    dl.data = no_elements ? NULL : x->data;
+    dl.device.device_type = tb_device_dlpack_type(x->device_type);
+    dl.device.device_id = tb_device_indexed(x->device_type) ? x->device_index : 0;
+    dl.ndim = x->ndim;
     dl.dtype.code = tb_dtypes[id].dl_code;
     dl.dtype.bits = tb_dtypes[id].dl_bits;
     dl.dtype.lanes = tb_dtypes[id].dl_lanes;
@@ -294,7 +294,9 @@ ERL_NIF_TERM tb_capsule_make(ErlNifEnv *env, tb_tensor *t, int versioned, int re
     tb_capsule *c = tb_rtype_alloc(&capsule_type, sizeof *c);
     if (!c)
         return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_dlpack: out of memory allocating a capsule");
-    void *m = tb_dlpack_export(t->handle, versioned, read_only);
+    tb_tensor_exported scratch;
+    const tb_tensor_exported *x = tb_tensor_exported_of(t, &scratch);
+    void *m = x ? tb_dlpack_export_of(t->handle, x, versioned, read_only) : NULL;
     c->source = NULL;
     if (!m) {
         atomic_init(&c->managed, NULL);
