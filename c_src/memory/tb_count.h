@@ -4,14 +4,17 @@
  * moved by a plain load and store, without a locked instruction (the
  * exports of the C bridge count twice per call): threads take numbers
  * from one counter shared by every build loaded (tb_state.h), so no two
- * threads, in any builds, ever own the same stripe. Threads beyond the
- * stripes share stripe 0, with atomic adds. */
+ * threads, in any builds, ever own the same stripe. Threads that come
+ * after the owned stripes are all taken share the rest, spread by thread,
+ * with atomic adds. */
 #ifndef TB_COUNT_H
 #define TB_COUNT_H
 
 #include <stdatomic.h>
 
-#define TB_COUNT_STRIPES 64
+#define TB_COUNT_OWNED 48  /* stripes owned by one thread each */
+#define TB_COUNT_SHARED 16 /* stripes shared by the threads after those */
+#define TB_COUNT_STRIPES (TB_COUNT_OWNED + TB_COUNT_SHARED)
 
 typedef struct {
     _Alignas(64) atomic_long n;
