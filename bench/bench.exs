@@ -160,9 +160,11 @@ defmodule Bench do
   end
 
   # The C bridge (priv/include/tensor_blob.h), from a consumer NIF of the
-  # bench library (bench/nif): exports and deleters in a tight C loop, and
-  # take + release from the BEAM beside two bare calls of the same library;
-  # at 4 B and 1 GiB. Three rounds; each ratio is taken within its round,
+  # bench library (bench/nif): exports and deleters in a tight C loop (of a
+  # %TensorBlob.Tensor{} and of its resource), and take + release from the
+  # BEAM beside two bare calls of the same library; at 4 B and 1 GiB. With
+  # them, the parts of an export alone in a C loop (floors/2): what the
+  # VM's API and the machine cost whoever does the work. Three rounds; each ratio is taken within its round,
   # and the best round's is kept (the machine may be busy).
   def bridge(rounds \\ 3) do
     for {label, bytes} <- [hd(@sizes), List.last(@sizes)] do
@@ -171,11 +173,22 @@ defmodule Bench do
       runs =
         for _ <- 1..rounds do
           c_loop = bridge_c_loop(t)
+          # The Erlang API's term: the resource itself, no struct to open.
+          c_loop_resource = bridge_c_loop(Tensor.ref(t))
 
           beam = measure(fn -> :tensor_blob_bench_nif.release(:tensor_blob_bench_nif.take(t)) end).median_ns
 
           bare = measure(fn -> :tensor_blob_bench_nif.identity(:tensor_blob_bench_nif.identity(t)) end).median_ns
-          %{c_loop_ns: c_loop, take_release_ns: beam, two_bare_calls_ns: bare, ratio_to_bare: beam / bare}
+          floors = :tensor_blob_bench_nif.floors(t, 100_000)
+
+          %{
+            c_loop_ns: c_loop,
+            c_loop_resource_ns: c_loop_resource,
+            take_release_ns: beam,
+            two_bare_calls_ns: bare,
+            ratio_to_bare: beam / bare,
+            floors: floors
+          }
         end
 
       t = nil
@@ -185,6 +198,9 @@ defmodule Bench do
       %{
         size: label,
         c_loop_ns: runs |> Enum.map(& &1.c_loop_ns) |> Enum.min(),
+        c_loop_resource_ns: runs |> Enum.map(& &1.c_loop_resource_ns) |> Enum.min(),
+        # Each part's least over the rounds.
+        floors: Map.new(hd(runs).floors, fn {k, _} -> {k, runs |> Enum.map(& &1.floors[k]) |> Enum.min()} end),
         take_release_ns: runs |> Enum.map(& &1.take_release_ns) |> Enum.min(),
         two_bare_calls_ns: runs |> Enum.map(& &1.two_bare_calls_ns) |> Enum.min(),
         ratio_to_bare: runs |> Enum.map(& &1.ratio_to_bare) |> Enum.min()
@@ -224,11 +240,21 @@ defmodule Bench do
 
     for b <- bridge do
       IO.puts(
-        "  #{String.pad_trailing(b.size, 6)} C loop #{fmt(b.c_loop_ns, 1)} ns per export + deleter (goal <= 100); " <>
+        "  #{String.pad_trailing(b.size, 6)} C loop #{fmt(b.c_loop_ns, 1)} ns per export + deleter (goal <= 100), " <>
+          "#{fmt(b.c_loop_resource_ns, 1)} ns given the resource; " <>
           "take + release from the BEAM #{fmt(b.take_release_ns, 0)} ns, two bare calls " <>
           "#{fmt(b.two_bare_calls_ns, 0)} ns: #{fmt(b.ratio_to_bare, 2)}x (goal <= 2)"
       )
     end
+
+    f = hd(bridge).floors
+
+    IO.puts(
+      "  Its parts alone, ns per round in a C loop: the struct's fields #{fmt(f.struct_fields, 1)}, " <>
+        "enif_get_resource #{fmt(f.get_resource, 1)}, malloc + free #{fmt(f.malloc_free, 1)}, " <>
+        "an atomic add + subtract (a reference) #{fmt(f.atomic_add_pair, 1)}, " <>
+        "two compare-and-swaps (an address handed out and taken) #{fmt(f.cas_pair, 1)}"
+    )
 
     IO.puts(
       "Round trip from_blob(to_blob(t)), 4 B: #{fmt(rt.round_trip_ns, 0)} ns; DLPack export + import " <>

@@ -17,6 +17,8 @@
  *   in, also where the view is a gigabyte whose query reads a summary that
  *   other threads' small ranges set and its own queries clear; counters
  *   moved by every thread sum to what was added;
+ * - counts moved by more threads than they have owned stripes lose no
+ *   add;
  * - threads hand addresses out and take them back as DLPack imports and
  *   deleters do, amid ranges of other kinds added and removed at the same
  *   addresses: each address handed out is taken by exactly one thread. */
@@ -254,6 +256,7 @@ typedef struct {
 } worker_arg;
 
 static tb_count counter;
+static tb_count_threads counter_threads;
 /* Every thread starts at once, so they do run together. */
 static pthread_barrier_t start;
 
@@ -483,6 +486,61 @@ static void test_handed_race(void)
     printf("test_registry: %ld addresses handed out and taken back\n", hand_outs);
 }
 
+/* The counts: more threads than owned stripes, so that some own a stripe
+ * and the rest share the others, each adding more than it takes away, while another
+ * thread reads the sum; no add may be lost. */
+enum { COUNT_THREADS = TB_COUNT_STRIPES + 8, COUNT_ROUNDS = 200000 };
+
+static tb_count counted;
+static atomic_int counters_done;
+static pthread_barrier_t counters_start;
+
+static void *count_up(void *p)
+{
+    (void)p;
+    pthread_barrier_wait(&counters_start);
+    for (int i = 0; i < COUNT_ROUNDS; i++) {
+        tb_count_add(&counted, 2);
+        tb_count_add(&counted, -1);
+    }
+    atomic_fetch_add(&counters_done, 1);
+    return NULL;
+}
+
+static void *count_reader(void *p)
+{
+    long *wrong = p;
+    /* Each thread adds before it takes away, so no sum is ever negative. */
+    while (atomic_load(&counters_done) < COUNT_THREADS) {
+        long n = tb_count_read(&counted);
+        *wrong += n < 0 || n > 2L * COUNT_THREADS * COUNT_ROUNDS;
+    }
+    return NULL;
+}
+
+static void test_counts(void)
+{
+    pthread_t threads[COUNT_THREADS], reader;
+    long wrong = 0;
+    pthread_barrier_init(&counters_start, NULL, COUNT_THREADS);
+    CHECK_EQ(pthread_create(&reader, NULL, count_reader, &wrong), 0);
+    for (int i = 0; i < COUNT_THREADS; i++)
+        CHECK_EQ(pthread_create(&threads[i], NULL, count_up, NULL), 0);
+    for (int i = 0; i < COUNT_THREADS; i++)
+        pthread_join(threads[i], NULL);
+    pthread_join(reader, NULL);
+    pthread_barrier_destroy(&counters_start);
+    CHECK_EQ(tb_count_read(&counted), (long)COUNT_THREADS * COUNT_ROUNDS);
+    CHECK_EQ(wrong, 0);
+    /* Some threads owned a stripe, the ones after those shared the rest:
+     * both ways were taken. */
+    long owned = 0, shared = 0;
+    for (int i = 0; i < TB_COUNT_STRIPES; i++)
+        *(i < TB_COUNT_OWNED ? &owned : &shared) += atomic_load(&counted.stripes[i].n);
+    CHECK(owned > 0);
+    CHECK(shared > 0);
+}
+
 static void run_threads(void *(*fn)(void *), atomic_int *errors)
 {
     pthread_t threads[THREADS];
@@ -498,6 +556,7 @@ static void run_threads(void *(*fn)(void *), atomic_int *errors)
 int main(void)
 {
     CHECK(tb_registry_init(&reg));
+    tb_count_load(&counter_threads);
     CHECK_EQ(pthread_barrier_init(&start, NULL, THREADS), 0);
     test_model();
     test_take_exact();
@@ -525,6 +584,7 @@ int main(void)
     }
 
     test_handed_race();
+    test_counts();
 
     tb_range everything = {.lo = 0, .hi = UINTPTR_MAX};
     CHECK_EQ(tb_registry_overlap(&reg, (1u << TB_REG_KINDS) - 1, &everything), -1);

@@ -21,7 +21,7 @@ $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 $(BUILD)/test/test_bridge.o: TEST_CFLAGS += -I$(ERTS_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors c_test_maps
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_handed c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors c_test_maps
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # Whether a layout's elements share memory, against a brute-force model.
@@ -32,6 +32,9 @@ c_test_intervals_SOURCES := test_intervals src/tb_intervals
 # The registry of guarded memory and the counters, against a model and
 # raced from threads (make tsan-test runs it under ThreadSanitizer).
 c_test_registry_SOURCES := test_registry src/tb_registry src/tb_intervals src/tb_count src/tb_stripe
+# The set of DLPack addresses handed out, past its room into the
+# registry, raced from threads (make tsan-test too).
+c_test_handed_SOURCES := test_handed src/tb_handed src/tb_registry src/tb_intervals src/tb_stripe
 # The release thread, from many threads at once (make tsan-test too).
 c_test_release_SOURCES := test_release src/tb_release
 # The slots that carry a word to an embedded Python, from many threads at
@@ -67,6 +70,10 @@ tsan-test: | $(BUILD)
 		$(patsubst %,c_test/%.c,$(filter-out src/%,$(c_test_registry_SOURCES))) \
 		$(foreach s,$(filter src/%,$(c_test_registry_SOURCES)),$(wildcard c_src/*/$(notdir $(s)).c)) -o $(BUILD)/c_test_registry_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_registry_tsan
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
+		c_test/test_handed.c c_src/memory/tb_handed.c c_src/memory/tb_registry.c c_src/memory/tb_intervals.c \
+		c_src/core/tb_stripe.c -o $(BUILD)/c_test_handed_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_handed_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
 		c_test/test_release.c c_src/memory/tb_release.c -o $(BUILD)/c_test_release_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_release_tsan

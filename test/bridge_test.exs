@@ -114,6 +114,23 @@ defmodule TensorBlob.BridgeTest do
       @foreign.release(address)
     end
 
+    test "every export describes its own tensor: again and again, and its views after it" do
+      # The first export of a tensor keeps its description for the next.
+      t = Tensor.from_binary(payload(), :float32, {4, 16})
+      views = [{Tensor.transpose(t, 0, 1), [16, 4]}, {Tensor.narrow(t, 1, 4, 8), [4, 8]}]
+
+      for {tensor, shape} <- [{t, [4, 16]} | views] ++ [{t, [4, 16]} | views] do
+        assert {:ok, address} = @foreign.take(tensor, false)
+        assert {bytes, ^shape, false} = @foreign.read(address)
+        assert bytes == Tensor.to_binary(tensor)
+        @foreign.release(address)
+      end
+
+      assert {:ok, address} = @foreign.take(Tensor.transpose(t, 0, 1), false)
+      refute elem(@foreign.read(address), 0) == payload()
+      @foreign.release(address)
+    end
+
     test "a read-only tensor is exported read-only, whatever the caller asks" do
       view = Tensor.from_binary(payload(), :float32, {64}, copy: false)
       assert {:ok, address} = @foreign.take(view, false)

@@ -7,7 +7,9 @@
  * bench/nif/tensor_blob_bench_nif.ex. */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime */
 #include <erl_nif.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "tensor_blob.h"
@@ -91,8 +93,83 @@ static ERL_NIF_TERM bridge_loop(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return enif_make_int64(env, now_ns() - t0);
 }
 
+/* The parts of an export and its deleter, each alone in a C loop of n:
+ * what the VM's API and the machine cost whoever does the work.
+ * floors(Tensor, N) -> #{Part => ns per round}, Tensor a %TensorBlob.Tensor{}. */
+static ERL_NIF_TERM atom_struct, atom_ref;
+static atomic_long word;
+static void *volatile kept;
+
+static ERL_NIF_TERM floors(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    unsigned n;
+    ERL_NIF_TERM name, ref;
+    if (!enif_get_uint(env, argv[1], &n) || n == 0 || !enif_get_map_value(env, argv[0], atom_struct, &name))
+        return enif_make_badarg(env);
+    void *obj = enif_alloc_resource(bare_resource_type, sizeof(void *));
+    if (!obj)
+        return enif_raise_exception(env, enif_make_atom(env, "enomem"));
+    ERL_NIF_TERM resource = enif_make_resource(env, obj);
+    enif_release_resource(obj);
+    int64_t ns[5];
+    int ok = 1;
+
+    /* The struct's fields: what a %TensorBlob.Tensor{} argument costs
+     * before its resource is reached. */
+    int64_t t0 = now_ns();
+    for (unsigned i = 0; i < n; i++)
+        ok &= enif_is_map(env, argv[0]) && enif_get_map_value(env, argv[0], atom_struct, &name) &&
+              enif_get_map_value(env, argv[0], atom_ref, &ref);
+    ns[0] = now_ns() - t0;
+
+    /* A resource term to its object, of the right type. */
+    t0 = now_ns();
+    for (unsigned i = 0; i < n; i++) {
+        void *got;
+        ok &= enif_get_resource(env, resource, bare_resource_type, &got);
+        kept = got;
+    }
+    ns[1] = now_ns() - t0;
+
+    /* The allocation of a managed tensor of 2 dimensions, and its free. */
+    t0 = now_ns();
+    for (unsigned i = 0; i < n; i++) {
+        kept = malloc(240);
+        free(kept);
+    }
+    ns[2] = now_ns() - t0;
+
+    /* A reference taken and dropped (libtorch's count, an atomic add). */
+    t0 = now_ns();
+    for (unsigned i = 0; i < n; i++) {
+        atomic_fetch_add(&word, 1);
+        atomic_fetch_sub(&word, 1);
+    }
+    ns[3] = now_ns() - t0;
+
+    /* An address put in a slot and taken out, by compare-and-swap each. */
+    t0 = now_ns();
+    for (unsigned i = 0; i < n; i++) {
+        long empty = 0, held = (long)i + 1;
+        ok &= atomic_compare_exchange_strong(&word, &empty, (long)i + 1);
+        ok &= atomic_compare_exchange_strong(&word, &held, 0);
+    }
+    ns[4] = now_ns() - t0;
+
+    if (!ok)
+        return enif_make_badarg(env);
+    static const char *const names[] = {"struct_fields", "get_resource", "malloc_free", "atomic_add_pair", "cas_pair"};
+    ERL_NIF_TERM map = enif_make_new_map(env);
+    for (int i = 0; i < 5; i++)
+        enif_make_map_put(env, map, enif_make_atom(env, names[i]), enif_make_double(env, (double)ns[i] / n), &map);
+    return map;
+}
+
 static int open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
+    atom_struct = enif_make_atom(env, "__struct__");
+    atom_ref = enif_make_atom(env, "ref");
     bare_resource_type =
         enif_open_resource_type(env, NULL, "tensor_blob_bench_bare_resource", bare_resource_dtor, flags, NULL);
     return bare_resource_type ? 0 : 1;
@@ -113,10 +190,8 @@ static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM in
     return open_type(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
 }
 
-static ErlNifFunc funcs[] = {{"identity", 1, identity, 0},
-                             {"bare_resource", 0, bare_resource, 0},
-                             {"take", 1, take, 0},
-                             {"release", 1, release, 0},
-                             {"bridge_loop", 2, bridge_loop, 0}};
+static ErlNifFunc funcs[] = {
+    {"identity", 1, identity, 0}, {"bare_resource", 0, bare_resource, 0}, {"take", 1, take, 0},
+    {"release", 1, release, 0},   {"bridge_loop", 2, bridge_loop, 0},     {"floors", 2, floors, 0}};
 
 ERL_NIF_INIT(tensor_blob_bench_nif, funcs, load, NULL, upgrade, NULL)

@@ -34,4 +34,12 @@ defmodule :tensor_blob_bench_nif do
 
   @doc "Nanoseconds for n exports and deleters through the bridge, in a C loop inside one call."
   def bridge_loop(_tensor, _n), do: :erlang.nif_error(:not_loaded)
+
+  @doc """
+  Nanoseconds per round of the parts of an export and its deleter, each
+  alone in a C loop of n: a %TensorBlob.Tensor{}'s fields read, a resource
+  term to its object, a malloc and free, an atomic add and subtract, two
+  compare-and-swaps.
+  """
+  def floors(_tensor, _n), do: :erlang.nif_error(:not_loaded)
 end

@@ -15,11 +15,16 @@
 #include <stdint.h>
 
 #include "tb_count.h"
+#include "tb_handed.h"
 #include "tb_load.h"
 #include "tb_registry.h"
 #include "tb_slots.h"
 
-/* 11: a frozen range says who made its binary (tb_range's tag);
+/* 12: DLPack addresses handed out are kept in a set without a lock
+ * first (tb_handed.h), the registry past its room; the live counts have
+ * stripes owned by one thread, numbered across builds (tb_count.h); a
+ * tensor resource keeps its description for exports (tb_tensor.h);
+ * 11: a frozen range says who made its binary (tb_range's tag);
  * 10: the slots that carry words to an embedded Python (tb_slots.h), and
  * their resource type (dlpack/tb_python.c);
  * 9: a count of deferred DLPack imports (defer_release) in stats/0;
@@ -33,14 +38,16 @@
  * 3: read-only and frozen memory are interval sets; 2: a DLPack capsule
  * keeps its tensor resource */
 #ifndef TB_ABI /* the load tests build one with another */
-#define TB_ABI 11u
+#define TB_ABI 12u
 #endif
 #define TB_MAX_BUILDS 16
 
 typedef struct {
     uint32_t abi;
     tb_registry registry; /* guarded memory */
+    tb_handed handed;     /* DLPack addresses handed out (before the registry) */
     tb_count tensors, pins, capsules, binary_views, deferred;
+    tb_count_threads count_threads; /* the numbers of the counts' stripes */
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */
     /* Words on their way to or from an embedded Python: every build's

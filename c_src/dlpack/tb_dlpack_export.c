@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "tb_count.h"
+#include "tb_handed.h"
 #include "tb_intervals.h"
 #include "tb_registry.h"
 #include "tb_release.h"
@@ -26,9 +27,10 @@ typedef struct {
     } m;
     tb_shim_tensor *ref;
     /* Its address, while handed out (tb_dlpack_hand_out) and not yet
-     * imported or deleted: in the registry, of kind TB_REG_HANDED. An
-     * import by any build takes it, so the layout up to the flag below is
-     * part of the ABI (tb_state.h). */
+     * imported or deleted: in the set of addresses handed out, or, past
+     * its room, in the registry as this range (tb_handed.h). An import by
+     * any build takes it, so the layout up to the flag below is part of
+     * the ABI (tb_state.h). */
     tb_range out;
     _Atomic int handed; /* a TB_HANDED_ value */
     int64_t dims[];     /* shape[ndim], then strides[ndim] */
@@ -38,9 +40,9 @@ typedef struct {
 
 /* The addresses of our managed tensors given out as integers (consumed
  * capsules, the C bridge), until one import takes each or its deleter
- * runs: a kind of the registry (tb_registry.h), so an import of an address
- * finds out whether it is ours and still unclaimed without reading it, and
- * takes it in the same step.
+ * runs: a set without a lock, the registry past its room (tb_handed.h),
+ * so an import of an address finds out whether it is ours and still
+ * unclaimed without reading it, and takes it in the same step.
  * The handed flag: a TB_HANDED_ value (tb_dlpack_export.h). */
 
 static void hand_out_as(tb_export *e, int handed)
@@ -49,7 +51,7 @@ static void hand_out_as(tb_export *e, int handed)
     e->out = (tb_range){.lo = a, .hi = a + 1};
     /* Set before the address can be found: see export_free. */
     atomic_store_explicit(&e->handed, handed, memory_order_relaxed);
-    tb_registry_add(&tb_st->registry, TB_REG_HANDED, &e->out);
+    tb_handed_add(&tb_st->handed, &tb_st->registry, &e->out);
 }
 
 void tb_dlpack_hand_out(void *managed, int versioned)
@@ -65,10 +67,10 @@ void tb_dlpack_hand_back(void *managed, int handed)
 
 int tb_dlpack_claim(uintptr_t address)
 {
-    tb_range *r = tb_registry_take(&tb_st->registry, TB_REG_HANDED, address);
-    if (!r)
+    if (!tb_handed_take(&tb_st->handed, &tb_st->registry, address))
         return TB_HANDED_NO;
-    tb_export *e = (tb_export *)((char *)r - offsetof(tb_export, out));
+    /* Ours: the address is the export's (its managed tensor is first). */
+    tb_export *e = (tb_export *)address;
     int handed = atomic_exchange_explicit(&e->handed, TB_HANDED_NO, memory_order_relaxed);
     /* Never 0 once taken (set before the add); read as unknown if it were. */
     return handed == TB_HANDED_NO ? TB_HANDED_UNKNOWN : handed;
@@ -77,14 +79,14 @@ int tb_dlpack_claim(uintptr_t address)
 static void export_free(tb_export *e)
 {
     /* Handed out and unclaimed, the address leaves the set. The flag spares
-     * the lock to exports not in it: it is not 0 whenever the address is there
+     * the search to exports not in it: it is not 0 whenever the address is there
      * (set before the add, cleared by a claim after its take), as a deleter
      * sees it, which runs after the hand-out that gave its caller the
      * address. A claim racing the deleter (two consumers of one address) may
      * leave it set here: the take decides, whichever comes first removes the
      * address, the other finds nothing. */
     if (atomic_load_explicit(&e->handed, memory_order_relaxed))
-        tb_registry_take(&tb_st->registry, TB_REG_HANDED, e->out.lo);
+        tb_handed_take(&tb_st->handed, &tb_st->registry, e->out.lo);
     tb_shim_release(e->ref);
     free(e);
     tb_count_add(&tb_st->capsules, -1);
@@ -112,16 +114,16 @@ long tb_dlpack_live(void)
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
 {
     tb_tensor_desc d;
+    tb_tensor_exported x;
     if (!tb_tensor_describe(handle, &d))
         return NULL;
-    return tb_dlpack_export_described(handle, &d, versioned, read_only);
+    return tb_dlpack_export_of(handle, tb_tensor_exported_from(&d, &x), versioned, read_only);
 }
 
-void *tb_dlpack_export_described(tb_shim_tensor *handle, const tb_tensor_desc *d, int versioned, int read_only)
+void *tb_dlpack_export_of(tb_shim_tensor *handle, const tb_tensor_exported *x, int versioned, int read_only)
 {
-    const tb_shim_info info = d->info;
-    tb_dtype_id id = d->dtype;
-    size_t ndim = (size_t)info.ndim;
+    tb_dtype_id id = x->dtype;
+    size_t ndim = (size_t)x->ndim;
     tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
     if (!e)
         return NULL;
@@ -129,15 +131,15 @@ void *tb_dlpack_export_described(tb_shim_tensor *handle, const tb_tensor_desc *d
     tb_DLTensor dl;
     int no_elements = 0;
     for (size_t i = 0; i < ndim; i++) {
-        e->dims[i] = info.sizes[i];
-        e->dims[ndim + i] = info.strides[i];
-        no_elements |= info.sizes[i] == 0;
+        e->dims[i] = x->sizes[i];
+        e->dims[ndim + i] = x->strides[i];
+        no_elements |= x->sizes[i] == 0;
     }
     /* The spec asks for NULL data when there are no elements. */
-    dl.data = no_elements ? NULL : info.data;
-    dl.device.device_type = tb_device_dlpack_type(info.device_type);
-    dl.device.device_id = tb_device_indexed(info.device_type) ? info.device_index : 0;
-    dl.ndim = info.ndim;
+    dl.data = no_elements ? NULL : x->data;
+    dl.device.device_type = tb_device_dlpack_type(x->device_type);
+    dl.device.device_id = tb_device_indexed(x->device_type) ? x->device_index : 0;
+    dl.ndim = x->ndim;
     dl.dtype.code = tb_dtypes[id].dl_code;
     dl.dtype.bits = tb_dtypes[id].dl_bits;
     dl.dtype.lanes = tb_dtypes[id].dl_lanes;
@@ -292,7 +294,9 @@ ERL_NIF_TERM tb_capsule_make(ErlNifEnv *env, tb_tensor *t, int versioned, int re
     tb_capsule *c = tb_rtype_alloc(&capsule_type, sizeof *c);
     if (!c)
         return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_dlpack: out of memory allocating a capsule");
-    void *m = tb_dlpack_export(t->handle, versioned, read_only);
+    tb_tensor_exported scratch;
+    const tb_tensor_exported *x = tb_tensor_exported_of(t, &scratch);
+    void *m = x ? tb_dlpack_export_of(t->handle, x, versioned, read_only) : NULL;
     c->source = NULL;
     if (!m) {
         atomic_init(&c->managed, NULL);

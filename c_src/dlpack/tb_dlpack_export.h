@@ -19,8 +19,8 @@
  * tensor's memory, holding its own libtorch reference until its deleter
  * runs. NULL when out of memory or the scalar type has no dtype. */
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
-/* The same for a handle already described (tb_tensor_describe). */
-void *tb_dlpack_export_described(tb_shim_tensor *handle, const tb_tensor_desc *d, int versioned, int read_only);
+/* The same for a handle already described (tb_tensor_exported_of). */
+void *tb_dlpack_export_of(tb_shim_tensor *handle, const tb_tensor_exported *x, int versioned, int read_only);
 
 /* Exported managed tensors whose deleter has not run yet: in a capsule, or
  * consumed and held by a consumer. */

@@ -7,8 +7,9 @@
  * written through us (read-only), write! calls in progress (writing),
  * mapped shared-memory regions (mapped, found by address to name a second
  * mapping's memory by file), and the addresses of DLPack managed tensors
- * handed out as integers (handed: one byte at each, taken back at most
- * once by the import that claims it, or removed by its deleter).
+ * handed out as integers that the set of tb_handed.h has no room for
+ * (handed: one byte at each, taken back at most once by the import that
+ * claims it, or removed by its deleter).
  *
  * A range lives in one shard: at the smallest level whose chunk (1 MiB,
  * 1 GiB, everything) holds its size, in the shard of the chunk where it

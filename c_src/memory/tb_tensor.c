@@ -1,5 +1,6 @@
 #include "tb_tensor.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 #include "tb_count.h"
@@ -46,6 +47,7 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
         return 0;
     }
     t->handle = handle;
+    atomic_init(&t->exported_state, 0);
     /* One header for every view that pins this tensor: asked of nothing. */
     tb_storage_init(&t->as_owner.writable, TB_MEMORY_PINNED, TB_STORAGE_ASKED, release_as_owner);
     tb_storage_init(&t->as_owner.read_only, TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY | TB_STORAGE_ASKED,
@@ -119,6 +121,37 @@ tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
 long tb_tensor_live(void)
 {
     return tb_count_read(&tb_st->tensors);
+}
+
+const tb_tensor_exported *tb_tensor_exported_from(const tb_tensor_desc *d, tb_tensor_exported *scratch)
+{
+    *scratch = (tb_tensor_exported){.data = d->info.data,
+                                    .sizes = d->info.sizes,
+                                    .strides = d->info.strides,
+                                    .ndim = d->info.ndim,
+                                    .dtype = d->dtype,
+                                    .device_type = d->info.device_type,
+                                    .device_index = d->info.device_index,
+                                    .read_only = tb_storage_read_only(&d->info)};
+    return scratch;
+}
+
+const tb_tensor_exported *tb_tensor_exported_of(tb_tensor *t, tb_tensor_exported *scratch)
+{
+    if (atomic_load_explicit(&t->exported_state, memory_order_acquire) == 2)
+        return &t->exported;
+    tb_tensor_desc d;
+    if (!tb_tensor_describe(t->handle, &d))
+        return NULL;
+    tb_tensor_exported_from(&d, scratch);
+    /* One thread writes it, and says so once it is whole. */
+    int none = 0;
+    if (atomic_compare_exchange_strong_explicit(&t->exported_state, &none, 1, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        t->exported = *scratch;
+        atomic_store_explicit(&t->exported_state, 2, memory_order_release);
+    }
+    return scratch;
 }
 
 int tb_tensor_describe(tb_shim_tensor *handle, tb_tensor_desc *d)

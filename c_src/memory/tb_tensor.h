@@ -7,12 +7,24 @@
 #define TB_TENSOR_H
 
 #include <erl_nif.h>
+#include <stdatomic.h>
 
 #include "tb_dtype.h"
 #include "tb_layout.h"
 #include "tb_storage.h"
 #include "tb_term.h"
 #include "torch_shim.h"
+
+/* What an export of a tensor is made of (tb_tensor_exported). */
+typedef struct {
+    void *data;                     /* the first element */
+    const int64_t *sizes, *strides; /* the TensorImpl's own: valid while it lives */
+    int ndim;
+    tb_dtype_id dtype;
+    int device_type; /* a tb_device_type */
+    int device_index;
+    int read_only; /* its storage's */
+} tb_tensor_exported;
 
 typedef struct {
     tb_shim_tensor *handle;
@@ -22,6 +34,13 @@ typedef struct {
     struct {
         tb_storage writable, read_only;
     } as_owner;
+    /* Its description for exports, made by the first one: 0 not yet, 1
+     * being written, 2 written. A tensor's sizes, strides, dtype, device
+     * and storage never change once it is made (no code here changes a
+     * TensorImpl in place: views, slices and transposes are new ones), so
+     * it holds for the tensor's life. */
+    _Atomic int exported_state;
+    tb_tensor_exported exported;
 } tb_tensor;
 
 /* A tensor argument and what it is. */
@@ -63,6 +82,14 @@ ERL_NIF_TERM tb_tensor_view(ErlNifEnv *env, const tb_spec *s, tb_storage *storag
 /* The tensor behind a resource term, a %TensorBlob.Tensor{} or a
  * %TensorBlob.BlobView{}, or NULL. */
 tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term);
+
+/* The description of t for an export: its own, made once, or, while
+ * another thread makes that, *scratch. NULL when tb_tensor_describe
+ * refuses the tensor. */
+const tb_tensor_exported *tb_tensor_exported_of(tb_tensor *t, tb_tensor_exported *scratch);
+
+/* The same from a description (scratch filled, and returned). */
+const tb_tensor_exported *tb_tensor_exported_from(const tb_tensor_desc *d, tb_tensor_exported *scratch);
 
 /* Describes a handle; 0 when libtorch holds a scalar type the dtype
  * table lacks, or is on a device type the device table lacks (never

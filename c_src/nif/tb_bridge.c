@@ -16,11 +16,12 @@ static atomic_int loaded;
  * term's life. */
 static int export_tensor(tb_tensor *t, uint32_t flags, tb_DLManagedTensorVersioned **out)
 {
-    tb_tensor_desc d;
-    if (!tb_tensor_describe(t->handle, &d))
+    tb_tensor_exported scratch;
+    const tb_tensor_exported *x = tb_tensor_exported_of(t, &scratch);
+    if (!x)
         return TENSOR_BLOB_BRIDGE_NO_MEMORY;
-    int read_only = (flags & TENSOR_BLOB_BRIDGE_READ_ONLY) || tb_storage_read_only(&d.info);
-    tb_DLManagedTensorVersioned *m = tb_dlpack_export_described(t->handle, &d, 1, read_only);
+    int read_only = (flags & TENSOR_BLOB_BRIDGE_READ_ONLY) || x->read_only;
+    tb_DLManagedTensorVersioned *m = tb_dlpack_export_of(t->handle, x, 1, read_only);
     if (!m)
         return TENSOR_BLOB_BRIDGE_NO_MEMORY;
     /* Its address may come back to from_dlpack, which takes only ours. */
