@@ -314,11 +314,19 @@ defmodule TensorBlob.Test.Doors do
 
   # An export whose tensor (and so its region) lives as long as the VM:
   # what IPC.open/1 opens, from any process, at any time.
+  # Made once, under a lock: two processes asking first at once (the
+  # battery's "2 processes at once" case, when a seed runs it first) must
+  # not each make one, the second put over the first while its region is
+  # in use.
   defp held_export do
     with nil <- :persistent_term.get({__MODULE__, :export}, nil) do
-      handle = IPC.export(Tensor.zeros({4}, :uint8))
-      :persistent_term.put({__MODULE__, :export}, handle)
-      handle
+      :global.trans({{__MODULE__, :export}, self()}, fn ->
+        with nil <- :persistent_term.get({__MODULE__, :export}, nil) do
+          handle = IPC.export(Tensor.zeros({4}, :uint8))
+          :persistent_term.put({__MODULE__, :export}, handle)
+          handle
+        end
+      end)
     end
   end
 
