@@ -454,7 +454,7 @@ cuda_torch_pending(Export) -> tensor_blob_ipc:cuda_torch_pending(Export).
 %% tensor (no copy here; T is frozen while that binary lives on this node), which the distribution
 %% carries as it carries any binary. By default the one that costs less end to end: a region to a
 %% node that can open it, for a CPU tensor that already is one from 32 KiB, a file for a file's
-%% tensor from 32 KiB, for any other CPU tensor a region from 64 MiB; a binary otherwise.
+%% tensor from 128 KiB, for any other CPU tensor a region from 64 MiB; a binary otherwise.
 %% same_host/1's answer for Node is remembered until Node's connection goes down. Opts: via =>
 %% region | binary | file forces a path; keep: see below.
 %%

@@ -31,6 +31,9 @@
 %% measured with bench/nodes.exs.
 -define(NODE_REGION_BYTES, 32768).
 -define(NODE_COPY_BYTES, 67108864).
+%% From where a file's tensor travels as its file by default: below it, the
+%% bytes cost less than the receiver's open and mapping of the file.
+-define(NODE_FILE_BYTES, 131072).
 
 -spec node_pack(term(), term(), term()) -> map().
 node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
@@ -96,9 +99,9 @@ node_name_hint(Name) ->
         false -> []
     end.
 
--spec default_thresholds() -> #{region := pos_integer(), copy := pos_integer()}.
+-spec default_thresholds() -> #{region := pos_integer(), copy := pos_integer(), file := pos_integer()}.
 default_thresholds() ->
-    #{region => ?NODE_REGION_BYTES, copy => ?NODE_COPY_BYTES}.
+    #{region => ?NODE_REGION_BYTES, copy => ?NODE_COPY_BYTES, file => ?NODE_FILE_BYTES}.
 
 %% via region, asked for: T's region name ({Name, Size}) when it is a whole
 %% PyTorch-format region already, else nil (a copy into one is made).
@@ -157,7 +160,8 @@ file_checked(T, Node, Device) ->
 default_via(_T, _Node, Device, Bytes) when Device =/= cpu; Bytes < ?NODE_REGION_BYTES ->
     {binary, nil};
 default_via(T, Node, cpu, Bytes) ->
-    case memory(T) =:= file andalso same_host(Node) andalso ?NIF(tensor_blob_nif:file_source(T)) of
+    case Bytes >= ?NODE_FILE_BYTES andalso memory(T) =:= file andalso same_host(Node)
+        andalso ?NIF(tensor_blob_nif:file_source(T)) of
         {_, _, _, _} = Source -> {file, Source};
         _ -> default_region(T, Node, Bytes)
     end.

@@ -26,7 +26,7 @@ defmodule TensorBlob.NodesFileTest do
   # Rows of floats large enough that the default path takes the file
   # (the size where it turns from a binary, as measured).
   defp rows do
-    n = div(:tensor_blob_nodes.default_thresholds().region, 4)
+    n = div(:tensor_blob_nodes.default_thresholds().file, 4)
     cols = 64
     {div(n + cols - 1, cols), cols}
   end
@@ -160,6 +160,9 @@ defmodule TensorBlob.NodesFileTest do
     assert packed.via == :binary
     assert remote_binary(peer, packed) == Tensor.to_binary(w)
     assert Nodes.pack(small, peer).via == :binary
+    # Just below the size where the default turns to the file: a binary.
+    below = Tensor.narrow(w, 0, 0, elem(rows(), 0) - 1)
+    assert Nodes.pack(below, peer).via == :binary
     # Forced, a small one travels as the file all the same.
     packed = Nodes.pack(small, peer, via: :file)
     assert packed.via == :file

@@ -50,7 +50,7 @@ defmodule TensorBlob.Nodes do
   end (pack, send, unpack, as measured in guides/nodes.md): to a node for
   which `same_host?/1` holds, a region for a CPU tensor that already is
   one (made by `TensorBlob.IPC.torch_zeros/2`) from 32 KiB, the file for a
-  tensor of a mapped file from 32 KiB, and for any other CPU
+  tensor of a mapped file from 128 KiB, and for any other CPU
   tensor from 64 MiB; a binary for anything else (a region's name, keeper
   and mapping cost more than a small tensor's bytes). The node's
   `same_host?/1` answer is asked once and remembered until its connection
