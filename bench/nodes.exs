@@ -208,22 +208,24 @@ defmodule NodesBench do
 
   # The paths end to end (pack here, the packed term carried by an erpc
   # call, unpack and a read there: NodesBench.Remote.unpack_read/1), for an
-  # ordinary tensor and for one made in a region (IPC.torch_zeros/2): the
-  # default against via: :binary and via: :region, best of `runs` each,
-  # taken in turn. {kind, bytes, %{default:, binary:, region:, chose:}} in
-  # microseconds; chose is the path the default took.
+  # ordinary tensor, for one made in a region (IPC.torch_zeros/2) and for
+  # one of a mapped safetensors file: the default against via: :binary and
+  # via: :region (and via: :file for the file's), best of `runs` each,
+  # taken in turn. {kind, bytes, %{default:, binary:, region:, file:,
+  # chose:}} in microseconds; chose is the path the default took.
   def paths(sizes, runs) do
     peer = start_peer()
     :erpc.call(peer, Code, :compile_string, [@remote])
     remote = NodesBench.Remote
 
     rows =
-      for bytes <- sizes, kind <- [:owned, :region] do
+      for bytes <- sizes, kind <- [:owned, :region, :file] do
         n = div(bytes, 4)
         runs = if bytes >= 64 * 1024 * 1024, do: min(runs, 3), else: runs
         t = tensor(kind, n)
         send_one = fn opts -> :erpc.call(peer, remote, :unpack_read, [Nodes.pack(t, peer, opts)]) end
         paths = [default: [], binary: [via: :binary], region: [via: :region]]
+        paths = if kind == :file, do: paths ++ [file: [via: :file]], else: paths
         # Once each first: the pad (binary path) and the peer's answer are learnt.
         for {_, opts} <- paths, do: send_one.(opts)
 
@@ -240,6 +242,7 @@ defmodule NodesBench do
         {kind, bytes, Map.put(best, :chose, Nodes.pack(t, peer).via)}
       end
 
+    File.rm_rf!(bench_dir())
     :peer.stop(peer_pid(peer))
     rows
   end
@@ -249,6 +252,18 @@ defmodule NodesBench do
   defp tensor(:region, n) do
     t = IPC.torch_zeros({n}, :float32)
     Tensor.write!(t, :binary.copy(<<1.0::float-32-native>>, n))
+  end
+
+  defp tensor(:file, n) do
+    path = Path.join(bench_dir(), "#{n}.safetensors")
+    :ok = TensorBlob.SafeTensors.write(path, %{"t" => tensor(:owned, n)})
+    TensorBlob.SafeTensors.open(path).tensors["t"]
+  end
+
+  defp bench_dir do
+    dir = Path.join(System.tmp_dir!(), "tb_nodes_bench_#{System.pid()}")
+    File.mkdir_p!(dir)
+    dir
   end
 
   defp rotate(list, i), do: Enum.drop(list, rem(i, length(list))) ++ Enum.take(list, rem(i, length(list)))
@@ -264,6 +279,7 @@ defmodule NodesBench do
           {"default", 11},
           {"binary", 11},
           {"region", 11},
+          {"file", 11},
           {"default/best", 13},
           {"chose", 8}
         ],
@@ -272,12 +288,15 @@ defmodule NodesBench do
     )
 
     for {kind, bytes, r} <- rows do
-      ratio = r.default / min(r.binary, r.region)
+      ratio = r.default / Enum.min([r.binary, r.region | List.wrap(r[:file])])
 
       IO.puts(
         String.pad_leading(to_string(kind), 8) <>
           String.pad_leading(size(bytes), 10) <>
-          Enum.map_join([r.default, r.binary, r.region], &String.pad_leading(us(&1), 11)) <>
+          Enum.map_join(
+            [r.default, r.binary, r.region, r[:file]],
+            &String.pad_leading(if(&1, do: us(&1), else: "-"), 11)
+          ) <>
           String.pad_leading(:erlang.float_to_binary(ratio, decimals: 2), 13) <>
           String.pad_leading(to_string(r.chose), 8)
       )

@@ -1,9 +1,10 @@
 /* What the kernel says of an address (tb_maps.c): a shared mapping of a
  * file is named by the file's identity and the address's offset in it,
  * whatever mapped it; private and anonymous memory, and no mapping, are
- * not; many mappings before the one asked for are read through. Threads
- * asking at once, before anyone has asked, share one page-map descriptor
- * (make tsan-test runs this under ThreadSanitizer). */
+ * not; many mappings before the one asked for are read through. Whether a
+ * private mapping's pages are still the file's. Threads asking at once,
+ * before anyone has asked, share one page-map descriptor (make tsan-test
+ * runs this under ThreadSanitizer). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -135,6 +136,24 @@ int main(void)
     CHECK_EQ(tb_maps_shared_file_at((uintptr_t)late, &f), 1);
     CHECK_EQU(f.ino, st.st_ino);
     CHECK_EQ(tb_maps_shared_file_at((uintptr_t)many + page, &f), 0);
+
+    /* A private mapping of the file: its pages are the file's, read or
+     * not, until one is written (a private copy); a page written before
+     * the range asked for does not count. Anonymous memory is not. */
+    char *copy = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    CHECK(copy != MAP_FAILED);
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)copy, (uintptr_t)copy + 3 * page), 1);
+    volatile char sink = copy[page];
+    (void)sink;
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)copy, (uintptr_t)copy + 3 * page), 1);
+    copy[page + 5] = 7;
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)copy, (uintptr_t)copy + 3 * page), 0);
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)copy + page + 100, (uintptr_t)copy + page + 101), 0);
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)copy + 2 * page, (uintptr_t)copy + 3 * page), 1);
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)copy, (uintptr_t)copy + page), 1);
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)heap, (uintptr_t)heap + 64), 0);
+    CHECK_EQ(tb_maps_file_pages_only((uintptr_t)copy, (uintptr_t)copy), 0);
+    munmap(copy, 3 * page);
 
     munmap(late, page);
     munmap(many, MANY * page);

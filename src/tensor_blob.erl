@@ -443,20 +443,20 @@ cuda_torch_export(T) -> ?SPANS(cuda_torch_export, 1, tensor_blob_ipc:cuda_torch_
 cuda_torch_pending(Export) -> tensor_blob_ipc:cuda_torch_pending(Export).
 
 %% @doc A plain term that carries T to Node, where node_unpack/1 makes it a tensor again: send it by
-%% any means (a message, erpc, a call's reply). A tensor is a resource of the OS process that made
-%% it; on any other node it is only a dead reference, so it never travels as itself.
-%%
-%% Two paths. A region: T's memory as a shared-memory region in PyTorch's format, which both nodes
-%% map (only to a node that can open this node's shared memory, same_host/1: the same host,
-%% /dev/shm and user): no copy when T was made by ipc_torch_zeros/2 (or opened from such a region),
-%% one copy into a new region otherwise (T is left as it was). A binary: T's bytes as one binary, a
-%% view of T's memory when it is a contiguous CPU tensor (no copy here; T is frozen while that
-%% binary lives on this node), which the distribution carries as it carries any binary. By default
-%% the one that costs less end to end: a region to a node that can open it, for a CPU tensor that
-%% already is one from 32 KiB, for any other CPU tensor from 64 MiB; a binary otherwise. The answer
-%% of same_host/1 for Node is remembered until Node's connection goes down. Opts: #{via => region |
-%% binary} forces a path (region only for a node that can open it); #{keep => Milliseconds}
-%% (default 30000): see below.
+%% any means. A tensor is a resource of the OS process that made it; on any other node it is only a
+%% dead reference, so it never travels as itself. A region: T's memory as a shared-memory region in
+%% PyTorch's format, which both nodes map (only to a node that can open this node's shared memory,
+%% same_host/1: the same host, /dev/shm and user): no copy when T was made by ipc_torch_zeros/2 (or
+%% opened from such a region), one copy into a new region otherwise (T is left as it was). A file,
+%% for a tensor of a mapped safetensors file (or a view of one) whose pages hold the file's bytes:
+%% its name, version and offset, which the receiver maps (refused there when the name holds another
+%% version). A binary: T's bytes as one binary, a view of T's memory when it is a contiguous CPU
+%% tensor (no copy here; T is frozen while that binary lives on this node), which the distribution
+%% carries as it carries any binary. By default the one that costs less end to end: a region to a
+%% node that can open it, for a CPU tensor that already is one from 32 KiB, a file for a file's
+%% tensor from 128 KiB, for any other CPU tensor a region from 64 MiB; a binary otherwise.
+%% same_host/1's answer for Node is remembered until Node's connection goes down. Opts: via =>
+%% region | binary | file forces a path; keep: see below.
 %%
 %% Lifetime: a region's name lives while some tensor over it does. The packed term holds the
 %% sender's tensor (its tensor key), and a keeper process of this node holds it too, until the first
@@ -468,20 +468,21 @@ cuda_torch_pending(Export) -> tensor_blob_ipc:cuda_torch_pending(Export).
 -spec node_pack(tensor(), node()) -> map().
 node_pack(T, Node) -> ?SPANS(node_pack, 2, node_pack(T, Node, #{})).
 
-%% @doc node_pack/2, with options: via => region (a shared-memory region, only to a node that can
-%% open this node's shared memory) or via => binary (the bytes in a binary) forces the path; keep =>
-%% Milliseconds (default: the node_keep setting, 30000 unless configured; guides/configuration.md)
-%% bounds how long this node keeps a region alive for a receiver that has not unpacked it yet.
--spec node_pack(tensor(), node(), #{via => region | binary, keep => non_neg_integer()}) -> map().
+%% @doc node_pack/2, with options: via => region | file (a region; a mapped file's tensor as its
+%% file; to a node that can open this node's shared memory) or via => binary forces the path; keep
+%% => Milliseconds (default: the node_keep setting, guides/configuration.md) bounds how long this
+%% node keeps a region alive for a receiver that has not unpacked it yet.
+-spec node_pack(tensor(), node(), #{via => region | binary | file, keep => non_neg_integer()}) -> map().
 node_pack(T, Node, Opts) -> ?SPANS(node_pack, 3, tensor_blob_nodes:node_pack(T, Node, Opts)).
 
 %% @doc The tensor a packed term (node_pack/2) carries, on the node it was sent to: a mapping of the
-%% same region (it holds its own reference), or a read-only view of the binary the distribution
-%% delivered. That binary lies inside the buffer the message arrived in, where what comes before it
-%% in the message puts it: when it is not aligned for the dtype, it is copied once into a new tensor
-%% (memory/1 says owned), and the sender is told the pad that lands the next one on this path
-%% aligned (a view). With #{copy => true} the result is always a private, writable copy, whichever
-%% way the data came (a region is mapped only while it is copied).
+%% same region (it holds its own reference), of the same file (refused, reason gone, when its name
+%% holds another version now), or a read-only view of the binary the distribution delivered. That
+%% binary lies inside the buffer the message arrived in, where what comes before it in the message
+%% puts it: when it is not aligned for the dtype, it is copied once into a new tensor (memory/1 says
+%% owned), and the sender is told the pad that lands the next one on this path aligned (a view).
+%% With #{copy => true} the result is always a private, writable copy, whichever way the data came
+%% (a region is mapped only while it is copied).
 -spec node_unpack(map()) -> tensor().
 node_unpack(Packed) -> ?SPANS(node_unpack, 1, node_unpack(Packed, #{})).
 

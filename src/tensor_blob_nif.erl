@@ -52,6 +52,8 @@
     torch_shm_name/1,
     safetensors_open/2,
     safetensors_write/3,
+    file_source/1,
+    file_view/6,
     cuda_info/0,
     cuda_synchronize/1,
     cuda_memory/1,
@@ -103,6 +105,8 @@ torch_shm_open(_, _, _) -> ?NOT_LOADED.
 torch_shm_name(_) -> ?NOT_LOADED.
 safetensors_open(_, _) -> ?NOT_LOADED.
 safetensors_write(_, _, _) -> ?NOT_LOADED.
+file_source(_) -> ?NOT_LOADED.
+file_view(_, _, _, _, _, _) -> ?NOT_LOADED.
 cuda_info() -> ?NOT_LOADED.
 cuda_synchronize(_) -> ?NOT_LOADED.
 cuda_memory(_) -> ?NOT_LOADED.

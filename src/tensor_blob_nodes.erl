@@ -1,7 +1,7 @@
 %% @private
 %% Tensors between nodes: node_pack/3 and node_unpack/2, the keeper that
-%% holds a packed region for its receiver, the pad that lands a binary
-%% aligned, and what makes two nodes share shared memory (same_host/1).
+%% holds a packed region for its receiver, the file a mapped file's tensor
+%% travels as, the pad that lands a binary aligned, and what makes two nodes share shared memory (same_host/1).
 %% tensor_blob's node_* functions, host_id/0, shm_identity/0 and same_host/1
 %% are these. Other nodes reach this one through tensor_blob
 %% (tensor_blob:node_learn_pad/2, tensor_blob:shm_identity/0), so that
@@ -31,12 +31,15 @@
 %% measured with bench/nodes.exs.
 -define(NODE_REGION_BYTES, 32768).
 -define(NODE_COPY_BYTES, 67108864).
+%% From where a file's tensor travels as its file by default: below it, the
+%% bytes cost less than the receiver's open and mapping of the file.
+-define(NODE_FILE_BYTES, 131072).
 
 -spec node_pack(term(), term(), term()) -> map().
 node_pack(T, _Node, _Opts) when not ?IS_TENSOR_TERM(T) ->
     not_a_tensor(T);
 node_pack(T, Node, Opts0) when is_atom(Node) ->
-    Opts = check(Opts0, [{via, {one_of, [region, binary]}}, {keep, {integer, 0, 16#FFFFFFFF}}], map),
+    Opts = check(Opts0, [{via, {one_of, [region, binary, file]}}, {keep, {integer, 0, 16#FFFFFFFF}}], map),
     Keep = case Opts of
                %% The setting is read only when the call gives no keep: an option
                %% wins, even over a setting that would be refused.
@@ -51,11 +54,16 @@ node_pack(T, Node, Opts0) when is_atom(Node) ->
     Base = #{'__tensor_blob_node__' => ?NODE_FORMAT, dtype => Dtype, shape => Shape},
     {Via, Region} = case Opts of
                         #{via := region} -> {region, region_checked(T, Node, Device)};
+                        #{via := file} -> {file, file_checked(T, Node, Device)};
                         #{via := binary} -> {binary, nil};
                         #{} -> default_via(T, Node, Device, Bytes)
                     end,
     {Packed, Copied} =
         case Via of
+            file ->
+                %% The file outlives the sender: no keeper.
+                {Path, Identity, Offset, Strides} = Region,
+                {Base#{via => file, path => Path, identity => Identity, offset => Offset, strides => Strides}, false};
             region ->
                 #{handle := Name, tensor := Shared} =
                     tensor_blob_ipc:region_export(T, torch, Region, {Shape, Dtype}, Function),
@@ -91,9 +99,9 @@ node_name_hint(Name) ->
         false -> []
     end.
 
--spec default_thresholds() -> #{region := pos_integer(), copy := pos_integer()}.
+-spec default_thresholds() -> #{region := pos_integer(), copy := pos_integer(), file := pos_integer()}.
 default_thresholds() ->
-    #{region => ?NODE_REGION_BYTES, copy => ?NODE_COPY_BYTES}.
+    #{region => ?NODE_REGION_BYTES, copy => ?NODE_COPY_BYTES, file => ?NODE_FILE_BYTES}.
 
 %% via region, asked for: T's region name ({Name, Size}) when it is a whole
 %% PyTorch-format region already, else nil (a copy into one is made).
@@ -108,6 +116,39 @@ region_checked(T, Node, Device) ->
             badarg(wrong_device, tensor, ["tensor: via region shares CPU memory; this tensor is on ", {term, Device}])
     end.
 
+%% via file, asked for: where the receiver maps T's bytes from (the file's
+%% name and version, the offset and strides in it).
+file_checked(T, Node, Device) ->
+    case {same_host(Node), Device} of
+        {false, _} ->
+            badarg(unsupported, options,
+                   ["options: via file needs a node on this host (the same host, /dev/shm and user); ", {term, Node},
+                    " is not"]);
+        {true, cpu} ->
+            case ?NIF(tensor_blob_nif:file_source(T)) of
+                {_, _, _, _} = Source ->
+                    Source;
+                not_file ->
+                    badarg(bad_value, tensor,
+                           ["tensor: via file sends a tensor of a file opened by ",
+                            {code, "tensor_blob_safetensors:open/2", "TensorBlob.SafeTensors.open/2"},
+                            " (or a view of one), as the file; this tensor's memory is ", {term, memory(T)}]);
+                written ->
+                    badarg(unsafe, tensor,
+                           ["tensor: via file would send the file's bytes, but this tensor's were written on this "
+                            "node (its pages are a private copy the file lacks); send it ",
+                            {code, "#{via => binary}", "via: :binary"}, " or ",
+                            {code, "#{via => region}", "via: :region"}]);
+                changed ->
+                    raise(badarg, gone, tensor,
+                          ["tensor: its file was replaced or changed since it was opened (its name holds another "
+                           "file now): the receiver would map other bytes; send it ",
+                           {code, "#{via => binary}", "via: :binary"}])
+            end;
+        {true, _} ->
+            badarg(wrong_device, tensor, ["tensor: via file shares CPU memory; this tensor is on ", {term, Device}])
+    end.
+
 %% The path that costs less, end to end (pack, the message, unpack there),
 %% as bench/nodes.exs measures it: a binary for a small tensor, whatever
 %% its memory (a region's name, its keeper and the receiver's mapping cost
@@ -119,6 +160,14 @@ region_checked(T, Node, Device) ->
 default_via(_T, _Node, Device, Bytes) when Device =/= cpu; Bytes < ?NODE_REGION_BYTES ->
     {binary, nil};
 default_via(T, Node, cpu, Bytes) ->
+    case Bytes >= ?NODE_FILE_BYTES andalso memory(T) =:= file andalso same_host(Node)
+        andalso ?NIF(tensor_blob_nif:file_source(T)) of
+        {_, _, _, _} = Source -> {file, Source};
+        _ -> default_region(T, Node, Bytes)
+    end.
+
+%% A file's tensor that cannot travel as its file goes as any other tensor.
+default_region(T, Node, Bytes) ->
     case ?NIF(tensor_blob_nif:torch_shm_name(T)) of
         nil when Bytes < ?NODE_COPY_BYTES -> {binary, nil};
         Region ->
@@ -163,6 +212,13 @@ node_unpack_checked(#{via := region, handle := Name, dtype := Dtype, shape := Sh
             #{keeper := Keeper} when is_pid(Keeper) -> Keeper ! {tensor_blob_unpacked, node()};
             #{} -> ok
         end,
+    case Copy of
+        true -> to_device(Mapped, cpu);
+        false -> Mapped
+    end;
+node_unpack_checked(#{via := file, path := Path, identity := Identity, offset := Offset, dtype := Dtype,
+                      shape := Shape, strides := Strides}, Copy) when is_binary(Path) ->
+    Mapped = ?NIF(tensor_blob_nif:file_view(Path, Identity, Offset, Dtype, Shape, Strides)),
     case Copy of
         true -> to_device(Mapped, cpu);
         false -> Mapped

@@ -208,6 +208,46 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
                for(e = {:transfer, _, _} <- evs, do: e)
     end
 
+    test "a safetensors file's tensors: ExTorch's own copies, or a view that pins the mapping" do
+      dir = Path.join(System.tmp_dir!(), "tb_extorch_st_#{System.unique_integer([:positive])}")
+      File.mkdir_p!(dir)
+      on_exit(fn -> File.rm_rf!(dir) end)
+      path = Path.join(dir, "weights.safetensors")
+      w = Shm.floats(Enum.map(0..255, &(&1 * 0.5)))
+      b = bytes_for(:int32, 16)
+      :ok = TensorBlob.SafeTensors.write(path, %{"w" => {w, :float32, {16, 16}}, "b" => {b, :int32, {16}}})
+      expected_t = Tensor.to_binary(Tensor.transpose(Tensor.from_binary(w, :float32, {16, 16}), 0, 1))
+      start = Lifetime.settled_stats()
+
+      # The file's handle and tensors live in a process that exits: only
+      # what ExTorch holds is left.
+      {xw, xb, xt, view} =
+        Lifetime.in_process(fn ->
+          %{tensors: %{"w" => ours_w, "b" => ours_b}} = TensorBlob.SafeTensors.open(path)
+          assert Tensor.memory(ours_w) == :file
+          xw = TEx.to_extorch(ours_w)
+          assert ptr(xw) != ptr(ours_w)
+          view = TEx.to_extorch(ours_w, unsafe_view: true)
+          assert ptr(view) == ptr(ours_w)
+          {xw, TEx.to_extorch(ours_b), TEx.to_extorch(Tensor.transpose(ours_w, 0, 1)), view}
+        end)
+
+      File.rm_rf!(dir)
+      Lifetime.churn()
+      assert extorch_bytes(xw) == w
+      assert extorch_bytes(xb) == b
+      assert extorch_bytes(xt) == expected_t
+      # The view's owner is the file's tensor: the mapping lives while the
+      # BlobView does.
+      assert %ExTorch.Tensor.BlobView{owner: owner} = view
+      assert Tensor.memory(owner) == :file
+      assert ExTorch.Tensor.to_list(view.tensor) |> List.flatten() == Enum.map(0..255, &(&1 * 0.5))
+      _ = view
+      view = nil
+      _ = view
+      assert Lifetime.await_stats(start) == start
+    end
+
     test "unsafe_view: true gives ExTorch's BlobView over our memory: zero-copy, writes seen" do
       ours = Tensor.from_binary(bytes_for(:float32, 16), :float32, {4, 4})
       {view, evs} = events(fn -> TEx.to_extorch(ours, unsafe_view: true) end)

@@ -447,6 +447,45 @@ if Code.ensure_loaded?(Pythonx) do
       end
     end
 
+    describe "a safetensors file's tensors" do
+      test "go to torch and numpy over the mapping, and outlive every term of the file" do
+        start = settled()
+        dir = Path.join(System.tmp_dir!(), "tb_python_st_#{System.unique_integer([:positive])}")
+        File.mkdir_p!(dir)
+        on_exit(fn -> File.rm_rf!(dir) end)
+        path = Path.join(dir, "weights.safetensors")
+        w = pattern(64 * 64)
+        b = for i <- 1..16, into: <<>>, do: <<i * 1000::signed-32-little>>
+        :ok = TensorBlob.SafeTensors.write(path, %{"w" => {w, :uint8, {64, 64}}, "b" => {b, :int32, {16}}})
+
+        # The file's handle and tensors live in a process that exits: only
+        # the Python objects are left.
+        {x, n, strided} =
+          Lifetime.in_process(fn ->
+            %{tensors: %{"w" => tw, "b" => tb}} = TensorBlob.SafeTensors.open(path)
+            assert Tensor.memory(tw) == :file
+            x = Python.to_python(tw)
+            assert py("x.data_ptr()", %{"x" => x}) == ptr(tw)
+            n = Python.to_python(tb, as: :numpy)
+            assert py("n.ctypes.data", %{"n" => n}) == ptr(tb)
+            {x, n, Python.to_python(Tensor.transpose(tw, 0, 1))}
+          end)
+
+        Lifetime.churn()
+        # Its name removed too: the mapping holds the file.
+        File.rm_rf!(dir)
+        assert py_bytes(x) == w
+        assert py("n.tolist()", %{"n" => n}) == Enum.map(1..16, &(&1 * 1000))
+        assert py("(s.T.contiguous() == x).all().item()", %{"s" => strided, "x" => x})
+        assert TensorBlob.stats().capsules == start.capsules + 3
+        py("import gc\ndel x, n, s\ngc.collect()", %{"x" => x, "n" => n, "s" => strided})
+        _ = {x, n, strided}
+        {x, n, strided} = {nil, nil, nil}
+        _ = {x, n, strided}
+        assert await_settled(start) == start
+      end
+    end
+
     describe "lifetimes" do
       test "Elixir drops its tensor first: Python still reads the memory, then frees it" do
         start = settled()

@@ -149,6 +149,43 @@ if Code.ensure_loaded?(Torchx.Backend) do
         assert Nx.to_number(tx[4095][4095]) == 4096.0 * 4096 - 1
       end
 
+      test "a safetensors file's tensors: Torchx's own copies, which outlive every term of the file" do
+        dir = Path.join(System.tmp_dir!(), "tb_torchx_st_#{System.unique_integer([:positive])}")
+        File.mkdir_p!(dir)
+        on_exit(fn -> File.rm_rf!(dir) end)
+        path = Path.join(dir, "weights.safetensors")
+        w = Nx.iota({64, 64}, type: {:f, 32}, backend: Nx.BinaryBackend)
+        b = Nx.iota({16}, type: {:s, 64}, backend: Nx.BinaryBackend)
+
+        :ok =
+          TensorBlob.SafeTensors.write(path, %{
+            "w" => {Nx.to_binary(w), :float32, {64, 64}},
+            "b" => {Nx.to_binary(b), :int64, {16}}
+          })
+
+        start = Lifetime.settled_stats()
+
+        # The file's handle and tensors live in a process that exits: only
+        # the Torchx tensors are left.
+        {tw, tb, tt} =
+          Lifetime.in_process(fn ->
+            %{tensors: %{"w" => ours_w, "b" => ours_b}} = TensorBlob.SafeTensors.open(path)
+            assert Tensor.memory(ours_w) == :file
+
+            {TNx.to_nx(ours_w, Torchx.Backend), TNx.to_nx(ours_b, backend: Torchx.Backend),
+             TNx.to_nx(Tensor.transpose(ours_w, 0, 1), Torchx.Backend)}
+          end)
+
+        assert Lifetime.await_stats(start) == start
+        File.rm_rf!(dir)
+        Lifetime.churn()
+        assert %Torchx.Backend{} = tw.data
+        assert Nx.to_binary(tw) == Nx.to_binary(w)
+        assert Nx.to_binary(tb) == Nx.to_binary(b)
+        assert Nx.to_binary(tt) == Nx.to_binary(Nx.transpose(w))
+        assert Nx.to_number(Nx.sum(tw)) == Enum.sum(0..4095) * 1.0
+      end
+
       test "a region handed to Torchx: zero-copy, writes both ways, and Torchx's mapping outlives ours" do
         start = Lifetime.settled_stats()
 

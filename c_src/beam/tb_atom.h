@@ -42,7 +42,10 @@
     X(shared_memory)                                                                        \
     X(node_pack) /* who asks to_binary_view for a binary (tb_storage.h's makers) */         \
     X(to_nx)                                                                                \
-    X(frozen) /* why writable/1 says no */                                                  \
+    X(frozen)   /* why writable/1 says no */                                                \
+    X(not_file) /* why a file's tensor cannot travel as its file (file_source) */           \
+    X(written)                                                                              \
+    X(changed)                                                                              \
     X(badarg) /* an error: {Kind, #{reason, argument, message => Segments}} (tb_raise.h) */ \
     X(tensor_blob)                                                                          \
     X(reason)                                                                               \

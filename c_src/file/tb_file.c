@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "tb_fault.h"
+#include "tb_maps.h"
 #include "tb_nifs.h"
 #include "tb_safetensors.h"
 #include "tb_storage.h"
@@ -33,17 +34,62 @@
 #include "tb_term.h"
 #include "torch_shim.h"
 
+/* Which version of a file was mapped: another node on this host maps the
+ * same one, or refuses (file_view). */
+typedef struct {
+    uint64_t dev, ino, size;
+    int64_t mtime_sec, mtime_nsec;
+} file_identity;
+
+static file_identity identity_of(const struct stat *st)
+{
+    return (file_identity){(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
+                           (int64_t)st->st_mtim.tv_sec, (int64_t)st->st_mtim.tv_nsec};
+}
+
+static int same_identity(const file_identity *a, const file_identity *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_sec == b->mtime_sec &&
+           a->mtime_nsec == b->mtime_nsec;
+}
+
 /* One private mapping of a file: the storage of every tensor over it. */
 typedef struct {
     tb_storage header; /* TB_MEMORY_FILE */
     tb_range mapping;  /* registered while mapped */
+    uint64_t file_at;  /* the file offset the mapping starts at */
+    file_identity id;  /* the file, as it was when mapped */
+    char *path;        /* its absolute name then, or NULL */
 } tb_file_map;
 
 static void release_map(tb_storage *s)
 {
     tb_file_map *m = (tb_file_map *)s;
     tb_storage_unmap_file(&m->mapping);
+    free(m->path);
     free(m);
+}
+
+/* Maps length bytes of fd from at (page-aligned) privately, as a storage
+ * that remembers which file it is; NULL with *error (an errno). */
+static tb_file_map *map_file(int fd, const struct stat *st, const char *path, uint64_t at, size_t length, void **data,
+                             int *error)
+{
+    tb_file_map *m = calloc(1, sizeof *m);
+    if (!m) {
+        *error = ENOMEM;
+        return NULL;
+    }
+    tb_storage_init(&m->header, TB_MEMORY_FILE, 0, release_map);
+    *data = tb_storage_map_private(&m->header, fd, at, length, &m->mapping, error);
+    if (!*data) {
+        free(m);
+        return NULL;
+    }
+    m->file_at = at;
+    m->id = identity_of(st);
+    m->path = realpath(path, NULL); /* none: the tensors are copied to other nodes */
+    return m;
 }
 
 /* A path argument as a C string: a binary without NUL bytes. */
@@ -328,16 +374,11 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
                                argv[1], name, argv[0]);
     }
 
-    tb_file_map *m = malloc(sizeof *m);
-    int error = ENOMEM;
+    int error;
     void *file = NULL;
-    if (m) {
-        tb_storage_init(&m->header, TB_MEMORY_FILE, 0, release_map);
-        file = tb_storage_map_private(&m->header, fd, (size_t)st.st_size, &m->mapping, &error);
-    }
+    tb_file_map *m = map_file(fd, &st, path, 0, (size_t)st.st_size, &file, &error);
     close(fd);
-    if (!file) {
-        free(m);
+    if (!m) {
         free(sel.names);
         tb_st_free(&h);
         return tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: cannot map it: %s", argv[0], strerror(error));
@@ -381,6 +422,127 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     }
     tb_st_free(&h);
     return enif_make_tuple3(env, tensors, meta, copied);
+}
+
+/* ---- Another node on this host: the same file, mapped there ---------- */
+
+/* (Tensor) -> {Path, {Dev, Ino, Size, MtimeSec, MtimeNsec}, Offset, Strides}
+ * when another process may map the tensor's bytes from the file itself,
+ * else why not: not_file (not a file's tensor of this build, or its name
+ * is not known), written (a page under it was written here: a private
+ * copy the file lacks), changed (the name holds another file now). */
+ERL_NIF_TERM tb_nif_file_source(TB_NIF_PARAMS)
+{
+    tb_tensor_desc d;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
+        return exc;
+    const tb_storage *s = tb_storage_of(&d.info);
+    /* Only a container this build made has the fields below (a hot
+     * upgrade keeps an older build's tensors). */
+    if (!s || s->kind != TB_MEMORY_FILE || s->free != release_map || d.info.device_type != TB_DEVICE_CPU)
+        return tb_atoms.not_file;
+    const tb_file_map *m = (const tb_file_map *)s;
+    tb_range span;
+    if (!m->path || !tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span) ||
+        !tb_extent_inside(span.lo, span.hi - span.lo, m->mapping.lo, m->mapping.hi - m->mapping.lo))
+        return tb_atoms.not_file;
+    if (!tb_maps_file_pages_only(span.lo, span.hi))
+        return tb_atoms.written;
+    struct stat st;
+    file_identity now;
+    if (stat(m->path, &st) != 0 || (now = identity_of(&st), !same_identity(&now, &m->id)))
+        return tb_atoms.changed;
+    ERL_NIF_TERM id[5] = {enif_make_uint64(env, m->id.dev), enif_make_uint64(env, m->id.ino),
+                          enif_make_uint64(env, m->id.size), enif_make_int64(env, m->id.mtime_sec),
+                          enif_make_int64(env, m->id.mtime_nsec)};
+    return enif_make_tuple4(env, tb_make_string(env, m->path), enif_make_tuple_from_array(env, id, 5),
+                            enif_make_uint64(env, m->file_at + (span.lo - m->mapping.lo)),
+                            tb_make_strides(env, d.info.ndim, d.info.strides));
+}
+
+static int get_identity(ErlNifEnv *env, ERL_NIF_TERM term, file_identity *id)
+{
+    const ERL_NIF_TERM *f;
+    int arity;
+    ErlNifUInt64 dev, ino, size;
+    ErlNifSInt64 sec, nsec;
+    if (!enif_get_tuple(env, term, &arity, &f) || arity != 5 || !enif_get_uint64(env, f[0], &dev) ||
+        !enif_get_uint64(env, f[1], &ino) || !enif_get_uint64(env, f[2], &size) || !enif_get_int64(env, f[3], &sec) ||
+        !enif_get_int64(env, f[4], &nsec))
+        return 0;
+    *id = (file_identity){dev, ino, size, sec, nsec};
+    return 1;
+}
+
+/* (Path, Identity, Offset, Dtype, Shape, Strides) -> a tensor over a new
+ * private mapping of the pages that hold it, from the file the sender
+ * mapped, when the name still holds that version of it: the page cache's
+ * pages, which the sender's mapping shows too. */
+ERL_NIF_TERM tb_nif_file_view(TB_NIF_PARAMS)
+{
+    char path[PATH_MAX];
+    ERL_NIF_TERM exc;
+    file_identity want;
+    ErlNifUInt64 offset;
+    tb_layout l;
+    tb_dtype_id dtype;
+    if (!get_path(env, argv[0], path, &exc))
+        return exc;
+    if (!get_identity(env, argv[1], &want) || !enif_get_uint64(env, argv[2], &offset))
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "packed",
+                               "packed: %T and %T are not a file's identity and an offset in it", argv[1], argv[2]);
+    if (!tb_get_dtype(env, argv[3], "dtype", &dtype, &exc) ||
+        !tb_get_shape(env, argv[4], "shape", &l.ndim, l.shape, &exc) ||
+        !tb_get_strides(env, argv[5], "strides", l.ndim, l.strides, &exc))
+        return exc;
+    l.element_size = tb_dtypes[dtype].element_size;
+    long page = sysconf(_SC_PAGESIZE);
+    /* The layout with a stand-in address of the offset's alignment. */
+    l.ptr = (uint64_t)page + offset % (uint64_t)page;
+    tb_layout_result r = tb_layout_check(&l);
+    if (r.status != TB_LAYOUT_OK)
+        return tb_raise_layout(env, "packed", &l, r, tb_dtypes[dtype].name, "");
+    if (r.numel == 0 || !tb_extent_inside(offset, r.byte_size, 0, want.size))
+        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "packed",
+                               "packed: %lu bytes at offset %T do not lie inside the %lu bytes of %T",
+                               (unsigned long)r.byte_size, argv[2], (unsigned long)want.size, argv[0]);
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        return tb_raise_error(env, TB_WHY_GONE, "packed",
+                              "packed: the file %T that the sending node mapped cannot be opened here: %s", argv[0],
+                              strerror(e));
+    }
+    file_identity now;
+    if (fstat(fd, &st) != 0 || (now = identity_of(&st), !same_identity(&now, &want))) {
+        close(fd);
+        return tb_raise_error(env, TB_WHY_GONE, "packed",
+                              "packed: the file %T was replaced or changed since the sending node opened it (or this "
+                              "node sees another file under that name): its bytes may differ from the sender's "
+                              "tensor. Pack it again from a tensor of the file as it is now, or with %C",
+                              argv[0], "#{via => binary}", "via: :binary");
+    }
+    uint64_t at = offset / (uint64_t)page * (uint64_t)page;
+    size_t length = (size_t)(offset + r.byte_size - at);
+    void *data = NULL;
+    int error;
+    tb_file_map *m = map_file(fd, &st, path, at, length, &data, &error);
+    close(fd);
+    if (!m)
+        return tb_raise_error(env, TB_WHY_SYSTEM, "packed", "packed: %T: cannot map it: %s", argv[0], strerror(error));
+    int64_t size = (int64_t)length, one = 1;
+    tb_shim_out base, o;
+    if (!tb_shim_from_blob(data, 1, &size, &one, tb_dtypes[TB_DT_UINT8].torch_scalar_type, TB_DEVICE_CPU, 0, &m->header,
+                           tb_storage_release, &base.handle, &base.err))
+        return tb_raise_error(env, TB_WHY_LIBTORCH, "packed", "packed: %T: %s", argv[0], base.err.message);
+    int ok = tb_shim_alias(base.handle, offset - at, l.ndim, l.shape, l.strides, tb_dtypes[dtype].torch_scalar_type,
+                           &o.handle, &o.err);
+    tb_shim_release(base.handle);
+    if (!ok)
+        return tb_raise_error(env, TB_WHY_LIBTORCH, "packed", "packed: %T: %s", argv[0], o.err.message);
+    return tb_tensor_return(env, o.handle);
 }
 
 /* ---- Writing ------------------------------------------------------------ */

@@ -31,15 +31,12 @@ static int parse_line(const char *p, uint64_t *lo, uint64_t *hi, int *shared, ui
     return 1;
 }
 
-/* 1 when the page holding addr is present and anonymous: the kernel's page
- * map (/proc/self/pagemap, 8 bytes a page) says present (bit 63) and not a
- * file page or shared anonymous memory (bit 61). Such memory has no file
- * behind it, and one read of 8 bytes says so where the list of mappings
- * would be read up to addr's line. 0 when not known. */
-static int anonymous_page(uintptr_t addr)
+/* The kernel's page map of this process (/proc/self/pagemap, 8 bytes a
+ * page: bit 63 present, 62 swapped, 61 a file page or shared anonymous
+ * memory), opened once (an open of /proc costs tens of µs; pread on one
+ * descriptor from many threads is safe) and kept: -1 when refused. */
+static int pagemap_fd(void)
 {
-    /* Opened once (an open of /proc costs tens of µs; pread on one
-     * descriptor from many threads is safe), and kept: -1 when refused. */
     static int pagemap = -2;
     int fd = __atomic_load_n(&pagemap, __ATOMIC_ACQUIRE);
     if (fd == -2) {
@@ -51,12 +48,49 @@ static int anonymous_page(uintptr_t addr)
         }
         fd = __atomic_load_n(&pagemap, __ATOMIC_ACQUIRE);
     }
+    return fd;
+}
+
+/* 1 when the page holding addr is present and anonymous: not a file page
+ * or shared anonymous memory. Such memory has no file behind it, and one
+ * read of 8 bytes says so where the list of mappings would be read up to
+ * addr's line. 0 when not known. */
+static int anonymous_page(uintptr_t addr)
+{
+    int fd = pagemap_fd();
     long page = sysconf(_SC_PAGESIZE);
     if (fd < 0 || page <= 0)
         return 0;
     uint64_t entry = 0;
     ssize_t n = pread(fd, &entry, sizeof entry, (off_t)(addr / (uintptr_t)page * sizeof entry));
     return n == (ssize_t)sizeof entry && (entry >> 63 & 1) && !(entry >> 61 & 1);
+}
+
+int tb_maps_file_pages_only(uintptr_t lo, uintptr_t hi)
+{
+    int fd = pagemap_fd();
+    long page = sysconf(_SC_PAGESIZE);
+    if (fd < 0 || page <= 0 || hi <= lo)
+        return 0;
+    uint64_t entries[512];
+    uintptr_t first = lo / (uintptr_t)page, last = (hi - 1) / (uintptr_t)page;
+    for (uintptr_t p = first; p <= last;) {
+        size_t n = last - p + 1 < 512 ? (size_t)(last - p + 1) : 512;
+        ssize_t got = pread(fd, entries, n * sizeof *entries, (off_t)(p * sizeof *entries));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0 || got % (ssize_t)sizeof *entries)
+            return 0;
+        n = (size_t)got / sizeof *entries;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t e = entries[i];
+            /* Swapped out: only anonymous pages go to swap. */
+            if ((e >> 62 & 1) || ((e >> 63 & 1) && !(e >> 61 & 1)))
+                return 0;
+        }
+        p += n;
+    }
+    return 1;
 }
 
 int tb_maps_shared_file_at(uintptr_t addr, tb_maps_file *out)

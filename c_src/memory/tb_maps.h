@@ -22,4 +22,10 @@ typedef struct {
  * call it once per piece of memory and keep the answer. */
 int tb_maps_shared_file_at(uintptr_t addr, tb_maps_file *out);
 
+/* 1 when every page of [lo, hi) in a private mapping of a file is still
+ * the file's own (in the page cache, or not read yet): none was copied on
+ * a write (present and anonymous, or swapped out). 0 when one was, or
+ * when the kernel's page map cannot be read. */
+int tb_maps_file_pages_only(uintptr_t lo, uintptr_t hi);
+
 #endif

@@ -124,9 +124,9 @@ void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_of
     return register_mapping(s, addr, length, mapping);
 }
 
-void *tb_storage_map_private(tb_storage *s, int fd, size_t length, tb_range *mapping, int *error)
+void *tb_storage_map_private(tb_storage *s, int fd, uint64_t at, size_t length, tb_range *mapping, int *error)
 {
-    void *addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    void *addr = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, (off_t)at);
     if (addr == MAP_FAILED) {
         *error = errno;
         return NULL;

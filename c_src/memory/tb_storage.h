@@ -144,7 +144,8 @@ long tb_storage_binary_views(void);
  * starting data_offset bytes in. NULL with *error (an errno) when not. */
 void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_offset, tb_range *mapping, int *error);
 /* A file mapped privately (its pages copied on write: the file is never
- * written) for length bytes, and registered as a mapping of its own: a
+ * written) for length bytes from byte at (a multiple of the page size),
+ * and registered as a mapping of its own: a
  * private mapping shares its pages with no other, so its range is named
  * by the mapping itself (TB_PRIVATE_DEV), not by the file. Any tensor over
  * it answers as memory that can vanish (another program can shrink the
@@ -152,7 +153,7 @@ void *tb_storage_map_file(tb_storage *s, int fd, size_t length, uint64_t data_of
  * binaries of it are refused unless asked for (to_binary_view). NULL with
  * *error (an errno) when not. tb_storage_unmap_file undoes it. */
 #define TB_PRIVATE_DEV UINT64_MAX
-void *tb_storage_map_private(tb_storage *s, int fd, size_t length, tb_range *mapping, int *error);
+void *tb_storage_map_private(tb_storage *s, int fd, uint64_t at, size_t length, tb_range *mapping, int *error);
 /* Unregisters and unmaps what tb_storage_map_file mapped. */
 void tb_storage_unmap_file(tb_range *mapping);
 

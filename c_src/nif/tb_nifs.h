@@ -83,6 +83,10 @@
     X(safetensors_open, 2, tb_nif_safetensors_open, ERL_NIF_DIRTY_JOB_IO_BOUND)                                        \
     /* (Path, [{Name, Tensor}], [{Key, Value}] | nil) -> ok: written in that order, renamed over Path */               \
     X(safetensors_write, 3, tb_nif_safetensors_write, ERL_NIF_DIRTY_JOB_IO_BOUND)                                      \
+    /* (Tensor) -> {Path, Identity, Offset, Strides} to map it from its file, or not_file | written | changed */       \
+    X(file_source, 1, tb_nif_file_source, ERL_NIF_DIRTY_JOB_IO_BOUND)                                                  \
+    /* (Path, Identity, Offset, Dtype, Shape, Strides) -> a tensor over a new mapping of that file */                  \
+    X(file_view, 6, tb_nif_file_view, ERL_NIF_DIRTY_JOB_IO_BOUND)                                                      \
     /* CUDA (cuda/tb_cuda.c) */                                                                                        \
     X(cuda_info, 0, tb_nif_cuda_info, 0) /* -> what the CUDA runtime and libtorch say */                               \
     X(cuda_synchronize, 1, tb_nif_cuda_synchronize, ERL_NIF_DIRTY_JOB_IO_BOUND) /* (DeviceIndex) */                    \

@@ -165,6 +165,20 @@ defmodule TensorBlob.Test.Doors do
               names: [:packed, :tensor]
             },
             keywords(copy: true)
+          ]),
+          call("Nodes.pack/3 of a file's tensor, as the file", fn [t, n, o] -> Nodes.pack(t, n, o) end, [
+            %{name: :tensor, kind: :tensor, good: &file_tensor/0},
+            %{name: :node, kind: :node, good: fn -> node() end},
+            keywords(via: :file)
+          ]),
+          call("Nodes.unpack/2 of a file's tensor", fn [p, o] -> Nodes.unpack(p, o) end, [
+            %{
+              name: :packed,
+              kind: :packed,
+              good: fn -> Nodes.pack(file_tensor(), node(), via: :file) end,
+              names: [:packed, :tensor]
+            },
+            keywords(copy: true)
           ])
         ]
       },
@@ -351,6 +365,9 @@ defmodule TensorBlob.Test.Doors do
     unless File.exists?(path), do: :ok = SafeTensors.write(path, %{"t" => Tensor.zeros({4}, :uint8)}, %{"k" => "v"})
     path
   end
+
+  # A tensor of a mapped file.
+  defp file_tensor, do: SafeTensors.open(safetensors_file()).tensors["t"]
 
   # The tensor written alone, opened, and its bytes read back as written
   # (a MatchError where they differ: no error of the contract).
