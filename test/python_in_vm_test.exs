@@ -12,7 +12,7 @@ if Code.ensure_loaded?(Pythonx) do
     @moduletag :python
 
     alias TensorBlob.{Python, Tensor}
-    alias TensorBlob.Test.Lifetime
+    alias TensorBlob.Test.{Lifetime, PythonVM}
 
     setup_all do
       TensorBlob.Test.PythonVM.start!()
@@ -32,29 +32,9 @@ if Code.ensure_loaded?(Pythonx) do
 
     defp ptr(tensor), do: TensorBlob.to_blob(tensor).ptr
 
-    # Collects on both sides (Pythonx releases the Python objects of dead
-    # processes through its janitor, later) until stats/0 stops changing.
-    defp settled do
-      wait_until(fn ->
-        before = TensorBlob.stats()
-        Lifetime.collect()
-        py("import gc\ngc.collect()")
-        Process.sleep(20)
-        Lifetime.settled_stats() == before
-      end)
-
-      TensorBlob.stats()
-    end
-
-    defp await_settled(expected) do
-      wait_until(fn ->
-        Lifetime.collect()
-        py("import gc\ngc.collect()")
-        TensorBlob.stats() == expected
-      end)
-
-      TensorBlob.stats()
-    end
+    # Collects on both sides until stats/0 stops changing (PythonVM).
+    defp settled, do: PythonVM.settled_stats()
+    defp await_settled(expected), do: PythonVM.await_stats(expected)
 
     # Every dtype of the library's table (that the linked libtorch has), in
     # one of three cases for the Python library `module`: its DLPack takes

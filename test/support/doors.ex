@@ -8,7 +8,9 @@ defmodule TensorBlob.Test.Doors do
   # A row: %{door: atom, tag: nil or the ExUnit tag whose environment it
   # needs (test/test_helper.exs excludes it elsewhere), calls: [call],
   # apps: the applications to start first (optional), setup: {m, f, a}
-  # run before each test, to set up the door's runtime (optional)}.
+  # run before each test, to set up the door's runtime (optional), stats:
+  # the module whose settled_stats/0 and await_stats/1 read stats/0 once
+  # the runtime has released what it holds (optional; default Lifetime)}.
   # A call: %{name: string, run: fn args -> result end, args: [arg],
   # writes: whether it writes the tensor it is given}. An arg: %{name:
   # atom, kind: kind, good: fn -> value end, names: the error arguments
@@ -234,7 +236,8 @@ defmodule TensorBlob.Test.Doors do
         runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
         :setup,
         {TensorBlob.Test.PythonVM, :start!, []}
-      ),
+      )
+      |> Map.put(:stats, TensorBlob.Test.PythonVM),
       extorch_row(),
       %{
         door: :python_module,

@@ -27,4 +27,46 @@ defmodule TensorBlob.Test.PythonVM do
 
     :ok
   end
+
+  alias TensorBlob.Test.Lifetime
+
+  @doc """
+  stats/0 once both sides have released what they can: Pythonx releases
+  the Python objects of collected terms later (its janitor, around a later
+  evaluation), so a count can stay put between two collections here and
+  still change at the next Python call. Collects here and in Python until
+  nothing changes across both.
+  """
+  def settled_stats(tries \\ 100) do
+    before = TensorBlob.stats()
+    collect_both()
+    Process.sleep(20)
+
+    if Lifetime.settled_stats() == before or tries == 0,
+      do: TensorBlob.stats(),
+      else: settled_stats(tries - 1)
+  end
+
+  @doc "Waits (a few seconds at most) for stats/0 to equal expected, collecting on both sides."
+  def await_stats(expected, tries \\ 200) do
+    collect_both()
+
+    case TensorBlob.stats() do
+      ^expected ->
+        expected
+
+      stats when tries == 0 ->
+        stats
+
+      _ ->
+        Process.sleep(10)
+        await_stats(expected, tries - 1)
+    end
+  end
+
+  defp collect_both do
+    Lifetime.collect()
+    # Pythonx is on the code path only where the :python tests run.
+    apply(Pythonx, :eval, ["import gc\ngc.collect()", %{}])
+  end
 end
