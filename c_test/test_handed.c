@@ -19,19 +19,11 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "handed_slots.h"
 #include "tb_handed.h"
 
 static tb_handed set;
 static tb_registry reg;
-
-static uint64_t next_random(uint64_t *state)
-{
-    uint64_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *state = x;
-}
 
 static long registry_handed(void)
 {
@@ -100,46 +92,7 @@ static void test_past_room(void)
 
 /* ---- From many threads --------------------------------------------------- */
 
-enum { THREADS = 8, SLOTS = 256, ROUNDS = 40000 };
-
-typedef struct {
-    tb_range r;
-    atomic_int handed; /* tb_export's flag */
-    atomic_int owned;  /* 1 while a thread owns it (not handed out) */
-    atomic_long hand_outs, takes;
-} slot;
-
-static slot slots[SLOTS];
-
-static uintptr_t slot_address(int i)
-{
-    return ((uintptr_t)0x6B << 32) + 16 * (uintptr_t)i;
-}
-
-static void hand_out(int i)
-{
-    slot *sl = &slots[i];
-    sl->r = (tb_range){.lo = slot_address(i), .hi = slot_address(i) + 1};
-    atomic_fetch_add(&sl->hand_outs, 1);
-    atomic_store(&sl->owned, 0);
-    atomic_store_explicit(&sl->handed, 1, memory_order_relaxed);
-    tb_handed_add(&set, &reg, &sl->r);
-}
-
-/* A take of slot i's address succeeded: the slot must have been nobody's.
- * 1 when the thread now owns it; 0 when another thread did (which keeps
- * it, so that a broken take shows in the counts). */
-static int took(int i, atomic_int *errors)
-{
-    slot *sl = &slots[i];
-    atomic_fetch_add(&sl->takes, 1);
-    if (atomic_exchange(&sl->owned, 1) != 0) {
-        atomic_fetch_add(errors, 1);
-        return 0;
-    }
-    atomic_store_explicit(&sl->handed, 0, memory_order_relaxed);
-    return 1;
-}
+enum { THREADS = 8, ROUNDS = 40000 };
 
 typedef struct {
     int id;
@@ -166,7 +119,7 @@ static void *hander(void *p)
                 int k = (int)(next_random(&rng) % (uint64_t)n);
                 int i = own[k];
                 own[k] = own[--n];
-                hand_out(i);
+                tb_handed_add(&set, &reg, slot_hand_out(i));
             }
             break;
         case 1: /* an import claims an address */ taken = tb_handed_take(&set, &reg, slot_address(j)); break;
@@ -174,7 +127,7 @@ static void *hander(void *p)
             if (atomic_load_explicit(&slots[j].handed, memory_order_relaxed))
                 taken = tb_handed_take(&set, &reg, slot_address(j));
         }
-        if (taken && took(j, a->errors))
+        if (taken && slot_took(j, a->errors))
             own[n++] = j;
     }
     return NULL;
@@ -197,8 +150,7 @@ static void test_race(void)
     filled += MANY;
 
     atomic_int errors = 0;
-    for (int i = 0; i < SLOTS; i++)
-        atomic_store(&slots[i].owned, 1);
+    slots_own_all();
     pthread_barrier_init(&start, NULL, THREADS);
     pthread_t threads[THREADS];
     worker_arg args[THREADS];
@@ -214,20 +166,11 @@ static void test_race(void)
     /* What is still out is taken once now. */
     for (int i = 0; i < SLOTS; i++) {
         if (tb_handed_take(&set, &reg, slot_address(i)))
-            CHECK(took(i, &errors));
+            CHECK(slot_took(i, &errors));
         CHECK_EQ(tb_handed_take(&set, &reg, slot_address(i)), 0);
     }
     CHECK_EQ(atomic_load(&errors), 0);
-    long hand_outs = 0, takes = 0, wrong = 0;
-    for (int i = 0; i < SLOTS; i++) {
-        long h = atomic_load(&slots[i].hand_outs), t = atomic_load(&slots[i].takes);
-        wrong += h != t;
-        hand_outs += h;
-        takes += t;
-    }
-    CHECK_EQ(wrong, 0); /* every hand-out taken exactly once */
-    CHECK_EQ(takes, hand_outs);
-    CHECK(hand_outs > THREADS * ROUNDS / 8); /* the race was run */
+    long hand_outs = slots_taken_once(THREADS * ROUNDS / 8); /* each taken once, and the race ran */
     /* The fillers are all still there, each once. */
     int fillers = 0;
     for (int i = 0; i < MANY; i++)

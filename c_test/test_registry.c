@@ -30,19 +30,11 @@
 #include <string.h>
 
 #include "check.h"
+#include "handed_slots.h"
 #include "tb_count.h"
 #include "tb_registry.h"
 
 static tb_registry reg;
-
-static uint64_t next_random(uint64_t *state)
-{
-    uint64_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *state = x;
-}
 
 /* A size at one of the levels: bytes, kilobytes, megabytes or gigabytes. */
 static uint64_t random_size(uint64_t *rng)
@@ -351,47 +343,14 @@ static void run_threads(void *(*fn)(void *), atomic_int *errors);
  * that succeeds makes its thread the owner, which may hand it out again (an
  * address freed and reused). Each hand-out must be taken once: a thread
  * whose take succeeds must find the slot owned by nobody. */
-enum { SLOTS = 256, HAND_ROUNDS = 40000 };
+enum { HAND_ROUNDS = 40000 };
 
-typedef struct {
-    tb_range r;
-    atomic_int handed; /* tb_export's flag */
-    atomic_int owned;  /* 1 while a thread owns it (not in the registry) */
-    atomic_long hand_outs, takes;
-} slot;
-
-static slot slots[SLOTS];
-static const uintptr_t slot_base = (uintptr_t)0x6B << 32;
-
-static uintptr_t slot_address(int i)
-{
-    return slot_base + 16 * (uintptr_t)i; /* malloc'd neighbours */
-}
-
-static void hand_out(int i)
-{
-    slot *sl = &slots[i];
-    sl->r = (tb_range){.lo = slot_address(i), .hi = slot_address(i) + 1};
-    atomic_fetch_add(&sl->hand_outs, 1);
-    atomic_store(&sl->owned, 0);
-    atomic_store_explicit(&sl->handed, 1, memory_order_relaxed);
-    tb_registry_add(&reg, TB_REG_HANDED, &sl->r);
-}
-
-/* A take that succeeded: the slot must have been nobody's. Its index, or
- * -1 when it was another thread's (which keeps it, so that a broken take
- * shows in the counts rather than as a corrupted set). */
+/* The slot a take gave back, by its range: its index, or -1 when it was
+ * another thread's (slot_took). */
 static int took(tb_range *r, atomic_int *errors)
 {
     int i = (int)(((slot *)((char *)r - offsetof(slot, r))) - slots);
-    slot *sl = &slots[i];
-    atomic_fetch_add(&sl->takes, 1);
-    if (atomic_exchange(&sl->owned, 1) != 0) {
-        atomic_fetch_add(errors, 1);
-        return -1;
-    }
-    atomic_store_explicit(&sl->handed, 0, memory_order_relaxed);
-    return i;
+    return slot_took(i, errors) ? i : -1;
 }
 
 static void *hander(void *p)
@@ -417,7 +376,7 @@ static void *hander(void *p)
                 int k = (int)(next_random(&rng) % (uint64_t)n);
                 int i = own[k];
                 own[k] = own[--n];
-                hand_out(i);
+                tb_registry_add(&reg, TB_REG_HANDED, slot_hand_out(i));
             }
             break;
         case 1: /* an import claims an address */ r = tb_registry_take(&reg, TB_REG_HANDED, slot_address(j)); break;
@@ -457,8 +416,7 @@ static void *hander(void *p)
 static void test_handed_race(void)
 {
     atomic_int errors = 0;
-    for (int i = 0; i < SLOTS; i++)
-        atomic_store(&slots[i].owned, 1);
+    slots_own_all();
     run_threads(hander, &errors);
     CHECK_EQ(atomic_load(&errors), 0);
     /* What is still out is taken once now, and nothing else is left. */
@@ -469,16 +427,7 @@ static void test_handed_race(void)
         CHECK(tb_registry_take(&reg, TB_REG_HANDED, slot_address(i)) == NULL);
     }
     CHECK_EQ(atomic_load(&errors), 0);
-    long hand_outs = 0, takes = 0, wrong = 0;
-    for (int i = 0; i < SLOTS; i++) {
-        long h = atomic_load(&slots[i].hand_outs), t = atomic_load(&slots[i].takes);
-        wrong += h != t;
-        hand_outs += h;
-        takes += t;
-    }
-    CHECK_EQ(wrong, 0); /* every hand-out taken exactly once */
-    CHECK_EQ(takes, hand_outs);
-    CHECK(hand_outs > THREADS * HAND_ROUNDS / 8); /* the race was run */
+    long hand_outs = slots_taken_once(THREADS * HAND_ROUNDS / 8); /* each taken once, and the race ran */
     long left = 0;
     for (int i = 0; i < TB_REG_SHARDS; i++)
         left += reg.shards[0][i].count[TB_REG_HANDED];
