@@ -21,7 +21,7 @@ $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 $(BUILD)/test/test_bridge.o: TEST_CFLAGS += -I$(ERTS_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_handed c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors c_test_maps
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_handed c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors c_test_maps c_test_once
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # Whether a layout's elements share memory, against a brute-force model.
@@ -56,6 +56,9 @@ c_test_bridge_SOURCES := test_bridge
 c_test_shm_SOURCES := test_shm src/tb_shm_names src/tb_fault
 # The safetensors header: each named refusal, a valid header, the writer.
 c_test_safetensors_SOURCES := test_safetensors src/tb_safetensors src/tb_dtype
+# A value made once and read without a lock, raced from threads (make
+# tsan-test too).
+c_test_once_SOURCES := test_once
 # What the kernel says of an address: shared file mappings named by file,
 # and threads asking at once (make tsan-test too).
 c_test_maps_SOURCES := test_maps src/tb_maps
@@ -83,6 +86,9 @@ tsan-test: | $(BUILD)
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ipriv/include -I$(ERTS_INCLUDE) \
 		c_test/test_bridge.c -o $(BUILD)/c_test_bridge_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_bridge_tsan
+	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
+		c_test/test_once.c -o $(BUILD)/c_test_once_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_once_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
 		c_test/test_maps.c c_src/memory/tb_maps.c -o $(BUILD)/c_test_maps_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_maps_tsan

@@ -1,6 +1,5 @@
 #include "tb_tensor.h"
 
-#include <stdatomic.h>
 #include <string.h>
 
 #include "tb_count.h"
@@ -47,7 +46,7 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
         return 0;
     }
     t->handle = handle;
-    atomic_init(&t->exported_state, 0);
+    tb_once_init(&t->exported_once);
     /* One header for every view that pins this tensor: asked of nothing. */
     tb_storage_init(&t->as_owner.writable, TB_MEMORY_PINNED, TB_STORAGE_ASKED, release_as_owner);
     tb_storage_init(&t->as_owner.read_only, TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY | TB_STORAGE_ASKED,
@@ -138,18 +137,15 @@ const tb_tensor_exported *tb_tensor_exported_from(const tb_tensor_desc *d, tb_te
 
 const tb_tensor_exported *tb_tensor_exported_of(tb_tensor *t, tb_tensor_exported *scratch)
 {
-    if (atomic_load_explicit(&t->exported_state, memory_order_acquire) == 2)
+    if (tb_once_ready(&t->exported_once))
         return &t->exported;
     tb_tensor_desc d;
     if (!tb_tensor_describe(t->handle, &d))
         return NULL;
     tb_tensor_exported_from(&d, scratch);
-    /* One thread writes it, and says so once it is whole. */
-    int none = 0;
-    if (atomic_compare_exchange_strong_explicit(&t->exported_state, &none, 1, memory_order_relaxed,
-                                                memory_order_relaxed)) {
+    if (tb_once_claim(&t->exported_once)) {
         t->exported = *scratch;
-        atomic_store_explicit(&t->exported_state, 2, memory_order_release);
+        tb_once_publish(&t->exported_once);
     }
     return scratch;
 }

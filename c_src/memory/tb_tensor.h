@@ -7,10 +7,10 @@
 #define TB_TENSOR_H
 
 #include <erl_nif.h>
-#include <stdatomic.h>
 
 #include "tb_dtype.h"
 #include "tb_layout.h"
+#include "tb_once.h"
 #include "tb_storage.h"
 #include "tb_term.h"
 #include "torch_shim.h"
@@ -34,12 +34,12 @@ typedef struct {
     struct {
         tb_storage writable, read_only;
     } as_owner;
-    /* Its description for exports, made by the first one: 0 not yet, 1
-     * being written, 2 written. A tensor's sizes, strides, dtype, device
+    /* Its description for exports, made once (by the first export to
+     * claim it) and read without a lock after. A tensor's sizes, strides, dtype, device
      * and storage never change once it is made (no code here changes a
      * TensorImpl in place: views, slices and transposes are new ones), so
      * it holds for the tensor's life. */
-    _Atomic int exported_state;
+    tb_once exported_once;
     tb_tensor_exported exported;
 } tb_tensor;
 
