@@ -25,6 +25,9 @@
 #     ExTorch's build finds libtorch there and downloads nothing;
 #   - one constructor that needs libtorch >= 2.7 (src/csrc/aoti.cc) takes its
 #     two-argument form on older releases.
+# After the build, the crate's sources that its build script wrote are given
+# back the time the build began (see below), so that a project naming this
+# folder reuses the build, as a second build of a user's checkout would.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,7 +49,7 @@ archives=("$(archive extorch)" "$(archive rustler)" "$(archive jason)" "$(archiv
 
 # The cache key: the archives, the tools, and the version of the edits below
 # (raise it when they change).
-edits=1
+edits=2
 stamp="$( (cd "$third_party" && sha256sum "${archives[@]}")
   echo "elixir $(elixir -e 'IO.write(System.version())')"
   rustc --version
@@ -130,7 +133,17 @@ EOF
   grep -q "torch/version.h" "$ext/native/extorch/src/csrc/aoti.cc" \
     || sed -i '1i #include <torch/version.h>' "$ext/native/extorch/src/csrc/aoti.cc"
 
+  # ExTorch's build script renders the crate's bridge on its first run and
+  # writes it into the crate's own sources (src/native.rs, and its hash
+  # src/native/native.rs.sum), inside a folder it tells cargo to watch
+  # (rerun-if-changed=src/native). Written after the script began, they would
+  # make the next cargo run, a project's first build, run the script again
+  # and compile all of ExTorch's C++ once more. Their content is what this
+  # build used, so they take the time the build began.
+  began="$dest/.tb-build-began"
+  touch "$began"
   (cd "$ext" && MIX_ENV=prod CARGO_HOME="$src/.cargo-home" mix compile)
+  find "$ext/native/extorch/src" -newer "$began" -exec touch -h -r "$began" {} +
   for app in extorch rustler jason telemetry; do
     test -f "$lib/$app/ebin/$app.app" || { echo "build_extorch: $app was not built" >&2; exit 1; }
   done
