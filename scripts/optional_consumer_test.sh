@@ -20,8 +20,10 @@
 # the crate's folder (native/extorch) with no --target-dir, in release mode
 # (its default, whatever MIX_ENV), so cargo finds that build's target/
 # fresh, as it does for a user who points `path:` at a checkout they built
-# before. The script checks it: ExTorch's C++ compiled again (the crate's
-# build script, about 40 minutes on 2 cores) fails the test, saying so. A
+# before (scripts/build_extorch.sh sets back the times of the sources
+# ExTorch's build script writes, which would make it run again). The
+# script checks it: ExTorch's C++ compiled again (the crate's build script,
+# most of ExTorch's build) fails the test, saying so. A
 # relink of the Rust crate alone (under a minute; cargo does it where the
 # build's history left a fingerprint behind) is reported, not failed.
 set -euo pipefail
