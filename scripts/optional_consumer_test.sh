@@ -23,9 +23,9 @@
 # before (scripts/build_extorch.sh sets back the times of the sources
 # ExTorch's build script writes, which would make it run again). The
 # script checks it: ExTorch's C++ compiled again (the crate's build script,
-# most of ExTorch's build) fails the test, saying so. A
-# relink of the Rust crate alone (under a minute; cargo does it where the
-# build's history left a fingerprint behind) is reported, not failed.
+# most of ExTorch's build) fails the test, saying so. A relink of the Rust
+# crate alone (under a minute; cargo does it where the build's history
+# left a fingerprint behind) is reported, not failed.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -35,10 +35,10 @@ typedef struct {
         tb_storage writable, read_only;
     } as_owner;
     /* Its description for exports, made once (by the first export to
-     * claim it) and read without a lock after. A tensor's sizes, strides, dtype, device
-     * and storage never change once it is made (no code here changes a
-     * TensorImpl in place: views, slices and transposes are new ones), so
-     * it holds for the tensor's life. */
+     * claim it) and read without a lock after. A tensor's sizes, strides,
+     * dtype, device and storage never change once it is made (no code here
+     * changes a TensorImpl in place: views, slices and transposes are new
+     * ones), so it holds for the tensor's life. */
     tb_once exported_once;
     tb_tensor_exported exported;
 } tb_tensor;
