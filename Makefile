@@ -84,12 +84,17 @@ CUDA_CFLAGS := -DTB_CUDA=$(TB_CUDA) $(if $(filter 1,$(TB_CUDA)),-isystem $(CUDA_
 # replaced, and as fast at -O3 (guides/performance.md).
 OPT ?= -O3
 SANITIZE ?=
+# WERROR=-Werror turns every warning into an error (make newest-lint).
+WERROR ?=
 # -fdebug-prefix-map: no checkout path in the objects' debug information, so
 # an object is the same wherever the checkout is (the object cache below).
 # Left out where the checkout's path holds a space (gcc cannot take it).
 DEBUG_MAP := $(if $(word 2,$(CURDIR)),,-fdebug-prefix-map=$(CURDIR)=.)
-CFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=implicit-function-declaration $(SANITIZE)
-CXXFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c++17 -Wall -Wextra $(SANITIZE)
+CFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c11 -Wall -Wextra -Werror=implicit-function-declaration $(WERROR) $(SANITIZE)
+# The shim's C++ standard is the one the linked libtorch asks of its users
+# (libtorch 2.14's headers need C++20), never older than C++17.
+TORCH_CXX_STD := $(shell LIBTORCH_DIR='$(LIBTORCH_DIR)' sh scripts/libtorch.sh cxx-std)
+CXXFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c++$(TORCH_CXX_STD) -Wall -Wextra $(WERROR) $(SANITIZE)
 LDFLAGS := -shared $(SANITIZE)
 
 # c_src's folders are its concerns (c_src/LAYERS); every folder is on the
@@ -125,10 +130,11 @@ endif
 # priv/include, and libtorch's version header and library (size and time),
 # computed once, when something is to be built.
 CACHED = sh scripts/build_cache.sh
+TORCH_VERSION_FILE = $(shell LIBTORCH_DIR='$(LIBTORCH_DIR)' sh scripts/libtorch.sh version-file)
 ifeq ($(filter-out /usr /usr/,$(LIBTORCH_DIR)),)
-TORCH_IDENTITY_FILES = /usr/include/torch/csrc/api/include/torch/version.h $(shell $(CC) -print-file-name=libtorch.so)
+TORCH_IDENTITY_FILES = $(TORCH_VERSION_FILE) $(shell $(CC) -print-file-name=libtorch.so)
 else
-TORCH_IDENTITY_FILES = $(LIBTORCH_DIR)/include/torch/csrc/api/include/torch/version.h $(wildcard $(LIBTORCH_DIR)/lib/libtorch.*)
+TORCH_IDENTITY_FILES = $(TORCH_VERSION_FILE) $(wildcard $(LIBTORCH_DIR)/lib/libtorch.*)
 endif
 CACHE_KEY = $(eval CACHE_KEY := $(shell { $(CC) --version; $(CXX) --version; \
 	cat $(sort $(wildcard c_src/*/*.h priv/include/*.h)) $(TORCH_IDENTITY_FILES); \
@@ -140,7 +146,7 @@ nif: $(NIF) $(REAPER)
 # The build configuration, recorded beside the objects: a stamp named by its
 # hash, so that changing LIBTORCH_DIR, CUDA, the compilers or the flags
 # (or changing them back) rebuilds the library instead of keeping the old link.
-BUILD_CONFIG := libtorch=$(LIBTORCH_DIR) cuda=$(TB_CUDA):$(CUDA_HOME) cc=$(CC) cxx=$(CXX) opt=$(OPT) sanitize=$(SANITIZE) erts=$(ERTS_INCLUDE)
+BUILD_CONFIG := libtorch=$(LIBTORCH_DIR) c++$(TORCH_CXX_STD) cuda=$(TB_CUDA):$(CUDA_HOME) cc=$(CC) cxx=$(CXX) opt=$(OPT) werror=$(WERROR) sanitize=$(SANITIZE) erts=$(ERTS_INCLUDE)
 CONFIG_STAMP := $(BUILD)/config-$(shell printf '%s' '$(BUILD_CONFIG)' | md5sum | cut -c1-16)
 
 $(CONFIG_STAMP): | $(BUILD)
@@ -179,7 +185,7 @@ $(NIF): $(C_OBJECTS) $(SHIM_OBJECT)
 REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c c_src/memory/tb_fault.c
 $(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h c_src/memory/tb_fault.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CC) -O2 -g $(DEBUG_MAP) -std=c11 -Wall -Wextra $(C_INCLUDES) $(REAPER_SOURCES) -o $@
+	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CC) -O2 -g $(DEBUG_MAP) -std=c11 -Wall -Wextra $(WERROR) $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 
 $(BUILD):
 	$(Q)mkdir -p $@

@@ -111,7 +111,15 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
   @env_inputs ~w(LIBTORCH_DIR TB_CUDA CUDA_HOME CC CXX OPT SANITIZE TENSOR_BLOB_CACHE TENSOR_BLOB_CACHE_DIR)
   defp inputs do
     files =
-      ["c_src/**/*", "priv/include/**/*", "src/*.erl", "src/*.hrl", "Makefile", "scripts/build_cache.sh"]
+      [
+        "c_src/**/*",
+        "priv/include/**/*",
+        "src/*.erl",
+        "src/*.hrl",
+        "Makefile",
+        "scripts/build_cache.sh",
+        "scripts/libtorch.sh"
+      ]
       |> Enum.flat_map(&Path.wildcard(Path.join(@root, &1)))
       |> Kernel.++(libtorch_files())
       |> Enum.sort()
@@ -141,31 +149,35 @@ defmodule Mix.Tasks.Compile.TensorBlobNif do
     end
   end
 
+  # libtorch's version headers (2.14 declares the numbers in
+  # torch/headeronly/version.h, older ones in torch/version.h) and library.
   defp libtorch_files do
-    case libtorch_dir() do
-      nil ->
-        ["/usr/include/torch/csrc/api/include/torch/version.h" | Path.wildcard("/usr/lib/*/libtorch.so*")]
+    include = if dir = libtorch_dir(), do: Path.join(dir, "include"), else: "/usr/include"
 
-      dir ->
-        [
-          Path.join(dir, "include/torch/csrc/api/include/torch/version.h")
-          | Path.wildcard(Path.join(dir, "lib/libtorch.*"))
-        ]
-    end
+    libraries =
+      if dir = libtorch_dir(),
+        do: Path.wildcard(Path.join(dir, "lib/libtorch.*")),
+        else: Path.wildcard("/usr/lib/*/libtorch.so*")
+
+    [Path.join(include, "torch/headeronly/version.h"), Path.join(include, "torch/csrc/api/include/torch/version.h")] ++
+      libraries
   end
 
-  # "libtorch 1.13.0 of the system", from its version header.
+  # "libtorch 1.13.0 of the system", from its version header (as
+  # scripts/libtorch.sh reads it for make).
   defp libtorch do
     where = if dir = libtorch_dir(), do: "at #{dir}", else: "of the system"
 
     version =
-      with {:ok, text} <- File.read(hd(libtorch_files())),
-           [_ | _] = parts <-
-             for(p <- ~w(MAJOR MINOR PATCH), m = Regex.run(~r/TORCH_VERSION_#{p} (\d+)/, text), do: List.last(m)) do
-        Enum.join(parts, ".")
-      else
-        _ -> "(version unknown)"
-      end
+      Enum.find_value(Enum.take(libtorch_files(), 2), "(version unknown)", fn file ->
+        with {:ok, text} <- File.read(file),
+             [_ | _] = parts <-
+               for(p <- ~w(MAJOR MINOR PATCH), m = Regex.run(~r/TORCH_VERSION_#{p} (\d+)/, text), do: List.last(m)) do
+          Enum.join(parts, ".")
+        else
+          _ -> nil
+        end
+      end)
 
     "libtorch #{version} #{where}"
   end
@@ -213,10 +225,25 @@ defmodule TensorBlob.MixProject do
       # Mix (Elixir 1.15+) prunes code paths that are not dependencies' before
       # compiling, NX_PATH's included: keep them when it is set.
       prune_code_paths: @nx_ebins == [],
+      # Files under test/ that are not ExUnit tests: a module dialyzer reads,
+      # the Python tests' peer (Elixir 1.19+ warns of files it neither loads
+      # nor ignores).
+      test_ignore_filters: [&String.starts_with?(&1, ["test/dialyzer/", "test/python/"])],
       # Nx is an optional dependency only when tensor_blob is someone's
       # dependency (see deps/0).
-      xref: [
-        exclude: [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend, Nx.LazyContainer, Pythonx, Pythonx.Encoder]
+      # (The compiler's no_warn_undefined: Elixir 1.20 deprecates xref's
+      # exclude.)
+      elixirc_options: [
+        no_warn_undefined: [
+          Nx,
+          Nx.Type,
+          Nx.Tensor,
+          Nx.Pointer,
+          Nx.BinaryBackend,
+          Nx.LazyContainer,
+          Pythonx,
+          Pythonx.Encoder
+        ]
       ],
       description:
         "Zero-copy tensor exchange for the BEAM: libtorch tensors shared by pointer with Nx/Torchx, " <>
@@ -234,7 +261,7 @@ defmodule TensorBlob.MixProject do
       # What building needs (the Makefile's own files included), and the
       # documentation; not the tests, benchmarks or fuzzers.
       files:
-        ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile scripts/build_cache.sh scripts/doc_chunks.escript scripts/rebar3_nif.sh mix.exs rebar.config README.md CHANGELOG.md LICENSE)
+        ~w(c_src lib src priv/.keep priv/include priv/python guides Makefile scripts/build_cache.sh scripts/libtorch.sh scripts/doc_chunks.escript scripts/rebar3_nif.sh mix.exs rebar.config README.md CHANGELOG.md LICENSE)
     ]
   end
 

@@ -95,7 +95,7 @@ static void test_failure_releases_context_at_once(void)
     int64_t sizes[1] = {4}, strides[1] = {1};
     counter c = {0};
     tb_shim_tensor *t = NULL;
-    tb_shim_error err = {{0}};
+    tb_shim_error err = {0};
 
     /* A CUDA device in a libtorch without CUDA, or an index it lacks. */
     int ok = tb_shim_from_blob(data, 1, sizes, strides, FLOAT32, TB_DEVICE_CUDA, 99, &c, release_counter, &t, &err);
@@ -116,7 +116,7 @@ static void test_unknown_device_type_is_refused(void)
     int64_t sizes[1] = {4}, strides[1] = {1};
     counter c = {0};
     tb_shim_tensor *t = NULL, *copy = NULL;
-    tb_shim_error err = {{0}};
+    tb_shim_error err = {0};
     CHECK(!tb_shim_from_blob(data, 1, sizes, strides, FLOAT32, TB_DEVICE_COUNT, 0, &c, release_counter, &t, &err));
     CHECK(c.releases == 1 && t == NULL);
     CHECK(strstr(err.message, "tb_device.h") != NULL);
@@ -180,7 +180,7 @@ static void test_errors_are_messages(void)
 {
     int64_t sizes[1] = {4};
     tb_shim_tensor *t, *out = NULL;
-    tb_shim_error err = {{0}};
+    tb_shim_error err = {0};
     CHECK(tb_shim_zeros(1, sizes, FLOAT32, &t, &err));
     /* The NIF validates first; the shim must still fail cleanly. */
     CHECK(!tb_shim_narrow(t, 3, 0, 1, &out, &err));
@@ -266,7 +266,7 @@ static void test_contiguous_copies_a_view(void)
  * is recorded on the default stream and waited for. */
 static void test_cuda_stream_calls(void)
 {
-    tb_shim_error err = {{0}};
+    tb_shim_error err = {0};
     void *event = NULL;
     if (!tb_shim_cuda_built()) {
         CHECK(tb_shim_cuda_stream_is_default(0) == 0);

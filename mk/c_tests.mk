@@ -3,7 +3,7 @@
 # Objects go under $(BUILD)/test; -MMD makes each depend on the headers it
 # includes.
 
-TEST_CFLAGS = -O1 -g -std=c11 -Wall -Wextra $(SANITIZE) $(C_INCLUDES) -Ic_test -Ipriv/include
+TEST_CFLAGS = -O1 -g -std=c11 -Wall -Wextra $(WERROR) $(SANITIZE) $(C_INCLUDES) -Ic_test -Ipriv/include
 TORCH_INCLUDE := $(if $(filter-out /usr /usr/,$(LIBTORCH_DIR)),$(LIBTORCH_DIR)/include,/usr/include)
 
 $(BUILD)/test/%.o: c_test/%.c $(CONFIG_STAMP)

@@ -22,21 +22,22 @@ nx-consumer-test: nif
 	scripts/nx_consumer_test.sh
 
 # The :torchx tests: NX_PATH must hold a Torchx build too (Elixir >= 1.17;
-# make compat-test runs them on Debian 13).
+# make newest-test runs them on Debian testing).
 torchx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh main)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only torchx"; \
 	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
 	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
-# The ExTorch stage of compat-test alone, in the Debian 13 root compat-test
-# made (scripts/compat_test.sh --extorch); skipped, saying why, without one.
+# The ExTorch stage of newest-test alone, in the Debian testing root
+# newest-test made (scripts/compat_test.sh forky --extorch); skipped, saying
+# why, without one.
 extorch-test:
-	scripts/compat_test.sh --extorch
+	scripts/compat_test.sh forky --extorch
 
 # The :extorch tests against an AddressSanitizer/UBSan build of the NIF
 # (asan-test's flags and environment): NX_PATH must hold ExTorch's build
-# (scripts/build_extorch.sh) and Nx's; the ExTorch stage of compat-test
+# (scripts/build_extorch.sh) and Nx's; the ExTorch stage of newest-test
 # (scripts/compat_extorch.sh) runs it.
 extorch-asan-test: nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
@@ -44,11 +45,19 @@ extorch-asan-test: nif
 	MIX_ENV=test mix compile
 	$(ASAN_ENV) MIX_ENV=test mix test --only extorch
 
-# Every suite of `make test`, then the :nx and :torchx tests, on Debian 13's
-# stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root cached
-# under the build folder (scripts/compat_test.sh; needs root).
+# Every suite of `make test` and the safetensors reference test on Debian
+# 13's stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root
+# cached under the build folder (scripts/compat_test.sh; needs root).
 compat-test:
-	scripts/compat_test.sh
+	scripts/compat_test.sh trixie
+
+# The newest stack users install, Debian testing (OTP 29, Elixir 1.20, GCC
+# 16, libtorch and PyTorch 2.14, Python 3.14): newest-lint, every suite,
+# the safetensors reference test, then Nx main and Torchx built against
+# that libtorch, Pythonx and ExTorch in the same VM as tensor_blob
+# (scripts/compat_test.sh forky; needs root).
+newest-test:
+	scripts/compat_test.sh forky
 
 # The :python tests (Python in the VM through Pythonx; Elixir >= 1.15, and a
 # python3 with PyTorch, NumPy and its libpython): PYTHONX_PATH holds a
@@ -62,7 +71,7 @@ pythonx-test: nif
 
 # The :python tests against an AddressSanitizer/UBSan build of the NIF
 # (asan-test's flags and environment), Pythonx as pythonx-test finds it;
-# compat-test runs it after pythonx-test.
+# newest-test runs it after pythonx-test.
 pythonx-asan-test: nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
 		$(ASAN_BUILD)/tensor_blob_nif.so
@@ -70,4 +79,4 @@ pythonx-asan-test: nif
 	PYTHONX_PATH="$$px" MIX_ENV=test mix compile && \
 	PYTHONX_PATH="$$px" $(ASAN_ENV) MIX_ENV=test mix test --only python
 
-.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test pythonx-test pythonx-asan-test
+.PHONY: nx-test nx-consumer-test torchx-test extorch-test extorch-asan-test compat-test newest-test pythonx-test pythonx-asan-test

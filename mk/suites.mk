@@ -73,6 +73,23 @@ format:
 # (scripts/check_module_size.sh), no call from lib/ to a private module of
 # src/ (scripts/check_private_calls.sh), test/BAD_INPUTS.md current, and that
 # nx-test builds the foreign NIF its bridge tests load.
+# Tomorrow's warnings today, on the newest stack (make newest-test runs it
+# in Debian testing's root): the library, the reaper, the C and shim tests
+# built with every warning an error (-Wall -Wextra, and C++20's
+# deprecations, which the standard libtorch 2.14 needs turns on), in a build
+# folder of their own; the Erlang sources and tests with erlc's optional
+# warnings too; the Elixir code and the test files with warnings as errors
+# (mix test --exclude test loads every test file and runs none).
+LINT_BUILD := build/lint
+ERLC_WARNINGS := -Werror +warn_export_vars +warn_shadow_vars +warn_obsolete_guard +warn_unused_import
+newest-lint:
+	$(MAKE) --no-print-directory BUILD=$(LINT_BUILD) NIF=$(LINT_BUILD)/tensor_blob_nif.so WERROR=-Werror \
+		$(LINT_BUILD)/tensor_blob_nif.so $(LINT_BUILD)/tensor_blob_reaper c-test shim-test
+	@mkdir -p $(LINT_BUILD)/ebin
+	erlc $(ERLC_WARNINGS) -I src -I test/support -o $(LINT_BUILD)/ebin src/*.erl test/*.erl test/support/*.erl
+	MIX_ENV=test mix compile --force --warnings-as-errors
+	MIX_ENV=test mix test --warnings-as-errors --exclude test
+
 lint: dialyzer bad-inputs-check
 	mix format --check-formatted
 	scripts/check_module_size.sh
@@ -229,4 +246,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-compile bench-safetensors safetensors-compat-test asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint newest-lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-compile bench-safetensors safetensors-compat-test asan-test

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# make compat-test: every suite of `make test`, then the :nx and :torchx
-# tests, on Debian 13's stack (OTP 27, Elixir 1.18, libtorch 2.6, Nx and
-# Torchx main built against that same libtorch), in a Debian 13 root made with
-# debootstrap.
+# Every suite on a newer Debian than the machine's, in a root made with
+# debootstrap. Two stacks:
 #
-#   scripts/compat_test.sh            build (or reuse) the root, run the suites
-#   scripts/compat_test.sh --root     build (or reuse) the root only
-#   scripts/compat_test.sh --run CMD  run CMD there, in the checkout's copy
-#   scripts/compat_test.sh --extorch  only the ExTorch stage (make extorch-test),
-#                                     in the root a compat-test made; skipped,
-#                                     saying why, where there is none
+#   trixie   Debian 13: OTP 27, Elixir 1.18, libtorch 2.6 (make compat-test):
+#            the build, every suite of `make test` and the safetensors
+#            reference test. A stack in the middle: the clients run on the
+#            newest one.
+#   forky    Debian testing: OTP 29, Elixir 1.20, GCC 16, libtorch and
+#            PyTorch 2.14, Python 3.14 (make newest-test): the same, the
+#            lint with every warning of the newest compilers
+#            (make newest-lint), then the clients in the same VM as
+#            tensor_blob: Nx main and Torchx built against that libtorch,
+#            Pythonx, ExTorch.
 #
-# COMPAT_DIR     where the root and its build products live (default
+#   scripts/compat_test.sh [STACK]            build (or reuse) the root, run the suites
+#   scripts/compat_test.sh [STACK] --root     build (or reuse) the root only
+#   scripts/compat_test.sh [STACK] --run CMD  run CMD there, in the checkout's copy
+#   scripts/compat_test.sh [STACK] --extorch  only the ExTorch stage (make extorch-test),
+#                                             in the root made before; skipped,
+#                                             saying why, where there is none
+#
+# STACK is trixie (the default) or forky.
+#
+# COMPAT_DIR     where the roots and their build products live (default
 #                build/compat: ignored by git, kept between runs)
 # COMPAT_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
 # NX_SOURCES     the folder of Nx/Torchx source archives (default: as
 #                scripts/build_nx.sh --sources finds it)
 #
-# The root is made once and reused while its package list is unchanged. The
+# A root is made once and reused while its package list is unchanged. The
 # checkout's files (tracked and untracked, not ignored ones) are copied into
 # it, so the host's _build/, build/ and priv/*.so are never touched, and the
 # root's build products stay there between runs. Everything runs in a mount
@@ -29,35 +40,59 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 compat_dir="${COMPAT_DIR:-$repo/build/compat}"
 mirror="${COMPAT_MIRROR:-http://deb.debian.org/debian}"
 third_party="$("$repo/scripts/build_nx.sh" --sources)"
-root="$compat_dir/trixie"
+all_args=("$@")
+stack=trixie
+case "${1:-}" in
+  trixie | forky) stack="$1"; shift ;;
+esac
+root="$compat_dir/$stack"
 mode="${1:-all}"
 
-# What the suites need there. Changing this list updates the root.
+# What the suites need there. Changing a list updates its root.
 packages=(
   build-essential cmake
   erlang-dev erlang-nox erlang-eunit erlang-proper erlang-tools
   elixir rebar3
   libtorch-dev python3-torch
+  # Safetensors files: the reference implementation, for the file door's
+  # compat tests.
+  python3-safetensors
 )
-# The ExTorch stage (scripts/build_extorch.sh): Rust and the crates ExTorch's
-# NIF needs, all from Debian (cargo reads them as a directory source, offline).
-packages+=(
-  cargo rustc librust-cxx-dev librust-cxx-build-dev librust-cxxbridge-macro-dev
-  librust-tera-dev librust-rustc-hash-2-dev librust-rustc-hash-dev librust-glob-dev
-  librust-prettyplease-dev librust-syn-dev librust-lazy-static-dev librust-libc-dev
-  librust-inventory-dev librust-libloading-dev librust-regex-lite-dev librust-heck-dev
-  librust-quote-dev librust-proc-macro2-dev librust-link-cplusplus-dev
-)
-# Python in the VM (Pythonx, make pythonx-test): libpython and NumPy.
-packages+=(python3-numpy libpython3-dev)
-# Safetensors files: the reference implementation, for the file door's compat tests.
-packages+=(python3-safetensors)
+case "$stack" in
+  trixie)
+    stack_name="Debian 13"
+    # debootstrap's script for the suite, and apt's options.
+    bootstrap_script=
+    apt_options=()
+    ;;
+  forky)
+    stack_name="Debian testing"
+    # Debian 12's debootstrap has no script of its own for forky: sid's
+    # makes testing too.
+    bootstrap_script=/usr/share/debootstrap/scripts/sid
+    # Testing's Release file may be read after its Valid-Until date on a
+    # machine whose mirror copy is not refreshed daily.
+    apt_options=(-o Acquire::Check-Valid-Until=false)
+    # The ExTorch stage (scripts/build_extorch.sh): Rust and the crates
+    # ExTorch's NIF needs, all from Debian (cargo reads them as a directory
+    # source, offline).
+    packages+=(
+      cargo rustc librust-cxx-dev librust-cxx-build-dev librust-cxxbridge-macro-dev
+      librust-tera-dev librust-rustc-hash-2-dev librust-rustc-hash-dev librust-glob-dev
+      librust-prettyplease-dev librust-syn-dev librust-lazy-static-dev librust-libc-dev
+      librust-inventory-dev librust-libloading-dev librust-regex-lite-dev librust-heck-dev
+      librust-quote-dev librust-proc-macro2-dev librust-link-cplusplus-dev
+    )
+    # Python in the VM (Pythonx, make pythonx-test): libpython and NumPy.
+    packages+=(python3-numpy libpython3-dev)
+    ;;
+esac
 
-log() { printf '==> compat-test: %s\n' "$*"; }
+log() { printf '==> compat-test (%s): %s\n' "$stack_name" "$*"; }
 
 if [ "$mode" = --extorch ]; then
   why=""
-  [ -f "$root/.tb-debootstrap" ] || why="no Debian 13 root in $root (make compat-test makes it)"
+  [ -f "$root/.tb-debootstrap" ] || why="no $stack_name root in $root (make compat-test or newest-test makes it)"
   [ "$(id -u)" -eq 0 ] || why="needs root (chroot, mount)"
   if [ -n "$why" ]; then
     log "ExTorch stage skipped: $why"
@@ -70,7 +105,7 @@ fi
 # A private mount namespace: nothing mounted here is seen outside, and all
 # of it goes when the last process in it exits.
 if [ -z "${TB_COMPAT_NS:-}" ]; then
-  TB_COMPAT_NS=1 exec unshare --mount --propagation private "$0" "$@"
+  TB_COMPAT_NS=1 exec unshare --mount --propagation private "$0" "${all_args[@]}"
 fi
 
 mounted=()
@@ -119,7 +154,7 @@ ensure_root() {
   local want
   want="$(printf '%s\n' "${packages[@]}")"
   if [ -f "$root/.tb-packages" ] && [ "$(cat "$root/.tb-packages")" = "$want" ]; then
-    log "reusing the Debian 13 root in $root"
+    log "reusing the root in $root"
     mount_root
     return
   fi
@@ -129,16 +164,16 @@ ensure_root() {
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap \
         || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap; }
     }
-    log "debootstrap --variant=minbase trixie $root"
+    log "debootstrap --variant=minbase $stack $root"
     rm -rf "$root"
     mkdir -p "$compat_dir"
-    debootstrap --variant=minbase trixie "$root" "$mirror"
+    debootstrap --variant=minbase "$stack" "$root" "$mirror" ${bootstrap_script:+"$bootstrap_script"}
     touch "$root/.tb-debootstrap"
   fi
   mount_root
   log "apt-get install ${packages[*]}"
-  in_root apt-get update -q
-  in_root apt-get install -y -q --no-install-recommends "${packages[@]}"
+  in_root apt-get "${apt_options[@]}" update -q
+  in_root apt-get "${apt_options[@]}" install -y -q --no-install-recommends "${packages[@]}"
   in_root apt-get clean
   printf '%s\n' "$want" >"$root/.tb-packages"
 }
@@ -193,4 +228,4 @@ if [ "$mode" = "--run" ]; then
   exit
 fi
 log "running the suites on $(in_root sh -c '. /etc/os-release; echo "$PRETTY_NAME"')"
-in_root /bin/bash /work/tensor_blob/scripts/compat_inner.sh
+in_root /bin/bash /work/tensor_blob/scripts/compat_inner.sh "$stack"

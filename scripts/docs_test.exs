@@ -507,7 +507,7 @@ defmodule DocsTest do
       end
 
     File.write!(input, :erlang.term_to_binary(items))
-    ebin = :code.lib_dir(:tensor_blob, :ebin) |> to_string()
+    ebin = :tensor_blob |> :code.lib_dir() |> Path.join("ebin")
 
     eval =
       ~s|{ok, M, B} = compile:file("#{@erlang_runner}", [binary, report]), | <>

@@ -28,13 +28,14 @@ inputs() {
     done
     {
         find c_src priv/include -type f -exec cksum {} +
-        cksum src/*.erl src/*.hrl Makefile scripts/build_cache.sh scripts/doc_chunks.escript
+        cksum src/*.erl src/*.hrl Makefile scripts/build_cache.sh scripts/libtorch.sh scripts/doc_chunks.escript
     } | LC_ALL=C sort -k3
     case "${LIBTORCH_DIR:-}" in
         "" | /usr | /usr/) torch_include=/usr/include torch_libs="/usr/lib/*/libtorch.so*" ;;
         *) torch_include="$LIBTORCH_DIR/include" torch_libs="$LIBTORCH_DIR/lib/libtorch.*" ;;
     esac
-    cksum "$torch_include/torch/csrc/api/include/torch/version.h" 2>/dev/null || echo "no version.h"
+    cksum "$torch_include/torch/headeronly/version.h" "$torch_include/torch/csrc/api/include/torch/version.h" 2>/dev/null \
+        || echo "no version.h"
     # shellcheck disable=SC2086 # the pattern expands here
     for lib in $torch_libs; do
         if [ -e "$lib" ]; then ls -lL "$lib" | awk '{ print $5, $6, $7, $8, $9 }'; fi

@@ -490,8 +490,8 @@ node_unpack(Packed) -> ?SPANS(node_unpack, 1, node_unpack(Packed, #{})).
 -spec node_unpack(map(), #{copy => boolean()}) -> tensor().
 node_unpack(Packed, Opts) -> ?SPANS(node_unpack, 2, tensor_blob_nodes:node_unpack(Packed, Opts)).
 
-%% @private On the sender: the pad that lands the bytes of node_pack/3's binary aligned on Node.
-%% Written only when it changes.
+%% @doc The node protocol: another node's node_pack/3 tells this one, the sender, the pad that lands
+%% its binaries' bytes aligned on Node. Written only when it changes.
 -spec node_learn_pad(node(), 0..63) -> ok.
 node_learn_pad(Node, Pad) -> tensor_blob_nodes:node_learn_pad(Node, Pad).
 
@@ -501,8 +501,8 @@ node_learn_pad(Node, Pad) -> tensor_blob_nodes:node_learn_pad(Node, Pad).
 -spec host_id() -> {binary(), integer(), integer()}.
 host_id() -> tensor_blob_nodes:host_id().
 
-%% @private What another node compares with its own: host_id/0 and this VM's effective user (a
-%% region is its creator's, mode 0600).
+%% @doc The node protocol: what another node's same_host/1 compares with its own, host_id/0 and
+%% this VM's effective user (a region is its creator's, mode 0600).
 -spec shm_identity() -> {{binary(), integer(), integer()}, integer()}.
 shm_identity() -> tensor_blob_nodes:shm_identity().
 

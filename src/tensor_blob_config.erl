@@ -90,10 +90,10 @@ setting(Key) ->
 %% loaded it (an embedded boot loading the NIF), where it would read it:
 %% erl's -tensor_blob Key Value arguments over the -config files.
 app_env(Key) ->
-    case catch application:get_env(tensor_blob, Key) of
+    case guarded(fun() -> application:get_env(tensor_blob, Key) end) of
         {ok, Value} -> {ok, Value};
         _ ->
-            case catch application:loaded_applications() of
+            case guarded(fun application:loaded_applications/0) of
                 Loaded when is_list(Loaded) ->
                     case lists:keymember(tensor_blob, 1, Loaded) of
                         true -> undefined;
@@ -103,6 +103,11 @@ app_env(Key) ->
                     boot_env(Key)
             end
     end.
+
+%% Before the application controller runs, its functions exit: then there is
+%% no answer from it.
+guarded(Fun) ->
+    try Fun() catch _:_ -> no_answer end.
 
 boot_env(Key) ->
     Name = atom_to_list(Key),

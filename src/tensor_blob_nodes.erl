@@ -20,7 +20,7 @@
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
 -import(tensor_blob_options, [check/3]).
--import(tensor_blob, [device/1, dtype/1, shape/1, memory/1, from_binary/3, from_binary/4, to_blob/1,
+-import(tensor_blob, [memory/1, from_binary/3, from_binary/4, to_blob/1,
                       to_device/2, ipc_torch_open/3]).
 -import(tensor_blob_tensor, [binary_of/3, copy_to_binary/3, transferred/5]).
 
@@ -299,7 +299,11 @@ node_learn_pad(Node, Pad) when is_atom(Node), is_integer(Pad), Pad >= 0, Pad < ?
     case persistent_term:get(Key, 0) of
         Pad -> ok;
         _ -> persistent_term:put(Key, Pad)
-    end.
+    end;
+node_learn_pad(Node, _) when not is_atom(Node) ->
+    badarg(bad_value, node, ["node: expected a node name (an atom), got ", {term, Node}]);
+node_learn_pad(_, Pad) ->
+    badarg(bad_value, pad, ["pad: expected an integer in 0..", integer_to_list(?NODE_ALIGN - 1), ", got ", {term, Pad}]).
 
 %% This host's boot id and the identity of its /dev/shm.
 -spec host_id() -> {binary(), integer(), integer()}.

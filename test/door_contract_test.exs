@@ -99,7 +99,13 @@ defmodule TensorBlob.DoorContractTest do
       setup do
         for app <- unquote(Map.get(row, :apps, [])), do: {:ok, _} = Application.ensure_all_started(app)
 
-        with {m, f, a} <- unquote(Macro.escape(Map.get(row, :setup))), do: apply(m, f, a)
+        unquote(
+          case Map.get(row, :setup) do
+            {m, f, a} -> quote(do: apply(unquote(m), unquote(f), unquote(Macro.escape(a))))
+            nil -> nil
+          end
+        )
+
         :ok
       end
 

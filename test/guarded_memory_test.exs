@@ -198,7 +198,12 @@ defmodule TensorBlob.GuardedMemoryTest do
       workers = 4 * System.schedulers_online()
       for _ <- 1..workers, do: spawn_link(run)
 
-      totals = for _ <- 1..workers, do: assert_receive({:done, ok, seen}, 10_000) && {ok, seen}
+      totals =
+        for _ <- 1..workers do
+          assert_receive {:done, ok, seen}, 10_000
+          {ok, seen}
+        end
+
       assert Enum.sum(Enum.map(totals, &elem(&1, 0))) > 0
       assert Enum.sum(Enum.map(totals, &elem(&1, 1))) > 0
       assert Lifetime.await_stats(start) == start

@@ -105,7 +105,7 @@ defmodule TensorBlob.IPCMapTest do
   end
 
   defp json?(term) when is_map(term), do: Enum.all?(term, fn {k, v} -> is_binary(k) and json?(v) end)
-  defp json?(term) when is_list(term), do: is_list(term) and length_proper?(term) and Enum.all?(term, &json?/1)
+  defp json?(term) when is_list(term), do: length_proper?(term) and Enum.all?(term, &json?/1)
   defp json?(term), do: is_binary(term) or is_integer(term) or is_boolean(term) or term == nil
 
   defp length_proper?([]), do: true

@@ -18,7 +18,7 @@
 %% destructors (now the new instance's) bring stats() back to the start.
 -module(tensor_blob_reload_tests).
 
--import(tensor_blob_test_util, [run_isolated/1, gc_all/0, settled_stats/0]).
+-import(tensor_blob_test_util, [run_isolated/1, settled_stats/0]).
 
 -include_lib("eunit/include/eunit.hrl").
 

@@ -7,7 +7,7 @@
 %% tensor references, and the stats/0 leak checks see only what a test made.
 -module(tensor_blob_tests).
 
--import(tensor_blob_test_util, [wait_for_stats/1, run_isolated/1, gc_all/0, settled_stats/0]).
+-import(tensor_blob_test_util, [wait_for_stats/1, run_isolated/1, settled_stats/0]).
 
 -include_lib("eunit/include/eunit.hrl").
 

@@ -30,7 +30,7 @@ defmodule TensorBlob.VersionTest do
     for file <- package[:files], do: assert(File.exists?(Path.join(@root, file)), file)
 
     for needed <-
-          ~w(c_src lib src priv/include Makefile scripts/build_cache.sh scripts/rebar3_nif.sh mix.exs rebar.config),
+          ~w(c_src lib src priv/include Makefile scripts/build_cache.sh scripts/libtorch.sh scripts/rebar3_nif.sh mix.exs rebar.config),
         do: assert(needed in package[:files])
 
     # The README is the docs' main page, every guide an extra, in a group.

@@ -75,6 +75,9 @@ typedef enum { TB_DTYPE_LIST(TB_DTYPE_ENUM_) TB_DT_COUNT } tb_dtype_id;
 #define TB_DTYPE_COUNT_ALIAS_(name, id) +1
 enum { TB_DT_ALIAS_COUNT = 0 TB_DTYPE_ALIASES(TB_DTYPE_COUNT_ALIAS_) };
 #undef TB_DTYPE_COUNT_ALIAS_
+/* Canonical names and aliases. The cast: C++20 deprecates arithmetic
+ * between two enumerations. */
+enum { TB_DT_NAME_COUNT = (int)TB_DT_COUNT + TB_DT_ALIAS_COUNT };
 
 typedef struct {
     const char *name; /* canonical atom */
@@ -113,7 +116,7 @@ typedef struct {
     struct {
         tb_dtype_key name;
         tb_dtype_id id;
-    } names[TB_DT_COUNT + TB_DT_ALIAS_COUNT]; /* canonical names first */
+    } names[TB_DT_NAME_COUNT]; /* canonical names first */
     struct {
         tb_dtype_key kind;
         unsigned bits;

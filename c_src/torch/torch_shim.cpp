@@ -114,9 +114,9 @@ c10::TensorImpl *impl_of(const tb_shim_tensor *t)
 // A new owning at::Tensor for a handle; the handle keeps its own reference.
 at::Tensor borrow(tb_shim_tensor *t)
 {
-    c10::TensorImpl *impl = impl_of(t);
-    c10::raw::intrusive_ptr::incref(impl);
-    return at::Tensor(TensorImplPtr::reclaim(impl));
+    // reclaim_copy takes the new reference itself; a separate incref (which
+    // tests for null) made GCC 14+ see a null TensorImpl in reclaim's check.
+    return at::Tensor(TensorImplPtr::reclaim_copy(impl_of(t)));
 }
 
 c10::Device cuda_device(int device_index)

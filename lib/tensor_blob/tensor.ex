@@ -264,38 +264,42 @@ defmodule TensorBlob.Tensor do
 
     @preview 8
 
-    # A struct built by hand without :ref is shown as a plain map.
-    def inspect(tensor, opts) when not is_map_key(tensor, :ref), do: Inspect.Any.inspect(tensor, opts)
+    # One clause (Elixir 1.20 wants a defimpl's callbacks to match its struct
+    # alone): a tensor of another node arrives here as a dead reference,
+    # shown as that, with the node it belongs to (nothing of it can be read
+    # here); a struct built by hand without a reference as a plain map.
+    def inspect(tensor, opts) do
+      case Map.get(tensor, :ref) do
+        ref when is_reference(ref) and node(ref) != node() ->
+          concat(["#TensorBlob.Tensor<on node ", to_doc(node(ref), opts), " ", to_doc(ref, opts), ">"])
 
-    # A tensor of another node arrives here as a dead reference: shown as
-    # that, with the node it belongs to (nothing of it can be read here).
-    def inspect(%{ref: ref}, opts) when is_reference(ref) and node(ref) != node() do
-      concat(["#TensorBlob.Tensor<on node ", to_doc(node(ref), opts), " ", to_doc(ref, opts), ">"])
+        ref when is_reference(ref) ->
+          inspect_local(tensor, ref, opts)
+
+        _ ->
+          Inspect.Any.inspect(tensor, opts)
+      end
     end
 
-    def inspect(%{ref: ref} = tensor, opts) do
-      if is_reference(ref) do
-        shape = :tensor_blob.shape(ref)
-        dims = shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
-        device = :tensor_blob.device(ref)
+    defp inspect_local(tensor, ref, opts) do
+      shape = :tensor_blob.shape(ref)
+      dims = shape |> Tuple.to_list() |> Enum.map_join(&"[#{&1}]")
+      device = :tensor_blob.device(ref)
 
-        memory = :tensor_blob.memory(ref)
-        dtype = :tensor_blob.dtype(ref)
-        head = "#{dtype}#{dims} #{TensorBlob.Tensor.format_device(device)} #{memory}"
+      memory = :tensor_blob.memory(ref)
+      dtype = :tensor_blob.dtype(ref)
+      head = "#{dtype}#{dims} #{TensorBlob.Tensor.format_device(device)} #{memory}"
 
-        if memory == :unpinned do
-          address = "0x" <> String.downcase(Integer.to_string(:tensor_blob.to_blob(ref).ptr, 16))
-          concat(["#TensorBlob.Tensor<", head, " at ", address, ">"])
-        else
-          case :tensor_blob_door.unreported(fn ->
-                 preview(tensor, shape, device, dtype, min(@preview, opts.limit))
-               end) do
-            nil -> concat(["#TensorBlob.Tensor<", head, ">"])
-            values -> concat(["#TensorBlob.Tensor<", head, " ", values, ">"])
-          end
-        end
+      if memory == :unpinned do
+        address = "0x" <> String.downcase(Integer.to_string(:tensor_blob.to_blob(ref).ptr, 16))
+        concat(["#TensorBlob.Tensor<", head, " at ", address, ">"])
       else
-        Inspect.Any.inspect(tensor, opts)
+        case :tensor_blob_door.unreported(fn ->
+               preview(tensor, shape, device, dtype, min(@preview, opts.limit))
+             end) do
+          nil -> concat(["#TensorBlob.Tensor<", head, ">"])
+          values -> concat(["#TensorBlob.Tensor<", head, " ", values, ">"])
+        end
       end
     end
 
@@ -354,35 +358,50 @@ defmodule TensorBlob.Tensor do
     end
 
     defp decode(nil, _size, _bytes), do: nil
-    defp decode(decoder, size, bytes), do: for(<<e::binary-size(size) <- bytes>>, do: decoder.(e))
+
+    defp decode(decoder, size, bytes),
+      do: for(i <- 0..(div(byte_size(bytes), size) - 1)//1, do: decoder.(binary_part(bytes, i * size, size)))
 
     # A decoder by what the elements are (the table's kind and bits), so a
-    # dtype the table gains is shown without a clause of its own.
+    # dtype the table gains is shown without a clause of its own. Integers
+    # are read with :binary.decode_unsigned, not bit syntax: a pattern would
+    # need the element's size as a variable, which Elixir 1.20 wants pinned
+    # and 1.14 cannot pin.
     defp decoder(:bool, _bits), do: fn <<b>> -> to_string(b != 0) end
-    defp decoder(:uint, bits), do: fn <<x::size(bits)-unsigned-native>> -> Integer.to_string(x) end
-    defp decoder(:int, bits), do: fn <<x::size(bits)-signed-native>> -> Integer.to_string(x) end
+    defp decoder(:uint, _bits), do: fn e -> Integer.to_string(unsigned(e)) end
+    defp decoder(:int, bits), do: fn e -> Integer.to_string(signed(unsigned(e), bits)) end
     defp decoder(:float, bits) when bits in [16, 32, 64], do: &float/1
     # bfloat16 is the high half of a float32.
-    defp decoder(:bfloat, 16), do: fn <<x::16-native>> -> float(<<x::16, 0::16>>, :big) end
+    defp decoder(:bfloat, 16), do: fn e -> float(<<unsigned(e)::16, 0::16>>, :big) end
 
     defp decoder(:complex, bits) when bits in [32, 64, 128] do
       half = div(bits, 16)
-      fn <<re::binary-size(half), im::binary-size(half)>> -> complex(float(re), float(im)) end
+
+      fn e ->
+        {re, im} = :erlang.split_binary(e, half)
+        complex(float(re), float(im))
+      end
     end
 
     # 8-bit floats have no bit syntax: no preview.
     defp decoder(_kind, _bits), do: nil
 
+    defp unsigned(bytes), do: :binary.decode_unsigned(bytes, endianness())
+
+    defp signed(u, bits) do
+      if u >= :erlang.bsl(1, bits - 1), do: u - :erlang.bsl(1, bits), else: u
+    end
+
     defp complex(re, "-" <> im), do: "#{re}-#{im}i"
     defp complex(re, im), do: "#{re}+#{im}i"
 
     defp float(bytes, endian \\ :native) do
-      bits = bit_size(bytes)
-
       value =
         case {endian, bytes} do
-          {:native, <<x::float-size(bits)-native>>} -> x
-          {:big, <<x::float-size(bits)-big>>} -> x
+          {:native, <<x::float-16-native>>} -> x
+          {:native, <<x::float-32-native>>} -> x
+          {:native, <<x::float-64-native>>} -> x
+          {:big, <<x::float-32-big>>} -> x
           _ -> nil
         end
 
@@ -392,13 +411,12 @@ defmodule TensorBlob.Tensor do
     # NaN and infinities, which bit syntax does not match.
     defp special(bytes, endian) do
       bits = bit_size(bytes)
-      {exp_bits, _} = %{16 => {5, 10}, 32 => {8, 23}, 64 => {11, 52}}[bits]
+      mantissa_bits = %{16 => 10, 32 => 23, 64 => 52}[bits]
       int = :binary.decode_unsigned(bytes, if(endian == :native, do: endianness(), else: :big))
-      <<sign::1, _exp::size(exp_bits), mantissa::size(bits - 1 - exp_bits)>> = <<int::size(bits)>>
 
       cond do
-        mantissa != 0 -> "NaN"
-        sign == 1 -> "-Inf"
+        :erlang.band(int, :erlang.bsl(1, mantissa_bits) - 1) != 0 -> "NaN"
+        :erlang.bsr(int, bits - 1) == 1 -> "-Inf"
         true -> "Inf"
       end
     end

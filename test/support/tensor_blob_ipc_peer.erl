@@ -55,7 +55,7 @@ run(#{handle := Handle, dtype := Dtype, shape := Shape, view := Rows, write := W
 hold(Parent, Handle, Dtype, Shape, Rows) ->
     {View, Info} = open(Handle, Dtype, Shape, Rows),
     Parent ! {self(), opened, Info},
-    receive {write, Write} -> ok end,
+    Write = receive {write, Bytes} -> Bytes end,
     erlang:garbage_collect(),
     _ = tensor_blob:write(View, Write),
     Parent ! {self(), written, tensor_blob:to_binary(View)},

@@ -71,6 +71,6 @@ wait_port(Port, Timeout, Acc) ->
         {Port, {data, Data}} -> wait_port(Port, Timeout, [Acc, Data]);
         {Port, {exit_status, Status}} -> {Status, iolist_to_binary(Acc)}
     after Timeout ->
-            catch port_close(Port),
+            try port_close(Port) catch error:badarg -> ok end,
             {timeout, iolist_to_binary(Acc)}
     end.

@@ -130,11 +130,11 @@ defmodule TensorBlob.IPC.JSON do
       n == 0 or (n > 1 and :binary.first(digits) == ?0) ->
         :error
 
-      match?(<<_::binary-size(n), c, _::binary>> when c in ~c".eE", digits) ->
+      n < byte_size(digits) and :binary.at(digits, n) in ~c".eE" ->
         :error
 
       true ->
-        <<int::binary-size(n), rest::binary>> = digits
+        {int, rest} = :erlang.split_binary(digits, n)
         {:ok, String.to_integer(sign <> int), rest}
     end
   end
