@@ -5,9 +5,9 @@
 #
 #   scripts/libtorch.sh version       "2.14.1", or "unknown"
 #   scripts/libtorch.sh cxx-std       the C++ standard to compile the shim
-#                                     with: what libtorch's CMake package
-#                                     asks of its users (libtorch 2.14: 20),
-#                                     never older than the shim's own 17
+#                                     with: the one libtorch's ATen.h
+#                                     requires (libtorch 2.14: 20), never
+#                                     older than the shim's own 17
 #   scripts/libtorch.sh version-file  the header that declares the version
 #
 # The version header moved: libtorch 2.14's torch/version.h only includes
@@ -19,13 +19,7 @@ case "$dir" in
   "" | /usr | /usr/) dir="" ;;
 esac
 
-if [ -z "$dir" ]; then
-  includes="/usr/include"
-  cmake_configs="$(ls /usr/lib/*/cmake/Torch/TorchConfig.cmake /usr/share/cmake/Torch/TorchConfig.cmake 2>/dev/null || true)"
-else
-  includes="$dir/include"
-  cmake_configs="$dir/share/cmake/Torch/TorchConfig.cmake"
-fi
+if [ -z "$dir" ]; then includes="/usr/include"; else includes="$dir/include"; fi
 
 version_file() {
   for f in "$includes/torch/headeronly/version.h" "$includes/torch/csrc/api/include/torch/version.h"; do
@@ -51,15 +45,10 @@ case "${1:-}" in
     version_file
     ;;
   cxx-std)
-    declared=0
-    for f in $cmake_configs; do
-      n="$(sed -n 's/^ *CXX_STANDARD \([0-9][0-9]*\).*/\1/p' "$f" | head -n 1)"
-      if [ -n "$n" ]; then
-        declared="$n"
-        break
-      fi
-    done
-    if [ "$declared" -gt 17 ]; then echo "$declared"; else echo 17; fi
+    # ATen.h refuses an older standard: "#error C++20 or later compatible
+    # compiler is required to use ATen."
+    declared="$(sed -n 's/^#error C++\([0-9][0-9]\) or later.*/\1/p' "$includes/ATen/ATen.h" 2>/dev/null | head -n 1)"
+    if [ -n "$declared" ] && [ "$declared" -gt 17 ]; then echo "$declared"; else echo 17; fi
     ;;
   *)
     echo "usage: scripts/libtorch.sh version | version-file | cxx-std" >&2
