@@ -22,22 +22,23 @@ nx-consumer-test: nif
 	scripts/nx_consumer_test.sh
 
 # The :torchx tests: NX_PATH must hold a Torchx build too (Elixir >= 1.17;
-# make newest-test runs them on Debian testing).
+# make compat-test runs them on Debian 13: Torchx does not build against
+# libtorch 2.14).
 torchx-test: nif foreign-nif
 	@nx_path="$(NX_PATH)"; [ -n "$$nx_path" ] || nx_path="$$(scripts/build_nx.sh main)"; \
 	echo "NX_PATH=$$nx_path MIX_ENV=test mix test --only torchx"; \
 	NX_PATH="$$nx_path" MIX_ENV=test mix test --only torchx && \
 	NX_PATH="$$nx_path" MIX_ENV=test mix run scripts/docs_test.exs guides/nx.md
 
-# The ExTorch stage of newest-test alone, in the Debian testing root
-# newest-test made (scripts/compat_test.sh forky --extorch); skipped, saying
-# why, without one.
+# The ExTorch stage of compat-test alone, in the Debian 13 root compat-test
+# made (scripts/compat_test.sh trixie --extorch; ExTorch does not build
+# against libtorch 2.14); skipped, saying why, without one.
 extorch-test:
-	scripts/compat_test.sh forky --extorch
+	scripts/compat_test.sh trixie --extorch
 
 # The :extorch tests against an AddressSanitizer/UBSan build of the NIF
 # (asan-test's flags and environment): NX_PATH must hold ExTorch's build
-# (scripts/build_extorch.sh) and Nx's; the ExTorch stage of newest-test
+# (scripts/build_extorch.sh) and Nx's; the ExTorch stage of compat-test
 # (scripts/compat_extorch.sh) runs it.
 extorch-asan-test: nif
 	$(MAKE) BUILD=$(ASAN_BUILD) NIF=$(ASAN_BUILD)/tensor_blob_nif.so OPT=-O1 SANITIZE="$(ASAN_FLAGS)" \
@@ -46,16 +47,17 @@ extorch-asan-test: nif
 	$(ASAN_ENV) MIX_ENV=test mix test --only extorch
 
 # Every suite of `make test` and the safetensors reference test on Debian
-# 13's stack (OTP 27, Elixir 1.18, libtorch 2.6) in a debootstrap root
+# 13's stack (OTP 27, Elixir 1.18, libtorch 2.6), then the clients that do
+# not build against libtorch 2.14 (Torchx, ExTorch), in a debootstrap root
 # cached under the build folder (scripts/compat_test.sh; needs root).
 compat-test:
 	scripts/compat_test.sh trixie
 
 # The newest stack users install, Debian testing (OTP 29, Elixir 1.20, GCC
-# 16, libtorch and PyTorch 2.14, Python 3.14): newest-lint, every suite,
-# the safetensors reference test, then Nx main and Torchx built against
-# that libtorch, Pythonx and ExTorch in the same VM as tensor_blob
-# (scripts/compat_test.sh forky; needs root).
+# 16, libtorch and PyTorch 2.14, Python 3.14): every suite with every
+# warning an error, the safetensors reference test (0.8), then Nx main and
+# Pythonx in the same VM as tensor_blob (scripts/compat_test.sh forky;
+# needs root).
 newest-test:
 	scripts/compat_test.sh forky
 

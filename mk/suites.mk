@@ -74,17 +74,22 @@ format:
 # src/ (scripts/check_private_calls.sh), test/BAD_INPUTS.md current, and that
 # nx-test builds the foreign NIF its bridge tests load.
 # Tomorrow's warnings today, on the newest stack (make newest-test runs it
-# in Debian testing's root): the library, the reaper, the C and shim tests
-# built with every warning an error (-Wall -Wextra, and C++20's
-# deprecations, which the standard libtorch 2.14 needs turns on), in a build
-# folder of their own; the Erlang sources and tests with erlc's optional
-# warnings too; the Elixir code and the test files with warnings as errors
-# (mix test --exclude test loads every test file and runs none).
+# in Debian testing's root). newest-lint-c: the library, the reaper, the C
+# and shim tests built (not run) with every warning an error (-Wall
+# -Wextra, and C++20's deprecations, which the standard libtorch 2.14 needs
+# turns on), in a build folder of their own so that nothing built before
+# hides a warning. newest-lint-beam: the Erlang sources and tests with
+# erlc's optional warnings as errors, the Elixir code and every test file
+# with warnings as errors (mix test --exclude test loads every test file
+# and runs none). newest-test runs the beam half, and its suites with
+# WERROR=-Werror in place of the C half.
 LINT_BUILD := build/lint
 ERLC_WARNINGS := -Werror +warn_export_vars +warn_shadow_vars +warn_obsolete_guard +warn_unused_import
-newest-lint:
+newest-lint: newest-lint-c newest-lint-beam
+newest-lint-c:
 	$(MAKE) --no-print-directory BUILD=$(LINT_BUILD) NIF=$(LINT_BUILD)/tensor_blob_nif.so WERROR=-Werror \
-		$(LINT_BUILD)/tensor_blob_nif.so $(LINT_BUILD)/tensor_blob_reaper c-test shim-test
+		$(LINT_BUILD)/tensor_blob_nif.so $(LINT_BUILD)/tensor_blob_reaper $(C_TESTS:%=$(LINT_BUILD)/%) $(LINT_BUILD)/shim_test
+newest-lint-beam:
 	@mkdir -p $(LINT_BUILD)/ebin
 	erlc $(ERLC_WARNINGS) -I src -I test/support -o $(LINT_BUILD)/ebin src/*.erl test/*.erl test/support/*.erl
 	MIX_ENV=test mix compile --force --warnings-as-errors
@@ -246,4 +251,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint newest-lint check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-compile bench-safetensors safetensors-compat-test asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint newest-lint newest-lint-c newest-lint-beam check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-compile bench-safetensors safetensors-compat-test asan-test

@@ -4,7 +4,7 @@
 # folder; prints the folder to put in NX_PATH (it holds nx/ebin,
 # complex/ebin, telemetry/ebin[, torchx/ebin]).
 #
-#   scripts/build_nx.sh [auto|0.9.2|main] [DEST]
+#   scripts/build_nx.sh [auto|0.9.2|main|main-nx] [DEST]
 #   scripts/build_nx.sh --sources      prints the archives' folder
 #
 # NX_SOURCES: the folder of archives (nx-0.9.2.tar.gz or nx-main-*.tar.gz,
@@ -13,6 +13,10 @@
 # beside its parent.
 #
 # auto (the default): Nx main and Torchx on Elixir >= 1.17, Nx 0.9.2 below.
+# main-nx: Nx main alone, where Torchx does not build (Torchx 0.13 does not
+# compile against libtorch 2.14: its CMake build asks for C++17, which
+# libtorch 2.14's headers refuse, and it calls torch::cholesky, which 2.14
+# removed).
 # DEST defaults to build/nx-<version>. A build is reused while the archives
 # and the Elixir version are unchanged. Torchx is built against LIBTORCH_DIR
 # (default /usr: the system's libtorch, the one tensor_blob links by default).
@@ -49,7 +53,8 @@ export LIBTORCH_DIR="${LIBTORCH_DIR:-/usr}"
 case "$which" in
   0.9.2) archives=(nx-0.9.2.tar.gz) ;;
   main) archives=("$(cd "$third_party" && ls nx-main-*.tar.gz | head -n1)" "$(cd "$third_party" && ls fine-*.tar.gz | head -n1)") ;;
-  *) echo "build_nx: unknown version $which (auto, 0.9.2 or main)" >&2; exit 2 ;;
+  main-nx) archives=("$(cd "$third_party" && ls nx-main-*.tar.gz | head -n1)") ;;
+  *) echo "build_nx: unknown version $which (auto, 0.9.2, main or main-nx)" >&2; exit 2 ;;
 esac
 archives+=("$(cd "$third_party" && ls complex-*.tar.gz | head -n1)" "$(cd "$third_party" && ls telemetry-*.tar.gz | head -n1)")
 
@@ -69,6 +74,9 @@ fi
   if [ "$which" = main ]; then
     nx="$src/nx-main/nx"
     torchx="$src/nx-main/torchx"
+  elif [ "$which" = main-nx ]; then
+    nx="$src/nx-main/nx"
+    torchx=""
   else
     nx="$src/nx-0.9.2/nx"
     torchx=""

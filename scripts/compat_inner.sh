@@ -3,14 +3,19 @@
 # (STACK forky) that runs inside that Debian root (scripts/compat_test.sh
 # copies the checkout to /work/tensor_blob there).
 #
-#   trixie  the build, every suite of `make test`, the safetensors
-#           reference test
-#   forky   newest-lint, then the same, then the clients in the same VM as
-#           tensor_blob: the :nx tests against Nx main and the :torchx tests
-#           against Torchx main built with the root's libtorch, Pythonx's
-#           :python tests (and under AddressSanitizer), and the ExTorch stage
-#           (scripts/compat_extorch.sh, with a user's project that depends on
-#           tensor_blob, Pythonx and ExTorch)
+#   forky   the newest stack: every suite with every C and C++ warning an
+#           error, the Erlang and Elixir code and tests with every warning
+#           an error (make newest-lint-beam), the safetensors reference test
+#           (0.8), then the clients that build there in the same VM as
+#           tensor_blob: the :nx tests against Nx main, Pythonx's :python
+#           tests (and under AddressSanitizer)
+#   trixie  a stack in the middle: the build, every suite, the safetensors
+#           reference test, then the clients that do not build on the
+#           newest stack (their own code: see scripts/build_nx.sh and
+#           scripts/build_extorch.sh): the :torchx tests against Torchx main
+#           built with the root's libtorch, and the ExTorch stage
+#           (scripts/compat_extorch.sh, with a user's project that depends
+#           on tensor_blob, Pythonx and ExTorch)
 #
 # Each step's time is printed, for CI's budget.
 set -euo pipefail
@@ -34,28 +39,39 @@ echo "==> compat-test: $PRETTY_NAME: OTP $(erl -noshell -eval 'io:format("~s", [
   "$(python3 --version)"
 
 if [ "$stack" = forky ]; then
-  make --no-print-directory newest-lint
-  step "newest-lint"
+  # Every compile of the suites (the library, the reaper, the C and shim
+  # tests, the load tests' and consumers' builds) with -Werror: what
+  # newest-lint-c checks, without building everything twice.
+  werror=(WERROR=-Werror)
+  make --no-print-directory newest-lint-beam "${werror[@]}"
+  step "newest-lint-beam"
+else
+  werror=()
 fi
-make --no-print-directory nif
-make --no-print-directory suites
+make --no-print-directory nif "${werror[@]}"
+make --no-print-directory suites "${werror[@]}"
 step "make suites"
 # safetensors files both ways with the reference implementation (python3-safetensors).
-make --no-print-directory safetensors-compat-test
+make --no-print-directory safetensors-compat-test "${werror[@]}"
 step "safetensors-compat-test"
 
 if [ "$stack" = forky ]; then
-  # Torchx is built against the libtorch tensor_blob links (the system's).
-  nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
+  nx_path="$(NX_SOURCES=/work/third_party scripts/build_nx.sh main-nx /work/nx-main)"
   make --no-print-directory nx-test NX_PATH="$nx_path"
-  make --no-print-directory torchx-test NX_PATH="$nx_path"
-  step "Nx and Torchx"
+  step "Nx"
   # Python in the VM: Pythonx built from the archives, the :python suite.
   pythonx_path="$(NX_SOURCES=/work/third_party scripts/build_pythonx.sh)"
   make --no-print-directory pythonx-test PYTHONX_PATH="$pythonx_path"
   make --no-print-directory pythonx-asan-test PYTHONX_PATH="$pythonx_path"
   step "Pythonx"
-  # ExTorch, built from source against the same libtorch, beside Nx and Torchx.
+else
+  # Torchx is built against the libtorch tensor_blob links (the system's).
+  nx_path="$(NX_SOURCES=/work/third_party LIBTORCH_DIR=/usr scripts/build_nx.sh main /work/nx-main)"
+  make --no-print-directory torchx-test NX_PATH="$nx_path"
+  step "Torchx"
+  # ExTorch, built from source against the same libtorch, beside Nx and
+  # Torchx; Pythonx for the project that lists both.
+  pythonx_path="$(NX_SOURCES=/work/third_party scripts/build_pythonx.sh)"
   NX_PATH="$nx_path" PYTHONX_PATH="$pythonx_path" scripts/compat_extorch.sh
   step "ExTorch stage"
 fi

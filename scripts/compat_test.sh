@@ -4,21 +4,20 @@
 #
 #   trixie   Debian 13: OTP 27, Elixir 1.18, libtorch 2.6 (make compat-test):
 #            the build, every suite of `make test` and the safetensors
-#            reference test. A stack in the middle: the clients run on the
-#            newest one.
+#            reference test; then the clients that do not build against
+#            libtorch 2.14, in the same VM as tensor_blob: Torchx main,
+#            ExTorch.
 #   forky    Debian testing: OTP 29, Elixir 1.20, GCC 16, libtorch and
-#            PyTorch 2.14, Python 3.14 (make newest-test): the same, the
-#            lint with every warning of the newest compilers
-#            (make newest-lint), then the clients in the same VM as
-#            tensor_blob: Nx main and Torchx built against that libtorch,
-#            Pythonx, ExTorch.
+#            PyTorch 2.14, Python 3.14 (make newest-test): the same with
+#            every warning an error (make newest-lint), then the clients
+#            that build there: Nx main, Pythonx.
 #
 #   scripts/compat_test.sh [STACK]            build (or reuse) the root, run the suites
 #   scripts/compat_test.sh [STACK] --root     build (or reuse) the root only
 #   scripts/compat_test.sh [STACK] --run CMD  run CMD there, in the checkout's copy
-#   scripts/compat_test.sh [STACK] --extorch  only the ExTorch stage (make extorch-test),
-#                                             in the root made before; skipped,
-#                                             saying why, where there is none
+#   scripts/compat_test.sh [STACK] --extorch  only the ExTorch stage (make extorch-test:
+#                                             trixie), in the root made before;
+#                                             skipped, saying why, where there is none
 #
 # STACK is trixie (the default) or forky.
 #
@@ -58,12 +57,25 @@ packages=(
   # compat tests.
   python3-safetensors
 )
+# Python in the VM (Pythonx): libpython and NumPy, on both.
+packages+=(python3-numpy libpython3-dev)
 case "$stack" in
   trixie)
     stack_name="Debian 13"
     # debootstrap's script for the suite, and apt's options.
     bootstrap_script=
     apt_options=()
+    # The ExTorch stage (scripts/build_extorch.sh), here because ExTorch
+    # does not build against libtorch 2.14: Rust and the crates ExTorch's
+    # NIF needs, all from Debian (cargo reads them as a directory source,
+    # offline).
+    packages+=(
+      cargo rustc librust-cxx-dev librust-cxx-build-dev librust-cxxbridge-macro-dev
+      librust-tera-dev librust-rustc-hash-2-dev librust-rustc-hash-dev librust-glob-dev
+      librust-prettyplease-dev librust-syn-dev librust-lazy-static-dev librust-libc-dev
+      librust-inventory-dev librust-libloading-dev librust-regex-lite-dev librust-heck-dev
+      librust-quote-dev librust-proc-macro2-dev librust-link-cplusplus-dev
+    )
     ;;
   forky)
     stack_name="Debian testing"
@@ -73,18 +85,6 @@ case "$stack" in
     # Testing's Release file may be read after its Valid-Until date on a
     # machine whose mirror copy is not refreshed daily.
     apt_options=(-o Acquire::Check-Valid-Until=false)
-    # The ExTorch stage (scripts/build_extorch.sh): Rust and the crates
-    # ExTorch's NIF needs, all from Debian (cargo reads them as a directory
-    # source, offline).
-    packages+=(
-      cargo rustc librust-cxx-dev librust-cxx-build-dev librust-cxxbridge-macro-dev
-      librust-tera-dev librust-rustc-hash-2-dev librust-rustc-hash-dev librust-glob-dev
-      librust-prettyplease-dev librust-syn-dev librust-lazy-static-dev librust-libc-dev
-      librust-inventory-dev librust-libloading-dev librust-regex-lite-dev librust-heck-dev
-      librust-quote-dev librust-proc-macro2-dev librust-link-cplusplus-dev
-    )
-    # Python in the VM (Pythonx, make pythonx-test): libpython and NumPy.
-    packages+=(python3-numpy libpython3-dev)
     ;;
 esac
 

@@ -1,5 +1,5 @@
 defmodule TensorBlob.DoorContractTest do
-  # The door contract (DESIGN.md, "Doors"): one battery, generated from the
+  # The door contract (ARCHITECTURE.md, "Doors"): one battery, generated from the
   # table of doors (test/support/doors.ex), run against every door. Each
   # door answers bad input with an error whose reason is a row of
   # tables()'s reasons and whose argument names the argument: never a

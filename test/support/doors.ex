@@ -2,7 +2,7 @@ defmodule TensorBlob.Test.Doors do
   @moduledoc false
   # The door contract's table: every door where tensors cross into or out
   # of the library, each with its calls. test/door_contract_test.exs runs
-  # one generated battery against every row (DESIGN.md, "Doors"); a new
+  # one generated battery against every row (ARCHITECTURE.md, "Doors"); a new
   # door joins by adding a row here.
   #
   # A row: %{door: atom, tag: nil or the ExUnit tag whose environment it
