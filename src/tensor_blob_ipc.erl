@@ -180,6 +180,15 @@ cuda_torch_counter() ->
     Counter.
 
 -spec cuda_torch_pending(map()) -> integer().
-cuda_torch_pending(#{counter := Counter, ref_counter_offset := Slot}) ->
-    <<_:Slot/binary-unit:64, N:64/native-signed, _/binary>> = tensor_blob:to_binary(Counter),
-    N.
+cuda_torch_pending(#{counter := Counter, ref_counter_offset := Slot}) when is_integer(Slot), Slot >= 0 ->
+    case tensor_blob:to_binary(Counter) of
+        <<_:Slot/binary-unit:64, N:64/native-signed, _/binary>> -> N;
+        Bytes -> badarg(out_of_extent, ref_counter_offset,
+                        ["ref_counter_offset: ", integer_to_list(Slot), " is past the counter's ",
+                         integer_to_list(byte_size(Bytes) div 8), " slots"])
+    end;
+cuda_torch_pending(#{counter := _, ref_counter_offset := Slot}) ->
+    badarg(bad_value, ref_counter_offset, ["ref_counter_offset: expected a non-negative integer, got ", {term, Slot}]);
+cuda_torch_pending(Export) ->
+    badarg(bad_value, export, ["export: expected cuda_torch_export/1's map (counter and ref_counter_offset), got ",
+                               {term, Export}]).

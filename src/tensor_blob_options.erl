@@ -68,10 +68,14 @@ check(Opts, Spec) ->
 %% @doc Opts checked against Spec: the options given, and the defaults of
 %% those not given. Raises as the module doc says.
 -spec check(term(), spec(), form()) -> #{atom() => term()}.
-check(Opts, Spec, Form) ->
+check(Opts, Spec, Form) when is_list(Spec), (Form =:= either orelse Form =:= map orelse Form =:= keywords) ->
     Given = container(Opts, Form),
     maps:foreach(fun(Key, _) -> known(Key, Spec) end, Given),
-    lists:foldl(fun(Entry, Acc) -> checked(Entry, Given, Acc) end, Given, Spec).
+    lists:foldl(fun(Entry, Acc) -> checked(Entry, Given, Acc) end, Given, Spec);
+check(_Opts, Spec, Form) when is_list(Spec) ->
+    badarg(bad_value, form, ["form: expected either, map or keywords, got ", {term, Form}]);
+check(_Opts, Spec, _Form) ->
+    bad_spec(Spec).
 
 %% @doc A keyword list as a map; any other term (a map among them) is
 %% reason bad_option, argument options. Keys are not checked against a spec.
@@ -106,7 +110,8 @@ describe({one_of, Terms}) ->
     end;
 describe({list, Type}) -> ["a list of " | describe(Type)];
 describe({any_of, Types}) -> lists:join(" or ", [describe(T) || T <- Types]);
-describe({satisfies, Text, _}) -> [Text].
+describe({satisfies, Text, _}) -> [Text];
+describe(Type) -> badarg(bad_value, type, ["type: expected a type of tensor_blob_options:type(), got ", {term, Type}]).
 
 %%--------------------------------------------------------------------
 
@@ -152,7 +157,14 @@ checked({Key, Type, Default}, Given, Acc) ->
     case Given of
         #{Key := Value} -> valued(Key, Type, Value), Acc;
         #{} -> Acc#{Key => Default}
-    end.
+    end;
+checked(Entry, _Given, _Acc) ->
+    bad_spec(Entry).
+
+%% A door's spec that is none: a list of {Key, Type} or {Key, Type, Default}.
+-spec bad_spec(term()) -> no_return().
+bad_spec(Spec) ->
+    badarg(bad_value, spec, ["spec: expected a list of {Key, Type} or {Key, Type, Default}, got ", {term, Spec}]).
 
 valued(Key, Type, Value) ->
     case is(Type, Value) of
@@ -173,7 +185,8 @@ is({integer, Min, Max}, V) ->
 is({one_of, Terms}, V) -> lists:member(V, Terms);
 is({list, Type}, V) -> is_list(V) andalso proper_of(Type, V);
 is({any_of, Types}, V) -> lists:any(fun(T) -> is(T, V) end, Types);
-is({satisfies, _, Pred}, V) -> Pred(V) =:= true.
+is({satisfies, _, Pred}, V) when is_function(Pred, 1) -> Pred(V) =:= true;
+is(Type, _) -> describe(Type).
 
 %% Segments nested in lists, as one list of segments.
 flat(Segments) ->

@@ -75,8 +75,8 @@ defmodule TensorBlob.CUDA do
 
   def info(other),
     do:
-      "expected a DLPack capsule or a blob, got #{TensorBlob.Raise.inspect_term(other)}"
-      |> badarg!(:bad_value, :none)
+      "capsule: expected a DLPack capsule or a blob, got #{TensorBlob.Raise.inspect_term(other)}"
+      |> badarg!(:bad_value, :capsule)
 
   @typedoc "What the CUDA runtime says memory is: the names of DLPack's device types, or `:unknown`."
   @type memory :: :cpu | :cuda_host | :cuda | :cuda_managed | :unknown
@@ -154,5 +154,11 @@ defmodule TensorBlob.CUDA do
   @spec torch_share_pending(%{counter: Tensor.t(), ref_counter_offset: non_neg_integer()}) :: integer()
   def torch_share_pending(%{counter: counter, ref_counter_offset: slot}) do
     translating(do: :tensor_blob.cuda_torch_pending(%{counter: Tensor.ref(counter), ref_counter_offset: slot}))
+  end
+
+  def torch_share_pending(other) do
+    ("export: expected what export_torch_share/1 returned (counter and ref_counter_offset), got " <>
+       TensorBlob.Raise.inspect_term(other))
+    |> badarg!(:bad_value, :export)
   end
 end

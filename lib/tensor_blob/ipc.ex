@@ -184,8 +184,13 @@ defmodule TensorBlob.IPC do
   def to_map(%Handle{address: device}) when is_integer(device) do
     ("a CUDA IPC handle has no map for other languages: " <>
        "PyTorch takes CUDA tensors by TensorBlob.CUDA.export_torch_share/1")
-    |> badarg!(:unsupported, :none)
+    |> badarg!(:unsupported, :handle)
   end
+
+  def to_map(other),
+    do:
+      "handle: expected an IPC handle (TensorBlob.IPC.export/2), got #{inspect_term(other)}"
+      |> badarg!(:bad_value, :handle)
 
   @doc """
   `to_map/1` as one line of JSON, for a Python process (or any other) to

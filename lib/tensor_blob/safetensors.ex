@@ -88,18 +88,25 @@ defmodule TensorBlob.SafeTensors do
     end
   end
 
-  # The Erlang API's tensors; what is not a map or a list of pairs goes
-  # through as it is, for the Erlang API to refuse.
+  # The Erlang API's tensors; what is not a map or a proper list of pairs
+  # goes through as it is, for the Erlang API to refuse.
   defp inputs(tensors) when is_map(tensors), do: inputs(Map.to_list(tensors))
 
-  defp inputs(tensors) when is_list(tensors),
-    do:
-      Enum.map(tensors, fn
-        {name, t} -> {name, input(t)}
-        other -> other
-      end)
+  defp inputs(tensors) when is_list(tensors) do
+    if proper_list?(tensors),
+      do:
+        Enum.map(tensors, fn
+          {name, t} -> {name, input(t)}
+          other -> other
+        end),
+      else: tensors
+  end
 
   defp inputs(other), do: other
+
+  defp proper_list?([]), do: true
+  defp proper_list?([_ | tail]), do: proper_list?(tail)
+  defp proper_list?(_), do: false
 
   defp input({binary, _dtype, _shape} = spec) when is_binary(binary), do: spec
   defp input(t), do: Tensor.ref(t)
