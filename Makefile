@@ -183,7 +183,7 @@ $(NIF): $(C_OBJECTS) $(SHIM_OBJECT)
 	$(Q)$(LINK_NIF)
 
 REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c c_src/memory/tb_fault.c
-$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h c_src/memory/tb_fault.h $(CONFIG_STAMP)
+$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h c_src/memory/tb_fault.h c_src/core/tb_layout.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CC) -O2 -g $(DEBUG_MAP) -std=c11 -Wall -Wextra $(WERROR) $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 

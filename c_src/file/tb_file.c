@@ -256,7 +256,7 @@ static int entry_tensor(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *
                         uint64_t data_at, const tb_st_entry *e, ERL_NIF_TERM *out, int *copied, ERL_NIF_TERM *exc)
 {
     const tb_dtype *dt = &tb_dtypes[e->dtype];
-    int64_t strides[TB_ST_MAX_DIMS];
+    int64_t strides[TB_MAX_DIMS];
     int64_t step = 1;
     for (int d = e->ndim - 1; d >= 0; d--) {
         strides[d] = step;
@@ -664,7 +664,7 @@ ERL_NIF_TERM tb_nif_safetensors_write(TB_NIF_PARAMS)
                                   nt[0], tb_dtypes[d->dtype].name);
             goto done;
         }
-        if (d->info.ndim > TB_ST_MAX_DIMS) {
+        if (d->info.ndim > TB_MAX_DIMS) {
             exc = tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "tensors", "tensors: %T has too many dimensions", nt[0]);
             goto done;
         }

@@ -411,7 +411,7 @@ static int entry(reader *r, tb_st_entry *e, size_t *shape_at)
             r->out = mark;
             size_t n;
             *shape_at = r->dims_used;
-            if (!sizes(r, INT64_MAX, TB_ST_MAX_DIMS, TB_ST_TOO_MANY_DIMS, &n))
+            if (!sizes(r, INT64_MAX, TB_MAX_DIMS, TB_ST_TOO_MANY_DIMS, &n))
                 return 0;
             e->ndim = (int)n;
         } else if (same(&key, "data_offsets")) {

@@ -22,10 +22,10 @@
 #include <stdint.h>
 
 #include "tb_dtype.h"
+#include "tb_layout.h" /* TB_MAX_DIMS: a shape's length */
 
 #define TB_ST_MAX_HEADER 100000000u /* the reference's limit, in bytes */
 #define TB_ST_MAX_DEPTH 64          /* nesting of arrays and objects */
-#define TB_ST_MAX_DIMS 64           /* a shape's length: what a tensor here can have */
 
 /* Why a header is refused: X(ID, text). */
 #define TB_ST_ERRORS(X)                                                                               \

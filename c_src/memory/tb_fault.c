@@ -1,5 +1,6 @@
 #define _GNU_SOURCE /* syscall, SYS_gettid */
 #include "tb_fault.h"
+#include "tb_layout.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -15,7 +16,6 @@
  * without touching thread-local storage (a library's dynamic TLS may be
  * allocated lazily, which a signal handler must not do). */
 #define TB_FAULT_SLOTS 256
-#define TB_FAULT_MAX_DIMS 64
 
 typedef struct {
     atomic_long tid; /* 0: free */
@@ -147,7 +147,7 @@ static void copy_strided(char *base, int ndim, const int64_t *n, const int64_t *
     int64_t inner = ndim ? n[ndim - 1] : 1;
     int run = ndim == 0 || step[ndim - 1] == (int64_t)element_size;
     size_t run_bytes = run ? (size_t)inner * element_size : element_size;
-    int64_t index[TB_FAULT_MAX_DIMS] = {0};
+    int64_t index[TB_MAX_DIMS] = {0};
     for (;;) {
         if (run) {
             if (to_dense)
@@ -177,7 +177,7 @@ typedef struct {
     char *base, *dense;
     int ndim, to_dense;
     size_t element_size;
-    int64_t n[TB_FAULT_MAX_DIMS], step[TB_FAULT_MAX_DIMS];
+    int64_t n[TB_MAX_DIMS], step[TB_MAX_DIMS];
 } copy_job;
 
 static void run_copy(void *arg)
@@ -218,7 +218,7 @@ int tb_fault_copy_strided(void *base, int ndim, const int64_t *sizes, const int6
                           void *dense, int to_dense)
 {
     copy_job job = {.base = base, .dense = dense, .to_dense = to_dense, .element_size = element_size};
-    if (ndim < 0 || ndim > TB_FAULT_MAX_DIMS)
+    if (ndim < 0 || ndim > TB_MAX_DIMS)
         return 0;
     job.ndim = coalesce(ndim, sizes, strides, element_size, job.n, job.step);
     if (job.ndim < 0)
