@@ -121,15 +121,7 @@ defmodule TensorBlob.DLPackTest do
   defp settled_stats, do: Lifetime.settled_stats()
 
   # Waits (up to ~2 s) for a condition on stats/0; returns the last stats.
-  defp await(fun, tries \\ 200) do
-    Lifetime.collect()
-    stats = TensorBlob.stats()
-
-    cond do
-      fun.(stats) or tries == 0 -> stats
-      true -> Process.sleep(10) && await(fun, tries - 1)
-    end
-  end
+  defp await(fun), do: Lifetime.await(fun)
 
   setup do
     # Settle after each test too, so the next test (of any module) does not

@@ -652,13 +652,8 @@ if Code.ensure_loaded?(Pythonx) do
       |> Enum.take_while(&(&1 != :full))
     end
 
-    defp wait_until(fun, tries \\ 200) do
-      cond do
-        fun.() -> true
-        tries == 0 -> false
-        true -> Process.sleep(10) && wait_until(fun, tries - 1)
-      end
-    end
+    defp wait_until(fun, tries \\ 200),
+      do: match?({:ok, _}, :tensor_blob_test_util.poll(fn -> {!!fun.(), nil} end, tries, 10))
 
     defp rss_kib do
       [_, kib] = Regex.run(~r/VmRSS:\s+(\d+)/, File.read!("/proc/self/status"))

@@ -116,14 +116,10 @@ foreign_produce_import_exactly_once_test() ->
     _ = settled_stats(),
     ?assertMatch({_, N} when N =:= Freed0 + 1, foreign_tensor_nif:counters()).
 
-wait_for_freed(Expected, 0) ->
-    ?assertMatch({_, Expected}, foreign_tensor_nif:counters());
-wait_for_freed(Expected, N) ->
-    gc_all(),
-    case foreign_tensor_nif:counters() of
-        {_, Expected} -> ok;
-        _ -> timer:sleep(10), wait_for_freed(Expected, N - 1)
-    end.
+wait_for_freed(Expected, Tries) ->
+    Probe = fun() -> gc_all(), {_, Freed} = Counters = foreign_tensor_nif:counters(), {Freed =:= Expected, Counters} end,
+    {_, Counters} = tensor_blob_test_util:poll(Probe, Tries, 10),
+    ?assertMatch({_, Expected}, Counters).
 
 foreign_consumes_our_export_after_we_drop_test() ->
     Start = settled_stats(),

@@ -89,12 +89,9 @@ keep_of(Opts) ->
 pack(Opts) ->
     tensor_blob:node_pack(tensor_blob:zeros({4}, float32), node(), Opts#{via => region}).
 
-wait_dead(Pid, Ms) when Ms > 0 ->
-    case is_process_alive(Pid) of
-        false -> true;
-        true -> timer:sleep(10), wait_dead(Pid, Ms - 10)
-    end;
-wait_dead(_, _) -> false.
+wait_dead(Pid, Ms) ->
+    Dead = fun() -> {not is_process_alive(Pid), Pid} end,
+    element(1, tensor_blob_test_util:poll(Dead, max(1, Ms div 10), 10)) =:= ok.
 
 %% nif_path: the NIF library to load, read while the module loads: in a
 %% fresh VM, from erl's -tensor_blob arguments and -config files (the

@@ -38,15 +38,23 @@ defmodule TensorBlob.Test.Lifetime do
 
   @doc "Waits (up to ~2 s) until stats/0 equals expected; returns the last stats."
   def await_stats(expected, tries \\ 200) do
-    collect()
-    stats = TensorBlob.stats()
+    await(fn stats -> stats == expected end, tries)
+  end
 
-    if stats == expected or tries == 0 do
-      stats
-    else
-      Process.sleep(10)
-      await_stats(expected, tries - 1)
+  @doc """
+  Waits (about `tries` times 10 ms, collecting garbage) for a condition on
+  `TensorBlob.stats/0`; returns the last stats. Through the tests' one
+  polling helper, `:tensor_blob_test_util.poll/3`.
+  """
+  def await(condition, tries \\ 200) do
+    probe = fn ->
+      collect()
+      stats = TensorBlob.stats()
+      {condition.(stats), stats}
     end
+
+    {_, stats} = :tensor_blob_test_util.poll(probe, tries, 10)
+    stats
   end
 
   @doc """

@@ -49,19 +49,14 @@ defmodule TensorBlob.Test.PythonVM do
 
   @doc "Waits (a few seconds at most) for stats/0 to equal expected, collecting on both sides."
   def await_stats(expected, tries \\ 200) do
-    collect_both()
-
-    case TensorBlob.stats() do
-      ^expected ->
-        expected
-
-      stats when tries == 0 ->
-        stats
-
-      _ ->
-        Process.sleep(10)
-        await_stats(expected, tries - 1)
+    probe = fn ->
+      collect_both()
+      stats = TensorBlob.stats()
+      {stats == expected, stats}
     end
+
+    {_, stats} = :tensor_blob_test_util.poll(probe, tries, 10)
+    stats
   end
 
   defp collect_both do

@@ -33,13 +33,12 @@ defmodule TensorBlob.Test.Shm do
   collection that frees a tensor.
   """
   def eventually(fun, tries \\ 200, interval \\ 10) do
-    Lifetime.collect()
-
-    cond do
-      fun.() -> true
-      tries == 0 -> false
-      true -> Process.sleep(interval) && eventually(fun, tries - 1, interval)
+    probe = fn ->
+      Lifetime.collect()
+      {!!fun.(), nil}
     end
+
+    match?({:ok, _}, :tensor_blob_test_util.poll(probe, tries, interval))
   end
 
   @doc """

@@ -1,7 +1,7 @@
 %% Helpers shared by the EUnit suites: leak checks and isolated work.
 -module(tensor_blob_test_util).
 
--export([run_isolated/1, gc_all/0, settled_stats/0, wait_for_stats/1, wait_port/2]).
+-export([run_isolated/1, gc_all/0, settled_stats/0, wait_for_stats/1, wait_port/2, poll/3]).
 
 %% No eunit.hrl: Mix compiles this module too (for ExUnit), and Mix on
 %% Elixir 1.15+ does not put eunit on its code path.
@@ -46,19 +46,22 @@ settled_stats(N, Last) ->
 
 %% Waits (about 2 s at most) for stats() to equal Expected, collecting
 %% garbage; fails the test with both values if it never does.
-wait_for_stats(Expected) -> wait_for_stats(Expected, 200).
+wait_for_stats(Expected) ->
+    Probe = fun() -> gc_all(), Stats = tensor_blob:stats(), {Stats =:= Expected, Stats} end,
+    case poll(Probe, 200, 10) of
+        {ok, _} -> ok;
+        {timeout, Actual} -> erlang:error({stats_did_not_settle, [{expected, Expected}, {actual, Actual}]})
+    end.
 
-wait_for_stats(Expected, 0) ->
-    gc_all(),
-    case tensor_blob:stats() of
-        Expected -> ok;
-        Actual -> erlang:error({stats_did_not_settle, [{expected, Expected}, {actual, Actual}]})
-    end;
-wait_for_stats(Expected, N) ->
-    gc_all(),
-    case tensor_blob:stats() of
-        Expected -> ok;
-        _ -> timer:sleep(10), wait_for_stats(Expected, N - 1)
+%% The tests' one polling helper (the Elixir tests' helpers call it too):
+%% calls Probe up to Tries times, Interval ms apart, until it answers
+%% {true, Value}; gives {ok, Value}, or {timeout, Value} with the last
+%% value it answered ({false, Value}).
+poll(Probe, Tries, Interval) ->
+    case Probe() of
+        {true, Value} -> {ok, Value};
+        {false, Value} when Tries =< 1 -> {timeout, Value};
+        {false, _} -> timer:sleep(Interval), poll(Probe, Tries - 1, Interval)
     end.
 
 %% The exit status and output of a port opened with exit_status, or
