@@ -46,7 +46,7 @@ extorch-asan-test: nif
 	MIX_ENV=test mix compile
 	$(ASAN_ENV) MIX_ENV=test mix test --only extorch
 
-# Every suite of `make test` and the safetensors reference test on Debian
+# The build, the test suites and the safetensors reference test on Debian
 # 13's stack (OTP 27, Elixir 1.18, libtorch 2.6), then the clients that do
 # not build against libtorch 2.14 (Torchx, ExTorch), in a debootstrap root
 # cached under the build folder (scripts/compat_test.sh; needs root).

@@ -9,13 +9,14 @@
 #           (0.8), then the clients that build there in the same VM as
 #           tensor_blob: the :nx tests against Nx main, Pythonx's :python
 #           tests (and under AddressSanitizer)
-#   trixie  a stack in the middle: the build, every suite, the safetensors
-#           reference test, then the clients that do not build on the
-#           newest stack (their own code: see scripts/build_nx.sh and
-#           scripts/build_extorch.sh): the :torchx tests against Torchx main
-#           built with the root's libtorch, and the ExTorch stage
-#           (scripts/compat_extorch.sh, with a user's project that depends
-#           on tensor_blob, Pythonx and ExTorch)
+#   trixie  a stack in the middle: the build, the test suites (C, shim,
+#           ExUnit, EUnit, Python), the safetensors reference test, then
+#           the clients that do not build on the newest stack (their own
+#           code: see scripts/build_nx.sh and scripts/build_extorch.sh):
+#           the :torchx tests against Torchx main built with the root's
+#           libtorch, and the ExTorch stage (scripts/compat_extorch.sh,
+#           with a user's project that depends on tensor_blob, Pythonx and
+#           ExTorch)
 #
 # Each step's time is printed, for CI's budget.
 set -euo pipefail
@@ -49,8 +50,17 @@ else
   werror=()
 fi
 make --no-print-directory nif "${werror[@]}"
-make --no-print-directory suites "${werror[@]}"
-step "make suites"
+if [ "$stack" = forky ]; then
+  make --no-print-directory suites "${werror[@]}"
+  step "make suites"
+else
+  # A stack in the middle: its build and its test suites. The checks that
+  # read the sources (check-c, bad-inputs-check), the documentation's
+  # blocks and the consumer projects run on the oldest and the newest
+  # stack.
+  make --no-print-directory c-test shim-test mix-test eunit python-test
+  step "c-test shim-test mix-test eunit python-test"
+fi
 # safetensors files both ways with the reference implementation (python3-safetensors).
 make --no-print-directory safetensors-compat-test "${werror[@]}"
 step "safetensors-compat-test"
