@@ -365,7 +365,19 @@ defmodule TensorBlob.Test.Doors do
   # A file that open/2 opens, for the VM's life.
   defp safetensors_file do
     path = safetensors_target("open")
-    unless File.exists?(path), do: :ok = SafeTensors.write(path, %{"t" => Tensor.zeros({4}, :uint8)}, %{"k" => "v"})
+
+    unless File.exists?(path) do
+      # Made once even where two processes ask at once (the battery's
+      # concurrent calls): each writes a file of its own and links it to the
+      # name, which only the first link takes. Writing the name itself would
+      # rename a new file over one the other process has open, and its
+      # tensor's file would then be "replaced".
+      own = "#{path}.#{System.unique_integer([:positive])}"
+      :ok = SafeTensors.write(own, %{"t" => Tensor.zeros({4}, :uint8)}, %{"k" => "v"})
+      _ = File.ln(own, path)
+      File.rm!(own)
+    end
+
     path
   end
 
