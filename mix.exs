@@ -229,29 +229,26 @@ defmodule TensorBlob.MixProject do
       # the Python tests' peer (Elixir 1.19+ warns of files it neither loads
       # nor ignores).
       test_ignore_filters: [&String.starts_with?(&1, ["test/dialyzer/", "test/python/"])],
-      # Nx is an optional dependency only when tensor_blob is someone's
-      # dependency (see deps/0).
-      # (The compiler's no_warn_undefined: Elixir 1.20 deprecates xref's
-      # exclude.)
-      elixirc_options: [
-        no_warn_undefined: [
-          Nx,
-          Nx.Type,
-          Nx.Tensor,
-          Nx.Pointer,
-          Nx.BinaryBackend,
-          Nx.LazyContainer,
-          Pythonx,
-          Pythonx.Encoder
-        ]
-      ],
       description:
         "Zero-copy tensor exchange for the BEAM: libtorch tensors shared by pointer with Nx/Torchx, " <>
           "ExTorch, DLPack, binaries, shared memory and other NIFs",
       source_url: @source_url,
       package: package(),
       docs: docs()
-    ]
+    ] ++ optional_calls()
+  end
+
+  # Nx and Pythonx are optional dependencies only when tensor_blob is
+  # someone's dependency (see deps/0): their calls are not warned of where
+  # they are absent. Elixir 1.20 deprecates xref's exclude for the
+  # compiler's no_warn_undefined; before 1.15 only xref's exclude also
+  # silences "defined in application :nx ... does not depend on :nx".
+  @optional_modules [Nx, Nx.Type, Nx.Tensor, Nx.Pointer, Nx.BinaryBackend, Nx.LazyContainer, Nx.Container] ++
+                      [Pythonx, Pythonx.Encoder]
+  defp optional_calls do
+    if Version.match?(System.version(), ">= 1.15.0"),
+      do: [elixirc_options: [no_warn_undefined: @optional_modules]],
+      else: [xref: [exclude: @optional_modules]]
   end
 
   defp package do
