@@ -162,7 +162,6 @@ static tb_layout_result model_check(const tb_layout *l)
         m.status = TB_LAYOUT_NULL_POINTER;
         return m;
     }
-alignment:
     if (l->element_size > 1 && l->ptr % l->element_size != 0)
         m.status = TB_LAYOUT_MISALIGNED;
     return m;
