@@ -4,7 +4,7 @@
 #   make           build the NIF library
 #   make test      set up what is missing, build, and run every test suite
 #   make demo      set up what is missing, build, and run the demo
-#   make bench     run the benchmarks (writes bench/results.json)
+#   make bench     run the benchmarks (writes _build/bench/results.json; BENCH_RESULTS=bench/results.json records a run)
 #
 # LIBTORCH_DIR   a libtorch tree (include/, lib/); default: the system's
 #                (Debian's libtorch-dev).

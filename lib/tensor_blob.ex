@@ -75,7 +75,7 @@ defmodule TensorBlob do
   def to_blob(%BlobView{tensor: tensor}), do: to_blob(tensor)
 
   def to_blob(tensor) do
-    translating(do: :tensor_blob.to_blob_struct(Tensor.ref(tensor), tensor, Blob))
+    translating(do: :tensor_blob_door.to_blob_struct(Tensor.ref(tensor), tensor, Blob))
   end
 
   @doc """
@@ -149,7 +149,7 @@ defmodule TensorBlob do
   end
 
   def from_blob(spec, opts) do
-    {ref, owner} = translating(do: :tensor_blob.blob_view(spec, :tensor_blob_options.keywords(opts)))
+    {ref, owner} = translating(do: :tensor_blob_door.blob_view(spec, :tensor_blob_options.keywords(opts)))
     BlobView.new(Tensor.wrap(ref), owner)
   end
 

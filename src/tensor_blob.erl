@@ -14,7 +14,7 @@
 %% [tensor_blob, transfer] span: start, stop and exception events (guides/telemetry.md).
 -module(tensor_blob).
 
--export([to_blob/1, to_blob/2, from_blob/1, from_blob/2, blob_view/2,
+-export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
          narrow/4, transpose/3, to_device/2,
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1, overlaps/2,
@@ -30,12 +30,6 @@
 
 %% For the Erlang shell's and Elixir's rendering of errors (error_info).
 -export([format_error/2, error_reason/1]).
-
-%% The Elixir facade's to_blob, with no option map to build and match.
--export([to_blob_struct/3, blob_fields/1]).
-
-%% Copies and views that report telemetry events in the caller's name (TensorBlob.Nx).
--export([copy_from_binary/5, copy_to_binary/3, binary_of/3, data_bytes/1]).
 
 -include("tensor_blob_internal.hrl").
 
@@ -98,17 +92,6 @@ to_blob(T) -> not_a_tensor(T).
 -spec to_blob(tensor(), #{owner => term(), struct => atom()}) -> blob().
 to_blob(T, Opts) -> tensor_blob_tensor:to_blob(T, Opts).
 
-%% @doc to_blob(T, #{owner => Owner, struct => Struct}) (the Elixir facade's call: it gives both).
--spec to_blob_struct(tensor(), term(), atom()) -> blob().
-to_blob_struct(T, Owner, Struct) -> tensor_blob_tensor:to_blob_struct(T, Owner, Struct).
-
-%% @doc The values of T's blob as a tuple, {Ptr, Shape, Strides, Dtype, Device, ElementSize,
-%% ByteSize, Alignment}: a tensor's whole layout in one call, with no map to build.
--spec blob_fields(tensor()) -> {non_neg_integer(), shape(), [non_neg_integer()], atom(), device(),
-                                pos_integer(), non_neg_integer(), pos_integer()}.
-blob_fields(T) when is_reference(T) -> ?NIF(tensor_blob_nif:blob_fields(T));
-blob_fields(T) -> not_a_tensor(T).
-
 %% @doc A tensor over the memory Spec describes, keeping its owner alive: the spec's owner key (a
 %% blob from to_blob/1 names its tensor) is kept until the last tensor using this memory is freed. A
 %% view inside one of our tensors shares that tensor's storage (memory/1 answers as the tensor
@@ -126,23 +109,9 @@ from_blob(Spec) -> tensor_blob_tensor:from_blob(Spec).
 -spec from_blob(spec(), #{owner => term()}) -> tensor().
 from_blob(Spec, Opts) -> element(1, tensor_blob_tensor:blob_view(Spec, Opts)).
 
-%% @doc from_blob/2, returning the tensor together with the owner it keeps, or none for an unpinned
-%% view (what the Elixir facade turns into a BlobView or a bare tensor). The owner decision is made
-%% here only.
--spec blob_view(spec(), #{owner => term()}) -> {tensor(), Owner :: term()}.
-blob_view(Spec, Opts) -> tensor_blob_tensor:blob_view(Spec, Opts).
-
 %% @doc A new tensor holding a copy of Binary's bytes (row-major).
 -spec from_binary(binary(), dtype(), shape()) -> tensor().
 from_binary(Binary, Dtype, Shape) -> ?SPANS(from_binary, 3, tensor_blob_tensor:from_binary(Binary, Dtype, Shape)).
-
-%% @doc from_binary/3, reported (where telemetry is loaded) as a [tensor_blob, copy] span made by
-%% Function ({Module, Name, Arity}) for Reason (guides/telemetry.md): for code that copies in its
-%% caller's name, as TensorBlob.Nx does.
--spec copy_from_binary(binary(), dtype(), shape(), {module(), atom(), arity()},
-                       tensor_blob_telemetry:reason()) -> tensor().
-copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
-    tensor_blob_tensor:copy_from_binary(Binary, Dtype, Shape, Function, Reason).
 
 %% @doc from_binary/3, or with #{copy => false} a read-only tensor over Binary's own bytes: no copy,
 %% and the tensor pins the binary. write/2 refuses it, and views of it, for a binary is immutable. A
@@ -159,21 +128,6 @@ from_binary(Binary, Dtype, Shape, Opts) ->
 to_binary(T) when is_reference(T) ->
     ?SPANS(to_binary, 1, tensor_blob_tensor:copy_to_binary(T, {?MODULE, to_binary, 1}, requested));
 to_binary(T) -> not_a_tensor(T).
-
-%% @doc to_binary/1, reported (where telemetry is loaded) as a [tensor_blob, copy] span made by
-%% Function for Reason, as copy_from_binary/5.
--spec copy_to_binary(tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
-copy_to_binary(T, Function, Reason) -> tensor_blob_tensor:copy_to_binary(T, Function, Reason).
-
-%% @doc {Binary, Copied}: a view of T's bytes where one can be made (to_binary/2, copy if_needed,
-%% unsafe_shared_memory Unguarded), else a copy, reported as made by Function for the reason no view
-%% could be: not_contiguous, device or shared_memory.
--spec binary_of(tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
-binary_of(T, Unguarded, Function) -> tensor_blob_tensor:binary_of(T, Unguarded, Function).
-
-%% @doc The bytes T's elements take (shape times element size; what a transfer span reports).
--spec data_bytes(tensor()) -> non_neg_integer().
-data_bytes(T) -> tensor_blob_tensor:data_bytes(T).
 
 %% @doc to_binary/1, or with #{copy => false} a binary over T's own memory: no copy, and the binary
 %% keeps the memory alive. T must be a contiguous CPU tensor. While such a binary lives, write/2

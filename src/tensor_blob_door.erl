@@ -11,6 +11,13 @@
 %% itself; unreported/1 runs code whose copies are none the caller made;
 %% copy_into/4 is the library's guarded copy into a tensor the door made.
 %%
+%% Layouts and copies in the door's name. to_blob_struct/3 and
+%% blob_fields/1 give a tensor's layout with no option map to build;
+%% blob_view/2 is from_blob/2 with the owner it keeps (the door's own
+%% wrapper decides on it); copy_from_binary/5, copy_to_binary/3 and
+%% binary_of/4 copy (or view) as tensor_blob's from_binary/3 and
+%% to_binary/1,2 do, reported in the door's name.
+%%
 %% Handing memory over. A door that gives a tensor's memory to a library
 %% that writes it with no guard of ours (ExTorch's from_blob) asks
 %% writable/1 first: read-only memory, or memory a binary shows, must go
@@ -25,6 +32,10 @@
 
 -export([span/2, start/1, transferred/5, copied/5, unreported/1, copy_into/4, writable/1]).
 -export([message/2, prune/1, big_integer_text/2]).
+-export([to_blob_struct/3, blob_fields/1, blob_view/2, copy_from_binary/5, copy_to_binary/3, binary_of/4,
+         data_bytes/1]).
+
+-include("tensor_blob_internal.hrl").
 
 -import(tensor_blob_error, [badarg/3]).
 
@@ -110,6 +121,59 @@ big_integer_text(Sign, _) when Sign =/= 1, Sign =/= -1 ->
     badarg(bad_value, sign, ["sign: expected 1 or -1, got ", {term, Sign}]);
 big_integer_text(_, Bits) ->
     badarg(bad_value, bits, ["bits: expected a positive integer, got ", {term, Bits}]).
+
+%% @doc tensor_blob:to_blob(T, #{owner => Owner, struct => Struct}) (the Elixir facade's call: it
+%% gives both).
+-spec to_blob_struct(tensor_blob:tensor(), term(), atom()) -> tensor_blob:blob().
+to_blob_struct(T, Owner, Struct) -> tensor_blob_tensor:to_blob_struct(T, Owner, Struct).
+
+%% @doc The values of T's blob as a tuple, {Ptr, Shape, Strides, Dtype,
+%% Device, ElementSize, ByteSize, Alignment}: a tensor's whole layout in
+%% one call, with no map to build.
+-spec blob_fields(tensor_blob:tensor()) ->
+          {non_neg_integer(), tensor_blob:shape(), [non_neg_integer()], atom(), tensor_blob:device(),
+           pos_integer(), non_neg_integer(), pos_integer()}.
+blob_fields(T) when is_reference(T) -> ?NIF(tensor_blob_nif:blob_fields(T));
+blob_fields(T) -> tensor_blob_error:not_a_tensor(T).
+
+%% @doc tensor_blob:from_blob/2, returning the tensor together with the
+%% owner it keeps, or none for an unpinned view (what the Elixir facade
+%% turns into a BlobView or a bare tensor). The owner decision is made
+%% here only.
+-spec blob_view(tensor_blob:spec(), #{owner => term()}) -> {tensor_blob:tensor(), Owner :: term()}.
+blob_view(Spec, Opts) -> tensor_blob_tensor:blob_view(Spec, Opts).
+
+%% @doc tensor_blob:from_binary/3, reported (where telemetry is loaded) as
+%% a [tensor_blob, copy] span made by Function for Reason
+%% (guides/telemetry.md).
+-spec copy_from_binary(binary(), tensor_blob:dtype(), tensor_blob:shape(), {module(), atom(), arity()},
+                       tensor_blob_telemetry:reason()) -> tensor_blob:tensor().
+copy_from_binary(Binary, Dtype, Shape, Function, Reason) ->
+    check_function(Function),
+    tensor_blob_tensor:copy_from_binary(Binary, Dtype, Shape, Function, Reason).
+
+%% @doc tensor_blob:to_binary/1, reported as a copy made by Function for
+%% Reason, as copy_from_binary/5.
+-spec copy_to_binary(tensor_blob:tensor(), {module(), atom(), arity()}, tensor_blob_telemetry:reason()) -> binary().
+copy_to_binary(T, Function, Reason) ->
+    check_function(Function),
+    tensor_blob_tensor:copy_to_binary(T, Function, Reason).
+
+%% @doc {Binary, Copied}: a view of T's bytes where one can be made
+%% (tensor_blob:to_binary/2 with copy if_needed, unsafe_shared_memory
+%% Unguarded), else a copy, reported as made by Function for the reason
+%% no view could be: not_contiguous, device or shared_memory. Maker
+%% (to_binary, node_pack, to_nx) is the call that a write refused while
+%% the view lives names.
+-spec binary_of(tensor_blob:tensor(), boolean(), to_binary | node_pack | to_nx, {module(), atom(), arity()}) ->
+          {binary(), boolean()}.
+binary_of(T, Unguarded, Maker, Function) -> tensor_blob_tensor:binary_of(T, Unguarded, Maker, Function).
+
+%% @doc The bytes T's elements take (shape times element size; what a
+%% transfer span reports).
+-spec data_bytes(tensor_blob:tensor()) -> non_neg_integer().
+data_bytes(T) -> tensor_blob_tensor:data_bytes(T).
+
 
 %% The arguments every door passes: its own function, a body, the token of
 %% start/1. Checked here, so that a door's mistake is an error of the

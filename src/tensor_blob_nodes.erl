@@ -22,7 +22,7 @@
 -import(tensor_blob_options, [check/3]).
 -import(tensor_blob, [memory/1, from_binary/3, from_binary/4, to_blob/1,
                       to_device/2, ipc_torch_open/3]).
--import(tensor_blob_tensor, [binary_of/3, copy_to_binary/3, transferred/5]).
+-import(tensor_blob_tensor, [binary_of/4, copy_to_binary/3, transferred/5]).
 
 %% The packed term's format: node_unpack/2 refuses the ones it does not know.
 -define(NODE_FORMAT, 1).
@@ -80,7 +80,7 @@ node_pack(T, Node, Opts0) when is_atom(Node) ->
                 %% node_learn_pad/2.
                 {Binary, C} = case Bytes < ?NODE_REGION_BYTES of
                                   true -> {copy_to_binary(T, Function, small), true};
-                                  false -> binary_of(T, false, Function)
+                                  false -> binary_of(T, false, node_pack, Function)
                               end,
                 Pad = persistent_term:get({tensor_blob, node_pad, Node}, 0),
                 {Base#{via => binary, binary => {binary:copy(<<0>>, Pad), Binary}, from => node()}, C}

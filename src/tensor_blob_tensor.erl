@@ -8,7 +8,7 @@
 -include("tensor_blob_internal.hrl").
 
 -export([blob/2, to_blob/2, to_blob_struct/3, from_blob/1, blob_view/2,
-         from_binary/3, from_binary/4, copy_from_binary/5, to_binary/2, copy_to_binary/3, binary_of/3,
+         from_binary/3, from_binary/4, copy_from_binary/5, to_binary/2, copy_to_binary/3, binary_of/4,
          data_bytes/1, copy_into/4, writable/1, write/2, to_device/2, transferred/5]).
 
 -import(tensor_blob_error, [badarg/3, not_a_tensor/1]).
@@ -149,18 +149,23 @@ copy_to_binary(T, Function, Reason) ->
             Binary
     end.
 
--spec binary_of(tensor_blob:tensor(), boolean(), {module(), atom(), arity()}) -> {binary(), boolean()}.
-binary_of(T, Unguarded, Function) ->
-    %% Who makes the binary: a write the binary refuses names it.
-    Maker = case Function of
-                {_, node_pack, _} -> node_pack;
-                {_, to_nx, _} -> to_nx;
-                _ -> true
-            end,
+%% Maker (to_binary, node_pack, to_nx) makes the binary: a write the binary
+%% refuses names it. Function is what telemetry reports for a copy.
+-spec binary_of(tensor_blob:tensor(), boolean(), to_binary | node_pack | to_nx, {module(), atom(), arity()}) ->
+          {binary(), boolean()}.
+binary_of(T, Unguarded, Maker, {M, F, A} = Function)
+  when is_boolean(Unguarded), (Maker =:= to_binary orelse Maker =:= node_pack orelse Maker =:= to_nx),
+       is_atom(M), is_atom(F), is_integer(A), A >= 0 ->
     case ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, Maker)) of
         Reason when is_atom(Reason) -> {copy_to_binary(T, Function, Reason), true};
         Binary -> {Binary, false}
-    end.
+    end;
+binary_of(_T, Unguarded, _Maker, _Function) when not is_boolean(Unguarded) ->
+    badarg(bad_value, unguarded, ["unguarded: expected true or false, got ", {term, Unguarded}]);
+binary_of(_T, _Unguarded, Maker, Function) when is_tuple(Function), tuple_size(Function) =:= 3 ->
+    badarg(bad_value, maker, ["maker: expected to_binary, node_pack or to_nx, got ", {term, Maker}]);
+binary_of(_T, _Unguarded, _Maker, Function) ->
+    badarg(bad_value, function, ["function: expected {Module, Function, Arity}, got ", {term, Function}]).
 
 %% Source read in place by the NIF (no binary made of it, which would freeze
 %% it), under the SIGBUS guard: one copy.
@@ -200,7 +205,7 @@ to_binary(T, Opts) ->
     case Copy of
         true -> copy_to_binary(T, {tensor_blob, to_binary, 2}, requested);
         false -> ?NIF(tensor_blob_nif:to_binary_view(T, Unguarded, false));
-        if_needed -> element(1, binary_of(T, Unguarded, {tensor_blob, to_binary, 2}))
+        if_needed -> element(1, binary_of(T, Unguarded, to_binary, {tensor_blob, to_binary, 2}))
     end.
 
 -spec write(tensor_blob:tensor(), term()) -> tensor_blob:tensor().

@@ -548,7 +548,7 @@ memory_unpinned_test() ->
     ?assertNot(tensor_blob:pinned(U)),
     ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:narrow(U, 1, 0, 2))),
     ?assertEqual(unpinned, tensor_blob:memory(tensor_blob:from_blob(maps:remove(owner, B), #{owner => none}))),
-    {V, none} = tensor_blob:blob_view(B, #{owner => none}),
+    {V, none} = tensor_blob_door:blob_view(B, #{owner => none}),
     ?assertEqual(unpinned, tensor_blob:memory(V)),
     ?assertEqual(f32(lists:seq(1, 12)), tensor_blob:to_binary(U)),
     ?assertEqual(owned, tensor_blob:memory(T)).
@@ -577,11 +577,11 @@ no_owner_refused_test() ->
                  fun() -> tensor_blob:from_blob(B#{owner => nil}) end,
                  fun() -> tensor_blob:from_blob(B, #{owner => nil}) end,
                  fun() -> tensor_blob:from_blob(B, #{owner => undefined}) end,
-                 fun() -> tensor_blob:blob_view(Spec, #{}) end]],
+                 fun() -> tensor_blob_door:blob_view(Spec, #{}) end]],
     %% blob_view/2 says what it pinned.
-    {V, T} = tensor_blob:blob_view(B, #{}),
+    {V, T} = tensor_blob_door:blob_view(B, #{}),
     ?assertEqual(owned, tensor_blob:memory(V)),
-    {V2, {keep, T}} = tensor_blob:blob_view(Spec, #{owner => {keep, T}}),
+    {V2, {keep, T}} = tensor_blob_door:blob_view(Spec, #{owner => {keep, T}}),
     ?assertEqual(pinned, tensor_blob:memory(V2)).
 
 %% A handle with an integer address is a CUDA IPC handle, never read as the

@@ -40,7 +40,8 @@
     X(tensor)         /* the BlobView struct's key */                                       \
     X(not_contiguous) /* why to_binary_view made no view */                                 \
     X(shared_memory)                                                                        \
-    X(node_pack) /* who asks to_binary_view for a binary (tb_storage.h's makers) */         \
+    X(to_binary) /* who asks to_binary_view for a binary (tb_storage.h's makers) */         \
+    X(node_pack)                                                                            \
     X(to_nx)                                                                                \
     X(frozen)   /* why writable/1 says no */                                                \
     X(not_file) /* why a file's tensor cannot travel as its file (file_source) */           \

@@ -44,14 +44,21 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
     int unguarded = argv[1] == tb_atoms.true_;
-    /* false: to_binary(copy: false). Else the call that asks for a view
-     * if one can be made (if_needed): where none can, the reason (device,
-     * not_contiguous, shared_memory), and the caller copies. Its atom
-     * names who makes the binary, which a refused write names. */
+    /* false: to_binary(copy: false). Else the maker (to_binary, node_pack,
+     * to_nx: who makes the binary, which a refused write names) asks for a
+     * view if one can be made (if_needed): where none can, the reason
+     * (device, not_contiguous, shared_memory), and the caller copies. */
     int if_needed = argv[2] != tb_atoms.false_;
-    tb_binary_maker maker = argv[2] == tb_atoms.node_pack ? TB_MAKER_NODE_PACK
-                            : argv[2] == tb_atoms.to_nx   ? TB_MAKER_TO_NX
-                                                          : TB_MAKER_TO_BINARY;
+    tb_binary_maker maker;
+    if (!if_needed || argv[2] == tb_atoms.to_binary)
+        maker = TB_MAKER_TO_BINARY;
+    else if (argv[2] == tb_atoms.node_pack)
+        maker = TB_MAKER_NODE_PACK;
+    else if (argv[2] == tb_atoms.to_nx)
+        maker = TB_MAKER_TO_NX;
+    else
+        return tb_raise_badarg(env, TB_WHY_BAD_OPTION, "maker", "maker: expected false, to_binary, node_pack or "
+                               "to_nx, got %T", argv[2]);
     if (if_needed && d.info.device_type != TB_DEVICE_CPU)
         return tb_atoms.device;
     if (if_needed && !d.info.is_contiguous)

@@ -278,7 +278,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     # from_blob ignores the device (a CUDA pointer would become a CPU
     # tensor), so only CPU tensors go; and only dtypes ExTorch holds.
     defp extorch_blob!(t) do
-      {ptr, shape, strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
+      {ptr, shape, strides, dtype, device, _, _, _} = translating(do: :tensor_blob_door.blob_fields(Tensor.ref(t)))
 
       if device != :cpu do
         ("tensor: on #{inspect(device)}; ExTorch's from_blob takes host memory only " <>
@@ -337,7 +337,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
       copy = ExTorch.empty(blob.shape, dtype: blob.dtype)
       ref = Tensor.ref(t)
 
-      if :tensor_blob.data_bytes(ref) == 0 do
+      if :tensor_blob_door.data_bytes(ref) == 0 do
         # No elements (ExTorch's pointer may be null): nothing to view or copy.
         start = :tensor_blob_door.start(:copy)
         :tensor_blob_door.copied(start, {__MODULE__, :to_extorch, 2}, :backend, 0, ref)

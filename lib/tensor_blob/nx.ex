@@ -226,7 +226,7 @@ if Code.ensure_loaded?(Nx) do
             # A view where it is safe: a region another program can shrink is
             # copied (a read of a view would die of SIGBUS), unless unsafe_view.
             {bytes, copied} =
-              translating(do: :tensor_blob.binary_of(Tensor.ref(t), unsafe_view, {__MODULE__, :to_nx, 2}))
+              translating(do: :tensor_blob_door.binary_of(Tensor.ref(t), unsafe_view, :to_nx, {__MODULE__, :to_nx, 2}))
 
             {%Nx.Tensor{data: %Nx.BinaryBackend{state: bytes}, type: type, shape: shape, names: names(shape)}, copied}
 
@@ -251,7 +251,7 @@ if Code.ensure_loaded?(Nx) do
     # The shape and Nx type of a tensor Nx can take (one call for the
     # layout: shape, strides, dtype and device), or ArgumentError.
     defp layout!(t) do
-      {_ptr, shape, _strides, dtype, device, _, _, _} = translating(do: :tensor_blob.blob_fields(Tensor.ref(t)))
+      {_ptr, shape, _strides, dtype, device, _, _, _} = translating(do: :tensor_blob_door.blob_fields(Tensor.ref(t)))
       type = cached_nx_type!(dtype)
 
       if device != :cpu do
@@ -317,7 +317,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp copy_to(t, {module, opts}, type, shape, reason \\ :backend) do
       template = %Nx.Tensor{data: nil, type: type, shape: shape, names: names(shape)}
-      bytes = translating(do: :tensor_blob.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, reason))
+      bytes = translating(do: :tensor_blob_door.copy_to_binary(Tensor.ref(t), {__MODULE__, :to_nx, 2}, reason))
       module.from_binary(template, bytes, opts)
     end
 
@@ -437,7 +437,7 @@ if Code.ensure_loaded?(Nx) do
       bytes = Data.bytes!(nx)
 
       translating(
-        do: Tensor.wrap(:tensor_blob.copy_from_binary(bytes, dtype, nx.shape, {__MODULE__, :from_nx, 2}, reason))
+        do: Tensor.wrap(:tensor_blob_door.copy_from_binary(bytes, dtype, nx.shape, {__MODULE__, :from_nx, 2}, reason))
       )
     end
 
