@@ -129,14 +129,19 @@ docs-test: nif
 	    PYTHON=$(PYTHON) MIX_ENV=test elixir --sname tb_docs_$$$$ -S mix run --no-compile scripts/docs_test.exs $$f || status=1; \
 	done; exit $$status
 
-# Source checks: the include layers of c_src, no test of a term that
+# Source checks: the layers of c_src as the compiler and the objects see
+# them (every include and every call across units: scripts/check_layers.py),
+# no test of a term that
 # enif_raise_exception returned, each raise's argument the one its message
 # names, each NIF in the file and on the scheduler the list of NIFs
 # (c_src/nif/tb_nifs.h) says, no facade code that decides on an error
 # message's text (and every reason the facades use in the reason table:
 # scripts/check_errors.sh), and the NIF stubs produced from the list of
 # NIFs up to date.
-check-c:
+check-c: nif
+	scripts/check_layers.py --objects $(BUILD) --reaper c_src/shm/tensor_blob_reaper.c -- \
+	    $(CC) -std=c11 $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE) \
+	    ++ $(CXX) -std=c++$(TORCH_CXX_STD) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include
 	scripts/check_c.sh
 	scripts/check_private_calls.sh
 	mix run --no-start scripts/check_script_calls.exs

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Source checks over c_src, run by `make test`:
-#  1. The files form the layers listed in c_src/LAYERS: every unit is listed
-#     once, in the folder it lives in, and includes only units of the layers
-#     below its own (so no include circle either).
+# Source checks over c_src, run by `make test` (the layers of c_src, every
+# include and call, are checked from the compiler's output:
+# scripts/check_layers.py):
 #  2. No code tests a term that enif_raise_exception returned (it is 0 in a
 #     normal emulator, so such a test never fires): errors travel as an int
 #     result and an out-parameter, and the term is returned at once.
@@ -19,8 +18,6 @@
 #  5. No NIF calls a NIF: no function calls a tb_nif_ function but itself
 #     (what two NIFs share is a C function of a lower layer, called with C
 #     arguments).
-#  6. No unit calls a function defined in a unit beside it (the same line of
-#     c_src/LAYERS), whatever declares it.
 #  7. No function pointer is made from an integer: the Python door binds the
 #     interpreter's C API by name (dlsym), so no address an Erlang caller
 #     passes can become a call target.
@@ -35,44 +32,7 @@ import os, re, sys
 src = "c_src"
 files = sorted(os.path.relpath(os.path.join(d, f), src)
                for d, _, fs in os.walk(src) for f in fs if f.endswith((".c", ".h", ".cpp")))
-unit = lambda f: os.path.splitext(f)[0]
-by_header = {os.path.basename(f): f for f in files if f.endswith(".h")}
-# A unit is a .c/.h pair; it depends on the units whose headers it includes
-# (the build puts every folder of c_src on the include path).
-deps = {}
-for f in files:
-    for line in open(os.path.join(src, f)):
-        m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-        if m and m.group(1) in by_header and unit(by_header[m.group(1)]) != unit(f):
-            deps.setdefault(unit(f), set()).add(unit(by_header[m.group(1)]))
-
 failed = False
-
-# The layers, top first: "folder/unit folder/unit | what they do".
-layer_of = {}
-layer = 0
-for n, line in enumerate(open(os.path.join(src, "LAYERS")), 1):
-    line = line.split("#", 1)[0].split("|", 1)[0].strip()
-    if not line:
-        continue
-    for u in line.split():
-        if u in layer_of:
-            print(f"check_c: {src}/LAYERS:{n}: {u} is listed twice")
-            failed = True
-        if not any(unit(f) == u for f in files):
-            print(f"check_c: {src}/LAYERS:{n}: {u} names no file of {src}")
-            failed = True
-        layer_of[u] = layer
-    layer += 1
-for u in sorted({unit(f) for f in files} - set(layer_of)):
-    print(f"check_c: {src}/{u} is in no layer of {src}/LAYERS")
-    failed = True
-for u in sorted(deps):
-    for d in sorted(deps[u]):
-        if u in layer_of and d in layer_of and layer_of[d] <= layer_of[u]:
-            where = "beside it" if layer_of[d] == layer_of[u] else "above it"
-            print(f"check_c: {u} includes {d}, a unit {where} ({src}/LAYERS)")
-            failed = True
 
 # Functions that return the term of enif_raise_exception.
 raisers = {"enif_raise_exception"}
@@ -119,7 +79,7 @@ for f, t in text.items():
             print(f"check_c: {src}/{f}:{line}: the message begins with '{word}: ', so its argument is {expected}, not {argument}")
             failed = True
 
-print("check_c: %d raises, %d files in %d layers, %d raising functions, %s" % (raises, len(files), layer, len(raisers), "FAILED" if failed else "ok"))
+print("check_c: %d raises, %d raising functions, %s" % (raises, len(raisers), "FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
 PY
 
@@ -209,27 +169,17 @@ import os, re, sys
 src = "c_src"
 files = sorted(os.path.relpath(os.path.join(d, f), src)
                for d, _, fs in os.walk(src) for f in fs if f.endswith(".c"))
-unit = lambda f: os.path.splitext(f)[0]
 text = {f: open(os.path.join(src, f)).read() for f in files}
 line_of = lambda t, i: t[:i].count("\n") + 1
 failed = False
 
-layer_of = {}
-for n, line in enumerate(open(os.path.join(src, "LAYERS")), 1):
-    line = line.split("#", 1)[0].split("|", 1)[0].strip()
-    for u in line.split():
-        layer_of[u] = n
-
-# Functions with their bodies, and the unit defining each global one.
+# Functions with their bodies.
 functions = []
-defined_in = {}
 for f, t in text.items():
     for m in re.finditer(r'^(static\s+)?[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{}]*\)\s*\{(.*?)^\}', t, re.S | re.M):
         functions.append((f, m.group(2), m.start(3), m.group(3)))
-        if not m.group(1):
-            defined_in[m.group(2)] = unit(f)
 
-calls = nifs = sideways = 0
+nifs = 0
 for f, name, start, body in functions:
     for c in re.finditer(r'\b(\w+)\s*\(', body):
         callee = c.group(1)
@@ -237,15 +187,6 @@ for f, name, start, body in functions:
             nifs += 1
             print(f"check_c: {src}/{f}:{line_of(text[f], start + c.start())}: {name} calls the NIF {callee}: "
                   f"no NIF calls a NIF (share a C function of a lower layer, called with C arguments)")
-            failed = True
-        owner = defined_in.get(callee)
-        if owner is None or owner == unit(f):
-            continue
-        calls += 1
-        if layer_of.get(owner) is not None and layer_of.get(owner) == layer_of.get(unit(f)):
-            sideways += 1
-            print(f"check_c: {src}/{f}:{line_of(text[f], start + c.start())}: {name} calls {callee} of {owner}, "
-                  f"a unit beside it ({src}/LAYERS): share it through a unit of a lower line")
             failed = True
 
 # A cast to a function pointer type of an integer (an address from a term).
@@ -258,8 +199,8 @@ for f, t in text.items():
               f"bind functions by name (dlsym), never by an address from a term")
         failed = True
 
-print("check_c: %d calls across units, none sideways, no NIF calling a NIF, no function pointer from an "
-      "integer: %s" % (calls, "FAILED" if failed else "ok"))
+print("check_c: %d functions, no NIF calling a NIF, no function pointer from an integer: %s"
+      % (len(functions), "FAILED" if failed else "ok"))
 sys.exit(1 if failed else 0)
 PY
 exit $status

@@ -17,7 +17,7 @@
  * name in ?DEVICE_TYPES of test/tensor_blob_tests.erl, its term in the
  * device() type of src/tensor_blob.erl. If no runtime of TB_RUNTIMES
  * serves it, also its runtime's line there, the unit that defines that
- * runtime's functions (tb_runtime.h), and the unit's line in c_src/LAYERS. */
+ * runtime's functions (tb_runtime_api.h), and the unit's line in c_src/LAYERS. */
 #ifndef TB_DEVICE_H
 #define TB_DEVICE_H
 
@@ -27,7 +27,7 @@
  *
  * TB_RUNTIME_HOST is memory the host reads (no streams; where a device
  * runtime answers, it must not place the pointer on its devices). Every
- * other runtime's functions (tb_runtime.h: its devices, what it knows of
+ * other runtime's functions (tb_runtime_api.h: its devices, what it knows of
  * a pointer, its streams) are defined by its own unit as
  * tb_runtime_<name>; tb_runtime.c finds them by this list. */
 #define TB_RUNTIMES(X)               \

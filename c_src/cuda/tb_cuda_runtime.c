@@ -4,7 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "tb_runtime.h"
+#include "tb_runtime_api.h"
 #include "tb_stream.h"
 #include "torch_shim.h"
 
@@ -431,7 +431,7 @@ tb_mem_answer tb_cuda_ask(uint64_t ptr)
     return a;
 }
 
-/* ---- CUDA as a runtime of the device table (tb_runtime.h) -------------- */
+/* ---- CUDA as a runtime of the device table (tb_runtime_api.h) ---------- */
 
 static const char *export_stream(int device, const tb_stream *consumer)
 {

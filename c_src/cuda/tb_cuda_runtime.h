@@ -43,7 +43,7 @@ tb_mem_type tb_cuda_pointer_type(uint64_t ptr, int *device, const char **error);
 /* The same, as an answer for tb_devmem's decisions. */
 tb_mem_answer tb_cuda_ask(uint64_t ptr);
 
-/* CUDA as a runtime of the device table, tb_runtime_cuda (tb_runtime.h),
+/* CUDA as a runtime of the device table, tb_runtime_cuda (tb_runtime_api.h),
  * is defined in tb_cuda_runtime.c: its devices, its answers, and the
  * stream contract over these calls. */
 

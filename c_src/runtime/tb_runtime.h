@@ -3,8 +3,9 @@
  * sees, what it knows of a pointer, and the stream contract (tb_stream.h)
  * on its devices. The decisions over its answers are tb_devmem's; this
  * unit asks the runtimes the device table names, so that a runtime is its
- * unit and its lines in the table: nothing above names one. No BEAM, no
- * libtorch.
+ * unit and its lines in the table: nothing above names one. It sits above
+ * the runtimes' units, which fill tb_runtime_api.h's table below them. No
+ * BEAM, no libtorch.
  *
  * The host's runtime (TB_RUNTIME_HOST) is defined here: it sees no device
  * and has no streams. */
@@ -15,29 +16,7 @@
 #include <stdint.h>
 
 #include "tb_device.h"
-#include "tb_devmem.h"
-#include "tb_stream.h"
-
-typedef struct {
-    /* Opens the runtime at load, or NULL: it must load, and answer, on a
-     * machine without its driver or devices. */
-    void (*load)(void);
-    /* The devices it sees; 0 without a driver or a device. */
-    int (*device_count)(void);
-    /* What it knows of ptr (TB_MEM_UNKNOWN when it cannot tell). */
-    tb_mem_answer (*ask)(uint64_t ptr);
-    /* The stream contract, each NULL or what failed (see tb_stream.h):
-     * an export's consumer waits for libtorch's stream of `device`; an
-     * import's libtorch stream waits for the producer's; an import into
-     * host memory (page-locked) waits on the calling thread. NULL
-     * functions where the runtime has no streams (the host's). */
-    const char *(*stream_export)(int device, const tb_stream *consumer);
-    const char *(*stream_import)(int device, const tb_stream *producer);
-    const char *(*stream_host_wait)(int device, const tb_stream *producer);
-    /* Why a stream to synchronize with is refused in this build (it has
-     * no calls to order work with), or NULL. */
-    const char *streams_refused;
-} tb_runtime;
+#include "tb_runtime_api.h"
 
 /* Opens every runtime (at load). */
 void tb_runtime_load(void);
