@@ -10,7 +10,7 @@
 #include "tb_safetensors.h"
 
 typedef struct {
-    tb_st_error error;
+    tb_safetensors_error error;
     uint64_t data_bytes;
     const char *json;
     const char *names; /* the tensor the refusal names, or NULL */
@@ -59,14 +59,14 @@ static void prefixes(void)
 {
     unsigned char p[8] = {2, 0, 0, 0, 0, 0, 0, 0};
     uint64_t n = 0;
-    CHECK_EQ(tb_st_prefix(p, 7, &n), TB_ST_TOO_SMALL);
-    CHECK_EQ(tb_st_prefix(p, 9, &n), TB_ST_HEADER_PAST_END);
-    CHECK_EQ(tb_st_prefix(p, 10, &n), TB_ST_OK);
+    CHECK_EQ(tb_safetensors_prefix(p, 7, &n), TB_ST_TOO_SMALL);
+    CHECK_EQ(tb_safetensors_prefix(p, 9, &n), TB_ST_HEADER_PAST_END);
+    CHECK_EQ(tb_safetensors_prefix(p, 10, &n), TB_ST_OK);
     CHECK_EQU(n, 2);
     unsigned char big[8] = {0x01, 0xe1, 0xf5, 0x05, 0, 0, 0, 0}; /* 100000001 */
-    CHECK_EQ(tb_st_prefix(big, 200000000, &n), TB_ST_HEADER_TOO_LARGE);
+    CHECK_EQ(tb_safetensors_prefix(big, 200000000, &n), TB_ST_HEADER_TOO_LARGE);
     unsigned char all[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    CHECK_EQ(tb_st_prefix(all, UINT64_MAX, &n), TB_ST_HEADER_TOO_LARGE);
+    CHECK_EQ(tb_safetensors_prefix(all, UINT64_MAX, &n), TB_ST_HEADER_TOO_LARGE);
 }
 
 static void refusals(void)
@@ -76,8 +76,8 @@ static void refusals(void)
     covered[TB_ST_TOO_SMALL] = covered[TB_ST_HEADER_TOO_LARGE] = covered[TB_ST_HEADER_PAST_END] = 1; /* prefixes */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const refusal *c = &cases[i];
-        tb_st_header h;
-        int ok = tb_st_decode(c->json, strlen(c->json), c->data_bytes, &h);
+        tb_safetensors_header h;
+        int ok = tb_safetensors_decode(c->json, strlen(c->json), c->data_bytes, &h);
         CHECK(!ok);
         if (h.error != c->error)
             printf("case %zu: %s\n", i, c->json);
@@ -85,11 +85,11 @@ static void refusals(void)
         if (c->names)
             CHECK(h.name.len == strlen(c->names) && memcmp(h.name.ptr, c->names, h.name.len) == 0);
         covered[c->error] = 1;
-        tb_st_free(&h);
+        tb_safetensors_free(&h);
     }
     for (int e = 0; e <= TB_ST_NO_MEMORY; e++) {
         if (!covered[e])
-            printf("no case for %s\n", tb_st_error_text((tb_st_error)e));
+            printf("no case for %s\n", tb_safetensors_error_text((tb_safetensors_error)e));
         CHECK(covered[e]);
     }
 }
@@ -98,8 +98,8 @@ static void valid(void)
 {
     const char *json = "{\"__metadata__\":{\"k\":\"v\\n\"}," E("b", "I64", "[]", 12, 20) "," E(
         "a\\u00e9", "F32", "[3]", 0, 12) "," E("e", "BF16", "[0,4]", 20, 20) "}  ";
-    tb_st_header h;
-    CHECK(tb_st_decode(json, strlen(json), 20, &h));
+    tb_safetensors_header h;
+    CHECK(tb_safetensors_decode(json, strlen(json), 20, &h));
     CHECK_EQU(h.count, 3);
     CHECK(h.has_meta && h.meta_count == 1 && h.meta[0].value.len == 2 && h.meta[0].value.ptr[1] == '\n');
     /* ordered by offset */
@@ -109,15 +109,15 @@ static void valid(void)
     CHECK(h.entries[1].ndim == 0 && h.entries[1].dtype == TB_DT_INT64);
     CHECK(h.entries[2].ndim == 2 && h.entries[2].shape[0] == 0 && h.entries[2].shape[1] == 4);
     size_t len;
-    char *again = tb_st_encode(h.entries, h.count, h.meta, h.meta_count, h.has_meta, &len);
+    char *again = tb_safetensors_encode(h.entries, h.count, h.meta, h.meta_count, h.has_meta, &len);
     CHECK(again && len % 8 == 0);
-    tb_st_header h2;
-    CHECK(tb_st_decode(again, len, 20, &h2));
+    tb_safetensors_header h2;
+    CHECK(tb_safetensors_decode(again, len, 20, &h2));
     CHECK_EQU(h2.count, 3);
     CHECK(h2.entries[0].name.len == 3 && memcmp(h2.entries[0].name.ptr, "a\xc3\xa9", 3) == 0);
     free(again);
-    tb_st_free(&h2);
-    tb_st_free(&h);
+    tb_safetensors_free(&h2);
+    tb_safetensors_free(&h);
     /* every dtype the table names for the format decodes to it */
     for (int id = 0; id < TB_DT_COUNT; id++) {
         const char *name = tb_dtype_safetensors_name((tb_dtype_id)id);

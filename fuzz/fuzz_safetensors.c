@@ -8,7 +8,7 @@
  * A header it accepts must hold what the format promises: entries ordered
  * by offset, tiling the data buffer from 0 to its end, each spanning its
  * shape's bytes, names unique and UTF-8, metadata UTF-8; and written back
- * (tb_st_encode) it must decode to the same entries and metadata. A
+ * (tb_safetensors_encode) it must decode to the same entries and metadata. A
  * broken promise prints it and calls abort(), which libFuzzer saves.
  *
  * Input format: 2 bytes (little-endian) the data buffer's size, then the
@@ -27,16 +27,16 @@ static void fail(const char *what)
     abort();
 }
 
-static int same_string(const tb_st_string *a, const tb_st_string *b)
+static int same_string(const tb_safetensors_string *a, const tb_safetensors_string *b)
 {
     return a->len == b->len && memcmp(a->ptr, b->ptr, a->len) == 0;
 }
 
-static void check(const tb_st_header *h, uint64_t data_bytes)
+static void check(const tb_safetensors_header *h, uint64_t data_bytes)
 {
     uint64_t next = 0;
     for (size_t i = 0; i < h->count; i++) {
-        const tb_st_entry *e = &h->entries[i];
+        const tb_safetensors_entry *e = &h->entries[i];
         if (e->begin != next)
             fail("entries do not tile the buffer");
         uint64_t bytes = tb_dtypes[e->dtype].element_size;
@@ -44,7 +44,7 @@ static void check(const tb_st_header *h, uint64_t data_bytes)
             bytes *= (uint64_t)e->shape[d];
         if (e->end - e->begin != bytes)
             fail("an entry's bytes are not its shape's");
-        if (!tb_st_valid_utf8(e->name.ptr, e->name.len))
+        if (!tb_safetensors_valid_utf8(e->name.ptr, e->name.len))
             fail("a name is not UTF-8");
         for (size_t j = 0; j < i; j++)
             if (same_string(&h->entries[j].name, &e->name))
@@ -54,8 +54,8 @@ static void check(const tb_st_header *h, uint64_t data_bytes)
     if (next != data_bytes)
         fail("entries do not cover the buffer");
     for (size_t i = 0; i < h->meta_count; i++)
-        if (!tb_st_valid_utf8(h->meta[i].key.ptr, h->meta[i].key.len) ||
-            !tb_st_valid_utf8(h->meta[i].value.ptr, h->meta[i].value.len))
+        if (!tb_safetensors_valid_utf8(h->meta[i].key.ptr, h->meta[i].key.len) ||
+            !tb_safetensors_valid_utf8(h->meta[i].value.ptr, h->meta[i].value.len))
             fail("metadata not UTF-8");
 }
 
@@ -64,27 +64,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     uint64_t data_bytes = (uint64_t)data[0] | (uint64_t)data[1] << 8;
-    tb_st_header h;
-    if (!tb_st_decode((const char *)data + 2, size - 2, data_bytes, &h)) {
+    tb_safetensors_header h;
+    if (!tb_safetensors_decode((const char *)data + 2, size - 2, data_bytes, &h)) {
         if (h.error == TB_ST_OK)
             fail("refused without a reason");
-        tb_st_free(&h);
+        tb_safetensors_free(&h);
         return 0;
     }
     check(&h, data_bytes);
     size_t len;
-    char *again = tb_st_encode(h.entries, h.count, h.meta, h.meta_count, h.has_meta, &len);
+    char *again = tb_safetensors_encode(h.entries, h.count, h.meta, h.meta_count, h.has_meta, &len);
     if (!again)
         fail("out of memory encoding");
     if (len % 8)
         fail("an encoded header not padded to 8 bytes");
-    tb_st_header h2;
-    if (!tb_st_decode(again, len, data_bytes, &h2))
+    tb_safetensors_header h2;
+    if (!tb_safetensors_decode(again, len, data_bytes, &h2))
         fail("an encoded header refused");
     if (h2.count != h.count || h2.meta_count != h.meta_count || h2.has_meta != h.has_meta)
         fail("an encoded header decodes to other counts");
     for (size_t i = 0; i < h.count; i++) {
-        const tb_st_entry *a = &h.entries[i], *b = &h2.entries[i];
+        const tb_safetensors_entry *a = &h.entries[i], *b = &h2.entries[i];
         if (!same_string(&a->name, &b->name) || a->dtype != b->dtype || a->ndim != b->ndim || a->begin != b->begin ||
             a->end != b->end || (a->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape)))
             fail("an encoded header decodes to another entry");
@@ -93,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!same_string(&h.meta[i].key, &h2.meta[i].key) || !same_string(&h.meta[i].value, &h2.meta[i].value))
             fail("an encoded header decodes to other metadata");
     free(again);
-    tb_st_free(&h2);
-    tb_st_free(&h);
+    tb_safetensors_free(&h2);
+    tb_safetensors_free(&h);
     return 0;
 }

@@ -21,7 +21,7 @@ $(BUILD)/test/test_dlpack_abi.o: TEST_CFLAGS += -I$(TORCH_INCLUDE)
 $(BUILD)/test/test_bridge.o: TEST_CFLAGS += -I$(ERTS_INCLUDE)
 
 # Each test and the sources it tests.
-C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_handed c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors c_test_maps c_test_once
+C_TESTS := c_test c_test_overlap c_test_intervals c_test_registry c_test_handed c_test_release c_test_slots c_test_dlpack c_test_cuda c_test_dlpack_abi c_test_shm c_test_bridge c_test_safetensors c_test_proc_maps c_test_once
 # The validation code.
 c_test_SOURCES := test_layout src/tb_layout src/tb_dtype
 # Whether a layout's elements share memory, against a brute-force model.
@@ -61,7 +61,7 @@ c_test_safetensors_SOURCES := test_safetensors src/tb_safetensors src/tb_dtype
 c_test_once_SOURCES := test_once
 # What the kernel says of an address: shared file mappings named by file,
 # and threads asking at once (make tsan-test too).
-c_test_maps_SOURCES := test_maps src/tb_maps
+c_test_proc_maps_SOURCES := test_proc_maps src/tb_proc_maps
 
 .SECONDEXPANSION:
 $(C_TESTS:%=$(BUILD)/%): $(BUILD)/%: $$(addprefix $(BUILD)/test/,$$(addsuffix .o,$$($$*_SOURCES)))
@@ -90,8 +90,8 @@ tsan-test: | $(BUILD)
 		c_test/test_once.c -o $(BUILD)/c_test_once_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_once_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
-		c_test/test_maps.c c_src/memory/tb_maps.c -o $(BUILD)/c_test_maps_tsan -lpthread
-	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_maps_tsan
+		c_test/test_proc_maps.c c_src/memory/tb_proc_maps.c -o $(BUILD)/c_test_proc_maps_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_proc_maps_tsan
 
 c-test: $(C_TESTS:%=$(BUILD)/%)
 	@set -e; for t in $(C_TESTS); do echo "$(BUILD)/$$t"; $(BUILD)/$$t; done

@@ -75,7 +75,7 @@ defmodule TensorBlob.SafeTensorsReferenceTest do
                  """
 
   setup do
-    dir = Path.join(System.tmp_dir!(), "tb_st_reference_#{System.unique_integer([:positive])}")
+    dir = Path.join(System.tmp_dir!(), "tb_safetensors_reference_#{System.unique_integer([:positive])}")
     File.mkdir_p!(dir)
     on_exit(fn -> File.rm_rf!(dir) end)
     %{dir: dir}

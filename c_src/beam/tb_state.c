@@ -5,7 +5,7 @@
 #include <link.h>
 #include <string.h>
 
-tb_state *tb_st;
+tb_state *tb_library_state;
 
 /* The one symbol a build exports besides nif_init: where a later build
  * finds the state, whatever became of this build's module. Builds are
@@ -46,7 +46,7 @@ static tb_state *earlier_build_state(void)
 
 tb_load_failure tb_state_load(void *old, void (*storage_deleter)(void *))
 {
-    tb_state *s = old ? old : tb_st ? tb_st : earlier_build_state();
+    tb_state *s = old ? old : tb_library_state ? tb_library_state : earlier_build_state();
     if (s && s->abi != TB_ABI)
         return TB_LOAD_ABI;
     if (!s) {
@@ -73,7 +73,7 @@ tb_load_failure tb_state_load(void *old, void (*storage_deleter)(void *))
         /* Readers on other threads see the entry before the count. */
         __atomic_store_n(&s->build_count, s->build_count + 1, __ATOMIC_RELEASE);
     }
-    tb_st = s;
+    tb_library_state = s;
     tb_count_load(&s->count_threads);
     __atomic_store_n(&tensor_blob_state_anchor, s, __ATOMIC_RELEASE);
     return TB_LOAD_OK;

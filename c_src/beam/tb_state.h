@@ -55,7 +55,7 @@ typedef struct {
     tb_slots python_slots;
 } tb_state;
 
-extern tb_state *tb_st;
+extern tb_state *tb_library_state;
 
 /* load: the state handed over (old), else this build's own (a reload of
  * it), else an earlier build's found by its anchor, else a new one;

@@ -60,12 +60,12 @@ static void release_import_job(tb_release_job *job)
     tb_import *im = (tb_import *)((char *)job - offsetof(tb_import, job));
     tb_dlpack_release(im->managed, im->versioned);
     free(im);
-    tb_count_add(&tb_st->deferred, -1);
+    tb_count_add(&tb_library_state->deferred, -1);
 }
 
 long tb_dlpack_deferred(void)
 {
-    return tb_count_read(&tb_st->deferred);
+    return tb_count_read(&tb_library_state->deferred);
 }
 
 /* A deferred import's deleter never runs on the thread that frees the
@@ -223,7 +223,7 @@ ERL_NIF_TERM tb_dlpack_import(ErlNifEnv *env, void *m, int versioned, const tb_d
     im->deferred = how->deferred;
     im->job.run = release_import_job;
     if (im->deferred)
-        tb_count_add(&tb_st->deferred, 1);
+        tb_count_add(&tb_library_state->deferred, 1);
     tb_shim_tensor *h;
     tb_shim_error err;
     /* The shim owns the storage from here: released when libtorch frees it,

@@ -51,7 +51,7 @@ static void hand_out_as(tb_export *e, int handed)
     e->out = (tb_range){.lo = a, .hi = a + 1};
     /* Set before the address can be found: see export_free. */
     atomic_store_explicit(&e->handed, handed, memory_order_relaxed);
-    tb_handed_add(&tb_st->handed, &tb_st->registry, &e->out);
+    tb_handed_add(&tb_library_state->handed, &tb_library_state->registry, &e->out);
 }
 
 void tb_dlpack_hand_out(void *managed, int versioned)
@@ -67,7 +67,7 @@ void tb_dlpack_hand_back(void *managed, int handed)
 
 int tb_dlpack_claim(uintptr_t address)
 {
-    if (!tb_handed_take(&tb_st->handed, &tb_st->registry, address))
+    if (!tb_handed_take(&tb_library_state->handed, &tb_library_state->registry, address))
         return TB_HANDED_NO;
     /* Ours: the address is the export's (its managed tensor is first). */
     tb_export *e = (tb_export *)address;
@@ -86,10 +86,10 @@ static void export_free(tb_export *e)
      * leave it set here: the take decides, whichever comes first removes the
      * address, the other finds nothing. */
     if (atomic_load_explicit(&e->handed, memory_order_relaxed))
-        tb_handed_take(&tb_st->handed, &tb_st->registry, e->out.lo);
+        tb_handed_take(&tb_library_state->handed, &tb_library_state->registry, e->out.lo);
     tb_shim_release(e->ref);
     free(e);
-    tb_count_add(&tb_st->capsules, -1);
+    tb_count_add(&tb_library_state->capsules, -1);
 }
 
 /* The deleters consumers call, once each. They free manager_ctx rather than
@@ -108,7 +108,7 @@ static void export_deleter_legacy(tb_DLManagedTensor *self)
 
 long tb_dlpack_live(void)
 {
-    return tb_count_read(&tb_st->capsules);
+    return tb_count_read(&tb_library_state->capsules);
 }
 
 void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
@@ -163,7 +163,7 @@ void *tb_dlpack_export_of(tb_shim_tensor *handle, const tb_tensor_exported *x, i
         l->manager_ctx = e;
         l->deleter = export_deleter_legacy;
     }
-    tb_count_add(&tb_st->capsules, 1);
+    tb_count_add(&tb_library_state->capsules, 1);
     return &e->m;
 }
 
@@ -221,7 +221,7 @@ static void release_deferred_job(tb_release_job *job)
     deferred_managed *d = (deferred_managed *)job;
     tb_dlpack_release(d->managed, d->versioned);
     free(d);
-    tb_count_add(&tb_st->deferred, -1);
+    tb_count_add(&tb_library_state->deferred, -1);
 }
 
 void tb_dlpack_release_later(void *managed, int versioned, int held)
@@ -234,7 +234,7 @@ void tb_dlpack_release_later(void *managed, int versioned, int held)
     d->job.run = release_deferred_job;
     d->managed = managed;
     d->versioned = versioned;
-    tb_count_add(&tb_st->deferred, 1);
+    tb_count_add(&tb_library_state->deferred, 1);
     tb_release_later(&d->job, held);
 }
 

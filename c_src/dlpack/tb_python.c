@@ -153,7 +153,7 @@ static void *python_capsule_from_slot(void *self, void *const *args, ssize_t nar
     unsigned k;
     if (!enter_builtin(args, nargs, 1, &k))
         return NULL;
-    uintptr_t tagged = tb_slot_take(&tb_st->python_slots, k);
+    uintptr_t tagged = tb_slot_take(&tb_library_state->python_slots, k);
     if (!tagged) {
         py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the slot holds no export (taken already, or closed)");
         return NULL;
@@ -190,7 +190,7 @@ static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
     /* Renamed first: a capsule left armed would free what the slot holds.
      * From here the tensor is the library's to release, on every path. */
     py.PyCapsule_SetName(capsule, versioned ? name_used_versioned : name_used_legacy);
-    if (!tb_slot_put(&tb_st->python_slots, k, address | (uintptr_t)versioned)) {
+    if (!tb_slot_put(&tb_library_state->python_slots, k, address | (uintptr_t)versioned)) {
         tb_dlpack_release((void *)address, versioned); /* the GIL is held here */
         return py.PyLong_FromLong(SLOT_REFUSED);
     }
@@ -215,12 +215,12 @@ static tb_rtype slot_type;
  * imported (its deleter takes the GIL: on the release thread). */
 static void release_left(unsigned k, int to_python)
 {
-    uintptr_t left = tb_slot_take(&tb_st->python_slots, k);
+    uintptr_t left = tb_slot_take(&tb_library_state->python_slots, k);
     if (left && to_python)
         tb_dlpack_release(tagged_managed(left), (int)(left & 1));
     else if (left)
         tb_dlpack_release_later(tagged_managed(left), (int)(left & 1), 1);
-    tb_slot_close(&tb_st->python_slots, k);
+    tb_slot_close(&tb_library_state->python_slots, k);
 }
 
 static void slot_dtor(ErlNifEnv *env, void *obj)
@@ -242,7 +242,7 @@ int tb_python_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
  * tagged released. */
 static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t tagged, int to_python)
 {
-    int k = tb_slot_open(&tb_st->python_slots, tagged);
+    int k = tb_slot_open(&tb_library_state->python_slots, tagged);
     if (k < 0) {
         if (tagged)
             tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
@@ -303,8 +303,8 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
         release_left((unsigned)k, 1);
         return tb_atoms.ok;
     }
-    uintptr_t got = tb_slot_take(&tb_st->python_slots, (unsigned)k);
-    tb_slot_close(&tb_st->python_slots, (unsigned)k);
+    uintptr_t got = tb_slot_take(&tb_library_state->python_slots, (unsigned)k);
+    tb_slot_close(&tb_library_state->python_slots, (unsigned)k);
     if (!got)
         return tb_atoms.undefined;
     tb_dlpack_stream none;

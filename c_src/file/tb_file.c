@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "tb_fault.h"
-#include "tb_maps.h"
 #include "tb_nifs.h"
+#include "tb_proc_maps.h"
 #include "tb_safetensors.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
@@ -210,7 +210,7 @@ bad:
     return 0;
 }
 
-static int selected(const selection *sel, const tb_st_string *name)
+static int selected(const selection *sel, const tb_safetensors_string *name)
 {
     if (sel->all)
         return 1;
@@ -218,7 +218,7 @@ static int selected(const selection *sel, const tb_st_string *name)
     return bsearch(&key, sel->names, sel->count, sizeof *sel->names, cmp_bin) != NULL;
 }
 
-static ERL_NIF_TERM make_string(ErlNifEnv *env, const tb_st_string *s)
+static ERL_NIF_TERM make_string(ErlNifEnv *env, const tb_safetensors_string *s)
 {
     ERL_NIF_TERM t;
     unsigned char *p = enif_make_new_binary(env, s->len, &t);
@@ -228,13 +228,13 @@ static ERL_NIF_TERM make_string(ErlNifEnv *env, const tb_st_string *s)
 }
 
 /* The header's refusal, naming the file and the tensor. */
-static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const tb_st_header *h)
+static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const tb_safetensors_header *h)
 {
     tb_reason why = h->error == TB_ST_NO_MEMORY       ? TB_WHY_NO_MEMORY
                     : h->error == TB_ST_UNKNOWN_DTYPE ? TB_WHY_BAD_DTYPE
                     : h->error == TB_ST_TOO_MANY_DIMS ? TB_WHY_UNSUPPORTED
                                                       : TB_WHY_BAD_FILE;
-    const char *text = tb_st_error_text(h->error);
+    const char *text = tb_safetensors_error_text(h->error);
     if (h->error == TB_ST_UNKNOWN_DTYPE)
         return tb_raise_badarg(env, why, "path",
                                "path: %T: tensor %T: dtype %T is not one the format and this "
@@ -253,7 +253,8 @@ static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const t
  * file): an alias of its storage, or, where its offset does not fit its
  * element size, a copy (*copied set). */
 static int entry_tensor(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
-                        uint64_t data_at, const tb_st_entry *e, ERL_NIF_TERM *out, int *copied, ERL_NIF_TERM *exc)
+                        uint64_t data_at, const tb_safetensors_entry *e, ERL_NIF_TERM *out, int *copied,
+                        ERL_NIF_TERM *exc)
 {
     const tb_dtype *dt = &tb_dtypes[e->dtype];
     int64_t strides[TB_MAX_DIMS];
@@ -309,10 +310,11 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     }
     unsigned char prefix[8];
     uint64_t header_len = 0;
-    tb_st_error pe = (uint64_t)st.st_size < 8     ? TB_ST_TOO_SMALL
-                     : read_all(fd, prefix, 8, 0) ? tb_st_prefix(prefix, (uint64_t)st.st_size, &header_len)
-                                                  : TB_ST_TOO_SMALL;
-    tb_st_header h;
+    tb_safetensors_error pe = (uint64_t)st.st_size < 8 ? TB_ST_TOO_SMALL
+                              : read_all(fd, prefix, 8, 0)
+                                  ? tb_safetensors_prefix(prefix, (uint64_t)st.st_size, &header_len)
+                                  : TB_ST_TOO_SMALL;
+    tb_safetensors_header h;
     memset(&h, 0, sizeof h);
     char *json = NULL;
     if (pe != TB_ST_OK) {
@@ -322,21 +324,21 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     } else if (!read_all(fd, json, header_len, 8)) {
         h.error = TB_ST_HEADER_PAST_END; /* shrunk since fstat */
     } else {
-        tb_st_decode(json, header_len, (uint64_t)st.st_size - 8 - header_len, &h);
+        tb_safetensors_decode(json, header_len, (uint64_t)st.st_size - 8 - header_len, &h);
     }
     free(json);
     if (h.error != TB_ST_OK) {
         close(fd);
         free(sel.names);
         exc = header_error(env, argv[0], &h);
-        tb_st_free(&h);
+        tb_safetensors_free(&h);
         return exc;
     }
     /* Every name asked for is in the file, and every dtype asked for is
      * one the linked libtorch has. */
     unsigned found = 0;
     for (size_t i = 0; i < h.count; i++) {
-        const tb_st_entry *e = &h.entries[i];
+        const tb_safetensors_entry *e = &h.entries[i];
         if (!selected(&sel, &e->name))
             continue;
         found++;
@@ -348,7 +350,7 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
                                   "with %C",
                                   argv[0], make_string(env, &e->name), tb_dtypes[e->dtype].name,
                                   tb_shim_torch_version(), "#{only => Names}", "only: names");
-            tb_st_free(&h);
+            tb_safetensors_free(&h);
             return exc;
         }
     }
@@ -364,12 +366,12 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
         }
         ERL_NIF_TERM name = argv[1];
         if (missing) {
-            tb_st_string s = {(const char *)missing->data, missing->size};
+            tb_safetensors_string s = {(const char *)missing->data, missing->size};
             name = make_string(env, &s);
         }
         close(fd);
         free(sel.names);
-        tb_st_free(&h);
+        tb_safetensors_free(&h);
         return tb_raise_badarg(env, TB_WHY_MISSING, "only", "only: %T asks for tensor %T, which %T does not hold",
                                argv[1], name, argv[0]);
     }
@@ -380,7 +382,7 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     close(fd);
     if (!m) {
         free(sel.names);
-        tb_st_free(&h);
+        tb_safetensors_free(&h);
         return tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: cannot map it: %s", argv[0], strerror(error));
     }
     /* One storage for the whole file: every tensor aliases it. */
@@ -389,13 +391,13 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     if (!tb_shim_from_blob(file, 1, &size, &one, tb_dtypes[TB_DT_UINT8].torch_scalar_type, TB_DEVICE_CPU, 0, &m->header,
                            tb_storage_release, &base.handle, &base.err)) {
         free(sel.names);
-        tb_st_free(&h);
+        tb_safetensors_free(&h);
         return tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: %s", argv[0], base.err.message);
     }
     ERL_NIF_TERM tensors = enif_make_list(env, 0), copied = enif_make_list(env, 0);
     uint64_t data_start = 8 + header_len; /* after the length and the header */
     for (size_t i = h.count; i-- > 0;) {
-        const tb_st_entry *e = &h.entries[i];
+        const tb_safetensors_entry *e = &h.entries[i];
         if (!selected(&sel, &e->name))
             continue;
         ERL_NIF_TERM t;
@@ -403,7 +405,7 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
         if (!entry_tensor(env, argv[0], base.handle, file, data_start, e, &t, &was_copied, &exc)) {
             tb_shim_release(base.handle);
             free(sel.names);
-            tb_st_free(&h);
+            tb_safetensors_free(&h);
             return exc;
         }
         ERL_NIF_TERM name = make_string(env, &e->name);
@@ -420,7 +422,7 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
             meta = enif_make_list_cell(
                 env, enif_make_tuple2(env, make_string(env, &h.meta[i].key), make_string(env, &h.meta[i].value)), meta);
     }
-    tb_st_free(&h);
+    tb_safetensors_free(&h);
     return enif_make_tuple3(env, tensors, meta, copied);
 }
 
@@ -447,7 +449,7 @@ ERL_NIF_TERM tb_nif_file_source(TB_NIF_PARAMS)
     if (!m->path || !tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span) ||
         !tb_extent_inside(span.lo, span.hi - span.lo, m->mapping.lo, m->mapping.hi - m->mapping.lo))
         return tb_atoms.not_file;
-    if (!tb_maps_file_pages_only(span.lo, span.hi))
+    if (!tb_proc_maps_file_pages_only(span.lo, span.hi))
         return tb_atoms.written;
     struct stat st;
     file_identity now;
@@ -592,7 +594,7 @@ static int write_tensor(int fd, const tb_tensor_desc *d, char *why, size_t why_l
 }
 
 /* Reads [{Key, Value}] of binaries, each UTF-8. */
-static int get_meta(ErlNifEnv *env, ERL_NIF_TERM term, tb_st_meta **out, unsigned *count, ERL_NIF_TERM *exc)
+static int get_meta(ErlNifEnv *env, ERL_NIF_TERM term, tb_safetensors_meta **out, unsigned *count, ERL_NIF_TERM *exc)
 {
     *out = NULL;
     if (!enif_get_list_length(env, term, count))
@@ -608,10 +610,10 @@ static int get_meta(ErlNifEnv *env, ERL_NIF_TERM term, tb_st_meta **out, unsigne
         int arity;
         ErlNifBinary k, v;
         if (!enif_get_tuple(env, head, &arity, &kv) || arity != 2 || !enif_inspect_binary(env, kv[0], &k) ||
-            !enif_inspect_binary(env, kv[1], &v) || !tb_st_valid_utf8((const char *)k.data, k.size) ||
-            !tb_st_valid_utf8((const char *)v.data, v.size))
+            !enif_inspect_binary(env, kv[1], &v) || !tb_safetensors_valid_utf8((const char *)k.data, k.size) ||
+            !tb_safetensors_valid_utf8((const char *)v.data, v.size))
             goto bad;
-        (*out)[i] = (tb_st_meta){{(const char *)k.data, k.size}, {(const char *)v.data, v.size}};
+        (*out)[i] = (tb_safetensors_meta){{(const char *)k.data, k.size}, {(const char *)v.data, v.size}};
     }
     return 1;
 bad:
@@ -633,9 +635,9 @@ ERL_NIF_TERM tb_nif_safetensors_write(TB_NIF_PARAMS)
     if (!enif_get_list_length(env, argv[1], &count))
         return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "tensors", "tensors: %T is not a list of {Name, Tensor}",
                                argv[1]);
-    tb_st_entry *entries = calloc(count ? count : 1, sizeof *entries);
+    tb_safetensors_entry *entries = calloc(count ? count : 1, sizeof *entries);
     tb_tensor_desc *descs = calloc(count ? count : 1, sizeof *descs);
-    tb_st_meta *meta = NULL;
+    tb_safetensors_meta *meta = NULL;
     unsigned meta_count = 0;
     int has_meta = argv[2] != tb_atoms.nil;
     char *header = NULL;
@@ -650,7 +652,7 @@ ERL_NIF_TERM tb_nif_safetensors_write(TB_NIF_PARAMS)
         int arity;
         ErlNifBinary name;
         if (!enif_get_tuple(env, head, &arity, &nt) || arity != 2 || !enif_inspect_binary(env, nt[0], &name) ||
-            !tb_st_valid_utf8((const char *)name.data, name.size) ||
+            !tb_safetensors_valid_utf8((const char *)name.data, name.size) ||
             (name.size == 12 && memcmp(name.data, "__metadata__", 12) == 0)) {
             exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "tensors",
                                   "tensors: %T is not {Name, Tensor} with a UTF-8 name other than __metadata__", head);
@@ -668,18 +670,18 @@ ERL_NIF_TERM tb_nif_safetensors_write(TB_NIF_PARAMS)
             exc = tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "tensors", "tensors: %T has too many dimensions", nt[0]);
             goto done;
         }
-        entries[i] = (tb_st_entry){.name = {(const char *)name.data, name.size},
-                                   .dtype = d->dtype,
-                                   .ndim = d->info.ndim,
-                                   .shape = d->info.sizes,
-                                   .begin = next,
-                                   .end = next + d->dense_bytes};
+        entries[i] = (tb_safetensors_entry){.name = {(const char *)name.data, name.size},
+                                            .dtype = d->dtype,
+                                            .ndim = d->info.ndim,
+                                            .shape = d->info.sizes,
+                                            .begin = next,
+                                            .end = next + d->dense_bytes};
         next += d->dense_bytes;
     }
     if (has_meta && !get_meta(env, argv[2], &meta, &meta_count, &exc))
         goto done;
     size_t header_len;
-    header = tb_st_encode(entries, count, meta, meta_count, has_meta, &header_len);
+    header = tb_safetensors_encode(entries, count, meta, meta_count, has_meta, &header_len);
     if (!header) {
         exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "safetensors: out of memory writing the header");
         goto done;

@@ -9,12 +9,12 @@ static const char *const error_texts[] = {
 #undef TB_ST_ERROR_TEXT
 };
 
-const char *tb_st_error_text(tb_st_error e)
+const char *tb_safetensors_error_text(tb_safetensors_error e)
 {
     return error_texts[e];
 }
 
-tb_st_error tb_st_prefix(const unsigned char prefix[8], uint64_t file_size, uint64_t *header_len)
+tb_safetensors_error tb_safetensors_prefix(const unsigned char prefix[8], uint64_t file_size, uint64_t *header_len)
 {
     if (file_size < 8)
         return TB_ST_TOO_SMALL;
@@ -34,7 +34,7 @@ tb_st_error tb_st_prefix(const unsigned char prefix[8], uint64_t file_size, uint
 /* Well-formed UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF). */
 static int valid_utf8(const unsigned char *s, size_t len);
 
-int tb_st_valid_utf8(const char *s, size_t len)
+int tb_safetensors_valid_utf8(const char *s, size_t len)
 {
     return valid_utf8((const unsigned char *)s, len);
 }
@@ -83,13 +83,13 @@ static int valid_utf8(const unsigned char *s, size_t len)
 
 typedef struct {
     const char *p, *start, *end;
-    tb_st_header *h;
+    tb_safetensors_header *h;
     char *out; /* where the next decoded string goes */
     size_t dims_used, dims_cap;
     size_t entries_cap, meta_cap;
 } reader;
 
-static int fail(reader *r, tb_st_error e)
+static int fail(reader *r, tb_safetensors_error e)
 {
     if (r->h->error == TB_ST_OK) {
         r->h->error = e;
@@ -158,7 +158,7 @@ static void put_utf8(reader *r, unsigned cp)
 /* A string, its escapes resolved into the string store (a decoded string
  * is never longer than its text in the header, so the store, as long as
  * the header, never runs out). The header was checked UTF-8 already. */
-static int string(reader *r, tb_st_string *s)
+static int string(reader *r, tb_safetensors_string *s)
 {
     if (!expect(r, '"'))
         return 0;
@@ -283,7 +283,7 @@ static int skip_value(reader *r, int depth)
         return fail(r, TB_ST_BAD_JSON);
     char c = *r->p;
     if (c == '"') {
-        tb_st_string s;
+        tb_safetensors_string s;
         char *mark = r->out;
         int ok = string(r, &s);
         r->out = mark;
@@ -301,7 +301,7 @@ static int skip_value(reader *r, int depth)
         }
         for (;;) {
             if (c == '{') {
-                tb_st_string key;
+                tb_safetensors_string key;
                 char *mark = r->out;
                 int ok = string(r, &key) && expect(r, ':');
                 r->out = mark;
@@ -327,14 +327,14 @@ static int skip_value(reader *r, int depth)
     return number(r);
 }
 
-static int same(const tb_st_string *a, const char *b)
+static int same(const tb_safetensors_string *a, const char *b)
 {
     size_t n = strlen(b);
     return a->len == n && memcmp(a->ptr, b, n) == 0;
 }
 
 /* "[" size, ... "]" into the dims store; the count in *n. */
-static int sizes(reader *r, uint64_t max, size_t limit, tb_st_error too_many, size_t *n)
+static int sizes(reader *r, uint64_t max, size_t limit, tb_safetensors_error too_many, size_t *n)
 {
     if (!expect(r, '['))
         return fail(r, TB_ST_BAD_ENTRY);
@@ -371,7 +371,7 @@ static int sizes(reader *r, uint64_t max, size_t limit, tb_st_error too_many, si
 
 /* One tensor's entry. Shapes are kept as indexes into the dims store
  * (which may move as it grows) until the end. */
-static int entry(reader *r, tb_st_entry *e, size_t *shape_at)
+static int entry(reader *r, tb_safetensors_entry *e, size_t *shape_at)
 {
     int have_dtype = 0, have_shape = 0, have_offsets = 0;
     skip_space(r);
@@ -386,7 +386,7 @@ static int entry(reader *r, tb_st_entry *e, size_t *shape_at)
         return fail(r, TB_ST_BAD_ENTRY);
     }
     for (;;) {
-        tb_st_string key;
+        tb_safetensors_string key;
         char *mark = r->out;
         if (!string(r, &key) || !expect(r, ':'))
             return 0;
@@ -394,7 +394,7 @@ static int entry(reader *r, tb_st_entry *e, size_t *shape_at)
             if (have_dtype++)
                 return fail(r, TB_ST_BAD_ENTRY);
             r->out = mark;
-            tb_st_string d;
+            tb_safetensors_string d;
             skip_space(r);
             if (r->p >= r->end || *r->p != '"')
                 return fail(r, TB_ST_BAD_ENTRY);
@@ -447,7 +447,7 @@ static int entry(reader *r, tb_st_entry *e, size_t *shape_at)
 
 static int metadata(reader *r)
 {
-    tb_st_header *h = r->h;
+    tb_safetensors_header *h = r->h;
     skip_space(r);
     if (r->p < r->end && *r->p == 'n')
         return literal(r, "null") || fail(r, TB_ST_BAD_METADATA);
@@ -462,13 +462,13 @@ static int metadata(reader *r)
     for (;;) {
         if (h->meta_count == r->meta_cap) {
             size_t cap = r->meta_cap ? 2 * r->meta_cap : 16;
-            tb_st_meta *m = realloc(h->meta, cap * sizeof *m);
+            tb_safetensors_meta *m = realloc(h->meta, cap * sizeof *m);
             if (!m)
                 return fail(r, TB_ST_NO_MEMORY);
             h->meta = m;
             r->meta_cap = cap;
         }
-        tb_st_meta *m = &h->meta[h->meta_count];
+        tb_safetensors_meta *m = &h->meta[h->meta_count];
         if (!string(r, &m->key) || !expect(r, ':'))
             return 0;
         skip_space(r);
@@ -488,7 +488,7 @@ static int metadata(reader *r)
 
 static int by_name(const void *a, const void *b)
 {
-    const tb_st_entry *x = *(tb_st_entry *const *)a, *y = *(tb_st_entry *const *)b;
+    const tb_safetensors_entry *x = *(tb_safetensors_entry *const *)a, *y = *(tb_safetensors_entry *const *)b;
     size_t n = x->name.len < y->name.len ? x->name.len : y->name.len;
     int c = memcmp(x->name.ptr, y->name.ptr, n);
     return c ? c : (x->name.len > y->name.len) - (x->name.len < y->name.len);
@@ -496,13 +496,13 @@ static int by_name(const void *a, const void *b)
 
 static int by_offset(const void *a, const void *b)
 {
-    const tb_st_entry *x = a, *y = b;
+    const tb_safetensors_entry *x = a, *y = b;
     if (x->begin != y->begin)
         return x->begin < y->begin ? -1 : 1;
     return (x->end > y->end) - (x->end < y->end);
 }
 
-static int fault_at(tb_st_header *h, tb_st_error e, const tb_st_entry *at)
+static int fault_at(tb_safetensors_header *h, tb_safetensors_error e, const tb_safetensors_entry *at)
 {
     h->error = e;
     h->name = at->name;
@@ -511,10 +511,10 @@ static int fault_at(tb_st_header *h, tb_st_error e, const tb_st_entry *at)
 
 /* The checks across entries: names unique, each entry's bytes its
  * shape's, the entries tiling the data buffer. */
-static int check(tb_st_header *h, uint64_t data_bytes)
+static int check(tb_safetensors_header *h, uint64_t data_bytes)
 {
     if (h->count > 1) {
-        const tb_st_entry **order = malloc(h->count * sizeof *order);
+        const tb_safetensors_entry **order = malloc(h->count * sizeof *order);
         if (!order) {
             h->error = TB_ST_NO_MEMORY;
             return 0;
@@ -524,7 +524,7 @@ static int check(tb_st_header *h, uint64_t data_bytes)
         qsort(order, h->count, sizeof *order, by_name);
         for (size_t i = 1; i < h->count; i++) {
             if (by_name(&order[i - 1], &order[i]) == 0) {
-                const tb_st_entry *dup = order[i];
+                const tb_safetensors_entry *dup = order[i];
                 free(order);
                 return fault_at(h, TB_ST_DUPLICATE, dup);
             }
@@ -532,7 +532,7 @@ static int check(tb_st_header *h, uint64_t data_bytes)
         free(order);
     }
     for (size_t i = 0; i < h->count; i++) {
-        const tb_st_entry *e = &h->entries[i];
+        const tb_safetensors_entry *e = &h->entries[i];
         uint64_t bytes = tb_dtypes[e->dtype].element_size;
         for (int d = 0; d < e->ndim; d++) {
             uint64_t n = (uint64_t)e->shape[d];
@@ -552,7 +552,7 @@ static int check(tb_st_header *h, uint64_t data_bytes)
         qsort(h->entries, h->count, sizeof *h->entries, by_offset);
     uint64_t next = 0;
     for (size_t i = 0; i < h->count; i++) {
-        const tb_st_entry *e = &h->entries[i];
+        const tb_safetensors_entry *e = &h->entries[i];
         if (e->begin != next)
             return fault_at(h, TB_ST_BAD_OFFSETS, e);
         next = e->end;
@@ -566,7 +566,7 @@ static int check(tb_st_header *h, uint64_t data_bytes)
     return 1;
 }
 
-int tb_st_decode(const char *json, size_t len, uint64_t data_bytes, tb_st_header *h)
+int tb_safetensors_decode(const char *json, size_t len, uint64_t data_bytes, tb_safetensors_header *h)
 {
     memset(h, 0, sizeof *h);
     reader r = {.p = json, .start = json, .end = json + len, .h = h};
@@ -592,7 +592,7 @@ int tb_st_decode(const char *json, size_t len, uint64_t data_bytes, tb_st_header
     if (empty)
         r.p++;
     while (!empty) {
-        tb_st_string key;
+        tb_safetensors_string key;
         if (!string(&r, &key) || !expect(&r, ':'))
             goto failed;
         if (same(&key, "__metadata__")) {
@@ -606,7 +606,7 @@ int tb_st_decode(const char *json, size_t len, uint64_t data_bytes, tb_st_header
         } else {
             if (h->count == r.entries_cap) {
                 size_t cap = r.entries_cap ? 2 * r.entries_cap : 16;
-                tb_st_entry *e = realloc(h->entries, cap * sizeof *e);
+                tb_safetensors_entry *e = realloc(h->entries, cap * sizeof *e);
                 size_t *s = realloc(shape_at, cap * sizeof *s);
                 if (s)
                     shape_at = s;
@@ -618,7 +618,7 @@ int tb_st_decode(const char *json, size_t len, uint64_t data_bytes, tb_st_header
                 }
                 r.entries_cap = cap;
             }
-            tb_st_entry *e = &h->entries[h->count];
+            tb_safetensors_entry *e = &h->entries[h->count];
             memset(e, 0, sizeof *e);
             e->name = key;
             if (!entry(&r, e, &shape_at[h->count])) {
@@ -650,7 +650,7 @@ failed:
     return 0;
 }
 
-void tb_st_free(tb_st_header *h)
+void tb_safetensors_free(tb_safetensors_header *h)
 {
     free(h->entries);
     free(h->meta);
@@ -704,7 +704,7 @@ static void put_uint(buffer *b, uint64_t v)
 }
 
 /* A JSON string: quotes, backslashes and control characters escaped. */
-static void put_string(buffer *b, const tb_st_string *s)
+static void put_string(buffer *b, const tb_safetensors_string *s)
 {
     static const char hex[] = "0123456789abcdef";
     put(b, "\"", 1);
@@ -727,8 +727,8 @@ static void put_string(buffer *b, const tb_st_string *s)
     put(b, "\"", 1);
 }
 
-char *tb_st_encode(const tb_st_entry *entries, size_t count, const tb_st_meta *meta, size_t meta_count, int has_meta,
-                   size_t *len)
+char *tb_safetensors_encode(const tb_safetensors_entry *entries, size_t count, const tb_safetensors_meta *meta,
+                            size_t meta_count, int has_meta, size_t *len)
 {
     buffer b = {0};
     put(&b, "{", 1);
@@ -746,7 +746,7 @@ char *tb_st_encode(const tb_st_entry *entries, size_t count, const tb_st_meta *m
         first = 0;
     }
     for (size_t i = 0; i < count; i++) {
-        const tb_st_entry *e = &entries[i];
+        const tb_safetensors_entry *e = &entries[i];
         if (!first)
             put(&b, ",", 1);
         first = 0;

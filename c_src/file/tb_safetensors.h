@@ -52,65 +52,65 @@ typedef enum {
 #define TB_ST_ERROR_ENUM(id, text) TB_ST_##id,
     TB_ST_ERRORS(TB_ST_ERROR_ENUM)
 #undef TB_ST_ERROR_ENUM
-} tb_st_error;
+} tb_safetensors_error;
 
-const char *tb_st_error_text(tb_st_error e);
+const char *tb_safetensors_error_text(tb_safetensors_error e);
 
 /* A string decoded from the header (escapes resolved): UTF-8, len bytes,
  * not NUL-terminated. */
 typedef struct {
     const char *ptr;
     size_t len;
-} tb_st_string;
+} tb_safetensors_string;
 
 typedef struct {
-    tb_st_string name;
+    tb_safetensors_string name;
     tb_dtype_id dtype;
     int ndim;
     const int64_t *shape; /* ndim sizes */
     uint64_t begin, end;  /* in the data buffer */
-} tb_st_entry;
+} tb_safetensors_entry;
 
 typedef struct {
-    tb_st_string key, value;
-} tb_st_meta;
+    tb_safetensors_string key, value;
+} tb_safetensors_meta;
 
 typedef struct {
-    tb_st_entry *entries; /* ordered by offset */
+    tb_safetensors_entry *entries; /* ordered by offset */
     size_t count;
-    tb_st_meta *meta;
+    tb_safetensors_meta *meta;
     size_t meta_count;
     int has_meta; /* the header had __metadata__ (possibly empty) */
     /* On failure: why, where in the header decoding stopped, the tensor
      * at fault (empty when none) and the value at fault (the dtype). */
-    tb_st_error error;
+    tb_safetensors_error error;
     size_t at;
-    tb_st_string name, detail;
+    tb_safetensors_string name, detail;
     /* Owned storage. */
     char *strings;
     int64_t *dims;
-} tb_st_header;
+} tb_safetensors_header;
 
 /* Checks the 8-byte prefix of a file of file_size bytes: *header_len (N)
  * when the header fits, else the error. */
-tb_st_error tb_st_prefix(const unsigned char prefix[8], uint64_t file_size, uint64_t *header_len);
+tb_safetensors_error tb_safetensors_prefix(const unsigned char prefix[8], uint64_t file_size, uint64_t *header_len);
 
 /* Decodes and checks len bytes of header, for a data buffer of data_bytes.
  * 1 when valid; 0 with out->error (and what it names) when not. Either
- * way, tb_st_free releases what out holds. */
-int tb_st_decode(const char *json, size_t len, uint64_t data_bytes, tb_st_header *out);
-void tb_st_free(tb_st_header *h);
+ * way, tb_safetensors_free releases what out holds. */
+int tb_safetensors_decode(const char *json, size_t len, uint64_t data_bytes, tb_safetensors_header *out);
+void tb_safetensors_free(tb_safetensors_header *h);
 
 /* 1 when len bytes are well-formed UTF-8 (what a name must be). */
-int tb_st_valid_utf8(const char *s, size_t len);
+int tb_safetensors_valid_utf8(const char *s, size_t len);
 
 /* The header of a file holding entries (in file order: each one's begin
  * and end given) and, when has_meta, the metadata: JSON, padded with
  * spaces to a multiple of 8 bytes as the reference pads it, so that data
  * offsets aligned in the buffer stay aligned in the file. Names and
- * strings must be UTF-8 (tb_st_valid_utf8). A malloc'd buffer and *len,
+ * strings must be UTF-8 (tb_safetensors_valid_utf8). A malloc'd buffer and *len,
  * or NULL when out of memory. */
-char *tb_st_encode(const tb_st_entry *entries, size_t count, const tb_st_meta *meta, size_t meta_count, int has_meta,
-                   size_t *len);
+char *tb_safetensors_encode(const tb_safetensors_entry *entries, size_t count, const tb_safetensors_meta *meta,
+                            size_t meta_count, int has_meta, size_t *len);
 
 #endif

@@ -52,7 +52,7 @@ static void pin_give(tb_pin *pin)
 static void release_term(tb_storage *s)
 {
     pin_give((tb_pin *)s);
-    tb_count_add(&tb_st->pins, -1);
+    tb_count_add(&tb_library_state->pins, -1);
 }
 
 tb_pin *tb_pin_term(ERL_NIF_TERM owner)
@@ -61,7 +61,7 @@ tb_pin *tb_pin_term(ERL_NIF_TERM owner)
     if (!pin)
         return NULL;
     pin->owner = enif_make_copy(pin->env, owner);
-    tb_count_add(&tb_st->pins, 1);
+    tb_count_add(&tb_library_state->pins, 1);
     pin->is_binary = enif_inspect_binary(pin->env, pin->owner, &pin->bytes);
     if (pin->is_binary) {
         tb_storage_init(&pin->header, TB_MEMORY_BINARY, TB_STORAGE_READ_ONLY, release_term);
@@ -98,7 +98,7 @@ int tb_pin_binary_part(ErlNifEnv *env, const tb_storage *storage, const tb_range
 tb_storage *tb_pin_tensor(tb_tensor *owner, int read_only)
 {
     enif_keep_resource(owner);
-    tb_count_add(&tb_st->pins, 1);
+    tb_count_add(&tb_library_state->pins, 1);
     return read_only ? &owner->as_owner.read_only : &owner->as_owner.writable;
 }
 
@@ -122,7 +122,7 @@ tb_storage *tb_pin_none(int read_only)
 
 long tb_pin_live(void)
 {
-    return tb_count_read(&tb_st->pins);
+    return tb_count_read(&tb_library_state->pins);
 }
 
 /* A growable stack of terms still to visit: a walk in a loop, as deep as

@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#include "tb_maps.h"
+#include "tb_proc_maps.h"
 
 ERL_NIF_TERM tb_storage_atoms[TB_MEMORY_COUNT];
 
@@ -26,13 +26,13 @@ void tb_storage_guard_read_only(tb_storage *s, const tb_range *span)
 {
     s->guard = *span;
     s->flags |= TB_STORAGE_GUARDED;
-    tb_registry_add(&tb_st->registry, TB_REG_READ_ONLY, &s->guard);
+    tb_registry_add(&tb_library_state->registry, TB_REG_READ_ONLY, &s->guard);
 }
 
 int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
 {
     tb_range r = {.lo = ptr, .hi = ptr + bytes};
-    return bytes > 0 && tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_READ_ONLY), &r) >= 0;
+    return bytes > 0 && tb_registry_overlap(&tb_library_state->registry, TB_REG_BIT(TB_REG_READ_ONLY), &r) >= 0;
 }
 
 /* A write and a binary view of the same memory each register first and
@@ -40,15 +40,16 @@ int tb_storage_overlaps_read_only(uintptr_t ptr, uint64_t bytes)
  * (tb_registry.h), so a binary never shows a write in progress. */
 tb_guard_status tb_storage_write_begin(tb_range *guard, tb_binary_maker *maker)
 {
-    tb_registry_add(&tb_st->registry, TB_REG_WRITING, guard);
+    tb_registry_add(&tb_library_state->registry, TB_REG_WRITING, guard);
     tb_range hit;
-    int kind =
-        tb_registry_find(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN) | TB_REG_BIT(TB_REG_READ_ONLY), guard, &hit);
+    int kind = tb_registry_find(&tb_library_state->registry, TB_REG_BIT(TB_REG_FROZEN) | TB_REG_BIT(TB_REG_READ_ONLY),
+                                guard, &hit);
     if (kind < 0)
         return TB_GUARD_OK;
-    tb_registry_remove(&tb_st->registry, TB_REG_WRITING, guard);
+    tb_registry_remove(&tb_library_state->registry, TB_REG_WRITING, guard);
     /* A binary showing it is the reason to give, when there is one. */
-    if (kind == TB_REG_FROZEN || tb_registry_find(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN), guard, &hit) >= 0) {
+    if (kind == TB_REG_FROZEN ||
+        tb_registry_find(&tb_library_state->registry, TB_REG_BIT(TB_REG_FROZEN), guard, &hit) >= 0) {
         *maker = (tb_binary_maker)hit.tag;
         return TB_GUARD_FROZEN;
     }
@@ -57,14 +58,14 @@ tb_guard_status tb_storage_write_begin(tb_range *guard, tb_binary_maker *maker)
 
 void tb_storage_write_end(tb_range *guard)
 {
-    tb_registry_remove(&tb_st->registry, TB_REG_WRITING, guard);
+    tb_registry_remove(&tb_library_state->registry, TB_REG_WRITING, guard);
 }
 
 tb_guard_status tb_storage_write_check(const tb_range *guard)
 {
-    if (tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_FROZEN), guard) >= 0)
+    if (tb_registry_overlap(&tb_library_state->registry, TB_REG_BIT(TB_REG_FROZEN), guard) >= 0)
         return TB_GUARD_FROZEN;
-    if (tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_READ_ONLY), guard) >= 0)
+    if (tb_registry_overlap(&tb_library_state->registry, TB_REG_BIT(TB_REG_READ_ONLY), guard) >= 0)
         return TB_GUARD_READ_ONLY;
     return TB_GUARD_OK;
 }
@@ -72,24 +73,24 @@ tb_guard_status tb_storage_write_check(const tb_range *guard)
 tb_guard_status tb_storage_freeze(tb_range *guard, tb_binary_maker maker)
 {
     guard->tag = maker;
-    tb_registry_add(&tb_st->registry, TB_REG_FROZEN, guard);
-    if (tb_registry_overlap(&tb_st->registry, TB_REG_BIT(TB_REG_WRITING), guard) >= 0) {
-        tb_registry_remove(&tb_st->registry, TB_REG_FROZEN, guard);
+    tb_registry_add(&tb_library_state->registry, TB_REG_FROZEN, guard);
+    if (tb_registry_overlap(&tb_library_state->registry, TB_REG_BIT(TB_REG_WRITING), guard) >= 0) {
+        tb_registry_remove(&tb_library_state->registry, TB_REG_FROZEN, guard);
         return TB_GUARD_WRITING;
     }
-    tb_count_add(&tb_st->binary_views, 1);
+    tb_count_add(&tb_library_state->binary_views, 1);
     return TB_GUARD_OK;
 }
 
 void tb_storage_unfreeze(tb_range *guard)
 {
-    tb_registry_remove(&tb_st->registry, TB_REG_FROZEN, guard);
-    tb_count_add(&tb_st->binary_views, -1);
+    tb_registry_remove(&tb_library_state->registry, TB_REG_FROZEN, guard);
+    tb_count_add(&tb_library_state->binary_views, -1);
 }
 
 long tb_storage_binary_views(void)
 {
-    return tb_count_read(&tb_st->binary_views);
+    return tb_count_read(&tb_library_state->binary_views);
 }
 
 /* A mapping of a file, whole, in the registry of mapped memory under the
@@ -102,7 +103,7 @@ static void *register_mapping(const tb_storage *s, void *addr, size_t length, tb
                           .file_ino = s->file_ino,
                           .file_lo = 0,
                           .file_hi = length};
-    tb_registry_add(&tb_st->registry, TB_REG_MAPPED, mapping);
+    tb_registry_add(&tb_library_state->registry, TB_REG_MAPPED, mapping);
     return addr;
 }
 
@@ -139,7 +140,7 @@ void *tb_storage_map_private(tb_storage *s, int fd, uint64_t at, size_t length, 
 
 void tb_storage_unmap_file(tb_range *mapping)
 {
-    tb_registry_remove(&tb_st->registry, TB_REG_MAPPED, mapping);
+    tb_registry_remove(&tb_library_state->registry, TB_REG_MAPPED, mapping);
     munmap((void *)mapping->lo, mapping->hi - mapping->lo);
 }
 
@@ -163,7 +164,7 @@ static _Thread_local release_state this_thread;
 static void release_one(tb_storage *s)
 {
     if (s->flags & TB_STORAGE_GUARDED)
-        tb_registry_remove(&tb_st->registry, TB_REG_READ_ONLY, &s->guard);
+        tb_registry_remove(&tb_library_state->registry, TB_REG_READ_ONLY, &s->guard);
     s->free(s);
 }
 
@@ -204,9 +205,9 @@ const tb_storage *tb_storage_of(const tb_shim_info *info)
 {
     if (!info->storage_context)
         return NULL;
-    size_t builds = __atomic_load_n(&tb_st->build_count, __ATOMIC_ACQUIRE);
+    size_t builds = __atomic_load_n(&tb_library_state->build_count, __ATOMIC_ACQUIRE);
     for (size_t i = 0; i < builds; i++) {
-        if (info->storage_deleter == tb_st->storage_deleters[i]) {
+        if (info->storage_deleter == tb_library_state->storage_deleters[i]) {
             const tb_storage *s = info->storage_context;
             return s->abi == TB_ABI ? s : NULL;
         }
@@ -251,8 +252,8 @@ static void ask_kernel_once(tb_storage *s, const tb_shim_info *info)
         return;
     if (__atomic_load_n(&s->flags, __ATOMIC_ACQUIRE) & TB_STORAGE_ASKED)
         return;
-    tb_maps_file f;
-    if (info->storage_data && tb_maps_shared_file_at((uintptr_t)info->storage_data, &f)) {
+    tb_proc_maps_file f;
+    if (info->storage_data && tb_proc_maps_shared_file_at((uintptr_t)info->storage_data, &f)) {
         __atomic_store_n(&s->file_dev, f.dev, __ATOMIC_RELAXED);
         __atomic_store_n(&s->file_offset, f.offset, __ATOMIC_RELAXED);
         __atomic_store_n(&s->file_ino, f.ino, __ATOMIC_RELEASE);
@@ -278,7 +279,8 @@ int tb_storage_span(const tb_shim_info *info, unsigned element_size, tb_range *o
         out->file_dev = s->file_dev;
         out->file_ino = s->file_ino;
         out->file_lo = s->file_offset + (uint64_t)((char *)info->data - (char *)info->storage_data);
-    } else if (info->device_type == TB_DEVICE_CPU && tb_registry_mapping_at(&tb_st->registry, out->lo, &mapping)) {
+    } else if (info->device_type == TB_DEVICE_CPU &&
+               tb_registry_mapping_at(&tb_library_state->registry, out->lo, &mapping)) {
         /* Another tensor over a region's memory (an import, a view of a
          * term that holds it): named by the region's file all the same. */
         out->file_dev = mapping.file_dev;

@@ -16,7 +16,7 @@ static void tensor_dtor(ErlNifEnv *env, void *obj)
         /* May free a storage, whose release is queued if one runs already. */
         tb_shim_release(t->handle);
         t->handle = NULL;
-        tb_count_add(&tb_st->tensors, -1);
+        tb_count_add(&tb_library_state->tensors, -1);
     }
 }
 
@@ -26,7 +26,7 @@ static void release_as_owner(tb_storage *s)
     tb_tensor *t = s->flags & TB_STORAGE_READ_ONLY ? (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.read_only))
                                                    : (tb_tensor *)((char *)s - offsetof(tb_tensor, as_owner.writable));
     enif_release_resource(t);
-    tb_count_add(&tb_st->pins, -1);
+    tb_count_add(&tb_library_state->pins, -1);
 }
 
 int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags, ErlNifResourceDynCall *dyncall)
@@ -51,7 +51,7 @@ int tb_tensor_make(ErlNifEnv *env, tb_shim_tensor *handle, ERL_NIF_TERM *out, ER
     tb_storage_init(&t->as_owner.writable, TB_MEMORY_PINNED, TB_STORAGE_ASKED, release_as_owner);
     tb_storage_init(&t->as_owner.read_only, TB_MEMORY_PINNED, TB_STORAGE_READ_ONLY | TB_STORAGE_ASKED,
                     release_as_owner);
-    tb_count_add(&tb_st->tensors, 1);
+    tb_count_add(&tb_library_state->tensors, 1);
     *out = enif_make_resource(env, t);
     enif_release_resource(t);
     return 1;
@@ -119,7 +119,7 @@ tb_tensor *tb_tensor_get(ErlNifEnv *env, ERL_NIF_TERM term)
 
 long tb_tensor_live(void)
 {
-    return tb_count_read(&tb_st->tensors);
+    return tb_count_read(&tb_library_state->tensors);
 }
 
 const tb_tensor_exported *tb_tensor_exported_from(const tb_tensor_desc *d, tb_tensor_exported *scratch)

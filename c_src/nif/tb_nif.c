@@ -183,10 +183,10 @@ static int load_build(ErlNifEnv *env, void **priv, void *old_priv, ErlNifResourc
     if (tb_load_fault(TB_LOAD_NOT_MAPPED) || !keep_mapped())
         return fail(TB_LOAD_NOT_MAPPED);
     /* A build reloaded after a purge finds its own state still there. */
-    tb_load_failure why = tb_state_load(old_priv ? old_priv : tb_st, tb_storage_release);
+    tb_load_failure why = tb_state_load(old_priv ? old_priv : tb_library_state, tb_storage_release);
     if (why != TB_LOAD_OK)
         return fail(why);
-    *priv = tb_st;
+    *priv = tb_library_state;
     /* The SIGBUS guard of every touch of region memory: copies (here and
      * in the shim), PyTorch headers, the journal. */
     tb_fault_install();

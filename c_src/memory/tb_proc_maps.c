@@ -1,5 +1,5 @@
 #define _GNU_SOURCE /* O_CLOEXEC */
-#include "tb_maps.h"
+#include "tb_proc_maps.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,7 +66,7 @@ static int anonymous_page(uintptr_t addr)
     return n == (ssize_t)sizeof entry && (entry >> 63 & 1) && !(entry >> 61 & 1);
 }
 
-int tb_maps_file_pages_only(uintptr_t lo, uintptr_t hi)
+int tb_proc_maps_file_pages_only(uintptr_t lo, uintptr_t hi)
 {
     int fd = pagemap_fd();
     long page = sysconf(_SC_PAGESIZE);
@@ -93,7 +93,7 @@ int tb_maps_file_pages_only(uintptr_t lo, uintptr_t hi)
     return 1;
 }
 
-int tb_maps_shared_file_at(uintptr_t addr, tb_maps_file *out)
+int tb_proc_maps_shared_file_at(uintptr_t addr, tb_proc_maps_file *out)
 {
     if (anonymous_page(addr))
         return 0;
@@ -119,7 +119,7 @@ int tb_maps_shared_file_at(uintptr_t addr, tb_maps_file *out)
             int shared;
             if (parse_line(line, &lo, &hi, &shared, &offset, &dev, &ino) && addr < hi) {
                 if (addr >= lo && shared && ino != 0) {
-                    *out = (tb_maps_file){.dev = dev, .ino = ino, .offset = offset + (addr - lo)};
+                    *out = (tb_proc_maps_file){.dev = dev, .ino = ino, .offset = offset + (addr - lo)};
                     found = 1;
                 }
                 done = 1;
