@@ -20,10 +20,15 @@
                 tensor_blob_error:dtype_error(Dtype, Kind__, Cause__, Stack__)
         end).
 
-%% What to_dlpack and node_pack accept as a tensor: the reference, or the
-%% Elixir struct (which the C bridge also reads).
--define(IS_TENSOR_TERM(T), (is_reference(T) orelse (is_map(T) andalso is_map_key('__struct__', T) andalso
-                                                   map_get('__struct__', T) =:= 'Elixir.TensorBlob.Tensor'))).
+%% What to_dlpack and node_pack accept as a tensor, as the NIF and the C
+%% bridge read one (tb_tensor_get): the reference, the Elixir struct, or
+%% the BlobView struct around the Elixir struct (what from_blob returns).
+-define(IS_TENSOR_STRUCT(T), (is_map(T) andalso is_map_key('__struct__', T) andalso
+                              map_get('__struct__', T) =:= 'Elixir.TensorBlob.Tensor')).
+-define(IS_TENSOR_TERM(T),
+        (is_reference(T) orelse ?IS_TENSOR_STRUCT(T) orelse
+         (is_map(T) andalso is_map_key('__struct__', T) andalso map_get('__struct__', T) =:= 'Elixir.TensorBlob.BlobView'
+          andalso is_map_key(tensor, T) andalso ?IS_TENSOR_STRUCT(map_get(tensor, T))))).
 
 %% A function of the API that copies or transfers: its telemetry spans name
 %% it (unless an Elixir function named itself first), and an error raised

@@ -146,7 +146,7 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     # elements; :malformed for what is no layout (from_blob refuses it).
     defp span(ptr, shape, strides, size) when is_integer(ptr) and is_tuple(shape) do
       dims = Tuple.to_list(shape)
-      strides = if strides == nil, do: row_major(dims), else: strides
+      strides = if strides == nil, do: Tensor.row_major_strides(shape), else: strides
       strides = if is_tuple(strides), do: Tuple.to_list(strides), else: strides
 
       cond do
@@ -171,14 +171,6 @@ if Code.ensure_loaded?(ExTorch.Tensor.Blob) do
     end
 
     defp span(_ptr, _shape, _strides, _size), do: :malformed
-
-    defp row_major(dims) do
-      dims
-      |> Enum.reverse()
-      |> Enum.map_reduce(1, fn d, step -> {step, step * max(d, 1)} end)
-      |> elem(0)
-      |> Enum.reverse()
-    end
 
     # ExTorch 0.4 names int8 and bfloat16 tensors :"" (its table of names
     # lacks them). Of the dtypes ExTorch can make, those two are the only

@@ -420,17 +420,7 @@ if Code.ensure_loaded?(Nx) do
 
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
 
-    defp contiguous?(t), do: Tensor.strides(t) == row_major(Tensor.shape(t))
-
-    # The row-major strides of a shape, last dimension first (to_nx asks for
-    # every tensor).
-    defp row_major(shape), do: row_major(shape, tuple_size(shape), 1, [])
-
-    defp row_major(_shape, 0, _step, strides), do: strides
-
-    defp row_major(shape, i, step, strides) do
-      row_major(shape, i - 1, step * max(elem(shape, i - 1), 1), [step | strides])
-    end
+    defp contiguous?(t), do: Tensor.strides(t) == Tensor.row_major_strides(Tensor.shape(t))
 
     # reason: :requested (copy: :always) or :backend (no view can be made).
     defp copy_of(nx, dtype, reason) do

@@ -48,6 +48,16 @@ defmodule TensorBlob.Tensor do
   def ref(%{__struct__: TensorBlob.BlobView, tensor: %__MODULE__{ref: ref}}), do: ref
   def ref(other), do: other
 
+  @doc false
+  # The row-major strides (in elements) of a shape tuple, as the library's
+  # own layouts have them: a dimension of 0 or 1 steps as one of 1.
+  def row_major_strides(shape) when is_tuple(shape) do
+    shape
+    |> Tuple.to_list()
+    |> List.foldr({[], 1}, fn size, {strides, step} -> {[step | strides], step * max(size, 1)} end)
+    |> elem(0)
+  end
+
   @doc """
   A tensor over `binary` (row-major bytes).
 

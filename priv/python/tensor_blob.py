@@ -228,6 +228,17 @@ def _parse(spec):
     return handle.strip("/"), dtype, tuple(shape), count, nbytes, data_size
 
 
+def _row_major_strides(shape):
+    """The row-major strides (in elements) of a shape, as the library's own
+    layouts have them: a dimension of 0 or 1 steps as one of 1."""
+    strides = []
+    step = 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= max(n, 1)
+    return tuple(strides)
+
+
 def is_torch_region(handle):
     """Whether a region's name is of PyTorch's file_system format."""
     return handle.strip("/").startswith("torch_")
@@ -375,12 +386,7 @@ def _open_torch_region(name, dtype, shape, nbytes, data_size):
             raise OSError(errno.ESTALE, "tensor_blob: shared memory /%s was replaced while it was opened, refused" % name)
     finally:
         os.close(fd)
-    strides = []
-    step = 1
-    for n in reversed(shape):
-        strides.insert(0, step)
-        step *= max(n, 1)
-    return torch.empty(0, dtype=dt).set_(storage, 0, shape, tuple(strides))
+    return torch.empty(0, dtype=dt).set_(storage, 0, shape, _row_major_strides(shape))
 
 
 def _map(name, nbytes, data_size):
