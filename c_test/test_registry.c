@@ -33,6 +33,7 @@
 #include "handed_slots.h"
 #include "tb_count.h"
 #include "tb_registry.h"
+#include "tb_stripe.h"
 
 static tb_registry reg;
 
@@ -248,7 +249,7 @@ typedef struct {
 } worker_arg;
 
 static tb_count counter;
-static tb_count_threads counter_threads;
+static tb_stripe_numbers thread_numbers;
 /* Every thread starts at once, so they do run together. */
 static pthread_barrier_t start;
 
@@ -505,7 +506,7 @@ static void run_threads(void *(*fn)(void *), atomic_int *errors)
 int main(void)
 {
     CHECK(tb_registry_init(&reg));
-    tb_count_load(&counter_threads);
+    tb_stripe_load(&thread_numbers);
     CHECK_EQ(pthread_barrier_init(&start, NULL, THREADS), 0);
     test_model();
     test_take_exact();

@@ -74,7 +74,7 @@ tb_load_failure tb_state_load(void *old, void (*storage_deleter)(void *))
         __atomic_store_n(&s->build_count, s->build_count + 1, __ATOMIC_RELEASE);
     }
     tb_library_state = s;
-    tb_count_load(&s->count_threads);
+    tb_stripe_load(&s->thread_numbers);
     __atomic_store_n(&tensor_blob_state_anchor, s, __ATOMIC_RELEASE);
     return TB_LOAD_OK;
 }

@@ -19,6 +19,7 @@
 #include "tb_load.h"
 #include "tb_registry.h"
 #include "tb_slots.h"
+#include "tb_stripe.h"
 
 /* 12: DLPack addresses handed out are kept in a set without a lock
  * first (tb_handed.h), the registry past its room; the live counts have
@@ -47,7 +48,7 @@ typedef struct {
     tb_registry registry; /* guarded memory */
     tb_handed handed;     /* DLPack addresses handed out (before the registry) */
     tb_count tensors, pins, capsules, binary_views, deferred;
-    tb_count_threads count_threads; /* the numbers of the counts' stripes */
+    tb_stripe_numbers thread_numbers; /* the threads' numbers, for every stripe (tb_stripe.h) */
     size_t build_count;
     void (*storage_deleters[TB_MAX_BUILDS])(void *); /* one per build */
     /* Words on their way to or from an embedded Python: every build's

@@ -1,16 +1,19 @@
 #include "tb_stripe.h"
 
-#include <stdatomic.h>
+static tb_stripe_numbers own_numbers;
+static tb_stripe_numbers *numbers = &own_numbers;
+/* This thread's number plus one, in this build; 0 until it first asks. */
+static _Thread_local unsigned mine;
 
-static atomic_uint next_thread;
-static _Thread_local unsigned thread_plus_one;
-
-unsigned tb_stripe(unsigned stripes)
+void tb_stripe_load(tb_stripe_numbers *shared)
 {
-    unsigned t = thread_plus_one;
-    if (!t) {
-        t = atomic_fetch_add_explicit(&next_thread, 1, memory_order_relaxed) + 1;
-        thread_plus_one = t;
-    }
-    return (t - 1) % stripes;
+    numbers = shared;
+}
+
+unsigned tb_stripe_thread(void)
+{
+    unsigned t = mine;
+    if (!t)
+        mine = t = atomic_fetch_add_explicit(&numbers->next, 1, memory_order_relaxed) + 1;
+    return t - 1;
 }

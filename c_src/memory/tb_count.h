@@ -2,11 +2,10 @@
  * own cache line, so busy schedulers never contend for one counter;
  * reading sums the stripes. A stripe that one thread alone writes is
  * moved by a plain load and store, without a locked instruction (the
- * exports of the C bridge count twice per call): threads take numbers
- * from one counter shared by every build loaded (tb_state.h), so no two
- * threads, in any builds, ever own the same stripe. Threads that come
- * after the owned stripes are all taken share the rest, spread by thread,
- * with atomic adds. */
+ * exports of the C bridge count twice per call): the stripe is the
+ * thread's number (tb_stripe.h), which no other thread of any build has.
+ * Threads numbered past the owned stripes share the rest, with atomic
+ * adds. */
 #ifndef TB_COUNT_H
 #define TB_COUNT_H
 
@@ -23,14 +22,6 @@ typedef struct {
 typedef struct {
     tb_count_stripe stripes[TB_COUNT_STRIPES];
 } tb_count;
-
-/* Where threads take their numbers: one for every count of every build. */
-typedef struct {
-    _Alignas(64) atomic_uint next;
-} tb_count_threads;
-
-/* Before the first add of this build: the numbers its threads take. */
-void tb_count_load(tb_count_threads *threads);
 
 void tb_count_add(tb_count *count, long delta);
 long tb_count_read(tb_count *count);
