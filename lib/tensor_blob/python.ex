@@ -75,12 +75,8 @@ if Code.ensure_loaded?(Pythonx) do
     """
     @spec to_python(Tensor.t(), keyword()) :: Pythonx.Object.t()
     def to_python(tensor, opts \\ []) do
-      # No options (the Encoder's call, the common one): the default, unchecked.
       %{as: kind} =
-        if opts == [],
-          do: %{as: :torch},
-          else:
-            translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
+        translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
 
       ensure_ready()
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
