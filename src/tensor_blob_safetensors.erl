@@ -41,15 +41,17 @@ open(Path) -> open(Path, #{}).
 %% name asked for that the file lacks). A symbolic link to a regular file is
 %% followed; a FIFO, a device or a directory is refused without opening it.
 %%
-%% Opts: only => [Name]: those tensors alone. misaligned => copy (the
+%% Opts: only => [Name]: those tensors alone. nested => true: the tensors
+%% as nested maps, each name split at its "." (the form write/3 takes). misaligned => copy (the
 %% default) | refuse: a tensor whose offset in the file does not fit its
 %% element size cannot be viewed without a misaligned pointer; it is copied
 %% once (a copy event, reason misaligned, with telemetry), or refused.
--spec open(file:name_all(), #{only => [iodata() | atom()], misaligned => copy | refuse}) -> file().
+-spec open(file:name_all(), #{only => [iodata() | atom()], misaligned => copy | refuse, nested => boolean()}) ->
+          file().
 open(Path, Opts) ->
-    #{misaligned := Misaligned} = Checked =
+    #{misaligned := Misaligned, nested := Nested} = Checked =
         check(Opts, [{only, {list, {satisfies, "tensor names (strings or atoms)", fun is_name/1}}},
-                     {misaligned, {one_of, [copy, refuse]}, copy}], map),
+                     {misaligned, {one_of, [copy, refuse]}, copy}, {nested, boolean, false}], map),
     Name = path(Path),
     Only = case Checked of
                #{only := Names} -> lists:usort([name(only, N) || N <- Names]);
@@ -68,18 +70,44 @@ open(Path, Opts) ->
                                         maps:get(C, ByName)) || C <- Copied],
             ok
     end,
-    #{tensors => ByName, metadata => case Meta of nil -> #{}; _ -> maps:from_list(Meta) end}.
+    #{tensors => case Nested of
+                     true -> nest(lists:sort(maps:to_list(ByName)), #{});
+                     false -> ByName
+                 end,
+      metadata => case Meta of nil -> #{}; _ -> maps:from_list(Meta) end}.
+
+%% The tensors by name as nested maps, a name split at each ".": the form
+%% write/3 takes, and a model's parameters have.
+nest([], Nested) -> Nested;
+nest([{Name, T} | Rest], Nested) -> nest(Rest, nest_one(binary:split(Name, <<".">>, [global]), Name, T, Nested)).
+
+nest_one([Key], _Name, T, Map) when not is_map_key(Key, Map) -> Map#{Key => T};
+nest_one([Key | Keys], Name, T, Map) when Keys =/= [] ->
+    case maps:get(Key, Map, #{}) of
+        Inner when is_map(Inner) -> Map#{Key => nest_one(Keys, Name, T, Inner)};
+        _ -> nest_clash(Name)
+    end;
+nest_one(_, Name, _T, _Map) -> nest_clash(Name).
+
+-spec nest_clash(binary()) -> no_return().
+nest_clash(Name) ->
+    badarg(bad_value, nested, ["nested: the file's names do not nest: ", {term, Name}, " starts with another "
+                               "tensor's name and a \".\" (or is the start of one)"]).
 
 %% @equiv write(Path, Tensors, #{})
 -spec write(file:name_all(), tensors()) -> ok.
 write(Path, Tensors) -> write(Path, Tensors, #{}).
 
--type tensors() :: #{iodata() | atom() => tensor_blob:tensor() | {binary(), tensor_blob:dtype(), tensor_blob:shape()}}
-                 | [{iodata() | atom(), tensor_blob:tensor() | {binary(), tensor_blob:dtype(), tensor_blob:shape()}}].
+-type tensors() :: #{iodata() | atom() => entry()} | [{iodata() | atom(), entry()}].
+-type entry() :: tensor_blob:tensor() | {binary(), tensor_blob:dtype(), tensor_blob:shape()}
+               | #{iodata() | atom() => entry()}.
 
 %% @doc Writes Tensors (a map or a list of name and tensor) and Metadata (a
 %% map of strings to strings: the header's __metadata__, left out when
-%% empty) as a safetensors file at Path, replacing it. A tensor may be any
+%% empty) as a safetensors file at Path, replacing it. A map in place of a
+%% tensor holds tensors (or maps of them) by name, and its names are joined
+%% to its own with "." (a tensor under "kernel" in a map under "dense" is
+%% written as "dense.kernel"), as a model's parameters are saved. A tensor may be any
 %% tensor of the library: a strided view (written row-major), a region, a
 %% file's tensor, a device's tensor (copied to the host, one at a time), or
 %% {Binary, Dtype, Shape} (its bytes, not copied first). Tensors are
@@ -90,7 +118,7 @@ write(Path, Tensors, Metadata) when is_map(Tensors) ->
     write(Path, maps:to_list(Tensors), Metadata);
 write(Path, Tensors, Metadata) when is_list(Tensors), is_map(Metadata) ->
     Name = path(Path),
-    Named = [entry(T) || T <- Tensors],
+    Named = lists:append([entries(<<>>, T) || T <- Tensors]),
     case length(lists:usort([N || {N, _} <- Named])) =:= length(Named) of
         true -> ok;
         false -> badarg(bad_value, tensors, ["tensors: a name appears twice in ", {term, [N || {N, _} <- Named]}])
@@ -106,12 +134,21 @@ write(_Path, Tensors, Metadata) when is_list(Tensors) ->
 write(_Path, Tensors, _Metadata) ->
     badarg(bad_value, tensors, ["tensors: expected a map or a list of {Name, Tensor}, got ", {term, Tensors}]).
 
-entry({Name, {Binary, Dtype, Shape}}) when is_binary(Binary) ->
-    {name(tensors, Name), tensor_blob:from_binary(Binary, Dtype, Shape, #{copy => if_needed})};
-entry({Name, T}) when ?IS_TENSOR_TERM(T) ->
-    {name(tensors, Name), T};
-entry(Other) ->
-    badarg(not_a_tensor, tensors, ["tensors: expected {Name, Tensor}, got ", {term, Other}]).
+%% The named tensors of one entry: a nested map of them (the parameters of
+%% a model, layer by layer) is flattened, its names joined with ".", as
+%% the reference's save_model and Bumblebee name them.
+entries(Prefix, {Name, {Binary, Dtype, Shape}}) when is_binary(Binary) ->
+    [{full_name(Prefix, Name), tensor_blob:from_binary(Binary, Dtype, Shape, #{copy => if_needed})}];
+entries(Prefix, {Name, T}) when ?IS_TENSOR_TERM(T) ->
+    [{full_name(Prefix, Name), T}];
+entries(Prefix, {Name, Nested}) when is_map(Nested), not is_map_key('__struct__', Nested), map_size(Nested) > 0 ->
+    Inner = <<(full_name(Prefix, Name))/binary, ".">>,
+    lists:append([entries(Inner, E) || E <- lists:sort(maps:to_list(Nested))]);
+entries(_Prefix, Other) ->
+    badarg(not_a_tensor, tensors, ["tensors: expected {Name, Tensor} (or {Name, a map of them}), got ",
+                                   {term, Other}]).
+
+full_name(Prefix, Name) -> <<Prefix/binary, (name(tensors, Name))/binary>>.
 
 element_size(T) -> maps:get(element_size, tensor_blob:dtype_info(tensor_blob:dtype(T))).
 

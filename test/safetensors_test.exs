@@ -303,5 +303,55 @@ defmodule TensorBlob.SafeTensorsTest do
 
       refute File.exists?(path)
     end
+
+    test "a model's nested parameters: names joined with \".\", and nested again by open(nested: true)", %{dir: dir} do
+      path = Path.join(dir, "params.st")
+      kernel = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {2, 2})
+      bias = Tensor.from_binary(<<5, 6>>, :uint8, {2})
+      embed = Tensor.from_binary(<<9>>, :uint8, {1})
+
+      :ok =
+        SafeTensors.write(path, %{"encoder" => %{"dense" => %{"kernel" => kernel, "bias" => bias}}, "embed" => embed})
+
+      %{tensors: flat} = SafeTensors.open(path)
+      assert flat |> Map.keys() |> Enum.sort() == ["embed", "encoder.dense.bias", "encoder.dense.kernel"]
+      assert Tensor.to_binary(flat["encoder.dense.kernel"]) == <<1, 2, 3, 4>>
+
+      %{tensors: nested} = SafeTensors.open(path, nested: true)
+      assert %{"encoder" => %{"dense" => %{"kernel" => k, "bias" => b}}, "embed" => e} = nested
+      assert {Tensor.to_binary(k), Tensor.to_binary(b), Tensor.to_binary(e)} == {<<1, 2, 3, 4>>, <<5, 6>>, <<9>>}
+
+      # A name that is a tensor and the start of another cannot nest.
+      clash = Path.join(dir, "clash.st")
+      :ok = SafeTensors.write(clash, %{"a" => embed, "a.b" => embed})
+      assert {ArgumentError, :bad_value, :nested, message} = refusal(clash, nested: true)
+      assert message =~ ~s("a.b")
+      assert map_size(SafeTensors.open(clash).tensors) == 2
+
+      # An empty map holds no tensor.
+      assert_raise ArgumentError, ~r/tensors: expected/, fn -> SafeTensors.write(path, %{"layer" => %{}}) end
+    end
+
+    @tag :no_nx
+    test "an Nx tensor, where Nx is not compiled in, is refused saying what to add", %{dir: dir} do
+      path = Path.join(dir, "no_nx.st")
+      nx = %{__struct__: Nx.Tensor, data: nil, type: {:f, 32}, shape: {}, names: []}
+      assert_raise ArgumentError, ~r/add \{:nx/, fn -> SafeTensors.write(path, %{"w" => nx}) end
+      refute File.exists?(path)
+    end
+
+    @tag :nx
+    test "Nx tensors, of the binary backend and in nested maps, as they are", %{dir: dir} do
+      {:ok, _} = Application.ensure_all_started(:nx)
+      path = Path.join(dir, "nx.st")
+      w = Nx.iota({2, 3}, type: :f32)
+      params = %{"layer" => %{"w" => w, "b" => Nx.tensor([1, 2], type: :s64)}, "scale" => Nx.tensor(0.5, type: :bf16)}
+      :ok = SafeTensors.write(path, params)
+      %{tensors: %{"layer" => layer, "scale" => scale}} = SafeTensors.open(path, nested: true)
+      assert Nx.to_binary(TensorBlob.Nx.to_nx(layer["w"])) == Nx.to_binary(w)
+      assert Tensor.dtype(layer["b"]) == :int64
+      assert Tensor.shape(scale) == {}
+      assert Tensor.dtype(scale) == :bfloat16
+    end
   end
 end

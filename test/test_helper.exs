@@ -2,7 +2,7 @@
 # :torchx tests need Torchx there too; :extorch tests need ExTorch there
 # (scripts/compat_extorch.sh); :telemetry tests need the telemetry
 # library (NX_PATH holds it: make nx-test), and :no_telemetry tests its
-# absence (make mix-test).
+# absence (make mix-test), as :no_nx tests Nx's.
 telemetry? = Code.ensure_loaded?(:telemetry)
 
 unless telemetry? do
@@ -63,7 +63,7 @@ exclude =
     if(python_module?, do: [], else: [:python_module]) ++
     if(reference?, do: [], else: [:safetensors_reference]) ++
     missing ++
-    if(Code.ensure_loaded?(Nx), do: [], else: [:nx]) ++
+    if(Code.ensure_loaded?(Nx), do: [:no_nx], else: [:nx]) ++
     if(Code.ensure_loaded?(Torchx.Backend), do: [], else: [:torchx]) ++
     if(Code.ensure_loaded?(ExTorch.Tensor.Blob), do: [], else: [:extorch]) ++
     if(telemetry?, do: [:no_telemetry], else: [:telemetry]) ++

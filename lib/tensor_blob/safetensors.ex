@@ -40,7 +40,9 @@ defmodule TensorBlob.SafeTensors do
   empty map when it has none). A symbolic link to a regular file is
   followed; a FIFO, a device or a directory is refused without opening it.
 
-  Options: `only: names` opens those tensors alone; `misaligned: :copy`
+  Options: `only: names` opens those tensors alone; `nested: true` gives
+  the tensors as nested maps, each name split at its `"."` (the form of a
+  model's parameters, and what `write/3` takes); `misaligned: :copy`
   (the default) copies once a tensor whose offset in the file does not fit
   its element size (reported as a telemetry copy event, reason
   `:misaligned`), `misaligned: :refuse` raises instead.
@@ -64,22 +66,39 @@ defmodule TensorBlob.SafeTensors do
       ...> end
       %{reason: :bad_file, argument: :path}
   """
-  @spec open(Path.t(), only: [String.t()], misaligned: :copy | :refuse) :: file()
+  @spec open(Path.t(), only: [String.t()], misaligned: :copy | :refuse, nested: boolean()) :: file()
   def open(path, opts \\ []) do
     reported {__MODULE__, :open, 2} do
       %{tensors: tensors} = file = :tensor_blob_safetensors.open(path, :tensor_blob_options.keywords(opts))
-      %{file | tensors: Map.new(tensors, fn {name, t} -> {name, Tensor.wrap(t)} end)}
+      %{file | tensors: wrap(tensors)}
     end
   end
+
+  # References as tensors, in maps nested as deep as the names say.
+  defp wrap(tensors), do: Map.new(tensors, fn {name, t} -> {name, if(is_map(t), do: wrap(t), else: Tensor.wrap(t))} end)
 
   @doc """
   Writes `tensors` (a map or a list of `{name, tensor}`) and `metadata` (a
   map of strings to strings) as a safetensors file at `path`, replacing it.
   A tensor is any tensor of the library (a strided view is written
   row-major, a device's tensor copied to the host one at a time), a
-  `TensorBlob.BlobView`, or `{binary, dtype, shape}`. Tensors go in the
-  order the reference writes them (largest element first, then by name),
-  so each one's offset fits its element size.
+  `TensorBlob.BlobView`, an `Nx.Tensor` (of any backend: converted as
+  `TensorBlob.Nx.from_nx/1` does, so a binary backend's bytes are not
+  copied first), or `{binary, dtype, shape}`. A map in place of a tensor
+  holds tensors (or maps of them) by name, and its names are joined to
+  its own with `"."`: the parameters of a model, layer by layer, go as
+  they are (`%{"dense" => %{"kernel" => k}}` writes `"dense.kernel"`).
+  Tensors go in the order the reference writes them (largest element
+  first, then by name), so each one's offset fits its element size.
+
+      iex> path = Path.join(System.tmp_dir!(), "tb_doc_#{System.unique_integer([:positive])}.safetensors")
+      iex> params = %{"dense" => %{"kernel" => TensorBlob.Tensor.zeros({2, 2}, :float32), "bias" => TensorBlob.Tensor.zeros({2}, :float32)}}
+      iex> :ok = TensorBlob.SafeTensors.write(path, params)
+      iex> path |> TensorBlob.SafeTensors.open() |> Map.fetch!(:tensors) |> Map.keys() |> Enum.sort()
+      ["dense.bias", "dense.kernel"]
+      iex> %{tensors: %{"dense" => %{"kernel" => kernel}}} = TensorBlob.SafeTensors.open(path, nested: true)
+      iex> TensorBlob.Tensor.shape(kernel)
+      {2, 2}
   """
   @spec write(Path.t(), map() | [{String.t(), term()}], %{optional(String.t()) => String.t()}) :: :ok
   def write(path, tensors, metadata \\ %{}) do
@@ -109,5 +128,20 @@ defmodule TensorBlob.SafeTensors do
   defp proper_list?(_), do: false
 
   defp input({binary, _dtype, _shape} = spec) when is_binary(binary), do: spec
+
+  defp input(%{__struct__: Nx.Tensor} = nx) do
+    # Nx is an optional dependency: TensorBlob.Nx exists where it is loaded.
+    if Code.ensure_loaded?(TensorBlob.Nx),
+      do: Tensor.ref(apply(TensorBlob.Nx, :from_nx, [nx])),
+      else:
+        badarg!(
+          "tensors: an Nx.Tensor, and TensorBlob.Nx is not compiled in this build: add {:nx, \"~> 0.9\"} " <>
+            "to the project's dependencies (and recompile tensor_blob), or pass TensorBlob tensors",
+          :unsupported,
+          :tensors
+        )
+  end
+
+  defp input(nested) when is_map(nested) and not is_struct(nested), do: Map.new(nested, fn {k, v} -> {k, input(v)} end)
   defp input(t), do: Tensor.ref(t)
 end
