@@ -16,7 +16,7 @@
 
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
          from_binary/3, from_binary/4, to_binary/1, to_binary/2, zeros/2, write/2,
-         narrow/4, transpose/3, to_device/2,
+         narrow/4, transpose/3, to_device/2, copy/1,
          shape/1, strides/1, dtype/1, device/1, memory/1, pinned/1, describe/1, overlaps/2,
          to_dlpack/1, to_dlpack/2, from_dlpack/1, from_dlpack/2,
          consume_dlpack/1, dlpack_version/1,
@@ -158,6 +158,12 @@ write(T, Binary) -> ?SPANS(write, 2, tensor_blob_tensor:write(T, Binary)).
 %% Always a new tensor, even on the same device.
 -spec to_device(tensor(), device()) -> tensor().
 to_device(T, Device) -> ?SPANS(to_device, 2, tensor_blob_tensor:to_device(T, Device)).
+
+%% @doc A copy of T on its own device: a new tensor that owns its memory, contiguous and writable,
+%% whatever T's memory was (a view of a binary, a read-only import, a region, a mapped file).
+-spec copy(tensor()) -> tensor().
+copy(T) when is_reference(T) -> ?SPANS(copy, 1, tensor_blob_tensor:to_device(T, device(T)));
+copy(T) -> not_a_tensor(T).
 
 %% @doc A view of Length elements of dimension Dim from Start; shares memory.
 -spec narrow(tensor(), non_neg_integer(), non_neg_integer(), non_neg_integer()) -> tensor().

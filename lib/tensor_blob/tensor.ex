@@ -167,6 +167,23 @@ defmodule TensorBlob.Tensor do
   def to_device(tensor, device),
     do: reported({__MODULE__, :to_device, 2}, do: wrap(:tensor_blob.to_device(ref(tensor), device)))
 
+  @doc """
+  A copy of `tensor` on its own device: a new tensor that owns its memory,
+  contiguous and writable, whatever the original's memory was (a view of a
+  binary, a read-only DLPack import, a shared-memory region, a mapped file).
+
+      iex> t = TensorBlob.Tensor.from_binary(<<1, 2, 3>>, :uint8, {3}, copy: false)
+      iex> c = TensorBlob.Tensor.copy(t)
+      iex> {TensorBlob.Tensor.memory(t), TensorBlob.Tensor.memory(c)}
+      {:binary, :owned}
+      iex> TensorBlob.Tensor.write!(c, <<4, 5, 6>>) |> TensorBlob.Tensor.to_binary()
+      <<4, 5, 6>>
+      iex> TensorBlob.Tensor.to_binary(t)
+      <<1, 2, 3>>
+  """
+  @spec copy(input()) :: t()
+  def copy(tensor), do: reported({__MODULE__, :copy, 1}, do: wrap(:tensor_blob.copy(ref(tensor))))
+
   @doc "A view of `length` elements of dimension `dim` from `start`; shares memory."
   @spec narrow(input(), non_neg_integer(), non_neg_integer(), non_neg_integer()) :: t()
   def narrow(tensor, dim, start, length) do
