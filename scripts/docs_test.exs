@@ -20,7 +20,9 @@
 #   ```elixir quickstart  run, then saved as quick_start.exs in a fresh Mix
 #                    project (as ```sh mix) and run with `mix run
 #                    quick_start.exs`, which must print every value the
-#                    block shows (each `# =>` with no `_` in it)
+#                    block shows (each `# =>` with no `_` in it);
+#                    quickstart named: run so in a named node (elixir
+#                    --sname NAME -S mix run quick_start.exs)
 #   ```elixir terminal-a (terminal-b) a recipe for two terminals: a's
 #                    blocks in a node named a, b's in a node named b, two
 #                    VMs of their own (this script, --terminal) against an
@@ -173,7 +175,7 @@ defmodule DocsTest do
 
             {:run, true} ->
               case run_elixir(line, body, binding, env) do
-                {{:ran, _}, state} -> {run_quick_start(line, body), state}
+                {{:ran, _}, state} -> {run_quick_start(line, body, "named" in tags), state}
                 failed -> failed
               end
           end
@@ -328,7 +330,10 @@ defmodule DocsTest do
   # quick_start.exs` in a fresh Mix project depending on this checkout; it
   # must print every value the block shows (each `# =>` that is not a
   # pattern with `_` in it appears in what it printed, as inspect prints it).
-  defp run_quick_start(line, body) do
+  # ```elixir quickstart named: the same in a named node (`elixir --sname
+  # NAME -S mix run quick_start.exs`), where the script's own functions are
+  # a module that other nodes lack.
+  defp run_quick_start(line, body, named?) do
     code = Enum.map_join(body, "\n", &elem(&1, 1))
     shown = for {_, _, {:value, text}} <- chunks(body, "#"), not String.contains?(text, "_"), do: text
 
@@ -336,7 +341,8 @@ defmodule DocsTest do
       line,
       fn project ->
         File.write!(Path.join(project, "quick_start.exs"), code)
-        "mix run quick_start.exs"
+        run = "mix run quick_start.exs"
+        if named?, do: "mix compile >/dev/null && elixir --sname tb_quick_$$ -S #{run}", else: run
       end,
       fn out ->
         case Enum.reject(shown, &String.contains?(squash(out), squash(&1))) do
