@@ -18,6 +18,9 @@
 %% binary_of/4 copy (or view) as tensor_blob's from_binary/3 and
 %% to_binary/1,2 do, reported in the door's name.
 %%
+%% JSON. decode_json/1 reads JSON as the library does (the maps of shared
+%% tensors, a sharded checkpoint's index), for a door that takes JSON.
+%%
 %% Handing memory over. A door that gives a tensor's memory to a library
 %% that writes it with no guard of ours (ExTorch's from_blob) asks
 %% writable/1 first: read-only memory, or memory a binary shows, must go
@@ -34,6 +37,7 @@
 -export([message/2, prune/1, big_integer_text/2]).
 -export([to_blob_struct/3, blob_fields/1, blob_view/2, copy_from_binary/5, copy_to_binary/3, binary_of/4,
          data_bytes/1]).
+-export([decode_json/1, decode_json/2]).
 
 -include("tensor_blob_internal.hrl").
 
@@ -174,6 +178,27 @@ binary_of(T, Unguarded, Maker, Function) -> tensor_blob_tensor:binary_of(T, Ungu
 -spec data_bytes(tensor_blob:tensor()) -> non_neg_integer().
 data_bytes(T) -> tensor_blob_tensor:data_bytes(T).
 
+
+%% @doc JSON text as terms, as the library reads it: objects as maps with
+%% binary keys, arrays as lists, strings as binaries, integers, true,
+%% false, and null as nil. A number with a fraction or an exponent is
+%% refused (error), and so is an object that names a key twice ({error,
+%% {duplicate_key, Key}}): decoders differ on which value such a key has.
+%% Linear in the text's length, which the caller bounds. OTP 27's json
+%% decodes where it is there (backend stdlib), a decoder of the library's
+%% own elsewhere (fallback).
+-spec decode_json(binary()) -> {ok, term()} | {error, {duplicate_key, binary()}} | error.
+decode_json(Text) -> decode_json(Text, tensor_blob_json:backend()).
+
+%% @doc decode_json/1 by the decoder named: stdlib (OTP 27 and later) or
+%% fallback.
+-spec decode_json(binary(), stdlib | fallback) -> {ok, term()} | {error, {duplicate_key, binary()}} | error.
+decode_json(Text, Backend) when is_binary(Text), (Backend =:= fallback orelse Backend =:= stdlib) ->
+    tensor_blob_json:decode(Text, Backend);
+decode_json(Text, _Backend) when not is_binary(Text) ->
+    badarg(bad_value, text, ["text: expected a binary, got ", {term, Text}]);
+decode_json(_Text, Backend) ->
+    badarg(bad_value, backend, ["backend: expected stdlib or fallback, got ", {term, Backend}]).
 
 %% The arguments every door passes: its own function, a body, the token of
 %% start/1. Checked here, so that a door's mistake is an error of the

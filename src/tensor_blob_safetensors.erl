@@ -41,6 +41,15 @@ open(Path) -> open(Path, #{}).
 %% name asked for that the file lacks). A symbolic link to a regular file is
 %% followed; a FIFO, a device or a directory is refused without opening it.
 %%
+%% A sharded checkpoint opens whole: Path names its index
+%% (model.safetensors.index.json, whose weight_map places each tensor in a
+%% shard file beside it) or the folder that holds it. Every shard is mapped
+%% once, its tensors pinning it, and the answer is one map of every shard's
+%% tensors, with the index's metadata. A shard the index names that is
+%% missing is refused (missing), and so is a tensor held by two shards, or
+%% by another shard than the index says (bad_file); only => [Name] maps
+%% only the shards that hold those names.
+%%
 %% Opts: only => [Name]: those tensors alone. nested => true: the tensors
 %% as nested maps, each name split at its "." (the form write/3 takes). misaligned => copy (the
 %% default) | refuse: a tensor whose offset in the file does not fit its
@@ -57,6 +66,18 @@ open(Path, Opts) ->
                #{only := Names} -> lists:usort([name(only, N) || N <- Names]);
                _ -> all
            end,
+    {ByName, Meta} = case index_of(Name) of
+                         none -> open_file(Name, Only, Misaligned);
+                         Index -> open_index(Index, Only, Misaligned)
+                     end,
+    #{tensors => case Nested of
+                     true -> nest(lists:sort(maps:to_list(ByName)), #{});
+                     false -> ByName
+                 end,
+      metadata => Meta}.
+
+%% One file's tensors (Only: all, or the names asked for) and metadata.
+open_file(Name, Only, Misaligned) ->
     Start = tensor_blob_telemetry:start(copy),
     {Tensors, Meta, Copied} = ?NIF(tensor_blob_nif:safetensors_open(Name, Only)),
     ByName = maps:from_list(Tensors),
@@ -70,11 +91,126 @@ open(Path, Opts) ->
                                         maps:get(C, ByName)) || C <- Copied],
             ok
     end,
-    #{tensors => case Nested of
-                     true -> nest(lists:sort(maps:to_list(ByName)), #{});
-                     false -> ByName
-                 end,
-      metadata => case Meta of nil -> #{}; _ -> maps:from_list(Meta) end}.
+    {ByName, case Meta of nil -> #{}; _ -> maps:from_list(Meta) end}.
+
+%% A sharded checkpoint's index: the path of one (NAME.safetensors.index.json),
+%% or of a folder holding exactly one. none for anything else.
+index_of(Name) ->
+    case filelib:is_dir(Name) of
+        true ->
+            case filelib:wildcard("*.safetensors.index.json", binary_to_list(Name)) of
+                [One] -> filename:join(Name, One);
+                [] -> badarg(bad_file, path, ["path: ", {term, Name}, " is a folder, with no sharded checkpoint's "
+                                              "index (*.safetensors.index.json) in it"]);
+                Many -> badarg(bad_file, path, ["path: ", {term, Name}, " holds more than one index: ",
+                                                {term, [list_to_binary(M) || M <- Many]}, "; name one"])
+            end;
+        false ->
+            case lists:suffix(".index.json", binary_to_list(Name)) of
+                true -> Name;
+                false -> none
+            end
+    end.
+
+%% The largest index read: a checkpoint of a million tensors has an index
+%% of some tens of MiB.
+-define(INDEX_BYTES, (256 bsl 20)).
+
+%% The tensors of every shard an index names (Only: those shards that hold
+%% the names asked for), each shard mapped once; the index's metadata.
+open_index(Index, Only, Misaligned) ->
+    {WeightMap, Meta} = read_index(Index),
+    Wanted = case Only of
+                 all -> WeightMap;
+                 Names -> maps:from_list([{N, index_entry(Index, WeightMap, N)} || N <- Names])
+             end,
+    Shards = maps:groups_from_list(fun({_, Shard}) -> Shard end, fun({N, _}) -> N end, maps:to_list(Wanted)),
+    Dir = filename:dirname(Index),
+    Opened = [{Shard, open_shard(Index, filename:join(Dir, Shard), Only, Names, Misaligned)}
+              || {Shard, Names} <- lists:sort(maps:to_list(Shards))],
+    All = lists:foldl(fun({Shard, Tensors}, Acc) -> merge_shard(Index, WeightMap, Shard, Tensors, Acc) end, #{},
+                      Opened),
+    [badarg(bad_file, path, ["path: the index ", {term, Index}, " places ", {term, N}, " in ", {term, Shard},
+                             ", which does not hold it"])
+     || {N, Shard} <- lists:sort(maps:to_list(Wanted)), not is_map_key(N, All)],
+    {All, Meta}.
+
+index_entry(Index, WeightMap, N) ->
+    case WeightMap of
+        #{N := Shard} -> Shard;
+        _ -> badarg(missing, only, ["only: ", {term, N}, " is no tensor of the index ", {term, Index}])
+    end.
+
+open_shard(Index, Path, Only, Names, Misaligned) ->
+    filelib:is_regular(Path) orelse
+        badarg(missing, path, ["path: the index ", {term, Index}, " names the shard ", {term, Path},
+                               ", which is missing"]),
+    ShardOnly = case Only of
+                    all -> all;
+                    _ -> lists:usort(Names)
+                end,
+    element(1, open_file(Path, ShardOnly, Misaligned)).
+
+%% A shard's tensors into the whole: each where the index places it, and
+%% in one shard only.
+merge_shard(Index, WeightMap, Shard, Tensors, Acc) ->
+    maps:fold(fun(N, T, A) ->
+                      is_map_key(N, A) andalso
+                          badarg(bad_file, path, ["path: the shards of ", {term, Index}, " hold ", {term, N},
+                                                  " twice"]),
+                      case WeightMap of
+                          #{N := Shard} -> A#{N => T};
+                          #{N := Other} ->
+                              badarg(bad_file, path, ["path: the index ", {term, Index}, " places ", {term, N},
+                                                      " in ", {term, Other}, ", but ", {term, Shard}, " holds it"]);
+                          _ ->
+                              badarg(bad_file, path, ["path: the shard ", {term, Shard}, " holds ", {term, N},
+                                                      ", which the index ", {term, Index}, " does not name"])
+                      end
+              end, Acc, Tensors).
+
+%% The index: {"weight_map": {Name: ShardFile}, "metadata": {...}}, a
+%% shard a plain file name beside the index (never a path out of its
+%% folder). Metadata values are kept as strings (an integer as its
+%% digits).
+read_index(Index) ->
+    Text = case file:read_file_info(Index) of
+               {ok, #{size := Size}} when Size > ?INDEX_BYTES ->
+                   badarg(bad_file, path, ["path: the index ", {term, Index}, " is over ",
+                                           integer_to_binary(?INDEX_BYTES), " bytes"]);
+               _ ->
+                   case file:read_file(Index) of
+                       {ok, Bytes} -> Bytes;
+                       {error, enoent} -> badarg(missing, path, ["path: no such file: ", {term, Index}]);
+                       {error, Why} -> badarg(bad_file, path, ["path: ", {term, Index}, ": ",
+                                                               list_to_binary(file:format_error(Why))])
+                   end
+           end,
+    case tensor_blob_json:decode(Text) of
+        {ok, #{<<"weight_map">> := WeightMap} = Json} when is_map(WeightMap) ->
+            [bad_index(Index, ["the tensor ", {term, N}, " has no shard file name: ", {term, S}])
+             || {N, S} <- maps:to_list(WeightMap), not shard_name(S)],
+            {WeightMap, index_metadata(Index, maps:get(<<"metadata">>, Json, #{}))};
+        {ok, _} ->
+            bad_index(Index, ["it has no \"weight_map\" of tensor names to shard files"]);
+        {error, {duplicate_key, Key}} ->
+            bad_index(Index, ["it names ", {term, Key}, " twice"]);
+        error ->
+            bad_index(Index, ["it is not JSON this library reads (objects, strings, integers)"])
+    end.
+
+shard_name(S) ->
+    is_binary(S) andalso S =/= <<>> andalso filename:basename(S) =:= S andalso S =/= <<".">> andalso S =/= <<"..">>.
+
+index_metadata(_Index, Meta) when is_map(Meta) ->
+    maps:from_list([{K, if is_integer(V) -> integer_to_binary(V); true -> V end}
+                    || {K, V} <- maps:to_list(Meta), is_binary(V) orelse is_integer(V)]);
+index_metadata(Index, _Meta) ->
+    bad_index(Index, ["its \"metadata\" is not an object"]).
+
+-spec bad_index(binary(), list()) -> no_return().
+bad_index(Index, Why) ->
+    badarg(bad_file, path, ["path: ", {term, Index}, " is not a sharded checkpoint's index: " | Why]).
 
 %% The tensors by name as nested maps, a name split at each ".": the form
 %% write/3 takes, and a model's parameters have.

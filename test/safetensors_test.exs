@@ -269,6 +269,113 @@ defmodule TensorBlob.SafeTensorsTest do
     end
   end
 
+  describe "sharded checkpoints" do
+    # Two shards and their index, as the reference's writers lay them out.
+    defp sharded(dir) do
+      a = Tensor.from_binary(<<1, 2>>, :uint8, {2})
+      b = Tensor.from_binary(<<3, 4, 5>>, :uint8, {3})
+      c = Tensor.from_binary(<<6>>, :uint8, {1})
+      :ok = SafeTensors.write(Path.join(dir, "model-00001-of-00002.safetensors"), %{"layer.a" => a, "layer.b" => b})
+      :ok = SafeTensors.write(Path.join(dir, "model-00002-of-00002.safetensors"), %{"head.c" => c})
+
+      index(dir, %{
+        "layer.a" => "model-00001-of-00002.safetensors",
+        "layer.b" => "model-00001-of-00002.safetensors",
+        "head.c" => "model-00002-of-00002.safetensors"
+      })
+    end
+
+    defp index(dir, weight_map, name \\ "model.safetensors.index.json") do
+      entries = Enum.map_join(weight_map, ", ", fn {k, v} -> ~s("#{k}": "#{v}") end)
+      path = Path.join(dir, name)
+      File.write!(path, ~s({"metadata": {"total_size": 6, "format": "pt"}, "weight_map": {#{entries}}}))
+      path
+    end
+
+    test "the index, or its folder, opens every shard as one map", %{dir: dir} do
+      index = sharded(dir)
+
+      for path <- [index, dir] do
+        %{tensors: ts, metadata: meta} = SafeTensors.open(path)
+
+        assert Map.new(ts, fn {k, t} -> {k, Tensor.to_binary(t)} end) ==
+                 %{"layer.a" => <<1, 2>>, "layer.b" => <<3, 4, 5>>, "head.c" => <<6>>}
+
+        assert meta == %{"total_size" => "6", "format" => "pt"}
+        assert Enum.all?(Map.values(ts), &(Tensor.memory(&1) == :file))
+      end
+
+      %{tensors: %{"layer" => %{"a" => _, "b" => _}, "head" => %{"c" => _}}} = SafeTensors.open(index, nested: true)
+    end
+
+    test "only: maps the shards that hold the names asked for, no other", %{dir: dir} do
+      index = sharded(dir)
+      %{tensors: ts} = SafeTensors.open(index, only: ["head.c"])
+      assert Map.keys(ts) == ["head.c"]
+      maps = File.read!("/proc/self/maps")
+      assert maps =~ "model-00002-of-00002.safetensors"
+      refute maps =~ "model-00001-of-00002.safetensors"
+      assert Tensor.to_binary(ts["head.c"]) == <<6>>
+
+      assert {ArgumentError, :missing, :only, message} = refusal(index, only: ["nope"])
+      assert message =~ ~s("nope")
+    end
+
+    test "a missing shard, a misplaced or doubled tensor, and indexes that are none", %{dir: dir} do
+      sharded(dir)
+      shard1 = "model-00001-of-00002.safetensors"
+      shard2 = "model-00002-of-00002.safetensors"
+
+      missing = index(dir, %{"layer.a" => "gone.safetensors"}, "missing.safetensors.index.json")
+      assert {ArgumentError, :missing, :path, message} = refusal(missing)
+      assert message =~ "gone.safetensors"
+
+      # head.c lives in shard 2; an index that places it in shard 1.
+      misplaced =
+        index(dir, %{"layer.a" => shard1, "layer.b" => shard1, "head.c" => shard1}, "m.safetensors.index.json")
+
+      assert {ArgumentError, :bad_file, :path, message} = refusal(misplaced)
+      assert message =~ "head.c"
+
+      # A shard holding a tensor the index does not name.
+      unnamed = index(dir, %{"layer.a" => shard1, "head.c" => shard2}, "u.safetensors.index.json")
+      assert {ArgumentError, :bad_file, :path, message} = refusal(unnamed)
+      assert message =~ "layer.b"
+
+      # A shard that is a path out of the folder.
+      escape = index(dir, %{"layer.a" => "../#{shard1}"}, "e.safetensors.index.json")
+      assert {ArgumentError, :bad_file, :path, _} = refusal(escape)
+
+      for {name, text} <- [
+            {"text.safetensors.index.json", "not json"},
+            {"nomap.safetensors.index.json", ~s({"metadata": {}})},
+            {"twice.safetensors.index.json", ~s({"weight_map": {"a": "x", "a": "y"}})}
+          ] do
+        path = Path.join(dir, name)
+        File.write!(path, text)
+        assert {ArgumentError, :bad_file, :path, message} = refusal(path)
+        assert message =~ path
+      end
+
+      # A folder with several indexes, and one with none.
+      assert {ArgumentError, :bad_file, :path, _} = refusal(dir)
+      empty = Path.join(dir, "empty")
+      File.mkdir_p!(empty)
+      assert {ArgumentError, :bad_file, :path, message} = refusal(empty)
+      assert message =~ "index"
+    end
+
+    test "each shard's mapping lives while its own tensors do", %{dir: dir} do
+      index = sharded(dir)
+      %{tensors: %{"head.c" => c}} = SafeTensors.open(index)
+      TensorBlob.Test.Lifetime.collect()
+      maps = File.read!("/proc/self/maps")
+      assert maps =~ "model-00002-of-00002.safetensors"
+      refute maps =~ "model-00001-of-00002.safetensors"
+      assert Tensor.to_binary(c) == <<6>>
+    end
+  end
+
   describe "write/3" do
     test "strided views, regions and binaries, written row-major", %{dir: dir} do
       m = Tensor.from_binary(<<1, 2, 3, 4, 5, 6>>, :uint8, {2, 3})

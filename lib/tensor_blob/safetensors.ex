@@ -40,7 +40,16 @@ defmodule TensorBlob.SafeTensors do
   empty map when it has none). A symbolic link to a regular file is
   followed; a FIFO, a device or a directory is refused without opening it.
 
-  Options: `only: names` opens those tensors alone; `nested: true` gives
+  A sharded checkpoint opens whole: `path` names its index
+  (`model.safetensors.index.json`, whose `weight_map` places each tensor
+  in a shard file beside it) or the folder that holds it. Every shard is
+  mapped once, pinned by its own tensors, and the answer is one map of
+  every shard's tensors with the index's `metadata`. A shard the index
+  names that is missing raises (`:missing`), and so does a tensor held by
+  two shards, or by another shard than the index says (`:bad_file`).
+
+  Options: `only: names` opens those tensors alone (of a sharded
+  checkpoint, only the shards that hold them are mapped); `nested: true` gives
   the tensors as nested maps, each name split at its `"."` (the form of a
   model's parameters, and what `write/3` takes); `misaligned: :copy`
   (the default) copies once a tensor whose offset in the file does not fit
