@@ -174,8 +174,8 @@ merge_shard(Index, WeightMap, Shard, Tensors, Acc) ->
 %% folder). Metadata values are kept as strings (an integer as its
 %% digits).
 read_index(Index) ->
-    Text = case file:read_file_info(Index) of
-               {ok, #{size := Size}} when Size > ?INDEX_BYTES ->
+    Text = case filelib:file_size(Index) of
+               Size when Size > ?INDEX_BYTES ->
                    badarg(bad_file, path, ["path: the index ", {term, Index}, " is over ",
                                            integer_to_binary(?INDEX_BYTES), " bytes"]);
                _ ->

@@ -357,6 +357,16 @@ defmodule TensorBlob.SafeTensorsTest do
         assert message =~ path
       end
 
+      # An index over the bound (a sparse file) is refused before it is read.
+      big = Path.join(dir, "big.safetensors.index.json")
+      {:ok, io} = :file.open(big, [:write, :raw, :binary])
+      {:ok, _} = :file.position(io, 257 * 1024 * 1024)
+      :ok = :file.write(io, "}")
+      :ok = :file.close(io)
+      assert {ArgumentError, :bad_file, :path, message} = refusal(big)
+      assert message =~ "bytes"
+      File.rm!(big)
+
       # A folder with several indexes, and one with none.
       assert {ArgumentError, :bad_file, :path, _} = refusal(dir)
       empty = Path.join(dir, "empty")
