@@ -205,6 +205,10 @@ defmodule TensorBlob.Test.Doors do
             %{name: :path, kind: :path, good: &safetensors_file/0},
             keywords(misaligned: :refuse)
           ]),
+          call("SafeTensors.open/2 of a sharded checkpoint's index", fn [p, o] -> SafeTensors.open(p, o) end, [
+            %{name: :path, kind: :path, good: &safetensors_index/0},
+            keywords(nested: true)
+          ]),
           call("SafeTensors.write/3", fn [p, ts, m] -> SafeTensors.write(p, ts, m) end, [
             %{name: :path, kind: :path, good: fn -> safetensors_target("write") end},
             %{name: :tensors, kind: :tensors, good: fn -> %{"t" => Tensor.zeros({4}, :uint8)} end},
@@ -374,6 +378,22 @@ defmodule TensorBlob.Test.Doors do
       # tensor's file would then be "replaced".
       own = "#{path}.#{System.unique_integer([:positive])}"
       :ok = SafeTensors.write(own, %{"t" => Tensor.zeros({4}, :uint8)}, %{"k" => "v"})
+      _ = File.ln(own, path)
+      File.rm!(own)
+    end
+
+    path
+  end
+
+  # The index of a sharded checkpoint whose one shard is safetensors_file(),
+  # made once as that file is.
+  defp safetensors_index do
+    shard = safetensors_file()
+    path = Path.join(Path.dirname(shard), "model.safetensors.index.json")
+
+    unless File.exists?(path) do
+      own = "#{path}.#{System.unique_integer([:positive])}"
+      File.write!(own, ~s({"weight_map": {"t": "#{Path.basename(shard)}"}}))
       _ = File.ln(own, path)
       File.rm!(own)
     end
