@@ -100,8 +100,8 @@ index_of(Name) ->
         true ->
             case filelib:wildcard("*.safetensors.index.json", binary_to_list(Name)) of
                 [One] -> filename:join(Name, One);
-                [] -> badarg(bad_file, path, ["path: ", {term, Name}, " is a folder, with no sharded checkpoint's "
-                                              "index (*.safetensors.index.json) in it"]);
+                [] -> badarg(bad_file, path, ["path: ", {term, Name}, " is a directory, not a safetensors file, "
+                                              "and holds no sharded checkpoint's index (*.safetensors.index.json)"]);
                 Many -> badarg(bad_file, path, ["path: ", {term, Name}, " holds more than one index: ",
                                                 {term, [list_to_binary(M) || M <- Many]}, "; name one"])
             end;
