@@ -8,6 +8,9 @@ defmodule TensorBlob.SafeTensorsTest do
 
   alias TensorBlob.{SafeTensors, Tensor}
 
+  # The :nx tests call Nx, on the code path only where they run.
+  @compile {:no_warn_undefined, [Nx, TensorBlob.Nx]}
+
   setup do
     dir = Path.join(System.tmp_dir!(), "tb_safetensors_#{System.unique_integer([:positive])}")
     File.mkdir_p!(dir)
