@@ -29,6 +29,8 @@
 #include "tb_nifs.h"
 #include "tb_proc_maps.h"
 #include "tb_safetensors.h"
+#include "tb_safetensors_decode.h"
+#include "tb_safetensors_encode.h"
 #include "tb_storage.h"
 #include "tb_tensor.h"
 #include "tb_term.h"
