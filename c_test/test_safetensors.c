@@ -1,13 +1,16 @@
-/* The safetensors header decoder (c_src/file/tb_safetensors.c): each of
- * its named refusals made by a header of its own, with the tensor it
- * names; a valid header's entries, shapes and metadata; the writer's
- * output decoded back. Every refusal of the table has a case here, or is
- * listed as one no header can make (out of memory). */
+/* The safetensors header decoder (c_src/file/tb_safetensors_decode.c):
+ * each of its named refusals made by a header of its own, with the tensor
+ * it names; a valid header's entries, shapes and metadata; the writer's
+ * output (tb_safetensors_encode.c) decoded back. Every refusal of the
+ * table has a case here, or is listed as one no header can make (out of
+ * memory). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "tb_safetensors.h"
+#include "tb_safetensors_decode.h"
+#include "tb_safetensors_encode.h"
 
 typedef struct {
     tb_safetensors_error error;

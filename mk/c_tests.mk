@@ -55,7 +55,7 @@ c_test_bridge_SOURCES := test_bridge
 # machine allows one.
 c_test_shm_SOURCES := test_shm src/tb_shm_names src/tb_fault
 # The safetensors header: each named refusal, a valid header, the writer.
-c_test_safetensors_SOURCES := test_safetensors src/tb_safetensors src/tb_dtype
+c_test_safetensors_SOURCES := test_safetensors src/tb_safetensors src/tb_json src/tb_safetensors_decode src/tb_safetensors_encode src/tb_dtype
 # A value made once and read without a lock, raced from threads (make
 # tsan-test too).
 c_test_once_SOURCES := test_once

@@ -19,7 +19,7 @@ STRESS_CYCLES ?= 1000000
 fuzz_layout_SOURCES := fuzz_layout src/tb_layout src/tb_dtype
 fuzz_dtype_SOURCES := fuzz_dtype src/tb_dtype
 fuzz_overlap_SOURCES := fuzz_overlap src/tb_overlap
-fuzz_safetensors_SOURCES := fuzz_safetensors src/tb_safetensors src/tb_dtype
+fuzz_safetensors_SOURCES := fuzz_safetensors src/tb_safetensors src/tb_json src/tb_safetensors_decode src/tb_safetensors_encode src/tb_dtype
 
 $(BUILD)/fuzz/%.o: fuzz/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)

@@ -70,9 +70,11 @@ format:
 
 # Static checks, run by CI: dialyzer, mix format, the C style of
 # .clang-format, no module of src/ or lib/ over 600 lines
-# (scripts/check_module_size.sh), no call from lib/ to a private module of
-# src/ (scripts/check_private_calls.sh), test/BAD_INPUTS.md current, and that
-# nx-test builds the foreign NIF its bridge tests load.
+# (scripts/check_module_size.sh), no C function of c_src over 60 lines
+# (scripts/check_function_size.sh, by universal-ctags' extents), no call
+# from lib/ to a private module of src/ (scripts/check_private_calls.sh),
+# test/BAD_INPUTS.md current, and that nx-test builds the foreign NIF its
+# bridge tests load.
 # Tomorrow's warnings today, on the newest stack (make newest-test runs it
 # in Debian testing's root). newest-lint-c: the library, the reaper, the C
 # and shim tests built (not run) with every warning an error (-Wall
@@ -98,6 +100,7 @@ newest-lint-beam:
 lint: dialyzer bad-inputs-check
 	mix format --check-formatted
 	scripts/check_module_size.sh
+	scripts/check_function_size.sh
 	scripts/check_private_calls.sh
 	mix run --no-start scripts/check_script_calls.exs
 	@if [ "$(LINT_FORMAT)" = 1 ]; then scripts/check_format.sh; fi

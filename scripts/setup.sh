@@ -9,6 +9,8 @@ packages=(
   elixir rebar3
   libtorch-dev
   clang-14 libclang-rt-14-dev valgrind clang-format-14
+  # make lint: the extent of each C function (scripts/check_function_size.sh)
+  universal-ctags
   # PyTorch in Debian's python: make python-test shares tensors with it,
   # make bench compares with its own DLPack round trip.
   python3-torch

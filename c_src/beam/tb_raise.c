@@ -80,71 +80,79 @@ static void add_segment(message *m, ERL_NIF_TERM segment)
         m->segments[m->count++] = segment;
 }
 
+/* An integer of conversion c (d, i, u or x) with longs l's, written into
+ * number: its length, as snprintf gives it. */
+static int format_integer(char c, int longs, int alternate, va_list *ap, char *number, size_t size)
+{
+    if (c == 'd' || c == 'i')
+        return longs == 0   ? snprintf(number, size, "%d", va_arg(*ap, int))
+               : longs == 1 ? snprintf(number, size, "%ld", va_arg(*ap, long))
+                            : snprintf(number, size, "%lld", va_arg(*ap, long long));
+    if (c == 'u')
+        return longs == 0   ? snprintf(number, size, "%u", va_arg(*ap, unsigned))
+               : longs == 1 ? snprintf(number, size, "%lu", va_arg(*ap, unsigned long))
+                            : snprintf(number, size, "%llu", va_arg(*ap, unsigned long long));
+    unsigned long long value = longs == 0   ? va_arg(*ap, unsigned)
+                               : longs == 1 ? va_arg(*ap, unsigned long)
+                                            : va_arg(*ap, unsigned long long);
+    return snprintf(number, size, alternate ? "%#llx" : "%llx", value);
+}
+
+/* The conversion that starts at spec (its '%') added to m: where the
+ * format goes on after it (its last character, or spec itself when it is
+ * not a conversion of ours: the percent sign is kept as written, and what
+ * follows it is read again as plain text). */
+static const char *add_conversion(message *m, const char *spec, va_list *ap)
+{
+    const char *p = spec + 1;
+    int alternate = 0, longs = 0;
+    if (*p == '#') {
+        alternate = 1;
+        p++;
+    }
+    while (*p == 'l' && longs < 2) {
+        longs++;
+        p++;
+    }
+    char number[32];
+    int n = -1;
+    switch (*p) {
+    case '%': add_text(m, "%", 1); break;
+    case 'd':
+    case 'i':
+    case 'u':
+    case 'x': n = format_integer(*p, longs, alternate, ap, number, sizeof number); break;
+    case 's': {
+        const char *s = va_arg(*ap, const char *);
+        add_text(m, s, strlen(s));
+        break;
+    }
+    case 'T': add_segment(m, enif_make_tuple2(m->env, tb_atoms.term, va_arg(*ap, ERL_NIF_TERM))); break;
+    case 'C': {
+        const char *erlang = va_arg(*ap, const char *);
+        const char *elixir = va_arg(*ap, const char *);
+        add_segment(m, enif_make_tuple3(m->env, tb_atoms.code, ascii_binary(m->env, erlang, strlen(erlang)),
+                                        ascii_binary(m->env, elixir, strlen(elixir))));
+        break;
+    }
+    default: add_text(m, "%", 1); return spec;
+    }
+    if (n > 0)
+        add_text(m, number, (size_t)n < sizeof number ? (size_t)n : sizeof number - 1);
+    return p;
+}
+
 /* Reads the printf-like format (tb_raise.h) into segments, and raises
  * {Kind, #{reason => Reason, argument => Argument, message => Segments}}. */
 static ERL_NIF_TERM raise_v(ErlNifEnv *env, ERL_NIF_TERM kind, tb_reason reason, const char *argument, const char *fmt,
-                            va_list ap)
+                            va_list *ap)
 {
     message m = {.env = env, .count = 0, .used = 0};
     for (const char *p = fmt; *p && !full(&m); p++) {
-        if (*p != '%') {
+        if (*p == '%')
+            p = add_conversion(&m, p, ap);
+        else
             add_text(&m, p, 1);
-            continue;
-        }
-        const char *spec = p++;
-        int alternate = 0, longs = 0;
-        if (*p == '#') {
-            alternate = 1;
-            p++;
-        }
-        while (*p == 'l' && longs < 2) {
-            longs++;
-            p++;
-        }
-        char number[32];
-        int n = -1;
-        switch (*p) {
-        case '%': add_text(&m, "%", 1); break;
-        case 'd':
-        case 'i':
-            n = longs == 0   ? snprintf(number, sizeof number, "%d", va_arg(ap, int))
-                : longs == 1 ? snprintf(number, sizeof number, "%ld", va_arg(ap, long))
-                             : snprintf(number, sizeof number, "%lld", va_arg(ap, long long));
-            break;
-        case 'u':
-            n = longs == 0   ? snprintf(number, sizeof number, "%u", va_arg(ap, unsigned))
-                : longs == 1 ? snprintf(number, sizeof number, "%lu", va_arg(ap, unsigned long))
-                             : snprintf(number, sizeof number, "%llu", va_arg(ap, unsigned long long));
-            break;
-        case 'x': {
-            unsigned long long value = longs == 0   ? va_arg(ap, unsigned)
-                                       : longs == 1 ? va_arg(ap, unsigned long)
-                                                    : va_arg(ap, unsigned long long);
-            n = snprintf(number, sizeof number, alternate ? "%#llx" : "%llx", value);
-            break;
-        }
-        case 's': {
-            const char *s = va_arg(ap, const char *);
-            add_text(&m, s, strlen(s));
-            break;
-        }
-        case 'T': add_segment(&m, enif_make_tuple2(env, tb_atoms.term, va_arg(ap, ERL_NIF_TERM))); break;
-        case 'C': {
-            const char *erlang = va_arg(ap, const char *);
-            const char *elixir = va_arg(ap, const char *);
-            add_segment(&m, enif_make_tuple3(env, tb_atoms.code, ascii_binary(env, erlang, strlen(erlang)),
-                                             ascii_binary(env, elixir, strlen(elixir))));
-            break;
-        }
-        default:
-            /* Not a conversion of ours: the percent sign is kept as written,
-             * and what follows it is read again as plain text. */
-            add_text(&m, "%", 1);
-            p = spec;
-            break;
-        }
-        if (n > 0)
-            add_text(&m, number, (size_t)n < sizeof number ? (size_t)n : sizeof number - 1);
     }
     flush_text(&m);
     ERL_NIF_TERM keys[] = {tb_atoms.reason, tb_atoms.argument, tb_atoms.message};
@@ -159,7 +167,7 @@ ERL_NIF_TERM tb_raise_badarg(ErlNifEnv *env, tb_reason reason, const char *argum
 {
     va_list ap;
     va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, tb_atoms.badarg, reason, argument, fmt, ap);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.badarg, reason, argument, fmt, &ap);
     va_end(ap);
     return r;
 }
@@ -168,7 +176,7 @@ ERL_NIF_TERM tb_raise_error(ErlNifEnv *env, tb_reason reason, const char *argume
 {
     va_list ap;
     va_start(ap, fmt);
-    ERL_NIF_TERM r = raise_v(env, tb_atoms.tensor_blob, reason, argument, fmt, ap);
+    ERL_NIF_TERM r = raise_v(env, tb_atoms.tensor_blob, reason, argument, fmt, &ap);
     va_end(ap);
     return r;
 }

@@ -28,28 +28,32 @@ uint64_t tb_layout_byte_size(int ndim, const int64_t *shape, const int64_t *stri
     return (last + 1) * element_size;
 }
 
-tb_layout_result tb_layout_check(const tb_layout *l)
+/* ndim in range; every size and stride non-negative. */
+static int check_signs(const tb_layout *l, tb_layout_result *r)
 {
-    tb_layout_result r = {TB_LAYOUT_OK, -1, 1, 0, 0};
-
     if (l->ndim < 0 || l->ndim > TB_MAX_DIMS) {
-        r.status = TB_LAYOUT_TOO_MANY_DIMS;
-        return r;
+        r->status = TB_LAYOUT_TOO_MANY_DIMS;
+        return 0;
     }
     for (int i = 0; i < l->ndim; i++) {
         if (l->shape[i] < 0) {
-            r.status = TB_LAYOUT_NEGATIVE_DIM;
-            r.dim = i;
-            return r;
+            r->status = TB_LAYOUT_NEGATIVE_DIM;
+            r->dim = i;
+            return 0;
         }
         if (l->strides[i] < 0) {
-            r.status = TB_LAYOUT_NEGATIVE_STRIDE;
-            r.dim = i;
-            return r;
+            r->status = TB_LAYOUT_NEGATIVE_STRIDE;
+            r->dim = i;
+            return 0;
         }
     }
-    /* numel: a zero anywhere makes it 0, but an overflow in the other
-     * dimensions is still refused: the shape is nonsense either way. */
+    return 1;
+}
+
+/* numel: a zero anywhere makes it 0, but an overflow in the other
+ * dimensions is still refused: the shape is nonsense either way. */
+static int count_elements(const tb_layout *l, tb_layout_result *r)
+{
     int64_t numel = 1;
     int has_zero = 0;
     for (int i = 0; i < l->ndim; i++) {
@@ -58,19 +62,21 @@ tb_layout_result tb_layout_check(const tb_layout *l)
             continue;
         }
         if (__builtin_mul_overflow(numel, l->shape[i], &numel)) {
-            r.status = TB_LAYOUT_NUMEL_OVERFLOW;
-            r.dim = i;
-            return r;
+            r->status = TB_LAYOUT_NUMEL_OVERFLOW;
+            r->dim = i;
+            return 0;
         }
     }
-    if (has_zero)
-        numel = 0;
-    r.numel = numel;
+    r->numel = has_zero ? 0 : numel;
+    return 1;
+}
 
-    /* Offset of the farthest element, in elements, then in bytes. A
-     * dimension of size 0 holds nothing, but a slice of the other
-     * dimensions still moves the pointer by their strides: those are
-     * checked for overflow even when there are no elements. */
+/* Offset of the farthest element, in elements, then in bytes (*bytes). A
+ * dimension of size 0 holds nothing, but a slice of the other dimensions
+ * still moves the pointer by their strides: those are checked for
+ * overflow even when there are no elements. */
+static int measure_extent(const tb_layout *l, tb_layout_result *r, int64_t *bytes)
+{
     int64_t last = 0;
     for (int i = 0; i < l->ndim; i++) {
         int64_t reach;
@@ -78,39 +84,50 @@ tb_layout_result tb_layout_check(const tb_layout *l)
             continue;
         if (__builtin_mul_overflow(l->shape[i] - 1, l->strides[i], &reach) ||
             __builtin_add_overflow(last, reach, &last)) {
-            r.status = TB_LAYOUT_EXTENT_OVERFLOW;
-            r.dim = i;
-            return r;
+            r->status = TB_LAYOUT_EXTENT_OVERFLOW;
+            r->dim = i;
+            return 0;
         }
     }
-    int64_t bytes = 0;
-    if ((numel > 0 || last > 0) &&
-        (__builtin_add_overflow(last, 1, &bytes) || __builtin_mul_overflow(bytes, (int64_t)l->element_size, &bytes))) {
-        r.status = TB_LAYOUT_EXTENT_OVERFLOW;
-        return r;
+    *bytes = 0;
+    if ((r->numel > 0 || last > 0) &&
+        (__builtin_add_overflow(last, 1, bytes) || __builtin_mul_overflow(*bytes, (int64_t)l->element_size, bytes))) {
+        r->status = TB_LAYOUT_EXTENT_OVERFLOW;
+        return 0;
     }
+    return 1;
+}
+
+/* Where the memory lies: inside the address space, not at NULL when it
+ * holds elements, aligned to the element size. */
+static tb_layout_status pointer_status(const tb_layout *l, const tb_layout_result *r)
+{
+    uint64_t end;
+    if (__builtin_add_overflow(l->ptr, r->reach, &end))
+        return TB_LAYOUT_PTR_OVERFLOW;
+    if (r->numel > 0 && l->ptr == 0)
+        return TB_LAYOUT_NULL_POINTER;
+    if (l->element_size > 1 && !tb_multiple_of_element(l->ptr, l->element_size))
+        return TB_LAYOUT_MISALIGNED;
+    return TB_LAYOUT_OK;
+}
+
+tb_layout_result tb_layout_check(const tb_layout *l)
+{
+    tb_layout_result r = {TB_LAYOUT_OK, -1, 1, 0, 0};
+    int64_t bytes;
+    if (!check_signs(l, &r) || !count_elements(l, &r) || !measure_extent(l, &r, &bytes))
+        return r;
     /* Strides of 0 let a huge count of elements live in a few bytes, but
      * every copy of them, and libtorch's own byte count, needs this. */
     int64_t dense_bytes;
-    if (__builtin_mul_overflow(numel, (int64_t)l->element_size, &dense_bytes)) {
+    if (__builtin_mul_overflow(r.numel, (int64_t)l->element_size, &dense_bytes)) {
         r.status = TB_LAYOUT_BYTES_OVERFLOW;
         return r;
     }
     r.reach = (uint64_t)bytes;
-    r.byte_size = numel > 0 ? (uint64_t)bytes : 0;
-    uint64_t end;
-    if (__builtin_add_overflow(l->ptr, r.reach, &end)) {
-        r.status = TB_LAYOUT_PTR_OVERFLOW;
-        return r;
-    }
-    if (numel > 0 && l->ptr == 0) {
-        r.status = TB_LAYOUT_NULL_POINTER;
-        return r;
-    }
-    if (l->element_size > 1 && !tb_multiple_of_element(l->ptr, l->element_size)) {
-        r.status = TB_LAYOUT_MISALIGNED;
-        return r;
-    }
+    r.byte_size = r.numel > 0 ? (uint64_t)bytes : 0;
+    r.status = pointer_status(l, &r);
     return r;
 }
 

@@ -159,84 +159,132 @@ static ERL_NIF_TERM make_tensor(ErlNifEnv *env, tb_cuda_ipc *m, const tb_dense *
     return tb_tensor_result(env, "ipc", ok, &out);
 }
 
-ERL_NIF_TERM tb_nif_cuda_torch_open(TB_NIF_PARAMS)
-{
-    /* The fields of storage._share_cuda_(), in its order, then dtype and shape. */
+/* The fields of storage._share_cuda_() that cuda_torch_open takes, in its
+ * order (argv[0..7]). */
+typedef struct {
     int device;
-    ErlNifBinary handle_bin, name, event;
-    ErlNifUInt64 storage_bytes, storage_offset;
-    ErlNifSInt64 slot;
-    tb_cuda_handle handle;
+    tb_cuda_handle handle; /* with the storage's offset */
+    ErlNifUInt64 storage_bytes;
+    ErlNifBinary counter_name;
+    ErlNifSInt64 counter_slot;
+    ErlNifBinary event;
+    int event_sync;
+} torch_share;
+
+/* Where the memory is: device, handle, storage size and offset. */
+static int get_share_memory(ErlNifEnv *env, const ERL_NIF_TERM argv[], torch_share *s, ERL_NIF_TERM *exc)
+{
+    ErlNifBinary handle_bin;
+    ErlNifUInt64 storage_offset;
     const char *e;
-    if (!enif_get_int(env, argv[0], &device) || device < 0)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "device",
+    if (!enif_get_int(env, argv[0], &s->device) || s->device < 0)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "device",
                                "device: expected the producer's CUDA device index, got %T", argv[0]);
-    if (!enif_inspect_binary(env, argv[1], &handle_bin))
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
+    else if (!enif_inspect_binary(env, argv[1], &handle_bin))
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
                                "handle: expected the bytes of a PyTorch CUDA handle, got %T", argv[1]);
-    if ((e = tb_torch_cuda_mem_handle(handle_bin.data, handle_bin.size, handle.raw)))
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle", "handle: %s", e);
-    if (!enif_get_uint64(env, argv[2], &storage_bytes))
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "storage_size_bytes",
+    else if ((e = tb_torch_cuda_mem_handle(handle_bin.data, handle_bin.size, s->handle.raw)))
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle", "handle: %s", e);
+    else if (!enif_get_uint64(env, argv[2], &s->storage_bytes))
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "storage_size_bytes",
                                "storage_size_bytes: expected a non-negative integer, got %T", argv[2]);
-    if (!enif_get_uint64(env, argv[3], &storage_offset))
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "storage_offset_bytes",
+    else if (!enif_get_uint64(env, argv[3], &storage_offset))
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "storage_offset_bytes",
                                "storage_offset_bytes: expected a non-negative integer, got %T", argv[3]);
-    handle.offset = storage_offset;
-    if (!enif_inspect_binary(env, argv[4], &name))
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ref_counter_handle",
+    else {
+        s->handle.offset = storage_offset;
+        return 1;
+    }
+    return 0;
+}
+
+/* Who else holds the memory, and when it is ready: the counter's file
+ * and slot, the producer's event and whether to wait for it. */
+static int get_share_sync(ErlNifEnv *env, const ERL_NIF_TERM argv[], torch_share *s, ERL_NIF_TERM *exc)
+{
+    if (!enif_inspect_binary(env, argv[4], &s->counter_name))
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ref_counter_handle",
                                "ref_counter_handle: expected the counter file's name, got %T", argv[4]);
-    if (!enif_get_int64(env, argv[5], &slot) || slot < 0)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ref_counter_offset",
+    else if (!enif_get_int64(env, argv[5], &s->counter_slot) || s->counter_slot < 0)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "ref_counter_offset",
                                "ref_counter_offset: expected a non-negative integer, got %T", argv[5]);
-    if (!enif_inspect_binary(env, argv[6], &event) || event.size != TB_TORCH_CUDA_EVENT_SIZE)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "event_handle",
+    else if (!enif_inspect_binary(env, argv[6], &s->event) || s->event.size != TB_TORCH_CUDA_EVENT_SIZE)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "event_handle",
                                "event_handle: expected a cudaIpcEventHandle_t (%d bytes), got %T",
                                TB_TORCH_CUDA_EVENT_SIZE, argv[6]);
-    if (argv[7] != tb_atoms.true_ && argv[7] != tb_atoms.false_)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "event_sync_required",
+    else if (argv[7] != tb_atoms.true_ && argv[7] != tb_atoms.false_)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "event_sync_required",
                                "event_sync_required: expected a boolean, got %T", argv[7]);
+    else {
+        s->event_sync = argv[7] == tb_atoms.true_;
+        return 1;
+    }
+    return 0;
+}
+
+/* The share opened: the producer's work on the memory waited for (as
+ * PyTorch's receivers do), the memory mapped, and last its counter taken:
+ * a share whose tensor is not made keeps its counter (the producer's
+ * memory stays theirs until someone opens it). NULL with *exc. */
+static tb_cuda_ipc *open_share(ErlNifEnv *env, const torch_share *s, ERL_NIF_TERM *exc)
+{
+    const tb_cuda_ops *ops = tb_cuda_ops_get();
+    const char *e;
+    if ((e = tb_torch_cuda_wait_event(ops, s->device, s->event_sync, s->event.data))) {
+        *exc = tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
+        return NULL;
+    }
+    /* malloc: the deleter may run on any thread. */
+    tb_cuda_ipc *m = malloc(sizeof *m);
+    if (!m) {
+        *exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "ipc: out of memory");
+        return NULL;
+    }
+    int caller_fault;
+    const char *caller_field;
+    if ((e = tb_cuda_handle_open(ops, &s->handle, s->device, s->storage_bytes, &m->map, &caller_fault))) {
+        *exc = caller_fault
+                   ? tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "storage_size_bytes", "storage_size_bytes: %s", e)
+                   : tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
+        goto failed;
+    }
+    if ((e = tb_torch_counter_open((const char *)s->counter_name.data, s->counter_name.size, s->counter_slot,
+                                   &m->counter, &caller_field))) {
+        tb_cuda_handle_close(ops, &m->map);
+        *exc = caller_field ? tb_raise_badarg(env, TB_WHY_BAD_VALUE, caller_field, "%s", e)
+                            : tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
+        goto failed;
+    }
+    m->handle = s->handle;
+    m->has_counter = 1;
+    return m;
+failed:
+    free(m);
+    return NULL;
+}
+
+ERL_NIF_TERM tb_nif_cuda_torch_open(TB_NIF_PARAMS)
+{
+    torch_share s;
     tb_dense d;
     ERL_NIF_TERM exc;
-    if (!tb_tensor_get_dense(env, argv[9], argv[8], &d, &exc))
+    if (!get_share_memory(env, argv, &s, &exc) || !get_share_sync(env, argv, &s, &exc) ||
+        !tb_tensor_get_dense(env, argv[9], argv[8], &d, &exc))
         return exc;
-    if (d.check.byte_size > storage_bytes)
-        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
-                               "shape: %T of %s needs %lu bytes; the storage holds %lu", argv[9],
-                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, (unsigned long)storage_bytes);
-    if ((e = tb_cuda_ipc_unavailable()))
+    if (d.check.byte_size > s.storage_bytes)
+        return tb_raise_badarg(
+            env, TB_WHY_OUT_OF_EXTENT, "shape", "shape: %T of %s needs %lu bytes; the storage holds %lu", argv[9],
+            tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, (unsigned long)s.storage_bytes);
+    const char *e = tb_cuda_ipc_unavailable();
+    if (e)
         return tb_raise_error(env, TB_WHY_UNSUPPORTED, "handle", "handle: a PyTorch CUDA share (device %T): %s",
                               argv[0], e);
     int count = tb_cuda_device_count();
-    if (device >= count)
+    if (s.device >= count)
         return tb_raise_badarg(env, TB_WHY_NO_DEVICE, "device", "device: CUDA device %d does not exist here (%d found)",
-                               device, count);
-
-    const tb_cuda_ops *ops = tb_cuda_ops_get();
-    /* As PyTorch's receivers: the producer's work on the memory first. */
-    if ((e = tb_torch_cuda_wait_event(ops, device, argv[7] == tb_atoms.true_, event.data)))
-        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
-    tb_cuda_ipc *m = malloc(sizeof *m);
+                               s.device, count);
+    tb_cuda_ipc *m = open_share(env, &s, &exc);
     if (!m)
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "ipc: out of memory");
-    int caller_fault;
-    if ((e = tb_cuda_handle_open(ops, &handle, device, storage_bytes, &m->map, &caller_fault))) {
-        free(m);
-        if (caller_fault)
-            return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "storage_size_bytes", "storage_size_bytes: %s", e);
-        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
-    }
-    /* Last: a share whose tensor is not made keeps its counter (the
-     * producer's memory stays theirs until someone opens it). */
-    const char *caller_field;
-    if ((e = tb_torch_counter_open((const char *)name.data, name.size, slot, &m->counter, &caller_field))) {
-        tb_cuda_handle_close(ops, &m->map);
-        free(m);
-        if (caller_field)
-            return tb_raise_badarg(env, TB_WHY_BAD_VALUE, caller_field, "%s", e);
-        return tb_raise_error(env, TB_WHY_RUNTIME, NULL, "ipc: %s", e);
-    }
-    m->handle = handle;
-    m->has_counter = 1;
+        return exc;
     return make_tensor(env, m, &d);
 }

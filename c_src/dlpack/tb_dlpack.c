@@ -137,6 +137,108 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
     return 1;
 }
 
+/* The managed tensor of our capsule c, taken unless an option is refused
+ * first. 0 with *answer set: the error, or the tensor already (our own
+ * export, back as it was). */
+static int take_from_capsule(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, tb_capsule *c, void **m,
+                             int *versioned, ERL_NIF_TERM *answer)
+{
+    const tb_dlpack_stream *stream = &a->stream;
+    *versioned = c->versioned;
+    if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != *versioned) {
+        *answer =
+            tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version", "version: the capsule holds a %s tensor, got version %T",
+                            *versioned ? "versioned" : "legacy", argv[1]);
+        return 0;
+    }
+    /* The options are checked first, against what the capsule holds
+     * (read as dlpack_info reads it): a refused option leaves it armed. */
+    tb_dlpack_checked held;
+    if (stream->term != tb_atoms.undefined && tb_capsule_managed(env, c, 0, &held, answer) &&
+        held.status == TB_DLC_OK &&
+        !tb_dlpack_device_import_stream_check(env, held.device_type, stream, "; the capsule is still armed", answer))
+        return 0;
+    /* Taken whatever happens next: a refused capsule is released, not
+     * put back, so no second consumer can race a failed one. */
+    if (!(*m = tb_capsule_managed(env, c, 1, NULL, answer)))
+        return 0;
+    /* With a stream, the stream contract runs for ours too. */
+    if (stream->term == tb_atoms.undefined && tb_dlpack_own_export(*m, *versioned, a->read_only)) {
+        *answer = import_own_export(env, c, *m);
+        return 0;
+    }
+    return 1;
+}
+
+/* What can be checked of an address without reading it: the rest is
+ * trusted. */
+static int plausible_address(ErlNifEnv *env, ErlNifUInt64 address, ERL_NIF_TERM *answer)
+{
+    if (address == 0) {
+        *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "address", "address: NULL is not a DLPack managed tensor");
+        return 0;
+    }
+    if (address % _Alignof(tb_DLManagedTensorVersioned) != 0) {
+        *answer = tb_raise_badarg(env, TB_WHY_MISALIGNED, "address",
+                                  "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
+                                  (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
+        return 0;
+    }
+    return 1;
+}
+
+/* The version the tensor at address is read as. Ours (handed: what it was
+ * handed out as): that one, and a version asked for must be it (unread,
+ * it stays handed out). Another producer's: the one asked for. */
+static int address_version(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, ErlNifUInt64 address,
+                           int handed, int *versioned, ERL_NIF_TERM *answer)
+{
+    if (handed != TB_HANDED_VERSIONED && handed != TB_HANDED_LEGACY) {
+        *versioned = a->version != VERSION_LEGACY;
+        return 1;
+    }
+    int held_versioned = handed == TB_HANDED_VERSIONED;
+    if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != held_versioned) {
+        tb_dlpack_hand_back((void *)(uintptr_t)address, handed);
+        *answer = tb_raise_badarg(env, TB_WHY_BAD_OPTION, "version",
+                                  "version: address %lu holds a %s managed tensor this library handed out, "
+                                  "got version %T; nothing in it was called and it can still be imported: "
+                                  "pass version %T, or none",
+                                  (unsigned long)address, held_versioned ? "versioned" : "legacy", argv[1],
+                                  held_versioned ? tb_atoms.versioned : tb_atoms.legacy);
+        return 0;
+    }
+    *versioned = held_versioned;
+    return 1;
+}
+
+/* The managed tensor at address. Ours, handed out and not yet taken: taken
+ * now, once; trusted as a capsule is. Anything else is read only when the
+ * caller says it answers for it (unsafe): a second import of an address,
+ * or a freed one, would call its deleter twice. */
+static int take_at_address(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, ErlNifUInt64 address,
+                           int unsafe, void **m, int *versioned, int *claimed, ERL_NIF_TERM *answer)
+{
+    if (!plausible_address(env, address, answer))
+        return 0;
+    int handed = tb_dlpack_claim((uintptr_t)address);
+    if (handed == TB_HANDED_NO && !unsafe) {
+        *answer = tb_raise_badarg(env, TB_WHY_GONE, "address",
+                                  "address: %lu is not a managed tensor this library handed out and still "
+                                  "holds (it was imported already, deleted, or made by another "
+                                  "producer); nothing in it was called. An address from another producer "
+                                  "is trusted blindly (imported twice, or after it was freed, its deleter "
+                                  "runs twice): to accept that risk, pass %C",
+                                  (unsigned long)address, "#{unsafe_address => true}", "unsafe_address: true");
+        return 0;
+    }
+    if (!address_version(env, argv, a, address, handed, versioned, answer))
+        return 0;
+    *m = (void *)(uintptr_t)address;
+    *claimed = handed;
+    return 1;
+}
+
 /* The managed tensor an import takes: out of our capsule (*from_capsule),
  * or at an address whose producer answers for it. 1, or 0 with *answer set:
  * the error, or the tensor already (our own export, back as it was).
@@ -145,36 +247,11 @@ static int get_import_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], import_arg
 static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_args *a, void **m, int *versioned,
                         int *from_capsule, int *claimed, ERL_NIF_TERM *answer)
 {
-    const tb_dlpack_stream *stream = &a->stream;
-    int read_only = a->read_only;
     tb_capsule *c = tb_capsule_get(env, argv[0]);
-    ErlNifUInt64 address;
     *claimed = 0;
     if (c) {
-        *versioned = c->versioned;
-        if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != *versioned) {
-            *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
-                                      "version: the capsule holds a %s tensor, got version %T",
-                                      *versioned ? "versioned" : "legacy", argv[1]);
+        if (!take_from_capsule(env, argv, a, c, m, versioned, answer))
             return 0;
-        }
-        /* The options are checked first, against what the capsule holds
-         * (read as dlpack_info reads it): a refused option leaves it armed. */
-        tb_dlpack_checked held;
-        if (stream->term != tb_atoms.undefined && tb_capsule_managed(env, c, 0, &held, answer) &&
-            held.status == TB_DLC_OK &&
-            !tb_dlpack_device_import_stream_check(env, held.device_type, stream, "; the capsule is still armed",
-                                                  answer))
-            return 0;
-        /* Taken whatever happens next: a refused capsule is released, not
-         * put back, so no second consumer can race a failed one. */
-        if (!(*m = tb_capsule_managed(env, c, 1, NULL, answer)))
-            return 0;
-        /* With a stream, the stream contract runs for ours too. */
-        if (stream->term == tb_atoms.undefined && tb_dlpack_own_export(*m, *versioned, read_only)) {
-            *answer = import_own_export(env, c, *m);
-            return 0;
-        }
         *from_capsule = 1;
         return 1;
     }
@@ -187,56 +264,10 @@ static int take_managed(ErlNifEnv *env, const ERL_NIF_TERM argv[], const import_
         unsafe = 1;
         source = pair[1];
     }
+    ErlNifUInt64 address;
     if (enif_get_uint64(env, source, &address)) {
-        /* Only what can be checked without reading: the rest is trusted. */
-        if (address == 0) {
-            *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "address", "address: NULL is not a DLPack managed tensor");
-            return 0;
-        }
-        if (address % _Alignof(tb_DLManagedTensorVersioned) != 0) {
-            *answer = tb_raise_badarg(env, TB_WHY_MISALIGNED, "address",
-                                      "address: %lu is not aligned to %u bytes, so it is no DLPack managed tensor",
-                                      (unsigned long)address, (unsigned)_Alignof(tb_DLManagedTensorVersioned));
-            return 0;
-        }
-        /* Ours, handed out and not yet taken: taken now, once; trusted as
-         * a capsule is. Anything else is read only when the caller says
-         * it answers for it: a second import of an address, or a freed
-         * one, would call its deleter twice. */
-        int handed = tb_dlpack_claim((uintptr_t)address);
-        int ours = handed != TB_HANDED_NO;
-        if (!ours && !unsafe) {
-            *answer = tb_raise_badarg(env, TB_WHY_GONE, "address",
-                                      "address: %lu is not a managed tensor this library handed out and still "
-                                      "holds (it was imported already, deleted, or made by another "
-                                      "producer); nothing in it was called. An address from another producer "
-                                      "is trusted blindly (imported twice, or after it was freed, its deleter "
-                                      "runs twice): to accept that risk, pass %C",
-                                      (unsigned long)address, "#{unsafe_address => true}", "unsafe_address: true");
-            return 0;
-        }
-        /* Ours: read as what it was handed out as (a version asked for
-         * must be that one); unread, it stays handed out. */
-        if (handed == TB_HANDED_VERSIONED || handed == TB_HANDED_LEGACY) {
-            int held_versioned = handed == TB_HANDED_VERSIONED;
-            if (a->version != VERSION_ANY && (a->version == VERSION_VERSIONED) != held_versioned) {
-                tb_dlpack_hand_back((void *)(uintptr_t)address, handed);
-                *answer = tb_raise_badarg(env, TB_WHY_BAD_OPTION, "version",
-                                          "version: address %lu holds a %s managed tensor this library handed out, "
-                                          "got version %T; nothing in it was called and it can still be imported: "
-                                          "pass version %T, or none",
-                                          (unsigned long)address, held_versioned ? "versioned" : "legacy", argv[1],
-                                          held_versioned ? tb_atoms.versioned : tb_atoms.legacy);
-                return 0;
-            }
-            *versioned = held_versioned;
-        } else {
-            *versioned = a->version != VERSION_LEGACY;
-        }
-        *m = (void *)(uintptr_t)address;
         *from_capsule = 0;
-        *claimed = handed;
-        return 1;
+        return take_at_address(env, argv, a, address, unsafe, m, versioned, claimed, answer);
     }
     *answer = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "capsule",
                               "capsule: expected a DLPack capsule or a non-negative integer address, got %T", argv[0]);

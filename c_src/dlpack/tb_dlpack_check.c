@@ -88,49 +88,34 @@ static int looks_like_dltensor(const tb_DLTensor *t)
            tb_dlpack_type_code_name(t->dtype.code);
 }
 
-static void check_tensor(const tb_DLTensor *t, tb_dlpack_checked *out)
+/* What the fields before the layout say: TB_DLC_OK, with out->dtype, when
+ * the tensor is one this library can read. */
+static tb_dlc_status fields_status(const tb_DLTensor *t, tb_dlpack_checked *out)
 {
-    out->device_type = t->device.device_type;
-    out->device_id = t->device.device_id;
-    out->dl_dtype = t->dtype;
-    out->ndim = t->ndim;
-
-    if (t->ndim < 0 || t->ndim > TB_MAX_DIMS) {
-        out->status = TB_DLC_NDIM;
-        return;
-    }
-    if (!tb_dlpack_device_name(t->device.device_type)) {
-        out->status = TB_DLC_UNKNOWN_DEVICE;
-        return;
-    }
+    if (t->ndim < 0 || t->ndim > TB_MAX_DIMS)
+        return TB_DLC_NDIM;
+    if (!tb_dlpack_device_name(t->device.device_type))
+        return TB_DLC_UNKNOWN_DEVICE;
     /* The device codes of TB_DLPACK_DEVICES (tb_device.h): where libtorch
      * sees each, and what the runtime must confirm, is tb_devmem's; a
      * producer still writing on a stream names it (tb_stream). Other
      * devices are refused. */
-    if (tb_dlpack_device_row_of(t->device.device_type) < 0) {
-        out->status = TB_DLC_UNSUPPORTED_DEVICE;
-        return;
-    }
-    if (!tb_dlpack_type_code_name(t->dtype.code)) {
-        out->status = TB_DLC_UNKNOWN_DTYPE;
-        return;
-    }
-    if (t->dtype.lanes != 1) {
-        out->status = TB_DLC_LANES;
-        return;
-    }
-    if (!tb_dtype_from_dlpack(t->dtype.code, t->dtype.bits, t->dtype.lanes, &out->dtype)) {
-        out->status = TB_DLC_UNSUPPORTED_DTYPE;
-        return;
-    }
-    if (t->ndim > 0 && !t->shape) {
-        out->status = TB_DLC_NULL_SHAPE;
-        return;
-    }
+    if (tb_dlpack_device_row_of(t->device.device_type) < 0)
+        return TB_DLC_UNSUPPORTED_DEVICE;
+    if (!tb_dlpack_type_code_name(t->dtype.code))
+        return TB_DLC_UNKNOWN_DTYPE;
+    if (t->dtype.lanes != 1)
+        return TB_DLC_LANES;
+    if (!tb_dtype_from_dlpack(t->dtype.code, t->dtype.bits, t->dtype.lanes, &out->dtype))
+        return TB_DLC_UNSUPPORTED_DTYPE;
+    if (t->ndim > 0 && !t->shape)
+        return TB_DLC_NULL_SHAPE;
+    return TB_DLC_OK;
+}
 
-    tb_layout *l = &out->layout;
-    l->ndim = t->ndim;
-    l->element_size = tb_dtypes[out->dtype].element_size;
+/* The shape and strides into l. */
+static void copy_shape_and_strides(const tb_DLTensor *t, tb_layout *l)
+{
     int no_elements = 0;
     for (int i = 0; i < t->ndim; i++) {
         l->shape[i] = t->shape[i];
@@ -149,7 +134,21 @@ static void check_tensor(const tb_DLTensor *t, tb_dlpack_checked *out)
             s = row_major_ok ? row_major[i] : 0;
         l->strides[i] = s;
     }
+}
 
+static void check_tensor(const tb_DLTensor *t, tb_dlpack_checked *out)
+{
+    out->device_type = t->device.device_type;
+    out->device_id = t->device.device_id;
+    out->dl_dtype = t->dtype;
+    out->ndim = t->ndim;
+    out->status = fields_status(t, out);
+    if (out->status != TB_DLC_OK)
+        return;
+    tb_layout *l = &out->layout;
+    l->ndim = t->ndim;
+    l->element_size = tb_dtypes[out->dtype].element_size;
+    copy_shape_and_strides(t, l);
     uint64_t ptr;
     if (__builtin_add_overflow((uint64_t)(uintptr_t)t->data, t->byte_offset, &ptr)) {
         out->status = TB_DLC_BYTE_OFFSET;

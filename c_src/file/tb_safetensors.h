@@ -1,20 +1,12 @@
-/* The safetensors format's header, decoded and checked in one bounded
- * pass. Pure C: no BEAM, no libtorch (fuzz/fuzz_safetensors.c fuzzes it).
+/* The safetensors format: a file is an 8-byte little-endian length N, N
+ * bytes of JSON (the header), then the data buffer. The header is an
+ * object: each key a tensor's name, its value {"dtype": D, "shape": [...],
+ * "data_offsets": [Begin, End]} (offsets into the data buffer), and an
+ * optional "__metadata__" object of strings to strings.
  *
- * A file is an 8-byte little-endian length N, N bytes of JSON (the
- * header), then the data buffer. The header is an object: each key a
- * tensor's name, its value {"dtype": D, "shape": [...], "data_offsets":
- * [Begin, End]} (offsets into the data buffer), and an optional
- * "__metadata__" object of strings to strings. The checks are the
- * reference implementation's: N at most TB_ST_MAX_HEADER and inside the
- * file; the header UTF-8, a JSON object (nested at most TB_ST_MAX_DEPTH
- * deep); each entry's dtype one the dtype table names, its shape's element
- * count times the element size equal to End - Begin, without overflow; the
- * entries, ordered by offset, cover the data buffer from its first byte to
- * its last exactly, with no gap and no overlap; names unique.
- *
- * The work is linear in N, plus a sort of the entries (n log n): a header
- * of any content costs no more. */
+ * This unit holds what the header's reader (tb_safetensors_decode.h) and
+ * writer (tb_safetensors_encode.h) share: the header as C types, the table
+ * of refusals, the length prefix and UTF-8. Pure C: no BEAM, no libtorch. */
 #ifndef TB_SAFETENSORS_H
 #define TB_SAFETENSORS_H
 
@@ -95,22 +87,10 @@ typedef struct {
  * when the header fits, else the error. */
 tb_safetensors_error tb_safetensors_prefix(const unsigned char prefix[8], uint64_t file_size, uint64_t *header_len);
 
-/* Decodes and checks len bytes of header, for a data buffer of data_bytes.
- * 1 when valid; 0 with out->error (and what it names) when not. Either
- * way, tb_safetensors_free releases what out holds. */
-int tb_safetensors_decode(const char *json, size_t len, uint64_t data_bytes, tb_safetensors_header *out);
-void tb_safetensors_free(tb_safetensors_header *h);
+/* The 8-byte prefix of a header of header_len bytes. */
+void tb_safetensors_put_prefix(uint64_t header_len, unsigned char prefix[8]);
 
 /* 1 when len bytes are well-formed UTF-8 (what a name must be). */
 int tb_safetensors_valid_utf8(const char *s, size_t len);
-
-/* The header of a file holding entries (in file order: each one's begin
- * and end given) and, when has_meta, the metadata: JSON, padded with
- * spaces to a multiple of 8 bytes as the reference pads it, so that data
- * offsets aligned in the buffer stay aligned in the file. Names and
- * strings must be UTF-8 (tb_safetensors_valid_utf8). A malloc'd buffer and *len,
- * or NULL when out of memory. */
-char *tb_safetensors_encode(const tb_safetensors_entry *entries, size_t count, const tb_safetensors_meta *meta,
-                            size_t meta_count, int has_meta, size_t *len);
 
 #endif

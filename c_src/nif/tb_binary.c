@@ -37,72 +37,75 @@ int tb_binary_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
     return tb_rtype_open(env, "tensor_blob_binary_view", &init, flags, &view_type);
 }
 
-ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
+/* false: to_binary(copy: false). Else the maker (to_binary, node_pack,
+ * to_nx: who makes the binary, which a refused write names) asks for a
+ * view if one can be made (if_needed): where none can, the reason
+ * (device, not_contiguous, shared_memory), and the caller copies. */
+static int get_maker(ErlNifEnv *env, ERL_NIF_TERM term, int *if_needed, tb_binary_maker *maker, ERL_NIF_TERM *exc)
 {
-    tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    int unguarded = argv[1] == tb_atoms.true_;
-    /* false: to_binary(copy: false). Else the maker (to_binary, node_pack,
-     * to_nx: who makes the binary, which a refused write names) asks for a
-     * view if one can be made (if_needed): where none can, the reason
-     * (device, not_contiguous, shared_memory), and the caller copies. */
-    int if_needed = argv[2] != tb_atoms.false_;
-    tb_binary_maker maker;
-    if (!if_needed || argv[2] == tb_atoms.to_binary)
-        maker = TB_MAKER_TO_BINARY;
-    else if (argv[2] == tb_atoms.node_pack)
-        maker = TB_MAKER_NODE_PACK;
-    else if (argv[2] == tb_atoms.to_nx)
-        maker = TB_MAKER_TO_NX;
-    else
-        return tb_raise_badarg(env, TB_WHY_BAD_OPTION, "maker", "maker: expected false, to_binary, node_pack or "
-                               "to_nx, got %T", argv[2]);
-    if (if_needed && d.info.device_type != TB_DEVICE_CPU)
-        return tb_atoms.device;
-    if (if_needed && !d.info.is_contiguous)
-        return tb_atoms.not_contiguous;
-    if (d.info.device_type != TB_DEVICE_CPU)
-        return tb_raise_badarg(env, TB_WHY_WRONG_DEVICE, "tensor", "tensor: on %T; a binary can only show CPU memory",
-                               tb_make_device(env, d.info.device_type, d.info.device_index));
-    if (!d.info.is_contiguous)
-        return tb_raise_badarg(env, TB_WHY_NOT_CONTIGUOUS, "tensor",
-                               "tensor: not contiguous (shape %T, strides %T); a binary shows row-major "
-                               "memory only, so copy it (%C)",
-                               tb_make_shape(env, d.info.ndim, d.info.sizes),
-                               tb_make_strides(env, d.info.ndim, d.info.strides), "#{copy => true}", "copy: true");
-    tb_range span;
-    if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span)) {
-        ERL_NIF_TERM empty;
-        enif_make_new_binary(env, 0, &empty);
-        return empty;
+    *if_needed = term != tb_atoms.false_;
+    if (!*if_needed || term == tb_atoms.to_binary)
+        *maker = TB_MAKER_TO_BINARY;
+    else if (term == tb_atoms.node_pack)
+        *maker = TB_MAKER_NODE_PACK;
+    else if (term == tb_atoms.to_nx)
+        *maker = TB_MAKER_TO_NX;
+    else {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_OPTION, "maker",
+                               "maker: expected false, to_binary, node_pack or to_nx, got %T", term);
+        return 0;
     }
-    /* Memory in a shared-memory region, however this tensor came to it (a
-     * slice, an import, a view of a term that holds it; the span names
-     * the region's file): another program can shrink the file, and a read
-     * of its pages then raises SIGBUS. The library's own copies of it are
-     * guarded (tb_fault.h); a binary's readers cannot be. */
-    if (span.file_ino && !unguarded) {
-        if (if_needed)
-            return tb_atoms.shared_memory;
-        return tb_raise_badarg(env, TB_WHY_UNSAFE, "tensor",
-                               "tensor: its memory is a mapped file (a shared-memory region, a safetensors "
-                               "file), which another program can shrink, and a read of a binary of it would then kill "
-                               "the VM (SIGBUS); copy "
-                               "it (%C), or accept that risk with %C",
-                               "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
-                               "copy: false, unsafe_shared_memory: true");
-    }
-    /* A view of a binary's bytes: that binary, or the part of it. */
-    ERL_NIF_TERM part;
-    if (tb_pin_binary_part(env, tb_storage_of(&d.info), &span, &part))
-        return part;
+    return 1;
+}
 
+/* A binary shows CPU memory, row-major: 0 with *answer (the reason when
+ * if_needed, else the refusal) when d's is not. */
+static int viewable(ErlNifEnv *env, const tb_tensor_desc *d, int if_needed, ERL_NIF_TERM *answer)
+{
+    if (if_needed && d->info.device_type != TB_DEVICE_CPU)
+        *answer = tb_atoms.device;
+    else if (if_needed && !d->info.is_contiguous)
+        *answer = tb_atoms.not_contiguous;
+    else if (d->info.device_type != TB_DEVICE_CPU)
+        *answer =
+            tb_raise_badarg(env, TB_WHY_WRONG_DEVICE, "tensor", "tensor: on %T; a binary can only show CPU memory",
+                            tb_make_device(env, d->info.device_type, d->info.device_index));
+    else if (!d->info.is_contiguous)
+        *answer = tb_raise_badarg(env, TB_WHY_NOT_CONTIGUOUS, "tensor",
+                                  "tensor: not contiguous (shape %T, strides %T); a binary shows row-major "
+                                  "memory only, so copy it (%C)",
+                                  tb_make_shape(env, d->info.ndim, d->info.sizes),
+                                  tb_make_strides(env, d->info.ndim, d->info.strides), "#{copy => true}", "copy: true");
+    else
+        return 1;
+    return 0;
+}
+
+/* Memory in a shared-memory region, however this tensor came to it (a
+ * slice, an import, a view of a term that holds it; the span names the
+ * region's file): another program can shrink the file, and a read of its
+ * pages then raises SIGBUS. The library's own copies of it are guarded
+ * (tb_fault.h); a binary's readers cannot be. */
+static ERL_NIF_TERM refuse_mapped_file(ErlNifEnv *env, int if_needed)
+{
+    if (if_needed)
+        return tb_atoms.shared_memory;
+    return tb_raise_badarg(env, TB_WHY_UNSAFE, "tensor",
+                           "tensor: its memory is a mapped file (a shared-memory region, a safetensors "
+                           "file), which another program can shrink, and a read of a binary of it would then kill "
+                           "the VM (SIGBUS); copy "
+                           "it (%C), or accept that risk with %C",
+                           "#{copy => true}", "copy: true", "#{copy => false, unsafe_shared_memory => true}",
+                           "copy: false, unsafe_shared_memory: true");
+}
+
+/* A resource binary over span, its memory frozen while the binary lives. */
+static ERL_NIF_TERM frozen_view(ErlNifEnv *env, const tb_tensor_desc *d, const tb_range *span, tb_binary_maker maker)
+{
     tb_binary_view *v = tb_rtype_alloc(&view_type, sizeof *v);
     if (!v)
         return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "to_binary: out of memory allocating a binary view");
-    v->range = span;
+    v->range = *span;
     v->ref = NULL;
     if (tb_storage_freeze(&v->range, maker) != TB_GUARD_OK) {
         enif_release_resource(v);
@@ -111,10 +114,36 @@ ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
                                "would change under the reader",
                                "write/2", "write!");
     }
-    v->ref = tb_shim_retain(d.tensor->handle);
-    ERL_NIF_TERM bin = enif_make_resource_binary(env, v, d.info.data, span.hi - span.lo);
+    v->ref = tb_shim_retain(d->tensor->handle);
+    ERL_NIF_TERM bin = enif_make_resource_binary(env, v, d->info.data, span->hi - span->lo);
     enif_release_resource(v);
     return bin;
+}
+
+ERL_NIF_TERM tb_nif_to_binary_view(TB_NIF_PARAMS)
+{
+    tb_tensor_desc d;
+    ERL_NIF_TERM answer;
+    int if_needed;
+    tb_binary_maker maker;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &answer) || !get_maker(env, argv[2], &if_needed, &maker, &answer))
+        return answer;
+    if (!viewable(env, &d, if_needed, &answer))
+        return answer;
+    tb_range span;
+    if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &span)) {
+        ERL_NIF_TERM empty;
+        enif_make_new_binary(env, 0, &empty);
+        return empty;
+    }
+    int unguarded = argv[1] == tb_atoms.true_; /* the caller accepts a mapped file's risk */
+    if (span.file_ino && !unguarded)
+        return refuse_mapped_file(env, if_needed);
+    /* A view of a binary's bytes: that binary, or the part of it. */
+    ERL_NIF_TERM part;
+    if (tb_pin_binary_part(env, tb_storage_of(&d.info), &span, &part))
+        return part;
+    return frozen_view(env, &d, &span, maker);
 }
 
 /* ---- Tensor views of binaries ------------------------------------------ */

@@ -78,11 +78,13 @@
     X(torch_shm_open, 3, tb_nif_torch_shm_open, TB_MAY_GO_DIRTY)   /* (Name, Dtype, Shape): holds one reference */     \
     /* (Tensor) -> {Name, ByteSize} when it is a whole region's data, or nil */                                        \
     X(torch_shm_name, 1, tb_nif_torch_shm_name, 0)                                                                     \
-    /* safetensors files (file/tb_file.c): read from the file, so always on a dirty I/O scheduler */                   \
+    /* safetensors files (read from the file: always on a dirty I/O scheduler), opened (file/tb_safetensors_open.c) */ \
     /* (Path, all | [Name]) -> {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied: misaligned]} */                  \
     X(safetensors_open, 2, tb_nif_safetensors_open, ERL_NIF_DIRTY_JOB_IO_BOUND)                                        \
+    /* written (file/tb_safetensors_write.c) */                                                                        \
     /* (Path, [{Name, Tensor}], [{Key, Value}] | nil) -> ok: written in that order, renamed over Path */               \
     X(safetensors_write, 3, tb_nif_safetensors_write, ERL_NIF_DIRTY_JOB_IO_BOUND)                                      \
+    /* a file's tensor mapped again by another node of this host (file/tb_file_view.c) */                              \
     /* (Tensor) -> {Path, Identity, Offset, Strides} to map it from its file, or not_file | written | changed */       \
     X(file_source, 1, tb_nif_file_source, ERL_NIF_DIRTY_JOB_IO_BOUND)                                                  \
     /* (Path, Identity, Offset, Dtype, Shape, Strides) -> a tensor over a new mapping of that file */                  \

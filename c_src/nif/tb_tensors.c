@@ -124,6 +124,84 @@ static int dense_on_host(const tb_shim_info *info)
     return 1;
 }
 
+/* write's Source (argv[1]): a binary, or a tensor (*from_tensor, src),
+ * whose dense bytes are read in place (their count in bin->size). */
+static int get_write_source(ErlNifEnv *env, ERL_NIF_TERM term, int *from_tensor, tb_tensor_desc *src, ErlNifBinary *bin,
+                            ERL_NIF_TERM *exc)
+{
+    *from_tensor = tb_tensor_get(env, term) != NULL;
+    if (*from_tensor) {
+        if (!tb_tensor_arg(env, term, "source", src, exc))
+            return 0;
+        bin->size = src->dense_bytes;
+        bin->data = NULL;
+        return 1;
+    }
+    if (!enif_inspect_binary(env, term, bin)) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "binary", "binary: expected a binary, got %T", term);
+        return 0;
+    }
+    return 1;
+}
+
+/* A target that may be written through: not read-only, and no two of its
+ * indices one element (which write would win is undefined): accepted only
+ * when no two share memory, refused when that is not known within the
+ * bound. */
+static int writable(ErlNifEnv *env, const tb_tensor_desc *d, ERL_NIF_TERM *exc)
+{
+    if (tb_storage_read_only(&d->info)) {
+        *exc =
+            tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
+                            "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
+                            "(%C) and write the copy",
+                            tb_storage_read_only_reason(&d->info), "write/2", "write!",
+                            "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
+        return 0;
+    }
+    tb_overlap overlap = tb_layout_overlap(d->info.ndim, d->info.sizes, d->info.strides, TB_OVERLAP_WORK);
+    if (overlap == TB_OVERLAP_YES)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
+                               "tensor: some of its elements are the same memory (a stride of 0, or strides "
+                               "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
+                               "as libtorch refuses in-place writes to it. Write to the tensor it views",
+                               tb_make_shape(env, d->info.ndim, d->info.sizes),
+                               tb_make_strides(env, d->info.ndim, d->info.strides), "write/2", "write!");
+    else if (overlap != TB_OVERLAP_NONE)
+        *exc =
+            tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
+                            "tensor: whether two of its elements are the same memory is not known within "
+                            "%ld steps (shape %T, strides %T: not a layout of a dense tensor's slices, "
+                            "permutations or windows); %C refuses a write it cannot prove safe. Write a "
+                            "contiguous copy (%C), or write through a contiguous view of the memory",
+                            TB_OVERLAP_WORK, tb_make_shape(env, d->info.ndim, d->info.sizes),
+                            tb_make_strides(env, d->info.ndim, d->info.strides), "write/2", "write!",
+                            "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
+    return overlap == TB_OVERLAP_NONE;
+}
+
+/* The source fits the target d: bytes bytes, d's dense bytes; a tensor
+ * source (src) of d's dtype, into a contiguous CPU target. */
+static int source_fits(ErlNifEnv *env, const tb_tensor_desc *d, int from_tensor, const tb_tensor_desc *src,
+                       size_t bytes, ERL_NIF_TERM *exc)
+{
+    if (from_tensor && (src->dtype != d->dtype || !dense_on_host(&d->info))) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "source",
+                               "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "
+                               "CPU target",
+                               tb_dtypes[d->dtype].name, tb_dtypes[src->dtype].name);
+        return 0;
+    }
+    if (bytes != d->dense_bytes) {
+        *exc =
+            tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, from_tensor ? "source" : "binary",
+                            "%s: the tensor holds %lu bytes, got %s of %lu bytes", from_tensor ? "source" : "binary",
+                            (unsigned long)d->dense_bytes, from_tensor ? "a tensor" : "a binary", (unsigned long)bytes);
+        return 0;
+    }
+    return 1;
+}
+
 /* write(Tensor, Source): Source's bytes into Tensor's elements. Source is a
  * binary of the dense bytes, or (for the library's own copies: a tensor
  * copied into a new region) a tensor of the same dtype and element count,
@@ -132,62 +210,19 @@ static int dense_on_host(const tb_shim_info *info)
 ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
 {
     tb_tensor_desc d, src;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
     ErlNifBinary bin;
-    int from_tensor = tb_tensor_get(env, argv[1]) != NULL;
-    if (from_tensor) {
-        if (!tb_tensor_arg(env, argv[1], "source", &src, &exc))
-            return exc;
-        bin.size = src.dense_bytes;
-        bin.data = NULL;
-    } else if (!enif_inspect_binary(env, argv[1], &bin)) {
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "binary", "binary: expected a binary, got %T", argv[1]);
-    }
+    int from_tensor;
+    ERL_NIF_TERM exc;
+    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc) ||
+        !get_write_source(env, argv[1], &from_tensor, &src, &bin, &exc))
+        return exc;
     int on_device = d.info.device_type != TB_DEVICE_CPU || (from_tensor && src.info.device_type != TB_DEVICE_CPU);
     if (tb_reschedule_copy(env, "write", bin.size, on_device, tb_nif_write, argc, argv, &exc))
         return exc;
     if (!from_tensor && !tb_tensor_check_bool_bytes(env, "binary", d.dtype, bin.data, bin.size, &exc))
         return exc;
-    if (tb_storage_read_only(&d.info))
-        return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
-                               "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
-                               "(%C) and write the copy",
-                               tb_storage_read_only_reason(&d.info), "write/2", "write!",
-                               "tensor_blob:to_device(T, tensor_blob:device(T))",
-                               "Tensor.to_device(t, Tensor.device(t))");
-    /* Two indices of one element: which write would win is undefined.
-     * Accepted only when no two share memory, refused when that is not
-     * known within the bound. */
-    tb_overlap overlap = tb_layout_overlap(d.info.ndim, d.info.sizes, d.info.strides, TB_OVERLAP_WORK);
-    if (overlap == TB_OVERLAP_YES)
-        return tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
-                               "tensor: some of its elements are the same memory (a stride of 0, or strides "
-                               "that overlap: shape %T, strides %T); %C refuses to write through such a view, "
-                               "as libtorch refuses in-place writes to it. Write to the tensor it views",
-                               tb_make_shape(env, d.info.ndim, d.info.sizes),
-                               tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!");
-    if (overlap != TB_OVERLAP_NONE)
-        return tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
-                               "tensor: whether two of its elements are the same memory is not known within "
-                               "%ld steps (shape %T, strides %T: not a layout of a dense tensor's slices, "
-                               "permutations or windows); %C refuses a write it cannot prove safe. Write a "
-                               "contiguous copy (%C), or write through a contiguous view of the memory",
-                               TB_OVERLAP_WORK, tb_make_shape(env, d.info.ndim, d.info.sizes),
-                               tb_make_strides(env, d.info.ndim, d.info.strides), "write/2", "write!",
-                               "tensor_blob:to_device(T, tensor_blob:device(T))",
-                               "Tensor.to_device(t, Tensor.device(t))");
-    if (from_tensor && (src.dtype != d.dtype || !dense_on_host(&d.info)))
-        return tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "source",
-                               "source: a tensor source needs the same dtype (%s, got %s) and a contiguous "
-                               "CPU target",
-                               tb_dtypes[d.dtype].name, tb_dtypes[src.dtype].name);
-    if (bin.size != d.dense_bytes)
-        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, from_tensor ? "source" : "binary",
-                               "%s: the tensor holds %lu bytes, got %s of %lu bytes", from_tensor ? "source" : "binary",
-                               (unsigned long)d.dense_bytes, from_tensor ? "a tensor" : "a binary",
-                               (unsigned long)bin.size);
+    if (!writable(env, &d, &exc) || !source_fits(env, &d, from_tensor, &src, bin.size, &exc))
+        return exc;
     tb_range guard;
     if (!tb_storage_span(&d.info, tb_dtypes[d.dtype].element_size, &guard))
         return argv[0]; /* no elements: nothing to write */

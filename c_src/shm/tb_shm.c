@@ -274,6 +274,108 @@ static int reserve(int fd, const struct stat *st)
     return 0;
 }
 
+/* The region name (argv[0]) names, opened when it holds d (argv[2] of
+ * dtype argv[1]) after f's header: the file (its fstat in *st), or -1 with
+ * *exc. */
+static int open_region_file(ErlNifEnv *env, const region_format *f, const char *name, const tb_dense *d,
+                            const ERL_NIF_TERM argv[], struct stat *st, ERL_NIF_TERM *exc)
+{
+    int error;
+    int fd = tb_shm_open(name, 0, st, &error);
+    if (fd < 0) {
+        if (error == ENOENT)
+            *exc = tb_raise_badarg(env, TB_WHY_NO_REGION, "handle", "handle: no shared memory named %T (%s)", argv[0],
+                                   f->gone);
+        else
+            *exc = tb_raise_badarg(env, TB_WHY_SYSTEM, "handle", "handle: cannot open shared memory %T: %s", argv[0],
+                                   tb_shm_strerror(error));
+        return -1;
+    }
+    uint64_t needed = f->header + d->check.byte_size;
+    if ((uint64_t)st->st_size >= needed)
+        return fd;
+    close(fd);
+    if (f->header)
+        *exc = tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
+                               "shape: %T of %s needs %lu bytes after PyTorch's %d-byte header; the shared "
+                               "memory %T holds %ld in all",
+                               argv[2], tb_dtypes[d->dtype].name, (unsigned long)d->check.byte_size, (int)f->header,
+                               argv[0], (long)st->st_size);
+    else
+        *exc = tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
+                               "shape: %T of %s needs %lu bytes; the shared memory %T holds %ld", argv[2],
+                               tb_dtypes[d->dtype].name, (unsigned long)d->check.byte_size, argv[0], (long)st->st_size);
+    return -1;
+}
+
+/* The tensor of an empty plain region: no bytes to map. */
+static ERL_NIF_TERM empty_region(ErlNifEnv *env, const region_format *f, const tb_dense *d, const ERL_NIF_TERM argv[])
+{
+    if (d->check.byte_size > 0)
+        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape", "shape: the shared memory %T is empty", argv[0]);
+    tb_shim_tensor *h;
+    tb_shim_error err;
+    if (!tb_shim_zeros(d->layout.ndim, d->layout.shape, tb_dtypes[d->dtype].torch_scalar_type, &h, &err))
+        return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "%s: %s", f->tag, err.message);
+    return tb_tensor_return(env, h);
+}
+
+/* The region open at fd (its fstat st), its pages reserved, mapped: NULL
+ * with *exc. */
+static tb_region *map_region_file(ErlNifEnv *env, const region_format *f, const char *name, const tb_dense *d,
+                                  const ERL_NIF_TERM argv[], int fd, const struct stat *st, ERL_NIF_TERM *exc)
+{
+    int error = reserve(fd, st);
+    struct statvfs vfs;
+    if (error == ENOSPC && statvfs(TB_SHM_DIR, &vfs) == 0) {
+        *exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
+                              "%s: the shared memory %T has %ld bytes, not all of them stored yet, and "
+                              "they do not fit in " TB_SHM_DIR " (%lu bytes free); its writes would fail",
+                              f->tag, argv[0], (long)st->st_size, (unsigned long)(vfs.f_bavail * vfs.f_frsize));
+        return NULL;
+    }
+    if (error) {
+        *exc = tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot reserve the %ld bytes of the shared memory %T: %s",
+                              f->tag, (long)st->st_size, argv[0], strerror(error));
+        return NULL;
+    }
+    tb_region *r = map_region(f, fd, name, (size_t)st->st_size, d->check.byte_size, 0, &error);
+    if (!r)
+        *exc = tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot map %T: %s", f->tag, argv[0], strerror(error));
+    return r;
+}
+
+/* One reference of a PyTorch-format header, recorded before it is taken:
+ * a VM that dies between the two leaves a reference, and never drops one
+ * it did not take. 0 with *exc (nothing held). */
+static int take_reference(ErlNifEnv *env, const region_format *f, tb_region *r, const char *name,
+                          const ERL_NIF_TERM argv[], ERL_NIF_TERM *exc)
+{
+    int error;
+    if (!tb_shm_owner_record(name, TB_SLOT_FREE, &r->ref, &error)) {
+        *exc = tb_raise_error(env, TB_WHY_SYSTEM, NULL,
+                              "%s: cannot record the reference in this VM's journal in " TB_SHM_DIR ": %s", f->tag,
+                              tb_shm_strerror(error));
+        return 0;
+    }
+    int seen;
+    int taken = tb_shm_header_take(r->base, &seen);
+    if (taken == 1) {
+        tb_shm_owner_hold(&r->ref);
+        return 1;
+    }
+    (void)tb_shm_owner_forget(&r->ref);
+    if (taken < 0)
+        *exc = tb_raise_error(env, TB_WHY_GONE, NULL,
+                              "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "
+                              "another program)",
+                              f->tag, argv[0]);
+    else
+        *exc = tb_raise_badarg(env, TB_WHY_GONE, "handle",
+                               "handle: %T holds no live PyTorch region (its reference count is %d)", argv[0], seen);
+    return 0;
+}
+
 /* Maps the region name (argv[0], read) names as d (argv[2] of dtype
  * argv[1], read). */
 static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const char *name, const tb_dense *dense,
@@ -281,78 +383,20 @@ static ERL_NIF_TERM region_open(ErlNifEnv *env, const region_format *f, const ch
 {
     const tb_dense d = *dense;
     struct stat st;
-    int error;
-    int fd = tb_shm_open(name, 0, &st, &error);
-    if (fd < 0) {
-        if (error == ENOENT)
-            return tb_raise_badarg(env, TB_WHY_NO_REGION, "handle", "handle: no shared memory named %T (%s)", argv[0],
-                                   f->gone);
-        return tb_raise_badarg(env, TB_WHY_SYSTEM, "handle", "handle: cannot open shared memory %T: %s", argv[0],
-                               tb_shm_strerror(error));
-    }
-    uint64_t needed = f->header + d.check.byte_size;
-    if ((uint64_t)st.st_size < needed) {
-        close(fd);
-        if (f->header)
-            return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
-                                   "shape: %T of %s needs %lu bytes after PyTorch's %d-byte header; the shared "
-                                   "memory %T holds %ld in all",
-                                   argv[2], tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, (int)f->header,
-                                   argv[0], (long)st.st_size);
-        return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape",
-                               "shape: %T of %s needs %lu bytes; the shared memory %T holds %ld", argv[2],
-                               tb_dtypes[d.dtype].name, (unsigned long)d.check.byte_size, argv[0], (long)st.st_size);
-    }
+    ERL_NIF_TERM exc;
+    int fd = open_region_file(env, f, name, &d, argv, &st, &exc);
+    if (fd < 0)
+        return exc;
     /* An empty plain region is mapped one byte long, and unmapped as long. */
-    if (st.st_size == 0) {
-        close(fd);
-        if (d.check.byte_size > 0)
-            return tb_raise_badarg(env, TB_WHY_OUT_OF_EXTENT, "shape", "shape: the shared memory %T is empty", argv[0]);
-        tb_shim_tensor *h;
-        tb_shim_error err;
-        if (!tb_shim_zeros(d.layout.ndim, d.layout.shape, tb_dtypes[d.dtype].torch_scalar_type, &h, &err))
-            return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "%s: %s", f->tag, err.message);
-        return tb_tensor_return(env, h);
-    }
-    if ((error = reserve(fd, &st))) {
-        close(fd);
-        struct statvfs vfs;
-        if (error == ENOSPC && statvfs(TB_SHM_DIR, &vfs) == 0)
-            return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL,
-                                  "%s: the shared memory %T has %ld bytes, not all of them stored yet, and "
-                                  "they do not fit in " TB_SHM_DIR " (%lu bytes free); its writes would fail",
-                                  f->tag, argv[0], (long)st.st_size, (unsigned long)(vfs.f_bavail * vfs.f_frsize));
-        return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot reserve the %ld bytes of the shared memory %T: %s",
-                              f->tag, (long)st.st_size, argv[0], strerror(error));
-    }
-    tb_region *r = map_region(f, fd, name, (size_t)st.st_size, d.check.byte_size, 0, &error);
+    tb_region *r = st.st_size == 0 ? NULL : map_region_file(env, f, name, &d, argv, fd, &st, &exc);
     close(fd);
+    if (st.st_size == 0)
+        return empty_region(env, f, &d, argv);
     if (!r)
-        return tb_raise_error(env, TB_WHY_SYSTEM, NULL, "%s: cannot map %T: %s", f->tag, argv[0], strerror(error));
-    if (f->header) {
-        /* Recorded before it is taken: a VM that dies between the two
-         * leaves a reference, and never drops one it did not take. */
-        if (!tb_shm_owner_record(name, TB_SLOT_FREE, &r->ref, &error)) {
-            unmap_region(r);
-            return tb_raise_error(env, TB_WHY_SYSTEM, NULL,
-                                  "%s: cannot record the reference in this VM's journal in " TB_SHM_DIR ": %s", f->tag,
-                                  tb_shm_strerror(error));
-        }
-        int seen;
-        int taken = tb_shm_header_take(r->base, &seen);
-        if (taken != 1) {
-            (void)tb_shm_owner_forget(&r->ref);
-            unmap_region(r);
-            if (taken < 0)
-                return tb_raise_error(env, TB_WHY_GONE, NULL,
-                                      "%s: the shared memory %T vanished under its header (SIGBUS: shrunk by "
-                                      "another program)",
-                                      f->tag, argv[0]);
-            return tb_raise_badarg(env, TB_WHY_GONE, "handle",
-                                   "handle: %T holds no live PyTorch region (its reference count is %d)", argv[0],
-                                   seen);
-        }
-        tb_shm_owner_hold(&r->ref);
+        return exc;
+    if (f->header && !take_reference(env, f, r, name, argv, &exc)) {
+        unmap_region(r);
+        return exc;
     }
     return make_tensor(env, r, &d);
 }
