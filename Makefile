@@ -97,7 +97,7 @@ TORCH_CXX_STD := $(shell LIBTORCH_DIR='$(LIBTORCH_DIR)' sh scripts/libtorch.sh c
 CXXFLAGS := $(OPT) -g $(DEBUG_MAP) -fPIC -fvisibility=hidden -std=c++$(TORCH_CXX_STD) -Wall -Wextra $(WERROR) $(SANITIZE)
 LDFLAGS := -shared $(SANITIZE)
 
-# c_src's folders are its concerns (c_src/LAYERS); every folder is on the
+# c_src's folders are bands of its layers (c_src/LAYERS); every folder is on the
 # include path, and an object's source is the file of its name in whichever
 # folder holds it (SOURCE_OF_STEM, in a rule's prerequisites: the path
 # itself, so that a dependency file naming a unit's old folder cannot
@@ -168,7 +168,7 @@ CHECK_LIBTORCH := { test -d "$(LIBTORCH_DIR)/include/torch" && ls "$(LIBTORCH_DI
 	{ echo "no libtorch at LIBTORCH_DIR=$(LIBTORCH_DIR): expected its headers in $(LIBTORCH_DIR)/include/torch and its libraries in $(LIBTORCH_DIR)/lib (a libtorch tree, or the torch folder of a PyTorch install)" >&2; exit 1; }
 endif
 
-$(SHIM_OBJECT): c_src/torch/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
+$(SHIM_OBJECT): c_src/device/torch_shim.cpp $(CONFIG_STAMP) | $(BUILD)
 	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CXX) $(CXXFLAGS) $(DEPFLAGS) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include -c $< -o $@
 
 -include $(C_OBJECTS:.o=.d) $(SHIM_OBJECT:.o=.d)
@@ -182,8 +182,8 @@ $(NIF): $(C_OBJECTS) $(SHIM_OBJECT)
 	@mkdir -p $(dir $@)
 	$(Q)$(LINK_NIF)
 
-REAPER_SOURCES := c_src/shm/tensor_blob_reaper.c c_src/shm/tb_shm_names.c c_src/memory/tb_fault.c
-$(REAPER): $(REAPER_SOURCES) c_src/shm/tb_shm_names.h c_src/memory/tb_fault.h c_src/core/tb_layout.h $(CONFIG_STAMP)
+REAPER_SOURCES := c_src/reaper/tensor_blob_reaper.c c_src/system/tb_shm_names.c c_src/system/tb_fault.c
+$(REAPER): $(REAPER_SOURCES) c_src/system/tb_shm_names.h c_src/system/tb_fault.h c_src/core/tb_layout.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(Q)$(CACHED) $@ '$(CACHE_KEY)' -- $(CC) -O2 -g $(DEBUG_MAP) -std=c11 -Wall -Wextra $(WERROR) $(C_INCLUDES) $(REAPER_SOURCES) -o $@
 

@@ -1,4 +1,4 @@
-/* The safetensors header decoder (c_src/file/tb_safetensors_decode.c):
+/* The safetensors header decoder (c_src/format/tb_safetensors_decode.c):
  * each of its named refusals made by a header of its own, with the tensor
  * it names; a valid header's entries, shapes and metadata; the writer's
  * output (tb_safetensors_encode.c) decoded back. Every refusal of the

@@ -1,8 +1,8 @@
 /* libFuzzer harness for the safetensors header decoder
- * (c_src/file/tb_safetensors_decode.c) and writer (tb_safetensors_encode.c).
+ * (c_src/format/tb_safetensors_decode.c) and writer (tb_safetensors_encode.c).
  *
- *   clang-14 -fsanitize=fuzzer,address,undefined -Ic_src/core -Ic_src/file -Ipriv/include \
- *       fuzz/fuzz_safetensors.c c_src/file/tb_safetensors*.c c_src/file/tb_json.c c_src/core/tb_dtype.c
+ *   clang-14 -fsanitize=fuzzer,address,undefined -Ic_src/core -Ic_src/format -Ipriv/include \
+ *       fuzz/fuzz_safetensors.c c_src/format/tb_safetensors*.c c_src/format/tb_json.c c_src/core/tb_dtype.c
  *
  * Any input decodes in bounded time and memory, without a read past it.
  * A header it accepts must hold what the format promises: entries ordered

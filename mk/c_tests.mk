@@ -74,14 +74,14 @@ tsan-test: | $(BUILD)
 		$(foreach s,$(filter src/%,$(c_test_registry_SOURCES)),$(wildcard c_src/*/$(notdir $(s)).c)) -o $(BUILD)/c_test_registry_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_registry_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
-		c_test/test_handed.c c_src/memory/tb_handed.c c_src/memory/tb_registry.c c_src/memory/tb_intervals.c \
+		c_test/test_handed.c c_src/system/tb_handed.c c_src/system/tb_registry.c c_src/core/tb_intervals.c \
 		c_src/core/tb_stripe.c -o $(BUILD)/c_test_handed_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_handed_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
-		c_test/test_release.c c_src/memory/tb_release.c -o $(BUILD)/c_test_release_tsan -lpthread
+		c_test/test_release.c c_src/system/tb_release.c -o $(BUILD)/c_test_release_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_release_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
-		c_test/test_slots.c c_src/memory/tb_slots.c -o $(BUILD)/c_test_slots_tsan -lpthread
+		c_test/test_slots.c c_src/core/tb_slots.c -o $(BUILD)/c_test_slots_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_slots_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread -Ipriv/include -I$(ERTS_INCLUDE) \
 		c_test/test_bridge.c -o $(BUILD)/c_test_bridge_tsan -lpthread
@@ -90,7 +90,7 @@ tsan-test: | $(BUILD)
 		c_test/test_once.c -o $(BUILD)/c_test_once_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_once_tsan
 	$(TSAN_CC) -O1 -g -std=c11 -Wall -Wextra -fsanitize=thread $(C_INCLUDES) \
-		c_test/test_proc_maps.c c_src/memory/tb_proc_maps.c -o $(BUILD)/c_test_proc_maps_tsan -lpthread
+		c_test/test_proc_maps.c c_src/system/tb_proc_maps.c -o $(BUILD)/c_test_proc_maps_tsan -lpthread
 	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/c_test_proc_maps_tsan
 
 c-test: $(C_TESTS:%=$(BUILD)/%)

@@ -137,12 +137,12 @@ docs-test: nif
 # no test of a term that
 # enif_raise_exception returned, each raise's argument the one its message
 # names, each NIF in the file and on the scheduler the list of NIFs
-# (c_src/nif/tb_nifs.h) says, no facade code that decides on an error
+# (c_src/beam/tb_nifs.h) says, no facade code that decides on an error
 # message's text (and every reason the facades use in the reason table:
 # scripts/check_errors.sh), and the NIF stubs produced from the list of
 # NIFs up to date.
 check-c: nif
-	scripts/check_layers.py --objects $(BUILD) --reaper c_src/shm/tensor_blob_reaper.c -- \
+	scripts/check_layers.py --objects $(BUILD) --reaper c_src/reaper/tensor_blob_reaper.c -- \
 	    $(CC) -std=c11 $(CUDA_CFLAGS) $(C_INCLUDES) -Ipriv/include -I$(ERTS_INCLUDE) \
 	    ++ $(CXX) -std=c++$(TORCH_CXX_STD) $(TORCH_CFLAGS) $(C_INCLUDES) -Ipriv/include
 	scripts/check_c.sh

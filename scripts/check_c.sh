@@ -9,7 +9,7 @@
 #     first: a message that begins with a literal "word: " is raised with the
 #     argument "word", or with NULL (none) when word names a call or a
 #     concern, not an argument (NOT_ARGUMENTS below).
-#  4. The list of NIFs (c_src/nif/tb_nifs.h) says where each NIF is and how
+#  4. The list of NIFs (c_src/beam/tb_nifs.h) says where each NIF is and how
 #     it runs: each row sits under a comment that names the file defining
 #     its C function, `(folder/tb_x.c)`, and that file defines it; every
 #     tb_nif_ function of c_src is listed; a NIF flagged TB_MAY_GO_DIRTY
@@ -87,7 +87,7 @@ python3 - <<'PY' || status=1
 import os, re, sys
 
 src = "c_src"
-LIST = os.path.join(src, "nif", "tb_nifs.h")
+LIST = os.path.join(src, "beam", "tb_nifs.h")
 files = sorted(os.path.relpath(os.path.join(d, f), src)
                for d, _, fs in os.walk(src) for f in fs if f.endswith(".c"))
 text = {f: open(os.path.join(src, f)).read() for f in files}

@@ -4,7 +4,8 @@ text: every #include the preprocessor takes (gcc/clang -E -dI, so comments,
 strings and branches the build leaves out do not count) and every call or
 address an object file leaves to another unit (nm: its undefined symbols
 that another unit defines). A unit includes and calls only units of lower
-lines of LAYERS; every file of c_src is in exactly one line.
+lines of LAYERS; every file of c_src is in exactly one line, and each
+folder is one band of lines, so the folders are layers too.
 
   check_layers.py --objects DIR [--reaper FILE.c] -- CC [FLAGS...] ++ CXX [FLAGS...]
 
@@ -35,14 +36,27 @@ def unit(path):
 
 
 def read_layers(src, files):
-    """unit -> line index (0 is the top), and the problems of the list."""
-    layer_of, problems, index = {}, [], 0
+    """unit -> line index (0 is the top), and the problems of the list.
+    A "[folder] what it holds" line opens a folder's band; the units of the
+    lines under it are named within that folder, so each folder is one band
+    of layers and the folders stand in call order."""
+    layer_of, problems, index, folder, seen = {}, [], 0, None, []
     units = {unit(f) for f in files}
     for n, line in enumerate(open(os.path.join(src, "LAYERS")), 1):
         line = line.split("#", 1)[0].split("|", 1)[0].strip()
         if not line:
             continue
-        for u in line.split():
+        if line.startswith("["):
+            folder = line[1:line.index("]")]
+            if folder in seen:
+                problems.append(f"{src}/LAYERS:{n}: the folder {folder} opens a second band")
+            seen.append(folder)
+            continue
+        if folder is None:
+            problems.append(f"{src}/LAYERS:{n}: a layer before any [folder] line")
+            continue
+        for name in line.split():
+            u = f"{folder}/{name}"
             if u in layer_of:
                 problems.append(f"{src}/LAYERS:{n}: {u} is listed twice")
             if u not in units:
@@ -51,6 +65,8 @@ def read_layers(src, files):
         index += 1
     for u in sorted(units - set(layer_of)):
         problems.append(f"{src}/{u} is in no layer of {src}/LAYERS")
+    for d in sorted({u.split("/")[0] for u in units} - set(seen)):
+        problems.append(f"{src}/{d} has no [{d}] band in {src}/LAYERS")
     return layer_of, index, problems
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The NIF stubs of src/tensor_blob_nif.erl, from the list of NIFs in
-c_src/nif/tb_nifs.h (X(Name, Arity, C function, flags)): the export and one
+c_src/beam/tb_nifs.h (X(Name, Arity, C function, flags)): the export and one
 stub a NIF, between the two marker lines of the module.
 
   scripts/gen_nifs.py           rewrites them
@@ -13,10 +13,10 @@ import re
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-LIST = "c_src/nif/tb_nifs.h"
+LIST = "c_src/beam/tb_nifs.h"
 STUBS = "src/tensor_blob_nif.erl"
-BEGIN = "%% The NIFs of c_src/nif/tb_nifs.h, written by scripts/gen_nifs.py: edit the list, not these lines."
-END = "%% End of the NIFs of c_src/nif/tb_nifs.h."
+BEGIN = "%% The NIFs of c_src/beam/tb_nifs.h, written by scripts/gen_nifs.py: edit the list, not these lines."
+END = "%% End of the NIFs of c_src/beam/tb_nifs.h."
 
 
 def nifs():

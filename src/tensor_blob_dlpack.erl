@@ -1,7 +1,7 @@
 %% @private
 %% DLPack: the options of to_dlpack/2 and from_dlpack/2 (the version a
 %% consumer's max_version allows, read_only, streams, unsafe addresses).
-%% The capsules themselves are the NIF's (c_src/dlpack); tensor_blob
+%% The capsules themselves are the NIF's (c_src/nif/tb_dlpack.c); tensor_blob
 %% documents the whole exchange.
 -module(tensor_blob_dlpack).
 

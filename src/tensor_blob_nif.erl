@@ -7,7 +7,7 @@
 
 -define(NOT_LOADED, erlang:nif_error(not_loaded())).
 
-%% The NIFs of c_src/nif/tb_nifs.h, written by scripts/gen_nifs.py: edit the list, not these lines.
+%% The NIFs of c_src/beam/tb_nifs.h, written by scripts/gen_nifs.py: edit the list, not these lines.
 -export([
     load_failures/0,
     nx_type/1,
@@ -113,7 +113,7 @@ cuda_memory(_) -> ?NOT_LOADED.
 cuda_ipc_export(_) -> ?NOT_LOADED.
 cuda_ipc_open(_, _, _, _) -> ?NOT_LOADED.
 cuda_torch_open(_, _, _, _, _, _, _, _, _, _) -> ?NOT_LOADED.
-%% End of the NIFs of c_src/nif/tb_nifs.h.
+%% End of the NIFs of c_src/beam/tb_nifs.h.
 
 init() ->
     {Path, Source} = library(),

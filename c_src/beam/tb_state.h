@@ -27,7 +27,7 @@
  * tensor resource keeps its description for exports (tb_tensor.h);
  * 11: a frozen range says who made its binary (tb_range's tag);
  * 10: the slots that carry words to an embedded Python (tb_slots.h), and
- * their resource type (dlpack/tb_python.c);
+ * their resource type (nif/tb_python.c);
  * 9: a count of deferred DLPack imports (defer_release) in stats/0;
  * 8: DLPack addresses handed out are a kind of the registry, which any
  * build takes back (tb_dlpack_export.c's tb_export, up to its handed flag);

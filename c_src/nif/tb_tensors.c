@@ -2,7 +2,7 @@
  * ways, views (narrow, transpose) and what a tensor is (shape, strides,
  * dtype, device, memory). Each reads its arguments with tb_tensor.h's
  * readers and ends with tb_tensor_result or a term of its own; the tensor
- * resource they work on is memory/tb_tensor. */
+ * resource they work on is tensor/tb_tensor. */
 #include "tb_nifs.h"
 #include "tb_overlap.h"
 #include "tb_storage.h"

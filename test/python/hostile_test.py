@@ -1,6 +1,6 @@
 """The Python module (priv/python/tensor_blob.py) against what another
 program of this user may plant in /dev/shm or write in a map: the rules of
-the library's C side (c_src/shm/tb_shm_names.c, tb_shm.c), in Python.
+the library's C side (c_src/system/tb_shm_names.c, tb_shm.c), in Python.
 
 Run by `make python-test`:
 

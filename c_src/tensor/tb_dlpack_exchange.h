@@ -1,5 +1,5 @@
 /* What every NIF that exchanges DLPack does (the DLPack NIFs of
- * dlpack/tb_dlpack.c, the Python door of dlpack/tb_python.c), as C
+ * nif/tb_dlpack.c, the Python door of nif/tb_python.c), as C
  * functions called with C arguments: an export's checks, and the import
  * of a managed tensor into a tensor whose storage calls its deleter. */
 #ifndef TB_DLPACK_EXCHANGE_H

@@ -1,7 +1,7 @@
 /* The DLPack NIFs: to_dlpack and the capsules it makes (consumed, read,
  * asked their version), and from_dlpack, the import of a capsule or an
  * address, into a tensor whose storage calls the producer's deleter. The
- * exports and capsules themselves are dlpack/tb_dlpack_export. */
+ * exports and capsules themselves are tensor/tb_dlpack_export. */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -18,6 +18,6 @@
 /* At load: releases what creators that are gone left. */
 void tb_shm_load(void);
 
-/* The region NIFs (ipc_* and torch_shm_*) are in the list of nif/tb_nifs.h. */
+/* The region NIFs (ipc_* and torch_shm_*) are in the list of beam/tb_nifs.h. */
 
 #endif

@@ -1,6 +1,6 @@
 /* The managed tensors this library makes (exports), their addresses while
  * handed out as integers, and the capsule resource that owns one export
- * until it is consumed or collected. The DLPack NIFs (dlpack/tb_dlpack.c)
+ * until it is consumed or collected. The DLPack NIFs (nif/tb_dlpack.c)
  * and the door for other NIFs (nif/tb_bridge.c) work through these. */
 #ifndef TB_DLPACK_EXPORT_H
 #define TB_DLPACK_EXPORT_H
