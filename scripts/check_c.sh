@@ -151,9 +151,9 @@ for n, line in enumerate(lines[start + 1:], start + 2):
     if flags == "TB_MAY_GO_DIRTY" and not moving:
         print(f"check_c: {LIST}:{n}: {name}/{arity} is flagged TB_MAY_GO_DIRTY, but never reschedules")
         failed = True
-    if flags == "0" and moving:
+    if flags == "TB_SHORT" and moving:
         print(f"check_c: {LIST}:{n}: {name}/{arity} reschedules itself (enif_schedule_nif), so its flag is "
-              f"TB_MAY_GO_DIRTY, not 0")
+              f"TB_MAY_GO_DIRTY, not TB_SHORT")
         failed = True
 for (f, fun) in sorted(bodies):
     if fun.startswith("tb_nif_") and fun not in listed and not bodies[(f, fun)][0]:

@@ -1,4 +1,4 @@
-/* The only door to libtorch. C callers see opaque handles; every entry is
+/* libtorch behind a C API, the only code that calls it. C callers see opaque handles; every entry is
  * noexcept on the C++ side and reports failure through tb_shim_error. */
 #ifndef TORCH_SHIM_H
 #define TORCH_SHIM_H

@@ -146,7 +146,7 @@ ERL_NIF_TERM tb_nif_load_failures(TB_NIF_PARAMS)
     return list;
 }
 
-#define TB_NIF_ENTRY(name, arity, fun, flags) {#name, arity, fun, flags},
+#define TB_NIF_ENTRY(name, arity, fun, schedule) {#name, arity, fun, TB_ERTS_FLAGS(schedule)},
 static ErlNifFunc nif_funcs[] = {TB_NIFS(TB_NIF_ENTRY)};
 #undef TB_NIF_ENTRY
 

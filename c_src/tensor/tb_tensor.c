@@ -31,7 +31,7 @@ static void release_as_owner(tb_storage *s)
 
 int tb_tensor_open_type(ErlNifEnv *env, ErlNifResourceFlags flags, ErlNifResourceDynCall *dyncall)
 {
-    /* dyncall is the door of priv/include/tensor_blob.h: other NIF
+    /* dyncall is the entry of priv/include/tensor_blob.h (the C bridge): other NIF
      * libraries reach it with enif_dynamic_resource_call. */
     ErlNifResourceTypeInit init = {.dtor = tensor_dtor, .members = 4, .dyncall = dyncall};
     return tb_rtype_open(env, "tensor_blob_tensor", &init, flags, &tensor_type);
