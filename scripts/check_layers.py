@@ -184,6 +184,16 @@ def main(argv):
               f"{len({(a, b) for a, b, _ in call_edges})} unit pairs calling (from the preprocessor and nm), "
               f"{'FAILED' if problems else 'ok'}")
 
+        # The drawing by folder: each folder and the folders it reaches
+        # (includes and calls), all below it when the check passes.
+        reach = {}
+        for a, b_, _ in include_edges + [(a, b_, s) for a, b_, s in call_edges]:
+            if a.split("/")[0] != b_.split("/")[0]:
+                reach.setdefault(a.split("/")[0], set()).add(b_.split("/")[0])
+        folders = sorted({u.split("/")[0] for u in layer_of}, key=lambda d: min(layer_of[u] for u in layer_of if u.startswith(d + "/")))
+        for d in folders:
+            print(f"check_layers:   {d:<7} -> {' '.join(sorted(reach.get(d, ()), key=folders.index)) or '(nothing)'}")
+
         # The check checks itself: the lowest unit planted with an include of
         # the top unit's header, then with a call to the top unit.
         order = sorted((u for u in layer_of if os.path.exists(os.path.join(SRC, u + ".c"))), key=layer_of.get)
