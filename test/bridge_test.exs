@@ -246,4 +246,79 @@ defmodule TensorBlob.BridgeTest do
       assert Lifetime.await_stats(%{start | tensors: start.tensors + 1}).capsules == start.capsules
     end
   end
+
+  describe "DLPack 1.3's exchange API over terms (tensor_blob.h)" do
+    test "the table a tensor's build answers with: 1.3, no older one; none for a term that is no tensor" do
+      assert @foreign.exchange_api(Tensor.zeros({2}, :float32)) == {1, 3, true}
+      assert @foreign.exchange_api(make_ref()) == :none
+      assert @foreign.exchange_api(:not_a_tensor) == :none
+    end
+
+    test "from a term and back: the same memory, which outlives every other user" do
+      stats0 = Lifetime.settled_stats()
+
+      Lifetime.in_process(fn ->
+        back =
+          Lifetime.in_process(fn ->
+            t = Tensor.from_binary(payload(), :float32, {8, 8})
+            assert {:ok, back} = @foreign.exchange_round(t)
+            assert TensorBlob.to_blob(back).ptr == TensorBlob.to_blob(t).ptr
+            back
+          end)
+
+        Lifetime.churn()
+        assert Tensor.to_binary(back) == payload()
+        assert Tensor.shape(back) == {8, 8}
+      end)
+
+      # Then the last user gone: nothing of it is left.
+      assert Lifetime.await_stats(stats0) == stats0
+    end
+
+    test "every dtype this build holds: the view's dtype is the table's DLPack type, and the round trip keeps it" do
+      for %{name: name, available: true, dlpack: dlpack, element_size: size} <- TensorBlob.tables().dtypes do
+        t = Tensor.from_binary(:binary.copy(<<0>>, 6 * size), name, {2, 3})
+        {address, [2, 3], [3, 1], ^dlpack, {1, 0}} = @foreign.exchange_view(t)
+        assert address == TensorBlob.to_blob(t).ptr
+        assert {:ok, back} = @foreign.exchange_round(t)
+        assert {Tensor.dtype(back), Tensor.shape(back)} == {name, {2, 3}}
+      end
+    end
+
+    test "0-dim, empty and strided tensors are described as they are" do
+      scalar = Tensor.from_binary(f32s([2.5]), :float32, {})
+      assert {_, [], [], {2, 32, 1}, _} = @foreign.exchange_view(scalar)
+      assert {0, [0, 4], _, _, _} = @foreign.exchange_view(Tensor.zeros({0, 4}, :float32))
+      t = Tensor.transpose(Tensor.from_binary(payload(), :float32, {4, 16}), 0, 1)
+      assert {_, [16, 4], [1, 16], _, _} = @foreign.exchange_view(t)
+      assert {:ok, back} = @foreign.exchange_round(t)
+      assert Tensor.strides(back) == [1, 16]
+      assert Tensor.to_binary(back) == Tensor.to_binary(t)
+    end
+
+    test "read-only memory: no bare view of it, and the managed tensor keeps it read-only" do
+      view = Tensor.from_binary(:binary.copy(payload()), :float32, {64}, copy: false)
+      assert @foreign.exchange_view(view) == {:error, 5}
+      assert {:ok, back} = @foreign.exchange_round(view)
+      assert_raise ArgumentError, ~r/read-only/, fn -> Tensor.write!(back, payload()) end
+    end
+
+    test "the allocator: zeros of the prototype, owned by the caller; bad prototypes are reported" do
+      any = Tensor.zeros({1}, :float32)
+      assert {:ok, t} = @foreign.exchange_alloc(any, [3, 5], {2, 32, 1}, 1)
+      assert {Tensor.shape(t), Tensor.dtype(t), Tensor.memory(t)} == {{3, 5}, :float32, :dlpack}
+      assert Tensor.to_binary(t) == :binary.copy(<<0>>, 60)
+      Tensor.write!(t, :binary.copy(<<1>>, 60))
+      assert Tensor.to_binary(t) == :binary.copy(<<1>>, 60)
+      assert {:error, :bad_dtype, _} = @foreign.exchange_alloc(any, [3], {2, 31, 1}, 1)
+      assert {:error, :bad_shape, _} = @foreign.exchange_alloc(any, [-1], {2, 32, 1}, 1)
+      assert {:error, :no_device, _} = @foreign.exchange_alloc(any, [3], {2, 32, 1}, 99)
+    end
+
+    test "the current work stream: none of tensor_blob's own, on every device" do
+      any = Tensor.zeros({1}, :float32)
+      assert @foreign.exchange_stream(any, 1) == {0, :null}
+      assert @foreign.exchange_stream(any, 2) == {0, :null}
+    end
+  end
 end

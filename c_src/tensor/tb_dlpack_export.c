@@ -120,32 +120,37 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only)
     return tb_dlpack_export_of(handle, tb_tensor_exported_from(&d, &x), versioned, read_only);
 }
 
+void tb_dlpack_dltensor_of(const tb_tensor_exported *x, int64_t *shape, int64_t *strides, tb_DLTensor *out)
+{
+    int no_elements = 0;
+    for (int i = 0; i < x->ndim; i++)
+        no_elements |= x->sizes[i] == 0;
+    /* The spec asks for NULL data when there are no elements. */
+    out->data = no_elements ? NULL : x->data;
+    out->device.device_type = tb_device_dlpack_type(x->device_type);
+    out->device.device_id = tb_device_indexed(x->device_type) ? x->device_index : 0;
+    out->ndim = x->ndim;
+    out->dtype.code = tb_dtypes[x->dtype].dl_code;
+    out->dtype.bits = tb_dtypes[x->dtype].dl_bits;
+    out->dtype.lanes = tb_dtypes[x->dtype].dl_lanes;
+    out->shape = shape;
+    out->strides = strides;
+    out->byte_offset = 0;
+}
+
 void *tb_dlpack_export_of(tb_shim_tensor *handle, const tb_tensor_exported *x, int versioned, int read_only)
 {
-    tb_dtype_id id = x->dtype;
     size_t ndim = (size_t)x->ndim;
     tb_export *e = malloc(sizeof *e + 2 * ndim * sizeof(int64_t));
     if (!e)
         return NULL;
 
-    tb_DLTensor dl;
-    int no_elements = 0;
     for (size_t i = 0; i < ndim; i++) {
         e->dims[i] = x->sizes[i];
         e->dims[ndim + i] = x->strides[i];
-        no_elements |= x->sizes[i] == 0;
     }
-    /* The spec asks for NULL data when there are no elements. */
-    dl.data = no_elements ? NULL : x->data;
-    dl.device.device_type = tb_device_dlpack_type(x->device_type);
-    dl.device.device_id = tb_device_indexed(x->device_type) ? x->device_index : 0;
-    dl.ndim = x->ndim;
-    dl.dtype.code = tb_dtypes[id].dl_code;
-    dl.dtype.bits = tb_dtypes[id].dl_bits;
-    dl.dtype.lanes = tb_dtypes[id].dl_lanes;
-    dl.shape = e->dims;
-    dl.strides = e->dims + ndim;
-    dl.byte_offset = 0;
+    tb_DLTensor dl;
+    tb_dlpack_dltensor_of(x, e->dims, e->dims + ndim, &dl);
 
     e->ref = tb_shim_retain(handle);
     atomic_init(&e->handed, 0);

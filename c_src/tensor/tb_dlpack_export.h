@@ -22,6 +22,10 @@ void *tb_dlpack_export(tb_shim_tensor *handle, int versioned, int read_only);
 /* The same for a handle already described (tb_tensor_exported_of). */
 void *tb_dlpack_export_of(tb_shim_tensor *handle, const tb_tensor_exported *x, int versioned, int read_only);
 
+/* The DLTensor of a described tensor, over the given shape and strides
+ * (x's own, or copies of them). */
+void tb_dlpack_dltensor_of(const tb_tensor_exported *x, int64_t *shape, int64_t *strides, tb_DLTensor *out);
+
 /* Exported managed tensors whose deleter has not run yet: in a capsule, or
  * consumed and held by a consumer. */
 long tb_dlpack_live(void);

@@ -69,7 +69,9 @@ enum {
     TENSOR_BLOB_BRIDGE_NO_MEMORY = 3,
     /* From a table whose build was unloaded (its code purged after an
      * upgrade): look tensor_blob up again. tensor_blob_to_dlpack does. */
-    TENSOR_BLOB_BRIDGE_RETIRED = 4
+    TENSOR_BLOB_BRIDGE_RETIRED = 4,
+    /* dltensor_from_term_no_sync of memory that may not be written. */
+    TENSOR_BLOB_BRIDGE_READ_ONLY_MEMORY = 5
 };
 
 /* A build's functions, found once: valid for the life of the VM (a build
@@ -80,6 +82,9 @@ typedef struct tensor_blob_bridge {
     /* tensor_blob_to_dlpack's work on any tensor term, without a lookup:
      * a TENSOR_BLOB_BRIDGE_ status; *out set when OK. */
     int (*to_dlpack)(ErlNifEnv *env, ERL_NIF_TERM term, uint32_t flags, tb_DLManagedTensorVersioned **out);
+    /* From 0.1.0 (size says whether a table has it): DLPack 1.3's exchange
+     * API over terms (tensor_blob_exchange_api below). */
+    const struct tensor_blob_exchange_api *exchange;
 } tensor_blob_bridge;
 
 /* What enif_dynamic_resource_call passes to tensor_blob. */
@@ -175,6 +180,83 @@ static inline int tensor_blob_to_dlpack(ErlNifEnv *env, ERL_NIF_TERM term, uint3
     if (answered && answered != bridge)
         __atomic_store_n(&found, answered, __ATOMIC_RELEASE);
     return status;
+}
+
+/* ---- DLPack 1.3's exchange API, over terms ----------------------------
+ *
+ * DLPack 1.3 gives Python's tensor types a table of C functions
+ * (DLPackExchangeAPI, found on the type as __dlpack_c_exchange_api__) so
+ * that a kernel library takes and makes tensors with no Python-level call.
+ * tensor_blob offers the same table with the BEAM's object where Python's
+ * is a PyObject *: a term with the ErlNifEnv it lives in. A NIF written
+ * against the standard's entry points takes tensor_blob tensors with the
+ * same code shape:
+ *
+ *     const tensor_blob_exchange_api *api = tensor_blob_exchange_api_of(env, argv[0]);
+ *     tb_DLManagedTensorVersioned *m;
+ *     if (!api || api->managed_tensor_from_term_no_sync(env, argv[0], &m) != 0)
+ *         return enif_make_badarg(env);
+ *     ... m->dl_tensor; then m->deleter(m), once, from any thread ...
+ *
+ * Where the BEAM differs from Python:
+ * - The table is found from a tensor term (as Python's from a tensor's
+ *   type), and stays valid for the life of the VM; after a hot upgrade the
+ *   retired build's entries answer TENSOR_BLOB_BRIDGE_RETIRED and
+ *   tensor_blob_exchange_api_of finds the new one.
+ * - Statuses are TENSOR_BLOB_BRIDGE_* (0 is success, as the standard's 0),
+ *   and no exception is left pending: to_term's failure gives the raised
+ *   term to return, the allocator's goes through set_error as the
+ *   standard's does, its kind a reason of tensor_blob:tables/0.
+ * - A term lives while its env does: a DLTensor of
+ *   dltensor_from_term_no_sync is valid until the NIF call returns (keep
+ *   the managed tensor of managed_tensor_from_term_no_sync past it). It
+ *   refuses read-only memory (a view of a binary), which a bare DLTensor
+ *   cannot flag: take the managed tensor, whose flags say so.
+ * - tensor_blob queues no device work of its own: current_work_stream
+ *   answers NULL (the device's default stream; nothing on the host). */
+
+/* This header has the exchange API. */
+#define TENSOR_BLOB_EXCHANGE_API 1
+
+typedef struct tensor_blob_exchange_api_header {
+    tb_DLPackVersion version; /* 1.3 */
+    struct tensor_blob_exchange_api_header *prev_api;
+} tensor_blob_exchange_api_header;
+
+typedef struct tensor_blob_exchange_api {
+    tensor_blob_exchange_api_header header;
+    /* A new tensor of the prototype's dtype, shape and device (zeros),
+     * owned by the caller: 0 and *out, or -1 after set_error(error_ctx,
+     * reason, message). Needs no env: from any thread. */
+    int (*managed_tensor_allocator)(tb_DLTensor *prototype, tb_DLManagedTensorVersioned **out, void *error_ctx,
+                                    void (*set_error)(void *error_ctx, const char *kind, const char *message));
+    /* tensor_blob_to_dlpack's export of a tensor term: a status, *out
+     * when 0. */
+    int (*managed_tensor_from_term_no_sync)(ErlNifEnv *env, ERL_NIF_TERM term, tb_DLManagedTensorVersioned **out);
+    /* A tensor term over the managed tensor, whose ownership it takes (its
+     * deleter runs once, when the last tensor over it is freed; at once on
+     * failure): 0 and *out the term, or -1 and *out the raised error, which
+     * the NIF returns at once. Inside a NIF call on env. */
+    int (*managed_tensor_to_term_no_sync)(ErlNifEnv *env, tb_DLManagedTensorVersioned *tensor, ERL_NIF_TERM *out);
+    /* A view that owns nothing, valid while the term is (the NIF call): a
+     * status; READ_ONLY_MEMORY for memory that may not be written. */
+    int (*dltensor_from_term_no_sync)(ErlNifEnv *env, ERL_NIF_TERM term, tb_DLTensor *out);
+    /* 0, *out_current_stream = NULL. */
+    int (*current_work_stream)(tb_DLDeviceType device_type, int32_t device_id, void **out_current_stream);
+} tensor_blob_exchange_api;
+
+/* The exchange API of the build that made the tensor term, or NULL (not a
+ * tensor, or a build without it). Costs an export the first time: cache
+ * it, as a Python consumer caches a type's table. */
+static inline const tensor_blob_exchange_api *tensor_blob_exchange_api_of(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    tb_DLManagedTensorVersioned *m = NULL;
+    const tensor_blob_bridge *bridge = NULL;
+    if (tensor_blob_to_dlpack_by_name(env, term, TENSOR_BLOB_BRIDGE_READ_ONLY, &m, &bridge) == TENSOR_BLOB_BRIDGE_OK)
+        m->deleter(m);
+    if (!bridge || bridge->size < sizeof(tensor_blob_bridge))
+        return NULL;
+    return bridge->exchange;
 }
 
 #endif

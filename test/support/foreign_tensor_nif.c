@@ -316,6 +316,129 @@ static ERL_NIF_TERM table_take(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
 }
 #endif
 
+#ifdef TENSOR_BLOB_EXCHANGE_API
+/* DLPack 1.3's exchange API over terms, called as a NIF written against
+ * the standard's entry points would call it. */
+static ERL_NIF_TERM status_error(ErlNifEnv *env, int status)
+{
+    return enif_make_tuple2(env, enif_make_atom(env, "error"), enif_make_int(env, status));
+}
+
+/* exchange_api(Tensor) -> {Major, Minor, PrevIsNull} | none */
+static ERL_NIF_TERM exchange_api(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    const tensor_blob_exchange_api *api = tensor_blob_exchange_api_of(env, argv[0]);
+    if (!api)
+        return enif_make_atom(env, "none");
+    return enif_make_tuple3(env, enif_make_uint(env, api->header.version.major),
+                            enif_make_uint(env, api->header.version.minor),
+                            enif_make_atom(env, api->header.prev_api ? "false" : "true"));
+}
+
+/* exchange_round(Tensor) -> {ok, Tensor2} | {error, Status}: from the term
+ * to a managed tensor, and back to a term. */
+static ERL_NIF_TERM exchange_round(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    const tensor_blob_exchange_api *api = tensor_blob_exchange_api_of(env, argv[0]);
+    tb_DLManagedTensorVersioned *m;
+    ERL_NIF_TERM out;
+    if (!api)
+        return enif_make_badarg(env);
+    int status = api->managed_tensor_from_term_no_sync(env, argv[0], &m);
+    if (status != 0)
+        return status_error(env, status);
+    if (api->managed_tensor_to_term_no_sync(env, m, &out) != 0)
+        return out; /* the raised error */
+    return enif_make_tuple2(env, enif_make_atom(env, "ok"), out);
+}
+
+/* exchange_view(Tensor) -> {Address, Shape, Strides, {Code, Bits, Lanes},
+ * {DeviceType, DeviceId}} | {error, Status} */
+static ERL_NIF_TERM exchange_view(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    const tensor_blob_exchange_api *api = tensor_blob_exchange_api_of(env, argv[0]);
+    tb_DLTensor t;
+    if (!api)
+        return enif_make_badarg(env);
+    int status = api->dltensor_from_term_no_sync(env, argv[0], &t);
+    if (status != 0)
+        return status_error(env, status);
+    ERL_NIF_TERM shape[64], strides[64];
+    for (int i = 0; i < t.ndim && i < 64; i++) {
+        shape[i] = enif_make_int64(env, t.shape[i]);
+        strides[i] = enif_make_int64(env, t.strides[i]);
+    }
+    ERL_NIF_TERM dtype = enif_make_tuple3(env, enif_make_uint(env, t.dtype.code), enif_make_uint(env, t.dtype.bits),
+                                          enif_make_uint(env, t.dtype.lanes));
+    ERL_NIF_TERM device =
+        enif_make_tuple2(env, enif_make_int(env, t.device.device_type), enif_make_int(env, t.device.device_id));
+    ERL_NIF_TERM items[5] = {enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)t.data),
+                             enif_make_list_from_array(env, shape, (unsigned)t.ndim),
+                             enif_make_list_from_array(env, strides, (unsigned)t.ndim), dtype, device};
+    return enif_make_tuple_from_array(env, items, 5);
+}
+
+typedef struct {
+    char kind[64], message[256];
+} alloc_error;
+
+static void set_alloc_error(void *ctx, const char *kind, const char *message)
+{
+    alloc_error *e = ctx;
+    snprintf(e->kind, sizeof e->kind, "%s", kind);
+    snprintf(e->message, sizeof e->message, "%s", message);
+}
+
+/* exchange_alloc(Tensor, Shape, {Code, Bits, Lanes}, DeviceType) ->
+ * {ok, NewTensor} | {error, Kind, Message}: the allocator of the table
+ * Tensor's build answers with. */
+static ERL_NIF_TERM exchange_alloc(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    const tensor_blob_exchange_api *api = tensor_blob_exchange_api_of(env, argv[0]);
+    int64_t shape[64];
+    unsigned ndim = 0, code, bits, lanes;
+    int arity, device_type;
+    const ERL_NIF_TERM *dt;
+    ERL_NIF_TERM list = argv[1], head, out;
+    while (ndim < 64 && enif_get_list_cell(env, list, &head, &list) && enif_get_int64(env, head, &shape[ndim]))
+        ndim++;
+    if (!api || !enif_is_empty_list(env, list) || !enif_get_tuple(env, argv[2], &arity, &dt) || arity != 3 ||
+        !enif_get_uint(env, dt[0], &code) || !enif_get_uint(env, dt[1], &bits) || !enif_get_uint(env, dt[2], &lanes) ||
+        !enif_get_int(env, argv[3], &device_type))
+        return enif_make_badarg(env);
+    tb_DLTensor prototype = {.device = {.device_type = device_type, .device_id = 0},
+                             .ndim = (int32_t)ndim,
+                             .dtype = {.code = (uint8_t)code, .bits = (uint8_t)bits, .lanes = (uint16_t)lanes},
+                             .shape = shape};
+    tb_DLManagedTensorVersioned *m = NULL;
+    alloc_error e = {"", ""};
+    if (api->managed_tensor_allocator(&prototype, &m, &e, set_alloc_error) != 0)
+        return enif_make_tuple3(env, enif_make_atom(env, "error"), enif_make_atom(env, e.kind),
+                                enif_make_string(env, e.message, ERL_NIF_LATIN1));
+    if (api->managed_tensor_to_term_no_sync(env, m, &out) != 0)
+        return out;
+    return enif_make_tuple2(env, enif_make_atom(env, "ok"), out);
+}
+
+/* exchange_stream(Tensor, DeviceType) -> {Status, null | Address} */
+static ERL_NIF_TERM exchange_stream(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    const tensor_blob_exchange_api *api = tensor_blob_exchange_api_of(env, argv[0]);
+    int device_type;
+    void *stream = (void *)1;
+    if (!api || !enif_get_int(env, argv[1], &device_type))
+        return enif_make_badarg(env);
+    int status = api->current_work_stream((tb_DLDeviceType)device_type, 0, &stream);
+    return enif_make_tuple2(env, enif_make_int(env, status),
+                            stream ? enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)stream) : enif_make_atom(env, "null"));
+}
+#endif
+
 static ERL_NIF_TERM counters(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     (void)argc;
@@ -491,6 +614,13 @@ static ErlNifFunc funcs[] = {
 #ifdef TENSOR_BLOB_BRIDGE_VERSION_FIRST /* the table's header */
     {"table_find", 1, table_find, 0},
     {"table_take", 1, table_take, 0},
+#endif
+#ifdef TENSOR_BLOB_EXCHANGE_API
+    {"exchange_api", 1, exchange_api, 0},
+    {"exchange_round", 1, exchange_round, 0},
+    {"exchange_view", 1, exchange_view, 0},
+    {"exchange_alloc", 4, exchange_alloc, 0},
+    {"exchange_stream", 2, exchange_stream, 0},
 #endif
 };
 
