@@ -541,20 +541,10 @@ static void test_dtypes(void)
     static const struct {
         uint8_t code, bits;
     } unsupported[] = {
-        {tb_kDLOpaqueHandle, 64},
-        {tb_kDLFloat8_e3m4, 8},
-        {tb_kDLFloat8_e4m3, 8},
-        {tb_kDLFloat8_e4m3b11fnuz, 8},
-        {tb_kDLFloat6_e2m3fn, 6},
-        {tb_kDLFloat6_e3m2fn, 6},
-        {tb_kDLFloat4_e2m1fn, 4},
-        {tb_kDLInt, 24},
-        {tb_kDLInt, 128},
-        {tb_kDLFloat, 8},
-        {tb_kDLBool, 1},
-        {tb_kDLComplex, 16},
-        {tb_kDLBfloat, 32},
-        {tb_kDLFloat8_e4m3fn, 16},
+        {tb_kDLOpaqueHandle, 64}, {tb_kDLFloat8_e3m4, 8},    {tb_kDLFloat8_e4m3, 8},   {tb_kDLFloat8_e4m3b11fnuz, 8},
+        {tb_kDLFloat6_e2m3fn, 6}, {tb_kDLFloat6_e3m2fn, 6},  {tb_kDLFloat4_e2m1fn, 4}, {tb_kDLInt, 24},
+        {tb_kDLInt, 128},         {tb_kDLFloat, 8},          {tb_kDLBool, 1},          {tb_kDLComplex, 16},
+        {tb_kDLBfloat, 32},       {tb_kDLFloat8_e4m3fn, 16},
     };
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         dl_dtype.code = unsupported[i].code;

@@ -154,7 +154,8 @@ static void packed(void)
         int has = tb_safetensors_tensor_shape(&h.entries[0], shape);
         CHECK_EQ(has, tb_st_dtypes[f].id != TB_DT_NONE);
         if (has)
-            CHECK(shape[0] == 2 && shape[1] * tb_dtypes[tb_st_dtypes[f].id].element_size * 8 == 8 * tb_st_dtypes[f].bits);
+            CHECK(shape[0] == 2 &&
+                  shape[1] * tb_dtypes[tb_st_dtypes[f].id].element_size * 8 == 8 * tb_st_dtypes[f].bits);
         size_t len;
         char *again = tb_safetensors_encode(h.entries, h.count, NULL, 0, 0, &len);
         tb_safetensors_header h2;

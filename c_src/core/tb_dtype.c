@@ -5,7 +5,7 @@
 #include "tensor_blob_dlpack.h"
 
 #define TB_DTYPE_ROW_(id, name, code, bits, size, st, c10_name, nx_kind, nx_bits) \
-    [TB_DT_##id] = {name, code, bits, (size) * 8 / (bits), size, st, nx_kind, nx_bits},
+    [TB_DT_##id] = {name, code, bits, (size)*8 / (bits), size, st, nx_kind, nx_bits},
 const tb_dtype tb_dtypes[TB_DT_COUNT] = {TB_DTYPE_LIST(TB_DTYPE_ROW_)};
 #undef TB_DTYPE_ROW_
 

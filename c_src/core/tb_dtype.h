@@ -38,7 +38,7 @@
 #define TB_DTYPES_TORCH_2_1(X)                                                                      \
     X(FLOAT8_E4M3FN, "float8_e4m3fn", tb_kDLFloat8_e4m3fn, 8, 1, 24, Float8_e4m3fn, "f8_e4m3fn", 8) \
     X(FLOAT8_E5M2, "float8_e5m2", tb_kDLFloat8_e5m2, 8, 1, 23, Float8_e5m2, "f", 8)
-#define TB_DTYPES_TORCH_2_2(X)                                                                 \
+#define TB_DTYPES_TORCH_2_2(X)                                                                       \
     X(FLOAT8_E5M2FNUZ, "float8_e5m2fnuz", tb_kDLFloat8_e5m2fnuz, 8, 1, 25, Float8_e5m2fnuz, NULL, 0) \
     X(FLOAT8_E4M3FNUZ, "float8_e4m3fnuz", tb_kDLFloat8_e4m3fnuz, 8, 1, 26, Float8_e4m3fnuz, NULL, 0)
 #define TB_DTYPES_TORCH_2_3(X)                                  \
@@ -53,9 +53,9 @@
 #define TB_DTYPES_TORCH_2_8(X) \
     X(FLOAT4_E2M1FN_X2, "float4_e2m1fn_x2", tb_kDLFloat4_e2m1fn, 4, 1, 45, Float4_e2m1fn_x2, NULL, 0)
 
-#define TB_DTYPE_LIST(X)                                                                                  \
-    TB_DTYPES_TORCH_1_13(X) TB_DTYPES_TORCH_2_1(X) TB_DTYPES_TORCH_2_2(X) TB_DTYPES_TORCH_2_3(X) \
-    TB_DTYPES_TORCH_2_7(X) TB_DTYPES_TORCH_2_8(X)
+#define TB_DTYPE_LIST(X)    \
+    TB_DTYPES_TORCH_1_13(X) \
+    TB_DTYPES_TORCH_2_1(X) TB_DTYPES_TORCH_2_2(X) TB_DTYPES_TORCH_2_3(X) TB_DTYPES_TORCH_2_7(X) TB_DTYPES_TORCH_2_8(X)
 
 /* Other names accepted on input: A(name, ID). ExTorch's (and libtorch's)
  * names, and Nx's shorthands, a few a line (clang-format leaves them so). */

@@ -31,8 +31,8 @@
     X(TOO_DEEP, "its header nests arrays or objects too deep")                                        \
     X(DUPLICATE, "a tensor name appears twice")                                                       \
     X(BAD_ENTRY, "a tensor's entry is not {dtype, shape, data_offsets} of the right types")           \
-    X(UNKNOWN_DTYPE, "a tensor's dtype is not one of the format's")                                    \
-    X(PARTIAL_BYTE, "a tensor's last dimension does not fill whole bytes with its packed values")       \
+    X(UNKNOWN_DTYPE, "a tensor's dtype is not one of the format's")                                   \
+    X(PARTIAL_BYTE, "a tensor's last dimension does not fill whole bytes with its packed values")     \
     X(TOO_MANY_DIMS, "a tensor's shape has more dimensions than a tensor here can have (64)")         \
     X(OVERFLOW, "a tensor's shape overflows (its element count or byte size)")                        \
     X(SIZE_MISMATCH, "a tensor's data offsets do not span its shape's bytes")                         \
@@ -58,8 +58,8 @@ typedef struct {
 
 typedef struct {
     tb_safetensors_string name;
-    int format;         /* the format's dtype: an index of tb_st_dtypes */
-    tb_dtype_id dtype;  /* its dtype of the table, or TB_DT_NONE */
+    int format;        /* the format's dtype: an index of tb_st_dtypes */
+    tb_dtype_id dtype; /* its dtype of the table, or TB_DT_NONE */
     int ndim;
     const int64_t *shape; /* ndim sizes, in the format's values */
     uint64_t begin, end;  /* in the data buffer */

@@ -287,8 +287,8 @@ static int dtypes_in_libtorch(ErlNifEnv *env, ERL_NIF_TERM path_term, const sele
                                    "out with %C, or open the rest with %C",
                                    path_term, tb_file_make_string(env, &e->name), tb_st_dtypes[e->format].name,
                                    e->dtype == TB_DT_NONE ? "which no libtorch has" : tb_dtypes[e->dtype].name,
-                                   tb_shim_torch_version(), "#{only => Names}", "only: names",
-                                   "#{unsupported => skip}", "unsupported: :skip");
+                                   tb_shim_torch_version(), "#{only => Names}", "only: names", "#{unsupported => skip}",
+                                   "unsupported: :skip");
             return 0;
         }
     }

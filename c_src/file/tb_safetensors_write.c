@@ -62,8 +62,8 @@ static int get_tensor(ErlNifEnv *env, ERL_NIF_TERM pair, tb_safetensors_entry *e
         return 0;
     int format = tb_dtype_st_of(d->dtype);
     if (format < 0 || (d->info.ndim == 0 && tb_dtype_st_per_element(format) != 1)) {
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "tensors", "tensors: %T: dtype %s has no safetensors name%s", nt[0],
-                               tb_dtypes[d->dtype].name, format < 0 ? "" : " for a tensor of no dimension");
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "tensors", "tensors: %T: dtype %s has no safetensors name%s",
+                               nt[0], tb_dtypes[d->dtype].name, format < 0 ? "" : " for a tensor of no dimension");
         return 0;
     }
     if (d->info.ndim > TB_MAX_DIMS) {

@@ -79,10 +79,10 @@
     /* (Tensor) -> {Name, ByteSize} when it is a whole region's data, or nil */                                        \
     X(torch_shm_name, 1, tb_nif_torch_shm_name, 0)                                                                     \
     /* safetensors files (read from the file: always on a dirty I/O scheduler), opened (file/tb_safetensors_open.c) */ \
-    /* (Path, all | [Name], refuse | skip | bytes) -> {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied:           \
-     * misaligned], [{Name, Dtype, Shape, TableDtype | nil}: what the linked libtorch cannot hold]} */                  \
+    /* (Path, all | [Name], refuse | skip | bytes) -> {[{Name, Tensor}], Meta | nil, [Name copied: misaligned], */     \
+    /* [{Name, Dtype, Shape, TableDtype | nil}: what the linked libtorch cannot hold]} */                              \
     X(safetensors_open, 3, tb_nif_safetensors_open, ERL_NIF_DIRTY_JOB_IO_BOUND)                                        \
-    /* (Path) -> {[{Name, Dtype, Shape, Begin, End, TableDtype | nil, Held}], [{Key, Value}] | nil, DataStart, Size} */  \
+    /* (Path) -> {[{Name, Dtype, Shape, Begin, End, TableDtype | nil, Held}], Meta | nil, DataStart, Size} */          \
     X(safetensors_info, 1, tb_nif_safetensors_info, ERL_NIF_DIRTY_JOB_IO_BOUND)                                        \
     /* written (file/tb_safetensors_write.c) */                                                                        \
     /* (Path, [{Name, Tensor}], [{Key, Value}] | nil) -> ok: written in that order, renamed over Path */               \
