@@ -95,7 +95,7 @@ open(Path, Opts) ->
                  end,
       metadata => Meta, unsupported => Unheld}.
 
-%% The header of a safetensors file alone, neither mapped nor read beyond
+%% @doc The header of a safetensors file alone, neither mapped nor read beyond
 %% it, checked as open/2 checks it: each tensor's safetensors dtype, shape
 %% and offsets in the data buffer, the dtype of the library that holds it
 %% (tensor_dtype, nil where none does: F6_E2M3, F6_E3M2) and whether this
