@@ -32,11 +32,14 @@
 %% A tensor the linked libtorch cannot hold: its safetensors dtype, its shape as the file gives it,
 %% whether it opened as its bytes or was left out, and why.
 -type info() :: #{tensors := #{binary() => entry_info()}, metadata := #{binary() => binary()},
-                  data_start := non_neg_integer(), file_size := non_neg_integer()}.
+                  data_start => non_neg_integer(), file_size => non_neg_integer(),
+                  shards => #{binary() => #{data_start := non_neg_integer(), file_size := non_neg_integer()}}}.
+%% A file's header (data_start and file_size), or a sharded checkpoint's (shards).
 -type entry_info() :: #{dtype := binary(), shape := tuple(), data_offsets := {non_neg_integer(), non_neg_integer()},
-                        tensor_dtype := atom() | nil, opens := boolean()}.
+                        tensor_dtype := atom() | nil, opens := boolean(), shard => binary()}.
 %% A tensor of a file's header: its safetensors dtype and shape, its offsets in the data buffer, the
-%% library's dtype that holds it (nil where none does), and whether this build opens it.
+%% library's dtype that holds it (nil where none does), whether this build opens it, and (of a sharded
+%% checkpoint) the shard file that holds it.
 
 %% @equiv open(Path, #{})
 -spec open(file:name_all()) -> file().
@@ -100,16 +103,44 @@ open(Path, Opts) ->
 %% and offsets in the data buffer, the dtype of the library that holds it
 %% (tensor_dtype, nil where none does: F6_E2M3, F6_E3M2) and whether this
 %% build opens it (opens: the linked libtorch holds that dtype), the
-%% metadata, where the data start and the file's size. One file: a sharded
-%% checkpoint's index is refused (read each shard's info).
+%% metadata, where the data start and the file's size. Of a sharded
+%% checkpoint (its index, or the folder holding it), every shard's header:
+%% each tensor also names its shard, the metadata is the index's, and
+%% shards maps each shard file to its data_start and file_size.
 -spec info(file:name_all()) -> info().
 info(Path) ->
     Name = path(Path),
+    case index_of(Name) of
+        none -> file_info(Name);
+        Index -> index_info(Index)
+    end.
+
+file_info(Name) ->
     {Entries, Meta, DataStart, Size} = ?NIF(tensor_blob_nif:safetensors_info(Name)),
     #{tensors => maps:from_list([{N, #{dtype => D, shape => Shape, data_offsets => {B, E}, tensor_dtype => T,
                                        opens => Held}}
                                  || {N, D, Shape, B, E, T, Held} <- Entries]),
       metadata => metadata(Meta), data_start => DataStart, file_size => Size}.
+
+%% Every shard's header, each tensor where the index places it.
+index_info(Index) ->
+    {WeightMap, Meta} = read_index(Index),
+    Dir = filename:dirname(Index),
+    Shards = lists:usort(maps:values(WeightMap)),
+    Infos = [{Shard, begin
+                         Path = filename:join(Dir, Shard),
+                         open_shard_check(Index, Path),
+                         file_info(Path)
+                     end} || Shard <- Shards],
+    Tensors = lists:foldl(fun({Shard, #{tensors := Ts}}, Acc) ->
+                                  merge_shard(Index, WeightMap, Shard,
+                                              maps:map(fun(_, I) -> I#{shard => Shard} end, Ts), Acc)
+                          end, #{}, Infos),
+    [badarg(bad_file, path, ["path: the index ", {term, Index}, " places ", {term, N}, " in ", {term, Shard},
+                             ", which does not hold it"])
+     || {N, Shard} <- lists:sort(maps:to_list(WeightMap)), not is_map_key(N, Tensors)],
+    #{tensors => Tensors, metadata => Meta,
+      shards => maps:from_list([{S, maps:with([data_start, file_size], I)} || {S, I} <- Infos])}.
 
 metadata(nil) -> #{};
 metadata(Meta) -> maps:from_list(Meta).
@@ -192,15 +223,18 @@ index_entry(Index, WeightMap, N) ->
     end.
 
 open_shard(Index, Path, Only, Names, How) ->
-    filelib:is_regular(Path) orelse
-        badarg(missing, path, ["path: the index ", {term, Index}, " names the shard ", {term, Path},
-                               ", which is missing"]),
+    open_shard_check(Index, Path),
     ShardOnly = case Only of
                     all -> all;
                     _ -> lists:usort(Names)
                 end,
     {Tensors, _Meta, Unheld} = open_file(Path, ShardOnly, How),
     {Tensors, Unheld}.
+
+open_shard_check(Index, Path) ->
+    filelib:is_regular(Path) orelse
+        badarg(missing, path, ["path: the index ", {term, Index}, " names the shard ", {term, Path},
+                               ", which is missing"]).
 
 %% A shard's tensors into the whole: each where the index places it, and
 %% in one shard only.

@@ -436,6 +436,25 @@ defmodule TensorBlob.SafeTensorsTest do
       path
     end
 
+    test "info/1 of the index, or its folder, reads every shard's header and maps none", %{dir: dir} do
+      index = sharded(dir)
+
+      for path <- [index, dir] do
+        %{tensors: tensors, metadata: %{"format" => "pt"}, shards: shards} = SafeTensors.info(path)
+        assert Enum.sort(Map.keys(tensors)) == ["head.c", "layer.a", "layer.b"]
+
+        assert %{shard: "model-00002-of-00002.safetensors", dtype: "U8", shape: {1}, opens: true} =
+                 tensors["head.c"]
+
+        for {shard, %{file_size: size}} <- shards, do: assert(size == File.stat!(Path.join(dir, shard)).size)
+        assert map_size(shards) == 2
+      end
+
+      assert_no_mapping(dir)
+      File.rm!(Path.join(dir, "model-00002-of-00002.safetensors"))
+      assert_raise ArgumentError, ~r/which is missing/, fn -> SafeTensors.info(index) end
+    end
+
     test "the index, or its folder, opens every shard as one map", %{dir: dir} do
       index = sharded(dir)
 

@@ -46,20 +46,27 @@ defmodule TensorBlob.SafeTensors do
           }
         }
 
-  @typedoc "What `info/1` answers: a file's header, read alone."
+  @typedoc """
+  What `info/1` answers: a file's header, read alone (`data_start`,
+  `file_size`), or every shard's of a sharded checkpoint (`shards`; each
+  tensor names its `shard`).
+  """
   @type info :: %{
-          tensors: %{
-            String.t() => %{
-              dtype: String.t(),
-              shape: tuple(),
-              data_offsets: {non_neg_integer(), non_neg_integer()},
-              tensor_dtype: atom() | nil,
-              opens: boolean()
-            }
-          },
-          metadata: %{String.t() => String.t()},
-          data_start: non_neg_integer(),
-          file_size: non_neg_integer()
+          optional(:data_start) => non_neg_integer(),
+          optional(:file_size) => non_neg_integer(),
+          optional(:shards) => %{String.t() => %{data_start: non_neg_integer(), file_size: non_neg_integer()}},
+          tensors: %{String.t() => entry_info()},
+          metadata: %{String.t() => String.t()}
+        }
+
+  @typedoc "A tensor of a header, as `info/1` gives it."
+  @type entry_info :: %{
+          optional(:shard) => String.t(),
+          dtype: String.t(),
+          shape: tuple(),
+          data_offsets: {non_neg_integer(), non_neg_integer()},
+          tensor_dtype: atom() | nil,
+          opens: boolean()
         }
 
   @doc """
@@ -136,8 +143,10 @@ defmodule TensorBlob.SafeTensors do
   that holds it (`tensor_dtype`, `nil` where none does) and whether this
   build opens it (`opens`: the linked libtorch holds that dtype); the
   metadata and the file's size. The header is checked as `open/2` checks
-  it, and refused the same way. One file: of a sharded checkpoint, ask
-  each shard (its index is refused as JSON).
+  it, and refused the same way. Of a sharded checkpoint (its index, or the
+  folder holding it) it reads every shard's header: each tensor also names
+  its `shard`, the metadata is the index's, and `shards` maps each shard
+  file to its `data_start` and `file_size`.
 
       iex> path = Path.join(System.tmp_dir!(), "tb_doc_#{System.unique_integer([:positive])}.safetensors")
       iex> :ok = TensorBlob.SafeTensors.write(path, %{"w" => TensorBlob.Tensor.zeros({2, 3}, :float32)}, %{"k" => "v"})
