@@ -414,14 +414,22 @@ cases = [
   {"SafeTensors.open of a truncated file",
    fn ->
      header = ~s({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})
-     with_file.("bad_input_cut.safetensors", [<<byte_size(header)::little-64>>, header, <<0::64>>],
-       &TensorBlob.SafeTensors.open/1)
+
+     with_file.(
+       "bad_input_cut.safetensors",
+       [<<byte_size(header)::little-64>>, header, <<0::64>>],
+       &TensorBlob.SafeTensors.open/1
+     )
    end},
   {"SafeTensors.open of F6 values, without unsupported:",
    fn ->
      header = ~s({"s":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[0,3]}})
-     with_file.("bad_input_f6.safetensors", [<<byte_size(header)::little-64>>, header, <<1, 2, 3>>],
-       &TensorBlob.SafeTensors.open/1)
+
+     with_file.(
+       "bad_input_f6.safetensors",
+       [<<byte_size(header)::little-64>>, header, <<1, 2, 3>>],
+       &TensorBlob.SafeTensors.open/1
+     )
    end},
   {"SafeTensors.info of no file", fn -> TensorBlob.SafeTensors.info("/nonexistent.safetensors") end},
   {"SafeTensors.write of a dtype the format lacks",

@@ -134,7 +134,10 @@ defmodule TensorBlob.SafeTensorsTest do
       h = header([entry("a", "F32", [4], 0, 16)])
       path = file(dir, "cut.st", h, <<0::64>>)
       message = assert_refused(path, :bad_file, "a")
-      assert message =~ "is truncated: it has #{8 + byte_size(h) + 8} bytes and its header needs #{8 + byte_size(h) + 16}"
+
+      assert message =~
+               "is truncated: it has #{8 + byte_size(h) + 8} bytes and its header needs #{8 + byte_size(h) + 16}"
+
       assert_no_mapping(dir)
     end
 
@@ -315,8 +318,7 @@ defmodule TensorBlob.SafeTensorsTest do
       {path, formats, data} = every_format_dtype(dir)
       f = Enum.find(formats, &(&1.name == "F6_E3M2"))
 
-      b =
-        fn -> SafeTensors.open(path, unsupported: :bytes).tensors["t_F6_E3M2"] end.()
+      b = (fn -> SafeTensors.open(path, unsupported: :bytes).tensors["t_F6_E3M2"] end).()
 
       File.rm!(path)
       :erlang.garbage_collect()
@@ -443,8 +445,7 @@ defmodule TensorBlob.SafeTensorsTest do
         %{tensors: tensors, metadata: %{"format" => "pt"}, shards: shards} = SafeTensors.info(path)
         assert Enum.sort(Map.keys(tensors)) == ["head.c", "layer.a", "layer.b"]
 
-        assert %{shard: "model-00002-of-00002.safetensors", dtype: "U8", shape: {1}, opens: true} =
-                 tensors["head.c"]
+        assert %{shard: "model-00002-of-00002.safetensors", dtype: "U8", shape: {1}, opens: true} = tensors["head.c"]
 
         for {shard, %{file_size: size}} <- shards, do: assert(size == File.stat!(Path.join(dir, shard)).size)
         assert map_size(shards) == 2

@@ -13,6 +13,7 @@ defmodule TensorBlob.TablesTest do
     [dtypes | _] = String.split(File.read!(@guide), @formats_heading)
     for "| `" <> _ = line <- String.split(dtypes, "\n"), do: cells(line)
   end
+
   # The rows of the guide's table of the format's dtypes: after its heading,
   # each line that starts with a name in capitals.
   defp format_rows do
