@@ -388,7 +388,7 @@ static void check_nx(const char *kind, unsigned long bits, tb_dtype_id expected)
 
 static void test_dtype_table(void)
 {
-    CHECK_EQ(TB_DT_COUNT, 18);
+    CHECK_EQ(TB_DT_COUNT, 22);
     CHECK_EQ(sizeof tb_dtypes / sizeof tb_dtypes[0], TB_DT_COUNT);
 
     for (int i = 0; i < TB_DT_COUNT; i++) {
@@ -402,11 +402,14 @@ static void test_dtype_table(void)
         CHECK(dtype_from_name(d->name, &id));
         CHECK_EQ(id, i);
 
-        CHECK_EQ(d->dl_lanes, 1);
-        CHECK_EQ(d->element_size * 8, d->dl_bits);
+        /* An element is its lanes: one, but for a packed dtype. */
+        CHECK_EQ(d->element_size * 8, d->dl_bits * d->dl_lanes);
+        CHECK_EQ(d->dl_lanes == 1, d->dl_bits >= 8);
         id = TB_DT_COUNT;
-        CHECK(tb_dtype_from_dlpack(d->dl_code, d->dl_bits, 1, &id));
+        CHECK(tb_dtype_from_dlpack(d->dl_code, d->dl_bits, d->dl_lanes, &id));
         CHECK_EQ(id, i);
+        if (d->dl_lanes != 1)
+            CHECK(!tb_dtype_from_dlpack(d->dl_code, d->dl_bits, 1, &id));
 
         if (d->nx_kind) {
             CHECK_EQ(d->nx_bits, d->dl_bits);

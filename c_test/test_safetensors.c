@@ -22,6 +22,8 @@ typedef struct {
 #define E(name, dtype, shape, b, e) \
     "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
 
+static void packed(void);
+
 static const refusal cases[] = {
     {TB_ST_NOT_UTF8, 0, "{\"\xff\":{}}", NULL},
     {TB_ST_NOT_OBJECT, 0, "[]", NULL},
@@ -40,7 +42,10 @@ static const refusal cases[] = {
     {TB_ST_BAD_ENTRY, 1, "{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,1]}}", "a"},
     {TB_ST_BAD_ENTRY, 1, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", "a"},
     {TB_ST_BAD_ENTRY, 1, "{\"a\":[]}", "a"},
-    {TB_ST_UNKNOWN_DTYPE, 1, "{" E("a", "F4", "[1]", 0, 1) "}", "a"},
+    {TB_ST_UNKNOWN_DTYPE, 1, "{" E("a", "F5", "[1]", 0, 1) "}", "a"},
+    {TB_ST_PARTIAL_BYTE, 1, "{" E("a", "F4", "[2,1]", 0, 1) "}", "a"},
+    {TB_ST_PARTIAL_BYTE, 1, "{" E("a", "F4", "[]", 0, 1) "}", "a"},
+    {TB_ST_PARTIAL_BYTE, 3, "{" E("a", "F6_E2M3", "[2]", 0, 3) "}", "a"},
     {TB_ST_TOO_MANY_DIMS, 0,
      "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,0],\"shape\":[0,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
      "1,1,"
@@ -126,8 +131,39 @@ static void valid(void)
         const char *name = tb_dtype_safetensors_name((tb_dtype_id)id);
         if (!name)
             continue;
-        tb_dtype_id got;
-        CHECK(tb_dtype_from_safetensors(name, strlen(name), &got) && got == (tb_dtype_id)id);
+        int got;
+        CHECK(tb_dtype_from_safetensors(name, strlen(name), &got) && tb_st_dtypes[got].id == (tb_dtype_id)id);
+    }
+    packed();
+}
+
+/* Every dtype of the format, in a tensor of 8 values a row: its bytes are
+ * its bits, its tensor's last dimension the values over those an element
+ * of its dtype holds; written back, the same header. */
+static void packed(void)
+{
+    for (int f = 0; f < TB_ST_DTYPE_COUNT; f++) {
+        char json[256];
+        unsigned bytes = 2 * tb_st_dtypes[f].bits; /* [2, 8] values */
+        snprintf(json, sizeof json, "{\"t\":{\"dtype\":\"%s\",\"shape\":[2,8],\"data_offsets\":[0,%u]}}",
+                 tb_st_dtypes[f].name, bytes);
+        tb_safetensors_header h;
+        CHECK(tb_safetensors_decode(json, strlen(json), bytes, &h));
+        CHECK(h.count == 1 && h.entries[0].format == f && h.entries[0].dtype == tb_st_dtypes[f].id);
+        int64_t shape[2];
+        int has = tb_safetensors_tensor_shape(&h.entries[0], shape);
+        CHECK_EQ(has, tb_st_dtypes[f].id != TB_DT_NONE);
+        if (has)
+            CHECK(shape[0] == 2 &&
+                  shape[1] * tb_dtypes[tb_st_dtypes[f].id].element_size * 8 == 8 * tb_st_dtypes[f].bits);
+        size_t len;
+        char *again = tb_safetensors_encode(h.entries, h.count, NULL, 0, 0, &len);
+        tb_safetensors_header h2;
+        CHECK(again && tb_safetensors_decode(again, len, bytes, &h2) && h2.entries[0].format == f &&
+              h2.entries[0].shape[1] == 8);
+        free(again);
+        tb_safetensors_free(&h2);
+        tb_safetensors_free(&h);
     }
 }
 

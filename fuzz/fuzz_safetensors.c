@@ -41,10 +41,10 @@ static void check(const tb_safetensors_header *h, uint64_t data_bytes)
         const tb_safetensors_entry *e = &h->entries[i];
         if (e->begin != next)
             fail("entries do not tile the buffer");
-        uint64_t bytes = tb_dtypes[e->dtype].element_size;
+        uint64_t bits = tb_st_dtypes[e->format].bits;
         for (int d = 0; d < e->ndim; d++)
-            bytes *= (uint64_t)e->shape[d];
-        if (e->end - e->begin != bytes)
+            bits *= (uint64_t)e->shape[d];
+        if (bits % 8 || e->end - e->begin != bits / 8)
             fail("an entry's bytes are not its shape's");
         if (!tb_safetensors_valid_utf8(e->name.ptr, e->name.len))
             fail("a name is not UTF-8");
@@ -87,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fail("an encoded header decodes to other counts");
     for (size_t i = 0; i < h.count; i++) {
         const tb_safetensors_entry *a = &h.entries[i], *b = &h2.entries[i];
-        if (!same_string(&a->name, &b->name) || a->dtype != b->dtype || a->ndim != b->ndim || a->begin != b->begin ||
+        if (!same_string(&a->name, &b->name) || a->format != b->format || a->dtype != b->dtype || a->ndim != b->ndim || a->begin != b->begin ||
             a->end != b->end || (a->ndim && memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof *a->shape)))
             fail("an encoded header decodes to another entry");
     }

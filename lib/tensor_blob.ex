@@ -183,14 +183,17 @@ defmodule TensorBlob do
   `{code, bits, lanes}`, Nx type, other names and the libtorch release that
   brought it; every device type; every kind of memory, with what
   `Tensor.memory/1` answers for it, whether it keeps its owner alive
-  (`Tensor.pinned?/1`) and whether it is a named shared-memory region; and
-  every reason an error may carry (`TensorBlob.Error`'s `reason`).
+  (`Tensor.pinned?/1`) and whether it is a named shared-memory region;
+  every reason an error may carry (`TensorBlob.Error`'s `reason`); and
+  every dtype of the safetensors format, with the bits of one value and
+  the dtype that holds its values (`nil` where none does).
   """
   @spec tables() :: %{
           dtypes: [:tensor_blob.dtype_info()],
           devices: [:tensor_blob.device_info()],
           storage: [:tensor_blob.storage_info()],
-          reasons: [atom()]
+          reasons: [atom()],
+          safetensors: [:tensor_blob.safetensors_dtype_info()]
         }
   def tables, do: :tensor_blob.tables()
 

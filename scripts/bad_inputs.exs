@@ -112,6 +112,18 @@ end
 # NIF library that is not tensor_blob's.
 foreign_nif = System.get_env("FOREIGN_TENSOR_NIF") || "build/foreign_tensor_nif"
 
+# A file of the working directory holding data, given to fun, then removed
+# (its name, relative, is what the message shows).
+with_file = fn name, data, fun ->
+  File.write!(name, data)
+
+  try do
+    fun.(name)
+  after
+    File.rm(name)
+  end
+end
+
 cases = [
   {"spec not a map", fn -> TensorBlob.from_blob(:nope) end},
   {"spec with no owner", fn -> TensorBlob.from_blob(%{ptr: b.ptr, shape: {6}, dtype: :float32}) end},
@@ -393,6 +405,33 @@ cases = [
   {"SafeTensors.open: path not a file name", fn -> TensorBlob.SafeTensors.open({:a}) end},
   {"SafeTensors.open: only not a list", fn -> TensorBlob.SafeTensors.open("/", only: :w) end},
   {"SafeTensors.open: unknown option", fn -> TensorBlob.SafeTensors.open("/", lazy: true) end},
+  {"SafeTensors.open: unsupported not refuse, skip or bytes",
+   fn -> TensorBlob.SafeTensors.open("/", unsupported: :maybe) end},
+  {"SafeTensors.open of a JSON file (an index named otherwise)",
+   fn -> with_file.("bad_input_index.txt", ~s({"weight_map": {}}), &TensorBlob.SafeTensors.open/1) end},
+  {"SafeTensors.open of a text file",
+   fn -> with_file.("bad_input_notes.txt", "not a safetensors file\n", &TensorBlob.SafeTensors.open/1) end},
+  {"SafeTensors.open of a truncated file",
+   fn ->
+     header = ~s({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})
+
+     with_file.(
+       "bad_input_cut.safetensors",
+       [<<byte_size(header)::little-64>>, header, <<0::64>>],
+       &TensorBlob.SafeTensors.open/1
+     )
+   end},
+  {"SafeTensors.open of F6 values, without unsupported:",
+   fn ->
+     header = ~s({"s":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[0,3]}})
+
+     with_file.(
+       "bad_input_f6.safetensors",
+       [<<byte_size(header)::little-64>>, header, <<1, 2, 3>>],
+       &TensorBlob.SafeTensors.open/1
+     )
+   end},
+  {"SafeTensors.info of no file", fn -> TensorBlob.SafeTensors.info("/nonexistent.safetensors") end},
   {"SafeTensors.write of a dtype the format lacks",
    fn -> TensorBlob.SafeTensors.write("/nonexistent/x.safetensors", %{"c" => Tensor.zeros({1}, :complex128)}) end},
   {"SafeTensors.write: metadata not strings",

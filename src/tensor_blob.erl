@@ -35,7 +35,7 @@
 
 -import(tensor_blob_error, [not_a_tensor/1]).
 
--export_type([dtype_info/0, device_info/0, storage_info/0, memory/0]).
+-export_type([dtype_info/0, device_info/0, storage_info/0, safetensors_dtype_info/0, memory/0]).
 -export_type([tensor/0, blob/0, spec/0, dtype/0, shape/0, device/0,
               capsule/0, dlpack_version/0]).
 
@@ -58,12 +58,16 @@
 %% {f, 32}.
 -type dtype_info() :: #{name := atom(), element_size := pos_integer(),
                         dlpack := {non_neg_integer(), pos_integer(), pos_integer()},
-                        kind := bool | uint | int | float | bfloat | complex | float8, bits := pos_integer(),
+                        kind := bool | uint | int | float | bfloat | complex | float8 | float4, bits := pos_integer(),
                         nx := {atom(), pos_integer()} | nil, aliases := [atom()], since := binary(),
                         available := boolean(), safetensors := binary() | nil}.
 %% A row of the dtype table: its canonical name, its elements (kind and bits), its DLPack
 %% {Code, Bits, Lanes}, its Nx type, its other names, the libtorch release that brought it,
 %% whether the linked libtorch holds it, and its safetensors name.
+-type safetensors_dtype_info() :: #{name := binary(), bits := pos_integer(), dtype := atom() | nil}.
+%% A dtype of the safetensors format: its name, the bits of one value (F4 and F6 are packed), and
+%% the dtype of the table that holds its values (nil where none does: open/2 of
+%% tensor_blob_safetensors then gives its bytes or leaves it out, on request).
 -type device_info() :: #{name := atom(), dlpack := integer(), indexed := boolean()}.
 %% A row of the device table: a device type, its DLPack code, whether its devices are numbered.
 -type memory() :: owned | pinned | unpinned | dlpack | binary | ipc | file.
@@ -235,12 +239,13 @@ stats() -> tensor_blob_nif:stats().
 -spec dtypes() -> [atom()].
 dtypes() -> tensor_blob_nif:dtypes().
 
-%% @doc The library's dtype, device, storage kind and error-reason tables, in table order: every
+%% @doc The library's dtype, device, storage kind, error-reason and safetensors dtype tables, in table order: every
 %% dtype it knows (`available' says whether the linked libtorch holds it), every device type, every
-%% kind of memory, and every reason an error may carry (error_reason/1). The C tables are the one
+%% kind of memory, every reason an error may carry (error_reason/1), and every dtype of the
+%% safetensors format (with the dtype that holds its values, or nil). The C tables are the one
 %% source of truth; Inspect, the guides' tables, pinned/1 and the tests derive from this answer.
 -spec tables() -> #{dtypes := [dtype_info()], devices := [device_info()], storage := [storage_info()],
-                    reasons := [atom()]}.
+                    reasons := [atom()], safetensors := [safetensors_dtype_info()]}.
 tables() -> tensor_blob_tables:tables().
 
 %% @doc The row of tables() of a canonical dtype.

@@ -50,7 +50,8 @@
     torch_shm_zeros/2,
     torch_shm_open/3,
     torch_shm_name/1,
-    safetensors_open/2,
+    safetensors_open/3,
+    safetensors_info/1,
     safetensors_write/3,
     file_source/1,
     file_view/6,
@@ -103,7 +104,8 @@ ipc_reclaim() -> ?NOT_LOADED.
 torch_shm_zeros(_, _) -> ?NOT_LOADED.
 torch_shm_open(_, _, _) -> ?NOT_LOADED.
 torch_shm_name(_) -> ?NOT_LOADED.
-safetensors_open(_, _) -> ?NOT_LOADED.
+safetensors_open(_, _, _) -> ?NOT_LOADED.
+safetensors_info(_) -> ?NOT_LOADED.
 safetensors_write(_, _, _) -> ?NOT_LOADED.
 file_source(_) -> ?NOT_LOADED.
 file_view(_, _, _, _, _, _) -> ?NOT_LOADED.

@@ -17,16 +17,29 @@
 %% a reader's mapping of the old file stays valid.
 -module(tensor_blob_safetensors).
 
--export([open/1, open/2, write/2, write/3]).
+-export([open/1, open/2, info/1, write/2, write/3]).
 
--export_type([file/0]).
+-export_type([file/0, info/0]).
 
 -include("tensor_blob_internal.hrl").
 
 -import(tensor_blob_error, [badarg/3]).
 -import(tensor_blob_options, [check/3]).
 
--type file() :: #{tensors := #{binary() => tensor_blob:tensor()}, metadata := #{binary() => binary()}}.
+-type file() :: #{tensors := #{binary() => tensor_blob:tensor()}, metadata := #{binary() => binary()},
+                  unsupported := #{binary() => unheld()}}.
+-type unheld() :: #{dtype := binary(), shape := tuple(), opened := bytes | skipped, why := binary()}.
+%% A tensor the linked libtorch cannot hold: its safetensors dtype, its shape as the file gives it,
+%% whether it opened as its bytes or was left out, and why.
+-type info() :: #{tensors := #{binary() => entry_info()}, metadata := #{binary() => binary()},
+                  data_start => non_neg_integer(), file_size => non_neg_integer(),
+                  shards => #{binary() => #{data_start := non_neg_integer(), file_size := non_neg_integer()}}}.
+%% A file's header (data_start and file_size), or a sharded checkpoint's (shards).
+-type entry_info() :: #{dtype := binary(), shape := tuple(), data_offsets := {non_neg_integer(), non_neg_integer()},
+                        tensor_dtype := atom() | nil, opens := boolean(), shard => binary()}.
+%% A tensor of a file's header: its safetensors dtype and shape, its offsets in the data buffer, the
+%% library's dtype that holds it (nil where none does), whether this build opens it, and (of a sharded
+%% checkpoint) the shard file that holds it.
 
 %% @equiv open(Path, #{})
 -spec open(file:name_all()) -> file().
@@ -55,43 +68,110 @@ open(Path) -> open(Path, #{}).
 %% default) | refuse: a tensor whose offset in the file does not fit its
 %% element size cannot be viewed without a misaligned pointer; it is copied
 %% once (a copy event, reason misaligned, with telemetry), or refused.
--spec open(file:name_all(), #{only => [iodata() | atom()], misaligned => copy | refuse, nested => boolean()}) ->
+%% unsupported => refuse (the default) | skip | bytes: a tensor whose dtype
+%% the linked libtorch cannot hold (tables/0's safetensors list: F6_E2M3
+%% and F6_E3M2 have no libtorch dtype, the others one of a release) refuses
+%% the file, is left out, or opens as its bytes (uint8, its last dimension
+%% in bytes: never read as another dtype); either way the answer's
+%% unsupported map names it, with its dtype, its shape and why.
+-spec open(file:name_all(), #{only => [iodata() | atom()], misaligned => copy | refuse, nested => boolean(),
+                              unsupported => refuse | skip | bytes}) ->
           file().
 open(Path, Opts) ->
-    #{misaligned := Misaligned, nested := Nested} = Checked =
+    #{misaligned := Misaligned, nested := Nested, unsupported := Unsupported} = Checked =
         check(Opts, [{only, {list, {satisfies, "tensor names (strings or atoms)", fun is_name/1}}},
-                     {misaligned, {one_of, [copy, refuse]}, copy}, {nested, boolean, false}], map),
+                     {misaligned, {one_of, [copy, refuse]}, copy}, {nested, boolean, false},
+                     {unsupported, {one_of, [refuse, skip, bytes]}, refuse}], map),
     Name = path(Path),
     Only = case Checked of
                #{only := Names} -> lists:usort([name(only, N) || N <- Names]);
                _ -> all
            end,
-    {ByName, Meta} = case index_of(Name) of
-                         none -> open_file(Name, Only, Misaligned);
-                         Index -> open_index(Index, Only, Misaligned)
-                     end,
+    How = {Misaligned, Unsupported},
+    {ByName, Meta, Unheld} = case index_of(Name) of
+                                 none -> open_file(Name, Only, How);
+                                 Index -> open_index(Index, Only, How)
+                             end,
     #{tensors => case Nested of
                      true -> nest(lists:sort(maps:to_list(ByName)), #{});
                      false -> ByName
                  end,
-      metadata => Meta}.
+      metadata => Meta, unsupported => Unheld}.
 
-%% One file's tensors (Only: all, or the names asked for) and metadata.
-open_file(Name, Only, Misaligned) ->
+%% @doc The header of a safetensors file alone, neither mapped nor read beyond
+%% it, checked as open/2 checks it: each tensor's safetensors dtype, shape
+%% and offsets in the data buffer, the dtype of the library that holds it
+%% (tensor_dtype, nil where none does: F6_E2M3, F6_E3M2) and whether this
+%% build opens it (opens: the linked libtorch holds that dtype), the
+%% metadata, where the data start and the file's size. Of a sharded
+%% checkpoint (its index, or the folder holding it), every shard's header:
+%% each tensor also names its shard, the metadata is the index's, and
+%% shards maps each shard file to its data_start and file_size.
+-spec info(file:name_all()) -> info().
+info(Path) ->
+    Name = path(Path),
+    case index_of(Name) of
+        none -> file_info(Name);
+        Index -> index_info(Index)
+    end.
+
+file_info(Name) ->
+    {Entries, Meta, DataStart, Size} = ?NIF(tensor_blob_nif:safetensors_info(Name)),
+    #{tensors => maps:from_list([{N, #{dtype => D, shape => Shape, data_offsets => {B, E}, tensor_dtype => T,
+                                       opens => Held}}
+                                 || {N, D, Shape, B, E, T, Held} <- Entries]),
+      metadata => metadata(Meta), data_start => DataStart, file_size => Size}.
+
+%% Every shard's header, each tensor where the index places it.
+index_info(Index) ->
+    {WeightMap, Meta} = read_index(Index),
+    Dir = filename:dirname(Index),
+    Shards = lists:usort(maps:values(WeightMap)),
+    Infos = [{Shard, begin
+                         Path = filename:join(Dir, Shard),
+                         open_shard_check(Index, Path),
+                         file_info(Path)
+                     end} || Shard <- Shards],
+    Tensors = lists:foldl(fun({Shard, #{tensors := Ts}}, Acc) ->
+                                  merge_shard(Index, WeightMap, Shard,
+                                              maps:map(fun(_, I) -> I#{shard => Shard} end, Ts), Acc)
+                          end, #{}, Infos),
+    [badarg(bad_file, path, ["path: the index ", {term, Index}, " places ", {term, N}, " in ", {term, Shard},
+                             ", which does not hold it"])
+     || {N, Shard} <- lists:sort(maps:to_list(WeightMap)), not is_map_key(N, Tensors)],
+    #{tensors => Tensors, metadata => Meta,
+      shards => maps:from_list([{S, maps:with([data_start, file_size], I)} || {S, I} <- Infos])}.
+
+metadata(nil) -> #{};
+metadata(Meta) -> maps:from_list(Meta).
+
+%% One file's tensors (Only: all, or the names asked for), metadata and
+%% the tensors the linked libtorch cannot hold.
+open_file(Name, Only, {Misaligned, Unsupported}) ->
     Start = tensor_blob_telemetry:start(copy),
-    {Tensors, Meta, Copied} = ?NIF(tensor_blob_nif:safetensors_open(Name, Only)),
+    {Tensors, Meta, Copied, Unheld} = ?NIF(tensor_blob_nif:safetensors_open(Name, Only, Unsupported)),
     ByName = maps:from_list(Tensors),
     case {Misaligned, Copied} of
         {refuse, [First | _]} ->
             badarg(misaligned, path,
                    ["path: ", {term, Name}, ": tensor ", {term, First}, " starts at an offset that does not fit its "
-                    "element size, and misaligned => refuse"]);
+                    "element size, and ", {code, "misaligned => refuse", "misaligned: :refuse"}]);
         _ ->
             [tensor_blob_telemetry:copy(Start, {?MODULE, open, 2}, misaligned, data_bytes(maps:get(C, ByName)),
                                         maps:get(C, ByName)) || C <- Copied],
             ok
     end,
-    {ByName, case Meta of nil -> #{}; _ -> maps:from_list(Meta) end}.
+    {ByName, metadata(Meta), maps:from_list([unheld(Unsupported, U) || U <- Unheld])}.
+
+%% A tensor the linked libtorch cannot hold, as open/2 reports it.
+unheld(Unsupported, {Name, Dtype, Shape, TableDtype}) ->
+    Why = case TableDtype of
+              nil -> [Dtype, " has no dtype in libtorch"];
+              _ -> [Dtype, " is libtorch's ", atom_to_binary(TableDtype), " (libtorch ",
+                    maps:get(since, tensor_blob:dtype_info(TableDtype)), "+), which the linked libtorch lacks"]
+          end,
+    {Name, #{dtype => Dtype, shape => Shape, why => iolist_to_binary(Why),
+             opened => case Unsupported of bytes -> bytes; _ -> skipped end}}.
 
 %% A sharded checkpoint's index: the path of one (NAME.safetensors.index.json),
 %% or of a folder holding exactly one. none for anything else.
@@ -118,7 +198,7 @@ index_of(Name) ->
 
 %% The tensors of every shard an index names (Only: those shards that hold
 %% the names asked for), each shard mapped once; the index's metadata.
-open_index(Index, Only, Misaligned) ->
+open_index(Index, Only, How) ->
     {WeightMap, Meta} = read_index(Index),
     Wanted = case Only of
                  all -> WeightMap;
@@ -126,14 +206,15 @@ open_index(Index, Only, Misaligned) ->
              end,
     Shards = maps:groups_from_list(fun({_, Shard}) -> Shard end, fun({N, _}) -> N end, maps:to_list(Wanted)),
     Dir = filename:dirname(Index),
-    Opened = [{Shard, open_shard(Index, filename:join(Dir, Shard), Only, Names, Misaligned)}
+    Opened = [{Shard, open_shard(Index, filename:join(Dir, Shard), Only, Names, How)}
               || {Shard, Names} <- lists:sort(maps:to_list(Shards))],
-    All = lists:foldl(fun({Shard, Tensors}, Acc) -> merge_shard(Index, WeightMap, Shard, Tensors, Acc) end, #{},
+    All = lists:foldl(fun({Shard, {Tensors, _}}, Acc) -> merge_shard(Index, WeightMap, Shard, Tensors, Acc) end, #{},
                       Opened),
+    Unheld = maps:from_list(lists:append([maps:to_list(U) || {_, {_, U}} <- Opened])),
     [badarg(bad_file, path, ["path: the index ", {term, Index}, " places ", {term, N}, " in ", {term, Shard},
                              ", which does not hold it"])
-     || {N, Shard} <- lists:sort(maps:to_list(Wanted)), not is_map_key(N, All)],
-    {All, Meta}.
+     || {N, Shard} <- lists:sort(maps:to_list(Wanted)), not is_map_key(N, All), not is_map_key(N, Unheld)],
+    {All, Meta, Unheld}.
 
 index_entry(Index, WeightMap, N) ->
     case WeightMap of
@@ -141,15 +222,19 @@ index_entry(Index, WeightMap, N) ->
         _ -> badarg(missing, only, ["only: ", {term, N}, " is no tensor of the index ", {term, Index}])
     end.
 
-open_shard(Index, Path, Only, Names, Misaligned) ->
-    filelib:is_regular(Path) orelse
-        badarg(missing, path, ["path: the index ", {term, Index}, " names the shard ", {term, Path},
-                               ", which is missing"]),
+open_shard(Index, Path, Only, Names, How) ->
+    open_shard_check(Index, Path),
     ShardOnly = case Only of
                     all -> all;
                     _ -> lists:usort(Names)
                 end,
-    element(1, open_file(Path, ShardOnly, Misaligned)).
+    {Tensors, _Meta, Unheld} = open_file(Path, ShardOnly, How),
+    {Tensors, Unheld}.
+
+open_shard_check(Index, Path) ->
+    filelib:is_regular(Path) orelse
+        badarg(missing, path, ["path: the index ", {term, Index}, " names the shard ", {term, Path},
+                               ", which is missing"]).
 
 %% A shard's tensors into the whole: each where the index places it, and
 %% in one shard only.

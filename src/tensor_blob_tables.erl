@@ -8,7 +8,8 @@
 -export([tables/0, dtype_info/1, keeps_owner/1]).
 
 -spec tables() -> #{dtypes := [tensor_blob:dtype_info()], devices := [tensor_blob:device_info()],
-                    storage := [tensor_blob:storage_info()], reasons := [atom()]}.
+                    storage := [tensor_blob:storage_info()], reasons := [atom()],
+                    safetensors := [tensor_blob:safetensors_dtype_info()]}.
 tables() ->
     case persistent_term:get({tensor_blob, tables}, undefined) of
         undefined ->

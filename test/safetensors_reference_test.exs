@@ -22,7 +22,8 @@ defmodule TensorBlob.SafeTensorsReferenceTest do
   TYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
            "I32": "int32", "U32": "uint32", "I64": "int64", "U64": "uint64", "F16": "float16",
            "BF16": "bfloat16", "F32": "float32", "F64": "float64", "F8_E4M3": "float8_e4m3fn",
-           "F8_E5M2": "float8_e5m2", "C64": "complex64"}
+           "F8_E5M2": "float8_e5m2", "C64": "complex64", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+           "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu"}
   def dtype_of(name):
       return getattr(torch, TYPES.get(name, "no such dtype"), None)
   def name_of(dtype):

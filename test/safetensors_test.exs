@@ -127,12 +127,17 @@ defmodule TensorBlob.SafeTensorsTest do
       assert_refused(file(dir, "empty.st", "", "") |> tap(&File.write!(&1, "")), :bad_file)
       path = Path.join(dir, "lying.st")
       File.write!(path, [<<1000::little-64>>, "{}"])
-      assert assert_refused(path, :bad_file) =~ "past the end"
+      assert assert_refused(path, :bad_file) =~ "is truncated: it has 10 bytes and its header needs 1008"
       File.write!(path, [<<0xFFFFFFFFFFFFFFFF::little-64>>, "{}"])
       assert assert_refused(path, :bad_file) =~ "limit"
       # the data cut short: the last tensor runs past the end
-      path = file(dir, "cut.st", header([entry("a", "F32", [4], 0, 16)]), <<0::64>>)
-      assert_refused(path, :bad_file, "a")
+      h = header([entry("a", "F32", [4], 0, 16)])
+      path = file(dir, "cut.st", h, <<0::64>>)
+      message = assert_refused(path, :bad_file, "a")
+
+      assert message =~
+               "is truncated: it has #{8 + byte_size(h) + 8} bytes and its header needs #{8 + byte_size(h) + 16}"
+
       assert_no_mapping(dir)
     end
 
@@ -188,9 +193,9 @@ defmodule TensorBlob.SafeTensorsTest do
     end
 
     test "an unknown dtype is refused, naming it and the tensor", %{dir: dir} do
-      path = file(dir, "dtype.st", header([entry("w", "F4", [1], 0, 1)]), <<0>>)
+      path = file(dir, "dtype.st", header([entry("w", "F5", [1], 0, 1)]), <<0>>)
       {ArgumentError, :bad_dtype, :path, message} = refusal(path)
-      assert message =~ ~s("F4") and message =~ ~s("w") and message =~ path
+      assert message =~ ~s("F5") and message =~ ~s("w") and message =~ path
     end
 
     test "a FIFO, a directory and a device are refused without blocking", %{dir: dir} do
@@ -214,6 +219,144 @@ defmodule TensorBlob.SafeTensorsTest do
       assert_raise TensorBlob.Error, fn -> Tensor.write!(w, :binary.copy(<<1>>, n)) end
       assert_raise TensorBlob.Error, fn -> SafeTensors.write(Path.join(dir, "out.st"), %{"w" => w}) end
       refute File.exists?(Path.join(dir, "out.st"))
+    end
+  end
+
+  describe "every dtype of the format" do
+    # Every dtype of the format (tables/0's safetensors list), a tensor of
+    # [2, 8] values each: its bytes are 2 * 8 * bits / 8, a pattern of its
+    # own. Whether the linked libtorch holds it comes from the tables too.
+    defp every_format_dtype(dir) do
+      formats = TensorBlob.tables().safetensors
+
+      {entries, data, _} =
+        Enum.reduce(formats, {[], [], 0}, fn f, {entries, data, at} ->
+          bytes = 2 * f.bits
+          pattern = for i <- 1..bytes, into: <<>>, do: <<rem(i * 31 + f.bits, 256)>>
+          {[entry("t_#{f.name}", f.name, [2, 8], at, at + bytes) | entries], [data, pattern], at + bytes}
+        end)
+
+      path = file(dir, "all.st", aligned(header(Enum.reverse(entries))), data)
+      {path, formats, IO.iodata_to_binary(data)}
+    end
+
+    defp held?(f), do: f.dtype != nil and :tensor_blob.dtype_info(f.dtype).available
+
+    # The bytes of format dtype f's tensor in the file's data.
+    defp bytes_of(formats, data, f) do
+      at = formats |> Enum.take_while(&(&1 != f)) |> Enum.map(&(2 * &1.bits)) |> Enum.sum()
+      binary_part(data, at, 2 * f.bits)
+    end
+
+    test "the format's 22 dtypes, each with its bits and the dtype that holds it" do
+      formats = TensorBlob.tables().safetensors
+      assert length(formats) == 22
+      dtypes = Map.new(TensorBlob.tables().dtypes, &{&1.name, &1})
+
+      for f <- formats do
+        if f.dtype do
+          d = dtypes[f.dtype]
+          assert d.safetensors == f.name
+          # an element holds whole values: one, or two for float4_e2m1fn_x2
+          assert rem(d.element_size * 8, f.bits) == 0
+        else
+          assert f.bits == 6
+        end
+      end
+    end
+
+    test "info/1 lists them all without mapping the file", %{dir: dir} do
+      {path, formats, _data} = every_format_dtype(dir)
+      %{tensors: tensors, metadata: %{}, data_start: start, file_size: size} = SafeTensors.info(path)
+      assert map_size(tensors) == length(formats)
+      assert size == File.stat!(path).size and start == size - Enum.sum(Enum.map(formats, &(2 * &1.bits)))
+      assert_no_mapping(dir)
+
+      for f <- formats do
+        %{dtype: dtype, shape: {2, 8}, data_offsets: {b, e}, tensor_dtype: t, opens: opens} = tensors["t_#{f.name}"]
+        assert {dtype, t, opens, e - b} == {f.name, f.dtype, held?(f), 2 * f.bits}
+      end
+    end
+
+    test "open/2 refuses by default, skips or gives the bytes of what the linked libtorch cannot hold",
+         %{dir: dir} do
+      {path, formats, data} = every_format_dtype(dir)
+      {unheld, held} = Enum.split_with(formats, &(not held?(&1)))
+      # F6_E2M3 and F6_E3M2 have no libtorch dtype: never held
+      assert length(unheld) >= 2
+      {ArgumentError, :unsupported, :path, message} = refusal(path)
+      assert message =~ "unsupported: :skip"
+
+      %{tensors: skipped, unsupported: reported} = SafeTensors.open(path, unsupported: :skip)
+      %{tensors: as_bytes, unsupported: reported_bytes} = SafeTensors.open(path, unsupported: :bytes)
+      assert Enum.sort(Map.keys(reported)) == Enum.sort(for f <- unheld, do: "t_#{f.name}")
+      assert Map.keys(reported_bytes) == Map.keys(reported)
+      assert Enum.all?(Map.values(reported_bytes), &(&1.opened == :bytes))
+      assert map_size(skipped) == length(held) and map_size(as_bytes) == length(formats)
+
+      for f <- held do
+        t = skipped["t_#{f.name}"]
+        per = div(:tensor_blob.dtype_info(f.dtype).element_size * 8, f.bits)
+        assert {Tensor.dtype(t), Tensor.shape(t)} == {f.dtype, {2, div(8, per)}}
+        assert Tensor.to_binary(t) == bytes_of(formats, data, f)
+      end
+
+      for f <- unheld do
+        %{dtype: dtype, shape: {2, 8}, opened: :skipped, why: why} = reported["t_#{f.name}"]
+        assert dtype == f.name and why =~ f.name
+        # its bytes, never another dtype: 8 values of bits each a row
+        b = as_bytes["t_#{f.name}"]
+        assert {Tensor.dtype(b), Tensor.shape(b)} == {:uint8, {2, f.bits}}
+        assert Tensor.to_binary(b) == bytes_of(formats, data, f)
+      end
+
+      %{unsupported: only} = SafeTensors.open(path, unsupported: :bytes, only: ["t_F6_E2M3"])
+      assert %{"t_F6_E2M3" => %{opened: :bytes}} = only
+    end
+
+    test "a tensor of its bytes outlives everything but itself", %{dir: dir} do
+      {path, formats, data} = every_format_dtype(dir)
+      f = Enum.find(formats, &(&1.name == "F6_E3M2"))
+
+      b = (fn -> SafeTensors.open(path, unsupported: :bytes).tensors["t_F6_E3M2"] end).()
+
+      File.rm!(path)
+      :erlang.garbage_collect()
+      assert Tensor.to_binary(b) == bytes_of(formats, data, f)
+    end
+
+    test "a packed tensor's last dimension fills whole bytes, as its offsets do", %{dir: dir} do
+      for {dtype, shape, bytes} <- [{"F4", [2, 1], 1}, {"F4", [], 1}, {"F6_E2M3", [2], 2}, {"F6_E3M2", [3, 5], 12}] do
+        path = file(dir, "packed.st", header([entry("p", dtype, shape, 0, bytes)]), :binary.copy(<<0>>, bytes))
+        assert assert_refused(path, :bad_file, "p") =~ "whole bytes"
+      end
+
+      path = file(dir, "f6.st", header([entry("p", "F6_E2M3", [3, 4], 0, 9)]), :binary.copy(<<0>>, 9))
+      assert %{tensors: %{"p" => %{shape: {3, 4}, data_offsets: {0, 9}}}} = SafeTensors.info(path)
+    end
+
+    test "the option is checked", %{dir: dir} do
+      path = file(dir, "u8.st", header([entry("a", "U8", [1], 0, 1)]), <<1>>)
+      {ArgumentError, :bad_value, :unsupported, _} = refusal(path, unsupported: :maybe)
+      assert %{unsupported: %{}} = SafeTensors.open(path, unsupported: :skip)
+    end
+  end
+
+  describe "messages" do
+    test "JSON, text, and a misaligned refusal in Elixir's spelling", %{dir: dir} do
+      json = Path.join(dir, "model.safetensors.index.txt")
+      File.write!(json, ~s({"metadata": {}, "weight_map": {}}))
+      assert assert_refused(json, :bad_file) =~ "looks like JSON (an index file?)"
+      assert_raise ArgumentError, ~r/looks like JSON/, fn -> SafeTensors.info(json) end
+      text = Path.join(dir, "notes.txt")
+      File.write!(text, "these are not tensors at all\n")
+      assert assert_refused(text, :bad_file) =~ "is text, not a safetensors file"
+
+      h = header([entry("x", "F32", [1], 0, 4)])
+      pad = rem(4 - rem(8 + byte_size(h), 4), 4) + 2
+      path = file(dir, "odd.st", h <> String.duplicate(" ", pad), <<1.5::float-little-32>>)
+      {ArgumentError, :misaligned, :path, message} = refusal(path, misaligned: :refuse)
+      assert message =~ "misaligned: :refuse" and not (message =~ "=>")
     end
   end
 
@@ -293,6 +436,24 @@ defmodule TensorBlob.SafeTensorsTest do
       path = Path.join(dir, name)
       File.write!(path, ~s({"metadata": {"total_size": 6, "format": "pt"}, "weight_map": {#{entries}}}))
       path
+    end
+
+    test "info/1 of the index, or its folder, reads every shard's header and maps none", %{dir: dir} do
+      index = sharded(dir)
+
+      for path <- [index, dir] do
+        %{tensors: tensors, metadata: %{"format" => "pt"}, shards: shards} = SafeTensors.info(path)
+        assert Enum.sort(Map.keys(tensors)) == ["head.c", "layer.a", "layer.b"]
+
+        assert %{shard: "model-00002-of-00002.safetensors", dtype: "U8", shape: {1}, opens: true} = tensors["head.c"]
+
+        for {shard, %{file_size: size}} <- shards, do: assert(size == File.stat!(Path.join(dir, shard)).size)
+        assert map_size(shards) == 2
+      end
+
+      assert_no_mapping(dir)
+      File.rm!(Path.join(dir, "model-00002-of-00002.safetensors"))
+      assert_raise ArgumentError, ~r/which is missing/, fn -> SafeTensors.info(index) end
     end
 
     test "the index, or its folder, opens every shard as one map", %{dir: dir} do

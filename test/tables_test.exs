@@ -5,14 +5,23 @@ defmodule TensorBlob.TablesTest do
   use ExUnit.Case, async: true
 
   @guide "guides/dtypes.md"
+  @formats_heading "## The safetensors format's dtypes"
 
   # The rows of the guide's dtype table: the cells of each line that starts
   # with a canonical dtype in backquotes.
   defp guide_rows do
-    for "| `" <> _ = line <- String.split(File.read!(@guide), "\n") do
-      line |> String.trim() |> String.trim("|") |> String.split("|") |> Enum.map(&String.trim/1)
-    end
+    [dtypes | _] = String.split(File.read!(@guide), @formats_heading)
+    for "| `" <> _ = line <- String.split(dtypes, "\n"), do: cells(line)
   end
+
+  # The rows of the guide's table of the format's dtypes: after its heading,
+  # each line that starts with a name in capitals.
+  defp format_rows do
+    [_, formats] = String.split(File.read!(@guide), @formats_heading)
+    for line <- String.split(formats, "\n"), line =~ ~r/^\| [A-Z]/, do: cells(line)
+  end
+
+  defp cells(line), do: line |> String.trim() |> String.trim("|") |> String.split("|") |> Enum.map(&String.trim/1)
 
   # The names and Nx types a cell shows in backquotes (a module named in
   # passing, as `TensorBlob.Nx`, is neither).
@@ -32,9 +41,10 @@ defmodule TensorBlob.TablesTest do
 
     for d <- table do
       [_name, bytes, dlpack, nx, names, libtorch] = rows["`#{d.name}`"]
-      {code, bits, 1} = d.dlpack
+      {code, bits, lanes} = d.dlpack
       assert bytes == "#{d.element_size}", "#{d.name}: bytes"
-      assert dlpack == "{#{code}, #{bits}}", "#{d.name}: DLPack"
+      shown = if lanes == 1, do: "{#{code}, #{bits}}", else: "{#{code}, #{bits}} x #{lanes}"
+      assert dlpack == shown, "#{d.name}: DLPack"
       shown = terms(nx) ++ terms(names)
       # Its Nx type (where it has one) and its other names, nothing more.
       assert Enum.sort(shown -- [d.name]) == Enum.sort(List.wrap(d.nx) ++ d.aliases), "#{d.name}: names"
@@ -42,6 +52,21 @@ defmodule TensorBlob.TablesTest do
       if d.since == "1.13",
         do: assert(libtorch == "yes", "#{d.name}: libtorch 1.13"),
         else: assert(libtorch =~ "libtorch #{d.since}+", "#{d.name}: libtorch #{d.since}")
+    end
+  end
+
+  test "the dtypes guide's table of the safetensors format is the library's" do
+    rows = format_rows()
+    table = TensorBlob.tables().safetensors
+    assert Enum.map(rows, &hd/1) == Enum.map(table, & &1.name)
+
+    for {[name, bits, dtype], f} <- Enum.zip(rows, table) do
+      assert bits == "#{f.bits}", "#{name}: bits"
+
+      case f.dtype do
+        nil -> assert dtype =~ ~r/^none/, "#{name}: no dtype"
+        d -> assert dtype =~ ~r/^`#{d}`/, "#{name}: dtype"
+      end
     end
   end
 

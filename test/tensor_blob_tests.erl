@@ -16,7 +16,8 @@
 %% meet. Every other list of dtypes in the tests derives from that table.
 -define(CANONICAL, [bool, uint8, int8, int16, int32, int64, uint16, uint32, uint64,
                     float16, bfloat16, float32, float64, complex32, complex64, complex128,
-                    float8_e4m3fn, float8_e5m2]).
+                    float8_e4m3fn, float8_e5m2, float8_e5m2fnuz, float8_e4m3fnuz, float8_e8m0fnu,
+                    float4_e2m1fn_x2]).
 
 %% The device types of the design: the contract of the device table.
 -define(DEVICE_TYPES, [cpu, cuda]).

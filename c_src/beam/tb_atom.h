@@ -15,6 +15,9 @@
     X(ok) /* answers */                                                                     \
     X(nil)                                                                                  \
     X(all)                                                                                  \
+    X(refuse) /* safetensors_open's answers to a dtype the linked libtorch lacks */         \
+    X(skip)                                                                                 \
+    X(bytes)                                                                                \
     X(undefined)                                                                            \
     X(ptr) /* blob keys */                                                                  \
     X(shape)                                                                                \

@@ -81,8 +81,11 @@ enum tb_nif_schedule { TB_SHORT, TB_MAY_GO_DIRTY, TB_DIRTY_IO };
     /* (Tensor) -> {Name, ByteSize} when it is a whole region's data, or nil */                                        \
     X(torch_shm_name, 1, tb_nif_torch_shm_name, TB_SHORT)                                                                     \
     /* safetensors files (read from the file: always on a dirty I/O scheduler), opened (nif/tb_safetensors_open.c) */ \
-    /* (Path, all | [Name]) -> {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied: misaligned]} */                  \
-    X(safetensors_open, 2, tb_nif_safetensors_open, TB_DIRTY_IO)                                        \
+    /* (Path, all | [Name], refuse | skip | bytes) -> {[{Name, Tensor}], Meta | nil, [Name copied: misaligned], */     \
+    /* [{Name, Dtype, Shape, TableDtype | nil}: what the linked libtorch cannot hold]} */                              \
+    X(safetensors_open, 3, tb_nif_safetensors_open, TB_DIRTY_IO)                                                       \
+    /* (Path) -> {[{Name, Dtype, Shape, Begin, End, TableDtype | nil, Held}], Meta | nil, DataStart, Size} */          \
+    X(safetensors_info, 1, tb_nif_safetensors_info, TB_DIRTY_IO)                                                       \
     /* written (nif/tb_safetensors_write.c) */                                                                        \
     /* (Path, [{Name, Tensor}], [{Key, Value}] | nil) -> ok: written in that order, renamed over Path */               \
     X(safetensors_write, 3, tb_nif_safetensors_write, TB_DIRTY_IO)                                      \

@@ -104,10 +104,9 @@ static tb_dlc_status fields_status(const tb_DLTensor *t, tb_dlpack_checked *out)
         return TB_DLC_UNSUPPORTED_DEVICE;
     if (!tb_dlpack_type_code_name(t->dtype.code))
         return TB_DLC_UNKNOWN_DTYPE;
-    if (t->dtype.lanes != 1)
-        return TB_DLC_LANES;
+    /* Lanes: one, but for a packed dtype of the table (two 4-bit floats). */
     if (!tb_dtype_from_dlpack(t->dtype.code, t->dtype.bits, t->dtype.lanes, &out->dtype))
-        return TB_DLC_UNSUPPORTED_DTYPE;
+        return t->dtype.lanes != 1 ? TB_DLC_LANES : TB_DLC_UNSUPPORTED_DTYPE;
     if (t->ndim > 0 && !t->shape)
         return TB_DLC_NULL_SHAPE;
     return TB_DLC_OK;

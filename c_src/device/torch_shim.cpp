@@ -36,8 +36,17 @@ TB_DTYPES_TORCH_1_13(TB_ASSERT_SCALAR_TYPE)
 #if TB_TORCH_AT_LEAST(2, 1)
 TB_DTYPES_TORCH_2_1(TB_ASSERT_SCALAR_TYPE)
 #endif
+#if TB_TORCH_AT_LEAST(2, 2)
+TB_DTYPES_TORCH_2_2(TB_ASSERT_SCALAR_TYPE)
+#endif
 #if TB_TORCH_AT_LEAST(2, 3)
 TB_DTYPES_TORCH_2_3(TB_ASSERT_SCALAR_TYPE)
+#endif
+#if TB_TORCH_AT_LEAST(2, 7)
+TB_DTYPES_TORCH_2_7(TB_ASSERT_SCALAR_TYPE)
+#endif
+#if TB_TORCH_AT_LEAST(2, 8)
+TB_DTYPES_TORCH_2_8(TB_ASSERT_SCALAR_TYPE)
 #endif
 
 namespace
@@ -235,8 +244,20 @@ int tb_shim_has_scalar_type(int st) noexcept
         TB_DTYPES_TORCH_2_1(TB_CASE_SCALAR_TYPE)
         return 1;
 #endif
+#if TB_TORCH_AT_LEAST(2, 2)
+        TB_DTYPES_TORCH_2_2(TB_CASE_SCALAR_TYPE)
+        return 1;
+#endif
 #if TB_TORCH_AT_LEAST(2, 3)
         TB_DTYPES_TORCH_2_3(TB_CASE_SCALAR_TYPE)
+        return 1;
+#endif
+#if TB_TORCH_AT_LEAST(2, 7)
+        TB_DTYPES_TORCH_2_7(TB_CASE_SCALAR_TYPE)
+        return 1;
+#endif
+#if TB_TORCH_AT_LEAST(2, 8)
+        TB_DTYPES_TORCH_2_8(TB_CASE_SCALAR_TYPE)
         return 1;
 #endif
     default: return 0;

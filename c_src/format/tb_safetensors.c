@@ -32,6 +32,20 @@ void tb_safetensors_put_prefix(uint64_t header_len, unsigned char prefix[8])
         prefix[b] = (unsigned char)(header_len >> (8 * b));
 }
 
+int tb_safetensors_tensor_shape(const tb_safetensors_entry *e, int64_t *shape)
+{
+    if (e->dtype == TB_DT_NONE)
+        return 0;
+    unsigned per = tb_dtype_st_per_element(e->format);
+    for (int d = 0; d < e->ndim; d++)
+        shape[d] = e->shape[d];
+    /* The decoder checked that the last dimension's values fill bytes:
+     * for a packed dtype, whole elements. */
+    if (e->ndim > 0)
+        shape[e->ndim - 1] /= (int64_t)per;
+    return 1;
+}
+
 /* ---- UTF-8 ----------------------------------------------------------- */
 
 /* Well-formed UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF). */

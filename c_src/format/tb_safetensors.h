@@ -31,7 +31,8 @@
     X(TOO_DEEP, "its header nests arrays or objects too deep")                                        \
     X(DUPLICATE, "a tensor name appears twice")                                                       \
     X(BAD_ENTRY, "a tensor's entry is not {dtype, shape, data_offsets} of the right types")           \
-    X(UNKNOWN_DTYPE, "a tensor's dtype is not one the format and this library share")                 \
+    X(UNKNOWN_DTYPE, "a tensor's dtype is not one of the format's")                                   \
+    X(PARTIAL_BYTE, "a tensor's last dimension does not fill whole bytes with its packed values")     \
     X(TOO_MANY_DIMS, "a tensor's shape has more dimensions than a tensor here can have (64)")         \
     X(OVERFLOW, "a tensor's shape overflows (its element count or byte size)")                        \
     X(SIZE_MISMATCH, "a tensor's data offsets do not span its shape's bytes")                         \
@@ -57,9 +58,10 @@ typedef struct {
 
 typedef struct {
     tb_safetensors_string name;
-    tb_dtype_id dtype;
+    int format;        /* the format's dtype: an index of tb_st_dtypes */
+    tb_dtype_id dtype; /* its dtype of the table, or TB_DT_NONE */
     int ndim;
-    const int64_t *shape; /* ndim sizes */
+    const int64_t *shape; /* ndim sizes, in the format's values */
     uint64_t begin, end;  /* in the data buffer */
 } tb_safetensors_entry;
 
@@ -89,6 +91,11 @@ tb_safetensors_error tb_safetensors_prefix(const unsigned char prefix[8], uint64
 
 /* The 8-byte prefix of a header of header_len bytes. */
 void tb_safetensors_put_prefix(uint64_t header_len, unsigned char prefix[8]);
+
+/* The shape of the table's dtype that holds entry e's values (its last
+ * dimension divided by tb_dtype_st_per_element): ndim sizes into shape.
+ * 0 when the format's dtype has no dtype of the table. */
+int tb_safetensors_tensor_shape(const tb_safetensors_entry *e, int64_t *shape);
 
 /* 1 when len bytes are well-formed UTF-8 (what a name must be). */
 int tb_safetensors_valid_utf8(const char *s, size_t len);

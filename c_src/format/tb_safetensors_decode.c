@@ -68,10 +68,11 @@ static int entry_dtype(tb_json_reader *r, tb_safetensors_entry *e)
         return tb_json_fail(r, TB_ST_BAD_ENTRY);
     if (!tb_json_string(r, &name))
         return 0;
-    if (!tb_dtype_from_safetensors(name.ptr, name.len, &e->dtype)) {
+    if (!tb_dtype_from_safetensors(name.ptr, name.len, &e->format)) {
         r->h->detail = name; /* kept in the store: nothing follows */
         return tb_json_fail(r, TB_ST_UNKNOWN_DTYPE);
     }
+    e->dtype = tb_st_dtypes[e->format].id;
     r->out = mark;
     return 1;
 }
@@ -302,21 +303,37 @@ static int unique_names(tb_safetensors_header *h)
     return dup ? fault_at(h, TB_ST_DUPLICATE, dup) : 1;
 }
 
+/* An entry's bytes, its shape's values' bits / 8, in *bytes; the error
+ * when they overflow or a row ends inside a byte. */
+static tb_safetensors_error value_bytes(const tb_safetensors_entry *e, uint64_t *bytes)
+{
+    uint64_t bits = tb_st_dtypes[e->format].bits;
+    uint64_t last = e->ndim ? (uint64_t)e->shape[e->ndim - 1] : 1;
+    if (last % 8 * bits % 8 != 0)
+        return TB_ST_PARTIAL_BYTE;
+    uint64_t n = bits; /* the bits of the values so far */
+    for (int d = 0; d < e->ndim; d++) {
+        uint64_t k = (uint64_t)e->shape[d];
+        if (k && n > UINT64_MAX / k)
+            return TB_ST_OVERFLOW;
+        n *= k;
+    }
+    /* libtorch counts bytes in int64 */
+    if (n / 8 > INT64_MAX)
+        return TB_ST_OVERFLOW;
+    *bytes = n / 8;
+    return TB_ST_OK;
+}
+
 /* Each entry's bytes: its shape's, without overflow. */
 static int entry_bytes(tb_safetensors_header *h)
 {
     for (size_t i = 0; i < h->count; i++) {
         const tb_safetensors_entry *e = &h->entries[i];
-        uint64_t bytes = tb_dtypes[e->dtype].element_size;
-        for (int d = 0; d < e->ndim; d++) {
-            uint64_t n = (uint64_t)e->shape[d];
-            if (n && bytes > UINT64_MAX / n)
-                return fault_at(h, TB_ST_OVERFLOW, e);
-            bytes *= n;
-        }
-        /* libtorch counts bytes in int64 */
-        if (bytes > INT64_MAX)
-            return fault_at(h, TB_ST_OVERFLOW, e);
+        uint64_t bytes = 0;
+        tb_safetensors_error why = value_bytes(e, &bytes);
+        if (why != TB_ST_OK)
+            return fault_at(h, why, e);
         if (e->end < e->begin)
             return fault_at(h, TB_ST_BAD_OFFSETS, e);
         if (e->end - e->begin != bytes)

@@ -86,7 +86,7 @@ static void put_entry(buffer *b, const tb_safetensors_entry *e)
 {
     put_string(b, &e->name);
     put_text(b, ":{\"dtype\":\"");
-    put_text(b, tb_dtype_safetensors_name(e->dtype));
+    put_text(b, tb_st_dtypes[e->format].name);
     put_text(b, "\",\"shape\":[");
     for (int d = 0; d < e->ndim; d++) {
         if (d)

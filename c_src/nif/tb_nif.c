@@ -91,7 +91,7 @@ static ERL_NIF_TERM make_dtype(ErlNifEnv *env, tb_dtype_id id)
 /* The dtype, device, storage kind and error-reason tables (tb_dtype.h,
  * tb_device.h, tb_storage.h, tb_raise.h) as the facades and the tests read
  * them: #{dtypes => [Dtype], devices => [Device], storage => [Kind],
- * reasons => [atom()]}, in table order. Called once; the Erlang facade
+ * reasons => [atom()], safetensors => [FormatDtype]}, in table order. Called once; the Erlang facade
  * keeps the answer. */
 ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
 {
@@ -115,8 +115,18 @@ ERL_NIF_TERM tb_nif_tables(TB_NIF_PARAMS)
                                  i->region ? tb_atoms.true_ : tb_atoms.false_};
         storage = enif_make_list_cell(env, make_map(env, storage_keys, values, 4), storage);
     }
-    static const char *const keys[] = {"dtypes", "devices", "storage", "reasons"};
-    ERL_NIF_TERM values[] = {dtypes, devices, storage, tb_raise_reasons(env)};
+    ERL_NIF_TERM formats = enif_make_list(env, 0);
+    static const char *const format_keys[] = {"name", "bits", "dtype"};
+    for (int f = TB_ST_DTYPE_COUNT - 1; f >= 0; f--) {
+        /* The safetensors format's dtypes: each one's bits a value, and the
+         * dtype of the table that holds its values (nil: none). */
+        const tb_st_dtype *d = &tb_st_dtypes[f];
+        ERL_NIF_TERM values[] = {tb_make_string(env, d->name), enif_make_uint(env, d->bits),
+                                 d->id == TB_DT_NONE ? tb_atoms.nil : tb_atoms.dtypes[d->id]};
+        formats = enif_make_list_cell(env, make_map(env, format_keys, values, 3), formats);
+    }
+    static const char *const keys[] = {"dtypes", "devices", "storage", "reasons", "safetensors"};
+    ERL_NIF_TERM values[] = {dtypes, devices, storage, tb_raise_reasons(env), formats};
     return make_map(env, keys, values, sizeof values / sizeof values[0]);
 }
 

@@ -88,32 +88,103 @@ static int open_regular(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path
     return fd;
 }
 
-/* The header of the file open at fd, of file_size bytes, read and decoded
- * into h: h->error says why not. */
-static void read_header(int fd, uint64_t file_size, tb_safetensors_header *h, uint64_t *header_len)
-{
+/* A file's header as read: its prefix, its length, the file's size, and
+ * the header decoded (h.error says why not). */
+typedef struct {
     unsigned char prefix[8];
-    *header_len = 0;
-    tb_safetensors_error pe = file_size < 8                ? TB_ST_TOO_SMALL
-                              : read_all(fd, prefix, 8, 0) ? tb_safetensors_prefix(prefix, file_size, header_len)
-                                                           : TB_ST_TOO_SMALL;
+    uint64_t file_size, header_len;
+    tb_safetensors_header h;
+} file_header;
+
+/* The header of the file open at fd, of f->file_size bytes, read and
+ * decoded into f. */
+static void read_header(int fd, file_header *f)
+{
+    tb_safetensors_header *h = &f->h;
+    memset(f->prefix, 0, sizeof f->prefix);
+    f->header_len = 0;
+    tb_safetensors_error pe = f->file_size < 8 ? TB_ST_TOO_SMALL
+                              : read_all(fd, f->prefix, 8, 0)
+                                  ? tb_safetensors_prefix(f->prefix, f->file_size, &f->header_len)
+                                  : TB_ST_TOO_SMALL;
     memset(h, 0, sizeof *h);
     char *json = NULL;
     if (pe != TB_ST_OK) {
         h->error = pe;
-    } else if (!(json = malloc(*header_len ? *header_len : 1))) {
+    } else if (!(json = malloc(f->header_len ? f->header_len : 1))) {
         h->error = TB_ST_NO_MEMORY;
-    } else if (!read_all(fd, json, *header_len, 8)) {
+    } else if (!read_all(fd, json, f->header_len, 8)) {
         h->error = TB_ST_HEADER_PAST_END; /* shrunk since fstat */
     } else {
-        tb_safetensors_decode(json, *header_len, file_size - 8 - *header_len, h);
+        tb_safetensors_decode(json, f->header_len, f->file_size - 8 - f->header_len, h);
     }
     free(json);
 }
 
-/* The header's refusal, naming the file and the tensor. */
-static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const tb_safetensors_header *h)
+/* What a file whose length prefix is refused starts with: "JSON" (a '{'
+ * or '[' after spaces), "text" (8 printable bytes), or NULL. */
+static const char *starts_with(const file_header *f)
 {
+    size_t n = f->file_size < 8 ? (size_t)f->file_size : 8, i = 0;
+    while (i < n && strchr(" \t\r\n", f->prefix[i]) && f->prefix[i])
+        i++;
+    if (i < n && (f->prefix[i] == '{' || f->prefix[i] == '['))
+        return "JSON";
+    for (i = 0; i < n; i++)
+        if (f->prefix[i] < 0x20 ? !strchr("\t\r\n", f->prefix[i]) || !f->prefix[i] : f->prefix[i] > 0x7e)
+            return NULL;
+    return n == 8 ? "text" : NULL;
+}
+
+/* The header length the prefix claims (at most TB_ST_MAX_HEADER when the
+ * refusal is HEADER_PAST_END). */
+static uint64_t claimed_length(const file_header *f)
+{
+    if (f->header_len)
+        return f->header_len;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | f->prefix[i];
+    return n;
+}
+
+/* The refusal of a file cut short, or of text, by its sizes and first
+ * bytes; 0 when the header's error is none of those. */
+static int cut_or_text(ErlNifEnv *env, ERL_NIF_TERM path_term, const file_header *f, ERL_NIF_TERM *exc)
+{
+    const tb_safetensors_header *h = &f->h;
+    const char *text = h->error == TB_ST_HEADER_TOO_LARGE || h->error == TB_ST_HEADER_PAST_END ? starts_with(f) : NULL;
+    unsigned long long has = f->file_size;
+    if (text && text[0] == 'J')
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path",
+                               "path: %T looks like JSON (an index file?), not a safetensors file: a sharded "
+                               "checkpoint's index is named *.safetensors.index.json",
+                               path_term);
+    else if (text)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path", "path: %T is text, not a safetensors file", path_term);
+    else if (h->error == TB_ST_HEADER_PAST_END)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path",
+                               "path: %T is truncated: it has %llu bytes and its header needs %llu (its length "
+                               "prefix runs past the end of the file)",
+                               path_term, has, (unsigned long long)(8 + claimed_length(f)));
+    else if (h->error == TB_ST_INCOMPLETE && h->count && 8 + f->header_len + h->entries[h->count - 1].end > has)
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path",
+                               "path: %T is truncated: it has %llu bytes and its header needs %llu (tensor %T ends "
+                               "past the end)",
+                               path_term, has, (unsigned long long)(8 + f->header_len + h->entries[h->count - 1].end),
+                               tb_file_make_string(env, &h->entries[h->count - 1].name));
+    else
+        return 0;
+    return 1;
+}
+
+/* The header's refusal, naming the file and the tensor. */
+static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const file_header *f)
+{
+    const tb_safetensors_header *h = &f->h;
+    ERL_NIF_TERM exc;
+    if (cut_or_text(env, path_term, f, &exc))
+        return exc;
     tb_reason why = h->error == TB_ST_NO_MEMORY       ? TB_WHY_NO_MEMORY
                     : h->error == TB_ST_UNKNOWN_DTYPE ? TB_WHY_BAD_DTYPE
                     : h->error == TB_ST_TOO_MANY_DIMS ? TB_WHY_UNSUPPORTED
@@ -121,8 +192,8 @@ static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const t
     const char *text = tb_safetensors_error_text(h->error);
     if (h->error == TB_ST_UNKNOWN_DTYPE)
         return tb_raise_badarg(env, why, "path",
-                               "path: %T: tensor %T: dtype %T is not one the format and this "
-                               "library share (tables/0's safetensors names)",
+                               "path: %T: tensor %T: dtype %T is not one of the format's "
+                               "(tables/0's safetensors names)",
                                path_term, tb_file_make_string(env, &h->name), tb_file_make_string(env, &h->detail));
     if (h->name.ptr)
         return tb_raise_badarg(env, why, "path", "path: %T is not a valid safetensors file: tensor %T: %s", path_term,
@@ -135,11 +206,16 @@ static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const t
 
 /* ---- The tensors asked for ------------------------------------------- */
 
-/* The names asked for (a sorted array of binaries), or all. */
+/* What becomes of a tensor whose dtype the linked libtorch cannot hold. */
+typedef enum { UNHELD_REFUSE, UNHELD_SKIP, UNHELD_BYTES } unheld_mode;
+
+/* The names asked for (a sorted array of binaries), or all; and what
+ * becomes of a tensor the linked libtorch cannot hold. */
 typedef struct {
     ErlNifBinary *names;
     unsigned count;
     int all;
+    unheld_mode unheld;
 } selection;
 
 static int cmp_bin(const void *a, const void *b)
@@ -185,18 +261,34 @@ static int selected(const selection *sel, const tb_safetensors_string *name)
     return bsearch(&key, sel->names, sel->count, sizeof *sel->names, cmp_bin) != NULL;
 }
 
-/* Every dtype asked for is one the linked libtorch has. */
+static int get_unheld(ERL_NIF_TERM term, unheld_mode *mode)
+{
+    *mode = term == tb_atoms.skip ? UNHELD_SKIP : term == tb_atoms.bytes ? UNHELD_BYTES : UNHELD_REFUSE;
+    return term == tb_atoms.skip || term == tb_atoms.bytes || term == tb_atoms.refuse;
+}
+
+/* 1 when the linked libtorch holds the entry's values: the format's dtype
+ * has a dtype of the table, and libtorch has that one. */
+static int held(const tb_safetensors_entry *e)
+{
+    return e->dtype != TB_DT_NONE && tb_shim_has_scalar_type(tb_dtypes[e->dtype].torch_scalar_type);
+}
+
+/* Every dtype asked for is one the linked libtorch holds, unless asked to
+ * skip such tensors or open them as bytes. */
 static int dtypes_in_libtorch(ErlNifEnv *env, ERL_NIF_TERM path_term, const selection *sel,
                               const tb_safetensors_header *h, ERL_NIF_TERM *exc)
 {
-    for (size_t i = 0; i < h->count; i++) {
+    for (size_t i = 0; i < h->count && sel->unheld == UNHELD_REFUSE; i++) {
         const tb_safetensors_entry *e = &h->entries[i];
-        if (selected(sel, &e->name) && !tb_shim_has_scalar_type(tb_dtypes[e->dtype].torch_scalar_type)) {
+        if (selected(sel, &e->name) && !held(e)) {
             *exc = tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "path",
-                                   "path: %T: tensor %T: dtype %s is not in the linked libtorch (%s); leave it out "
-                                   "with %C",
-                                   path_term, tb_file_make_string(env, &e->name), tb_dtypes[e->dtype].name,
-                                   tb_shim_torch_version(), "#{only => Names}", "only: names");
+                                   "path: %T: tensor %T: dtype %s (%s) is not in the linked libtorch (%s); leave it "
+                                   "out with %C, or open the rest with %C",
+                                   path_term, tb_file_make_string(env, &e->name), tb_st_dtypes[e->format].name,
+                                   e->dtype == TB_DT_NONE ? "which no libtorch has" : tb_dtypes[e->dtype].name,
+                                   tb_shim_torch_version(), "#{only => Names}", "only: names", "#{unsupported => skip}",
+                                   "unsupported: :skip");
             return 0;
         }
     }
@@ -232,20 +324,34 @@ static int names_in_file(ErlNifEnv *env, const ERL_NIF_TERM argv[], const select
     return 0;
 }
 
-/* The file named argv[0], open, its header decoded into h and the names
- * asked for checked against it: the file, or -1 with *exc. Either way h
- * holds what was decoded (tb_safetensors_free). */
-static int open_checked(ErlNifEnv *env, const ERL_NIF_TERM argv[], const char *path, const selection *sel,
-                        struct stat *st, tb_safetensors_header *h, uint64_t *header_len, ERL_NIF_TERM *exc)
+/* The file named path_term (path), open and its header read into f: the
+ * file, or -1 with *exc. Either way f->h holds what was decoded
+ * (tb_safetensors_free). */
+static int open_header(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path, struct stat *st, file_header *f,
+                       ERL_NIF_TERM *exc)
 {
-    memset(h, 0, sizeof *h);
-    int fd = open_regular(env, argv[0], path, st, exc);
+    memset(&f->h, 0, sizeof f->h);
+    int fd = open_regular(env, path_term, path, st, exc);
     if (fd < 0)
         return -1;
-    read_header(fd, (uint64_t)st->st_size, h, header_len);
-    if (h->error != TB_ST_OK)
-        *exc = header_error(env, argv[0], h);
-    else if (dtypes_in_libtorch(env, argv[0], sel, h, exc) && names_in_file(env, argv, sel, h, exc))
+    f->file_size = (uint64_t)st->st_size;
+    read_header(fd, f);
+    if (f->h.error == TB_ST_OK)
+        return fd;
+    *exc = header_error(env, path_term, f);
+    close(fd);
+    return -1;
+}
+
+/* The file named argv[0], open, its header decoded into f and the names
+ * asked for checked against it: the file, or -1 with *exc. */
+static int open_checked(ErlNifEnv *env, const ERL_NIF_TERM argv[], const char *path, const selection *sel,
+                        struct stat *st, file_header *f, ERL_NIF_TERM *exc)
+{
+    int fd = open_header(env, argv[0], path, st, f, exc);
+    if (fd < 0)
+        return -1;
+    if (dtypes_in_libtorch(env, argv[0], sel, &f->h, exc) && names_in_file(env, argv, sel, &f->h, exc))
         return fd;
     close(fd);
     return -1;
@@ -273,13 +379,42 @@ static int map_whole(ErlNifEnv *env, ERL_NIF_TERM path_term, int fd, const struc
     return 1;
 }
 
+/* What an entry opens as: a tensor of its dtype (its shape in elements,
+ * tb_safetensors_tensor_shape), or of its bytes (uint8, its last dimension
+ * in bytes: a 0-dim entry of more than one byte has one dimension). */
+typedef struct {
+    int scalar_type;
+    unsigned element_size;
+    int ndim;
+    int64_t shape[TB_MAX_DIMS];
+} entry_layout;
+
+static void layout_of(const tb_safetensors_entry *e, int as_bytes, entry_layout *l)
+{
+    if (!as_bytes && tb_safetensors_tensor_shape(e, l->shape)) {
+        l->scalar_type = tb_dtypes[e->dtype].torch_scalar_type;
+        l->element_size = tb_dtypes[e->dtype].element_size;
+        l->ndim = e->ndim;
+        return;
+    }
+    unsigned bits = tb_st_dtypes[e->format].bits;
+    l->scalar_type = tb_dtypes[TB_DT_UINT8].torch_scalar_type;
+    l->element_size = 1;
+    l->ndim = e->ndim;
+    for (int d = 0; d < e->ndim; d++)
+        l->shape[d] = e->shape[d];
+    if (e->ndim > 0)
+        l->shape[e->ndim - 1] = (int64_t)((uint64_t)e->shape[e->ndim - 1] * bits / 8);
+    else if (bits != 8)
+        l->shape[l->ndim++] = bits / 8;
+}
+
 /* A copy of an entry whose offset does not fit its element size: its bytes
  * at from, read under the SIGBUS guard. */
 static int copy_entry(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *from, const tb_safetensors_entry *e,
-                      tb_shim_out *o, ERL_NIF_TERM *exc)
+                      const entry_layout *l, tb_shim_out *o, ERL_NIF_TERM *exc)
 {
-    const tb_dtype *dt = &tb_dtypes[e->dtype];
-    if (!tb_shim_zeros(e->ndim, e->shape, dt->torch_scalar_type, &o->handle, &o->err)) {
+    if (!tb_shim_zeros(l->ndim, l->shape, l->scalar_type, &o->handle, &o->err)) {
         *exc = tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: tensor %T: %s", path_term,
                               tb_file_make_string(env, &e->name), o->err.message);
         return 0;
@@ -298,19 +433,21 @@ static int copy_entry(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *from, 
 }
 
 /* The tensor of entry e over the mapping (base: a byte tensor of the whole
- * file, at file): an alias of its storage, or, where its offset does not
- * fit its element size, a copy (*copied set). */
+ * file, at file), of its dtype or of its bytes (as_bytes): an alias of its
+ * storage, or, where its offset does not fit its element size, a copy
+ * (*copied set). */
 static int entry_tensor(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
-                        uint64_t data_at, const tb_safetensors_entry *e, ERL_NIF_TERM *out, int *copied,
+                        uint64_t data_at, const tb_safetensors_entry *e, int as_bytes, ERL_NIF_TERM *out, int *copied,
                         ERL_NIF_TERM *exc)
 {
-    const tb_dtype *dt = &tb_dtypes[e->dtype];
+    entry_layout l;
+    layout_of(e, as_bytes, &l);
     uint64_t at = data_at + e->begin;
     uint64_t bytes = e->end - e->begin;
     tb_shim_out o;
-    *copied = bytes != 0 && at % dt->element_size != 0;
+    *copied = bytes != 0 && at % l.element_size != 0;
     if (*copied) {
-        if (!copy_entry(env, path_term, file + at, e, &o, exc))
+        if (!copy_entry(env, path_term, file + at, e, &l, &o, exc))
             return 0;
         return tb_tensor_make(env, o.handle, out, exc);
     }
@@ -318,13 +455,35 @@ static int entry_tensor(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *
      * here is one of a tensor without elements (a dimension of size 0),
      * whose saturated strides reach nothing. */
     int64_t strides[TB_MAX_DIMS];
-    (void)tb_row_major_strides(e->ndim, e->shape, strides);
-    if (!tb_shim_alias(base, bytes ? at : 0, e->ndim, e->shape, strides, dt->torch_scalar_type, &o.handle, &o.err)) {
+    (void)tb_row_major_strides(l.ndim, l.shape, strides);
+    if (!tb_shim_alias(base, bytes ? at : 0, l.ndim, l.shape, strides, l.scalar_type, &o.handle, &o.err)) {
         *exc = tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: tensor %T: %s", path_term,
                               tb_file_make_string(env, &e->name), o.err.message);
         return 0;
     }
     return tb_tensor_make(env, o.handle, out, exc);
+}
+
+/* An entry's name, its format's dtype, its shape as the file gives it
+ * and its dtype of the table (or nil), into t[0..3]. */
+static void entry_terms(ErlNifEnv *env, const tb_safetensors_entry *e, ERL_NIF_TERM t[4])
+{
+    ERL_NIF_TERM dims[TB_MAX_DIMS];
+    for (int d = 0; d < e->ndim; d++)
+        dims[d] = enif_make_uint64(env, (ErlNifUInt64)e->shape[d]);
+    t[0] = tb_file_make_string(env, &e->name);
+    t[1] = tb_make_string(env, tb_st_dtypes[e->format].name);
+    t[2] = enif_make_tuple_from_array(env, dims, (unsigned)e->ndim);
+    t[3] = e->dtype == TB_DT_NONE ? tb_atoms.nil : tb_atoms.dtypes[e->dtype];
+}
+
+/* {Name, FormatDtype, Shape, Dtype | nil}: a tensor the linked libtorch
+ * cannot hold. */
+static ERL_NIF_TERM unheld_term(ErlNifEnv *env, const tb_safetensors_entry *e)
+{
+    ERL_NIF_TERM t[4];
+    entry_terms(env, e, t);
+    return enif_make_tuple_from_array(env, t, 4);
 }
 
 static ERL_NIF_TERM metadata_term(ErlNifEnv *env, const tb_safetensors_header *h)
@@ -340,29 +499,52 @@ static ERL_NIF_TERM metadata_term(ErlNifEnv *env, const tb_safetensors_header *h
     return meta;
 }
 
-/* {[{Name, Tensor}], Metadata, [Name copied]}, the tensors asked for in
- * file order; or the exception. */
+/* The lists open_result makes, from the last entry back. */
+typedef struct {
+    ERL_NIF_TERM tensors, copied, unheld;
+} result_lists;
+
+/* Entry e's tensor (or its report) onto the lists; or the exception. */
+static int add_entry(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
+                     uint64_t data_start, const selection *sel, const tb_safetensors_entry *e, result_lists *r,
+                     ERL_NIF_TERM *exc)
+{
+    int is_held = held(e);
+    if (!is_held)
+        r->unheld = enif_make_list_cell(env, unheld_term(env, e), r->unheld);
+    if (!is_held && sel->unheld != UNHELD_BYTES)
+        return 1;
+    ERL_NIF_TERM t;
+    int was_copied;
+    if (!entry_tensor(env, path_term, base, file, data_start, e, !is_held, &t, &was_copied, exc))
+        return 0;
+    ERL_NIF_TERM name = tb_file_make_string(env, &e->name);
+    r->tensors = enif_make_list_cell(env, enif_make_tuple2(env, name, t), r->tensors);
+    if (was_copied)
+        r->copied = enif_make_list_cell(env, name, r->copied);
+    return 1;
+}
+
+/* {[{Name, Tensor}], Metadata, [Name copied], [Unheld]}, the tensors asked
+ * for in file order (unheld_term: those the linked libtorch cannot hold);
+ * or the exception. */
 static ERL_NIF_TERM open_result(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
                                 uint64_t data_start, const selection *sel, const tb_safetensors_header *h)
 {
-    ERL_NIF_TERM tensors = enif_make_list(env, 0), copied = enif_make_list(env, 0), exc;
-    for (size_t i = h->count; i-- > 0;) {
-        const tb_safetensors_entry *e = &h->entries[i];
-        if (!selected(sel, &e->name))
-            continue;
-        ERL_NIF_TERM t;
-        int was_copied;
-        if (!entry_tensor(env, path_term, base, file, data_start, e, &t, &was_copied, &exc))
+    ERL_NIF_TERM nil = enif_make_list(env, 0), exc;
+    result_lists r = {nil, nil, nil};
+    for (size_t i = h->count; i-- > 0;)
+        if (selected(sel, &h->entries[i].name) &&
+            !add_entry(env, path_term, base, file, data_start, sel, &h->entries[i], &r, &exc))
             return exc;
-        ERL_NIF_TERM name = tb_file_make_string(env, &e->name);
-        tensors = enif_make_list_cell(env, enif_make_tuple2(env, name, t), tensors);
-        if (was_copied)
-            copied = enif_make_list_cell(env, name, copied);
-    }
-    return enif_make_tuple3(env, tensors, metadata_term(env, h), copied);
+    return enif_make_tuple4(env, r.tensors, metadata_term(env, h), r.copied, r.unheld);
 }
 
-/* (Path, all | [Name]) -> {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied]} */
+/* (Path, all | [Name], refuse | skip | bytes) ->
+ * {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied], [Unheld]}: a
+ * tensor whose dtype the linked libtorch cannot hold refuses the file, is
+ * left out, or opens as its bytes (uint8); either of the last two is
+ * reported in Unheld. */
 ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
 {
     char path[PATH_MAX];
@@ -370,10 +552,14 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     selection sel;
     if (!tb_file_get_path(env, argv[0], path, &answer) || !get_selection(env, argv[1], &sel, &answer))
         return answer;
+    if (!get_unheld(argv[2], &sel.unheld)) {
+        free(sel.names);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "unsupported", "unsupported: %T is not one of %C", argv[2],
+                               "refuse, skip, bytes", ":refuse, :skip, :bytes");
+    }
     struct stat st;
-    tb_safetensors_header h;
-    uint64_t header_len;
-    int fd = open_checked(env, argv, path, &sel, &st, &h, &header_len, &answer);
+    file_header f;
+    int fd = open_checked(env, argv, path, &sel, &st, &f, &answer);
     if (fd >= 0) {
         void *file = NULL;
         tb_shim_tensor *base = NULL;
@@ -381,11 +567,48 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
         close(fd);
         if (mapped) {
             /* The data start after the length and the header. */
-            answer = open_result(env, argv[0], base, file, 8 + header_len, &sel, &h);
+            answer = open_result(env, argv[0], base, file, 8 + f.header_len, &sel, &f.h);
             tb_shim_release(base);
         }
     }
     free(sel.names);
-    tb_safetensors_free(&h);
+    tb_safetensors_free(&f.h);
+    return answer;
+}
+
+/* {Name, FormatDtype, Shape, Begin, End, Dtype | nil, Held}: an entry as
+ * info answers it (offsets in the data buffer). */
+static ERL_NIF_TERM info_entry(ErlNifEnv *env, const tb_safetensors_entry *e)
+{
+    ERL_NIF_TERM t[7];
+    entry_terms(env, e, t);
+    t[5] = t[3];
+    t[3] = enif_make_uint64(env, (ErlNifUInt64)e->begin);
+    t[4] = enif_make_uint64(env, (ErlNifUInt64)e->end);
+    t[6] = held(e) ? tb_atoms.true_ : tb_atoms.false_;
+    return enif_make_tuple_from_array(env, t, 7);
+}
+
+/* (Path) -> {[Entry], [{Key, Value}] | nil, DataStart, FileSize}: the
+ * header alone (read, decoded and checked as open does it; the data are
+ * neither mapped nor read), its entries in file order (info_entry). */
+ERL_NIF_TERM tb_nif_safetensors_info(TB_NIF_PARAMS)
+{
+    char path[PATH_MAX];
+    ERL_NIF_TERM answer;
+    if (!tb_file_get_path(env, argv[0], path, &answer))
+        return answer;
+    struct stat st;
+    file_header f;
+    int fd = open_header(env, argv[0], path, &st, &f, &answer);
+    if (fd >= 0) {
+        close(fd);
+        ERL_NIF_TERM entries = enif_make_list(env, 0);
+        for (size_t i = f.h.count; i-- > 0;)
+            entries = enif_make_list_cell(env, info_entry(env, &f.h.entries[i]), entries);
+        answer = enif_make_tuple4(env, entries, metadata_term(env, &f.h), enif_make_uint64(env, 8 + f.header_len),
+                                  enif_make_uint64(env, f.file_size));
+    }
+    tb_safetensors_free(&f.h);
     return answer;
 }

@@ -30,6 +30,7 @@ typedef struct {
     tb_safetensors_meta *meta;
     unsigned meta_count;
     int has_meta;
+    int64_t *packed; /* the format's shapes of packed dtypes' tensors */
     char *header;
     size_t header_len;
 } contents;
@@ -38,6 +39,7 @@ static void release_contents(contents *c)
 {
     free(c->entries);
     free(c->descs);
+    free(c->packed);
     free(c->meta);
     free(c->header);
 }
@@ -58,9 +60,10 @@ static int get_tensor(ErlNifEnv *env, ERL_NIF_TERM pair, tb_safetensors_entry *e
     }
     if (!tb_tensor_arg(env, nt[1], "tensors", d, exc))
         return 0;
-    if (!tb_dtype_safetensors_name(d->dtype)) {
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "tensors", "tensors: %T: dtype %s has no safetensors name", nt[0],
-                               tb_dtypes[d->dtype].name);
+    int format = tb_dtype_st_of(d->dtype);
+    if (format < 0 || (d->info.ndim == 0 && tb_dtype_st_per_element(format) != 1)) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_DTYPE, "tensors", "tensors: %T: dtype %s has no safetensors name%s",
+                               nt[0], tb_dtypes[d->dtype].name, format < 0 ? "" : " for a tensor of no dimension");
         return 0;
     }
     if (d->info.ndim > TB_MAX_DIMS) {
@@ -68,6 +71,7 @@ static int get_tensor(ErlNifEnv *env, ERL_NIF_TERM pair, tb_safetensors_entry *e
         return 0;
     }
     *entry = (tb_safetensors_entry){.name = {(const char *)name.data, name.size},
+                                    .format = format,
                                     .dtype = d->dtype,
                                     .ndim = d->info.ndim,
                                     .shape = d->info.sizes,
@@ -108,6 +112,31 @@ bad:
     return 0;
 }
 
+/* The shape in the format's values of each entry of a packed dtype (a
+ * float4_e2m1fn_x2 tensor of [2, 3] is F4's [2, 6]), kept in c->packed. */
+static int packed_shapes(contents *c)
+{
+    size_t dims = 0, at = 0;
+    for (unsigned i = 0; i < c->count; i++)
+        if (tb_dtype_st_per_element(c->entries[i].format) != 1)
+            dims += (size_t)c->entries[i].ndim;
+    if (dims == 0)
+        return 1;
+    if (!(c->packed = malloc(dims * sizeof *c->packed)))
+        return 0;
+    for (unsigned i = 0; i < c->count; i++) {
+        tb_safetensors_entry *e = &c->entries[i];
+        unsigned per = tb_dtype_st_per_element(e->format);
+        if (per == 1)
+            continue;
+        memcpy(c->packed + at, e->shape, (size_t)e->ndim * sizeof *e->shape);
+        c->packed[at + (size_t)e->ndim - 1] *= per;
+        e->shape = c->packed + at;
+        at += (size_t)e->ndim;
+    }
+    return 1;
+}
+
 /* The tensors (argv[1], a list of c->count), the metadata (argv[2]) and the
  * header they make. */
 static int get_contents(ErlNifEnv *env, const ERL_NIF_TERM argv[], contents *c, ERL_NIF_TERM *exc)
@@ -126,6 +155,10 @@ static int get_contents(ErlNifEnv *env, const ERL_NIF_TERM argv[], contents *c, 
             return 0;
     if (c->has_meta && !get_meta(env, argv[2], &c->meta, &c->meta_count, exc))
         return 0;
+    if (!packed_shapes(c)) {
+        *exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "safetensors: out of memory reading the tensors");
+        return 0;
+    }
     c->header = tb_safetensors_encode(c->entries, c->count, c->meta, c->meta_count, c->has_meta, &c->header_len);
     if (!c->header) {
         *exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "safetensors: out of memory writing the header");

@@ -32,8 +32,42 @@ defmodule TensorBlob.SafeTensors do
 
   alias TensorBlob.Tensor
 
-  @typedoc "What `open/2` answers."
-  @type file :: %{tensors: %{String.t() => Tensor.t()}, metadata: %{String.t() => String.t()}}
+  @typedoc """
+  What `open/2` answers: the tensors, the metadata, and the tensors the
+  linked libtorch cannot hold (left out, or opened as their bytes, with
+  `unsupported: :skip | :bytes`), each with its safetensors dtype, its
+  shape as the file gives it and why.
+  """
+  @type file :: %{
+          tensors: %{String.t() => Tensor.t()},
+          metadata: %{String.t() => String.t()},
+          unsupported: %{
+            String.t() => %{dtype: String.t(), shape: tuple(), opened: :bytes | :skipped, why: String.t()}
+          }
+        }
+
+  @typedoc """
+  What `info/1` answers: a file's header, read alone (`data_start`,
+  `file_size`), or every shard's of a sharded checkpoint (`shards`; each
+  tensor names its `shard`).
+  """
+  @type info :: %{
+          optional(:data_start) => non_neg_integer(),
+          optional(:file_size) => non_neg_integer(),
+          optional(:shards) => %{String.t() => %{data_start: non_neg_integer(), file_size: non_neg_integer()}},
+          tensors: %{String.t() => entry_info()},
+          metadata: %{String.t() => String.t()}
+        }
+
+  @typedoc "A tensor of a header, as `info/1` gives it."
+  @type entry_info :: %{
+          optional(:shard) => String.t(),
+          dtype: String.t(),
+          shape: tuple(),
+          data_offsets: {non_neg_integer(), non_neg_integer()},
+          tensor_dtype: atom() | nil,
+          opens: boolean()
+        }
 
   @doc """
   The tensors of a safetensors file by name, and its `__metadata__` (an
@@ -54,7 +88,20 @@ defmodule TensorBlob.SafeTensors do
   model's parameters, and what `write/3` takes); `misaligned: :copy`
   (the default) copies once a tensor whose offset in the file does not fit
   its element size (reported as a telemetry copy event, reason
-  `:misaligned`), `misaligned: :refuse` raises instead.
+  `:misaligned`), `misaligned: :refuse` raises instead;
+  `unsupported: :refuse` (the default) raises on a tensor whose dtype the
+  linked libtorch cannot hold (`F6_E2M3` and `F6_E3M2` have no libtorch
+  dtype; `F8_E8M0`, `F4` and others need a newer libtorch:
+  `TensorBlob.tables().safetensors`), `unsupported: :skip` opens the rest,
+  and `unsupported: :bytes` opens such a tensor as its bytes (`:uint8`,
+  its last dimension in bytes: never read as another dtype). Either way
+  the answer's `:unsupported` map names each such tensor with its dtype,
+  shape and why.
+
+  `F4` and `F6_*` are packed (two 4-bit values a byte, four 6-bit values
+  in three bytes): a tensor's shape counts values, and its last
+  dimension's bits fill whole bytes. `F4` opens as libtorch's
+  `:float4_e2m1fn_x2` (two values an element): its last dimension halved.
 
   A file that is not a valid safetensors file raises `ArgumentError`
   naming the file and the tensor, with reason `:bad_file` (or `:bad_dtype`
@@ -75,7 +122,12 @@ defmodule TensorBlob.SafeTensors do
       ...> end
       %{reason: :bad_file, argument: :path}
   """
-  @spec open(Path.t(), only: [String.t()], misaligned: :copy | :refuse, nested: boolean()) :: file()
+  @spec open(Path.t(),
+          only: [String.t()],
+          misaligned: :copy | :refuse,
+          nested: boolean(),
+          unsupported: :refuse | :skip | :bytes
+        ) :: file()
   def open(path, opts \\ []) do
     reported {__MODULE__, :open, 2} do
       %{tensors: tensors} = file = :tensor_blob_safetensors.open(path, :tensor_blob_options.keywords(opts))
@@ -84,6 +136,31 @@ defmodule TensorBlob.SafeTensors do
   end
 
   # References as tensors, in maps nested as deep as the names say.
+  @doc """
+  The header of a safetensors file alone: the data are neither mapped nor
+  read. Each tensor's safetensors dtype, shape and `data_offsets` (in the
+  data buffer, which starts at `data_start`), the dtype of this library
+  that holds it (`tensor_dtype`, `nil` where none does) and whether this
+  build opens it (`opens`: the linked libtorch holds that dtype); the
+  metadata and the file's size. The header is checked as `open/2` checks
+  it, and refused the same way. Of a sharded checkpoint (its index, or the
+  folder holding it) it reads every shard's header: each tensor also names
+  its `shard`, the metadata is the index's, and `shards` maps each shard
+  file to its `data_start` and `file_size`.
+
+      iex> path = Path.join(System.tmp_dir!(), "tb_doc_#{System.unique_integer([:positive])}.safetensors")
+      iex> :ok = TensorBlob.SafeTensors.write(path, %{"w" => TensorBlob.Tensor.zeros({2, 3}, :float32)}, %{"k" => "v"})
+      iex> %{tensors: %{"w" => w}, metadata: %{"k" => "v"}} = TensorBlob.SafeTensors.info(path)
+      iex> w
+      %{dtype: "F32", shape: {2, 3}, data_offsets: {0, 24}, tensor_dtype: :float32, opens: true}
+  """
+  @spec info(Path.t()) :: info()
+  def info(path) do
+    translating do
+      :tensor_blob_safetensors.info(path)
+    end
+  end
+
   defp wrap(tensors), do: Map.new(tensors, fn {name, t} -> {name, if(is_map(t), do: wrap(t), else: Tensor.wrap(t))} end)
 
   @doc """

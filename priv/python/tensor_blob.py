@@ -68,9 +68,13 @@ _DTYPES = {
     "complex128": ("complex", 16),
     "float8_e4m3fn": ("float8", 1),
     "float8_e5m2": ("float8", 1),
+    "float8_e5m2fnuz": ("float8", 1),
+    "float8_e4m3fnuz": ("float8", 1),
     "uint16": ("uint", 2),
     "uint32": ("uint", 4),
     "uint64": ("uint", 8),
+    "float8_e8m0fnu": ("float8", 1),
+    "float4_e2m1fn_x2": ("float4", 1),
 }
 # END generated dtypes
 

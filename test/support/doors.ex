@@ -219,6 +219,16 @@ defmodule TensorBlob.Test.Doors do
             Map.put(tensor(), :names, [:tensor, :tensors]),
             %{name: :metadata, kind: :metadata, good: fn -> %{} end}
           ]),
+          call("SafeTensors.info/1", fn [p] -> SafeTensors.info(p) end, [
+            %{name: :path, kind: :path, good: &safetensors_file/0}
+          ]),
+          call("SafeTensors.open/2 of what the linked libtorch lacks", fn [p, o] -> SafeTensors.open(p, o) end, [
+            %{name: :path, kind: :path, good: &safetensors_file/0},
+            keywords(unsupported: :bytes)
+          ]),
+          call("tensor_blob_safetensors:info/1", fn [p] -> :tensor_blob_safetensors.info(p) end, [
+            %{name: :path, kind: :path, good: &safetensors_file/0}
+          ]),
           call("tensor_blob_safetensors:open/2", fn [p, o] -> :tensor_blob_safetensors.open(p, o) end, [
             %{name: :path, kind: :path, good: &safetensors_file/0},
             options_map(%{misaligned: :refuse})
