@@ -55,14 +55,14 @@
     X(from_blob, 3, tb_nif_from_blob, TB_MAY_GO_DIRTY) /* (Spec, Owner, Pin) */                                        \
     /* (Ptr, Shape, Dtype, Strides, Device, Owner, Pin): from_blob of a spec the facade matched */                     \
     X(from_blob_fields, 7, tb_nif_from_blob_fields, TB_MAY_GO_DIRTY)                                                   \
-    /* DLPack (nif/tb_dlpack.c); Stream: undefined, or the other side's stream (tb_stream.h) */                     \
+    /* DLPack (nif/tb_dlpack.c); Stream: undefined, or the other side's stream (tb_stream.h) */                        \
     X(to_dlpack, 4, tb_nif_to_dlpack, 0) /* (Tensor, versioned | legacy, ReadOnly, Stream) -> Capsule */               \
     /* (Capsule | Address, versioned | legacy | undefined, ReadOnly, Stream, DeferRelease) */                          \
     X(from_dlpack, 5, tb_nif_from_dlpack, TB_MAY_GO_DIRTY)                                                             \
     X(consume_dlpack, 1, tb_nif_consume_dlpack, 0) /* (Capsule) -> Address */                                          \
     X(dlpack_version, 1, tb_nif_dlpack_version, 0) /* (Capsule) -> versioned | legacy */                               \
     X(dlpack_info, 1, tb_nif_dlpack_info, 0)       /* (Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */ \
-    /* The Python of this VM (nif/tb_python.c) */                                                                   \
+    /* The Python of this VM (nif/tb_python.c) */                                                                      \
     X(python_capsule_abi, 1, tb_nif_python_capsule_abi, 0)   /* (Library) -> #{capsule_from_slot, take_capsule} */     \
     X(python_slot_export, 2, tb_nif_python_slot_export, 0)   /* (Tensor, versioned | legacy) -> {K, Slot} */           \
     X(python_slot_receive, 0, tb_nif_python_slot_receive, 0) /* -> {K, Slot}, empty */                                 \
@@ -78,22 +78,22 @@
     X(torch_shm_open, 3, tb_nif_torch_shm_open, TB_MAY_GO_DIRTY)   /* (Name, Dtype, Shape): holds one reference */     \
     /* (Tensor) -> {Name, ByteSize} when it is a whole region's data, or nil */                                        \
     X(torch_shm_name, 1, tb_nif_torch_shm_name, 0)                                                                     \
-    /* safetensors files (read from the file: always on a dirty I/O scheduler), opened (nif/tb_safetensors_open.c) */ \
+    /* safetensors files (read from the file: always on a dirty I/O scheduler), opened (nif/tb_safetensors_open.c) */  \
     /* (Path, all | [Name]) -> {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied: misaligned]} */                  \
     X(safetensors_open, 2, tb_nif_safetensors_open, ERL_NIF_DIRTY_JOB_IO_BOUND)                                        \
-    /* written (nif/tb_safetensors_write.c) */                                                                        \
+    /* written (nif/tb_safetensors_write.c) */                                                                         \
     /* (Path, [{Name, Tensor}], [{Key, Value}] | nil) -> ok: written in that order, renamed over Path */               \
     X(safetensors_write, 3, tb_nif_safetensors_write, ERL_NIF_DIRTY_JOB_IO_BOUND)                                      \
-    /* a file's tensor mapped again by another node of this host (nif/tb_file_view.c) */                              \
+    /* a file's tensor mapped again by another node of this host (nif/tb_file_view.c) */                               \
     /* (Tensor) -> {Path, Identity, Offset, Strides} to map it from its file, or not_file | written | changed */       \
     X(file_source, 1, tb_nif_file_source, ERL_NIF_DIRTY_JOB_IO_BOUND)                                                  \
     /* (Path, Identity, Offset, Dtype, Shape, Strides) -> a tensor over a new mapping of that file */                  \
     X(file_view, 6, tb_nif_file_view, ERL_NIF_DIRTY_JOB_IO_BOUND)                                                      \
-    /* CUDA (nif/tb_cuda.c) */                                                                                        \
+    /* CUDA (nif/tb_cuda.c) */                                                                                         \
     X(cuda_info, 0, tb_nif_cuda_info, 0) /* -> what the CUDA runtime and libtorch say */                               \
     X(cuda_synchronize, 1, tb_nif_cuda_synchronize, ERL_NIF_DIRTY_JOB_IO_BOUND) /* (DeviceIndex) */                    \
     X(cuda_memory, 1, tb_nif_cuda_memory, 0) /* (Ptr) -> cpu | cuda_host | cuda | cuda_managed | unknown */            \
-    /* CUDA IPC (nif/tb_cuda_ipc.c): each waits for the GPU (a stream, mapping an allocation) */                      \
+    /* CUDA IPC (nif/tb_cuda_ipc.c): each waits for the GPU (a stream, mapping an allocation) */                       \
     /* (Tensor) -> {Handle, DeviceIndex, DataSize, Shared}; the exporter keeps Shared */                               \
     X(cuda_ipc_export, 1, tb_nif_cuda_ipc_export, ERL_NIF_DIRTY_JOB_IO_BOUND)                                          \
     X(cuda_ipc_open, 4, tb_nif_cuda_ipc_open, ERL_NIF_DIRTY_JOB_IO_BOUND) /* (Handle, DeviceIndex, Dtype, Shape) */    \
