@@ -31,6 +31,7 @@
           andalso is_map_key(tensor, T) andalso ?IS_TENSOR_STRUCT(map_get(tensor, T))))).
 
 %% A function of the API (of the module that includes this) that copies or
-%% transfers: its telemetry spans name it (unless an Elixir function named itself first), and an error raised
-%% in Body ends them with an exception event (tensor_blob_telemetry:as/2).
+%% transfers: its telemetry spans name it (unless an Elixir function named
+%% itself first), and an error raised in Body ends them with an exception
+%% event (tensor_blob_telemetry:as/2).
 -define(SPANS(Name, Arity, Body), tensor_blob_telemetry:as({?MODULE, Name, Arity}, fun() -> Body end)).
