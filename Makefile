@@ -219,7 +219,7 @@ endif
 # (scripts/doc_chunks.escript). Without edoc (Debian's erlang-edoc;
 # erlang-nox brings it) the library still builds: the chunks are skipped
 # with a note, and h/2 has no text to show.
-PUBLIC_MODULES := tensor_blob tensor_blob_options tensor_blob_door tensor_blob_python tensor_blob_safetensors
+PUBLIC_MODULES := tensor_blob tensor_blob_ipc tensor_blob_options tensor_blob_door tensor_blob_python tensor_blob_safetensors
 CHUNKS := $(DOC_DIR)/chunks/tensor_blob.chunk
 INTERNAL_MODULES := $(filter-out $(PUBLIC_MODULES),$(basename $(notdir $(wildcard src/tensor_blob*.erl))))
 chunks: $(CHUNKS)

@@ -22,8 +22,8 @@ import os, re, sys
 
 # (a text the line holds, why it is no error message of ours)
 ALLOWED = [
-    ('ipc_open(<<"/torch_", _/binary>>', "a region's name: PyTorch's names begin so"),
-    ('ipc_open(<<"torch_", _/binary>>', "a region's name: PyTorch's names begin so"),
+    ('open(<<"/torch_", _/binary>>', "a region's name: PyTorch's names begin so"),
+    ('open(<<"torch_", _/binary>>', "a region's name: PyTorch's names begin so"),
     ('re:run(Status, "^Uid:', "/proc/<pid>/status, read for the owner's uid"),
     ('string:find(Text, "libtorch")', "the dynamic loader's text, to say which library to install"),
     ('string:find(Text, "libc10")', "the dynamic loader's text, to say which library to install"),

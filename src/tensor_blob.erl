@@ -11,7 +11,9 @@
 %% exchange tensors as DLPack managed tensors (see to_dlpack/2 and from_dlpack/2). Bad input raises
 %% error({badarg, Message}); failures that are not the caller's raise error({tensor_blob, Message}).
 %% Where the telemetry library is loaded, every copy and transfer is a [tensor_blob, copy] or
-%% [tensor_blob, transfer] span: start, stop and exception events (guides/telemetry.md).
+%% [tensor_blob, transfer] span: start, stop and exception events (guides/telemetry.md). Tensors
+%% shared with other OS processes (shared memory, CUDA IPC) are tensor_blob_ipc's; safetensors files
+%% are tensor_blob_safetensors'.
 -module(tensor_blob).
 
 -export([to_blob/1, to_blob/2, from_blob/1, from_blob/2,
@@ -22,9 +24,6 @@
          consume_dlpack/1, dlpack_version/1,
          stats/0, dtypes/0, nx_type/1, torch_version/0, tables/0, dtype_info/1,
          cuda_info/0, cuda_synchronize/1, cuda_memory/1, dlpack_info/1,
-         ipc_zeros/2, ipc_export/1, ipc_name/1, ipc_open/3, ipc_reclaim/0,
-         ipc_torch_zeros/2, ipc_torch_export/1, ipc_torch_open/3,
-         cuda_torch_open/3, cuda_torch_export/1, cuda_torch_pending/1,
          node_pack/2, node_pack/3, node_unpack/1, node_unpack/2, node_learn_pad/2, host_id/0, same_host/1,
          shm_identity/0]).
 
@@ -284,135 +283,13 @@ cuda_synchronize(Index) -> ?NIF(tensor_blob_nif:cuda_synchronize(Index)).
 -spec dlpack_info(capsule()) -> map().
 dlpack_info(Capsule) -> ?NIF(tensor_blob_nif:dlpack_info(Capsule)).
 
-%% @doc A tensor of zeros in a new POSIX shared-memory region (created with owner-only permissions),
-%% which ipc_export/1 shares without a copy.
--spec ipc_zeros(shape(), dtype()) -> tensor().
-ipc_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:ipc_zeros(Shape, Dtype)).
-
-%% @doc Releases what creators that are gone left in shared memory: the references their journals
-%% list in PyTorch-format headers (each name whose count that takes to zero is removed), then their
-%% plain names; returns how many plain names were removed. A creator is judged alive by a lock it
-%% holds on a file in the same /dev/shm, never by its pid. A reaper process does this for a dead VM
-%% within moments; this covers what it could not (a VM that was its PID namespace's init takes its
-%% reaper with it). Done at load too.
--spec ipc_reclaim() -> non_neg_integer().
-ipc_reclaim() -> ?NIF(tensor_blob_nif:ipc_reclaim()).
-
-%% @doc A handle another OS process opens with ipc_open/3 (keys as Nx's %Nx.Pointer{kind: ipc}).
-%%
-%% A CPU tensor: handle is the name of a POSIX shared-memory region and address is undefined. A
-%% tensor made by ipc_zeros/2 or ipc_open/3 (whole, contiguous) is shared as it is; any other CPU
-%% tensor is copied once into a new region. The name lives while the handle's tensor is reachable
-%% here: open it elsewhere before dropping the handle (an open mapping stays valid after that).
-%%
-%% A CUDA tensor: handle is the cudaIpcMemHandle_t of its allocation (64 bytes when the tensor
-%% starts at the allocation's base, as Torchx's handles do; otherwise 72: the handle, then the
-%% tensor's byte offset in the allocation, unsigned 64-bit little-endian), and address is the device
-%% index. No copy, unless the tensor is not contiguous (then a contiguous copy on the device is
-%% shared: the handle's tensor). The work libtorch queued on the memory is finished first. Keep the
-%% handle's tensor reachable here until every opener has dropped its tensors: the memory returns to
-%% libtorch's allocator when it is freed here, and an opener would then read whatever is put there
-%% next. A handle opens only in another OS process.
--spec ipc_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined | non_neg_integer(),
-                                data_size := non_neg_integer(), tensor := tensor()}.
-ipc_export(T) -> ?SPANS(ipc_export, 1, tensor_blob_ipc:ipc_export(T)).
-
-%% @doc {Name, ByteSize} when T is a whole region (made by ipc_zeros/2 or ipc_open/3, contiguous,
-%% from its start): what ipc_export/1 shares without a copy. nil otherwise. Nothing is created or
-%% copied.
--spec ipc_name(tensor()) -> {binary(), non_neg_integer()} | nil.
-ipc_name(T) -> ?NIF(tensor_blob_nif:ipc_name(T)).
-
-%% @doc A tensor over the memory a handle names (a handle map, an Nx pointer map with kind ipc, or a
-%% region's name), in another OS process (a CPU region opens in this one too). Writes are seen by
-%% every process that mapped it.
-%%
-%% With an integer address, the handle is a CUDA IPC handle of that device (see ipc_export/1): the
-%% tensor is a CUDA tensor over the exporter's device memory, from the handle's offset, which must
-%% hold Shape of Dtype. Its memory is ipc (memory/1); the last tensor over it closes the mapping
-%% (cudaIpcCloseMemHandle, once). A build or machine without CUDA (TB_CUDA=0, a libtorch without
-%% CUDA, no runtime or GPU) raises a tensor_blob error saying which; a CUDA handle is never read as
-%% a region's name.
--spec ipc_open(map() | binary(), dtype(), shape()) -> tensor().
-ipc_open(Handle, Dtype, Shape) -> tensor_blob_ipc:ipc_open(Handle, Dtype, Shape).
-
-%% @doc A tensor of zeros in a new region of PyTorch's CPU sharing format (the file_system strategy:
-%% a 64-byte header holding a reference count, then the data), named "/torch_tensor_blob.TOKEN.N"
-%% and created with owner-only permissions. This tensor holds one reference.
--spec ipc_torch_zeros(shape(), dtype()) -> tensor().
-ipc_torch_zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_zeros(Shape, Dtype)).
-
-%% @doc A handle a PyTorch process opens with torch.UntypedStorage._new_shared_filename_cpu(b"",
-%% Handle, DataSize) (what torch.multiprocessing's rebuild_storage_filename calls), and another VM
-%% with ipc_open/3. A tensor made by ipc_torch_zeros/2 or by ipc_open/3 of a PyTorch region (whole,
-%% contiguous) is shared as it is; any other CPU tensor is copied once into a new region. The
-%% handle's tensor holds one reference in the region's header until it is freed; each opener holds
-%% its own, and whoever drops the last one removes the name, in any order.
--spec ipc_torch_export(tensor()) -> #{kind := ipc, handle := binary(), address := undefined,
-                                      data_size := non_neg_integer(), tensor := tensor()}.
-ipc_torch_export(T) -> ?SPANS(ipc_torch_export, 1, tensor_blob_ipc:ipc_torch_export(T)).
-
-%% @doc A tensor over the data of a region in PyTorch's CPU sharing format, as PyTorch's own openers
-%% map it: the data after the 64-byte header, and one reference taken in the header until the last
-%% tensor over the mapping (slices included) is freed; the holder that drops the count to zero
-%% removes the name, as PyTorch does. PyTorch's regions are named "/torch_PID_N_K" (the second
-%% element of what storage._share_filename_cpu_() returns); ipc_open/3 opens every name that starts
-%% with torch_ this way. A region whose count is already zero (its last user is removing it) is
-%% refused.
--spec ipc_torch_open(binary(), dtype(), shape()) -> tensor().
-ipc_torch_open(Name, Dtype, Shape) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_open(Name, Dtype, Shape)).
-
-%% @doc A CUDA tensor over a storage PyTorch shared with torch.multiprocessing: Share holds the
-%% eight fields of storage._share_cuda_(), by name (device, handle, storage_size_bytes,
-%% storage_offset_bytes, ref_counter_handle, ref_counter_offset, event_handle, event_sync_required;
-%% the handle's bytes are 64, or 66 in PyTorch 2.4 and later), and Dtype and Shape say what the
-%% storage's bytes are, from its start (a tensor at a storage offset is a narrow/4 of it).
-%%
-%% As PyTorch's own receivers do: when event_sync_required, libtorch's current stream of the device
-%% waits on the producer's event first; the caching allocator's block is mapped
-%% (cudaIpcOpenMemHandle) and the tensor starts storage_offset_bytes into it. The producer counted
-%% this receiver in the counter file when it shared (the counter is 1): opening takes no count,
-%% checks that one is there (a share opens once), and holds the file mapped; when the last tensor
-%% over the storage is freed, the work queued on it is waited for, the block unmapped and the
-%% counter dropped by one (never below zero), so that the producer may free it. A build or machine
-%% without CUDA raises a tensor_blob error saying which, after the fields are checked.
--spec cuda_torch_open(map(), dtype(), shape()) -> tensor().
-cuda_torch_open(Share, Dtype, Shape) -> tensor_blob_ipc:cuda_torch_open(Share, Dtype, Shape).
-
-%% @doc T, a CUDA tensor, in PyTorch's CUDA sharing format: the eight fields that
-%% torch.UntypedStorage._new_shared_cuda(device, handle, storage_size_bytes, storage_offset_bytes,
-%% ref_counter_handle, ref_counter_offset, event_handle, event_sync_required) takes (what
-%% torch.multiprocessing.reductions.rebuild_cuda_tensor calls), and tensor and counter, which this
-%% process keeps.
-%%
-%% handle is the 64-byte cudaIpcMemHandle_t of T's allocation (every PyTorch reads that form) and
-%% storage_offset_bytes T's offset in it; storage_size_bytes covers T's elements, row-major (a
-%% contiguous copy on the device is shared when T is not contiguous: tensor). The work libtorch
-%% queued on the memory is finished before this returns, so event_sync_required is false (PyTorch's
-%% own fallback when it runs out of events) and event_handle zeros. The counter file is a region of
-%% PyTorch's file_system format whose first counter is 1, the receiver's; the receiver drops it to 0
-%% when it frees its storage. Keep tensor and counter reachable until cuda_torch_pending/1 says 0:
-%% the memory returns to libtorch's allocator when tensor is freed here. The file is removed when
-%% the last of counter and the receiver's mapping lets it go.
--spec cuda_torch_export(tensor()) -> #{device := non_neg_integer(), handle := binary(),
-                                       storage_size_bytes := non_neg_integer(),
-                                       storage_offset_bytes := non_neg_integer(),
-                                       ref_counter_handle := binary(), ref_counter_offset := 0,
-                                       event_handle := binary(), event_sync_required := false,
-                                       tensor := tensor(), counter := tensor()}.
-cuda_torch_export(T) -> ?SPANS(cuda_torch_export, 1, tensor_blob_ipc:cuda_torch_export(T)).
-
-%% @doc How many receivers of an export of cuda_torch_export/1 still hold it: 1 until the receiver
-%% frees its storage, then 0.
--spec cuda_torch_pending(#{counter := tensor(), ref_counter_offset := non_neg_integer()}) -> integer().
-cuda_torch_pending(Export) -> tensor_blob_ipc:cuda_torch_pending(Export).
-
 %% @doc A plain term that carries T to Node, where node_unpack/1 makes it a tensor again: send it by
 %% any means. A tensor is a resource of the OS process that made it; on any other node it is only a
 %% dead reference, so it never travels as itself. A region: T's memory as a shared-memory region in
 %% PyTorch's format, which both nodes map (only to a node that can open this node's shared memory,
-%% same_host/1: the same host, /dev/shm and user): no copy when T was made by ipc_torch_zeros/2 (or
-%% opened from such a region), one copy into a new region otherwise (T is left as it was). A file,
+%% same_host/1: the same host, /dev/shm and user): no copy when T was made by
+%% tensor_blob_ipc:torch_zeros/2 (or opened from such a region), one copy into a new region
+%% otherwise (T is left as it was). A file,
 %% for a tensor of a mapped safetensors file (or a view of one) whose pages hold the file's bytes:
 %% its name, version and offset, which the receiver maps (refused there when the name holds another
 %% version). A binary: T's bytes as one binary, a view of T's memory when it is a contiguous CPU

@@ -30,7 +30,8 @@
          (is_map(T) andalso is_map_key('__struct__', T) andalso map_get('__struct__', T) =:= 'Elixir.TensorBlob.BlobView'
           andalso is_map_key(tensor, T) andalso ?IS_TENSOR_STRUCT(map_get(tensor, T))))).
 
-%% A function of the API that copies or transfers: its telemetry spans name
-%% it (unless an Elixir function named itself first), and an error raised
-%% in Body ends them with an exception event (tensor_blob_telemetry:as/2).
--define(SPANS(Name, Arity, Body), tensor_blob_telemetry:as({tensor_blob, Name, Arity}, fun() -> Body end)).
+%% A function of the API (of the module that includes this) that copies or
+%% transfers: its telemetry spans name it (unless an Elixir function named
+%% itself first), and an error raised in Body ends them with an exception
+%% event (tensor_blob_telemetry:as/2).
+-define(SPANS(Name, Arity, Body), tensor_blob_telemetry:as({?MODULE, Name, Arity}, fun() -> Body end)).

@@ -3,9 +3,11 @@
 %% holds a packed region for its receiver, the file a mapped file's tensor
 %% travels as, the pad that lands a binary aligned, and what makes two nodes share shared memory (same_host/1).
 %% tensor_blob's node_* functions, host_id/0, shm_identity/0 and same_host/1
-%% are these. Other nodes reach this one through tensor_blob
-%% (tensor_blob:node_learn_pad/2, tensor_blob:shm_identity/0), so that
-%% nodes of other builds, where the code lives elsewhere, still answer.
+%% are these; this module calls the modules that implement what it needs,
+%% never tensor_blob, except on other nodes: they reach this one, and it
+%% reaches them, through tensor_blob (tensor_blob:node_learn_pad/2,
+%% tensor_blob:shm_identity/0), so that nodes of other builds, where the
+%% code lives elsewhere, still answer.
 -module(tensor_blob_nodes).
 
 -include_lib("kernel/include/file.hrl").
@@ -20,9 +22,8 @@
 
 -import(tensor_blob_error, [badarg/3, raise/4, not_a_tensor/1]).
 -import(tensor_blob_options, [check/3]).
--import(tensor_blob, [memory/1, from_binary/3, from_binary/4, to_blob/1,
-                      to_device/2, ipc_torch_open/3]).
--import(tensor_blob_tensor, [binary_of/4, copy_to_binary/3, transferred/5]).
+-import(tensor_blob_tensor, [binary_of/4, copy_to_binary/3, transferred/5, from_binary/3, from_binary/4,
+                             to_device/2]).
 
 %% The packed term's format: node_unpack/2 refuses the ones it does not know.
 -define(NODE_FORMAT, 1).
@@ -66,7 +67,7 @@ node_pack(T, Node, Opts0) when is_atom(Node) ->
                 {Base#{via => file, path => Path, identity => Identity, offset => Offset, strides => Strides}, false};
             region ->
                 #{handle := Name, tensor := Shared} =
-                    tensor_blob_ipc:region_export(T, torch, Region, {Shape, Dtype}, Function),
+                    tensor_blob_share:region_export(T, torch, Region, {Shape, Dtype}, Function),
                 {Base#{via => region, handle => Name, tensor => Shared, keeper => node_keeper(Shared, Keep),
                        keep => Keep},
                  Shared =/= T};
@@ -249,10 +250,14 @@ node_unpack_bad(Other) ->
            ["packed: expected what ", {code, "tensor_blob:node_pack/2", "TensorBlob.Nodes.pack/2"}, " made, got ",
             {term, Other}]).
 
+%% What T's memory is (tensor_blob:memory/1).
+memory(T) when is_reference(T) -> ?NIF(tensor_blob_nif:memory(T));
+memory(T) -> not_a_tensor(T).
+
 %% The region's mapping; a region that is gone says why it may be.
 node_open(Packed, Name, Dtype, Shape) ->
     try
-        ipc_torch_open(Name, Dtype, Shape)
+        ?DTYPE_CHECKED(Dtype, tensor_blob_nif:torch_shm_open(Name, Dtype, Shape))
     catch
         error:{Kind, Message}:Stack when is_binary(Message) ->
             case tensor_blob_error:error_reason(Stack) of
@@ -285,7 +290,8 @@ node_open(Packed, Name, Dtype, Shape) ->
 
 node_misaligned(#{from := From}, PadBytes, Bin) when is_atom(From), From =/= node(),
                                                       byte_size(Bin) >= ?NODE_LEARN_BYTES ->
-    #{ptr := Ptr} = to_blob(from_binary(Bin, uint8, {byte_size(Bin)}, #{copy => false})),
+    {Ptr, _, _, _, _, _, _, _} = ?NIF(tensor_blob_nif:blob_fields(from_binary(Bin, uint8, {byte_size(Bin)},
+                                                                              #{copy => false}))),
     Pad = (PadBytes + ?NODE_ALIGN - Ptr rem ?NODE_ALIGN) rem ?NODE_ALIGN,
     erpc:cast(From, tensor_blob, node_learn_pad, [node(), Pad]);
 node_misaligned(_, _, _) ->

@@ -111,7 +111,7 @@ atom_keys(Spec) when is_map(Spec) ->
                     {code, "#{ptr => ..., shape => ..., dtype => ...}", "%{ptr: ..., shape: ..., dtype: ...}"},
                     "), got the string keys ", {term, Strings},
                     ": a spec names memory of this VM (a region from another process opens with ",
-                    {code, "tensor_blob:ipc_open/3", "TensorBlob.IPC.open/1"}, ")"])
+                    {code, "tensor_blob_ipc:open/3", "TensorBlob.IPC.open/1"}, ")"])
     end;
 atom_keys(_Spec) ->
     ok.
@@ -135,7 +135,7 @@ from_binary(Binary, Dtype, Shape, #{copy := if_needed} = Opts) when map_size(Opt
     Start = tensor_blob_telemetry:start(copy),
     T = ?DTYPE_CHECKED(Dtype, tensor_blob_nif:from_binary_view(Binary, Dtype, Shape, true)),
     %% Misaligned bytes were copied into an owned tensor.
-    _ = Start =:= undefined orelse tensor_blob:memory(T) =/= owned orelse
+    _ = Start =:= undefined orelse tensor_blob_nif:memory(T) =/= owned orelse
         tensor_blob_telemetry:copy(Start, {tensor_blob, from_binary, 4}, misaligned, byte_size(Binary), T) =:= ok,
     T;
 from_binary(Binary, Dtype, Shape, Opts) ->

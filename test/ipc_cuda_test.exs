@@ -47,7 +47,7 @@ defmodule TensorBlob.IPCTest do
 
       out =
         in_os_process("""
-        T = tensor_blob:ipc_open(<<"#{handle.handle}">>, float32, {64}),
+        T = tensor_blob_ipc:open(<<"#{handle.handle}">>, float32, {64}),
         io:format("~s", [binary:encode_hex(tensor_blob:to_binary(T))]),
         _ = tensor_blob:write(tensor_blob:narrow(T, 0, 0, 2), <<-1.0:32/float-native, -2.0:32/float-native>>)
         """)

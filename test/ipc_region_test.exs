@@ -57,9 +57,9 @@ defmodule TensorBlob.IPCRegionTest do
       # In another OS process: a read of an opted-in zero-copy binary after
       # the shrink is a read by BEAM code, which no guard covers.
       code = """
-      T = tensor_blob:ipc_zeros({65536}, uint8),
-      \#{handle := Name} = tensor_blob:ipc_export(T),
-      O = tensor_blob:ipc_open(Name, uint8, {65536}),
+      T = tensor_blob_ipc:zeros({65536}, uint8),
+      \#{handle := Name} = tensor_blob_ipc:export(T),
+      O = tensor_blob_ipc:open(Name, uint8, {65536}),
       B = tensor_blob:to_binary(O, \#{copy => false, unsafe_shared_memory => true}),
       os:cmd("truncate -s 0 /dev/shm" ++ binary_to_list(Name)),
       R = try tensor_blob:to_binary(O) of _ -> copied catch error:{tensor_blob, _} -> raised end,
@@ -151,11 +151,11 @@ defmodule TensorBlob.IPCRegionTest do
       mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 77
       truncate -s 4M /dev/shm/sparse_big && truncate -s 768K /dev/shm/sparse_fits || exit 78
       exec erl -noshell -pa #{ebin()} -eval '
-        Big = try tensor_blob:ipc_open(<<"sparse_big">>, uint8, {4194304}) of
+        Big = try tensor_blob_ipc:open(<<"sparse_big">>, uint8, {4194304}) of
                   T -> _ = tensor_blob:write(T, binary:copy(<<1>>, 4194304)), opened
               catch error:{tensor_blob, M} -> M end,
         io:format("big=~s~n", [Big]),
-        F = tensor_blob:ipc_open(<<"sparse_fits">>, uint8, {786432}),
+        F = tensor_blob_ipc:open(<<"sparse_fits">>, uint8, {786432}),
         _ = tensor_blob:write(F, binary:copy(<<3>>, 786432)),
         io:format("fits=~p~n", [lists:usort(binary_to_list(tensor_blob:to_binary(F)))]),
         halt().'
@@ -207,7 +207,7 @@ defmodule TensorBlob.IPCRegionTest do
       Tensor.write!(t, :binary.copy(<<9>>, 16))
       handle = IPC.export(t)
       # Its kill(our pid, 0) says ESRCH there; loading tensor_blob reclaims.
-      code = "io:format(\"reclaimed=~p~n\", [tensor_blob:ipc_reclaim()]), halt()."
+      code = "io:format(\"reclaimed=~p~n\", [tensor_blob_ipc:reclaim()]), halt()."
 
       case System.cmd("unshare", ["--pid", "--fork", "erl", "-noshell", "-pa", ebin(), "-eval", code],
              stderr_to_stdout: true
@@ -225,12 +225,12 @@ defmodule TensorBlob.IPCRegionTest do
     @tag :pid_ns
     test "a creator that was pid 1 of its namespace: another pid 1 reclaims its names" do
       make = """
-      T = tensor_blob:ipc_zeros({16}, uint8),
-      \#{handle := N} = tensor_blob:ipc_export(T),
+      T = tensor_blob_ipc:zeros({16}, uint8),
+      \#{handle := N} = tensor_blob_ipc:export(T),
       io:format("name=~s pid=~s~n", [N, os:getpid()]), halt(0).
       """
 
-      reclaim = "io:format(\"reclaimed=~p~n\", [tensor_blob:ipc_reclaim()]), halt()."
+      reclaim = "io:format(\"reclaimed=~p~n\", [tensor_blob_ipc:reclaim()]), halt()."
 
       run = fn code ->
         System.cmd("unshare", ["--pid", "--fork", "erl", "-noshell", "-pa", ebin(), "-eval", code],
@@ -254,9 +254,9 @@ defmodule TensorBlob.IPCRegionTest do
   describe "a creator killed with SIGKILL" do
     test "its names are removed within seconds, and mappings elsewhere stay readable" do
       code = """
-      T = tensor_blob:ipc_zeros({4096}, uint8),
+      T = tensor_blob_ipc:zeros({4096}, uint8),
       _ = tensor_blob:write(T, binary:copy(<<42>>, 4096)),
-      \#{handle := N} = tensor_blob:ipc_export(T),
+      \#{handle := N} = tensor_blob_ipc:export(T),
       io:format("name=~s pid=~s~n", [N, os:getpid()]),
       receive never -> T end.
       """

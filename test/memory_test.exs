@@ -236,10 +236,10 @@ defmodule TensorBlob.MemoryTest do
       script = """
       mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 77
       exec erl -noshell -pa #{ebin} -eval '
-        R = try tensor_blob:ipc_zeros({4194304}, uint8) of _ -> made catch error:{tensor_blob, M} -> M end,
+        R = try tensor_blob_ipc:zeros({4194304}, uint8) of _ -> made catch error:{tensor_blob, M} -> M end,
         io:format("~s~n", [R]),
         T = tensor_blob:from_binary(binary:copy(<<1>>, 4194304), uint8, {4194304}),
-        E = try tensor_blob:ipc_export(T) of _ -> made catch error:{tensor_blob, M2} -> M2 end,
+        E = try tensor_blob_ipc:export(T) of _ -> made catch error:{tensor_blob, M2} -> M2 end,
         io:format("~s~n", [E]), halt().'
       """
 

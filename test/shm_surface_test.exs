@@ -78,12 +78,12 @@ defmodule TensorBlob.ShmSurfaceTest do
       """
 
       code = """
-      Open = fun(F, N) -> try tensor_blob:F(N, uint8, {0}) of _ -> opened catch error:{badarg, M} -> M end end,
-      io:format("reclaimed=~p~n", [tensor_blob:ipc_reclaim()]),
-      io:format("fifo=~ts~n", [Open(ipc_open, <<"planted_fifo">>)]),
-      io:format("torch_fifo=~ts~n", [Open(ipc_torch_open, <<"torch_planted_fifo">>)]),
-      io:format("link=~ts~n", [Open(ipc_open, <<"planted_link">>)]),
-      io:format("foreign=~ts~n", [Open(ipc_open, <<"foreign">>)]),
+      Open = fun(F, N) -> try tensor_blob_ipc:F(N, uint8, {0}) of _ -> opened catch error:{badarg, M} -> M end end,
+      io:format("reclaimed=~p~n", [tensor_blob_ipc:reclaim()]),
+      io:format("fifo=~ts~n", [Open(open, <<"planted_fifo">>)]),
+      io:format("torch_fifo=~ts~n", [Open(torch_open, <<"torch_planted_fifo">>)]),
+      io:format("link=~ts~n", [Open(open, <<"planted_link">>)]),
+      io:format("foreign=~ts~n", [Open(open, <<"foreign">>)]),
       halt().
       """
 
@@ -114,11 +114,11 @@ defmodule TensorBlob.ShmSurfaceTest do
           {P, R} = spawn_monitor(fun() -> {T, N} = Make(), Shrink(N), io:format("read=~p~n", [Read(T)]) end),
           receive {'DOWN', R, _, P, _} -> ok end
       end,
-      Made = fun() -> T = tensor_blob:ipc_torch_zeros({65536}, uint8),
-                      \#{handle := N} = tensor_blob:ipc_torch_export(T), {T, N} end,
+      Made = fun() -> T = tensor_blob_ipc:torch_zeros({65536}, uint8),
+                      \#{handle := N} = tensor_blob_ipc:torch_export(T), {T, N} end,
       Opened = fun() -> N = list_to_binary("/torch_" ++ os:getpid() ++ "_1_0"),
                         ok = file:write_file("/dev/shm" ++ binary_to_list(N), <<1:32/native, 0:(60*8), 0:(4096*8)>>),
-                        {tensor_blob:ipc_open(N, uint8, {4096}), N} end,
+                        {tensor_blob_ipc:open(N, uint8, {4096}), N} end,
       io:format("pid=~s~n", [os:getpid()]),
       Use(Made), Use(Opened),
       ok = file:delete("/dev/shm/torch_" ++ os:getpid() ++ "_1_0"),
@@ -153,11 +153,11 @@ defmodule TensorBlob.ShmSurfaceTest do
       """
 
       code = """
-      Big = try tensor_blob:ipc_open(<<"torch_sparse_big">>, uint8, {4194240}) of
+      Big = try tensor_blob_ipc:open(<<"torch_sparse_big">>, uint8, {4194240}) of
                 T -> _ = tensor_blob:write(T, binary:copy(<<1>>, 4194240)), opened
             catch error:{tensor_blob, M} -> M end,
       io:format("big=~ts~n", [Big]),
-      F = tensor_blob:ipc_open(<<"torch_sparse_fits">>, uint8, {786368}),
+      F = tensor_blob_ipc:open(<<"torch_sparse_fits">>, uint8, {786368}),
       _ = tensor_blob:write(F, binary:copy(<<3>>, 786368)),
       io:format("fits=~p~n", [lists:usort(binary_to_list(tensor_blob:to_binary(F)))]),
       halt().
@@ -178,12 +178,12 @@ defmodule TensorBlob.ShmSurfaceTest do
     # opens one made PyTorch's way (theirs); then ends as `ending` says.
     defp holder_vm(theirs, ending) do
       code = """
-      T = tensor_blob:ipc_torch_zeros({4096}, uint8),
+      T = tensor_blob_ipc:torch_zeros({4096}, uint8),
       _ = tensor_blob:write(T, binary:copy(<<42>>, 4096)),
-      \#{handle := Ours} = tensor_blob:ipc_torch_export(T),
-      Alone = tensor_blob:ipc_torch_zeros({16}, uint8),
-      \#{handle := AloneName} = tensor_blob:ipc_torch_export(Alone),
-      Theirs = tensor_blob:ipc_open(<<"#{theirs}">>, uint8, {8}),
+      \#{handle := Ours} = tensor_blob_ipc:torch_export(T),
+      Alone = tensor_blob_ipc:torch_zeros({16}, uint8),
+      \#{handle := AloneName} = tensor_blob_ipc:torch_export(Alone),
+      Theirs = tensor_blob_ipc:open(<<"#{theirs}">>, uint8, {8}),
       io:format("ours=~s alone=~s~n", [Ours, AloneName]),
       #{ending}
       """
@@ -255,18 +255,18 @@ defmodule TensorBlob.ShmSurfaceTest do
       # that drops it on a line from stdin.
       code = """
       Self = self(),
-      Holder = spawn(fun() -> Th = tensor_blob:ipc_open(<<"#{theirs}">>, uint8, {8}), Self ! opened,
+      Holder = spawn(fun() -> Th = tensor_blob_ipc:open(<<"#{theirs}">>, uint8, {8}), Self ! opened,
                               receive drop -> Th =/= x end end),
       receive opened -> ok end,
-      T1 = tensor_blob:ipc_zeros({16}, uint8),
-      \#{handle := <<"/tensor_blob.", Rest/binary>>} = tensor_blob:ipc_export(T1),
+      T1 = tensor_blob_ipc:zeros({16}, uint8),
+      \#{handle := <<"/tensor_blob.", Rest/binary>>} = tensor_blob_ipc:export(T1),
       [Token | _] = binary:split(Rest, <<".">>),
       ok = file:delete("/dev/shm/tensor_blob." ++ binary_to_list(Token) ++ ".lock"),
-      T2 = tensor_blob:ipc_zeros({16}, uint8),
+      T2 = tensor_blob_ipc:zeros({16}, uint8),
       _ = tensor_blob:write(T2, binary:copy(<<7>>, 16)),
-      \#{handle := N2} = tensor_blob:ipc_export(T2),
-      T3 = tensor_blob:ipc_torch_zeros({16}, uint8),
-      \#{handle := N3} = tensor_blob:ipc_torch_export(T3),
+      \#{handle := N2} = tensor_blob_ipc:export(T2),
+      T3 = tensor_blob_ipc:torch_zeros({16}, uint8),
+      \#{handle := N3} = tensor_blob_ipc:torch_export(T3),
       io:format("second=~s torch=~s~n", [N2, N3]),
       _ = io:get_line(""),
       Ref = monitor(process, Holder), Holder ! drop,
@@ -312,16 +312,16 @@ defmodule TensorBlob.ShmSurfaceTest do
       File.cp!(Path.join(Path.dirname(source), "tensor_blob_reaper"), Path.join(dir, "tensor_blob_reaper"))
 
       code = """
-      Names = fun() -> \#{handle := A} = tensor_blob:ipc_torch_export(tensor_blob:ipc_torch_zeros({4}, uint8)),
-                       \#{handle := B} = tensor_blob:ipc_export(tensor_blob:ipc_zeros({4}, uint8)), [A, B] end,
-      T = tensor_blob:ipc_torch_zeros({4}, uint8),
-      P = tensor_blob:ipc_zeros({4}, uint8),
+      Names = fun() -> \#{handle := A} = tensor_blob_ipc:torch_export(tensor_blob_ipc:torch_zeros({4}, uint8)),
+                       \#{handle := B} = tensor_blob_ipc:export(tensor_blob_ipc:zeros({4}, uint8)), [A, B] end,
+      T = tensor_blob_ipc:torch_zeros({4}, uint8),
+      P = tensor_blob_ipc:zeros({4}, uint8),
       true = os:putenv("TENSOR_BLOB_NIF", "#{copy}"),
       {module, tensor_blob_nif} = code:load_file(tensor_blob_nif),
       New = try Names() catch error:E -> E end,
       io:format("new=~p~n", [New]),
-      io:format("old=~p~n", [[maps:get(handle, tensor_blob:ipc_torch_export(T)),
-                               maps:get(handle, tensor_blob:ipc_export(P))]]),
+      io:format("old=~p~n", [[maps:get(handle, tensor_blob_ipc:torch_export(T)),
+                               maps:get(handle, tensor_blob_ipc:export(P))]]),
       halt().
       """
 

@@ -275,11 +275,11 @@ defmodule TensorBlob.TelemetryTest do
       assert_raise ArgumentError, ~r/tensor/, fn -> IPC.export(bad) end
       assert_exception(:transfer, {IPC, :export, 1}, ArgumentError)
       # The Erlang API: the error as the Erlang API raises it.
-      assert {:badarg, _} = catch_error(:tensor_blob.ipc_export(make_ref()))
-      assert_received {:event, [:tensor_blob, :transfer, :start], _, %{function: {:tensor_blob, :ipc_export, 1}}}
+      assert {:badarg, _} = catch_error(:tensor_blob_ipc.export(make_ref()))
+      assert_received {:event, [:tensor_blob, :transfer, :start], _, %{function: {:tensor_blob_ipc, :export, 1}}}
 
       assert_received {:event, [:tensor_blob, :transfer, :exception], %{duration: _},
-                       %{function: {:tensor_blob, :ipc_export, 1}, kind: :error, reason: {:badarg, _}}}
+                       %{function: {:tensor_blob_ipc, :export, 1}, kind: :error, reason: {:badarg, _}}}
 
       refute_events()
     end

@@ -61,7 +61,7 @@ moduledoc_names_exports_test() ->
     ?assertEqual(nomatch, binary:match(Text, <<"below">>)).
 
 %% The Erlang API: the modules whose chunks hold their docs.
--define(PUBLIC, [tensor_blob, tensor_blob_options, tensor_blob_door, tensor_blob_python,
+-define(PUBLIC, [tensor_blob, tensor_blob_ipc, tensor_blob_options, tensor_blob_door, tensor_blob_python,
                  tensor_blob_safetensors]).
 
 %% The API's other modules have their docs too, as tensor_blob's.

@@ -26,11 +26,11 @@ cases() ->
       fun() -> tensor_blob:to_binary(tensor_blob:transpose(tensor_blob:zeros({2, 3}, float32), 0, 1), #{copy => false}) end},
      {out_of_extent, badarg, binary, fun() -> tensor_blob:from_binary(<<1, 2>>, float32, {4}) end},
      {misaligned, badarg, ptr, fun() -> tensor_blob:from_blob(#{ptr => 65, shape => {1}, dtype => float32, owner => none}) end},
-     {wrong_device, badarg, tensor, fun() -> tensor_blob:cuda_torch_export(tensor_blob:zeros({1}, float32)) end},
+     {wrong_device, badarg, tensor, fun() -> tensor_blob_ipc:cuda_torch_export(tensor_blob:zeros({1}, float32)) end},
      %% No CUDA device at all is not the caller's fault; a device index
      %% past those there is.
      {no_device, [tensor_blob, badarg], [none, device], fun() -> tensor_blob:cuda_synchronize(1000) end},
-     {no_region, badarg, handle, fun() -> tensor_blob:ipc_torch_open(region_name(), float32, {1}) end},
+     {no_region, badarg, handle, fun() -> tensor_blob_ipc:torch_open(region_name(), float32, {1}) end},
      {gone, badarg, capsule,
       fun() ->
               C = tensor_blob:to_dlpack(tensor_blob:zeros({1}, float32)),
@@ -43,11 +43,11 @@ cases() ->
               tensor_blob:write(T, binary:copy(<<1>>, 1024))
       end},
      {bad_file, badarg, path, fun() -> tensor_blob_safetensors:open("/") end},
-     {unsafe, badarg, tensor, fun() -> tensor_blob:to_binary(tensor_blob:ipc_zeros({4}, float32), #{copy => false}) end},
+     {unsafe, badarg, tensor, fun() -> tensor_blob:to_binary(tensor_blob_ipc:zeros({4}, float32), #{copy => false}) end},
      {unsupported, badarg, read_only,
       fun() -> tensor_blob:to_dlpack(tensor_blob:zeros({1}, float32), #{version => legacy, read_only => true}) end},
      %% 1 PiB does not fit in shared memory.
-     {no_memory, tensor_blob, shape, fun() -> tensor_blob:ipc_zeros({1 bsl 48}, float32) end},
+     {no_memory, tensor_blob, shape, fun() -> tensor_blob_ipc:zeros({1 bsl 48}, float32) end},
      %% 4 PiB cannot be allocated: said as such, not in libtorch's words.
      {no_memory, tensor_blob, shape, fun() -> tensor_blob:zeros({1 bsl 40, 1 bsl 10}, float32) end}].
 
@@ -179,6 +179,6 @@ string_keyed_spec_test_() ->
               ?assertMatch({0, _}, binary:match(Message, <<"spec: its keys must be atoms">>)),
               Listed = iolist_to_binary(io_lib:format("~0p", [Keys])),
               ?assertMatch({_, _}, binary:match(Message, Listed)),
-              ?assertMatch({_, _}, binary:match(Message, <<"tensor_blob:ipc_open/3">>))
+              ?assertMatch({_, _}, binary:match(Message, <<"tensor_blob_ipc:open/3">>))
       end}
      || {Name, Fun, Keys} <- Calls].

@@ -185,7 +185,7 @@ live_through_other_build() ->
     Src = tensor_blob:from_binary(binary:copy(<<5>>, 64), uint8, {64}),
     RoImport = tensor_blob:from_dlpack(tensor_blob:to_dlpack(Src, #{read_only => true})),
     Pinned = tensor_blob:from_blob(maps:remove(owner, tensor_blob:to_blob(Src)), #{owner => {keep, Src}}),
-    Region = tensor_blob:ipc_zeros({16}, uint8),
+    Region = tensor_blob_ipc:zeros({16}, uint8),
     Frozen = tensor_blob:zeros({16}, uint8),
     FrozenBin = tensor_blob:to_binary(Frozen, #{copy => false}),
     Kinds = [tensor_blob:memory(X) || X <- [RoView, RoImport, Pinned, Region, Src]],

@@ -185,7 +185,7 @@ storage_table_test() ->
     ok = file:delete(File),
     Tensors = [T, Mapped, tensor_blob:from_blob(Spec, #{owner => {keep, T}}), tensor_blob:from_blob(Spec, #{owner => none}),
                tensor_blob:from_binary(<<0:128>>, float32, {4}, #{copy => false}), Import,
-               tensor_blob:ipc_zeros({4}, float32), tensor_blob:ipc_torch_zeros({4}, float32)],
+               tensor_blob_ipc:zeros({4}, float32), tensor_blob_ipc:torch_zeros({4}, float32)],
     Seen = [begin
                 M = tensor_blob:memory(X),
                 ?assertEqual({M, Keeps(M)}, {M, [tensor_blob:pinned(X)]}),
@@ -590,21 +590,21 @@ no_owner_refused_test() ->
 %% the Erlang API as for Elixir); one with it refuses a region's name as a
 %% CUDA handle.
 cuda_ipc_handle_refused_test() ->
-    Handle = tensor_blob:ipc_export(tensor_blob:ipc_zeros({8}, int32)),
-    ?assertEqual({8}, tensor_blob:shape(tensor_blob:ipc_open(Handle, int32, {8}))),
+    Handle = tensor_blob_ipc:export(tensor_blob_ipc:zeros({8}, int32)),
+    ?assertEqual({8}, tensor_blob:shape(tensor_blob_ipc:open(Handle, int32, {8}))),
     case tensor_blob:cuda_info() of
         #{devices := N, libtorch := true} when N > 0 ->
             ?assertBadarg(<<"handle">>, [<<"CUDA IPC handle">>],
-                          tensor_blob:ipc_open(Handle#{address => 0}, int32, {8})),
+                          tensor_blob_ipc:open(Handle#{address => 0}, int32, {8})),
             ?assertBadarg(<<"address">>, [<<"does not exist here">>],
-                          tensor_blob:ipc_open(#{kind => ipc, handle => <<0:512>>, address => 4096}, int32, {8}));
+                          tensor_blob_ipc:open(#{kind => ipc, handle => <<0:512>>, address => 4096}, int32, {8}));
         _ ->
-            ?assertTensorBlobError(<<"CUDA IPC">>, tensor_blob:ipc_open(Handle#{address => 0}, int32, {8})),
+            ?assertTensorBlobError(<<"CUDA IPC">>, tensor_blob_ipc:open(Handle#{address => 0}, int32, {8})),
             ?assertTensorBlobError(<<"device 1">>,
-                                   tensor_blob:ipc_open(#{kind => ipc, handle => <<"x">>, address => 1}, int32, {8}))
+                                   tensor_blob_ipc:open(#{kind => ipc, handle => <<"x">>, address => 1}, int32, {8}))
     end.
 
-%% ipc_export/1 decides how to share a tensor's memory by its device
+%% tensor_blob_ipc:export/1 decides how to share a tensor's memory by its device
 %% type's row of tables/0 (the kind of memory its DLPack code says it is),
 %% never by naming a device: the kinds it exports are rows of the table,
 %% each row of those kinds gets its export, and a device type the table
@@ -612,18 +612,18 @@ cuda_ipc_handle_refused_test() ->
 %% a badarg naming the device and what to do, not by a case_clause.
 ipc_export_by_device_table_test() ->
     #{devices := Rows} = Tables = tensor_blob:tables(),
-    Exporters = tensor_blob_ipc:ipc_exporters(),
+    Exporters = tensor_blob_share:exporters(),
     Codes = [C || #{dlpack := C} <- Rows],
     ?assertEqual([], [C || C <- maps:keys(Exporters), not lists:member(C, Codes)]),
-    [?assertEqual(maps:get(C, Exporters), tensor_blob_ipc:ipc_exporter(device_term(Row), Tables))
+    [?assertEqual(maps:get(C, Exporters), tensor_blob_share:exporter(device_term(Row), Tables))
      || #{dlpack := C} = Row <- Rows, maps:is_key(C, Exporters)],
     Exporting = [N || #{name := N, dlpack := C} <- Rows, maps:is_key(C, Exporters)],
     New = #{name => list_to_atom(lists:concat([N || #{name := N} <- Rows] ++ ["_new"])),
             dlpack => lists:max(Codes ++ maps:keys(Exporters)) + 1, indexed => true},
     Device = device_term(New),
     ?assertBadarg(<<"tensor">>, [iolist_to_binary(io_lib:format("~0tp", [T])) || T <- [Device, Exporting]]
-                  ++ [<<"ipc_export/1">>, <<"to_device(T, cpu)">>],
-                  tensor_blob_ipc:ipc_exporter(Device, Tables#{devices := Rows ++ [New]})).
+                  ++ [<<"tensor_blob_ipc:export/1">>, <<"to_device(T, cpu)">>],
+                  tensor_blob_share:exporter(Device, Tables#{devices := Rows ++ [New]})).
 
 device_term(#{name := Name, indexed := true}) -> {Name, 0};
 device_term(#{name := Name}) -> Name.
@@ -687,7 +687,7 @@ nif_messages_erlang_test() ->
               <<"device: expected cpu or {cuda, Index}, got \"cuda\"">>},
              {fun() -> tensor_blob:from_binary([1, 2], uint8, {2}) end,
               <<"binary: expected a binary, got [1,2]">>},
-             {fun() -> tensor_blob:ipc_open(<<"a/b">>, uint8, {1}) end,
+             {fun() -> tensor_blob_ipc:open(<<"a/b">>, uint8, {1}) end,
               <<"handle: <<\"a/b\">> is no shared-memory name (an optional leading slash, then 1 to 253 bytes "
                 "with no slash or NUL)">>},
              {fun() -> tensor_blob:to_binary(tensor_blob:transpose(T, 0, 1), #{copy => false}) end,
@@ -786,7 +786,7 @@ huge_terms() ->
     Calls = [fun(Term) -> tensor_blob:zeros(Term, float32) end,
              fun(Term) -> tensor_blob:zeros({1}, Term) end,
              fun(Term) -> tensor_blob:from_blob(Term, #{owner => none}) end,
-             fun(Term) -> tensor_blob:ipc_open(Term, uint8, {1}) end,
+             fun(Term) -> tensor_blob_ipc:open(Term, uint8, {1}) end,
              fun(Term) -> tensor_blob:to_blob(Term) end],
     [begin
          {badarg, Msg} = catch_error(fun() -> Call(Term) end),

@@ -130,7 +130,7 @@ defmodule TensorBlob.TorchShmTest do
     end
 
     assert_raise ArgumentError, ~r/PyTorch shared-memory region/, fn ->
-      :tensor_blob.ipc_torch_open("a/b", :uint8, {1})
+      :tensor_blob_ipc.torch_open("a/b", :uint8, {1})
     end
   end
 end

@@ -105,7 +105,8 @@ static int exchange_allocate(tb_DLTensor *p, tb_DLManagedTensorVersioned **out, 
 {
     tb_dtype_id dtype;
     int type, index;
-    if (!tb_dtype_from_dlpack(p->dtype.code, p->dtype.bits, p->dtype.lanes, &dtype) || !tb_shim_has_scalar_type(tb_dtypes[dtype].torch_scalar_type))
+    if (!tb_dtype_from_dlpack(p->dtype.code, p->dtype.bits, p->dtype.lanes, &dtype) ||
+        !tb_shim_has_scalar_type(tb_dtypes[dtype].torch_scalar_type))
         return set_error(ctx, "bad_dtype", "the prototype's DLPack dtype names no dtype this build holds"), -1;
     if (!device_of_dlpack(p->device, &type, &index) || !tb_shim_device_built(tb_device_torch_type(type)))
         return set_error(ctx, "no_device", "the prototype's device is none this build serves"), -1;

@@ -253,8 +253,8 @@ static int region_name(ErlNifEnv *env, const region_format *f, ERL_NIF_TERM term
     else if (tb_shm_torch_format(name))
         *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "handle",
                                "handle: %T names a region of PyTorch's format (a counted header, then the "
-                               "data): ipc_open/3 opens it as one, not as plain memory",
-                               term);
+                               "data): %C opens it as one, not as plain memory",
+                               term, "tensor_blob_ipc:open/3", "TensorBlob.IPC.open/3");
     else
         return 1;
     return 0;

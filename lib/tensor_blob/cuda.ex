@@ -125,7 +125,7 @@ defmodule TensorBlob.CUDA do
   """
   @spec open_torch_share(torch_share(), Tensor.dtype(), tuple()) :: Tensor.t()
   def open_torch_share(share, dtype, shape) do
-    translating(do: Tensor.wrap(:tensor_blob.cuda_torch_open(share, dtype, shape)))
+    translating(do: Tensor.wrap(:tensor_blob_ipc.cuda_torch_open(share, dtype, shape)))
   end
 
   @doc """
@@ -142,7 +142,7 @@ defmodule TensorBlob.CUDA do
   @spec export_torch_share(Tensor.input()) ::
           %{:tensor => Tensor.t(), :counter => Tensor.t(), optional(atom()) => term()}
   def export_torch_share(tensor) do
-    export = reported({__MODULE__, :export_torch_share, 1}, do: :tensor_blob.cuda_torch_export(Tensor.ref(tensor)))
+    export = reported({__MODULE__, :export_torch_share, 1}, do: :tensor_blob_ipc.cuda_torch_export(Tensor.ref(tensor)))
 
     shared =
       if export.tensor == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(export.tensor)
@@ -153,7 +153,7 @@ defmodule TensorBlob.CUDA do
   @doc "Receivers of an `export_torch_share/1` that have not yet freed it: 1, then 0."
   @spec torch_share_pending(%{counter: Tensor.t(), ref_counter_offset: non_neg_integer()}) :: integer()
   def torch_share_pending(%{counter: counter, ref_counter_offset: slot}) do
-    translating(do: :tensor_blob.cuda_torch_pending(%{counter: Tensor.ref(counter), ref_counter_offset: slot}))
+    translating(do: :tensor_blob_ipc.cuda_torch_pending(%{counter: Tensor.ref(counter), ref_counter_offset: slot}))
   end
 
   def torch_share_pending(other) do

@@ -62,6 +62,8 @@ defmodule TensorBlob.IPC do
   exporter's handle. Builds and machines that cannot do CUDA IPC (built
   with `TB_CUDA=0`, a libtorch without CUDA, no runtime or GPU) raise
   `TensorBlob.Error` from `open/3`, saying which.
+
+  The Erlang API is `:tensor_blob_ipc`.
   """
 
   import TensorBlob.Raise
@@ -87,7 +89,7 @@ defmodule TensorBlob.IPC do
 
   @doc "A tensor of zeros in a new shared-memory region."
   @spec zeros(tuple(), Tensor.dtype()) :: Tensor.t()
-  def zeros(shape, dtype), do: translating(do: Tensor.wrap(:tensor_blob.ipc_zeros(shape, dtype)))
+  def zeros(shape, dtype), do: translating(do: Tensor.wrap(:tensor_blob_ipc.zeros(shape, dtype)))
 
   @doc """
   Releases what creators that are gone left in shared memory (their lock is
@@ -98,7 +100,7 @@ defmodule TensorBlob.IPC do
   were removed. Done at load too.
   """
   @spec reclaim() :: non_neg_integer()
-  def reclaim, do: :tensor_blob.ipc_reclaim()
+  def reclaim, do: :tensor_blob_ipc.reclaim()
 
   @doc """
   A handle for a tensor's memory: a shared-memory region for a CPU tensor
@@ -108,7 +110,7 @@ defmodule TensorBlob.IPC do
   @spec export(Tensor.input()) :: Handle.t()
   def export(tensor) do
     %{handle: handle, address: address, data_size: size, tensor: shared} =
-      reported({__MODULE__, :export, 1}, do: :tensor_blob.ipc_export(Tensor.ref(tensor)))
+      reported({__MODULE__, :export, 1}, do: :tensor_blob_ipc.export(Tensor.ref(tensor)))
 
     shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     address = if address == :undefined, do: nil, else: address
@@ -122,7 +124,7 @@ defmodule TensorBlob.IPC do
   """
   @spec torch_zeros(tuple(), Tensor.dtype()) :: Tensor.t()
   def torch_zeros(shape, dtype),
-    do: translating(do: Tensor.wrap(:tensor_blob.ipc_torch_zeros(shape, dtype)))
+    do: translating(do: Tensor.wrap(:tensor_blob_ipc.torch_zeros(shape, dtype)))
 
   @doc """
   A handle a PyTorch process opens with
@@ -136,7 +138,7 @@ defmodule TensorBlob.IPC do
   @spec export_torch(Tensor.input()) :: Handle.t()
   def export_torch(tensor) do
     %{handle: handle, data_size: size, tensor: shared} =
-      reported({__MODULE__, :export_torch, 1}, do: :tensor_blob.ipc_torch_export(Tensor.ref(tensor)))
+      reported({__MODULE__, :export_torch, 1}, do: :tensor_blob_ipc.torch_export(Tensor.ref(tensor)))
 
     shared = if shared == Tensor.ref(tensor) and is_struct(tensor, Tensor), do: tensor, else: Tensor.wrap(shared)
     %Handle{handle: handle, address: nil, data_size: size, tensor: shared}
@@ -156,7 +158,7 @@ defmodule TensorBlob.IPC do
   """
   @spec open(Handle.t() | map() | binary(), Tensor.dtype(), tuple()) :: Tensor.t()
   def open(handle, dtype, shape) do
-    translating(do: Tensor.wrap(:tensor_blob.ipc_open(handle, dtype, shape)))
+    translating(do: Tensor.wrap(:tensor_blob_ipc.open(handle, dtype, shape)))
   end
 
   @doc """

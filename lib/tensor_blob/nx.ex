@@ -297,8 +297,8 @@ if Code.ensure_loaded?(Nx) do
 
     # The backend maps the region itself: its mapping is its own.
     defp region_handover(t, backend, type, shape) do
-      # ipc_name refuses a region another program shrank (the backend's reads are unguarded).
-      case translating(do: :tensor_blob.ipc_name(Tensor.ref(t))) do
+      # name/1 refuses a region another program shrank (the backend's reads are unguarded).
+      case translating(do: :tensor_blob_ipc.name(Tensor.ref(t))) do
         {name, size} ->
           pointer = %Nx.Pointer{kind: :ipc, handle: name, data_size: size}
 

@@ -435,7 +435,8 @@ static ERL_NIF_TERM exchange_stream(ErlNifEnv *env, int argc, const ERL_NIF_TERM
         return enif_make_badarg(env);
     int status = api->current_work_stream((tb_DLDeviceType)device_type, 0, &stream);
     return enif_make_tuple2(env, enif_make_int(env, status),
-                            stream ? enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)stream) : enif_make_atom(env, "null"));
+                            stream ? enif_make_uint64(env, (ErlNifUInt64)(uintptr_t)stream)
+                                   : enif_make_atom(env, "null"));
 }
 #endif
 

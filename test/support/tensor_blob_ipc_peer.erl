@@ -25,7 +25,7 @@ main(Encoded) ->
 run(#{handle := Handle, dtype := Dtype, shape := Shape, view := Rows, write := Write} = Args) ->
     Probe = case Args of
                 #{probe_shape := Other} ->
-                    try tensor_blob:ipc_open(Handle, Dtype, Other) of _ -> opened
+                    try tensor_blob_ipc:open(Handle, Dtype, Other) of _ -> opened
                     catch error:{Kind, Message} -> {Kind, Message}
                     end;
                 _ -> none
@@ -62,7 +62,7 @@ hold(Parent, Handle, Dtype, Shape, Rows) ->
     receive stop -> ok end.
 
 open(Handle, Dtype, Shape, Rows) ->
-    T = tensor_blob:ipc_open(Handle, Dtype, Shape),
+    T = tensor_blob_ipc:open(Handle, Dtype, Shape),
     Info = #{bytes => tensor_blob:to_binary(T),
              device => tensor_blob:device(T),
              memory => tensor_blob:memory(T),
