@@ -10,10 +10,11 @@
 %% @doc Binds the C API of the Python embedded in this VM (Pythonx), once per VM: its functions
 %% are looked up by name in Library, the path of the libpython loaded in this OS process (as the
 %% interpreter tells it); nothing is loaded, and no address is taken from a term. Answers the
-%% addresses of the library's two builtins' PyMethodDefs (capsule_from_slot, take_capsule), for
+%% addresses of the library's builtins' PyMethodDefs (capsule_from_slot, take_capsule, and DLPack
+%% 1.3's C exchange API's take_api and object_from_api), for
 %% the library's Python module (priv/python/tensor_blob_pythonx.py) to make them. A path that
 %% is not loaded, or not a Python's C API, raises badarg (reason bad_value, argument library).
--spec python_bind(binary()) -> #{capsule_from_slot := non_neg_integer(), take_capsule := non_neg_integer()}.
+-spec python_bind(binary()) -> #{atom() => non_neg_integer()}.
 python_bind(Library) -> ?NIF(tensor_blob_nif:python_capsule_abi(Library)).
 
 %% @doc A managed tensor crosses one Python evaluation in a numbered slot, which the evaluated
@@ -23,7 +24,10 @@ python_bind(Library) -> ?NIF(tensor_blob_nif:python_capsule_abi(Library)).
 %% deleter is called all the same), and releases what it left. A slot that is never closed is
 %% closed when it is collected. 4096 slots at most are open at once: one more raises
 %% (reason no_memory).
--spec python_slot_export(tensor_blob:tensor(), tensor_blob:dlpack_version()) -> {non_neg_integer(), reference()}.
+%% Version writable is versioned for a consumer with no read-only tensors (PyTorch through DLPack
+%% 1.3's C exchange API): a read-only tensor is refused as a legacy export refuses it.
+-spec python_slot_export(tensor_blob:tensor(), tensor_blob:dlpack_version() | writable) ->
+          {non_neg_integer(), reference()}.
 python_slot_export(T, Version) -> ?NIF(tensor_blob_nif:python_slot_export(T, Version)).
 
 %% @doc An empty slot for Python to fill (python_slot_export/2).

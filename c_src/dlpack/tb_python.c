@@ -23,9 +23,11 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/types.h>
 
+#include "tb_dlpack_check.h"
 #include "tb_dlpack_exchange.h"
 #include "tb_dlpack_export.h"
 #include "tb_nifs.h"
@@ -53,7 +55,7 @@
     X(int, PyGILState_Ensure, (void))                                                       \
     X(void, PyGILState_Release, (int state))
 /* Its exception types: variables (PyObject *) of the library. */
-#define PY_OBJECTS(X) X(PyExc_BufferError) X(PyExc_TypeError)
+#define PY_OBJECTS(X) X(PyExc_BufferError) X(PyExc_TypeError) X(PyExc_ValueError)
 
 /* Set once per VM (python_capsule_abi), read with the GIL held. */
 typedef struct {
@@ -197,9 +199,108 @@ static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
     return py.PyLong_FromLong(TAKEN);
 }
 
+/* ---- DLPack 1.3's C exchange API ------------------------------------------ */
+
+/* The table in a type's __dlpack_c_exchange_api__ capsule, searched and
+ * checked (tb_dlpack_check.h); or NULL with Python's ValueError set, about
+ * a capsule nothing of which is called. */
+static const tb_DLPackExchangeAPI *exchange_api(void *capsule)
+{
+    if (!py.PyCapsule_IsValid(capsule, TB_DLPACK_EXCHANGE_API_NAME)) {
+        py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: the type's " TB_DLPACK_EXCHANGE_API_ATTR
+                                                " is no PyCapsule named \"" TB_DLPACK_EXCHANGE_API_NAME "\"");
+        return NULL;
+    }
+    const tb_DLPackExchangeAPI *api;
+    tb_xapi_status status = tb_dlpack_exchange_api_find(py.PyCapsule_GetPointer(capsule, TB_DLPACK_EXCHANGE_API_NAME), &api);
+    if (status != TB_XAPI_OK) {
+        char message[200];
+        snprintf(message, sizeof message, "tensor_blob: the type's " TB_DLPACK_EXCHANGE_API_ATTR " holds %s",
+                 tb_dlpack_xapi_text(status));
+        py.PyErr_SetString(py.PyExc_ValueError, message);
+        return NULL;
+    }
+    return api;
+}
+
+/* A producer's entry answered rc: 1 when it succeeded, else 0 with Python's
+ * error set (by the producer, as DLPack asks, or here when it set none). */
+static int producer_succeeded(int rc, const char *entry)
+{
+    if (rc == 0)
+        return 1;
+    if (!py.PyErr_Occurred()) {
+        char message[160];
+        snprintf(message, sizeof message, "tensor_blob: the producer's %s failed and set no Python error", entry);
+        py.PyErr_SetString(py.PyExc_BufferError, message);
+    }
+    return 0;
+}
+
+/* take_api(obj, api, k): takes obj's managed tensor into slot k through
+ * the table of api, its type's __dlpack_c_exchange_api__ capsule (checked
+ * first: a bad one is refused, never called). Answers TAKEN, HOLDS_NULL,
+ * ODD_ADDRESS or SLOT_REFUSED as take_capsule does, or raises. */
+static void *python_take_api(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    if (!enter_builtin(args, nargs, 3, &k))
+        return NULL;
+    const tb_DLPackExchangeAPI *api = exchange_api(args[1]);
+    if (!api)
+        return NULL;
+    tb_DLManagedTensorVersioned *m = NULL;
+    if (!producer_succeeded(api->managed_tensor_from_py_object_no_sync(args[0], &m),
+                            "managed_tensor_from_py_object_no_sync"))
+        return NULL;
+    if (!m)
+        return py.PyLong_FromLong(HOLDS_NULL);
+    if ((uintptr_t)m & 1) { /* no slot's word: the producer's all the same */
+        tb_dlpack_release(m, 1);
+        return py.PyLong_FromLong(ODD_ADDRESS);
+    }
+    if (!tb_slot_put(&tb_library_state->python_slots, k, (uintptr_t)m | 1)) {
+        tb_dlpack_release(m, 1); /* the GIL is held here */
+        return py.PyLong_FromLong(SLOT_REFUSED);
+    }
+    return py.PyLong_FromLong(TAKEN);
+}
+
+/* object_from_api(api, k): the producer's object over the versioned export
+ * in slot k, made by the table of api (checked first), which takes the
+ * export over, on failure too. */
+static void *python_object_from_api(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    if (!enter_builtin(args, nargs, 2, &k))
+        return NULL;
+    const tb_DLPackExchangeAPI *api = exchange_api(args[0]);
+    if (!api)
+        return NULL;
+    uintptr_t tagged = tb_slot_take(&tb_library_state->python_slots, k);
+    if (!tagged || !(tagged & 1)) {
+        if (tagged)
+            tb_dlpack_release(tagged_managed(tagged), 0);
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the slot holds no versioned export");
+        return NULL;
+    }
+    void *object = NULL;
+    if (!producer_succeeded(api->managed_tensor_to_py_object_no_sync(tagged_managed(tagged), &object),
+                            "managed_tensor_to_py_object_no_sync"))
+        return NULL;
+    if (!object)
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the producer made no object and set no error");
+    return object;
+}
+
 static const py_method_def capsule_from_slot_def = {"capsule_from_slot", python_capsule_from_slot, PY_METH_FASTCALL,
                                                     NULL};
 static const py_method_def take_capsule_def = {"take_capsule", python_take_capsule, PY_METH_FASTCALL, NULL};
+static const py_method_def take_api_def = {"take_api", python_take_api, PY_METH_FASTCALL, NULL};
+static const py_method_def object_from_api_def = {"object_from_api", python_object_from_api, PY_METH_FASTCALL,
+                                                  NULL};
 
 /* The Elixir side's hold on a slot: its number while open (-1 once
  * closed), and which way it carries. */
@@ -258,7 +359,7 @@ static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t tagged, int to_python)
     return enif_make_tuple2(env, enif_make_int(env, k), term);
 }
 
-/* python_slot_export(Tensor, versioned | legacy) -> {K, Slot}: the
+/* python_slot_export(Tensor, versioned | legacy | writable) -> {K, Slot}: the
  * tensor exported as to_dlpack exports it (its checks, its errors), in a
  * slot for Python to take. */
 ERL_NIF_TERM tb_nif_python_slot_export(TB_NIF_PARAMS)
@@ -267,11 +368,13 @@ ERL_NIF_TERM tb_nif_python_slot_export(TB_NIF_PARAMS)
     ERL_NIF_TERM exc;
     if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
         return exc;
-    if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version", "version: expected versioned or legacy, got %T",
-                               argv[1]);
-    int versioned = argv[1] == tb_atoms.versioned, read_only = 0;
-    if (!tb_dlpack_export_checks(env, &d, versioned, &read_only, tb_atoms.undefined, &exc))
+    if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy && argv[1] != tb_atoms.writable)
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
+                               "version: expected versioned, legacy or writable, got %T", argv[1]);
+    /* writable: versioned, for a consumer with no read-only tensors (PyTorch),
+     * so a read-only tensor is refused as a legacy export refuses it. */
+    int versioned = argv[1] != tb_atoms.legacy, read_only = 0;
+    if (!tb_dlpack_export_checks(env, &d, argv[1] == tb_atoms.versioned, &read_only, tb_atoms.undefined, &exc))
         return exc;
     void *m = tb_dlpack_export(d.tensor->handle, versioned, read_only);
     if (!m)
@@ -314,7 +417,22 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
     return tb_dlpack_import(env, tagged_managed(got), (int)(got & 1), &how);
 }
 
-/* python_capsule_abi(Library) -> #{capsule_from_slot, take_capsule}: binds
+/* The builtins' PyMethodDefs, by name, as the module makes them. */
+static ERL_NIF_TERM builtins_map(ErlNifEnv *env)
+{
+    static const py_method_def *const defs[] = {&capsule_from_slot_def, &take_capsule_def, &take_api_def,
+                                                &object_from_api_def};
+    enum { N = sizeof defs / sizeof defs[0] };
+    ERL_NIF_TERM keys[N], values[N], map;
+    for (int i = 0; i < N; i++) {
+        keys[i] = enif_make_atom(env, defs[i]->name);
+        values[i] = enif_make_uint64(env, (uintptr_t)defs[i]);
+    }
+    enif_make_map_from_arrays(env, keys, values, N, &map);
+    return map;
+}
+
+/* python_capsule_abi(Library) -> #{capsule_from_slot, take_capsule, take_api, object_from_api}: binds
  * the interpreter's functions and exception types (PY_FUNCTIONS,
  * PY_OBJECTS) by name, from the libpython at the path Library (a binary)
  * that is loaded in this OS process already, and answers the addresses of
@@ -369,10 +487,5 @@ ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
         return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "library",
                                "library: bound already to another interpreter's functions (one per VM), not %s's",
                                file);
-    ERL_NIF_TERM keys[] = {enif_make_atom(env, "capsule_from_slot"), enif_make_atom(env, "take_capsule")};
-    ERL_NIF_TERM values[] = {enif_make_uint64(env, (uintptr_t)&capsule_from_slot_def),
-                             enif_make_uint64(env, (uintptr_t)&take_capsule_def)};
-    ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 2, &map);
-    return map;
+    return builtins_map(env);
 }

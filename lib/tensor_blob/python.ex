@@ -80,8 +80,16 @@ if Code.ensure_loaded?(Pythonx) do
 
       ensure_ready()
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
-      # which carry the READ_ONLY flag.
-      {version, function} = if kind == :numpy, do: {:versioned, "to_numpy"}, else: {:legacy, "to_torch"}
+      # which carry the READ_ONLY flag. A PyTorch with DLPack 1.3's C
+      # exchange API takes a versioned export (refused when read-only, as
+      # a legacy one is: PyTorch has no read-only tensors) through its table.
+      {version, function} =
+        cond do
+          kind == :numpy -> {:versioned, "to_numpy"}
+          torch_api?() -> {:writable, "to_torch_api"}
+          true -> {:legacy, "to_torch"}
+        end
+
       if kind == :numpy, do: host_only!(tensor)
       {k, slot} = export(tensor, version)
 
@@ -93,6 +101,22 @@ if Code.ensure_loaded?(Pythonx) do
         object
       after
         translating(do: :tensor_blob_python.python_slot_close(slot))
+      end
+    end
+
+    # Whether PyTorch's tensor type offers DLPack 1.3's C exchange API:
+    # asked once per VM (it imports torch), then kept.
+    @torch_api {__MODULE__, :torch_api}
+    defp torch_api? do
+      case :persistent_term.get(@torch_api, nil) do
+        nil ->
+          {result, _} = eval(:python, "__import__('#{@module}').torch_api()", %{})
+          answer = Pythonx.decode(result) == true
+          :persistent_term.put(@torch_api, answer)
+          answer
+
+        answer ->
+          answer
       end
     end
 

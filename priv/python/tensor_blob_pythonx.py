@@ -21,6 +21,17 @@ import weakref
 # codes below.
 capsule_from_slot = None
 take_capsule = None
+# DLPack 1.3's C exchange API (configure): take_api(obj, api, k) takes obj's
+# managed tensor into slot k through the table of api, its type's
+# __dlpack_c_exchange_api__ capsule, and answers as take_capsule does;
+# object_from_api(api, k) makes the producer's object over the export in
+# slot k. Both check the capsule first, and raise ValueError on a bad one
+# without calling anything in it.
+take_api = None
+object_from_api = None
+
+# The attribute a type offers its table in.
+EXCHANGE_API = "__dlpack_c_exchange_api__"
 
 TAKEN, NOT_DLPACK, HOLDS_NULL, ODD_ADDRESS, SLOT_REFUSED = 1, 0, -1, -2, -3
 
@@ -59,13 +70,15 @@ def configure(abi):
     """Makes the library's builtins from the PyMethodDefs whose addresses
     the library gave (tensor_blob_python:python_bind/1), as any builtin is made:
     PyCFunction_NewEx(def, NULL, NULL)."""
-    global capsule_from_slot, take_capsule
+    global capsule_from_slot, take_capsule, take_api, object_from_api
     abi = {k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()}
     new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
         ("PyCFunction_NewEx", ctypes.pythonapi)
     )
     capsule_from_slot = new(abi["capsule_from_slot"], None, None)
     take_capsule = new(abi["take_capsule"], None, None)
+    take_api = new(abi["take_api"], None, None)
+    object_from_api = new(abi["object_from_api"], None, None)
 
 
 class Exported:
@@ -91,6 +104,22 @@ def to_torch(k):
     import torch
 
     return torch.from_dlpack(capsule_from_slot(k))
+
+
+def torch_api():
+    """Whether torch.Tensor offers DLPack 1.3's C exchange API (the library
+    then exports versioned and calls to_torch_api)."""
+    import torch
+
+    return getattr(torch.Tensor, EXCHANGE_API, None) is not None
+
+
+def to_torch_api(k):
+    """A PyTorch tensor over the versioned export in slot k, made by
+    PyTorch's managed_tensor_to_py_object_no_sync."""
+    import torch
+
+    return object_from_api(getattr(torch.Tensor, EXCHANGE_API), k)
 
 
 def to_numpy(k):
@@ -120,7 +149,15 @@ _legacy_types = weakref.WeakSet()
 
 
 def take(obj, k):
-    """Puts obj's managed tensor in slot k, its capsule marked used."""
+    """Puts obj's managed tensor in slot k: through its type's DLPack C
+    exchange API where it has one, else through __dlpack__, its capsule
+    marked used."""
+    api = getattr(type(obj), EXCHANGE_API, None)
+    if api is not None:
+        taken = take_api(obj, api, k)
+        if taken != TAKEN:
+            _refuse(type(obj).__name__, None, taken, k)
+        return
     dlpack = getattr(obj, "__dlpack__", None)
     if dlpack is None:
         raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
@@ -138,7 +175,7 @@ def take(obj, k):
 
 
 def _refuse(producer, capsule, taken, k):
-    what = f"__dlpack__ of a {producer} gave"
+    what = f"__dlpack__ of a {producer} gave" if capsule is not None else f"the DLPack C exchange API of a {producer} gave"
     if taken == HOLDS_NULL:
         raise ValueError(f"{what} a DLPack capsule holding NULL")
     if taken == ODD_ADDRESS:
