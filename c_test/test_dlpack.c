@@ -734,7 +734,8 @@ static void test_declarations(void)
 
 /* DLPack 1.3's C exchange API: the table a capsule holds is searched and
  * checked, never called (the entries here would crash if they were). */
-static int never_alloc(tb_DLTensor *p, tb_DLManagedTensorVersioned **o, void *c, void (*e)(void *, const char *, const char *))
+static int never_alloc(tb_DLTensor *p, tb_DLManagedTensorVersioned **o, void *c,
+                       void (*e)(void *, const char *, const char *))
 {
     (void)p, (void)o, (void)c, (void)e;
     return -1;

@@ -212,7 +212,8 @@ static const tb_DLPackExchangeAPI *exchange_api(void *capsule)
         return NULL;
     }
     const tb_DLPackExchangeAPI *api;
-    tb_xapi_status status = tb_dlpack_exchange_api_find(py.PyCapsule_GetPointer(capsule, TB_DLPACK_EXCHANGE_API_NAME), &api);
+    tb_xapi_status status =
+        tb_dlpack_exchange_api_find(py.PyCapsule_GetPointer(capsule, TB_DLPACK_EXCHANGE_API_NAME), &api);
     if (status != TB_XAPI_OK) {
         char message[200];
         snprintf(message, sizeof message, "tensor_blob: the type's " TB_DLPACK_EXCHANGE_API_ATTR " holds %s",
@@ -299,8 +300,7 @@ static const py_method_def capsule_from_slot_def = {"capsule_from_slot", python_
                                                     NULL};
 static const py_method_def take_capsule_def = {"take_capsule", python_take_capsule, PY_METH_FASTCALL, NULL};
 static const py_method_def take_api_def = {"take_api", python_take_api, PY_METH_FASTCALL, NULL};
-static const py_method_def object_from_api_def = {"object_from_api", python_object_from_api, PY_METH_FASTCALL,
-                                                  NULL};
+static const py_method_def object_from_api_def = {"object_from_api", python_object_from_api, PY_METH_FASTCALL, NULL};
 
 /* The Elixir side's hold on a slot: its number while open (-1 once
  * closed), and which way it carries. */
