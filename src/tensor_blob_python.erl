@@ -3,7 +3,8 @@
 %% by name, and the slots a managed tensor crosses one evaluation in.
 -module(tensor_blob_python).
 
--export([python_bind/1, python_slot_export/2, python_slot_receive/0, python_slot_close/1]).
+-export([python_bind/1, python_slot_export/2, python_slot_receive/0, python_slot_close/1,
+         python_slot_export_many/2, python_slot_receive_many/0]).
 
 -include("tensor_blob_internal.hrl").
 
@@ -36,5 +37,17 @@ python_slot_receive() -> ?NIF(tensor_blob_nif:python_slot_receive()).
 
 %% @doc Closes a slot (python_slot_export/2): ok for a slot to Python; for a slot from Python,
 %% the tensor over what Python put there, or undefined when it put nothing.
--spec python_slot_close(reference()) -> ok | tensor_blob:tensor() | undefined.
+-spec python_slot_close(reference()) -> ok | tensor_blob:tensor() | [tensor_blob:tensor()] | undefined.
 python_slot_close(Slot) -> ?NIF(tensor_blob_nif:python_slot_close(Slot)).
+
+%% @doc Many tensors across one evaluation in one slot (a batch): each exported as
+%% python_slot_export/2 exports it (the first refusal raised, the others released). A batch of
+%% more than 64 is made on a dirty scheduler.
+-spec python_slot_export_many([tensor_blob:tensor()], tensor_blob:dlpack_version() | writable) ->
+          {non_neg_integer(), reference()}.
+python_slot_export_many(Ts, Version) -> ?NIF(tensor_blob_nif:python_slot_export_many(Ts, Version)).
+
+%% @doc An empty slot for Python to put a batch in; closing it gives the list of the tensors
+%% over what Python put there (on a dirty scheduler), or undefined when it put nothing.
+-spec python_slot_receive_many() -> {non_neg_integer(), reference()}.
+python_slot_receive_many() -> ?NIF(tensor_blob_nif:python_slot_receive_many()).

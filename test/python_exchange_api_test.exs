@@ -82,6 +82,8 @@ if Code.ensure_loaded?(Pythonx) do
     # made, freed, calls of an entry of a bad table.
     defp counts(lib), do: py("lib.counts()", %{"lib" => lib})
 
+    defp ptr(tensor), do: TensorBlob.to_blob(tensor).ptr
+
     defp f32s(list), do: for(x <- list, into: <<>>, do: <<x::32-float-native>>)
 
     defp reason(fun) do
@@ -280,6 +282,130 @@ if Code.ensure_loaded?(Pythonx) do
           fn -> Python.from_python(no_or_plain("torch.arange(256, dtype=torch.float32) * 0.5 + 0.5")) end,
           fn last, _ -> assert Tensor.to_binary(last) == bytes end
         )
+      end
+    end
+
+    describe "many tensors in one crossing" do
+      defp params(n) do
+        for i <- 1..n, into: %{} do
+          {"layer#{i}.weight", Tensor.from_binary(<<i::32-native, i * 2::32-native>>, :int32, {2})}
+        end
+      end
+
+      test "a nested map to PyTorch and back, each tensor over the same memory" do
+        t1 = Tensor.from_binary(f32s([1.0, 2.0]), :float32, {2})
+        t2 = Tensor.from_binary(<<5::64-native>>, :int64, {1})
+        t3 = Tensor.from_binary(<<1, 2, 3>>, :uint8, {3})
+        tree = %{"w" => t1, "inner" => %{"b" => t2, "list" => [t3, t1]}}
+        x = Python.to_python_many(tree)
+
+        assert py(
+                 """
+                 (type(x).__name__, sorted(x), x["w"].data_ptr(), x["inner"]["b"].data_ptr(),
+                  x["inner"]["list"][0].data_ptr(), x["inner"]["list"][1].data_ptr(), x["w"].tolist())
+                 """,
+                 %{"x" => x}
+               ) ==
+                 {"dict", ["inner", "w"], ptr(t1), ptr(t2), ptr(t3), ptr(t1), [1.0, 2.0]}
+
+        py("x['w'][0] = 10.0", %{"x" => x})
+        assert Tensor.to_binary(t1) == f32s([10.0, 2.0])
+
+        back = Python.from_python_many(x)
+        assert %{"w" => w, "inner" => %{"b" => b, "list" => [l0, l1]}} = back
+        assert Enum.map([w, b, l0, l1], &ptr/1) == [ptr(t1), ptr(t2), ptr(t3), ptr(t1)]
+        assert Tensor.to_binary(b) == <<5::64-native>>
+      end
+
+      test "a list to NumPy; a tuple of producers of every kind back, the C exchange API's among them",
+           %{lib: lib} do
+        ts = [Tensor.from_binary(<<1::16-native, 2::16-native>>, :int16, {2}), Tensor.zeros({3}, :float64)]
+        x = Python.to_python_many(ts, as: :numpy)
+        assert py("[type(a).__name__ for a in x]", %{"x" => x}) == ["ndarray", "ndarray"]
+
+        standin = standin(lib, "standin_good")
+
+        mixed =
+          py_object(
+            "import numpy, torch\n(x[0], {'s': s, 't': torch.arange(3)}, [numpy.ones(2)])",
+            %{"x" => x, "s" => standin}
+          )
+
+        assert [a, %{"s" => s, "t" => t}, [o]] = Python.from_python_many(mixed)
+        assert ptr(a) == ptr(hd(ts))
+        assert Tensor.to_binary(s) == f32s([1.0, 2.0, 3.0, 4.0])
+        assert Tensor.to_binary(t) == <<0::64-native, 1::64-native, 2::64-native>>
+        assert Tensor.to_binary(o) == <<1.0::64-float-native, 1.0::64-float-native>>
+      end
+
+      test "the Encoder hands a params map to eval in one crossing" do
+        params = params(300)
+        sum = Enum.sum(for i <- 1..300, do: i * 3)
+
+        assert py("sum(int(t.sum()) for t in p.values()), type(p['layer7.weight']).__name__", %{
+                 "p" => Python.batch(params)
+               }) == {sum, "Tensor"}
+
+        assert py("p['layer9.weight'].data_ptr()", %{"p" => Python.batch(params)}) == ptr(params["layer9.weight"])
+      end
+
+      test "256 tensors each way (made and imported on a dirty scheduler)" do
+        params = params(256)
+        x = Python.to_python_many(params)
+        back = Python.from_python_many(x)
+        assert map_size(back) == 256
+        for {name, t} <- params, do: assert(ptr(back[name]) == ptr(t))
+      end
+
+      test "the last user: Elixir's tensors dropped while Python holds the dict, and Python's while Elixir holds the map" do
+        start = PythonVM.settled_stats()
+        bytes = f32s([1.5, 2.5, 3.5])
+        x = Lifetime.in_process(fn -> Python.to_python_many(%{"a" => Tensor.from_binary(bytes, :float32, {3})}) end)
+        Lifetime.churn()
+        assert py("x['a'].numpy().tobytes()", %{"x" => x}) == bytes
+        py("import gc\ndel x\ngc.collect()", %{"x" => x})
+        x = nil
+        _ = x
+        assert PythonVM.await_stats(start) == start
+
+        Lifetime.assert_last_user(
+          fn ->
+            m = Python.from_python_many(py_object("import torch\n{'a': torch.tensor([1.5, 2.5, 3.5])}", %{}))
+            m["a"]
+          end,
+          fn last, _ -> assert Tensor.to_binary(last) == bytes end
+        )
+      end
+
+      test "refusals: a leaf that is no tensor, a read-only tensor for PyTorch, a bad item; nothing leaks",
+           %{lib: lib} do
+        start = PythonVM.settled_stats()
+        {made0, freed0, _} = counts(lib)
+
+        assert %{reason: :bad_value, argument: :tensors} =
+                 reason(fn -> Python.to_python_many(%{"a" => Tensor.zeros({1}, :int8), "b" => 3}) end)
+
+        ro = Python.from_python(py_object("import numpy\na = numpy.arange(3)\na.flags.writeable = False\na", %{}))
+
+        assert %{reason: :read_only, argument: :tensors} =
+                 reason(fn -> Python.to_python_many([Tensor.zeros({1}, :int8), ro]) end)
+
+        bad =
+          py_object("import numpy\n[s, numpy.ones(2), b]", %{
+            "s" => standin(lib, "standin_good"),
+            "b" => standin(lib, "standin_version_0")
+          })
+
+        assert_raise ArgumentError, ~r/no table of version 1.3/, fn -> Python.from_python_many(bad) end
+        failing = py_object("[s, 5]", %{"s" => standin(lib, "standin_good")})
+        assert_raise ArgumentError, ~r/has no __dlpack__/, fn -> Python.from_python_many(failing) end
+
+        # The good stand-in's tensors taken before the refusal were released.
+        {made, freed, 0} = counts(lib)
+        assert made - made0 == 1 and freed - freed0 == 1
+        ro = nil
+        _ = ro
+        assert PythonVM.await_stats(start) == start
       end
     end
 

@@ -2,6 +2,15 @@
 # compiles it again once that changes (`__mix_recompile__?/0`, in both
 # modules).
 if Code.ensure_loaded?(Pythonx) do
+  defmodule TensorBlob.Python.Batch do
+    @moduledoc """
+    A map or list of tensors that `Pythonx.Encoder` hands to Python in one
+    evaluation (`TensorBlob.Python.batch/2`, `TensorBlob.Python.to_python_many/2`).
+    """
+    defstruct tensors: %{}, opts: []
+    @type t :: %__MODULE__{tensors: map() | list(), opts: keyword()}
+  end
+
   defmodule TensorBlob.Python do
     @moduledoc """
     Zero-copy tensors between tensor_blob and the Python of this VM (Pythonx).
@@ -118,6 +127,135 @@ if Code.ensure_loaded?(Pythonx) do
         answer ->
           answer
       end
+    end
+
+    @doc """
+    Many tensors to Python in one evaluation: `tensors` is a map or list
+    of tensors (maps and lists nested too), and the answer, a
+    `Pythonx.Object`, is a dict or list of the same shape, each tensor a
+    PyTorch tensor (or, with `as: :numpy`, a NumPy array) over the same
+    memory, as `to_python/2` makes it. Map keys that are binaries become
+    `str` keys, so a params map goes to `load_state_dict` as it is.
+    """
+    @spec to_python_many(map() | list(), keyword()) :: Pythonx.Object.t()
+    def to_python_many(tensors, opts \\ []) do
+      %{as: kind} =
+        translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
+
+      {skeleton, leaves} = flatten(tensors)
+      leaves = Enum.reverse(leaves)
+      ensure_ready()
+
+      {version, how} =
+        cond do
+          kind == :numpy -> {:versioned, "numpy"}
+          torch_api?() -> {:writable, "torch_api"}
+          true -> {:legacy, "torch"}
+        end
+
+      if kind == :numpy, do: Enum.each(leaves, &host_only!/1)
+      {k, slot} = export_many(Enum.map(leaves, &Tensor.ref/1), version)
+
+      try do
+        {object, _} = eval(:tensors, "__import__('#{@module}').many(#{k}, '#{how}', s)", %{"s" => skeleton})
+        object
+      after
+        translating(do: :tensor_blob_python.python_slot_close(slot))
+      end
+    end
+
+    @doc """
+    Many tensors from Python in one evaluation: `object` is a dict, list or
+    tuple of DLPack producers (nested too), and the answer a map (keys as
+    Pythonx decodes them: `str` keys become binaries) or list of the same
+    shape, each a tensor over the producer's memory, as `from_python/1`
+    takes it.
+    """
+    @spec from_python_many(Pythonx.Object.t()) :: map() | list()
+    def from_python_many(%Pythonx.Object{} = object) do
+      ensure_ready()
+      {k, slot} = translating(do: :tensor_blob_python.python_slot_receive_many())
+
+      skeleton =
+        try do
+          {skeleton, _} = eval(:object, "__import__('#{@module}').take_all(obj, #{k})", %{"obj" => object})
+          Pythonx.decode(skeleton)
+        rescue
+          error ->
+            translating(do: :tensor_blob_python.python_slot_close(slot))
+            reraise error, __STACKTRACE__
+        end
+
+      case translating(do: :tensor_blob_python.python_slot_close(slot)) do
+        refs when is_list(refs) -> rebuild(skeleton, refs |> Enum.map(&Tensor.wrap/1) |> List.to_tuple())
+        :undefined -> "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
+      end
+    end
+
+    def from_python_many(other),
+      do: "object: expected a Pythonx.Object, got #{inspect(other)}" |> badarg!(:bad_value, :object)
+
+    @doc """
+    A map or list of tensors (nested too) that `Pythonx.eval/2` hands to
+    Python in one evaluation (`to_python_many/2`) when it is given as a
+    global: `Pythonx.eval(code, %{"params" => TensorBlob.Python.batch(params)})`.
+    """
+    @spec batch(map() | list(), keyword()) :: TensorBlob.Python.Batch.t()
+    def batch(tensors, opts \\ []) when is_map(tensors) or is_list(tensors),
+      do: %TensorBlob.Python.Batch{tensors: tensors, opts: opts}
+
+    # The skeleton of a container of tensors (its leaves numbered in the
+    # order of the leaves, which come back reversed).
+    defp flatten(tensors), do: flatten(tensors, [], [])
+
+    defp flatten(%Tensor{} = t, leaves, _path), do: {length(leaves), [t | leaves]}
+
+    defp flatten(%_{} = other, _leaves, path), do: not_a_tensor(other, path)
+
+    defp flatten(map, leaves, path) when is_map(map) do
+      {pairs, leaves} =
+        Enum.map_reduce(map, leaves, fn {key, value}, acc ->
+          {skeleton, acc} = flatten(value, acc, [key | path])
+          {{key, skeleton}, acc}
+        end)
+
+      {Map.new(pairs), leaves}
+    end
+
+    defp flatten(list, leaves, path) when is_list(list) do
+      {items, {leaves, _}} =
+        Enum.map_reduce(list, {leaves, 0}, fn value, {acc, i} ->
+          {skeleton, acc} = flatten(value, acc, [i | path])
+          {skeleton, {acc, i + 1}}
+        end)
+
+      {items, leaves}
+    end
+
+    defp flatten(other, _leaves, path), do: not_a_tensor(other, path)
+
+    defp not_a_tensor(other, path) do
+      "tensors: expected maps and lists of tensors, got #{inspect(other)} at #{inspect(Enum.reverse(path))}"
+      |> badarg!(:bad_value, :tensors)
+    end
+
+    defp rebuild(map, tensors) when is_map(map), do: Map.new(map, fn {k, v} -> {k, rebuild(v, tensors)} end)
+    defp rebuild(list, tensors) when is_list(list), do: Enum.map(list, &rebuild(&1, tensors))
+    defp rebuild(i, tensors) when is_integer(i), do: elem(tensors, i)
+
+    defp export_many(refs, version) do
+      translating(do: :tensor_blob_python.python_slot_export_many(refs, version))
+    rescue
+      error in ArgumentError ->
+        case :tensor_blob.error_reason(__STACKTRACE__) do
+          %{reason: :unsupported, argument: :version} ->
+            ("tensors: one is read-only, and PyTorch has no read-only tensors; give them to NumPy " <>
+               "(as: :numpy), which keeps them read-only, or copy it")
+            |> badarg!(:read_only, :tensors)
+
+          _ ->
+            reraise error, __STACKTRACE__
+        end
     end
 
     @doc """
@@ -316,6 +454,10 @@ if Code.ensure_loaded?(Pythonx) do
 
   defimpl Pythonx.Encoder, for: TensorBlob.Tensor do
     def encode(tensor, _encoder), do: TensorBlob.Python.to_python(tensor)
+  end
+
+  defimpl Pythonx.Encoder, for: TensorBlob.Python.Batch do
+    def encode(%{tensors: tensors, opts: opts}, _encoder), do: TensorBlob.Python.to_python_many(tensors, opts)
   end
 else
   defmodule TensorBlob.Python.Absent do

@@ -29,6 +29,14 @@ take_capsule = None
 # without calling anything in it.
 take_api = None
 object_from_api = None
+# Batches, many tensors in one slot (configure): capsules_from_batch(k) and
+# objects_from_batch(api, k) give a list over the exports of the batch in
+# slot k; take_many(items, apis, k) puts a batch of the items (unused
+# DLPack capsules, or objects whose type's table is the api beside each)
+# in the empty slot k.
+capsules_from_batch = None
+objects_from_batch = None
+take_many = None
 
 # The attribute a type offers its table in.
 EXCHANGE_API = "__dlpack_c_exchange_api__"
@@ -71,6 +79,7 @@ def configure(abi):
     the library gave (tensor_blob_python:python_bind/1), as any builtin is made:
     PyCFunction_NewEx(def, NULL, NULL)."""
     global capsule_from_slot, take_capsule, take_api, object_from_api
+    global capsules_from_batch, objects_from_batch, take_many
     abi = {k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()}
     new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
         ("PyCFunction_NewEx", ctypes.pythonapi)
@@ -79,6 +88,9 @@ def configure(abi):
     take_capsule = new(abi["take_capsule"], None, None)
     take_api = new(abi["take_api"], None, None)
     object_from_api = new(abi["object_from_api"], None, None)
+    capsules_from_batch = new(abi["capsules_from_batch"], None, None)
+    objects_from_batch = new(abi["objects_from_batch"], None, None)
+    take_many = new(abi["take_many"], None, None)
 
 
 class Exported:
@@ -146,6 +158,78 @@ def describe():
 # through its methods' globals whatever its module holds, goes when its
 # producer does.
 _legacy_types = weakref.WeakSet()
+
+
+def _capsule_of(obj):
+    """obj's DLPack capsule, by __dlpack__: versioned where it takes
+    max_version."""
+    dlpack = getattr(obj, "__dlpack__", None)
+    if dlpack is None:
+        raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
+    if type(obj) in _legacy_types:
+        return dlpack()
+    try:
+        return dlpack(max_version=(1, 0))
+    except TypeError:
+        _legacy_types.add(type(obj))
+        return dlpack()
+
+
+def _rebuild(skeleton, items):
+    """skeleton (dicts and lists whose leaves are indexes into items) with
+    each index replaced by its item; bytes keys (Elixir's binaries) as str."""
+    if isinstance(skeleton, dict):
+        return {(k.decode() if isinstance(k, bytes) else k): _rebuild(v, items) for k, v in skeleton.items()}
+    if isinstance(skeleton, list):
+        return [_rebuild(v, items) for v in skeleton]
+    return items[skeleton]
+
+
+def many(k, how, skeleton):
+    """The tensors of the batch in slot k, each made as how says (torch:
+    from capsules; torch_api: by PyTorch's table; numpy), placed in
+    skeleton's structure."""
+    if how == "numpy":
+        import numpy
+
+        items = [numpy.from_dlpack(Exported(c)) for c in capsules_from_batch(k)]
+    elif how == "torch_api":
+        import torch
+
+        items = objects_from_batch(getattr(torch.Tensor, EXCHANGE_API), k)
+    else:
+        import torch
+
+        items = [torch.from_dlpack(c) for c in capsules_from_batch(k)]
+    return _rebuild(skeleton, items)
+
+
+def _flatten(obj, items, apis):
+    """The skeleton of obj (dicts, lists and tuples of DLPack producers),
+    its leaves numbered in items' order; each leaf's capsule, or the leaf
+    and its type's table, appended to items and apis."""
+    if isinstance(obj, dict):
+        return {k: _flatten(v, items, apis) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_flatten(v, items, apis) for v in obj]
+    api = getattr(type(obj), EXCHANGE_API, None)
+    if api is None:
+        items.append(_capsule_of(obj))
+        apis.append(None)
+    else:
+        items.append(obj)
+        apis.append(api)
+    return len(items) - 1
+
+
+def take_all(obj, k):
+    """Puts a batch of the tensors of obj (nested dicts and lists of DLPack
+    producers) in slot k, and answers obj's skeleton (its leaves numbered
+    in the batch's order)."""
+    items, apis = [], []
+    skeleton = _flatten(obj, items, apis)
+    take_many(items, apis, k)
+    return skeleton
 
 
 def take(obj, k):
