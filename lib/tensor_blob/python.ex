@@ -142,7 +142,7 @@ if Code.ensure_loaded?(Pythonx) do
       %{as: kind} =
         translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
 
-      {skeleton, leaves} = flatten(tensors)
+      {desc, leaves} = flatten(tensors)
       leaves = Enum.reverse(leaves)
       ensure_ready()
 
@@ -157,7 +157,7 @@ if Code.ensure_loaded?(Pythonx) do
       {k, slot} = export_many(Enum.map(leaves, &Tensor.ref/1), version)
 
       try do
-        {object, _} = eval(:tensors, "__import__('#{@module}').many(#{k}, '#{how}', s)", %{"s" => skeleton})
+        {object, _} = eval(:tensors, "__import__('#{@module}').many(#{k}, '#{how}', s)", %{"s" => desc})
         object
       after
         translating(do: :tensor_blob_python.python_slot_close(slot))
@@ -187,8 +187,12 @@ if Code.ensure_loaded?(Pythonx) do
         end
 
       case translating(do: :tensor_blob_python.python_slot_close(slot)) do
-        refs when is_list(refs) -> rebuild(skeleton, refs |> Enum.map(&Tensor.wrap/1) |> List.to_tuple())
-        :undefined -> "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
+        refs when is_list(refs) ->
+          {container, "", []} = rebuild(skeleton, Enum.map(refs, &Tensor.wrap/1))
+          container
+
+        :undefined ->
+          "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
       end
     end
 
@@ -204,44 +208,99 @@ if Code.ensure_loaded?(Pythonx) do
     def batch(tensors, opts \\ []) when is_map(tensors) or is_list(tensors),
       do: %TensorBlob.Python.Batch{tensors: tensors, opts: opts}
 
-    # The skeleton of a container of tensors (its leaves numbered in the
-    # order of the leaves, which come back reversed).
-    defp flatten(tensors), do: flatten(tensors, [], [])
+    # A container's shape crosses as one binary, its description (a
+    # Pythonx object for each key and leaf would cost more than the
+    # tensors; priv/python/tensor_blob_pythonx.py reads and writes it):
+    # "t" a tensor, the next in order; "l" N ":" and N nodes, a list; "d"
+    # N ":" and N keys each before its node, a map. A key: "s" LEN ":" and
+    # a binary's bytes, "a" LEN ":" and an atom's name (str in Python),
+    # "i" INT ":" an integer.
+    defp flatten(tensors) do
+      {desc, leaves} = flatten(tensors, [], [])
+      {IO.iodata_to_binary(desc), leaves}
+    end
 
-    defp flatten(%Tensor{} = t, leaves, _path), do: {length(leaves), [t | leaves]}
+    defp flatten(%Tensor{} = t, leaves, _path), do: {"t", [t | leaves]}
 
     defp flatten(%_{} = other, _leaves, path), do: not_a_tensor(other, path)
 
     defp flatten(map, leaves, path) when is_map(map) do
-      {pairs, leaves} =
+      {entries, leaves} =
         Enum.map_reduce(map, leaves, fn {key, value}, acc ->
-          {skeleton, acc} = flatten(value, acc, [key | path])
-          {{key, skeleton}, acc}
+          {desc, acc} = flatten(value, acc, [key | path])
+          {[key_desc(key, path), desc], acc}
         end)
 
-      {Map.new(pairs), leaves}
+      {[?d, Integer.to_string(map_size(map)), ?: | entries], leaves}
     end
 
     defp flatten(list, leaves, path) when is_list(list) do
-      {items, {leaves, _}} =
+      {items, {leaves, n}} =
         Enum.map_reduce(list, {leaves, 0}, fn value, {acc, i} ->
-          {skeleton, acc} = flatten(value, acc, [i | path])
-          {skeleton, {acc, i + 1}}
+          {desc, acc} = flatten(value, acc, [i | path])
+          {desc, {acc, i + 1}}
         end)
 
-      {items, leaves}
+      {[?l, Integer.to_string(n), ?: | items], leaves}
     end
 
     defp flatten(other, _leaves, path), do: not_a_tensor(other, path)
+
+    defp key_desc(key, _path) when is_binary(key), do: [?s, Integer.to_string(byte_size(key)), ?:, key]
+    defp key_desc(key, _path) when is_integer(key), do: [?i, Integer.to_string(key), ?:]
+
+    defp key_desc(key, _path) when is_atom(key) and key not in [nil, true, false] do
+      name = Atom.to_string(key)
+      [?a, Integer.to_string(byte_size(name)), ?:, name]
+    end
+
+    defp key_desc(key, path) do
+      "tensors: a map's keys must be binaries, atoms or integers, got #{inspect(key)} at #{inspect(Enum.reverse(path))}"
+      |> badarg!(:bad_value, :tensors)
+    end
 
     defp not_a_tensor(other, path) do
       "tensors: expected maps and lists of tensors, got #{inspect(other)} at #{inspect(Enum.reverse(path))}"
       |> badarg!(:bad_value, :tensors)
     end
 
-    defp rebuild(map, tensors) when is_map(map), do: Map.new(map, fn {k, v} -> {k, rebuild(v, tensors)} end)
-    defp rebuild(list, tensors) when is_list(list), do: Enum.map(list, &rebuild(&1, tensors))
-    defp rebuild(i, tensors) when is_integer(i), do: elem(tensors, i)
+    # The container Python described, its tensors in order.
+    defp rebuild("t" <> rest, [t | ts]), do: {t, rest, ts}
+
+    defp rebuild(<<?l, rest::binary>>, ts) do
+      {n, ":" <> rest} = Integer.parse(rest)
+
+      {items, rest, ts} =
+        Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
+          {item, rest, ts} = rebuild(rest, ts)
+          {[item | acc], rest, ts}
+        end)
+
+      {Enum.reverse(items), rest, ts}
+    end
+
+    defp rebuild(<<?d, rest::binary>>, ts) do
+      {n, ":" <> rest} = Integer.parse(rest)
+
+      {pairs, rest, ts} =
+        Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
+          {key, rest} = read_key(rest)
+          {value, rest, ts} = rebuild(rest, ts)
+          {[{key, value} | acc], rest, ts}
+        end)
+
+      {Map.new(pairs), rest, ts}
+    end
+
+    defp read_key(<<?i, rest::binary>>) do
+      {i, ":" <> rest} = Integer.parse(rest)
+      {i, rest}
+    end
+
+    defp read_key(<<?s, rest::binary>>) do
+      {n, ":" <> rest} = Integer.parse(rest)
+      {binary_part(rest, 0, n), binary_part(rest, n, byte_size(rest) - n)}
+    end
 
     defp export_many(refs, version) do
       translating(do: :tensor_blob_python.python_slot_export_many(refs, version))

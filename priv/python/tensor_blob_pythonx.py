@@ -175,20 +175,50 @@ def _capsule_of(obj):
         return dlpack()
 
 
-def _rebuild(skeleton, items):
-    """skeleton (dicts and lists whose leaves are indexes into items) with
-    each index replaced by its item; bytes keys (Elixir's binaries) as str."""
-    if isinstance(skeleton, dict):
-        return {(k.decode() if isinstance(k, bytes) else k): _rebuild(v, items) for k, v in skeleton.items()}
-    if isinstance(skeleton, list):
-        return [_rebuild(v, items) for v in skeleton]
-    return items[skeleton]
+# A container's shape crosses as one bytes object, its description (a
+# Pythonx object for each key and leaf would cost more than the tensors):
+#   node := b"t" (a tensor: the next one, in order)
+#         | b"l" N b":" node*N                       (a list)
+#         | b"d" N b":" (key node)*N                 (a dict)
+#   key  := b"s" LEN b":" BYTES (str: UTF-8; bytes where it is not)
+#         | b"a" LEN b":" BYTES (an atom's name: str) | b"i" INT b":"
+def _parse(desc, pos, items):
+    c = desc[pos]
+    if c == 0x74:
+        return next(items), pos + 1
+    colon = desc.index(b":", pos)
+    n, pos = int(desc[pos + 1:colon]), colon + 1
+    if c == 0x6C:
+        out = []
+        for _ in range(n):
+            value, pos = _parse(desc, pos, items)
+            out.append(value)
+        return out, pos
+    if c != 0x64:
+        raise ValueError("tensor_blob: a bad container description")
+    out = {}
+    for _ in range(n):
+        key, pos = _parse_key(desc, pos)
+        out[key], pos = _parse(desc, pos, items)
+    return out, pos
 
 
-def many(k, how, skeleton):
+def _parse_key(desc, pos):
+    c, colon = desc[pos], desc.index(b":", pos)
+    if c == 0x69:
+        return int(desc[pos + 1:colon]), colon + 1
+    n, start = int(desc[pos + 1:colon]), colon + 1
+    raw = bytes(desc[start:start + n])
+    try:
+        return raw.decode(), start + n
+    except UnicodeDecodeError:
+        return raw, start + n
+
+
+def many(k, how, desc):
     """The tensors of the batch in slot k, each made as how says (torch:
-    from capsules; torch_api: by PyTorch's table; numpy), placed in
-    skeleton's structure."""
+    from capsules; torch_api: by PyTorch's table; numpy), placed as desc
+    describes."""
     if how == "numpy":
         import numpy
 
@@ -201,35 +231,49 @@ def many(k, how, skeleton):
         import torch
 
         items = [torch.from_dlpack(c) for c in capsules_from_batch(k)]
-    return _rebuild(skeleton, items)
+    return _parse(desc, 0, iter(items))[0]
 
 
-def _flatten(obj, items, apis):
-    """The skeleton of obj (dicts, lists and tuples of DLPack producers),
-    its leaves numbered in items' order; each leaf's capsule, or the leaf
-    and its type's table, appended to items and apis."""
+def _describe(obj, items, apis, out):
+    """Appends obj's description to out (dicts, lists and tuples of DLPack
+    producers); each leaf's capsule, or the leaf and its type's table, to
+    items and apis."""
     if isinstance(obj, dict):
-        return {k: _flatten(v, items, apis) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_flatten(v, items, apis) for v in obj]
-    api = getattr(type(obj), EXCHANGE_API, None)
-    if api is None:
-        items.append(_capsule_of(obj))
-        apis.append(None)
+        out.append(b"d%d:" % len(obj))
+        for key, value in obj.items():
+            if isinstance(key, str):
+                key = key.encode()
+            if isinstance(key, bytes):
+                out.append(b"s%d:" % len(key))
+                out.append(key)
+            elif isinstance(key, int) and not isinstance(key, bool):
+                out.append(b"i%d:" % key)
+            else:
+                raise TypeError(f"a dict key of type {type(key).__name__}: keys must be str, bytes or int")
+            _describe(value, items, apis, out)
+    elif isinstance(obj, (list, tuple)):
+        out.append(b"l%d:" % len(obj))
+        for value in obj:
+            _describe(value, items, apis, out)
     else:
-        items.append(obj)
-        apis.append(api)
-    return len(items) - 1
+        api = getattr(type(obj), EXCHANGE_API, None)
+        if api is None:
+            items.append(_capsule_of(obj))
+            apis.append(None)
+        else:
+            items.append(obj)
+            apis.append(api)
+        out.append(b"t")
 
 
 def take_all(obj, k):
-    """Puts a batch of the tensors of obj (nested dicts and lists of DLPack
-    producers) in slot k, and answers obj's skeleton (its leaves numbered
-    in the batch's order)."""
-    items, apis = [], []
-    skeleton = _flatten(obj, items, apis)
+    """Puts a batch of the tensors of obj (nested dicts, lists and tuples
+    of DLPack producers) in slot k, and answers obj's description, its
+    tensors in the batch's order."""
+    items, apis, out = [], [], []
+    _describe(obj, items, apis, out)
     take_many(items, apis, k)
-    return skeleton
+    return b"".join(out)
 
 
 def take(obj, k):
