@@ -63,12 +63,12 @@
     X(dlpack_version, 1, tb_nif_dlpack_version, 0) /* (Capsule) -> versioned | legacy */                               \
     X(dlpack_info, 1, tb_nif_dlpack_info, 0)       /* (Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */ \
     /* The Python of this VM (dlpack/tb_python.c) */                                                                   \
-    X(python_capsule_abi, 1, tb_nif_python_capsule_abi, 0)   /* (Library) -> #{capsule_from_slot, take_capsule} */     \
-    X(python_slot_export, 2, tb_nif_python_slot_export, 0)   /* (Tensor, versioned | legacy) -> {K, Slot} */           \
+    X(python_capsule_abi, 1, tb_nif_python_capsule_abi, 0)   /* (Library) -> #{Builtin => PyMethodDef address} */      \
+    X(python_slot_export, 2, tb_nif_python_slot_export, 0)   /* (Tensor, Version) -> {K, Slot} */                      \
     X(python_slot_receive, 0, tb_nif_python_slot_receive, 0) /* -> {K, Slot}, empty */                                 \
     X(python_slot_close, 1, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot) -> ok | Tensor | undefined */         \
-    X(python_slot_export_many, 2, tb_nif_python_slot_export_many,                                                      \
-      TB_MAY_GO_DIRTY)                                                 /* ([Tensor], Version) -> {K, Slot} */          \
+    /* ([Tensor], versioned | legacy | writable) -> {K, Slot}, a batch */                                              \
+    X(python_slot_export_many, 2, tb_nif_python_slot_export_many, TB_MAY_GO_DIRTY)                                     \
     X(python_slot_receive_many, 0, tb_nif_python_slot_receive_many, 0) /* -> {K, Slot}, for a batch */                 \
     /* POSIX shared-memory regions (shm/tb_shm.c) */                                                                   \
     X(ipc_zeros, 2, tb_nif_ipc_zeros, TB_MAY_GO_DIRTY) /* (Shape, Dtype) -> a tensor in a new region */                \
