@@ -265,10 +265,10 @@ if Code.ensure_loaded?(Pythonx) do
     end
 
     # The container Python described, its tensors in order.
-    defp rebuild("t" <> rest, [t | ts]), do: {t, rest, ts}
+    defp rebuild(<<?t, rest::binary>>, [t | ts]), do: {t, rest, ts}
 
     defp rebuild(<<?l, rest::binary>>, ts) do
-      {n, ":" <> rest} = Integer.parse(rest)
+      {n, <<?:, rest::binary>>} = Integer.parse(rest)
 
       {items, rest, ts} =
         Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
@@ -280,7 +280,7 @@ if Code.ensure_loaded?(Pythonx) do
     end
 
     defp rebuild(<<?d, rest::binary>>, ts) do
-      {n, ":" <> rest} = Integer.parse(rest)
+      {n, <<?:, rest::binary>>} = Integer.parse(rest)
 
       {pairs, rest, ts} =
         Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
@@ -293,12 +293,12 @@ if Code.ensure_loaded?(Pythonx) do
     end
 
     defp read_key(<<?i, rest::binary>>) do
-      {i, ":" <> rest} = Integer.parse(rest)
+      {i, <<?:, rest::binary>>} = Integer.parse(rest)
       {i, rest}
     end
 
     defp read_key(<<?s, rest::binary>>) do
-      {n, ":" <> rest} = Integer.parse(rest)
+      {n, <<?:, rest::binary>>} = Integer.parse(rest)
       {binary_part(rest, 0, n), binary_part(rest, n, byte_size(rest) - n)}
     end
 
