@@ -719,6 +719,96 @@ static void test_declarations(void)
         CHECK(strlen(tb_dlpack_status_text((tb_dlc_status)s)) > 0);
 }
 
+/* DLPack 1.3's C exchange API: the table a capsule holds is searched and
+ * checked, never called (the entries here would crash if they were). */
+static int never_alloc(tb_DLTensor *p, tb_DLManagedTensorVersioned **o, void *c,
+                       void (*e)(void *, const char *, const char *))
+{
+    (void)p, (void)o, (void)c, (void)e;
+    return -1;
+}
+static int never_from(void *obj, tb_DLManagedTensorVersioned **o)
+{
+    (void)obj, (void)o;
+    return -1;
+}
+static int never_to(tb_DLManagedTensorVersioned *t, void **o)
+{
+    (void)t, (void)o;
+    return -1;
+}
+static int never_stream(int32_t type, int32_t id, void **o)
+{
+    (void)type, (void)id, (void)o;
+    return -1;
+}
+
+static tb_DLPackExchangeAPI xapi(uint32_t major, uint32_t minor)
+{
+    tb_DLPackExchangeAPI api = {.header = {.version = {major, minor}, .prev_api = NULL},
+                                .managed_tensor_allocator = never_alloc,
+                                .managed_tensor_from_py_object_no_sync = never_from,
+                                .managed_tensor_to_py_object_no_sync = never_to,
+                                .dltensor_from_py_object_no_sync = NULL,
+                                .current_work_stream = never_stream};
+    return api;
+}
+
+static void test_exchange_api(void)
+{
+    const tb_DLPackExchangeAPI *found = (const void *)1;
+    CHECK_EQ(tb_dlpack_exchange_api_find(NULL, &found), TB_XAPI_NO_TABLE);
+    CHECK(found == NULL);
+
+    /* 1.3 and later 1.x minors are called; dltensor_from_py_object_no_sync may be NULL. */
+    tb_DLPackExchangeAPI v13 = xapi(1, 3), v17 = xapi(1, 7);
+    CHECK_EQ(tb_dlpack_exchange_api_find(&v13, &found), TB_XAPI_OK);
+    CHECK(found == &v13);
+    CHECK_EQ(tb_dlpack_exchange_api_find(&v17, &found), TB_XAPI_OK);
+    CHECK(found == &v17);
+
+    /* 0.x, 1.0-1.2 and 2.x alone: refused. */
+    static const uint32_t refused[][2] = {{0, 0}, {0, 8}, {1, 0}, {1, 2}, {2, 0}, {UINT32_MAX, 3}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        tb_DLPackExchangeAPI t = xapi(refused[i][0], refused[i][1]);
+        CHECK_EQ(tb_dlpack_exchange_api_find(&t, &found), TB_XAPI_VERSION);
+        CHECK(found == NULL);
+    }
+
+    /* A 2.0 table whose prev_api is a 1.3 one: the 1.3 one. */
+    tb_DLPackExchangeAPI v20 = xapi(2, 0);
+    v20.header.prev_api = &v13.header;
+    CHECK_EQ(tb_dlpack_exchange_api_find(&v20, &found), TB_XAPI_OK);
+    CHECK(found == &v13);
+    /* ... and over a 0.x one, none. */
+    tb_DLPackExchangeAPI v08 = xapi(0, 8);
+    v20.header.prev_api = &v08.header;
+    CHECK_EQ(tb_dlpack_exchange_api_find(&v20, &found), TB_XAPI_VERSION);
+
+    /* A loop of unsupported tables ends. */
+    tb_DLPackExchangeAPI a = xapi(3, 0), b = xapi(2, 0);
+    a.header.prev_api = &b.header;
+    b.header.prev_api = &a.header;
+    CHECK_EQ(tb_dlpack_exchange_api_find(&a, &found), TB_XAPI_VERSION);
+
+    /* Each entry DLPack 1.3 requires, NULL: refused. */
+    for (int entry = 0; entry < 4; entry++) {
+        tb_DLPackExchangeAPI t = xapi(1, 3);
+        if (entry == 0)
+            t.managed_tensor_allocator = NULL;
+        if (entry == 1)
+            t.managed_tensor_from_py_object_no_sync = NULL;
+        if (entry == 2)
+            t.managed_tensor_to_py_object_no_sync = NULL;
+        if (entry == 3)
+            t.current_work_stream = NULL;
+        CHECK_EQ(tb_dlpack_exchange_api_find(&t, &found), TB_XAPI_NULL_ENTRY);
+        CHECK(found == NULL);
+    }
+    for (int st = 0; st <= TB_XAPI_STATUS_COUNT; st++)
+        CHECK(tb_dlpack_xapi_text((tb_xapi_status)st) != NULL);
+}
+
 int main(void)
 {
     test_declarations();
@@ -728,6 +818,7 @@ int main(void)
     test_dtypes();
     test_versions();
     test_flags();
+    test_exchange_api();
 
     printf("c_test_dlpack: %d checks, %d failures\n", checks, failures);
     return failures == 0 ? 0 : 1;

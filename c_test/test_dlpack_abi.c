@@ -96,6 +96,19 @@ int main(void)
     SAME(tb_kDLFloat4_e2m1fn, kDLFloat4_e2m1fn);
     SAME(TB_DLPACK_FLAG_IS_SUBBYTE_TYPE_PADDED, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED);
 #endif
+#if DLPACK_MAJOR_VERSION == 1 && DLPACK_MINOR_VERSION >= 3
+    /* The C exchange API (DLPack 1.3). */
+    SAME(sizeof(tb_DLPackExchangeAPIHeader), sizeof(DLPackExchangeAPIHeader));
+    SAME_FIELD(tb_DLPackExchangeAPIHeader, DLPackExchangeAPIHeader, version);
+    SAME_FIELD(tb_DLPackExchangeAPIHeader, DLPackExchangeAPIHeader, prev_api);
+    SAME(sizeof(tb_DLPackExchangeAPI), sizeof(DLPackExchangeAPI));
+    SAME_FIELD(tb_DLPackExchangeAPI, DLPackExchangeAPI, header);
+    SAME_FIELD(tb_DLPackExchangeAPI, DLPackExchangeAPI, managed_tensor_allocator);
+    SAME_FIELD(tb_DLPackExchangeAPI, DLPackExchangeAPI, managed_tensor_from_py_object_no_sync);
+    SAME_FIELD(tb_DLPackExchangeAPI, DLPackExchangeAPI, managed_tensor_to_py_object_no_sync);
+    SAME_FIELD(tb_DLPackExchangeAPI, DLPackExchangeAPI, dltensor_from_py_object_no_sync);
+    SAME_FIELD(tb_DLPackExchangeAPI, DLPackExchangeAPI, current_work_stream);
+#endif
     const char *which = "DLPack 1.x";
 #else
     const char *which = "legacy DLPack (0.x)";

@@ -1037,6 +1037,56 @@ defmodule TensorBlob.DLPackTest do
       assert slot_error(fn -> :tensor_blob_python.python_slot_export(Tensor.ref(read_only), :new) end) =~ "version:"
     end
 
+    test "a batch of exports in one slot: released when it closes untaken, or when its process dies" do
+      ts = for i <- 1..100, do: Tensor.from_binary(<<i, i + 1>>, :uint8, {2})
+      start = Lifetime.settled_stats()
+      # 100: made on a dirty scheduler.
+      {_k, slot} = :tensor_blob_python.python_slot_export_many(Enum.map(ts, &Tensor.ref/1), :writable)
+      assert TensorBlob.stats().capsules == start.capsules + 100
+      assert :tensor_blob_python.python_slot_close(slot) == :ok
+      assert TensorBlob.stats().capsules == start.capsules
+
+      Lifetime.in_process(fn ->
+        :tensor_blob_python.python_slot_export_many(Enum.map(Enum.take(ts, 3), &Tensor.ref/1), :legacy)
+      end)
+
+      assert Lifetime.await_stats(start) == start
+
+      # An empty batch, and an empty slot for one from Python: nothing put there.
+      {_k, slot} = :tensor_blob_python.python_slot_export_many([], :versioned)
+      assert :tensor_blob_python.python_slot_close(slot) == :ok
+      {_k, slot} = :tensor_blob_python.python_slot_receive_many()
+      assert :tensor_blob_python.python_slot_close(slot) == :undefined
+      assert Enum.map(ts, &Tensor.to_binary/1) == for(i <- 1..100, do: <<i, i + 1>>)
+    end
+
+    test "a batch is checked as each export is: the first refusal raised, the exports before it released" do
+      read_only = t46() |> DLPack.export(read_only: true) |> DLPack.import()
+      good = Tensor.ref(Tensor.from_binary(<<1, 2>>, :uint8, {2}))
+      start = Lifetime.settled_stats()
+
+      for {list, version, reason, argument} <- [
+            {[good, :nope], :versioned, :not_a_tensor, :tensor},
+            {[good, good, Tensor.ref(read_only)], :writable, :unsupported, :version},
+            {[good, Tensor.ref(read_only)], :legacy, :unsupported, :version},
+            {[good], :new, :bad_value, :version},
+            {:nope, :versioned, :bad_value, :tensors},
+            {[good | good], :versioned, :bad_value, :tensors}
+          ] do
+        assert %{reason: ^reason, argument: ^argument} =
+                 (try do
+                    :tensor_blob_python.python_slot_export_many(list, version)
+                  catch
+                    :error, _ -> :tensor_blob.error_reason(__STACKTRACE__)
+                  end)
+      end
+
+      # writable and versioned take a read-only tensor as the consumer can: versioned keeps the flag.
+      {_k, slot} = :tensor_blob_python.python_slot_export_many([Tensor.ref(read_only)], :versioned)
+      :tensor_blob_python.python_slot_close(slot)
+      assert Lifetime.await_stats(start) == start
+    end
+
     test "every slot at once, then a clear error, and slots again once closed" do
       open = fn ->
         try do

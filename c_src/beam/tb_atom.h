@@ -39,6 +39,7 @@
     X(deferred)                                                                             \
     X(versioned) /* DLPack kinds */                                                         \
     X(legacy)                                                                               \
+    X(writable)                                                                             \
     X(unsafe_address)                                                                       \
     X(tensor)         /* the BlobView struct's key */                                       \
     X(not_contiguous) /* why to_binary_view made no view */                                 \

@@ -45,8 +45,8 @@ enum tb_nif_schedule { TB_SHORT, TB_MAY_GO_DIRTY, TB_DIRTY_IO };
     X(device, 1, tb_nif_device, TB_SHORT)                  /* (Tensor) */                                             \
     X(memory, 1, tb_nif_memory, TB_SHORT)     /* (Tensor) -> owned | pinned | unpinned | dlpack | binary | ipc */     \
     X(overlaps, 2, tb_nif_overlaps, TB_SHORT) /* (A, B) -> whether the bytes their elements span overlap */           \
-    X(writable, 1, tb_nif_writable,                                                                                   \
-      TB_SHORT) /* (Tensor) -> true | read_only | frozen: whether write/2 would take it */                            \
+    /* (Tensor) -> true | read_only | frozen: whether write/2 would take it */                                        \
+    X(writable, 1, tb_nif_writable, TB_SHORT)                                                                         \
     /* binaries and tensors sharing memory, both ways (nif/tb_binary.c) */                                            \
     /* (Binary, Dtype, Shape, CopyIfMisaligned) -> a read-only tensor pinning Binary */                               \
     X(from_binary_view, 4, tb_nif_from_binary_view, TB_MAY_GO_DIRTY)                                                  \
@@ -64,14 +64,17 @@ enum tb_nif_schedule { TB_SHORT, TB_MAY_GO_DIRTY, TB_DIRTY_IO };
     X(from_dlpack, 5, tb_nif_from_dlpack, TB_MAY_GO_DIRTY)                                                            \
     X(consume_dlpack, 1, tb_nif_consume_dlpack, TB_SHORT) /* (Capsule) -> Address */                                  \
     X(dlpack_version, 1, tb_nif_dlpack_version, TB_SHORT) /* (Capsule) -> versioned | legacy */                       \
-    X(dlpack_info, 1, tb_nif_dlpack_info,                                                                             \
-      TB_SHORT) /* (Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */                                   \
+    /* (Capsule) -> #{device, dtype, ptr, read_only, shape, strides} */                                               \
+    X(dlpack_info, 1, tb_nif_dlpack_info, TB_SHORT)                                                                   \
     /* The Python of this VM (nif/tb_python.c) */                                                                     \
-    X(python_capsule_abi, 1, tb_nif_python_capsule_abi,                                                               \
-      TB_SHORT) /* (Library) -> #{capsule_from_slot, take_capsule} */                                                 \
-    X(python_slot_export, 2, tb_nif_python_slot_export, TB_SHORT)   /* (Tensor, versioned | legacy) -> {K, Slot} */   \
-    X(python_slot_receive, 0, tb_nif_python_slot_receive, TB_SHORT) /* -> {K, Slot}, empty */                         \
-    X(python_slot_close, 1, tb_nif_python_slot_close, TB_SHORT)     /* (Slot) -> ok | Tensor | undefined */           \
+    /* (Library) -> #{Builtin => PyMethodDef address} */                                                              \
+    X(python_capsule_abi, 1, tb_nif_python_capsule_abi, TB_SHORT)                                                     \
+    X(python_slot_export, 2, tb_nif_python_slot_export, TB_SHORT)      /* (Tensor, Version) -> {K, Slot} */           \
+    X(python_slot_receive, 0, tb_nif_python_slot_receive, TB_SHORT)    /* -> {K, Slot}, empty */                      \
+    X(python_slot_close, 1, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot) -> ok | Tensor | undefined */        \
+    /* ([Tensor], versioned | legacy | writable) -> {K, Slot}, a batch */                                             \
+    X(python_slot_export_many, 2, tb_nif_python_slot_export_many, TB_MAY_GO_DIRTY)                                    \
+    X(python_slot_receive_many, 0, tb_nif_python_slot_receive_many, TB_SHORT) /* -> {K, Slot}, for a batch */         \
     /* POSIX shared-memory regions (nif/tb_shm.c) */                                                                  \
     X(ipc_zeros, 2, tb_nif_ipc_zeros, TB_MAY_GO_DIRTY) /* (Shape, Dtype) -> a tensor in a new region */               \
     X(ipc_name, 1, tb_nif_ipc_name, TB_SHORT) /* (Tensor) -> {Name, ByteSize} when it is a whole region, or nil */    \

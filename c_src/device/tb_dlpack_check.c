@@ -232,3 +232,40 @@ const char *tb_dlpack_status_text(tb_dlc_status status)
     }
     return "invalid DLPack tensor";
 }
+
+/* ---- DLPack 1.3's C exchange API ------------------------------------------ */
+
+static int supported_api(const tb_DLPackExchangeAPIHeader *h)
+{
+    return h->version.major == TB_DLPACK_MAJOR_VERSION && h->version.minor >= 3;
+}
+
+tb_xapi_status tb_dlpack_exchange_api_find(const void *table, const tb_DLPackExchangeAPI **out)
+{
+    *out = NULL;
+    if (!table)
+        return TB_XAPI_NO_TABLE;
+    const tb_DLPackExchangeAPIHeader *h = table;
+    for (int hops = 0; h && hops <= TB_XAPI_MAX_CHAIN && !supported_api(h); hops++)
+        h = h->prev_api;
+    if (!h || !supported_api(h))
+        return TB_XAPI_VERSION;
+    /* The header is the table's first field: the table of that version. */
+    const tb_DLPackExchangeAPI *api = (const tb_DLPackExchangeAPI *)h;
+    if (!api->managed_tensor_allocator || !api->managed_tensor_from_py_object_no_sync ||
+        !api->managed_tensor_to_py_object_no_sync || !api->current_work_stream)
+        return TB_XAPI_NULL_ENTRY;
+    *out = api;
+    return TB_XAPI_OK;
+}
+
+const char *tb_dlpack_xapi_text(tb_xapi_status status)
+{
+    static const char *const texts[TB_XAPI_STATUS_COUNT] = {
+        [TB_XAPI_OK] = "a table this library calls",
+        [TB_XAPI_NO_TABLE] = "a capsule holding NULL",
+        [TB_XAPI_VERSION] = "no table of version 1.3 or a later 1.x in its chain",
+        [TB_XAPI_NULL_ENTRY] = "a table lacking an entry DLPack 1.3 requires",
+    };
+    return (unsigned)status < TB_XAPI_STATUS_COUNT ? texts[status] : "an unknown answer";
+}

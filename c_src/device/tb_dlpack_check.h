@@ -67,6 +67,30 @@ const char *tb_dlpack_device_name(int32_t device_type);
 const char *tb_dlpack_imported_devices(void);
 const char *tb_dlpack_type_code_name(unsigned code);
 
+/* ---- DLPack 1.3's C exchange API (tensor_blob_dlpack.h) ---------------- */
+
+/* What the search of an exchange API table's chain answers. */
+typedef enum {
+    TB_XAPI_OK = 0,
+    TB_XAPI_NO_TABLE,   /* the capsule holds NULL */
+    TB_XAPI_VERSION,    /* no table of the chain is of major version 1, minor 3 or later */
+    TB_XAPI_NULL_ENTRY, /* the table of a supported version lacks an entry it must have */
+    TB_XAPI_STATUS_COUNT
+} tb_xapi_status;
+
+/* How many older tables the search walks to at most: a chain is a few
+ * versions long, and a loop in a foreign one must end. */
+#define TB_XAPI_MAX_CHAIN 16
+
+/* Finds, in the chain of tables that starts at table (a capsule's
+ * pointer: NULL allowed), the first of a version this library calls (major
+ * 1, minor >= 3) and checks it: *out is set when TB_XAPI_OK. Nothing in a
+ * table is ever called here. */
+tb_xapi_status tb_dlpack_exchange_api_find(const void *table, const tb_DLPackExchangeAPI **out);
+
+/* A short phrase for a search's answer, for error messages. */
+const char *tb_dlpack_xapi_text(tb_xapi_status status);
+
 /* A short phrase for a status, for error messages. */
 const char *tb_dlpack_status_text(tb_dlc_status status);
 

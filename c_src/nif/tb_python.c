@@ -22,10 +22,14 @@
 #include "tb_python.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
+#include "tb_dlpack_check.h"
 #include "tb_dlpack_exchange.h"
 #include "tb_dlpack_export.h"
 #include "tb_nifs.h"
@@ -50,10 +54,15 @@
     X(void *, PyLong_FromLong, (long value))                                                \
     X(void, PyErr_SetString, (void *type, const char *message))                             \
     X(void *, PyErr_Occurred, (void))                                                       \
+    X(void *, PyList_New, (ssize_t size))                                                   \
+    X(int, PyList_SetItem, (void *list, ssize_t index, void *item))                         \
+    X(void *, PyList_GetItem, (void *list, ssize_t index))                                  \
+    X(ssize_t, PyList_Size, (void *list))                                                   \
+    X(void, Py_DecRef, (void *object))                                                      \
     X(int, PyGILState_Ensure, (void))                                                       \
     X(void, PyGILState_Release, (int state))
 /* Its exception types: variables (PyObject *) of the library. */
-#define PY_OBJECTS(X) X(PyExc_BufferError) X(PyExc_TypeError)
+#define PY_OBJECTS(X) X(PyExc_BufferError) X(PyExc_TypeError) X(PyExc_ValueError)
 
 /* Set once per VM (python_capsule_abi), read with the GIL held. */
 typedef struct {
@@ -168,55 +177,384 @@ static void *python_capsule_from_slot(void *self, void *const *args, ssize_t nar
 /* What take_capsule answers. */
 enum { TAKEN = 1, NOT_DLPACK = 0, HOLDS_NULL = -1, ODD_ADDRESS = -2, SLOT_REFUSED = -3 };
 
+/* The managed tensor of an unused DLPack capsule (versioned first), taken:
+ * the capsule is marked used, so that neither it nor another consumer
+ * frees the tensor, and *tagged is the slot's word for it (TAKEN); or one
+ * of the codes above, the capsule left as it was. */
+static int take_from_capsule(void *capsule, uintptr_t *tagged)
+{
+    int versioned = py.PyCapsule_IsValid(capsule, name_versioned);
+    if (!versioned && !py.PyCapsule_IsValid(capsule, name_legacy))
+        return NOT_DLPACK;
+    uintptr_t address = (uintptr_t)py.PyCapsule_GetPointer(capsule, versioned ? name_versioned : name_legacy);
+    if (!address)
+        return HOLDS_NULL;
+    if (address & 1)
+        return ODD_ADDRESS;
+    /* Renamed first: a capsule left armed would free what the slot holds.
+     * From here the tensor is the library's to release, on every path. */
+    py.PyCapsule_SetName(capsule, versioned ? name_used_versioned : name_used_legacy);
+    *tagged = address | (uintptr_t)versioned;
+    return TAKEN;
+}
+
+/* Puts a word taken (TAKEN) in slot k: TAKEN, or SLOT_REFUSED with what it
+ * holds released (the GIL is held here). */
+static int put_taken(unsigned k, int taken, uintptr_t tagged)
+{
+    if (taken != TAKEN || tb_slot_put(&tb_library_state->python_slots, k, tagged))
+        return taken;
+    tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
+    return SLOT_REFUSED;
+}
+
 /* take_capsule(capsule, k): takes the managed tensor of an unused DLPack
- * capsule (versioned first) into slot k, and marks the capsule used, so
- * that neither it nor another consumer frees the tensor. Anything else is
- * left as it was. Answers one of the codes above. */
+ * capsule into slot k (take_from_capsule). Answers one of the codes above. */
 static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    uintptr_t tagged = 0;
+    if (!enter_builtin(args, nargs, 2, &k))
+        return NULL;
+    int taken = take_from_capsule(args[0], &tagged); /* before tagged is read */
+    return py.PyLong_FromLong(put_taken(k, taken, tagged));
+}
+
+/* ---- DLPack 1.3's C exchange API ------------------------------------------ */
+
+/* The table in a type's __dlpack_c_exchange_api__ capsule, searched and
+ * checked (tb_dlpack_check.h); or NULL with Python's ValueError set, about
+ * a capsule nothing of which is called. */
+static const tb_DLPackExchangeAPI *exchange_api(void *capsule)
+{
+    if (!py.PyCapsule_IsValid(capsule, TB_DLPACK_EXCHANGE_API_NAME)) {
+        py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: the type's " TB_DLPACK_EXCHANGE_API_ATTR
+                                                " is no PyCapsule named \"" TB_DLPACK_EXCHANGE_API_NAME "\"");
+        return NULL;
+    }
+    const tb_DLPackExchangeAPI *api;
+    tb_xapi_status status =
+        tb_dlpack_exchange_api_find(py.PyCapsule_GetPointer(capsule, TB_DLPACK_EXCHANGE_API_NAME), &api);
+    if (status != TB_XAPI_OK) {
+        char message[200];
+        snprintf(message, sizeof message, "tensor_blob: the type's " TB_DLPACK_EXCHANGE_API_ATTR " holds %s",
+                 tb_dlpack_xapi_text(status));
+        py.PyErr_SetString(py.PyExc_ValueError, message);
+        return NULL;
+    }
+    return api;
+}
+
+/* A producer's entry answered rc: 1 when it succeeded, else 0 with Python's
+ * error set (by the producer, as DLPack asks, or here when it set none). */
+static int producer_succeeded(int rc, const char *entry)
+{
+    if (rc == 0)
+        return 1;
+    if (!py.PyErr_Occurred()) {
+        char message[160];
+        snprintf(message, sizeof message, "tensor_blob: the producer's %s failed and set no Python error", entry);
+        py.PyErr_SetString(py.PyExc_BufferError, message);
+    }
+    return 0;
+}
+
+/* What take_through_api answers when Python's error is set. */
+enum { RAISED = -100 };
+
+/* obj's managed tensor, through the table of api, its type's
+ * __dlpack_c_exchange_api__ capsule (checked first: a bad one is refused,
+ * never called): TAKEN with *tagged, HOLDS_NULL, ODD_ADDRESS, or RAISED. */
+static int take_through_api(void *obj, void *capsule, uintptr_t *tagged)
+{
+    const tb_DLPackExchangeAPI *api = exchange_api(capsule);
+    if (!api)
+        return RAISED;
+    tb_DLManagedTensorVersioned *m = NULL;
+    if (!producer_succeeded(api->managed_tensor_from_py_object_no_sync(obj, &m),
+                            "managed_tensor_from_py_object_no_sync"))
+        return RAISED;
+    if (!m)
+        return HOLDS_NULL;
+    if ((uintptr_t)m & 1) { /* no slot's word: the producer's all the same */
+        tb_dlpack_release(m, 1);
+        return ODD_ADDRESS;
+    }
+    *tagged = (uintptr_t)m | 1;
+    return TAKEN;
+}
+
+/* take_api(obj, api, k): takes obj's managed tensor into slot k through
+ * its type's table (take_through_api). Answers TAKEN, HOLDS_NULL,
+ * ODD_ADDRESS or SLOT_REFUSED as take_capsule does, or raises. */
+static void *python_take_api(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    uintptr_t tagged = 0;
+    if (!enter_builtin(args, nargs, 3, &k))
+        return NULL;
+    int taken = take_through_api(args[0], args[1], &tagged);
+    return taken == RAISED ? NULL : py.PyLong_FromLong(put_taken(k, taken, tagged));
+}
+
+/* object_from_api(api, k): the producer's object over the versioned export
+ * in slot k, made by the table of api (checked first), which takes the
+ * export over, on failure too. */
+static void *python_object_from_api(void *self, void *const *args, ssize_t nargs)
 {
     (void)self;
     unsigned k;
     if (!enter_builtin(args, nargs, 2, &k))
         return NULL;
-    void *capsule = args[0];
-    int versioned = py.PyCapsule_IsValid(capsule, name_versioned);
-    if (!versioned && !py.PyCapsule_IsValid(capsule, name_legacy))
-        return py.PyLong_FromLong(NOT_DLPACK);
-    uintptr_t address = (uintptr_t)py.PyCapsule_GetPointer(capsule, versioned ? name_versioned : name_legacy);
-    if (!address)
-        return py.PyLong_FromLong(HOLDS_NULL);
-    if (address & 1)
-        return py.PyLong_FromLong(ODD_ADDRESS);
-    /* Renamed first: a capsule left armed would free what the slot holds.
-     * From here the tensor is the library's to release, on every path. */
-    py.PyCapsule_SetName(capsule, versioned ? name_used_versioned : name_used_legacy);
-    if (!tb_slot_put(&tb_library_state->python_slots, k, address | (uintptr_t)versioned)) {
-        tb_dlpack_release((void *)address, versioned); /* the GIL is held here */
-        return py.PyLong_FromLong(SLOT_REFUSED);
+    const tb_DLPackExchangeAPI *api = exchange_api(args[0]);
+    if (!api)
+        return NULL;
+    uintptr_t tagged = tb_slot_take(&tb_library_state->python_slots, k);
+    if (!tagged || !(tagged & 1)) {
+        if (tagged)
+            tb_dlpack_release(tagged_managed(tagged), 0);
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the slot holds no versioned export");
+        return NULL;
     }
-    return py.PyLong_FromLong(TAKEN);
+    void *object = NULL;
+    if (!producer_succeeded(api->managed_tensor_to_py_object_no_sync(tagged_managed(tagged), &object),
+                            "managed_tensor_to_py_object_no_sync"))
+        return NULL;
+    if (!object)
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the producer made no object and set no error");
+    return object;
+}
+
+/* ---- Batches: many tensors in one slot ------------------------------------ */
+
+/* A batch: the words of many managed tensors that cross one evaluation in
+ * one slot, whose word is the batch's address (malloc's: even). */
+typedef struct {
+    size_t n;
+    uintptr_t tagged[];
+} python_batch;
+
+/* The most tensors one batch carries. */
+#define PYTHON_BATCH_MAX (1u << 20)
+
+static python_batch *batch_new(size_t n)
+{
+    python_batch *b = calloc(1, sizeof *b + n * sizeof b->tagged[0]);
+    if (b)
+        b->n = n;
+    return b;
+}
+
+/* Releases what a batch still holds, then the batch: our exports, or
+ * Python's tensors (their deleters take the GIL: at once when it is held,
+ * else on the release thread). */
+static void batch_free(python_batch *b, int to_python, int held)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        uintptr_t t = b->tagged[i];
+        if (t && (to_python || held))
+            tb_dlpack_release(tagged_managed(t), (int)(t & 1));
+        else if (t)
+            tb_dlpack_release_later(tagged_managed(t), (int)(t & 1), 1);
+    }
+    free(b);
+}
+
+/* The batch in slot k, taken out of it; NULL with Python's error set. */
+static python_batch *take_batch(unsigned k)
+{
+    python_batch *b = (python_batch *)tb_slot_take(&tb_library_state->python_slots, k);
+    if (!b)
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the slot holds no batch (taken already, or closed)");
+    return b;
+}
+
+/* A Python list of what make(b's i-th word, api) makes of each word of a
+ * batch to Python, which takes the word over (on failure too); the batch
+ * freed. NULL with Python's error set. */
+static void *batch_to_list(python_batch *b, const tb_DLPackExchangeAPI *api,
+                           void *(*make)(uintptr_t, const tb_DLPackExchangeAPI *))
+{
+    void *list = py.PyList_New((ssize_t)b->n);
+    for (size_t i = 0; list && i < b->n; i++) {
+        uintptr_t t = b->tagged[i];
+        b->tagged[i] = 0;
+        void *item = make(t, api);
+        if (!item) {
+            py.Py_DecRef(list); /* the items made release theirs */
+            list = NULL;
+        } else
+            py.PyList_SetItem(list, (ssize_t)i, item);
+    }
+    batch_free(b, 1, 1);
+    return list;
+}
+
+static void *capsule_of_word(uintptr_t t, const tb_DLPackExchangeAPI *api)
+{
+    (void)api;
+    void *capsule =
+        py.PyCapsule_New(tagged_managed(t), t & 1 ? name_versioned : name_legacy, python_capsule_destructor);
+    if (!capsule)
+        tb_dlpack_release(tagged_managed(t), (int)(t & 1));
+    return capsule;
+}
+
+static void *object_of_word(uintptr_t t, const tb_DLPackExchangeAPI *api)
+{
+    void *object = NULL;
+    if (!(t & 1)) {
+        tb_dlpack_release(tagged_managed(t), 0);
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the batch holds a legacy export");
+        return NULL;
+    }
+    if (!producer_succeeded(api->managed_tensor_to_py_object_no_sync(tagged_managed(t), &object),
+                            "managed_tensor_to_py_object_no_sync"))
+        return NULL;
+    if (!object)
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the producer made no object and set no error");
+    return object;
+}
+
+/* capsules_from_batch(k): a list of capsules over the exports of the
+ * batch in slot k, named for what each holds, with our destructor. */
+static void *python_capsules_from_batch(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    python_batch *b;
+    if (!enter_builtin(args, nargs, 1, &k) || !(b = take_batch(k)))
+        return NULL;
+    return batch_to_list(b, NULL, capsule_of_word);
+}
+
+/* objects_from_batch(api, k): a list of the producer's objects over the
+ * versioned exports of the batch in slot k, made by the table of api
+ * (checked first). */
+static void *python_objects_from_batch(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    python_batch *b;
+    if (!enter_builtin(args, nargs, 2, &k))
+        return NULL;
+    const tb_DLPackExchangeAPI *api = exchange_api(args[0]);
+    if (!api || !(b = take_batch(k)))
+        return NULL;
+    return batch_to_list(b, api, object_of_word);
+}
+
+/* Sets Python's error about item i of a batch that was refused code. */
+static void refuse_item(size_t i, int code)
+{
+    char message[240];
+    const char *what = code == HOLDS_NULL ? "a managed tensor at NULL"
+                       : code == ODD_ADDRESS
+                           ? "a managed tensor at an odd address"
+                           : "neither an unused DLPack capsule nor an object whose type's " TB_DLPACK_EXCHANGE_API_ATTR
+                             " is a PyCapsule named \"" TB_DLPACK_EXCHANGE_API_NAME "\"";
+    snprintf(message, sizeof message, "tensor_blob: item %zu of the batch: %s", i, what);
+    py.PyErr_SetString(py.PyExc_ValueError, message);
+}
+
+/* Fills b from the lists items and apis: each item an unused DLPack
+ * capsule, or an object whose type's table is the api beside it. 1, or 0
+ * with Python's error set, what was taken released (the GIL is held). */
+static int fill_batch(python_batch *b, void *items, void *apis)
+{
+    if (py.PyList_Size(items) != (ssize_t)b->n || py.PyList_Size(apis) != (ssize_t)b->n) {
+        if (!py.PyErr_Occurred())
+            py.PyErr_SetString(py.PyExc_TypeError, "tensor_blob: take_many wants two lists as long as the batch");
+        return 0;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        void *item = py.PyList_GetItem(items, (ssize_t)i);
+        int code = take_from_capsule(item, &b->tagged[i]);
+        if (code == NOT_DLPACK &&
+            py.PyCapsule_IsValid(py.PyList_GetItem(apis, (ssize_t)i), TB_DLPACK_EXCHANGE_API_NAME))
+            code = take_through_api(item, py.PyList_GetItem(apis, (ssize_t)i), &b->tagged[i]);
+        if (code != TAKEN) {
+            if (code != RAISED)
+                refuse_item(i, code);
+            for (size_t j = 0; j <= i; j++)
+                if (b->tagged[j])
+                    tb_dlpack_release(tagged_managed(b->tagged[j]), (int)(b->tagged[j] & 1));
+            memset(b->tagged, 0, b->n * sizeof b->tagged[0]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* take_many(items, apis, k): a batch filled from the lists (fill_batch),
+ * put in the empty slot k. TAKEN, or raises with nothing taken. */
+static void *python_take_many(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    if (!enter_builtin(args, nargs, 3, &k))
+        return NULL;
+    /* The slot holds an empty word: the batch is made here, as long as the
+     * list of items. */
+    ssize_t n = py.PyList_Size(args[0]);
+    if (n < 0 || n > (ssize_t)PYTHON_BATCH_MAX) {
+        if (!py.PyErr_Occurred())
+            py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: too many tensors for one batch");
+        return NULL;
+    }
+    python_batch *b = batch_new((size_t)n);
+    if (!b)
+        return NULL;
+    uintptr_t was = tb_slot_take(&tb_library_state->python_slots, k);
+    if (was) { /* not a slot opened for a batch from Python: left as it was */
+        free(b);
+        tb_slot_put(&tb_library_state->python_slots, k, was);
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the slot is not an empty one for a batch");
+        return NULL;
+    }
+    int filled = fill_batch(b, args[0], args[1]);
+    if (!tb_slot_put(&tb_library_state->python_slots, k, (uintptr_t)b)) {
+        batch_free(b, 0, 1);
+        if (filled)
+            py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the batch's slot was closed");
+        return NULL;
+    }
+    return filled ? py.PyLong_FromLong(TAKEN) : NULL;
 }
 
 static const py_method_def capsule_from_slot_def = {"capsule_from_slot", python_capsule_from_slot, PY_METH_FASTCALL,
                                                     NULL};
 static const py_method_def take_capsule_def = {"take_capsule", python_take_capsule, PY_METH_FASTCALL, NULL};
+static const py_method_def take_api_def = {"take_api", python_take_api, PY_METH_FASTCALL, NULL};
+static const py_method_def object_from_api_def = {"object_from_api", python_object_from_api, PY_METH_FASTCALL, NULL};
+static const py_method_def capsules_from_batch_def = {"capsules_from_batch", python_capsules_from_batch,
+                                                      PY_METH_FASTCALL, NULL};
+static const py_method_def objects_from_batch_def = {"objects_from_batch", python_objects_from_batch, PY_METH_FASTCALL,
+                                                     NULL};
+static const py_method_def take_many_def = {"take_many", python_take_many, PY_METH_FASTCALL, NULL};
 
 /* The Elixir side's hold on a slot: its number while open (-1 once
- * closed), and which way it carries. */
+ * closed), which way it carries, and whether it carries a batch. */
 typedef struct {
     _Atomic int k;
     int to_python;
+    int batch;
+    unsigned n; /* a batch's length */
 } python_slot;
 
 static tb_rtype slot_type;
 
-/* What a slot still holds when it closes is released: our export that
- * Python never took (no GIL needed), or Python's tensor that was never
- * imported (its deleter takes the GIL: on the release thread). */
-static void release_left(unsigned k, int to_python)
+/* What a slot still holds when it closes is released: our exports that
+ * Python never took (no GIL needed), or Python's tensors that were never
+ * imported (their deleters take the GIL: on the release thread). */
+static void release_left(unsigned k, int to_python, int batch)
 {
     uintptr_t left = tb_slot_take(&tb_library_state->python_slots, k);
-    if (left && to_python)
+    if (left && batch)
+        batch_free((python_batch *)left, to_python, 0);
+    else if (left && to_python)
         tb_dlpack_release(tagged_managed(left), (int)(left & 1));
     else if (left)
         tb_dlpack_release_later(tagged_managed(left), (int)(left & 1), 1);
@@ -229,7 +567,7 @@ static void slot_dtor(ErlNifEnv *env, void *obj)
     python_slot *s = obj;
     int k = atomic_exchange(&s->k, -1);
     if (k >= 0)
-        release_left((unsigned)k, s->to_python);
+        release_left((unsigned)k, s->to_python, s->batch);
 }
 
 int tb_python_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
@@ -238,14 +576,18 @@ int tb_python_open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
     return tb_rtype_open(env, "tensor_blob_python_slot", &init, flags, &slot_type);
 }
 
-/* {K, Slot}, the slot open and holding tagged (0: empty); or the error,
- * tagged released. */
-static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t tagged, int to_python)
+/* {K, Slot}, the slot open and holding word (0: empty; a batch's address
+ * when batch); or the error, what word holds released. */
+static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t word, int to_python, int batch)
 {
-    int k = tb_slot_open(&tb_library_state->python_slots, tagged);
+    /* A batch from Python: its length is Python's to say; taken as long. */
+    unsigned n = !batch ? 0 : word ? (unsigned)((python_batch *)word)->n : UINT_MAX;
+    int k = tb_slot_open(&tb_library_state->python_slots, word);
     if (k < 0) {
-        if (tagged)
-            tb_dlpack_release(tagged_managed(tagged), (int)(tagged & 1));
+        if (word && batch)
+            batch_free((python_batch *)word, to_python, 0);
+        else if (word)
+            tb_dlpack_release(tagged_managed(word), (int)(word & 1));
         return tb_raise_error(
             env, TB_WHY_NO_MEMORY, NULL,
             "too many exchanges with Python at once: %d are under way in this VM, the most there can be", TB_SLOTS);
@@ -253,68 +595,193 @@ static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t tagged, int to_python)
     python_slot *s = tb_rtype_alloc(&slot_type, sizeof *s);
     atomic_init(&s->k, k);
     s->to_python = to_python;
+    s->batch = batch;
+    s->n = n;
     ERL_NIF_TERM term = enif_make_resource(env, s);
     enif_release_resource(s);
     return enif_make_tuple2(env, enif_make_int(env, k), term);
 }
 
-/* python_slot_export(Tensor, versioned | legacy) -> {K, Slot}: the
- * tensor exported as to_dlpack exports it (its checks, its errors), in a
- * slot for Python to take. */
-ERL_NIF_TERM tb_nif_python_slot_export(TB_NIF_PARAMS)
+/* The tensor term exported for Python as version (versioned, legacy, or
+ * writable: versioned, for a consumer with no read-only tensors, PyTorch,
+ * so that a read-only tensor is refused as a legacy export refuses it),
+ * with to_dlpack's checks and errors: 1 with *word the slot's word, or 0
+ * with *exc set. */
+static int export_one(ErlNifEnv *env, ERL_NIF_TERM tensor, ERL_NIF_TERM version, uintptr_t *word, ERL_NIF_TERM *exc)
 {
     tb_tensor_desc d;
-    ERL_NIF_TERM exc;
-    if (!tb_tensor_arg(env, argv[0], "tensor", &d, &exc))
-        return exc;
-    if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version", "version: expected versioned or legacy, got %T",
-                               argv[1]);
-    int versioned = argv[1] == tb_atoms.versioned, read_only = 0;
-    if (!tb_dlpack_export_checks(env, &d, versioned, &read_only, tb_atoms.undefined, &exc))
-        return exc;
+    if (!tb_tensor_arg(env, tensor, "tensor", &d, exc))
+        return 0;
+    if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.writable) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
+                               "version: expected versioned, legacy or writable, got %T", version);
+        return 0;
+    }
+    int versioned = version != tb_atoms.legacy, read_only = 0;
+    if (!tb_dlpack_export_checks(env, &d, version == tb_atoms.versioned, &read_only, tb_atoms.undefined, exc))
+        return 0;
     void *m = tb_dlpack_export(d.tensor->handle, versioned, read_only);
-    if (!m)
-        return tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory exporting a tensor to Python");
-    return open_slot(env, (uintptr_t)m | (uintptr_t)versioned, 1);
+    if (!m) {
+        *exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory exporting a tensor to Python");
+        return 0;
+    }
+    *word = (uintptr_t)m | (uintptr_t)versioned;
+    return 1;
+}
+
+/* python_slot_export(Tensor, versioned | legacy | writable) -> {K, Slot}:
+ * the tensor exported (export_one) in a slot for Python to take. */
+ERL_NIF_TERM tb_nif_python_slot_export(TB_NIF_PARAMS)
+{
+    uintptr_t word;
+    ERL_NIF_TERM exc;
+    if (!export_one(env, argv[0], argv[1], &word, &exc))
+        return exc;
+    return open_slot(env, word, 1, 0);
+}
+
+/* A batch as long as the list term (at most PYTHON_BATCH_MAX): 1, or 0
+ * with *exc set. */
+static int new_batch(ErlNifEnv *env, ERL_NIF_TERM term, python_batch **b, ERL_NIF_TERM *exc)
+{
+    unsigned n;
+    if (!enif_get_list_length(env, term, &n) || n > PYTHON_BATCH_MAX) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "tensors",
+                               "tensors: expected a list of at most %u tensors, got %T", PYTHON_BATCH_MAX, term);
+        return 0;
+    }
+    if (!(*b = batch_new(n))) {
+        *exc = tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory for a batch of %u tensors", n);
+        return 0;
+    }
+    return 1;
+}
+
+/* Batches longer than this are made and imported on a dirty CPU
+ * scheduler: a microsecond or so a tensor. */
+#define PYTHON_BATCH_ON_SCHEDULER 64
+
+/* 1 with *out set when the NIF self, for a batch of n, moved itself to a
+ * dirty CPU scheduler (enif_schedule_nif); 0 to go on where it is. */
+static int batch_go_dirty(ErlNifEnv *env, size_t n, const char *name, tb_nif_fun *self, int argc,
+                          const ERL_NIF_TERM argv[], ERL_NIF_TERM *out)
+{
+    if (n <= PYTHON_BATCH_ON_SCHEDULER || enif_thread_type() == ERL_NIF_THR_DIRTY_CPU_SCHEDULER)
+        return 0;
+    *out = enif_schedule_nif(env, name, ERL_NIF_DIRTY_JOB_CPU_BOUND, self, argc, argv);
+    return 1;
+}
+
+/* python_slot_export_many([Tensor], Version) -> {K, Slot}: each tensor
+ * exported (export_one), in one batch in one slot; the first refusal
+ * raised, what was exported released. */
+ERL_NIF_TERM tb_nif_python_slot_export_many(TB_NIF_PARAMS)
+{
+    python_batch *b;
+    unsigned n;
+    ERL_NIF_TERM exc, head, list = argv[0];
+    if (enif_get_list_length(env, argv[0], &n) &&
+        batch_go_dirty(env, n, "python_slot_export_many", tb_nif_python_slot_export_many, argc, argv, &exc))
+        return exc;
+    if (!new_batch(env, argv[0], &b, &exc))
+        return exc;
+    for (size_t i = 0; enif_get_list_cell(env, list, &head, &list); i++)
+        if (!export_one(env, head, argv[1], &b->tagged[i], &exc)) {
+            batch_free(b, 1, 0);
+            return exc;
+        }
+    return open_slot(env, (uintptr_t)b, 1, 1);
 }
 
 /* python_slot_receive() -> {K, Slot}: an empty slot for Python to fill. */
 ERL_NIF_TERM tb_nif_python_slot_receive(TB_NIF_PARAMS)
 {
-    return open_slot(env, 0, 0);
+    return open_slot(env, 0, 0, 0);
+}
+
+/* python_slot_receive_many() -> {K, Slot}: an empty slot for Python to
+ * put a batch in (take_many). */
+ERL_NIF_TERM tb_nif_python_slot_receive_many(TB_NIF_PARAMS)
+{
+    return open_slot(env, 0, 0, 1);
+}
+
+/* The tensor over a word Python put in a slot, imported as from_dlpack
+ * imports (its deleter deferred into the release thread's hold of the
+ * GIL); the library took it: a refused import calls the producer's deleter
+ * as an accepted one does. */
+static ERL_NIF_TERM import_word(ErlNifEnv *env, uintptr_t word)
+{
+    tb_dlpack_stream none;
+    tb_dlpack_stream_decode(env, tb_atoms.undefined, &none);
+    tb_dlpack_import_how how = {
+        .read_only = 0, .deferred = TB_DEFER_PYTHON, .owned = 1, .claimed = TB_HANDED_NO, .stream = &none};
+    return tb_dlpack_import(env, tagged_managed(word), (int)(word & 1), &how);
+}
+
+/* The list of the tensors over a batch's words (undefined where Python put
+ * none), the batch freed; or the first import's error, raised, the words
+ * after it released. */
+static ERL_NIF_TERM import_batch(ErlNifEnv *env, python_batch *b)
+{
+    ERL_NIF_TERM *terms = enif_alloc((b->n ? b->n : 1) * sizeof *terms), result, reason;
+    size_t i = 0;
+    for (; i < b->n; i++) {
+        uintptr_t word = b->tagged[i];
+        b->tagged[i] = 0;
+        terms[i] = word ? import_word(env, word) : tb_atoms.undefined;
+        if (enif_has_pending_exception(env, &reason))
+            break;
+    }
+    result = i < b->n ? terms[i] : enif_make_list_from_array(env, terms, (unsigned)b->n);
+    enif_free(terms);
+    batch_free(b, 0, 0);
+    return result;
 }
 
 /* python_slot_close(Slot) -> ok for a slot to Python (what Python did not
  * take released); for a slot from Python, the tensor over what Python put
- * there (imported as from_dlpack imports, its deleter deferred into the
- * release thread's hold of the GIL), or undefined when it put nothing.
- * The library took the capsule: a refused import calls the producer's
- * deleter as an accepted one does. */
+ * there (import_word), or undefined when it put nothing; for a batch from
+ * Python, the list of them (import_batch). */
 ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
 {
     python_slot *s;
+    ERL_NIF_TERM moved;
     if (!tb_rtype_get(env, argv[0], &slot_type, (void **)&s))
         return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "slot", "slot: expected a Python slot, got %T", argv[0]);
+    if (!s->to_python && batch_go_dirty(env, s->n, "python_slot_close", tb_nif_python_slot_close, argc, argv, &moved))
+        return moved;
     int k = atomic_exchange(&s->k, -1);
     if (k < 0)
         return tb_raise_badarg(env, TB_WHY_GONE, "slot", "slot: closed already");
     if (s->to_python) {
-        release_left((unsigned)k, 1);
+        release_left((unsigned)k, 1, s->batch);
         return tb_atoms.ok;
     }
     uintptr_t got = tb_slot_take(&tb_library_state->python_slots, (unsigned)k);
     tb_slot_close(&tb_library_state->python_slots, (unsigned)k);
     if (!got)
         return tb_atoms.undefined;
-    tb_dlpack_stream none;
-    tb_dlpack_stream_decode(env, tb_atoms.undefined, &none);
-    tb_dlpack_import_how how = {
-        .read_only = 0, .deferred = TB_DEFER_PYTHON, .owned = 1, .claimed = TB_HANDED_NO, .stream = &none};
-    return tb_dlpack_import(env, tagged_managed(got), (int)(got & 1), &how);
+    return s->batch ? import_batch(env, (python_batch *)got) : import_word(env, got);
 }
 
-/* python_capsule_abi(Library) -> #{capsule_from_slot, take_capsule}: binds
+/* The builtins' PyMethodDefs, by name, as the module makes them. */
+static ERL_NIF_TERM builtins_map(ErlNifEnv *env)
+{
+    static const py_method_def *const defs[] = {
+        &capsule_from_slot_def,   &take_capsule_def,       &take_api_def, &object_from_api_def,
+        &capsules_from_batch_def, &objects_from_batch_def, &take_many_def};
+    enum { N = sizeof defs / sizeof defs[0] };
+    ERL_NIF_TERM keys[N], values[N], map;
+    for (int i = 0; i < N; i++) {
+        keys[i] = enif_make_atom(env, defs[i]->name);
+        values[i] = enif_make_uint64(env, (uintptr_t)defs[i]);
+    }
+    enif_make_map_from_arrays(env, keys, values, N, &map);
+    return map;
+}
+
+/* python_capsule_abi(Library) -> #{capsule_from_slot, take_capsule, take_api, object_from_api}: binds
  * the interpreter's functions and exception types (PY_FUNCTIONS,
  * PY_OBJECTS) by name, from the libpython at the path Library (a binary)
  * that is loaded in this OS process already, and answers the addresses of
@@ -369,10 +836,5 @@ ERL_NIF_TERM tb_nif_python_capsule_abi(TB_NIF_PARAMS)
         return tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "library",
                                "library: bound already to another interpreter's functions (one per VM), not %s's",
                                file);
-    ERL_NIF_TERM keys[] = {enif_make_atom(env, "capsule_from_slot"), enif_make_atom(env, "take_capsule")};
-    ERL_NIF_TERM values[] = {enif_make_uint64(env, (uintptr_t)&capsule_from_slot_def),
-                             enif_make_uint64(env, (uintptr_t)&take_capsule_def)};
-    ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 2, &map);
-    return map;
+    return builtins_map(env);
 }

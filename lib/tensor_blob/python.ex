@@ -2,6 +2,15 @@
 # compiles it again once that changes (`__mix_recompile__?/0`, in both
 # modules).
 if Code.ensure_loaded?(Pythonx) do
+  defmodule TensorBlob.Python.Batch do
+    @moduledoc """
+    A map or list of tensors that `Pythonx.Encoder` hands to Python in one
+    evaluation (`TensorBlob.Python.batch/2`, `TensorBlob.Python.to_python_many/2`).
+    """
+    defstruct tensors: %{}, opts: []
+    @type t :: %__MODULE__{tensors: map() | list(), opts: keyword()}
+  end
+
   defmodule TensorBlob.Python do
     @moduledoc """
     Zero-copy tensors between tensor_blob and the Python of this VM (Pythonx).
@@ -80,8 +89,16 @@ if Code.ensure_loaded?(Pythonx) do
 
       ensure_ready()
       # PyTorch 2.6 takes legacy capsules only; NumPy takes versioned ones,
-      # which carry the READ_ONLY flag.
-      {version, function} = if kind == :numpy, do: {:versioned, "to_numpy"}, else: {:legacy, "to_torch"}
+      # which carry the READ_ONLY flag. A PyTorch with DLPack 1.3's C
+      # exchange API takes a versioned export (refused when read-only, as
+      # a legacy one is: PyTorch has no read-only tensors) through its table.
+      {version, function} =
+        cond do
+          kind == :numpy -> {:versioned, "to_numpy"}
+          torch_api?() -> {:writable, "to_torch_api"}
+          true -> {:legacy, "to_torch"}
+        end
+
       if kind == :numpy, do: host_only!(tensor)
       {k, slot} = export(tensor, version)
 
@@ -94,6 +111,210 @@ if Code.ensure_loaded?(Pythonx) do
       after
         translating(do: :tensor_blob_python.python_slot_close(slot))
       end
+    end
+
+    # Whether PyTorch's tensor type offers DLPack 1.3's C exchange API:
+    # asked once per VM (it imports torch), then kept.
+    @torch_api {__MODULE__, :torch_api}
+    defp torch_api? do
+      case :persistent_term.get(@torch_api, nil) do
+        nil ->
+          {result, _} = eval(:python, "__import__('#{@module}').torch_api()", %{})
+          answer = Pythonx.decode(result) == true
+          :persistent_term.put(@torch_api, answer)
+          answer
+
+        answer ->
+          answer
+      end
+    end
+
+    @doc """
+    Many tensors to Python in one evaluation: `tensors` is a map or list
+    of tensors (maps and lists nested too), and the answer, a
+    `Pythonx.Object`, is a dict or list of the same shape, each tensor a
+    PyTorch tensor (or, with `as: :numpy`, a NumPy array) over the same
+    memory, as `to_python/2` makes it. Map keys that are binaries become
+    `str` keys, so a params map goes to `load_state_dict` as it is.
+    """
+    @spec to_python_many(map() | list(), keyword()) :: Pythonx.Object.t()
+    def to_python_many(tensors, opts \\ []) do
+      %{as: kind} =
+        translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
+
+      {desc, leaves} = flatten(tensors)
+      leaves = Enum.reverse(leaves)
+      ensure_ready()
+
+      {version, how} =
+        cond do
+          kind == :numpy -> {:versioned, "numpy"}
+          torch_api?() -> {:writable, "torch_api"}
+          true -> {:legacy, "torch"}
+        end
+
+      if kind == :numpy, do: Enum.each(leaves, &host_only!/1)
+      {k, slot} = export_many(Enum.map(leaves, &Tensor.ref/1), version)
+
+      try do
+        {object, _} = eval(:tensors, "__import__('#{@module}').many(#{k}, '#{how}', s)", %{"s" => desc})
+        object
+      after
+        translating(do: :tensor_blob_python.python_slot_close(slot))
+      end
+    end
+
+    @doc """
+    Many tensors from Python in one evaluation: `object` is a dict, list or
+    tuple of DLPack producers (nested too), and the answer a map (keys as
+    Pythonx decodes them: `str` keys become binaries) or list of the same
+    shape, each a tensor over the producer's memory, as `from_python/1`
+    takes it.
+    """
+    @spec from_python_many(Pythonx.Object.t()) :: map() | list()
+    def from_python_many(%Pythonx.Object{} = object) do
+      ensure_ready()
+      {k, slot} = translating(do: :tensor_blob_python.python_slot_receive_many())
+
+      skeleton =
+        try do
+          {skeleton, _} = eval(:object, "__import__('#{@module}').take_all(obj, #{k})", %{"obj" => object})
+          Pythonx.decode(skeleton)
+        rescue
+          error ->
+            translating(do: :tensor_blob_python.python_slot_close(slot))
+            reraise error, __STACKTRACE__
+        end
+
+      case translating(do: :tensor_blob_python.python_slot_close(slot)) do
+        refs when is_list(refs) ->
+          {container, "", []} = rebuild(skeleton, Enum.map(refs, &Tensor.wrap/1))
+          container
+
+        :undefined ->
+          "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
+      end
+    end
+
+    def from_python_many(other),
+      do: "object: expected a Pythonx.Object, got #{inspect(other)}" |> badarg!(:bad_value, :object)
+
+    @doc """
+    A map or list of tensors (nested too) that `Pythonx.eval/2` hands to
+    Python in one evaluation (`to_python_many/2`) when it is given as a
+    global: `Pythonx.eval(code, %{"params" => TensorBlob.Python.batch(params)})`.
+    """
+    @spec batch(map() | list(), keyword()) :: TensorBlob.Python.Batch.t()
+    def batch(tensors, opts \\ []) when is_map(tensors) or is_list(tensors),
+      do: %TensorBlob.Python.Batch{tensors: tensors, opts: opts}
+
+    # A container's shape crosses as one binary, its description (a
+    # Pythonx object for each key and leaf would cost more than the
+    # tensors; priv/python/tensor_blob_pythonx.py reads and writes it):
+    # "t" a tensor, the next in order; "l" N ":" and N nodes, a list; "d"
+    # N ":" and N keys each before its node, a map. A key: "s" LEN ":" and
+    # a binary's bytes, "a" LEN ":" and an atom's name (str in Python),
+    # "i" INT ":" an integer.
+    defp flatten(tensors) do
+      {desc, leaves} = flatten(tensors, [], [])
+      {IO.iodata_to_binary(desc), leaves}
+    end
+
+    defp flatten(%Tensor{} = t, leaves, _path), do: {"t", [t | leaves]}
+
+    defp flatten(%_{} = other, _leaves, path), do: not_a_tensor(other, path)
+
+    defp flatten(map, leaves, path) when is_map(map) do
+      {entries, leaves} =
+        Enum.map_reduce(map, leaves, fn {key, value}, acc ->
+          {desc, acc} = flatten(value, acc, [key | path])
+          {[key_desc(key, path), desc], acc}
+        end)
+
+      {[?d, Integer.to_string(map_size(map)), ?: | entries], leaves}
+    end
+
+    defp flatten(list, leaves, path) when is_list(list) do
+      {items, {leaves, n}} =
+        Enum.map_reduce(list, {leaves, 0}, fn value, {acc, i} ->
+          {desc, acc} = flatten(value, acc, [i | path])
+          {desc, {acc, i + 1}}
+        end)
+
+      {[?l, Integer.to_string(n), ?: | items], leaves}
+    end
+
+    defp flatten(other, _leaves, path), do: not_a_tensor(other, path)
+
+    defp key_desc(key, _path) when is_binary(key), do: [?s, Integer.to_string(byte_size(key)), ?:, key]
+    defp key_desc(key, _path) when is_integer(key), do: [?i, Integer.to_string(key), ?:]
+
+    defp key_desc(key, _path) when is_atom(key) and key not in [nil, true, false] do
+      name = Atom.to_string(key)
+      [?a, Integer.to_string(byte_size(name)), ?:, name]
+    end
+
+    defp key_desc(key, path) do
+      "tensors: a map's keys must be binaries, atoms or integers, got #{inspect(key)} at #{inspect(Enum.reverse(path))}"
+      |> badarg!(:bad_value, :tensors)
+    end
+
+    defp not_a_tensor(other, path) do
+      "tensors: expected maps and lists of tensors, got #{inspect(other)} at #{inspect(Enum.reverse(path))}"
+      |> badarg!(:bad_value, :tensors)
+    end
+
+    # The container Python described, its tensors in order.
+    defp rebuild(<<?t, rest::binary>>, [t | ts]), do: {t, rest, ts}
+
+    defp rebuild(<<?l, rest::binary>>, ts) do
+      {n, <<?:, rest::binary>>} = Integer.parse(rest)
+
+      {items, rest, ts} =
+        Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
+          {item, rest, ts} = rebuild(rest, ts)
+          {[item | acc], rest, ts}
+        end)
+
+      {Enum.reverse(items), rest, ts}
+    end
+
+    defp rebuild(<<?d, rest::binary>>, ts) do
+      {n, <<?:, rest::binary>>} = Integer.parse(rest)
+
+      {pairs, rest, ts} =
+        Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
+          {key, rest} = read_key(rest)
+          {value, rest, ts} = rebuild(rest, ts)
+          {[{key, value} | acc], rest, ts}
+        end)
+
+      {Map.new(pairs), rest, ts}
+    end
+
+    defp read_key(<<?i, rest::binary>>) do
+      {i, <<?:, rest::binary>>} = Integer.parse(rest)
+      {i, rest}
+    end
+
+    defp read_key(<<?s, rest::binary>>) do
+      {n, <<?:, rest::binary>>} = Integer.parse(rest)
+      {binary_part(rest, 0, n), binary_part(rest, n, byte_size(rest) - n)}
+    end
+
+    defp export_many(refs, version) do
+      translating(do: :tensor_blob_python.python_slot_export_many(refs, version))
+    rescue
+      error in ArgumentError ->
+        case :tensor_blob.error_reason(__STACKTRACE__) do
+          %{reason: :unsupported, argument: :version} ->
+            ("tensors: one is read-only, and PyTorch has no read-only tensors; give them to NumPy " <>
+               "(as: :numpy), which keeps them read-only, or copy it")
+            |> badarg!(:read_only, :tensors)
+
+          _ ->
+            reraise error, __STACKTRACE__
+        end
     end
 
     @doc """
@@ -292,6 +513,10 @@ if Code.ensure_loaded?(Pythonx) do
 
   defimpl Pythonx.Encoder, for: TensorBlob.Tensor do
     def encode(tensor, _encoder), do: TensorBlob.Python.to_python(tensor)
+  end
+
+  defimpl Pythonx.Encoder, for: TensorBlob.Python.Batch do
+    def encode(%{tensors: tensors, opts: opts}, _encoder), do: TensorBlob.Python.to_python_many(tensors, opts)
   end
 else
   defmodule TensorBlob.Python.Absent do

@@ -125,6 +125,42 @@ typedef struct tb_DLManagedTensorVersioned {
     tb_DLTensor dl_tensor;
 } tb_DLManagedTensorVersioned;
 
+/* DLPack 1.3's C exchange API: a table of C functions that a Python tensor
+ * type offers as its __dlpack_c_exchange_api__ attribute, a PyCapsule named
+ * TB_DLPACK_EXCHANGE_API_NAME holding a pointer to the table, which lives
+ * as long as the process. Every entry is called with the GIL held. A
+ * Python object (PyObject *) is a void * here. */
+#define TB_DLPACK_EXCHANGE_API_NAME "dlpack_exchange_api"
+#define TB_DLPACK_EXCHANGE_API_ATTR "__dlpack_c_exchange_api__"
+
+/* The part of the table every version keeps: its version, and the table of
+ * an older version the producer also offers (NULL when none), which a
+ * consumer that does not know this version may walk to. */
+typedef struct tb_DLPackExchangeAPIHeader {
+    tb_DLPackVersion version;
+    struct tb_DLPackExchangeAPIHeader *prev_api;
+} tb_DLPackExchangeAPIHeader;
+
+/* The table of version 1.3. Each entry answers 0, or -1 with a Python
+ * exception set (the allocator: calls set_error instead). */
+typedef struct {
+    tb_DLPackExchangeAPIHeader header;
+    /* A new tensor of the producer's, laid out as prototype's dtype, ndim,
+     * shape and device say. */
+    int (*managed_tensor_allocator)(tb_DLTensor *prototype, tb_DLManagedTensorVersioned **out, void *error_ctx,
+                                    void (*set_error)(void *error_ctx, const char *kind, const char *message));
+    /* The managed tensor of a Python object of the type the table came
+     * from: the consumer owes its deleter. No stream is synchronized. */
+    int (*managed_tensor_from_py_object_no_sync)(void *py_object, tb_DLManagedTensorVersioned **out);
+    /* A new Python object of the producer's type over a managed tensor,
+     * whose ownership it takes (on failure too). */
+    int (*managed_tensor_to_py_object_no_sync)(tb_DLManagedTensorVersioned *tensor, void **out_py_object);
+    /* A borrowed view, valid until the caller returns; may be NULL. */
+    int (*dltensor_from_py_object_no_sync)(void *py_object, tb_DLTensor *out);
+    /* The stream the producer works on for a device (NULL on the CPU). */
+    int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_current_stream);
+} tb_DLPackExchangeAPI;
+
 /* The layout is the ABI: check it where it is declared. */
 #ifdef __cplusplus
 #define TB_DLPACK_ASSERT(cond, msg) static_assert(cond, msg)
@@ -158,6 +194,11 @@ TB_DLPACK_ASSERT(sizeof(tb_DLManagedTensorVersioned) == 80, "DLManagedTensorVers
 TB_DLPACK_ASSERT(offsetof(tb_DLManagedTensorVersioned, version) == 0, "DLManagedTensorVersioned.version");
 TB_DLPACK_ASSERT(offsetof(tb_DLManagedTensorVersioned, manager_ctx) == 8, "DLManagedTensorVersioned.manager_ctx");
 TB_DLPACK_ASSERT(offsetof(tb_DLManagedTensorVersioned, deleter) == 16, "DLManagedTensorVersioned.deleter");
+TB_DLPACK_ASSERT(sizeof(tb_DLPackExchangeAPIHeader) == 16, "DLPackExchangeAPIHeader is 16 bytes");
+TB_DLPACK_ASSERT(sizeof(tb_DLPackExchangeAPI) == 56, "DLPackExchangeAPI is 56 bytes");
+TB_DLPACK_ASSERT(offsetof(tb_DLPackExchangeAPI, managed_tensor_from_py_object_no_sync) == 24,
+                 "DLPackExchangeAPI.managed_tensor_from_py_object_no_sync");
+TB_DLPACK_ASSERT(offsetof(tb_DLPackExchangeAPI, current_work_stream) == 48, "DLPackExchangeAPI.current_work_stream");
 TB_DLPACK_ASSERT(offsetof(tb_DLManagedTensorVersioned, flags) == 24, "DLManagedTensorVersioned.flags");
 TB_DLPACK_ASSERT(offsetof(tb_DLManagedTensorVersioned, dl_tensor) == 32, "DLManagedTensorVersioned.dl_tensor");
 #endif

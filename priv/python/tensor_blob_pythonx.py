@@ -21,6 +21,25 @@ import weakref
 # codes below.
 capsule_from_slot = None
 take_capsule = None
+# DLPack 1.3's C exchange API (configure): take_api(obj, api, k) takes obj's
+# managed tensor into slot k through the table of api, its type's
+# __dlpack_c_exchange_api__ capsule, and answers as take_capsule does;
+# object_from_api(api, k) makes the producer's object over the export in
+# slot k. Both check the capsule first, and raise ValueError on a bad one
+# without calling anything in it.
+take_api = None
+object_from_api = None
+# Batches, many tensors in one slot (configure): capsules_from_batch(k) and
+# objects_from_batch(api, k) give a list over the exports of the batch in
+# slot k; take_many(items, apis, k) puts a batch of the items (unused
+# DLPack capsules, or objects whose type's table is the api beside each)
+# in the empty slot k.
+capsules_from_batch = None
+objects_from_batch = None
+take_many = None
+
+# The attribute a type offers its table in.
+EXCHANGE_API = "__dlpack_c_exchange_api__"
 
 TAKEN, NOT_DLPACK, HOLDS_NULL, ODD_ADDRESS, SLOT_REFUSED = 1, 0, -1, -2, -3
 
@@ -59,13 +78,19 @@ def configure(abi):
     """Makes the library's builtins from the PyMethodDefs whose addresses
     the library gave (tensor_blob_python:python_bind/1), as any builtin is made:
     PyCFunction_NewEx(def, NULL, NULL)."""
-    global capsule_from_slot, take_capsule
+    global capsule_from_slot, take_capsule, take_api, object_from_api
+    global capsules_from_batch, objects_from_batch, take_many
     abi = {k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()}
     new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
         ("PyCFunction_NewEx", ctypes.pythonapi)
     )
     capsule_from_slot = new(abi["capsule_from_slot"], None, None)
     take_capsule = new(abi["take_capsule"], None, None)
+    take_api = new(abi["take_api"], None, None)
+    object_from_api = new(abi["object_from_api"], None, None)
+    capsules_from_batch = new(abi["capsules_from_batch"], None, None)
+    objects_from_batch = new(abi["objects_from_batch"], None, None)
+    take_many = new(abi["take_many"], None, None)
 
 
 class Exported:
@@ -91,6 +116,22 @@ def to_torch(k):
     import torch
 
     return torch.from_dlpack(capsule_from_slot(k))
+
+
+def torch_api():
+    """Whether torch.Tensor offers DLPack 1.3's C exchange API (the library
+    then exports versioned and calls to_torch_api)."""
+    import torch
+
+    return getattr(torch.Tensor, EXCHANGE_API, None) is not None
+
+
+def to_torch_api(k):
+    """A PyTorch tensor over the versioned export in slot k, made by
+    PyTorch's managed_tensor_to_py_object_no_sync."""
+    import torch
+
+    return object_from_api(getattr(torch.Tensor, EXCHANGE_API), k)
 
 
 def to_numpy(k):
@@ -119,8 +160,132 @@ def describe():
 _legacy_types = weakref.WeakSet()
 
 
+def _capsule_of(obj):
+    """obj's DLPack capsule, by __dlpack__: versioned where it takes
+    max_version."""
+    dlpack = getattr(obj, "__dlpack__", None)
+    if dlpack is None:
+        raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
+    if type(obj) in _legacy_types:
+        return dlpack()
+    try:
+        return dlpack(max_version=(1, 0))
+    except TypeError:
+        _legacy_types.add(type(obj))
+        return dlpack()
+
+
+# A container's shape crosses as one bytes object, its description (a
+# Pythonx object for each key and leaf would cost more than the tensors):
+#   node := b"t" (a tensor: the next one, in order)
+#         | b"l" N b":" node*N                       (a list)
+#         | b"d" N b":" (key node)*N                 (a dict)
+#   key  := b"s" LEN b":" BYTES (str: UTF-8; bytes where it is not)
+#         | b"a" LEN b":" BYTES (an atom's name: str) | b"i" INT b":"
+def _parse(desc, pos, items):
+    c = desc[pos]
+    if c == 0x74:
+        return next(items), pos + 1
+    colon = desc.index(b":", pos)
+    n, pos = int(desc[pos + 1:colon]), colon + 1
+    if c == 0x6C:
+        out = []
+        for _ in range(n):
+            value, pos = _parse(desc, pos, items)
+            out.append(value)
+        return out, pos
+    if c != 0x64:
+        raise ValueError("tensor_blob: a bad container description")
+    out = {}
+    for _ in range(n):
+        key, pos = _parse_key(desc, pos)
+        out[key], pos = _parse(desc, pos, items)
+    return out, pos
+
+
+def _parse_key(desc, pos):
+    c, colon = desc[pos], desc.index(b":", pos)
+    if c == 0x69:
+        return int(desc[pos + 1:colon]), colon + 1
+    n, start = int(desc[pos + 1:colon]), colon + 1
+    raw = bytes(desc[start:start + n])
+    try:
+        return raw.decode(), start + n
+    except UnicodeDecodeError:
+        return raw, start + n
+
+
+def many(k, how, desc):
+    """The tensors of the batch in slot k, each made as how says (torch:
+    from capsules; torch_api: by PyTorch's table; numpy), placed as desc
+    describes."""
+    if how == "numpy":
+        import numpy
+
+        items = [numpy.from_dlpack(Exported(c)) for c in capsules_from_batch(k)]
+    elif how == "torch_api":
+        import torch
+
+        items = objects_from_batch(getattr(torch.Tensor, EXCHANGE_API), k)
+    else:
+        import torch
+
+        items = [torch.from_dlpack(c) for c in capsules_from_batch(k)]
+    return _parse(desc, 0, iter(items))[0]
+
+
+def _describe(obj, items, apis, out):
+    """Appends obj's description to out (dicts, lists and tuples of DLPack
+    producers); each leaf's capsule, or the leaf and its type's table, to
+    items and apis."""
+    if isinstance(obj, dict):
+        out.append(b"d%d:" % len(obj))
+        for key, value in obj.items():
+            if isinstance(key, str):
+                key = key.encode()
+            if isinstance(key, bytes):
+                out.append(b"s%d:" % len(key))
+                out.append(key)
+            elif isinstance(key, int) and not isinstance(key, bool):
+                out.append(b"i%d:" % key)
+            else:
+                raise TypeError(f"a dict key of type {type(key).__name__}: keys must be str, bytes or int")
+            _describe(value, items, apis, out)
+    elif isinstance(obj, (list, tuple)):
+        out.append(b"l%d:" % len(obj))
+        for value in obj:
+            _describe(value, items, apis, out)
+    else:
+        api = getattr(type(obj), EXCHANGE_API, None)
+        if api is None:
+            items.append(_capsule_of(obj))
+            apis.append(None)
+        else:
+            items.append(obj)
+            apis.append(api)
+        out.append(b"t")
+
+
+def take_all(obj, k):
+    """Puts a batch of the tensors of obj (nested dicts, lists and tuples
+    of DLPack producers) in slot k, and answers obj's description, its
+    tensors in the batch's order."""
+    items, apis, out = [], [], []
+    _describe(obj, items, apis, out)
+    take_many(items, apis, k)
+    return b"".join(out)
+
+
 def take(obj, k):
-    """Puts obj's managed tensor in slot k, its capsule marked used."""
+    """Puts obj's managed tensor in slot k: through its type's DLPack C
+    exchange API where it has one, else through __dlpack__, its capsule
+    marked used."""
+    api = getattr(type(obj), EXCHANGE_API, None)
+    if api is not None:
+        taken = take_api(obj, api, k)
+        if taken != TAKEN:
+            _refuse(type(obj).__name__, None, taken, k)
+        return
     dlpack = getattr(obj, "__dlpack__", None)
     if dlpack is None:
         raise TypeError(f"a {type(obj).__name__} has no __dlpack__: not a DLPack producer")
@@ -138,7 +303,7 @@ def take(obj, k):
 
 
 def _refuse(producer, capsule, taken, k):
-    what = f"__dlpack__ of a {producer} gave"
+    what = f"__dlpack__ of a {producer} gave" if capsule is not None else f"the DLPack C exchange API of a {producer} gave"
     if taken == HOLDS_NULL:
         raise ValueError(f"{what} a DLPack capsule holding NULL")
     if taken == ODD_ADDRESS:

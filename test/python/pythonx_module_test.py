@@ -195,10 +195,52 @@ def describe_gives_versions():
     assert torch_version == (torch.__version__.encode() if torch is not None else None)
 
 
+# DLPack 1.3's C exchange API: a type that offers a table goes to
+# take_api (never __dlpack__); one without, to __dlpack__.
+def a_type_with_a_table_goes_to_take_api():
+    calls = []
+    m.take_api = lambda obj, api, k: calls.append((type(obj).__name__, api, k)) or m.TAKEN
+
+    class WithTable:
+        __dlpack_c_exchange_api__ = "the table's capsule"
+
+        def __dlpack__(self, *args, **kwargs):
+            raise AssertionError("__dlpack__ called where the type has a table")
+
+    m.take(WithTable(), 5)
+    assert calls == [("WithTable", "the table's capsule", 5)]
+    m.take_api = lambda obj, api, k: m.HOLDS_NULL
+    raises(ValueError, lambda: m.take(WithTable(), 5), "the DLPack C exchange API of a WithTable gave")
+
+
+# Batches: a container's description, both ways, with the items and
+# tables beside it in the description's order.
+def a_container_is_described_and_rebuilt():
+    class WithTable:
+        __dlpack_c_exchange_api__ = "table"
+
+    m.take_capsule = None
+    items, apis, out = [], [], []
+    a, b, c = WithTable(), WithTable(), Versioned()
+    tree = {"w": a, b"raw\xff": [b, (c,)], 7: {}}
+    m._describe(tree, items, apis, out)
+    desc = b"".join(out)
+    assert desc == b"d3:s1:wts4:raw\xffl2:tl1:ti7:d0:", desc
+    assert items[:2] == [a, b] and apis == ["table", "table", None]
+    assert items[2] == "capsule" and c.asked == [(1, 0)]
+    back = m._parse(desc, 0, iter(["A", "B", "C"]))[0]
+    assert back == {"w": "A", b"raw\xff": ["B", ["C"]], 7: {}}, back
+    # An atom's name, as Elixir describes it, is a str key.
+    assert m._parse(b"d1:a4:namet", 0, iter(["T"]))[0] == {"name": "T"}
+    raises(TypeError, lambda: m._describe({1.5: a}, [], [], []), "keys must be str, bytes or int")
+    raises(TypeError, lambda: m._describe([object()], [], [], []), "has no __dlpack__")
+
+
 for c in [library_is_the_mapped_file, library_not_mapped_is_an_error, library_of_this_process,
           legacy_producer_types_are_held_weakly, versioned_producer_asked_for_1_0,
           take_refuses_what_is_no_producer, refusals_say_what, a_used_capsule_is_named,
-          exported_hands_its_capsule_once, to_torch_and_to_numpy_over_a_capsule, describe_gives_versions]:
+          exported_hands_its_capsule_once, to_torch_and_to_numpy_over_a_capsule, describe_gives_versions,
+          a_type_with_a_table_goes_to_take_api, a_container_is_described_and_rebuilt]:
     case(c)
 print(f"pythonx_module_test: {len(failures)} failed, {len(skipped)} skipped")
 sys.exit(1 if failures else 0)

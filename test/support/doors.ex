@@ -251,7 +251,8 @@ defmodule TensorBlob.Test.Doors do
         :setup,
         {TensorBlob.Test.PythonVM, :start!, []}
       )
-      |> Map.put(:stats, TensorBlob.Test.PythonVM),
+      |> Map.put(:stats, TensorBlob.Test.PythonVM)
+      |> Map.update!(:calls, &(&1 ++ python_batch_calls())),
       extorch_row(),
       %{
         door: :python_module,
@@ -296,6 +297,26 @@ defmodule TensorBlob.Test.Doors do
         from_call
       ]
     }
+  end
+
+  # The Python door's batch calls: many tensors in one crossing each way.
+  defp python_batch_calls do
+    python = TensorBlob.Python
+
+    [
+      call("TensorBlob.Python.to_python_many/2", fn args -> apply(python, :to_python_many, args) end, [
+        %{name: :tensors, kind: :tensors, good: fn -> %{"a" => Tensor.zeros({4}, :uint8), "b" => []} end},
+        keywords()
+      ]),
+      call("TensorBlob.Python.from_python_many/1", fn args -> apply(python, :from_python_many, args) end, [
+        %{
+          name: :object,
+          kind: :foreign,
+          good: fn -> apply(python, :to_python_many, [%{"a" => Tensor.zeros({4}, :uint8)}, []]) end,
+          names: [:object, :tensors]
+        }
+      ])
+    ]
   end
 
   # Torchx's row: the Nx door with Torchx's backend, both ways (a Torchx

@@ -1,0 +1,129 @@
+# DLPack 1.3's C exchange API at the Python door, and many tensors in one
+# crossing: from_python and to_python of one 4 B tensor through PyTorch's
+# table against the path of a producer without one (Python-level
+# __dlpack__ and torch.from_dlpack of a capsule) and against an empty
+# Pythonx.eval; a map of 256 tensors each way in one call against 256
+# calls. Needs Pythonx on the code path and a python3 with PyTorch (the
+# API rows need PyTorch 2.10 or later, whose tensor type has the table):
+#
+#   PYTHONX_PATH=$(scripts/build_pythonx.sh) MIX_ENV=prod mix run bench/python_exchange.exs
+#
+# Prints a Markdown table: µs per call, the median of rounds' means, each
+# round started settled (as bench/python.exs), the cases timed in turns.
+{:ok, _} = Application.ensure_all_started(:pythonx)
+
+{paths, 0} =
+  System.cmd("python3", [
+    "-c",
+    "import os, sys, sysconfig; print(os.path.join(sysconfig.get_config_var('LIBDIR'), " <>
+      "sysconfig.get_config_var('INSTSONAME'))); print(sys.base_prefix); print(sys.executable)"
+  ])
+
+[lib, home, exe] = String.split(paths, "\n", trim: true)
+:ok = Pythonx.init(lib, home, exe)
+{_, _} = Pythonx.eval("import torch", %{})
+
+alias TensorBlob.{Python, Tensor}
+
+deferred = fn -> TensorBlob.stats().deferred end
+base_deferred = deferred.()
+
+settle = fn ->
+  :erlang.garbage_collect()
+  {_, _} = Pythonx.eval("None", %{})
+  :erlang.garbage_collect()
+
+  Stream.repeatedly(fn -> deferred.() <= base_deferred || Process.sleep(1) end)
+  |> Enum.find(&(&1 == true))
+end
+
+interleaved = fn cases, rounds, calls ->
+  round = fn fun ->
+    settle.()
+    {us, _} = :timer.tc(fn -> Enum.each(1..calls, fn _ -> fun.() end) end)
+    us / calls
+  end
+
+  Enum.each(cases, fn {_, fun} -> round.(fun) end)
+
+  samples =
+    for _ <- 1..rounds, {name, fun} <- cases, reduce: %{} do
+      acc -> Map.update(acc, name, [round.(fun)], &[round.(fun) | &1])
+    end
+
+  Map.new(samples, fn {name, times} -> {name, Float.round(Enum.at(Enum.sort(times), div(length(times), 2)), 1)} end)
+end
+
+eval = fn code, globals ->
+  {result, _} = Pythonx.eval(code, globals)
+  result
+end
+
+api? = Pythonx.decode(eval.("import torch\nhasattr(torch.Tensor, '__dlpack_c_exchange_api__')", %{}))
+t = Tensor.zeros({1}, :float32)
+x = eval.("import torch\ntorch.zeros(1)", %{})
+
+# A torch tensor whose type hides the table: taken as a producer without
+# one is (its __dlpack__, a capsule).
+plain =
+  eval.(
+    "import torch\nclass Plain(torch.Tensor):\n    __dlpack_c_exchange_api__ = None\ntorch.zeros(1).as_subclass(Plain)",
+    %{}
+  )
+
+# to_python as it goes where PyTorch has no table: a legacy export, made
+# into a tensor by torch.from_dlpack of a capsule.
+to_capsule = fn ->
+  {k, slot} = :tensor_blob_python.python_slot_export(Tensor.ref(t), :legacy)
+
+  try do
+    eval.("__import__('tensor_blob_pythonx').to_torch(#{k})", %{})
+  after
+    :tensor_blob_python.python_slot_close(slot)
+  end
+end
+
+params = for i <- 1..256, into: %{}, do: {"layer#{i}.weight", Tensor.zeros({1}, :float32)}
+dict = Python.to_python_many(params)
+
+one =
+  interleaved.(
+    [
+      empty: fn -> eval.("None", %{}) end,
+      from_api: fn -> Python.from_python(x) end,
+      from_capsule: fn -> Python.from_python(plain) end,
+      to_api: fn -> Python.to_python(t) end,
+      to_capsule: to_capsule
+    ],
+    20,
+    200
+  )
+
+many =
+  interleaved.(
+    [
+      to_map: fn -> Python.to_python_many(params) end,
+      from_map: fn -> Python.from_python_many(dict) end,
+      to_each: fn -> Enum.each(params, fn {_, v} -> Python.to_python(v) end) end
+    ],
+    5,
+    10
+  )
+
+versions = Pythonx.decode(eval.("import sys, torch\n(sys.version.split()[0], torch.__version__)", %{}))
+
+IO.puts("""
+Python in the VM (Python #{elem(versions, 0)}, PyTorch #{elem(versions, 1)}, Pythonx #{Application.spec(:pythonx, :vsn)}; \
+PyTorch's tensor type #{if api?, do: "has", else: "has no"} DLPack C exchange API table). µs per call, the median of \
+rounds' means, each round started settled, the cases timed in turns.
+
+| case | through the table | through a capsule | empty eval |
+|---|---|---|---|
+| from_python, 4 B | #{one.from_api} | #{one.from_capsule} | #{one.empty} |
+| to_python, 4 B | #{one.to_api} | #{one.to_capsule} | #{one.empty} |
+
+| 256 tensors of 4 B | one call | per tensor | ÷ one tensor's call | 256 calls of to_python |
+|---|---|---|---|---|
+| to_python_many | #{many.to_map} | #{Float.round(many.to_map / 256, 2)} | #{Float.round(many.to_map / one.to_api, 1)}x | #{many.to_each} |
+| from_python_many | #{many.from_map} | #{Float.round(many.from_map / 256, 2)} | #{Float.round(many.from_map / one.from_api, 1)}x | |
+""")
