@@ -421,7 +421,6 @@ if Code.ensure_loaded?(Nx) do
     defp names(shape), do: List.duplicate(nil, tuple_size(shape))
 
     defp contiguous?(t), do: Tensor.strides(t) == Tensor.row_major_strides(Tensor.shape(t))
-
   end
 
   # Nx.LazyContainer and Nx.Container: lib/tensor_blob/nx/lazy.ex.

@@ -19,7 +19,8 @@ if Code.ensure_loaded?(Nx) do
       bytes = Data.bytes!(nx)
 
       translating(
-        do: Tensor.wrap(:tensor_blob_door.copy_from_binary(bytes, dtype, nx.shape, {TensorBlob.Nx, :from_nx, 2}, reason))
+        do:
+          Tensor.wrap(:tensor_blob_door.copy_from_binary(bytes, dtype, nx.shape, {TensorBlob.Nx, :from_nx, 2}, reason))
       )
     end
 
