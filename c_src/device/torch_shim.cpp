@@ -26,11 +26,11 @@ using TensorImplPtr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorIm
 #define TB_TORCH_AT_LEAST(major, minor) \
     (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
-// The dtype table stores c10::ScalarType as numbers; each must be libtorch's.
-// Both the checks and tb_shim_has_scalar_type come from tb_dtype.h's lists.
+// The dtype table stores c10::ScalarType as numbers; each must be libtorch's,
+// for every group of the table the linked libtorch has (a group is the
+// release that brought it, tb_dtype_since).
 #define TB_ASSERT_SCALAR_TYPE(id, name, code, bits, size, st, c10_name, nx_kind, nx_bits) \
     static_assert(static_cast<int>(c10::ScalarType::c10_name) == (st), "ScalarType::" #c10_name);
-#define TB_CASE_SCALAR_TYPE(id, name, code, bits, size, st, c10_name, nx_kind, nx_bits) case (st):
 
 TB_DTYPES_TORCH_1_13(TB_ASSERT_SCALAR_TYPE)
 #if TB_TORCH_AT_LEAST(2, 1)
@@ -237,31 +237,15 @@ extern "C" {
 
 int tb_shim_has_scalar_type(int st) noexcept
 {
-    switch (st) {
-        TB_DTYPES_TORCH_1_13(TB_CASE_SCALAR_TYPE)
-        return 1;
-#if TB_TORCH_AT_LEAST(2, 1)
-        TB_DTYPES_TORCH_2_1(TB_CASE_SCALAR_TYPE)
-        return 1;
-#endif
-#if TB_TORCH_AT_LEAST(2, 2)
-        TB_DTYPES_TORCH_2_2(TB_CASE_SCALAR_TYPE)
-        return 1;
-#endif
-#if TB_TORCH_AT_LEAST(2, 3)
-        TB_DTYPES_TORCH_2_3(TB_CASE_SCALAR_TYPE)
-        return 1;
-#endif
-#if TB_TORCH_AT_LEAST(2, 7)
-        TB_DTYPES_TORCH_2_7(TB_CASE_SCALAR_TYPE)
-        return 1;
-#endif
-#if TB_TORCH_AT_LEAST(2, 8)
-        TB_DTYPES_TORCH_2_8(TB_CASE_SCALAR_TYPE)
-        return 1;
-#endif
-    default: return 0;
-    }
+    // Held when the table's dtype of that number came with this release or
+    // an older one: the same groups the checks above are compiled for.
+    for (int id = 0; id < TB_DT_COUNT; id++)
+        if (tb_dtypes[id].torch_scalar_type == st) {
+            int major = 0, minor = 0;
+            std::sscanf(tb_dtype_since[id], "%d.%d", &major, &minor);
+            return TB_TORCH_AT_LEAST(major, minor);
+        }
+    return 0;
 }
 
 const char *tb_shim_torch_version(void) noexcept
