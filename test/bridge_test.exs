@@ -14,13 +14,15 @@ defmodule TensorBlob.BridgeTest do
 
   defp freed, do: elem(@foreign.counters(), 1)
 
-  defp assert_freed(expected, tries \\ 200) do
-    Lifetime.collect()
+  defp assert_freed(expected) do
+    probe = fn ->
+      Lifetime.collect()
+      {freed() == expected, freed()}
+    end
 
-    cond do
-      freed() == expected -> :ok
-      tries == 0 -> flunk("foreign deleter calls: #{freed()}, expected #{expected}")
-      true -> Process.sleep(10) && assert_freed(expected, tries - 1)
+    case :tensor_blob_test_util.poll(probe, 200, 10) do
+      {:ok, _} -> :ok
+      {:timeout, calls} -> flunk("foreign deleter calls: #{calls}, expected #{expected}")
     end
   end
 

@@ -341,13 +341,16 @@ defmodule TensorBlob.IPCTest do
 
   # Needs a GPU: mix test --include cuda.
   describe "CUDA IPC and streams, with a GPU" do
-    defp counters_reach(freed, tries \\ 200) do
-      Lifetime.collect()
+    defp counters_reach(freed) do
+      probe = fn ->
+        Lifetime.collect()
+        {_, now} = :foreign_tensor_nif.counters()
+        {now == freed, now}
+      end
 
-      case :foreign_tensor_nif.counters() do
-        {_, ^freed} -> true
-        {_, _} when tries > 0 -> Process.sleep(10) && counters_reach(freed, tries - 1)
-        {_, other} -> flunk("the foreign deleters ran #{other} times in all, expected #{freed}")
+      case :tensor_blob_test_util.poll(probe, 200, 10) do
+        {:ok, _} -> true
+        {:timeout, other} -> flunk("the foreign deleters ran #{other} times in all, expected #{freed}")
       end
     end
 
