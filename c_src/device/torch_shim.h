@@ -23,6 +23,10 @@ typedef struct {
     /* 1 when the call failed for want of memory (the host's allocator
      * failed, or a device's reported it is out of memory). */
     int no_memory;
+    /* 1 when a copy of host memory stopped part way: the memory vanished
+     * under it (SIGBUS: a mapped file or region shrunk by another program,
+     * or a page its file system could not supply). */
+    int vanished;
 } tb_shim_error;
 
 typedef struct {
