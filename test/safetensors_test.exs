@@ -112,6 +112,41 @@ defmodule TensorBlob.SafeTensorsTest do
       {ArgumentError, :misaligned, :path, _} = refusal(path, misaligned: :refuse)
     end
 
+    test "a misaligned tensor costs its own bytes once; refused, nothing", %{dir: dir} do
+      # 32 MiB of F32 at an offset 4 does not divide, beside an aligned one
+      n = Bitwise.bsl(8, 20)
+      bytes = 4 * n
+      h = header([entry("x", "F32", [n], 0, bytes)])
+      pad = rem(4 - rem(8 + byte_size(h), 4), 4) + 2
+      data = :binary.copy(<<1.5::float-little-32>>, n)
+      path = file(dir, "big_odd.st", h <> String.duplicate(" ", pad), data)
+      # the peak resident memory (VmHWM) of a fresh VM of its own, so no
+      # other test's allocations count: the library loaded first, then
+      # the open measured
+      grown = fn opts ->
+        code = """
+        Hwm = fun() -> {ok, S} = file:read_file("/proc/self/status"),
+                       {match, [K]} = re:run(S, "VmHWM:[^0-9]*([0-9]+)", [{capture, all_but_first, list}]),
+                       list_to_integer(K) * 1024 end,
+        _ = tensor_blob:to_binary(tensor_blob:zeros({4}, float32)),
+        B = Hwm(),
+        R = try maps:size(maps:get(tensors, tensor_blob_safetensors:open(<<"#{path}">>, #{opts})))
+            catch error:{badarg, _} -> refused end,
+        io:format("~p ~p~n", [R, Hwm() - B]),
+        halt().
+        """
+
+        {out, 0} = System.cmd("erl", ["-noshell", "-pa", Path.join(:code.lib_dir(:tensor_blob), "ebin"), "-eval", code])
+        [result, grown] = String.split(out)
+        {result, String.to_integer(grown)}
+      end
+
+      {"refused", refused} = grown.("\#{misaligned => refuse}")
+      assert refused < div(bytes, 8), "the refusal grew the peak by #{refused} bytes"
+      {"1", copied} = grown.("\#{}")
+      assert copied < bytes + div(bytes, 4), "the copy grew the peak by #{copied} bytes"
+    end
+
     test "a symbolic link to a regular file is followed", %{dir: dir} do
       path = file(dir, "real.st", header([entry("a", "U8", [1], 0, 1)]), <<7>>)
       link = Path.join(dir, "link.st")

@@ -313,6 +313,13 @@ int tb_shim_zeros(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out, 
     });
 }
 
+int tb_shim_empty(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        *out = release_handle(allocate(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st))));
+    });
+}
+
 int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int st, tb_shim_tensor **out,
                        tb_shim_error *err) noexcept
 {

@@ -71,6 +71,11 @@ int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, co
 
 int tb_shim_zeros(int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,
                   tb_shim_error *err) TB_NOEXCEPT;
+/* A new contiguous host tensor whose elements are not set: the caller
+ * fills all of them (a read straight into its memory: no page is touched
+ * twice). */
+int tb_shim_empty(int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,
+                  tb_shim_error *err) TB_NOEXCEPT;
 /* A new contiguous tensor holding a copy of bytes (row-major). */
 int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,
                        tb_shim_error *err) TB_NOEXCEPT;
