@@ -113,7 +113,12 @@ defmodule SafeTensorsBench do
       out |> String.trim() |> String.to_integer()
     end
 
-    result = %{tensor_bytes: 4 * n, copied_peak_bytes: grown.("\#{}"), refused_peak_bytes: grown.("\#{misaligned => refuse}")}
+    result = %{
+      tensor_bytes: 4 * n,
+      copied_peak_bytes: grown.("\#{}"),
+      refused_peak_bytes: grown.("\#{misaligned => refuse}")
+    }
+
     File.rm!(path)
     result
   end

@@ -281,7 +281,10 @@ defmodule TensorBlob.SafeTensorsTest do
   defp assert_truncated(fun, path, keep, argument \\ :tensor) do
     {TensorBlob.Error, :gone, ^argument, message} = raised(fun)
     assert message =~ "#{argument}: "
-    assert message =~ ~s(its file #{inspect(path)} was truncated while mapped (it has #{keep} bytes; the tensor needs up to )
+
+    assert message =~
+             ~s(its file #{inspect(path)} was truncated while mapped (it has #{keep} bytes; the tensor needs up to )
+
     message
   end
 
