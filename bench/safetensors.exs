@@ -3,7 +3,12 @@
 # TensorBlob.SafeTensors.write/3) and reads from a warm page cache.
 #
 #   mix run bench/safetensors.exs            our side: open, every tensor
-#                                            read, resident memory, two VMs' PSS
+#                                            read, resident memory, two VMs' PSS,
+#                                            info/1 (the header alone), the same
+#                                            256 tensors as a checkpoint of 4
+#                                            shards opened by its index, and the
+#                                            peak memory of opening a misaligned
+#                                            64 MiB tensor (a fresh VM)
 #   mix run bench/safetensors.exs --compare  the same beside elixir-nx's
 #                                            Safetensors (read! and lazy: true)
 #                                            and the reference's Python loop
@@ -46,6 +51,78 @@ defmodule SafeTensorsBench do
     :file.close(f)
   end
 
+  @shards 4
+
+  # The same tensors as a sharded checkpoint: 4 shard files of 64 tensors
+  # each and the index that maps every name to its shard (as the
+  # reference's save_model names them), beside the single file.
+  def make_sharded(path \\ path()) do
+    dir = Path.rootname(path) <> "_sharded"
+    index = Path.join(dir, "model.safetensors.index.json")
+
+    unless File.exists?(index) do
+      File.mkdir_p!(dir)
+      %{tensors: all} = SafeTensors.open(path)
+      names = all |> Map.keys() |> Enum.sort()
+      per = div(length(names), @shards)
+
+      weight_map =
+        names
+        |> Enum.chunk_every(per)
+        |> Enum.with_index(1)
+        |> Enum.flat_map(fn {chunk, i} ->
+          shard = "model-#{pad(i)}-of-#{pad(@shards)}.safetensors"
+          :ok = SafeTensors.write(Path.join(dir, shard), Map.take(all, chunk), %{"format" => "pt"})
+          for n <- chunk, do: ~s("#{n}": "#{shard}")
+        end)
+
+      File.write!(index, ~s({"metadata": {"total_size": #{@bytes}}, "weight_map": {#{Enum.join(weight_map, ", ")}}}))
+    end
+
+    for shard <- Path.wildcard(Path.join(dir, "*.safetensors")), do: warm(shard)
+    index
+  end
+
+  defp pad(i), do: String.pad_leading("#{i}", 5, "0")
+
+  # A file of one 64 MiB float32 tensor whose offset 4 does not divide,
+  # opened in a fresh VM (the library loaded first): how much its peak
+  # resident memory (VmHWM) grows, copied and refused.
+  def misaligned do
+    n = Bitwise.bsl(16, 20)
+    path = Path.join(System.tmp_dir!(), "tb_bench_misaligned_#{System.pid()}.safetensors")
+    h = ~s({"w":{"dtype":"F32","shape":[#{n}],"data_offsets":[0,#{4 * n}]}})
+    h = h <> String.duplicate(" ", rem(4 - rem(8 + byte_size(h), 4), 4) + 2)
+    File.write!(path, [<<byte_size(h)::little-64>>, h, :binary.copy(<<1.5::float-32-little>>, n)])
+    warm(path)
+
+    grown = fn opts ->
+      code = """
+      Hwm = fun() -> {ok, S} = file:read_file("/proc/self/status"),
+                     {match, [K]} = re:run(S, "VmHWM:[^0-9]*([0-9]+)", [{capture, all_but_first, list}]),
+                     list_to_integer(K) * 1024 end,
+      _ = tensor_blob:to_binary(tensor_blob:zeros({4}, float32)),
+      B = Hwm(),
+      _ = try tensor_blob_safetensors:open(<<"#{path}">>, #{opts}) catch error:{badarg, _} -> refused end,
+      io:format("~p~n", [Hwm() - B]),
+      halt().
+      """
+
+      paths = Enum.flat_map(:code.get_path(), &["-pa", to_string(&1)])
+      {out, 0} = System.cmd("erl", ["-noshell" | paths] ++ ["-eval", code])
+      out |> String.trim() |> String.to_integer()
+    end
+
+    result = %{
+      tensor_bytes: 4 * n,
+      copied_peak_bytes: grown.("\#{}"),
+      refused_peak_bytes: grown.("\#{misaligned => refuse}")
+    }
+
+    File.rm!(path)
+    result
+  end
+
   def median_ms(fun) do
     times =
       for _ <- 1..@runs do
@@ -86,10 +163,19 @@ defmodule SafeTensorsBench do
         end)
       end
 
+    info = median_ms(fn -> SafeTensors.info(path) end)
+    index = make_sharded(path)
+    sharded = median_ms(fn -> SafeTensors.open(index) end)
+    sharded_read = median_ms(fn -> read_all(SafeTensors.open(index).tensors) end)
+    sharded_info = median_ms(fn -> SafeTensors.info(index) end)
+
     %{
       file_bytes: File.stat!(path).size,
       tensors: @tensors,
       open_ms: open,
+      info_ms: info,
+      sharded: %{shards: @shards, open_ms: sharded, open_and_read_every_tensor_ms: sharded_read, info_ms: sharded_info},
+      misaligned: misaligned(),
       open_and_read_every_tensor_ms: read,
       open_as_nx_ms: nx,
       rss_growth_kib: growth_kib,
@@ -247,6 +333,15 @@ defmodule SafeTensorsBench do
         "resident growth on open #{o.rss_growth_kib} KiB (header #{o.header_bytes} B); " <>
         "PSS: the first VM adds #{o.pss.first_vm_adds_kib} KiB, the second #{o.pss.second_vm_adds_kib} KiB " <>
         "(#{fmt(100 * o.pss.second_vm_adds_of_file)} % of the file)"
+    )
+
+    IO.puts(
+      "info/1 (the header alone) #{fmt(o.info_ms)} ms; #{o.sharded.shards} shards by their index: open " <>
+        "#{fmt(o.sharded.open_ms)} ms, open + read every tensor #{fmt(o.sharded.open_and_read_every_tensor_ms)} ms, " <>
+        "info/1 #{fmt(o.sharded.info_ms)} ms; a misaligned #{div(o.misaligned.tensor_bytes, 1_048_576)} MiB " <>
+        "tensor grows the peak by #{fmt(o.misaligned.copied_peak_bytes / 1_048_576)} MiB copied " <>
+        "(#{fmt(o.misaligned.copied_peak_bytes / o.misaligned.tensor_bytes)}x its bytes), " <>
+        "#{fmt(o.misaligned.refused_peak_bytes / 1_048_576)} MiB refused"
     )
   end
 

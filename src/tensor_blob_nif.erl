@@ -52,7 +52,7 @@
     torch_shm_zeros/2,
     torch_shm_open/3,
     torch_shm_name/1,
-    safetensors_open/3,
+    safetensors_open/4,
     safetensors_info/1,
     safetensors_write/3,
     file_source/1,
@@ -108,7 +108,7 @@ ipc_reclaim() -> ?NOT_LOADED.
 torch_shm_zeros(_, _) -> ?NOT_LOADED.
 torch_shm_open(_, _, _) -> ?NOT_LOADED.
 torch_shm_name(_) -> ?NOT_LOADED.
-safetensors_open(_, _, _) -> ?NOT_LOADED.
+safetensors_open(_, _, _, _) -> ?NOT_LOADED.
 safetensors_info(_) -> ?NOT_LOADED.
 safetensors_write(_, _, _) -> ?NOT_LOADED.
 file_source(_) -> ?NOT_LOADED.

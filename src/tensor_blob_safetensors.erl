@@ -67,7 +67,8 @@ open(Path) -> open(Path, #{}).
 %% as nested maps, each name split at its "." (the form write/3 takes). misaligned => copy (the
 %% default) | refuse: a tensor whose offset in the file does not fit its
 %% element size cannot be viewed without a misaligned pointer; it is copied
-%% once (a copy event, reason misaligned, with telemetry), or refused.
+%% once, read from the file straight into its own memory (a copy event,
+%% reason misaligned, with telemetry), or refused before any byte is read.
 %% unsupported => refuse (the default) | skip | bytes: a tensor whose dtype
 %% the linked libtorch cannot hold (tables/0's safetensors list: F6_E2M3
 %% and F6_E3M2 have no libtorch dtype, the others one of a release) refuses
@@ -149,18 +150,11 @@ metadata(Meta) -> maps:from_list(Meta).
 %% the tensors the linked libtorch cannot hold.
 open_file(Name, Only, {Misaligned, Unsupported}) ->
     Start = tensor_blob_telemetry:start(copy),
-    {Tensors, Meta, Copied, Unheld} = ?NIF(tensor_blob_nif:safetensors_open(Name, Only, Unsupported)),
+    %% misaligned => refuse is refused by the NIF before any byte is read.
+    {Tensors, Meta, Copied, Unheld} = ?NIF(tensor_blob_nif:safetensors_open(Name, Only, Unsupported, Misaligned)),
     ByName = maps:from_list(Tensors),
-    case {Misaligned, Copied} of
-        {refuse, [First | _]} ->
-            badarg(misaligned, path,
-                   ["path: ", {term, Name}, ": tensor ", {term, First}, " starts at an offset that does not fit its "
-                    "element size, and ", {code, "misaligned => refuse", "misaligned: :refuse"}]);
-        _ ->
-            [tensor_blob_telemetry:copy(Start, {?MODULE, open, 2}, misaligned, data_bytes(maps:get(C, ByName)),
-                                        maps:get(C, ByName)) || C <- Copied],
-            ok
-    end,
+    [tensor_blob_telemetry:copy(Start, {?MODULE, open, 2}, misaligned, data_bytes(maps:get(C, ByName)),
+                                maps:get(C, ByName)) || C <- Copied],
     {ByName, metadata(Meta), maps:from_list([unheld(Unsupported, U) || U <- Unheld])}.
 
 %% A tensor the linked libtorch cannot hold, as open/2 reports it.

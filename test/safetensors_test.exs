@@ -112,6 +112,41 @@ defmodule TensorBlob.SafeTensorsTest do
       {ArgumentError, :misaligned, :path, _} = refusal(path, misaligned: :refuse)
     end
 
+    test "a misaligned tensor costs its own bytes once; refused, nothing", %{dir: dir} do
+      # 32 MiB of F32 at an offset 4 does not divide, beside an aligned one
+      n = Bitwise.bsl(8, 20)
+      bytes = 4 * n
+      h = header([entry("x", "F32", [n], 0, bytes)])
+      pad = rem(4 - rem(8 + byte_size(h), 4), 4) + 2
+      data = :binary.copy(<<1.5::float-little-32>>, n)
+      path = file(dir, "big_odd.st", h <> String.duplicate(" ", pad), data)
+      # the peak resident memory (VmHWM) of a fresh VM of its own, so no
+      # other test's allocations count: the library loaded first, then
+      # the open measured
+      grown = fn opts ->
+        code = """
+        Hwm = fun() -> {ok, S} = file:read_file("/proc/self/status"),
+                       {match, [K]} = re:run(S, "VmHWM:[^0-9]*([0-9]+)", [{capture, all_but_first, list}]),
+                       list_to_integer(K) * 1024 end,
+        _ = tensor_blob:to_binary(tensor_blob:zeros({4}, float32)),
+        B = Hwm(),
+        R = try maps:size(maps:get(tensors, tensor_blob_safetensors:open(<<"#{path}">>, #{opts})))
+            catch error:{badarg, _} -> refused end,
+        io:format("~p ~p~n", [R, Hwm() - B]),
+        halt().
+        """
+
+        {out, 0} = System.cmd("erl", ["-noshell", "-pa", Path.join(:code.lib_dir(:tensor_blob), "ebin"), "-eval", code])
+        [result, grown] = String.split(out)
+        {result, String.to_integer(grown)}
+      end
+
+      {"refused", refused} = grown.("\#{misaligned => refuse}")
+      assert refused < div(bytes, 8), "the refusal grew the peak by #{refused} bytes"
+      {"1", copied} = grown.("\#{}")
+      assert copied < bytes + div(bytes, 4), "the copy grew the peak by #{copied} bytes"
+    end
+
     test "a symbolic link to a regular file is followed", %{dir: dir} do
       path = file(dir, "real.st", header([entry("a", "U8", [1], 0, 1)]), <<7>>)
       link = Path.join(dir, "link.st")
@@ -206,19 +241,119 @@ defmodule TensorBlob.SafeTensorsTest do
     end
 
     test "a file shrunk under its tensors: the library's copies raise, the VM lives", %{dir: dir} do
-      n = Bitwise.bsl(1, 20)
-      path = file(dir, "shrunk.st", aligned(header([entry("w", "U8", [n], 0, n)])), :binary.copy(<<5>>, n))
-      %{tensors: %{"w" => w}} = SafeTensors.open(path)
-      assert Tensor.memory(w) == :file
-      {:ok, f} = :file.open(path, [:read, :write, :raw])
-      {:ok, _} = :file.position(f, 0)
-      :ok = :file.truncate(f)
-      :ok = :file.close(f)
+      {path, w, n} = truncated_under(dir, "shrunk.st", 0)
       assert_raise TensorBlob.Error, fn -> Tensor.to_binary(w) end
       assert_raise ArgumentError, fn -> Tensor.to_binary(w, copy: false) end
       assert_raise TensorBlob.Error, fn -> Tensor.write!(w, :binary.copy(<<1>>, n)) end
       assert_raise TensorBlob.Error, fn -> SafeTensors.write(Path.join(dir, "out.st"), %{"w" => w}) end
       refute File.exists?(Path.join(dir, "out.st"))
+      assert File.exists?(path)
+    end
+  end
+
+  # A file of one U8 tensor "w" of 1 MiB ({1024, 1024}), opened, then truncated on disk
+  # to `keep` bytes under the mapped tensor: {path, w, n}.
+  defp truncated_under(dir, name, keep) do
+    n = Bitwise.bsl(1, 20)
+    path = file(dir, name, aligned(header([entry("w", "U8", [1024, 1024], 0, n)])), :binary.copy(<<5>>, n))
+    %{tensors: %{"w" => w}} = SafeTensors.open(path)
+    assert Tensor.memory(w) == :file
+    {:ok, f} = :file.open(path, [:read, :write, :raw])
+    {:ok, _} = :file.position(f, keep)
+    :ok = :file.truncate(f)
+    :ok = :file.close(f)
+    {path, w, n}
+  end
+
+  # The error fun raises: its module, reason, argument and message.
+  defp raised(fun) do
+    fun.()
+    flunk("no error")
+  rescue
+    e in [ArgumentError, TensorBlob.Error] ->
+      %{reason: reason, argument: argument} = :tensor_blob.error_reason(__STACKTRACE__)
+      {e.__struct__, reason, argument, Exception.message(e)}
+  end
+
+  # What every door that touches a truncated file's tensor says: the file,
+  # that it was truncated while mapped, its size now and the end the
+  # tensor needs, gone, about the argument named.
+  defp assert_truncated(fun, path, keep, argument \\ :tensor) do
+    {TensorBlob.Error, :gone, ^argument, message} = raised(fun)
+    assert message =~ "#{argument}: "
+
+    assert message =~
+             ~s(its file #{inspect(path)} was truncated while mapped (it has #{keep} bytes; the tensor needs up to )
+
+    message
+  end
+
+  describe "a file truncated while mapped" do
+    test "copies, writes and to_device name the file and say so", %{dir: dir} do
+      {path, w, n} = truncated_under(dir, "copies.safetensors", 100)
+      <<length::little-64, _::binary>> = File.read!(path)
+      data_start = 8 + length
+      message = assert_truncated(fn -> Tensor.to_binary(w) end, path, 100)
+      assert message =~ "needs up to #{data_start + n})"
+      # a slice needs the file up to its own end
+      slice = Tensor.narrow(w, 0, 8, 2)
+      assert assert_truncated(fn -> Tensor.to_binary(slice) end, path, 100) =~ "needs up to #{data_start + 10 * 1024})"
+      assert_truncated(fn -> Tensor.to_binary(Tensor.transpose(w, 0, 1)) end, path, 100)
+      assert_truncated(fn -> Tensor.copy(w) end, path, 100)
+      assert_truncated(fn -> Tensor.to_device(w, :cpu) end, path, 100)
+      assert_truncated(fn -> Tensor.write!(w, :binary.copy(<<1>>, n)) end, path, 100)
+      # the Erlang API says the same, in Erlang's spelling of the path
+      try do
+        :tensor_blob.to_binary(Tensor.ref(w))
+        flunk("no error")
+      catch
+        :error, {:tensor_blob, message} ->
+          assert IO.iodata_to_binary(message) =~ ~s(tensor: its file <<"#{path}">> was truncated while mapped)
+          assert %{reason: :gone, argument: :tensor} = :tensor_blob.error_reason(__STACKTRACE__)
+      end
+    end
+
+    test "write/3 names the tensor and the file, and leaves no file", %{dir: dir} do
+      {path, w, _} = truncated_under(dir, "w.safetensors", 0)
+      out = Path.join(dir, "out.safetensors")
+      message = assert_truncated(fn -> SafeTensors.write(out, %{"w" => w}) end, path, 0, :tensors)
+      assert message =~ ~s(tensors: tensor "w": its file )
+      # a strided tensor, copied to host bytes first, says the same
+      strided = Tensor.transpose(w, 0, 1)
+      assert_truncated(fn -> SafeTensors.write(out, %{"t" => strided}) end, path, 0, :tensors)
+      assert File.ls!(dir) == ["w.safetensors"]
+    end
+
+    test "a DLPack export is refused before a consumer reads it", %{dir: dir} do
+      {path, w, _} = truncated_under(dir, "d.safetensors", 4096)
+      assert_truncated(fn -> TensorBlob.DLPack.export(w) end, path, 4096)
+      assert_truncated(fn -> TensorBlob.DLPack.export(w, version: :legacy) end, path, 4096)
+      assert_truncated(fn -> TensorBlob.DLPack.export(Tensor.narrow(w, 0, 0, 4)) end, path, 4096)
+      # what the file still holds exports, and reads back
+      capsule = TensorBlob.DLPack.export(Tensor.narrow(w, 0, 0, 2))
+      assert Tensor.to_binary(TensorBlob.DLPack.import(capsule)) == :binary.copy(<<5>>, 2048)
+    end
+
+    test "Nodes.pack and IPC.export name the file", %{dir: dir} do
+      {path, w, _} = truncated_under(dir, "p.safetensors", 0)
+      assert_truncated(fn -> TensorBlob.Nodes.pack(w, node()) end, path, 0)
+      assert_truncated(fn -> TensorBlob.IPC.export(w) end, path, 0)
+    end
+
+    test "a file renamed over (write/3 does) is not truncated: the mapping stays valid", %{dir: dir} do
+      path = Path.join(dir, "r.safetensors")
+      :ok = SafeTensors.write(path, %{"w" => {:binary.copy(<<3>>, 4096), :uint8, {4096}}})
+      %{tensors: %{"w" => w}} = SafeTensors.open(path)
+      :ok = SafeTensors.write(path, %{"w" => {<<1>>, :uint8, {1}}})
+      assert %TensorBlob.DLPack{} = TensorBlob.DLPack.export(w)
+      assert Tensor.to_binary(w) == :binary.copy(<<3>>, 4096)
+    end
+
+    @tag :nx
+    test "the Nx door names the file", %{dir: dir} do
+      {:ok, _} = Application.ensure_all_started(:nx)
+      {path, w, _} = truncated_under(dir, "nx.safetensors", 0)
+      assert_truncated(fn -> Nx.sum(TensorBlob.Nx.to_nx(w)) end, path, 0)
     end
   end
 

@@ -18,6 +18,7 @@
     X(refuse) /* safetensors_open's answers to a dtype the linked libtorch lacks */         \
     X(skip)                                                                                 \
     X(bytes)                                                                                \
+    X(copy) /* and to a tensor whose offset does not fit its element size (or refuse) */    \
     X(undefined)                                                                            \
     X(ptr) /* blob keys */                                                                  \
     X(shape)                                                                                \

@@ -57,12 +57,18 @@ void set_error(tb_shim_error *err, const char *what, int no_memory = 0) noexcept
     if (err) {
         std::snprintf(err->message, sizeof err->message, "%s", what);
         err->no_memory = no_memory;
+        err->vanished = 0;
     }
 }
 
 // A host allocation that failed: the callers of allocate() have checked the
 // shape, the dtype and the byte count, so the allocator alone can fail.
 struct NoHostMemory : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Host memory that vanished under a guarded copy (host_copy).
+struct MemoryVanished : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
@@ -91,6 +97,10 @@ template <typename F> int guarded(tb_shim_error *err, F &&body) noexcept
         return 1;
     } catch (const NoHostMemory &e) {
         set_error(err, e.what(), 1);
+    } catch (const MemoryVanished &e) {
+        set_error(err, e.what());
+        if (err)
+            err->vanished = 1;
     } catch (const c10::OutOfMemoryError &e) {
         set_error(err, e.what_without_backtrace(), 1);
     } catch (const std::bad_alloc &e) {
@@ -208,8 +218,8 @@ void host_copy(const at::Tensor &t, void *dense, bool to_dense)
 {
     if (!tb_fault_copy_strided(t.data_ptr(), static_cast<int>(t.dim()), t.sizes().data(), t.strides().data(),
                                t.element_size(), dense, to_dense))
-        throw std::runtime_error("the memory vanished under the copy (SIGBUS: a shared-memory region shrunk by "
-                                 "another program, or a page its file system could not supply)");
+        throw MemoryVanished("the memory vanished under the copy (SIGBUS: a shared-memory region shrunk by "
+                             "another program, or a page its file system could not supply)");
 }
 
 // Host memory from libtorch's CPU allocator: no file behind it to shrink.
@@ -284,6 +294,13 @@ int tb_shim_zeros(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out, 
         at::Tensor t = allocate(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st)));
         t.zero_();
         *out = release_handle(std::move(t));
+    });
+}
+
+int tb_shim_empty(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
+{
+    return guarded(err, [&] {
+        *out = release_handle(allocate(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st))));
     });
 }
 

@@ -23,6 +23,10 @@ typedef struct {
     /* 1 when the call failed for want of memory (the host's allocator
      * failed, or a device's reported it is out of memory). */
     int no_memory;
+    /* 1 when a copy of host memory stopped part way: the memory vanished
+     * under it (SIGBUS: a mapped file or region shrunk by another program,
+     * or a page its file system could not supply). */
+    int vanished;
 } tb_shim_error;
 
 typedef struct {
@@ -66,6 +70,11 @@ int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, co
                   const int64_t *strides, int scalar_type, tb_shim_tensor **out, tb_shim_error *err) TB_NOEXCEPT;
 
 int tb_shim_zeros(int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,
+                  tb_shim_error *err) TB_NOEXCEPT;
+/* A new contiguous host tensor whose elements are not set: the caller
+ * fills all of them (a read straight into its memory: no page is touched
+ * twice). */
+int tb_shim_empty(int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,
                   tb_shim_error *err) TB_NOEXCEPT;
 /* A new contiguous tensor holding a copy of bytes (row-major). */
 int tb_shim_from_bytes(const void *bytes, int ndim, const int64_t *sizes, int scalar_type, tb_shim_tensor **out,

@@ -4,8 +4,10 @@
  * it is gone. The header is read with pread into memory of our own, then
  * decoded (tb_safetensors_decode.h): a file changed under us changes
  * nothing the decoder reads. No tensor byte is read, except an entry whose
- * offset does not fit its element size, which is copied once (under the
- * SIGBUS guard): no misaligned pointer is handed out. */
+ * offset does not fit its element size, which is read once with pread
+ * straight into a new tensor's memory (the mapping's pages are not
+ * touched: the peak grows by the tensor's bytes), or refused before any
+ * byte is read: no misaligned pointer is handed out. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tb_fault.h"
 #include "tb_file_map.h"
 #include "tb_file_terms.h"
 #include "tb_nifs.h"
@@ -216,6 +217,7 @@ typedef struct {
     unsigned count;
     int all;
     unheld_mode unheld;
+    int refuse_misaligned; /* refuse a tensor whose offset does not fit its element size */
 } selection;
 
 static int cmp_bin(const void *a, const void *b)
@@ -324,61 +326,6 @@ static int names_in_file(ErlNifEnv *env, const ERL_NIF_TERM argv[], const select
     return 0;
 }
 
-/* The file named path_term (path), open and its header read into f: the
- * file, or -1 with *exc. Either way f->h holds what was decoded
- * (tb_safetensors_free). */
-static int open_header(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path, struct stat *st, file_header *f,
-                       ERL_NIF_TERM *exc)
-{
-    memset(&f->h, 0, sizeof f->h);
-    int fd = open_regular(env, path_term, path, st, exc);
-    if (fd < 0)
-        return -1;
-    f->file_size = (uint64_t)st->st_size;
-    read_header(fd, f);
-    if (f->h.error == TB_ST_OK)
-        return fd;
-    *exc = header_error(env, path_term, f);
-    close(fd);
-    return -1;
-}
-
-/* The file named argv[0], open, its header decoded into f and the names
- * asked for checked against it: the file, or -1 with *exc. */
-static int open_checked(ErlNifEnv *env, const ERL_NIF_TERM argv[], const char *path, const selection *sel,
-                        struct stat *st, file_header *f, ERL_NIF_TERM *exc)
-{
-    int fd = open_header(env, argv[0], path, st, f, exc);
-    if (fd < 0)
-        return -1;
-    if (dtypes_in_libtorch(env, argv[0], sel, &f->h, exc) && names_in_file(env, argv, sel, &f->h, exc))
-        return fd;
-    close(fd);
-    return -1;
-}
-
-/* ---- The tensors over the mapping ------------------------------------ */
-
-/* The whole file mapped, as one byte tensor (*base) that every tensor
- * aliases: one storage for the whole file. */
-static int map_whole(ErlNifEnv *env, ERL_NIF_TERM path_term, int fd, const struct stat *st, const char *path,
-                     void **file, tb_shim_tensor **base, ERL_NIF_TERM *exc)
-{
-    int error;
-    tb_file_map *m = tb_file_map_open(fd, st, path, 0, (size_t)st->st_size, file, &error);
-    if (!m) {
-        *exc = tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: cannot map it: %s", path_term, strerror(error));
-        return 0;
-    }
-    tb_shim_out o;
-    if (!tb_file_map_bytes(m, *file, (size_t)st->st_size, &o.handle, &o.err)) {
-        *exc = tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: %s", path_term, o.err.message);
-        return 0;
-    }
-    *base = o.handle;
-    return 1;
-}
-
 /* What an entry opens as: a tensor of its dtype (its shape in elements,
  * tb_safetensors_tensor_shape), or of its bytes (uint8, its last dimension
  * in bytes: a 0-dim entry of more than one byte has one dimension). */
@@ -409,59 +356,158 @@ static void layout_of(const tb_safetensors_entry *e, int as_bytes, entry_layout 
         l->shape[l->ndim++] = bits / 8;
 }
 
-/* A copy of an entry whose offset does not fit its element size: its bytes
- * at from, read under the SIGBUS guard. */
-static int copy_entry(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *from, const tb_safetensors_entry *e,
-                      const entry_layout *l, tb_shim_out *o, ERL_NIF_TERM *exc)
+/* Every tensor asked for starts at an offset that fits its element size,
+ * unless asked to copy those that do not: checked before anything is read
+ * or mapped. */
+static int offsets_fit(ErlNifEnv *env, ERL_NIF_TERM path_term, const selection *sel, uint64_t data_at,
+                       const tb_safetensors_header *h, ERL_NIF_TERM *exc)
 {
-    if (!tb_shim_zeros(l->ndim, l->shape, l->scalar_type, &o->handle, &o->err)) {
-        *exc = tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: tensor %T: %s", path_term,
-                              tb_file_make_string(env, &e->name), o->err.message);
+    for (size_t i = 0; i < h->count && sel->refuse_misaligned; i++) {
+        const tb_safetensors_entry *e = &h->entries[i];
+        int is_held = held(e);
+        if (!selected(sel, &e->name) || (!is_held && sel->unheld != UNHELD_BYTES) || e->end == e->begin)
+            continue;
+        entry_layout l;
+        layout_of(e, !is_held, &l);
+        if ((data_at + e->begin) % l.element_size != 0) {
+            *exc = tb_raise_badarg(env, TB_WHY_MISALIGNED, "path",
+                                   "path: %T: tensor %T starts at an offset that does not fit its element size, "
+                                   "and %C",
+                                   path_term, tb_file_make_string(env, &e->name), "misaligned => refuse",
+                                   "misaligned: :refuse");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The file named path_term (path), open and its header read into f: the
+ * file, or -1 with *exc. Either way f->h holds what was decoded
+ * (tb_safetensors_free). */
+static int open_header(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path, struct stat *st, file_header *f,
+                       ERL_NIF_TERM *exc)
+{
+    memset(&f->h, 0, sizeof f->h);
+    int fd = open_regular(env, path_term, path, st, exc);
+    if (fd < 0)
+        return -1;
+    f->file_size = (uint64_t)st->st_size;
+    read_header(fd, f);
+    if (f->h.error == TB_ST_OK)
+        return fd;
+    *exc = header_error(env, path_term, f);
+    close(fd);
+    return -1;
+}
+
+/* The file named argv[0], open, its header decoded into f and the names
+ * asked for checked against it: the file, or -1 with *exc. */
+static int open_checked(ErlNifEnv *env, const ERL_NIF_TERM argv[], const char *path, const selection *sel,
+                        struct stat *st, file_header *f, ERL_NIF_TERM *exc)
+{
+    int fd = open_header(env, argv[0], path, st, f, exc);
+    if (fd < 0)
+        return -1;
+    if (dtypes_in_libtorch(env, argv[0], sel, &f->h, exc) && names_in_file(env, argv, sel, &f->h, exc) &&
+        offsets_fit(env, argv[0], sel, 8 + f->header_len, &f->h, exc))
+        return fd;
+    close(fd);
+    return -1;
+}
+
+/* ---- The tensors over the mapping ------------------------------------ */
+
+/* The whole file mapped, as one byte tensor (*base) that every tensor
+ * aliases: one storage for the whole file. */
+static int map_whole(ErlNifEnv *env, ERL_NIF_TERM path_term, int fd, const struct stat *st, const char *path,
+                     void **file, tb_shim_tensor **base, ERL_NIF_TERM *exc)
+{
+    int error;
+    tb_file_map *m = tb_file_map_open(fd, st, path, 0, (size_t)st->st_size, file, &error);
+    if (!m) {
+        *exc = tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: cannot map it: %s", path_term, strerror(error));
+        return 0;
+    }
+    tb_shim_out o;
+    if (!tb_file_map_bytes(m, *file, (size_t)st->st_size, &o.handle, &o.err)) {
+        *exc = tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: %s", path_term, o.err.message);
+        return 0;
+    }
+    *base = o.handle;
+    return 1;
+}
+
+/* What open_result works from: the file (its name, its descriptor), the
+ * byte tensor of its whole mapping, where the data start, and the tensors
+ * asked for. */
+typedef struct {
+    ERL_NIF_TERM path_term;
+    int fd;
+    tb_shim_tensor *base;
+    uint64_t data_at;
+    const selection *sel;
+} opening;
+
+/* A copy of an entry whose offset does not fit its element size: its bytes
+ * at file offset at, read with pread straight into a new tensor's memory
+ * (one copy; the mapping's pages are not touched). */
+static int copy_entry(ErlNifEnv *env, const opening *o, uint64_t at, const tb_safetensors_entry *e,
+                      const entry_layout *l, tb_shim_out *out, ERL_NIF_TERM *exc)
+{
+    if (!tb_shim_empty(l->ndim, l->shape, l->scalar_type, &out->handle, &out->err)) {
+        *exc = tb_raise_error(env, out->err.no_memory ? TB_WHY_NO_MEMORY : TB_WHY_LIBTORCH, "path",
+                              "path: %T: tensor %T: %s", o->path_term, tb_file_make_string(env, &e->name),
+                              out->err.message);
         return 0;
     }
     tb_shim_info info;
-    tb_shim_info_of(o->handle, &info);
-    int64_t n = (int64_t)(e->end - e->begin), one = 1;
-    if (!tb_fault_copy_strided((void *)from, 1, &n, &one, 1, info.data, 1)) {
-        tb_shim_release(o->handle);
-        *exc = tb_raise_error(env, TB_WHY_GONE, "path",
-                              "path: %T: tensor %T: the file shrank under the copy of its bytes (SIGBUS)", path_term,
-                              tb_file_make_string(env, &e->name));
+    tb_shim_info_of(out->handle, &info);
+    errno = 0;
+    if (!read_all(o->fd, info.data, (size_t)(e->end - e->begin), (off_t)at)) {
+        int error = errno;
+        tb_shim_release(out->handle);
+        struct stat st;
+        uint64_t has = fstat(o->fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+        *exc = error ? tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: tensor %T: reading its bytes: %s",
+                                      o->path_term, tb_file_make_string(env, &e->name), strerror(error))
+                     : tb_raise_error(env, TB_WHY_GONE, "path",
+                                      "path: %T: tensor %T: the file was truncated while it was opened (it has %llu "
+                                      "bytes; the tensor needs up to %llu)",
+                                      o->path_term, tb_file_make_string(env, &e->name), (unsigned long long)has,
+                                      (unsigned long long)(at + e->end - e->begin));
         return 0;
     }
     return 1;
 }
 
-/* The tensor of entry e over the mapping (base: a byte tensor of the whole
- * file, at file), of its dtype or of its bytes (as_bytes): an alias of its
- * storage, or, where its offset does not fit its element size, a copy
- * (*copied set). */
-static int entry_tensor(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
-                        uint64_t data_at, const tb_safetensors_entry *e, int as_bytes, ERL_NIF_TERM *out, int *copied,
-                        ERL_NIF_TERM *exc)
+/* The tensor of entry e over the mapping, of its dtype or of its bytes
+ * (as_bytes): an alias of its storage, or, where its offset does not fit
+ * its element size, a copy (*copied set). */
+static int entry_tensor(ErlNifEnv *env, const opening *o, const tb_safetensors_entry *e, int as_bytes,
+                        ERL_NIF_TERM *out, int *copied, ERL_NIF_TERM *exc)
 {
     entry_layout l;
     layout_of(e, as_bytes, &l);
-    uint64_t at = data_at + e->begin;
+    uint64_t at = o->data_at + e->begin;
     uint64_t bytes = e->end - e->begin;
-    tb_shim_out o;
+    tb_shim_out t;
     *copied = bytes != 0 && at % l.element_size != 0;
     if (*copied) {
-        if (!copy_entry(env, path_term, file + at, e, &l, &o, exc))
+        if (!copy_entry(env, o, at, e, &l, &t, exc))
             return 0;
-        return tb_tensor_make(env, o.handle, out, exc);
+        return tb_tensor_make(env, t.handle, out, exc);
     }
     /* The decoder refused any shape whose elements overflow: an overflow
      * here is one of a tensor without elements (a dimension of size 0),
      * whose saturated strides reach nothing. */
     int64_t strides[TB_MAX_DIMS];
     (void)tb_row_major_strides(l.ndim, l.shape, strides);
-    if (!tb_shim_alias(base, bytes ? at : 0, l.ndim, l.shape, strides, l.scalar_type, &o.handle, &o.err)) {
-        *exc = tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: tensor %T: %s", path_term,
-                              tb_file_make_string(env, &e->name), o.err.message);
+    if (!tb_shim_alias(o->base, bytes ? at : 0, l.ndim, l.shape, strides, l.scalar_type, &t.handle, &t.err)) {
+        *exc = tb_raise_error(env, TB_WHY_LIBTORCH, "path", "path: %T: tensor %T: %s", o->path_term,
+                              tb_file_make_string(env, &e->name), t.err.message);
         return 0;
     }
-    return tb_tensor_make(env, o.handle, out, exc);
+    return tb_tensor_make(env, t.handle, out, exc);
 }
 
 /* An entry's name, its format's dtype, its shape as the file gives it
@@ -505,18 +551,17 @@ typedef struct {
 } result_lists;
 
 /* Entry e's tensor (or its report) onto the lists; or the exception. */
-static int add_entry(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
-                     uint64_t data_start, const selection *sel, const tb_safetensors_entry *e, result_lists *r,
+static int add_entry(ErlNifEnv *env, const opening *o, const tb_safetensors_entry *e, result_lists *r,
                      ERL_NIF_TERM *exc)
 {
     int is_held = held(e);
     if (!is_held)
         r->unheld = enif_make_list_cell(env, unheld_term(env, e), r->unheld);
-    if (!is_held && sel->unheld != UNHELD_BYTES)
+    if (!is_held && o->sel->unheld != UNHELD_BYTES)
         return 1;
     ERL_NIF_TERM t;
     int was_copied;
-    if (!entry_tensor(env, path_term, base, file, data_start, e, !is_held, &t, &was_copied, exc))
+    if (!entry_tensor(env, o, e, !is_held, &t, &was_copied, exc))
         return 0;
     ERL_NIF_TERM name = tb_file_make_string(env, &e->name);
     r->tensors = enif_make_list_cell(env, enif_make_tuple2(env, name, t), r->tensors);
@@ -528,48 +573,60 @@ static int add_entry(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *bas
 /* {[{Name, Tensor}], Metadata, [Name copied], [Unheld]}, the tensors asked
  * for in file order (unheld_term: those the linked libtorch cannot hold);
  * or the exception. */
-static ERL_NIF_TERM open_result(ErlNifEnv *env, ERL_NIF_TERM path_term, tb_shim_tensor *base, const char *file,
-                                uint64_t data_start, const selection *sel, const tb_safetensors_header *h)
+static ERL_NIF_TERM open_result(ErlNifEnv *env, const opening *o, const tb_safetensors_header *h)
 {
     ERL_NIF_TERM nil = enif_make_list(env, 0), exc;
     result_lists r = {nil, nil, nil};
     for (size_t i = h->count; i-- > 0;)
-        if (selected(sel, &h->entries[i].name) &&
-            !add_entry(env, path_term, base, file, data_start, sel, &h->entries[i], &r, &exc))
+        if (selected(o->sel, &h->entries[i].name) && !add_entry(env, o, &h->entries[i], &r, &exc))
             return exc;
     return enif_make_tuple4(env, r.tensors, metadata_term(env, h), r.copied, r.unheld);
 }
 
-/* (Path, all | [Name], refuse | skip | bytes) ->
+/* The options (argv[1..3]) into sel: 0 with *exc when one is not. */
+static int get_options(ErlNifEnv *env, const ERL_NIF_TERM argv[], selection *sel, ERL_NIF_TERM *exc)
+{
+    if (!get_selection(env, argv[1], sel, exc))
+        return 0;
+    if (!get_unheld(argv[2], &sel->unheld)) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "unsupported", "unsupported: %T is not one of %C", argv[2],
+                               "refuse, skip, bytes", ":refuse, :skip, :bytes");
+    } else if (argv[3] != tb_atoms.copy && argv[3] != tb_atoms.refuse) {
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "misaligned", "misaligned: %T is not one of %C", argv[3],
+                               "copy, refuse", ":copy, :refuse");
+    } else {
+        sel->refuse_misaligned = argv[3] == tb_atoms.refuse;
+        return 1;
+    }
+    free(sel->names);
+    return 0;
+}
+
+/* (Path, all | [Name], refuse | skip | bytes, copy | refuse) ->
  * {[{Name, Tensor}], [{Key, Value}] | nil, [Name copied], [Unheld]}: a
  * tensor whose dtype the linked libtorch cannot hold refuses the file, is
  * left out, or opens as its bytes (uint8); either of the last two is
- * reported in Unheld. */
+ * reported in Unheld. A tensor whose offset does not fit its element size
+ * is copied (and named in Copied), or refuses the file before any byte is
+ * read. */
 ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
 {
     char path[PATH_MAX];
     ERL_NIF_TERM answer;
     selection sel;
-    if (!tb_file_get_path(env, argv[0], path, &answer) || !get_selection(env, argv[1], &sel, &answer))
+    if (!tb_file_get_path(env, argv[0], path, &answer) || !get_options(env, argv, &sel, &answer))
         return answer;
-    if (!get_unheld(argv[2], &sel.unheld)) {
-        free(sel.names);
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "unsupported", "unsupported: %T is not one of %C", argv[2],
-                               "refuse, skip, bytes", ":refuse, :skip, :bytes");
-    }
     struct stat st;
     file_header f;
     int fd = open_checked(env, argv, path, &sel, &st, &f, &answer);
     if (fd >= 0) {
         void *file = NULL;
-        tb_shim_tensor *base = NULL;
-        int mapped = map_whole(env, argv[0], fd, &st, path, &file, &base, &answer);
-        close(fd);
-        if (mapped) {
-            /* The data start after the length and the header. */
-            answer = open_result(env, argv[0], base, file, 8 + f.header_len, &sel, &f.h);
-            tb_shim_release(base);
+        opening o = {.path_term = argv[0], .fd = fd, .base = NULL, .data_at = 8 + f.header_len, .sel = &sel};
+        if (map_whole(env, argv[0], fd, &st, path, &file, &o.base, &answer)) {
+            answer = open_result(env, &o, &f.h);
+            tb_shim_release(o.base);
         }
+        close(fd);
     }
     free(sel.names);
     tb_safetensors_free(&f.h);

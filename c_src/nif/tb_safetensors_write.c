@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tb_file_map.h"
 #include "tb_file_terms.h"
 #include "tb_nifs.h"
 #include "tb_safetensors.h"
@@ -184,10 +185,12 @@ static int write_all(int fd, const void *buf, size_t len)
     return 1;
 }
 
-/* The bytes of one tensor, row-major, appended to fd. Contiguous host
- * memory is written as it is: write(2) reads it in the kernel, where a
- * page that vanished is an error (EFAULT), not a signal. Anything else is
- * copied to host bytes first (under the SIGBUS guard for host memory). */
+/* The bytes of one tensor, row-major, appended to fd: 1 when written, 0
+ * when not (why says why), -1 when its memory vanished under the read.
+ * Contiguous host memory is written as it is: write(2) reads it in the
+ * kernel, where a page that vanished is an error (EFAULT), not a signal.
+ * Anything else is copied to host bytes first (under the SIGBUS guard for
+ * host memory). */
 static int write_tensor(int fd, const tb_tensor_desc *d, char *why, size_t why_len)
 {
     if (d->dense_bytes == 0)
@@ -196,7 +199,7 @@ static int write_tensor(int fd, const tb_tensor_desc *d, char *why, size_t why_l
         if (write_all(fd, d->info.data, d->dense_bytes))
             return 1;
         snprintf(why, why_len, "%s", strerror(errno));
-        return 0;
+        return errno == EFAULT ? -1 : 0;
     }
     void *bytes = malloc(d->dense_bytes);
     if (!bytes) {
@@ -207,15 +210,18 @@ static int write_tensor(int fd, const tb_tensor_desc *d, char *why, size_t why_l
     int ok = tb_shim_to_bytes(d->tensor->handle, bytes, &err);
     if (!ok)
         snprintf(why, why_len, "%s", err.message);
-    else if (!(ok = write_all(fd, bytes, d->dense_bytes)))
+    if (!ok && err.vanished)
+        ok = -1;
+    else if (ok > 0 && !(ok = write_all(fd, bytes, d->dense_bytes)))
         snprintf(why, why_len, "%s", strerror(errno));
     free(bytes);
     return ok;
 }
 
 /* The length, the header and the tensors, on the disk: *failed_at is the
- * tensor whose bytes failed (c->count for none), why says what failed. */
-static int write_contents(int fd, const contents *c, unsigned *failed_at, char *why, size_t why_len)
+ * tensor whose bytes failed (c->count for none), *vanished whether its
+ * memory vanished under the read, why says what failed. */
+static int write_contents(int fd, const contents *c, unsigned *failed_at, int *vanished, char *why, size_t why_len)
 {
     unsigned char prefix[8];
     tb_safetensors_put_prefix(c->header_len, prefix);
@@ -223,9 +229,15 @@ static int write_contents(int fd, const contents *c, unsigned *failed_at, char *
     if (!ok)
         snprintf(why, why_len, "%s", strerror(errno));
     *failed_at = c->count;
-    for (unsigned i = 0; ok && i < c->count; i++)
-        if (!(ok = write_tensor(fd, &c->descs[i], why, why_len)))
+    *vanished = 0;
+    for (unsigned i = 0; ok && i < c->count; i++) {
+        int wrote = write_tensor(fd, &c->descs[i], why, why_len);
+        ok = wrote > 0;
+        if (!ok) {
             *failed_at = i;
+            *vanished = wrote < 0;
+        }
+    }
     if (ok && fdatasync(fd) != 0) {
         ok = 0;
         snprintf(why, why_len, "%s", strerror(errno));
@@ -249,7 +261,8 @@ static int write_file(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path, 
     }
     char why[300] = "";
     unsigned failed_at;
-    int ok = write_contents(fd, c, &failed_at, why, sizeof why);
+    int vanished;
+    int ok = write_contents(fd, c, &failed_at, &vanished, why, sizeof why);
     if (close(fd) != 0 && ok) {
         ok = 0;
         snprintf(why, sizeof why, "%s", strerror(errno));
@@ -261,9 +274,11 @@ static int write_file(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path, 
     if (ok)
         return 1;
     unlink(tmp);
+    ERL_NIF_TERM name = failed_at < c->count ? tb_file_make_string(env, &c->entries[failed_at].name) : 0;
+    if (vanished && !tb_file_map_check(env, &c->descs[failed_at], 1, "tensors", name, exc))
+        return 0;
     if (failed_at < c->count)
-        *exc = tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: writing tensor %T: %s", path_term,
-                              tb_file_make_string(env, &c->entries[failed_at].name), why);
+        *exc = tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: writing tensor %T: %s", path_term, name, why);
     else
         *exc = tb_raise_error(env, TB_WHY_SYSTEM, "path", "path: %T: %s", path_term, why);
     return 0;

@@ -3,6 +3,7 @@
  * dtype, device, memory). Each reads its arguments with tb_tensor.h's
  * readers and ends with tb_tensor_result or a term of its own; the tensor
  * resource they work on is tensor/tb_tensor. */
+#include "tb_file_map.h"
 #include "tb_nifs.h"
 #include "tb_overlap.h"
 #include "tb_storage.h"
@@ -59,6 +60,8 @@ ERL_NIF_TERM tb_nif_to_binary(TB_NIF_PARAMS)
     tb_shim_error err;
     if (!tb_shim_to_bytes(d.tensor->handle, bin.data, &err)) {
         enif_release_binary(&bin);
+        if (err.vanished && !tb_file_map_check(env, &d, 1, "tensor", 0, &exc))
+            return exc;
         return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "to_binary: %s", err.message);
     }
     return enif_make_binary(env, &bin);
@@ -234,6 +237,12 @@ ERL_NIF_TERM tb_nif_write(TB_NIF_PARAMS)
     int ok = from_tensor ? tb_shim_to_bytes(src.tensor->handle, d.info.data, &err)
                          : tb_shim_write_bytes(d.tensor->handle, bin.data, &err);
     tb_storage_write_end(&guard);
+    /* A tensor source is the library's own (a region's export, a node's
+     * pack: copy_into), where the caller's tensor is that source. */
+    if (!ok && err.vanished &&
+        (!tb_file_map_check(env, &d, 1, "tensor", 0, &exc) ||
+         (from_tensor && !tb_file_map_check(env, &src, 1, "tensor", 0, &exc))))
+        return exc;
     if (!ok)
         return tb_raise_error(env, TB_WHY_LIBTORCH, NULL, "%C: %s", "write", "write!", err.message);
     return argv[0];
@@ -263,6 +272,8 @@ ERL_NIF_TERM tb_nif_to_device(TB_NIF_PARAMS)
         return exc;
     tb_shim_out out;
     int ok = tb_shim_to_device(d.tensor->handle, device.type, device.index, &out.handle, &out.err);
+    if (!ok && out.err.vanished && !tb_file_map_check(env, &d, 1, "tensor", 0, &exc))
+        return exc;
     return tb_tensor_alloc_result(env, "to_device", ok, &out, d.info.ndim, d.info.sizes, d.dtype, d.dense_bytes);
 }
 

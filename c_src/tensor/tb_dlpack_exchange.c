@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "tb_dlpack_export.h"
+#include "tb_file_map.h"
 #include "tb_raise.h"
 #include "tb_release.h"
 #include "tb_runtime.h"
@@ -36,6 +37,10 @@ int tb_dlpack_export_checks(ErlNifEnv *env, const tb_tensor_desc *d, int version
         }
         *read_only = 1;
     }
+    /* Its consumer reads without our SIGBUS guard: a mapped file cut
+     * short under the tensor is refused here, as copies of it raise. */
+    if (!tb_file_map_check(env, d, 0, "tensor", 0, exc))
+        return 0;
     /* The stream contract (tb_stream.h); host tensors without a stream skip it. */
     if ((tb_device_runtime(d->info.device_type) != TB_RUNTIME_HOST || stream != tb_atoms.undefined) &&
         !tb_dlpack_export_stream(env, &d->info, stream, exc))

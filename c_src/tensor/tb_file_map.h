@@ -10,7 +10,10 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include <erl_nif.h>
+
 #include "tb_storage.h"
+#include "tb_tensor.h"
 #include "torch_shim.h"
 
 /* Which version of a file was mapped. */
@@ -44,5 +47,18 @@ const tb_file_map *tb_file_map_of(const tb_storage *s);
 /* The length bytes of m at data, as a flat byte tensor that owns m: m is
  * released with the tensor's storage, or at once if this fails. */
 int tb_file_map_bytes(tb_file_map *m, void *data, size_t length, tb_shim_tensor **out, tb_shim_error *err);
+
+/* A tensor over a mapped file whose file was truncated under the mapping
+ * (a touch of a page past its new end raises SIGBUS, which the guard of
+ * every copy turns into an error). after_fault: a touch of d's memory
+ * faulted already, so any file map under it is reported (its size now
+ * where its name still holds it); else only a file its name still holds
+ * and that is now shorter than d needs (a DLPack export, whose consumer
+ * reads without our guard). 0 with *exc, "Argument: [tensor Name: ]its
+ * file Path was truncated while mapped (it has N bytes; the tensor needs
+ * up to M)" (gone, about argument; name 0 for none); 1 when d's memory is
+ * no file map, or its file is whole. */
+int tb_file_map_check(ErlNifEnv *env, const tb_tensor_desc *d, int after_fault, const char *argument, ERL_NIF_TERM name,
+                      ERL_NIF_TERM *exc);
 
 #endif

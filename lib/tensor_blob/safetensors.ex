@@ -87,8 +87,9 @@ defmodule TensorBlob.SafeTensors do
   the tensors as nested maps, each name split at its `"."` (the form of a
   model's parameters, and what `write/3` takes); `misaligned: :copy`
   (the default) copies once a tensor whose offset in the file does not fit
-  its element size (reported as a telemetry copy event, reason
-  `:misaligned`), `misaligned: :refuse` raises instead;
+  its element size, read from the file straight into the tensor's own
+  memory (reported as a telemetry copy event, reason `:misaligned`),
+  `misaligned: :refuse` raises instead, before any byte is read;
   `unsupported: :refuse` (the default) raises on a tensor whose dtype the
   linked libtorch cannot hold (`F6_E2M3` and `F6_E3M2` have no libtorch
   dtype; `F8_E8M0`, `F4` and others need a newer libtorch:
