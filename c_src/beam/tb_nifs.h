@@ -87,9 +87,11 @@ enum tb_nif_schedule { TB_SHORT, TB_MAY_GO_DIRTY, TB_DIRTY_IO };
     /* (Tensor) -> {Name, ByteSize} when it is a whole region's data, or nil */                                       \
     X(torch_shm_name, 1, tb_nif_torch_shm_name, TB_SHORT)                                                             \
     /* safetensors files (read from the file: always on a dirty I/O scheduler), opened (nif/tb_safetensors_open.c) */ \
-    /* (Path, all | [Name], refuse | skip | bytes) -> {[{Name, Tensor}], Meta | nil, [Name copied: misaligned], */    \
+    /* (Path, all | [Name], Unheld: refuse | skip | bytes, Misaligned: copy | refuse) -> {[{Name, Tensor}], */        \
+    /* Meta | nil, [Name copied: misaligned], */                                                                      \
     /* [{Name, Dtype, Shape, TableDtype | nil}: what the linked libtorch cannot hold]} */                             \
     X(safetensors_open, 4, tb_nif_safetensors_open, TB_DIRTY_IO)                                                      \
+    /* a header alone (nif/tb_safetensors_info.c) */                                                                  \
     /* (Path) -> {[{Name, Dtype, Shape, Begin, End, TableDtype | nil, Held}], Meta | nil, DataStart, Size} */         \
     X(safetensors_info, 1, tb_nif_safetensors_info, TB_DIRTY_IO)                                                      \
     /* written (nif/tb_safetensors_write.c) */                                                                        \

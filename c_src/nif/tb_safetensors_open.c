@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tb_fd.h"
+#include "tb_file_header.h"
 #include "tb_file_map.h"
 #include "tb_file_terms.h"
 #include "tb_nifs.h"
@@ -25,185 +27,6 @@
 #include "tb_tensor.h"
 #include "tb_term.h"
 #include "torch_shim.h"
-
-/* ---- The file and its header ----------------------------------------- */
-
-static int read_all(int fd, void *buf, size_t len, off_t at)
-{
-    char *p = buf;
-    while (len) {
-        ssize_t n = pread(fd, p, len, at);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return 0;
-        p += n;
-        len -= (size_t)n;
-        at += n;
-    }
-    return 1;
-}
-
-static const char *kind_of(mode_t mode)
-{
-    if (S_ISDIR(mode))
-        return "a directory";
-    if (S_ISFIFO(mode))
-        return "a FIFO";
-    if (S_ISCHR(mode) || S_ISBLK(mode))
-        return "a device";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    return "not a regular file";
-}
-
-/* Opens a regular file for reading, following links: what the name names
- * is checked before it is opened (opening a device or a FIFO can block or
- * act), and the file opened without blocking is checked to be that one. */
-static int open_regular(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path, struct stat *st, ERL_NIF_TERM *exc)
-{
-    struct stat named;
-    if (stat(path, &named) != 0) {
-        int e = errno;
-        *exc = tb_raise_badarg(env, e == ENOENT ? TB_WHY_MISSING : TB_WHY_SYSTEM, "path", "path: %T: %s", path_term,
-                               strerror(e));
-        return -1;
-    }
-    if (!S_ISREG(named.st_mode)) {
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path", "path: %T is %s, not a safetensors file", path_term,
-                               kind_of(named.st_mode));
-        return -1;
-    }
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        int e = errno;
-        *exc = tb_raise_badarg(env, TB_WHY_SYSTEM, "path", "path: %T: %s", path_term, strerror(e));
-        return -1;
-    }
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
-        close(fd);
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path", "path: %T changed while it was opened (%s)", path_term,
-                               "not a regular file any more");
-        return -1;
-    }
-    return fd;
-}
-
-/* A file's header as read: its prefix, its length, the file's size, and
- * the header decoded (h.error says why not). */
-typedef struct {
-    unsigned char prefix[8];
-    uint64_t file_size, header_len;
-    tb_safetensors_header h;
-} file_header;
-
-/* The header of the file open at fd, of f->file_size bytes, read and
- * decoded into f. */
-static void read_header(int fd, file_header *f)
-{
-    tb_safetensors_header *h = &f->h;
-    memset(f->prefix, 0, sizeof f->prefix);
-    f->header_len = 0;
-    tb_safetensors_error pe = f->file_size < 8 ? TB_ST_TOO_SMALL
-                              : read_all(fd, f->prefix, 8, 0)
-                                  ? tb_safetensors_prefix(f->prefix, f->file_size, &f->header_len)
-                                  : TB_ST_TOO_SMALL;
-    memset(h, 0, sizeof *h);
-    char *json = NULL;
-    if (pe != TB_ST_OK) {
-        h->error = pe;
-    } else if (!(json = malloc(f->header_len ? f->header_len : 1))) {
-        h->error = TB_ST_NO_MEMORY;
-    } else if (!read_all(fd, json, f->header_len, 8)) {
-        h->error = TB_ST_HEADER_PAST_END; /* shrunk since fstat */
-    } else {
-        tb_safetensors_decode(json, f->header_len, f->file_size - 8 - f->header_len, h);
-    }
-    free(json);
-}
-
-/* What a file whose length prefix is refused starts with: "JSON" (a '{'
- * or '[' after spaces), "text" (8 printable bytes), or NULL. */
-static const char *starts_with(const file_header *f)
-{
-    size_t n = f->file_size < 8 ? (size_t)f->file_size : 8, i = 0;
-    while (i < n && strchr(" \t\r\n", f->prefix[i]) && f->prefix[i])
-        i++;
-    if (i < n && (f->prefix[i] == '{' || f->prefix[i] == '['))
-        return "JSON";
-    for (i = 0; i < n; i++)
-        if (f->prefix[i] < 0x20 ? !strchr("\t\r\n", f->prefix[i]) || !f->prefix[i] : f->prefix[i] > 0x7e)
-            return NULL;
-    return n == 8 ? "text" : NULL;
-}
-
-/* The header length the prefix claims (at most TB_ST_MAX_HEADER when the
- * refusal is HEADER_PAST_END). */
-static uint64_t claimed_length(const file_header *f)
-{
-    if (f->header_len)
-        return f->header_len;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--)
-        n = n << 8 | f->prefix[i];
-    return n;
-}
-
-/* The refusal of a file cut short, or of text, by its sizes and first
- * bytes; 0 when the header's error is none of those. */
-static int cut_or_text(ErlNifEnv *env, ERL_NIF_TERM path_term, const file_header *f, ERL_NIF_TERM *exc)
-{
-    const tb_safetensors_header *h = &f->h;
-    const char *text = h->error == TB_ST_HEADER_TOO_LARGE || h->error == TB_ST_HEADER_PAST_END ? starts_with(f) : NULL;
-    unsigned long long has = f->file_size;
-    if (text && text[0] == 'J')
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path",
-                               "path: %T looks like JSON (an index file?), not a safetensors file: a sharded "
-                               "checkpoint's index is named *.safetensors.index.json",
-                               path_term);
-    else if (text)
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path", "path: %T is text, not a safetensors file", path_term);
-    else if (h->error == TB_ST_HEADER_PAST_END)
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path",
-                               "path: %T is truncated: it has %llu bytes and its header needs %llu (its length "
-                               "prefix runs past the end of the file)",
-                               path_term, has, (unsigned long long)(8 + claimed_length(f)));
-    else if (h->error == TB_ST_INCOMPLETE && h->count && 8 + f->header_len + h->entries[h->count - 1].end > has)
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_FILE, "path",
-                               "path: %T is truncated: it has %llu bytes and its header needs %llu (tensor %T ends "
-                               "past the end)",
-                               path_term, has, (unsigned long long)(8 + f->header_len + h->entries[h->count - 1].end),
-                               tb_file_make_string(env, &h->entries[h->count - 1].name));
-    else
-        return 0;
-    return 1;
-}
-
-/* The header's refusal, naming the file and the tensor. */
-static ERL_NIF_TERM header_error(ErlNifEnv *env, ERL_NIF_TERM path_term, const file_header *f)
-{
-    const tb_safetensors_header *h = &f->h;
-    ERL_NIF_TERM exc;
-    if (cut_or_text(env, path_term, f, &exc))
-        return exc;
-    tb_reason why = h->error == TB_ST_NO_MEMORY       ? TB_WHY_NO_MEMORY
-                    : h->error == TB_ST_UNKNOWN_DTYPE ? TB_WHY_BAD_DTYPE
-                    : h->error == TB_ST_TOO_MANY_DIMS ? TB_WHY_UNSUPPORTED
-                                                      : TB_WHY_BAD_FILE;
-    const char *text = tb_safetensors_error_text(h->error);
-    if (h->error == TB_ST_UNKNOWN_DTYPE)
-        return tb_raise_badarg(env, why, "path",
-                               "path: %T: tensor %T: dtype %T is not one of the format's "
-                               "(tables/0's safetensors names)",
-                               path_term, tb_file_make_string(env, &h->name), tb_file_make_string(env, &h->detail));
-    if (h->name.ptr)
-        return tb_raise_badarg(env, why, "path", "path: %T is not a valid safetensors file: tensor %T: %s", path_term,
-                               tb_file_make_string(env, &h->name), text);
-    if (h->error == TB_ST_BAD_JSON || h->error == TB_ST_TOO_DEEP)
-        return tb_raise_badarg(env, why, "path", "path: %T is not a valid safetensors file: %s (at byte %lu of it)",
-                               path_term, text, (unsigned long)h->at);
-    return tb_raise_badarg(env, why, "path", "path: %T is not a valid safetensors file: %s", path_term, text);
-}
 
 /* ---- The tensors asked for ------------------------------------------- */
 
@@ -269,13 +92,6 @@ static int get_unheld(ERL_NIF_TERM term, unheld_mode *mode)
     return term == tb_atoms.skip || term == tb_atoms.bytes || term == tb_atoms.refuse;
 }
 
-/* 1 when the linked libtorch holds the entry's values: the format's dtype
- * has a dtype of the table, and libtorch has that one. */
-static int held(const tb_safetensors_entry *e)
-{
-    return e->dtype != TB_DT_NONE && tb_shim_has_scalar_type(tb_dtypes[e->dtype].torch_scalar_type);
-}
-
 /* Every dtype asked for is one the linked libtorch holds, unless asked to
  * skip such tensors or open them as bytes. */
 static int dtypes_in_libtorch(ErlNifEnv *env, ERL_NIF_TERM path_term, const selection *sel,
@@ -283,7 +99,7 @@ static int dtypes_in_libtorch(ErlNifEnv *env, ERL_NIF_TERM path_term, const sele
 {
     for (size_t i = 0; i < h->count && sel->unheld == UNHELD_REFUSE; i++) {
         const tb_safetensors_entry *e = &h->entries[i];
-        if (selected(sel, &e->name) && !held(e)) {
+        if (selected(sel, &e->name) && !tb_file_header_held(e)) {
             *exc = tb_raise_badarg(env, TB_WHY_UNSUPPORTED, "path",
                                    "path: %T: tensor %T: dtype %s (%s) is not in the linked libtorch (%s); leave it "
                                    "out with %C, or open the rest with %C",
@@ -364,7 +180,7 @@ static int offsets_fit(ErlNifEnv *env, ERL_NIF_TERM path_term, const selection *
 {
     for (size_t i = 0; i < h->count && sel->refuse_misaligned; i++) {
         const tb_safetensors_entry *e = &h->entries[i];
-        int is_held = held(e);
+        int is_held = tb_file_header_held(e);
         if (!selected(sel, &e->name) || (!is_held && sel->unheld != UNHELD_BYTES) || e->end == e->begin)
             continue;
         entry_layout l;
@@ -381,31 +197,12 @@ static int offsets_fit(ErlNifEnv *env, ERL_NIF_TERM path_term, const selection *
     return 1;
 }
 
-/* The file named path_term (path), open and its header read into f: the
- * file, or -1 with *exc. Either way f->h holds what was decoded
- * (tb_safetensors_free). */
-static int open_header(ErlNifEnv *env, ERL_NIF_TERM path_term, const char *path, struct stat *st, file_header *f,
-                       ERL_NIF_TERM *exc)
-{
-    memset(&f->h, 0, sizeof f->h);
-    int fd = open_regular(env, path_term, path, st, exc);
-    if (fd < 0)
-        return -1;
-    f->file_size = (uint64_t)st->st_size;
-    read_header(fd, f);
-    if (f->h.error == TB_ST_OK)
-        return fd;
-    *exc = header_error(env, path_term, f);
-    close(fd);
-    return -1;
-}
-
 /* The file named argv[0], open, its header decoded into f and the names
  * asked for checked against it: the file, or -1 with *exc. */
 static int open_checked(ErlNifEnv *env, const ERL_NIF_TERM argv[], const char *path, const selection *sel,
-                        struct stat *st, file_header *f, ERL_NIF_TERM *exc)
+                        struct stat *st, tb_file_header *f, ERL_NIF_TERM *exc)
 {
-    int fd = open_header(env, argv[0], path, st, f, exc);
+    int fd = tb_file_header_open(env, argv[0], path, st, f, exc);
     if (fd < 0)
         return -1;
     if (dtypes_in_libtorch(env, argv[0], sel, &f->h, exc) && names_in_file(env, argv, sel, &f->h, exc) &&
@@ -463,7 +260,7 @@ static int copy_entry(ErlNifEnv *env, const opening *o, uint64_t at, const tb_sa
     tb_shim_info info;
     tb_shim_info_of(out->handle, &info);
     errno = 0;
-    if (!read_all(o->fd, info.data, (size_t)(e->end - e->begin), (off_t)at)) {
+    if (!tb_fd_read_all(o->fd, info.data, (size_t)(e->end - e->begin), (off_t)at)) {
         int error = errno;
         tb_shim_release(out->handle);
         struct stat st;
@@ -510,39 +307,13 @@ static int entry_tensor(ErlNifEnv *env, const opening *o, const tb_safetensors_e
     return tb_tensor_make(env, t.handle, out, exc);
 }
 
-/* An entry's name, its format's dtype, its shape as the file gives it
- * and its dtype of the table (or nil), into t[0..3]. */
-static void entry_terms(ErlNifEnv *env, const tb_safetensors_entry *e, ERL_NIF_TERM t[4])
-{
-    ERL_NIF_TERM dims[TB_MAX_DIMS];
-    for (int d = 0; d < e->ndim; d++)
-        dims[d] = enif_make_uint64(env, (ErlNifUInt64)e->shape[d]);
-    t[0] = tb_file_make_string(env, &e->name);
-    t[1] = tb_make_string(env, tb_st_dtypes[e->format].name);
-    t[2] = enif_make_tuple_from_array(env, dims, (unsigned)e->ndim);
-    t[3] = e->dtype == TB_DT_NONE ? tb_atoms.nil : tb_atoms.dtypes[e->dtype];
-}
-
 /* {Name, FormatDtype, Shape, Dtype | nil}: a tensor the linked libtorch
  * cannot hold. */
 static ERL_NIF_TERM unheld_term(ErlNifEnv *env, const tb_safetensors_entry *e)
 {
     ERL_NIF_TERM t[4];
-    entry_terms(env, e, t);
+    tb_file_header_entry_terms(env, e, t);
     return enif_make_tuple_from_array(env, t, 4);
-}
-
-static ERL_NIF_TERM metadata_term(ErlNifEnv *env, const tb_safetensors_header *h)
-{
-    if (!h->has_meta)
-        return tb_atoms.nil;
-    ERL_NIF_TERM meta = enif_make_list(env, 0);
-    for (size_t i = h->meta_count; i-- > 0;)
-        meta = enif_make_list_cell(env,
-                                   enif_make_tuple2(env, tb_file_make_string(env, &h->meta[i].key),
-                                                    tb_file_make_string(env, &h->meta[i].value)),
-                                   meta);
-    return meta;
 }
 
 /* The lists open_result makes, from the last entry back. */
@@ -554,7 +325,7 @@ typedef struct {
 static int add_entry(ErlNifEnv *env, const opening *o, const tb_safetensors_entry *e, result_lists *r,
                      ERL_NIF_TERM *exc)
 {
-    int is_held = held(e);
+    int is_held = tb_file_header_held(e);
     if (!is_held)
         r->unheld = enif_make_list_cell(env, unheld_term(env, e), r->unheld);
     if (!is_held && o->sel->unheld != UNHELD_BYTES)
@@ -580,7 +351,7 @@ static ERL_NIF_TERM open_result(ErlNifEnv *env, const opening *o, const tb_safet
     for (size_t i = h->count; i-- > 0;)
         if (selected(o->sel, &h->entries[i].name) && !add_entry(env, o, &h->entries[i], &r, &exc))
             return exc;
-    return enif_make_tuple4(env, r.tensors, metadata_term(env, h), r.copied, r.unheld);
+    return enif_make_tuple4(env, r.tensors, tb_file_header_metadata(env, h), r.copied, r.unheld);
 }
 
 /* The options (argv[1..3]) into sel: 0 with *exc when one is not. */
@@ -617,7 +388,7 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
     if (!tb_file_get_path(env, argv[0], path, &answer) || !get_options(env, argv, &sel, &answer))
         return answer;
     struct stat st;
-    file_header f;
+    tb_file_header f;
     int fd = open_checked(env, argv, path, &sel, &st, &f, &answer);
     if (fd >= 0) {
         void *file = NULL;
@@ -629,43 +400,6 @@ ERL_NIF_TERM tb_nif_safetensors_open(TB_NIF_PARAMS)
         close(fd);
     }
     free(sel.names);
-    tb_safetensors_free(&f.h);
-    return answer;
-}
-
-/* {Name, FormatDtype, Shape, Begin, End, Dtype | nil, Held}: an entry as
- * info answers it (offsets in the data buffer). */
-static ERL_NIF_TERM info_entry(ErlNifEnv *env, const tb_safetensors_entry *e)
-{
-    ERL_NIF_TERM t[7];
-    entry_terms(env, e, t);
-    t[5] = t[3];
-    t[3] = enif_make_uint64(env, (ErlNifUInt64)e->begin);
-    t[4] = enif_make_uint64(env, (ErlNifUInt64)e->end);
-    t[6] = held(e) ? tb_atoms.true_ : tb_atoms.false_;
-    return enif_make_tuple_from_array(env, t, 7);
-}
-
-/* (Path) -> {[Entry], [{Key, Value}] | nil, DataStart, FileSize}: the
- * header alone (read, decoded and checked as open does it; the data are
- * neither mapped nor read), its entries in file order (info_entry). */
-ERL_NIF_TERM tb_nif_safetensors_info(TB_NIF_PARAMS)
-{
-    char path[PATH_MAX];
-    ERL_NIF_TERM answer;
-    if (!tb_file_get_path(env, argv[0], path, &answer))
-        return answer;
-    struct stat st;
-    file_header f;
-    int fd = open_header(env, argv[0], path, &st, &f, &answer);
-    if (fd >= 0) {
-        close(fd);
-        ERL_NIF_TERM entries = enif_make_list(env, 0);
-        for (size_t i = f.h.count; i-- > 0;)
-            entries = enif_make_list_cell(env, info_entry(env, &f.h.entries[i]), entries);
-        answer = enif_make_tuple4(env, entries, metadata_term(env, &f.h), enif_make_uint64(env, 8 + f.header_len),
-                                  enif_make_uint64(env, f.file_size));
-    }
     tb_safetensors_free(&f.h);
     return answer;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tb_fd.h"
 #include "tb_file_map.h"
 #include "tb_file_terms.h"
 #include "tb_nifs.h"
@@ -170,21 +171,6 @@ static int get_contents(ErlNifEnv *env, const ERL_NIF_TERM argv[], contents *c, 
 
 /* ---- The file -------------------------------------------------------- */
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return 0;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 1;
-}
-
 /* The bytes of one tensor, row-major, appended to fd: 1 when written, 0
  * when not (why says why), -1 when its memory vanished under the read.
  * Contiguous host memory is written as it is: write(2) reads it in the
@@ -196,7 +182,7 @@ static int write_tensor(int fd, const tb_tensor_desc *d, char *why, size_t why_l
     if (d->dense_bytes == 0)
         return 1;
     if (d->info.device_type == TB_DEVICE_CPU && d->info.is_contiguous) {
-        if (write_all(fd, d->info.data, d->dense_bytes))
+        if (tb_fd_write_all(fd, d->info.data, d->dense_bytes))
             return 1;
         snprintf(why, why_len, "%s", strerror(errno));
         return errno == EFAULT ? -1 : 0;
@@ -212,7 +198,7 @@ static int write_tensor(int fd, const tb_tensor_desc *d, char *why, size_t why_l
         snprintf(why, why_len, "%s", err.message);
     if (!ok && err.vanished)
         ok = -1;
-    else if (ok > 0 && !(ok = write_all(fd, bytes, d->dense_bytes)))
+    else if (ok > 0 && !(ok = tb_fd_write_all(fd, bytes, d->dense_bytes)))
         snprintf(why, why_len, "%s", strerror(errno));
     free(bytes);
     return ok;
@@ -225,7 +211,7 @@ static int write_contents(int fd, const contents *c, unsigned *failed_at, int *v
 {
     unsigned char prefix[8];
     tb_safetensors_put_prefix(c->header_len, prefix);
-    int ok = write_all(fd, prefix, 8) && write_all(fd, c->header, c->header_len);
+    int ok = tb_fd_write_all(fd, prefix, 8) && tb_fd_write_all(fd, c->header, c->header_len);
     if (!ok)
         snprintf(why, why_len, "%s", strerror(errno));
     *failed_at = c->count;
