@@ -244,7 +244,7 @@ defmodule TensorBlob.Test.Doors do
           )
         ]
       },
-      Map.put(runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true), :apps, [:nx]),
+      Map.put(nx_row(), :apps, [:nx]),
       torchx_row(),
       Map.put(
         runtime_row(:python_in_vm, :python, TensorBlob.Python, {:to_python, :from_python}, :object, false),
@@ -274,6 +274,26 @@ defmodule TensorBlob.Test.Doors do
   # The door to another runtime's tensors: Module.To(tensor, options) gives
   # one, Module.From(that) (with options where from_options) takes it back.
   # The module is compiled only where the runtime is: called by apply/3.
+  # Nx's row: its two functions, and a safetensors file written from an Nx
+  # tensor (write/3 takes Nx tensors of any backend).
+  defp nx_row do
+    row = runtime_row(:nx, :nx, TensorBlob.Nx, {:to_nx, :from_nx}, :tensor, true)
+
+    write =
+      call("SafeTensors.write/3 of an Nx tensor", fn [p, nx, m] -> SafeTensors.write(p, %{"t" => nx}, m) end, [
+        %{name: :path, kind: :path, good: fn -> safetensors_target("nx_write") end},
+        %{
+          name: :tensor,
+          kind: :foreign,
+          good: fn -> apply(TensorBlob.Nx, :to_nx, [Tensor.zeros({4}, :uint8), []]) end,
+          names: [:tensor, :tensors]
+        },
+        %{name: :metadata, kind: :metadata, good: fn -> %{} end}
+      ])
+
+    %{row | calls: row.calls ++ [write]}
+  end
+
   defp runtime_row(door, tag, module, {to, from}, foreign_name, from_options) do
     name = fn function, arity -> "#{inspect(module)}.#{function}/#{arity}" end
 
