@@ -38,13 +38,14 @@ defmodule TensorBlob.Test.PythonVM do
   nothing changes across both.
   """
   def settled_stats(tries \\ 100) do
-    before = TensorBlob.stats()
-    collect_both()
-    Process.sleep(20)
+    probe = fn ->
+      before = TensorBlob.stats()
+      collect_both()
+      {Lifetime.settled_stats() == before, nil}
+    end
 
-    if Lifetime.settled_stats() == before or tries == 0,
-      do: TensorBlob.stats(),
-      else: settled_stats(tries - 1)
+    :tensor_blob_test_util.poll(probe, tries, 20)
+    TensorBlob.stats()
   end
 
   @doc "Waits (a few seconds at most) for stats/0 to equal expected, collecting on both sides."

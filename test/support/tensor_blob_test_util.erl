@@ -33,16 +33,14 @@ gc_all() ->
 %% stats() once it no longer changes between collections. ERTS runs
 %% resource destructors a little after the collection that frees them, so
 %% this waits for the counts to stay put.
-settled_stats() -> settled_stats(100, undefined).
-
-settled_stats(0, Last) ->
-    Last;
-settled_stats(N, Last) ->
-    gc_all(),
-    case tensor_blob:stats() of
-        Last -> Last;
-        S -> timer:sleep(10), settled_stats(N - 1, S)
-    end.
+settled_stats() ->
+    %% Settled: the same answer twice in a row (the last one kept here).
+    Key = {?MODULE, settled_stats},
+    Probe = fun() -> gc_all(), S = tensor_blob:stats(), {put(Key, S) =:= S, S} end,
+    put(Key, undefined),
+    {_, Stats} = poll(Probe, 100, 10),
+    erase(Key),
+    Stats.
 
 %% Waits (about 2 s at most) for stats() to equal Expected, collecting
 %% garbage; fails the test with both values if it never does.
