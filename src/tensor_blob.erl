@@ -146,7 +146,7 @@ to_binary(T) -> not_a_tensor(T).
 -spec to_binary(tensor(), #{copy => boolean() | if_needed, unsafe_shared_memory => boolean()}) -> binary().
 to_binary(T, Opts) -> ?SPANS(to_binary, 2, tensor_blob_tensor:to_binary(T, Opts)).
 
-%% @doc A new tensor of zeros.
+%% @doc A new tensor whose every byte is 0: zeros of every dtype (float8_e8m0fnu has no zero; its 0 byte is 2^-127).
 -spec zeros(shape(), dtype()) -> tensor().
 zeros(Shape, Dtype) -> ?DTYPE_CHECKED(Dtype, tensor_blob_nif:zeros(Shape, Dtype)).
 

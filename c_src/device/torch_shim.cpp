@@ -291,8 +291,11 @@ int tb_shim_alias(const tb_shim_tensor *base, uint64_t byte_offset, int ndim, co
 int tb_shim_zeros(int ndim, const int64_t *sizes, int st, tb_shim_tensor **out, tb_shim_error *err) noexcept
 {
     return guarded(err, [&] {
+        // Every byte zero, for every dtype: libtorch's fill has no kernel
+        // for some (float4_e2m1fn_x2 on 2.14).
         at::Tensor t = allocate(c10::IntArrayRef(sizes, ndim), at::TensorOptions().dtype(scalar_type(st)));
-        t.zero_();
+        if (t.nbytes() > 0)
+            std::memset(t.data_ptr(), 0, t.nbytes());
         *out = release_handle(std::move(t));
     });
 }

@@ -133,7 +133,7 @@ defmodule TensorBlob.Tensor do
     reported({__MODULE__, :to_binary, 2}, do: :tensor_blob.to_binary(ref(tensor), :tensor_blob_options.keywords(opts)))
   end
 
-  @doc "A new tensor of zeros."
+  @doc "A new tensor whose every byte is 0: zeros of every dtype (`:float8_e8m0fnu` has no zero; its 0 byte is 2^-127)."
   @spec zeros(shape(), dtype()) :: t()
   def zeros(shape, dtype), do: translating(do: wrap(:tensor_blob.zeros(shape, dtype)))
 
