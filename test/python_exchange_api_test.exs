@@ -377,6 +377,43 @@ if Code.ensure_loaded?(Pythonx) do
         )
       end
 
+      test "keys and nesting, built in one pass each way: str, bytes, atom and integer keys; tuples; depth" do
+        t = Tensor.from_binary(<<7::32-native>>, :int32, {1})
+        big = 4_611_686_018_427_387_904
+        neg = -big
+        x = Python.to_python_many(%{:atom => t, -3 => [t, %{big => t}], "é" => %{}, "l" => []})
+
+        assert py("sorted((repr(k), type(v).__name__) for k, v in x.items())", %{"x" => x}) ==
+                 [{"'atom'", "Tensor"}, {"'l'", "list"}, {"'é'", "dict"}, {"-3", "list"}]
+
+        assert py("x[-3][1][#{big}].data_ptr()", %{"x" => x}) == ptr(t)
+
+        back =
+          Python.from_python_many(
+            py_object("(x[-3][0], {b'\\xff': x['atom'], 5: (x['atom'],), -#{big}: [], 'é': {}})", %{"x" => x})
+          )
+
+        assert [a, %{<<255>> => b, 5 => [c], ^neg => [], "é" => %{}}] = back
+        assert Enum.map([a, b, c], &ptr/1) == [ptr(t), ptr(t), ptr(t)]
+
+        start = PythonVM.settled_stats()
+        deep = py_object("import torch\nd = torch.zeros(1)\nfor _ in range(300): d = [d]\nd", %{})
+        assert_raise ArgumentError, ~r/nested deeper than 256/, fn -> Python.from_python_many(deep) end
+
+        for code <- ["{True: torch.zeros(1)}", "{1.5: torch.zeros(1)}"] do
+          obj = py_object("import torch\n" <> code, %{})
+          assert_raise ArgumentError, ~r/keys must be str, bytes or int/, fn -> Python.from_python_many(obj) end
+        end
+
+        alike = py_object("import torch\n{'k': torch.zeros(1), b'k': torch.ones(1)}", %{})
+        assert_raise ArgumentError, ~r/two keys alike/, fn -> Python.from_python_many(alike) end
+        huge = py_object("import torch\n{2 ** 70: torch.zeros(1)}", %{})
+        assert_raise ArgumentError, ~r/beyond 64 bits/, fn -> Python.from_python_many(huge) end
+        {deep, alike, huge} = {nil, nil, nil}
+        _ = {deep, alike, huge}
+        assert PythonVM.await_stats(start) == start
+      end
+
       test "refusals: a leaf that is no tensor, a read-only tensor for PyTorch, a bad item; nothing leaks",
            %{lib: lib} do
         start = PythonVM.settled_stats()
@@ -400,9 +437,10 @@ if Code.ensure_loaded?(Pythonx) do
         failing = py_object("[s, 5]", %{"s" => standin(lib, "standin_good")})
         assert_raise ArgumentError, ~r/has no __dlpack__/, fn -> Python.from_python_many(failing) end
 
-        # The good stand-in's tensors taken before the refusal were released.
+        # The good stand-in's tensors taken before each refusal (the walk
+        # takes each leaf as it reaches it) were released.
         {made, freed, 0} = counts(lib)
-        assert made - made0 == 1 and freed - freed0 == 1
+        assert made - made0 == 2 and freed - freed0 == 2
         ro = nil
         _ = ro
         assert PythonVM.await_stats(start) == start
