@@ -27,24 +27,24 @@ static inline int64_t exchange_loop_now_ns(void)
  * rounds of: FROM (an expression that sets the tb_DLManagedTensorVersioned
  * *m and answers 0), then m->deleter(m). best is negative when FROM
  * failed. */
-#define EXCHANGE_LOOP(best, n, rounds, FROM)                                  \
-    do {                                                                      \
-        (best) = -1.0;                                                        \
-        for (int round_ = 0; round_ < (rounds); round_++) {                   \
-            int64_t t0_ = exchange_loop_now_ns();                             \
-            for (long i_ = 0; i_ < (long)(n); i_++) {                         \
-                tb_DLManagedTensorVersioned *m = NULL;                        \
-                if ((FROM) != 0 || !m) {                                      \
-                    (best) = -1.0;                                            \
-                    round_ = (rounds);                                        \
-                    break;                                                    \
-                }                                                             \
-                m->deleter(m);                                                \
-            }                                                                 \
+#define EXCHANGE_LOOP(best, n, rounds, FROM)                                   \
+    do {                                                                       \
+        (best) = -1.0;                                                         \
+        for (int round_ = 0; round_ < (rounds); round_++) {                    \
+            int64_t t0_ = exchange_loop_now_ns();                              \
+            for (long i_ = 0; i_ < (long)(n); i_++) {                          \
+                tb_DLManagedTensorVersioned *m = NULL;                         \
+                if ((FROM) != 0 || !m) {                                       \
+                    (best) = -1.0;                                             \
+                    round_ = (rounds);                                         \
+                    break;                                                     \
+                }                                                              \
+                m->deleter(m);                                                 \
+            }                                                                  \
             double ns_ = (double)(exchange_loop_now_ns() - t0_) / (double)(n); \
-            if (round_ < (rounds) && ((best) < 0 || ns_ < (best)))            \
-                (best) = ns_;                                                 \
-        }                                                                     \
+            if (round_ < (rounds) && ((best) < 0 || ns_ < (best)))             \
+                (best) = ns_;                                                  \
+        }                                                                      \
     } while (0)
 
 #endif

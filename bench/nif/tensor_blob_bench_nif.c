@@ -208,9 +208,12 @@ static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM in
     return open_type(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
 }
 
-static ErlNifFunc funcs[] = {
-    {"identity", 1, identity, 0}, {"bare_resource", 0, bare_resource, 0}, {"take", 1, take, 0},
-    {"release", 1, release, 0},   {"bridge_loop", 2, bridge_loop, 0},     {"floors", 2, floors, 0},
-    {"exchange_loop", 3, exchange_loop, ERL_NIF_DIRTY_JOB_CPU_BOUND}};
+static ErlNifFunc funcs[] = {{"identity", 1, identity, 0},
+                             {"bare_resource", 0, bare_resource, 0},
+                             {"take", 1, take, 0},
+                             {"release", 1, release, 0},
+                             {"bridge_loop", 2, bridge_loop, 0},
+                             {"floors", 2, floors, 0},
+                             {"exchange_loop", 3, exchange_loop, ERL_NIF_DIRTY_JOB_CPU_BOUND}};
 
 ERL_NIF_INIT(tensor_blob_bench_nif, funcs, load, NULL, upgrade, NULL)

@@ -46,8 +46,8 @@ static PyObject *loop(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {{"loop", loop, METH_VARARGS, "ns per from-object + deleter, best of rounds"},
                                 {NULL, NULL, 0, NULL}};
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_exchange_loop", NULL, -1, methods,
-                                    NULL,                  NULL,                  NULL, NULL};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "torch_exchange_loop", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit_torch_exchange_loop(void)
 {

@@ -730,6 +730,10 @@ typedef struct {
     uintptr_t *words;
     size_t n, cap_n;
     void *capsule_of;
+    /* The last leaf's type and its table's capsule (NULL: none), held for
+     * the walk: a batch's tensors are mostly of one type, whose attribute
+     * is looked up once. */
+    void *type, *capsule;
 } tree_walk;
 
 /* Room for more items of size elem in *buf: 1, or 0 with Python's error
@@ -751,17 +755,27 @@ static int walk_room(void **buf, size_t *cap, size_t need, size_t elem)
     return 1;
 }
 
-/* Appends letter, the count n (when n >= 0) and ':' then size bytes. */
+/* Appends letter, the count n in decimal and ':' (when n >= 0), then size
+ * bytes. */
 static int walk_put(tree_walk *w, char letter, ssize_t n, const char *bytes, size_t size)
 {
-    char head[32];
-    int h = n >= 0 ? snprintf(head, sizeof head, "%c%zd:", letter, n) : snprintf(head, sizeof head, "%c", letter);
-    if (!walk_room((void **)&w->desc, &w->cap, w->len + (size_t)h + size, 1))
+    char head[24], digits[20];
+    size_t h = 0, d = 0;
+    head[h++] = letter;
+    if (n >= 0) {
+        do
+            digits[d++] = (char)('0' + n % 10);
+        while ((n /= 10) > 0);
+        while (d)
+            head[h++] = digits[--d];
+        head[h++] = ':';
+    }
+    if (!walk_room((void **)&w->desc, &w->cap, w->len + h + size, 1))
         return 0;
-    memcpy(w->desc + w->len, head, (size_t)h);
+    memcpy(w->desc + w->len, head, h);
     if (size)
         memcpy(w->desc + w->len + h, bytes, size);
-    w->len += (size_t)h + size;
+    w->len += h + size;
     return 1;
 }
 
@@ -801,29 +815,47 @@ static int walk_key(tree_walk *w, void *key)
     return ok;
 }
 
-/* A leaf taken: through its type's table where it has one (not None),
- * else through the capsule capsule_of gives. 1, or 0 with Python's error
- * set, nothing of it held. */
-static int walk_leaf(tree_walk *w, void *obj)
+/* The capsule of the table of obj's type (the walk's cache: borrowed), or
+ * NULL where the type has none (no attribute, or None). */
+static void *walk_table(tree_walk *w, void *obj)
 {
     void *type = py.PyObject_Type(obj);
+    if (type == w->type) {
+        py.Py_DecRef(type);
+        return w->capsule;
+    }
     void *capsule = py.PyObject_GetAttrString(type, TB_DLPACK_EXCHANGE_API_ATTR);
-    py.Py_DecRef(type);
     if (!capsule)
         py.PyErr_Clear(); /* no attribute: no table */
     else if (capsule == py._Py_NoneStruct) {
         py.Py_DecRef(capsule);
         capsule = NULL;
     }
+    if (w->type)
+        py.Py_DecRef(w->type);
+    if (w->capsule)
+        py.Py_DecRef(w->capsule);
+    w->type = type;
+    w->capsule = capsule;
+    return capsule;
+}
+
+/* A leaf taken: through its type's table where it has one, else through
+ * the capsule capsule_of gives. 1, or 0 with Python's error set, nothing
+ * of it held. */
+static int walk_leaf(tree_walk *w, void *obj)
+{
+    void *table = walk_table(w, obj), *capsule = NULL;
     uintptr_t word = 0;
     int code;
-    if (capsule)
-        code = take_through_api(obj, capsule, &word);
+    if (table)
+        code = take_through_api(obj, table, &word);
     else if ((capsule = py.PyObject_CallFunctionObjArgs(w->capsule_of, obj, NULL)))
         code = take_from_capsule(capsule, &word);
     else
         return 0;
-    py.Py_DecRef(capsule);
+    if (capsule)
+        py.Py_DecRef(capsule);
     if (code != TAKEN) {
         if (code != RAISED)
             refuse_item(w->n, code);
@@ -933,6 +965,10 @@ static void *python_take_tree(void *self, void *const *args, ssize_t nargs)
     tree_walk w = {.capsule_of = args[1]};
     python_batch *b = NULL;
     int ok = walk_node(&w, args[0], 0) && w.n <= PYTHON_BATCH_MAX;
+    if (w.type)
+        py.Py_DecRef(w.type);
+    if (w.capsule)
+        py.Py_DecRef(w.capsule);
     if (ok && !(b = batch_new(w.n)))
         py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: out of memory for a batch");
     if (!b) {
@@ -1299,8 +1335,8 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
 static ERL_NIF_TERM builtins_map(ErlNifEnv *env)
 {
     static const py_method_def *const defs[] = {
-        &capsule_from_slot_def,   &take_capsule_def,       &take_api_def, &object_from_api_def,
-        &capsules_from_batch_def, &objects_from_batch_def, &take_many_def, &tree_def, &take_tree_def};
+        &capsule_from_slot_def,  &take_capsule_def, &take_api_def, &object_from_api_def, &capsules_from_batch_def,
+        &objects_from_batch_def, &take_many_def,    &tree_def,     &take_tree_def};
     enum { N = sizeof defs / sizeof defs[0] };
     ERL_NIF_TERM keys[N], values[N], map;
     for (int i = 0; i < N; i++) {
