@@ -4,7 +4,8 @@
 # in the bench NIF) beside PyTorch's (managed_tensor_from_py_object_no_sync
 # + deleter of a torch tensor, in the bench's Python extension, run by
 # $PYTHON), of 4 B and 1 GiB tensors; with the bridge's own export
-# (tensor_blob_to_dlpack) in the same loop. Built and run by
+# (tensor_blob_to_dlpack) in the same loop. Three turns in alternation,
+# each side's least kept. Built and run by
 #
 #   make bench-exchange
 #
@@ -46,18 +47,34 @@ torch = fn elements ->
   end
 end
 
+# Three turns, each side's best of 5 in each, the sides in alternation (a
+# busy machine slows both alike); each side's least kept.
 rows =
   for {label, elements} <- sizes do
     t = Tensor.zeros({elements}, :float32)
-    ours = :tensor_blob_bench_nif.exchange_loop(t, n, rounds)
-    bridge = Enum.min(for _ <- 1..rounds, do: :tensor_blob_bench_nif.bridge_loop(t, n) / n)
-    {label, ours, bridge, torch.(elements)}
+
+    turns =
+      for _ <- 1..3 do
+        ours = :tensor_blob_bench_nif.exchange_loop(t, n, rounds)
+        bridge = Enum.min(for _ <- 1..rounds, do: :tensor_blob_bench_nif.bridge_loop(t, n) / n)
+        {ours, bridge, torch.(elements)}
+      end
+
+    least = fn f -> turns |> Enum.map(f) |> Enum.min() end
+
+    theirs =
+      case Enum.filter(turns, &match?({_, _, {:ok, _, _}}, &1)) do
+        [] -> elem(hd(turns), 2)
+        done -> {:ok, elem(elem(hd(done), 2), 1), done |> Enum.map(&elem(elem(&1, 2), 2)) |> Enum.min()}
+      end
+
+    {label, least.(&elem(&1, 0)), least.(&elem(&1, 1)), theirs}
   end
 
 fmt = fn x -> :erlang.float_to_binary(x * 1.0, decimals: 1) end
 
 IO.puts("""
-DLPack C exchange API, one C loop shape (#{n} rounds, best of #{rounds}); ns per from-object + deleter.
+DLPack C exchange API, one C loop shape (#{n} rounds, best of #{rounds}, least of 3 turns in alternation); ns per from-object + deleter.
 
 | tensor | tensor_blob's table (term) | tensor_blob_to_dlpack (bridge) | PyTorch's table (torch.Tensor) |
 |---|---|---|---|\
