@@ -950,6 +950,10 @@ static int put_batch(unsigned k, python_batch *b)
     return 0;
 }
 
+/* How many of the release thread's runs of held jobs (TB_RELEASE_HOLD_RUN
+ * each) take_tree runs at most. */
+#define TAKE_TREE_HELD_RUNS 8
+
 /* take_tree(obj, capsule_of, k): the tensors of obj (dicts, lists and
  * tuples of DLPack producers, nested) taken in one walk, each through its
  * type's table (checked once per capsule, api_cache) or through the
@@ -962,6 +966,12 @@ static void *python_take_tree(void *self, void *const *args, ssize_t nargs)
     unsigned k;
     if (!enter_builtin(args, nargs, 3, &k))
         return NULL;
+    /* A batch from Python leaves a batch's deleters behind when it goes:
+     * more of them run here, where the GIL is held already, than one
+     * builtin's run (enter_builtin), so that few wait for the release
+     * thread to take the GIL from the evaluations that follow. */
+    for (int run = 1; run < TAKE_TREE_HELD_RUNS && tb_release_pending() > 0; run++)
+        tb_release_run_held();
     tree_walk w = {.capsule_of = args[1]};
     python_batch *b = NULL;
     int ok = walk_node(&w, args[0], 0) && w.n <= PYTHON_BATCH_MAX;
