@@ -116,6 +116,55 @@ if Code.ensure_loaded?(Pythonx) do
         assert counts(lib) == {made0 + 1, freed0 + 1, 0}
       end
 
+      test "a checked table is kept by its capsule: another capsule, or the capsule's pointer changed, is checked anew",
+           %{lib: lib} do
+        start = PythonVM.settled_stats()
+        obj = standin(lib, "standin_good")
+        {made0, _, _} = counts(lib)
+        assert Tensor.to_binary(Python.from_python(obj)) == f32s([1.0, 2.0, 3.0, 4.0])
+
+        # The type's attribute now names another capsule, a bad one.
+        py("type(o).__dlpack_c_exchange_api__ = lib.standin_type('standin_version_0').__dlpack_c_exchange_api__", %{
+          "o" => obj,
+          "lib" => lib
+        })
+
+        assert_raise ArgumentError, ~r/no table of version 1.3/, fn -> Python.from_python(obj) end
+
+        # A good capsule again (another object: checked anew), then its pointer
+        # set to the bad table (the same object: checked anew).
+        py("type(o).__dlpack_c_exchange_api__ = lib.standin_type('standin_good').__dlpack_c_exchange_api__", %{
+          "o" => obj,
+          "lib" => lib
+        })
+
+        assert [a, b] = Python.from_python_many(py_object("[o, o]", %{"o" => obj}))
+        assert Tensor.to_binary(a) == Tensor.to_binary(b)
+
+        py(
+          """
+          import ctypes
+          set_pointer = ctypes.pythonapi.PyCapsule_SetPointer
+          set_pointer.argtypes = [ctypes.py_object, ctypes.c_void_p]
+          bad = ctypes.addressof(ctypes.c_char.in_dll(lib, 'standin_version_0'))
+          assert set_pointer(type(o).__dlpack_c_exchange_api__, bad) == 0
+          """,
+          %{"o" => obj, "lib" => lib}
+        )
+
+        assert_raise ArgumentError, ~r/no table of version 1.3/, fn -> Python.from_python(obj) end
+
+        assert_raise ArgumentError, ~r/no table of version 1.3/, fn ->
+          Python.from_python_many(py_object("[o]", %{"o" => obj}))
+        end
+
+        {made, _, 0} = counts(lib)
+        assert made == made0 + 3
+        {a, b} = {nil, nil}
+        _ = {a, b}
+        assert PythonVM.await_stats(start) == start
+      end
+
       test "a later major version's table is walked past to the 1.3 table it chains to", %{lib: lib} do
         {made0, _, _} = counts(lib)
         t = Python.from_python(standin(lib, "standin_later"))
