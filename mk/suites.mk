@@ -215,6 +215,12 @@ bench-nif: $(BENCH_NIF)
 # The exchange API's C loop, tensor_blob's table beside PyTorch's.
 bench-exchange: nif bench-nif
 	TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" PYTHON="$(PYTHON)" MIX_ENV=prod mix run bench/exchange_loop.exs
+# The Python door's exchange API and batches (Pythonx: PYTHONX_PATH, or
+# built by scripts/build_pythonx.sh), then the C loop, in one run.
+bench-python-exchange: nif bench-nif
+	px="$(PYTHONX_PATH)"; [ -n "$$px" ] || px="$$(scripts/build_pythonx.sh)"; \
+	PYTHONX_PATH="$$px" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" PYTHON="$(PYTHON)" \
+	    MIX_ENV=prod mix run bench/python_exchange.exs
 
 bench:
 	@scripts/setup.sh --bench
@@ -270,4 +276,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint newest-lint newest-lint-c newest-lint-beam check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-exchange bench-compile bench-safetensors safetensors-compat-test asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint newest-lint newest-lint-c newest-lint-beam check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-exchange bench-python-exchange bench-compile bench-safetensors safetensors-compat-test asan-test
