@@ -463,6 +463,20 @@ if Code.ensure_loaded?(Pythonx) do
         assert PythonVM.await_stats(start) == start
       end
 
+      test "the tree builtin refuses a description that does not fit its tensors, reading nothing past it" do
+        _ = Python.to_python_many([Tensor.zeros({1}, :int8)])
+        tree = fn desc -> py("__import__('tensor_blob_pythonx').tree(d, ['T'])", %{"d" => desc}) end
+
+        for bad <- ["l2:t", "l1:tt", "", "x", "l99999999999:t", "d1:s9:at", "d1:i:t", "l1:"] do
+          assert_raise Pythonx.Error, fn -> tree.(bad) end
+        end
+
+        assert py("__import__('tensor_blob_pythonx').tree(b'd2:s1:al0:i-7:l1:t', ['T'])", %{}) == %{
+                 "a" => [],
+                 -7 => ["T"]
+               }
+      end
+
       test "refusals: a leaf that is no tensor, a read-only tensor for PyTorch, a bad item; nothing leaks",
            %{lib: lib} do
         start = PythonVM.settled_stats()

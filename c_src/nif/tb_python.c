@@ -677,7 +677,8 @@ static void *tree_node(tree_reader *r, int depth)
         py.Py_IncRef(item);
         return item;
     }
-    if ((c == 'l' || c == 'd') && depth < TREE_DEPTH && tree_count(r, &n))
+    /* Each node takes a byte at least: no count past what is left. */
+    if ((c == 'l' || c == 'd') && depth < TREE_DEPTH && tree_count(r, &n) && n <= r->end - r->at)
         return tree_container(r, n, c == 'd', depth);
     if (!py.PyErr_Occurred())
         py.PyErr_SetString(py.PyExc_ValueError, c == 't' ? "tensor_blob: a container description with more "
