@@ -8,6 +8,11 @@
 #
 #   PYTHONX_PATH=$(scripts/build_pythonx.sh) MIX_ENV=prod mix run bench/python_exchange.exs
 #
+# or `make bench-python-exchange`, which builds the bench NIF and its Python
+# extension first: then the same run ends with bench/exchange_loop.exs's
+# C loop (tensor_blob's exchange API table beside PyTorch's), so every row
+# of the comparison comes from one run.
+#
 # Prints a Markdown table: µs per call, the median of rounds' means, each
 # round started settled (as bench/python.exs), the cases timed in turns.
 {:ok, _} = Application.ensure_all_started(:pythonx)
@@ -127,3 +132,12 @@ rounds' means, each round started settled, the cases timed in turns.
 | to_python_many | #{many.to_map} | #{Float.round(many.to_map / 256, 2)} | #{Float.round(many.to_map / one.to_api, 1)}x | #{many.to_each} |
 | from_python_many | #{many.from_map} | #{Float.round(many.from_map / 256, 2)} | #{Float.round(many.from_map / one.from_api, 1)}x | |
 """)
+
+# The exchange API's C loop, in the same run, where the bench NIF is built.
+bench_nif = System.get_env("TENSOR_BLOB_BENCH_NIF") || Path.expand("../build/tensor_blob_bench_nif", __DIR__)
+
+if File.exists?(bench_nif <> ".so") do
+  Code.eval_file(Path.join(__DIR__, "exchange_loop.exs"))
+else
+  IO.puts("(no bench NIF at #{bench_nif}.so: make bench-python-exchange builds it and runs the C loop too)")
+end

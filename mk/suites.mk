@@ -201,9 +201,26 @@ demo: setup
 # NIF library of their own (bench/nif), which only bench/ loads: the
 # library users load carries no benchmark code.
 BENCH_NIF := $(BUILD)/tensor_blob_bench_nif.so
-$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c $(wildcard priv/include/*.h) | $(BUILD)
+$(BENCH_NIF): bench/nif/tensor_blob_bench_nif.c bench/nif/exchange_loop.h $(wildcard priv/include/*.h) | $(BUILD)
 	$(CC) $(CFLAGS) -Werror -shared -Ipriv/include -I$(ERTS_INCLUDE) $< -o $@
+# The PyTorch side of the exchange API's C loop (bench/exchange_loop.exs):
+# a Python extension, built where $(PYTHON)'s headers are.
+BENCH_PY_INCLUDE = $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+BENCH_PY_EXT := $(BUILD)/torch_exchange_loop.so
+$(BENCH_PY_EXT): bench/nif/torch_exchange_loop.c bench/nif/exchange_loop.h $(wildcard priv/include/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) -Werror -shared -Ipriv/include -I$(BENCH_PY_INCLUDE) $< -o $@
 bench-nif: $(BENCH_NIF)
+	@if [ -f "$(BENCH_PY_INCLUDE)/Python.h" ]; then $(MAKE) --no-print-directory $(BENCH_PY_EXT); \
+	else echo "bench-nif: no Python.h for $(PYTHON): bench/exchange_loop.exs skips PyTorch's row"; fi
+# The exchange API's C loop, tensor_blob's table beside PyTorch's.
+bench-exchange: nif bench-nif
+	TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" PYTHON="$(PYTHON)" MIX_ENV=prod mix run bench/exchange_loop.exs
+# The Python door's exchange API and batches (Pythonx: PYTHONX_PATH, or
+# built by scripts/build_pythonx.sh), then the C loop, in one run.
+bench-python-exchange: nif bench-nif
+	px="$(PYTHONX_PATH)"; [ -n "$$px" ] || px="$$(scripts/build_pythonx.sh)"; \
+	PYTHONX_PATH="$$px" TENSOR_BLOB_BENCH_NIF="$(CURDIR)/$(BUILD)/tensor_blob_bench_nif" PYTHON="$(PYTHON)" \
+	    MIX_ENV=prod mix run bench/python_exchange.exs
 
 bench:
 	@scripts/setup.sh --bench
@@ -259,4 +276,4 @@ asan-test: setup nif foreign-nif load-test-builds
 	$(ASAN_ENV) MIX_ENV=test mix test
 	$(ASAN_ENV) rebar3 eunit
 
-.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint newest-lint newest-lint-c newest-lint-beam check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-compile bench-safetensors safetensors-compat-test asan-test
+.PHONY: setup foreign-nif mix-test eunit nocuda-test dialyzer lint newest-lint newest-lint-c newest-lint-beam check-format format consumer-test docs-test python-test check-c suites test demo bench bench-nif bench-exchange bench-python-exchange bench-compile bench-safetensors safetensors-compat-test asan-test

@@ -37,7 +37,7 @@ python_slot_receive() -> ?NIF(tensor_blob_nif:python_slot_receive()).
 
 %% @doc Closes a slot (python_slot_export/2): ok for a slot to Python; for a slot from Python,
 %% the tensor over what Python put there, or undefined when it put nothing.
--spec python_slot_close(reference()) -> ok | tensor_blob:tensor() | [tensor_blob:tensor()] | undefined.
+-spec python_slot_close(reference()) -> ok | tensor_blob:tensor() | [tensor_blob:tensor()] | map() | undefined.
 python_slot_close(Slot) -> ?NIF(tensor_blob_nif:python_slot_close(Slot)).
 
 %% @doc Many tensors across one evaluation in one slot (a batch): each exported as
@@ -48,6 +48,8 @@ python_slot_close(Slot) -> ?NIF(tensor_blob_nif:python_slot_close(Slot)).
 python_slot_export_many(Ts, Version) -> ?NIF(tensor_blob_nif:python_slot_export_many(Ts, Version)).
 
 %% @doc An empty slot for Python to put a batch in; closing it gives the list of the tensors
-%% over what Python put there (on a dirty scheduler), or undefined when it put nothing.
+%% over what Python put there (on a dirty scheduler), or, for a batch that carries its container's
+%% description (take_tree), that container: maps (keys binaries and integers) and lists of
+%% tensors; undefined when Python put nothing.
 -spec python_slot_receive_many() -> {non_neg_integer(), reference()}.
 python_slot_receive_many() -> ?NIF(tensor_blob_nif:python_slot_receive_many()).

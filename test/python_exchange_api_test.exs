@@ -116,6 +116,55 @@ if Code.ensure_loaded?(Pythonx) do
         assert counts(lib) == {made0 + 1, freed0 + 1, 0}
       end
 
+      test "a checked table is kept by its capsule: another capsule, or the capsule's pointer changed, is checked anew",
+           %{lib: lib} do
+        start = PythonVM.settled_stats()
+        obj = standin(lib, "standin_good")
+        {made0, _, _} = counts(lib)
+        assert Tensor.to_binary(Python.from_python(obj)) == f32s([1.0, 2.0, 3.0, 4.0])
+
+        # The type's attribute now names another capsule, a bad one.
+        py("type(o).__dlpack_c_exchange_api__ = lib.standin_type('standin_version_0').__dlpack_c_exchange_api__", %{
+          "o" => obj,
+          "lib" => lib
+        })
+
+        assert_raise ArgumentError, ~r/no table of version 1.3/, fn -> Python.from_python(obj) end
+
+        # A good capsule again (another object: checked anew), then its pointer
+        # set to the bad table (the same object: checked anew).
+        py("type(o).__dlpack_c_exchange_api__ = lib.standin_type('standin_good').__dlpack_c_exchange_api__", %{
+          "o" => obj,
+          "lib" => lib
+        })
+
+        assert [a, b] = Python.from_python_many(py_object("[o, o]", %{"o" => obj}))
+        assert Tensor.to_binary(a) == Tensor.to_binary(b)
+
+        py(
+          """
+          import ctypes
+          set_pointer = ctypes.pythonapi.PyCapsule_SetPointer
+          set_pointer.argtypes = [ctypes.py_object, ctypes.c_void_p]
+          bad = ctypes.addressof(ctypes.c_char.in_dll(lib, 'standin_version_0'))
+          assert set_pointer(type(o).__dlpack_c_exchange_api__, bad) == 0
+          """,
+          %{"o" => obj, "lib" => lib}
+        )
+
+        assert_raise ArgumentError, ~r/no table of version 1.3/, fn -> Python.from_python(obj) end
+
+        assert_raise ArgumentError, ~r/no table of version 1.3/, fn ->
+          Python.from_python_many(py_object("[o]", %{"o" => obj}))
+        end
+
+        {made, _, 0} = counts(lib)
+        assert made == made0 + 3
+        {a, b} = {nil, nil}
+        _ = {a, b}
+        assert PythonVM.await_stats(start) == start
+      end
+
       test "a later major version's table is walked past to the 1.3 table it chains to", %{lib: lib} do
         {made0, _, _} = counts(lib)
         t = Python.from_python(standin(lib, "standin_later"))
@@ -377,6 +426,57 @@ if Code.ensure_loaded?(Pythonx) do
         )
       end
 
+      test "keys and nesting, built in one pass each way: str, bytes, atom and integer keys; tuples; depth" do
+        t = Tensor.from_binary(<<7::32-native>>, :int32, {1})
+        big = 4_611_686_018_427_387_904
+        neg = -big
+        x = Python.to_python_many(%{:atom => t, -3 => [t, %{big => t}], "é" => %{}, "l" => []})
+
+        assert py("sorted((repr(k), type(v).__name__) for k, v in x.items())", %{"x" => x}) ==
+                 [{"'atom'", "Tensor"}, {"'l'", "list"}, {"'é'", "dict"}, {"-3", "list"}]
+
+        assert py("x[-3][1][#{big}].data_ptr()", %{"x" => x}) == ptr(t)
+
+        back =
+          Python.from_python_many(
+            py_object("(x[-3][0], {b'\\xff': x['atom'], 5: (x['atom'],), -#{big}: [], 'é': {}})", %{"x" => x})
+          )
+
+        assert [a, %{<<255>> => b, 5 => [c], ^neg => [], "é" => %{}}] = back
+        assert Enum.map([a, b, c], &ptr/1) == [ptr(t), ptr(t), ptr(t)]
+
+        start = PythonVM.settled_stats()
+        deep = py_object("import torch\nd = torch.zeros(1)\nfor _ in range(300): d = [d]\nd", %{})
+        assert_raise ArgumentError, ~r/nested deeper than 256/, fn -> Python.from_python_many(deep) end
+
+        for code <- ["{True: torch.zeros(1)}", "{1.5: torch.zeros(1)}"] do
+          obj = py_object("import torch\n" <> code, %{})
+          assert_raise ArgumentError, ~r/keys must be str, bytes or int/, fn -> Python.from_python_many(obj) end
+        end
+
+        alike = py_object("import torch\n{'k': torch.zeros(1), b'k': torch.ones(1)}", %{})
+        assert_raise ArgumentError, ~r/two keys alike/, fn -> Python.from_python_many(alike) end
+        huge = py_object("import torch\n{2 ** 70: torch.zeros(1)}", %{})
+        assert_raise ArgumentError, ~r/beyond 64 bits/, fn -> Python.from_python_many(huge) end
+        {deep, alike, huge} = {nil, nil, nil}
+        _ = {deep, alike, huge}
+        assert PythonVM.await_stats(start) == start
+      end
+
+      test "the tree builtin refuses a description that does not fit its tensors, reading nothing past it" do
+        _ = Python.to_python_many([Tensor.zeros({1}, :int8)])
+        tree = fn desc -> py("__import__('tensor_blob_pythonx').tree(d, ['T'])", %{"d" => desc}) end
+
+        for bad <- ["l2:t", "l1:tt", "", "x", "l99999999999:t", "d1:s9:at", "d1:i:t", "l1:"] do
+          assert_raise Pythonx.Error, fn -> tree.(bad) end
+        end
+
+        assert py("__import__('tensor_blob_pythonx').tree(b'd2:s1:al0:i-7:l1:t', ['T'])", %{}) == %{
+                 "a" => [],
+                 -7 => ["T"]
+               }
+      end
+
       test "refusals: a leaf that is no tensor, a read-only tensor for PyTorch, a bad item; nothing leaks",
            %{lib: lib} do
         start = PythonVM.settled_stats()
@@ -400,9 +500,10 @@ if Code.ensure_loaded?(Pythonx) do
         failing = py_object("[s, 5]", %{"s" => standin(lib, "standin_good")})
         assert_raise ArgumentError, ~r/has no __dlpack__/, fn -> Python.from_python_many(failing) end
 
-        # The good stand-in's tensors taken before the refusal were released.
+        # The good stand-in's tensors taken before each refusal (the walk
+        # takes each leaf as it reaches it) were released.
         {made, freed, 0} = counts(lib)
-        assert made - made0 == 1 and freed - freed0 == 1
+        assert made - made0 == 2 and freed - freed0 == 2
         ro = nil
         _ = ro
         assert PythonVM.await_stats(start) == start

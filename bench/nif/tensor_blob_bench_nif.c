@@ -5,7 +5,8 @@
  * so these are the floor of tensor_blob's calls without being in the
  * library every user loads. Its module, :tensor_blob_bench_nif, is
  * bench/nif/tensor_blob_bench_nif.ex. */
-#define _POSIX_C_SOURCE 199309L /* clock_gettime */
+#include "exchange_loop.h" /* first: it sets _POSIX_C_SOURCE */
+
 #include <erl_nif.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -166,6 +167,23 @@ static ERL_NIF_TERM floors(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
     return map;
 }
 
+/* exchange_loop(Tensor, N, Rounds) -> ns: the least ns per export and
+ * deleter through tensor_blob's DLPack exchange API table over terms
+ * (priv/include/tensor_blob.h), in loops of N, best of Rounds: the loop
+ * shape the bench's Python extension runs PyTorch's table in. */
+static ERL_NIF_TERM exchange_loop(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    unsigned n;
+    int rounds;
+    const tensor_blob_exchange_api *api = tensor_blob_exchange_api_of(env, argv[0]);
+    if (!api || !enif_get_uint(env, argv[1], &n) || n == 0 || !enif_get_int(env, argv[2], &rounds) || rounds <= 0)
+        return enif_make_badarg(env);
+    double best;
+    EXCHANGE_LOOP(best, n, rounds, api->managed_tensor_from_term_no_sync(env, argv[0], &m));
+    return best < 0 ? enif_make_badarg(env) : enif_make_double(env, best);
+}
+
 static int open_type(ErlNifEnv *env, ErlNifResourceFlags flags)
 {
     atom_struct = enif_make_atom(env, "__struct__");
@@ -190,8 +208,12 @@ static int upgrade(ErlNifEnv *env, void **priv, void **old_priv, ERL_NIF_TERM in
     return open_type(env, ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER);
 }
 
-static ErlNifFunc funcs[] = {
-    {"identity", 1, identity, 0}, {"bare_resource", 0, bare_resource, 0}, {"take", 1, take, 0},
-    {"release", 1, release, 0},   {"bridge_loop", 2, bridge_loop, 0},     {"floors", 2, floors, 0}};
+static ErlNifFunc funcs[] = {{"identity", 1, identity, 0},
+                             {"bare_resource", 0, bare_resource, 0},
+                             {"take", 1, take, 0},
+                             {"release", 1, release, 0},
+                             {"bridge_loop", 2, bridge_loop, 0},
+                             {"floors", 2, floors, 0},
+                             {"exchange_loop", 3, exchange_loop, ERL_NIF_DIRTY_JOB_CPU_BOUND}};
 
 ERL_NIF_INIT(tensor_blob_bench_nif, funcs, load, NULL, upgrade, NULL)

@@ -42,4 +42,7 @@ defmodule :tensor_blob_bench_nif do
   compare-and-swaps.
   """
   def floors(_tensor, _n), do: :erlang.nif_error(:not_loaded)
+
+  @doc "Least ns per export and deleter through tensor_blob's exchange API table over terms, loops of n, best of rounds."
+  def exchange_loop(_tensor, _n, _rounds), do: :erlang.nif_error(:not_loaded)
 end

@@ -59,10 +59,30 @@
     X(void *, PyList_GetItem, (void *list, ssize_t index))                                  \
     X(ssize_t, PyList_Size, (void *list))                                                   \
     X(void, Py_DecRef, (void *object))                                                      \
+    X(void, Py_IncRef, (void *object))                                                      \
+    X(void *, PyBytes_FromStringAndSize, (const char *bytes, ssize_t size))                 \
+    X(int, PyBytes_AsStringAndSize, (void *bytes, char **buffer, ssize_t *size))            \
+    X(void *, PyUnicode_DecodeUTF8, (const char *text, ssize_t size, const char *errors))   \
+    X(const char *, PyUnicode_AsUTF8AndSize, (void *text, ssize_t *size))                   \
+    X(void *, PyLong_FromString, (const char *text, char **end, int base))                  \
+    X(void *, PyDict_New, (void))                                                           \
+    X(int, PyDict_SetItem, (void *dict, void *key, void *value))                            \
+    X(int, PyDict_Next, (void *dict, ssize_t *pos, void **key, void **value))               \
+    X(ssize_t, PyDict_Size, (void *dict))                                                   \
+    X(void *, PyTuple_GetItem, (void *tuple, ssize_t index))                                \
+    X(ssize_t, PyTuple_Size, (void *tuple))                                                 \
+    X(void *, PyObject_Type, (void *object))                                                \
+    X(unsigned long, PyType_GetFlags, (void *type))                                         \
+    X(void *, PyObject_GetAttrString, (void *object, const char *name))                     \
+    X(void *, PyObject_Str, (void *object))                                                 \
+    X(void *, PyObject_CallFunctionObjArgs, (void *callable, ...))                          \
+    X(void, PyErr_Clear, (void))                                                            \
     X(int, PyGILState_Ensure, (void))                                                       \
     X(void, PyGILState_Release, (int state))
 /* Its exception types: variables (PyObject *) of the library. */
 #define PY_OBJECTS(X) X(PyExc_BufferError) X(PyExc_TypeError) X(PyExc_ValueError)
+/* Its static objects, whose addresses are the objects: bool's type, None. */
+#define PY_STATICS(X) X(PyBool_Type) X(_Py_NoneStruct)
 
 /* Set once per VM (python_capsule_abi), read with the GIL held. */
 typedef struct {
@@ -70,6 +90,7 @@ typedef struct {
     PY_FUNCTIONS(PY_FUNCTION_FIELD)
 #define PY_OBJECT_FIELD(name) void *name;
     PY_OBJECTS(PY_OBJECT_FIELD)
+    PY_STATICS(PY_OBJECT_FIELD)
 } py_api;
 static py_api py;
 static atomic_int py_bound;
@@ -89,6 +110,8 @@ static int py_lookup(void *handle, py_api *api, const char **missing)
     PY_FUNCTIONS(PY_FUNCTION_LOOKUP)
 #define PY_OBJECT_LOOKUP(name) PY_LOOKUP(name) api->name = *(void **)found;
     PY_OBJECTS(PY_OBJECT_LOOKUP)
+#define PY_STATIC_LOOKUP(name) PY_LOOKUP(name) api->name = found;
+    PY_STATICS(PY_STATIC_LOOKUP)
     return 1;
 }
 
@@ -223,9 +246,21 @@ static void *python_take_capsule(void *self, void *const *args, ssize_t nargs)
 
 /* ---- DLPack 1.3's C exchange API ------------------------------------------ */
 
+/* The last table found and checked, by its capsule: the capsule held (a
+ * strong reference, so its address names no other object while cached)
+ * and the table's address it held then. A capsule whose pointer is the
+ * same again holds the same checked table; a type whose attribute now
+ * names another capsule, or a capsule set to another pointer, is checked
+ * anew and replaces it. Read and written with the GIL held. */
+static struct {
+    void *capsule;
+    const void *raw;
+    const tb_DLPackExchangeAPI *api;
+} api_cache;
+
 /* The table in a type's __dlpack_c_exchange_api__ capsule, searched and
- * checked (tb_dlpack_check.h); or NULL with Python's ValueError set, about
- * a capsule nothing of which is called. */
+ * checked (tb_dlpack_check.h), or the cached one; or NULL with Python's
+ * ValueError set, about a capsule nothing of which is called. */
 static const tb_DLPackExchangeAPI *exchange_api(void *capsule)
 {
     if (!py.PyCapsule_IsValid(capsule, TB_DLPACK_EXCHANGE_API_NAME)) {
@@ -233,9 +268,11 @@ static const tb_DLPackExchangeAPI *exchange_api(void *capsule)
                                                 " is no PyCapsule named \"" TB_DLPACK_EXCHANGE_API_NAME "\"");
         return NULL;
     }
+    const void *raw = py.PyCapsule_GetPointer(capsule, TB_DLPACK_EXCHANGE_API_NAME);
+    if (capsule == api_cache.capsule && raw == api_cache.raw)
+        return api_cache.api;
     const tb_DLPackExchangeAPI *api;
-    tb_xapi_status status =
-        tb_dlpack_exchange_api_find(py.PyCapsule_GetPointer(capsule, TB_DLPACK_EXCHANGE_API_NAME), &api);
+    tb_xapi_status status = tb_dlpack_exchange_api_find(raw, &api);
     if (status != TB_XAPI_OK) {
         char message[200];
         snprintf(message, sizeof message, "tensor_blob: the type's " TB_DLPACK_EXCHANGE_API_ATTR " holds %s",
@@ -243,6 +280,12 @@ static const tb_DLPackExchangeAPI *exchange_api(void *capsule)
         py.PyErr_SetString(py.PyExc_ValueError, message);
         return NULL;
     }
+    py.Py_IncRef(capsule);
+    if (api_cache.capsule)
+        py.Py_DecRef(api_cache.capsule);
+    api_cache.capsule = capsule;
+    api_cache.raw = raw;
+    api_cache.api = api;
     return api;
 }
 
@@ -333,6 +376,8 @@ static void *python_object_from_api(void *self, void *const *args, ssize_t nargs
  * one slot, whose word is the batch's address (malloc's: even). */
 typedef struct {
     size_t n;
+    char *desc; /* a container's description (take_tree), or NULL */
+    size_t desc_len;
     uintptr_t tagged[];
 } python_batch;
 
@@ -359,6 +404,7 @@ static void batch_free(python_batch *b, int to_python, int held)
         else if (t)
             tb_dlpack_release_later(tagged_managed(t), (int)(t & 1), 1);
     }
+    free(b->desc);
     free(b);
 }
 
@@ -524,6 +570,439 @@ static void *python_take_many(void *self, void *const *args, ssize_t nargs)
     return filled ? py.PyLong_FromLong(TAKEN) : NULL;
 }
 
+/* ---- Containers: a batch's shape, described ------------------------------- */
+
+/* A container's shape crosses as its description, bytes (the Elixir side
+ * writes and reads it, priv/python/tensor_blob_pythonx.py holds its
+ * reference in Python):
+ *   node := "t" (a tensor: the next one, in order)
+ *         | "l" N ":" node*N | "d" N ":" (key node)*N
+ *   key  := "s" LEN ":" BYTES (str: UTF-8; bytes where it is not)
+ *         | "a" LEN ":" BYTES (an atom's name: str) | "i" INT ":"
+ * Containers nest at most this deep. */
+#define TREE_DEPTH 256
+
+/* A description being read: what is left of it, and the leaves. */
+typedef struct {
+    const char *at, *end;
+    void *items; /* a Python list */
+    ssize_t next, n;
+} tree_reader;
+
+/* The count (or length) after a node's or key's letter, up to its ':'; 1,
+ * or 0 with Python's error set. */
+static int tree_count(tree_reader *r, ssize_t *n)
+{
+    ssize_t v = 0;
+    const char *p = r->at;
+    while (p < r->end && *p >= '0' && *p <= '9' && v <= (ssize_t)PYTHON_BATCH_MAX * 64)
+        v = v * 10 + (*p++ - '0');
+    if (p == r->at || p >= r->end || *p != ':') {
+        py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: a bad container description");
+        return 0;
+    }
+    r->at = p + 1;
+    *n = v;
+    return 1;
+}
+
+/* A dict's key, read: a new reference, or NULL with Python's error set. */
+static void *tree_key(tree_reader *r)
+{
+    char c = r->at < r->end ? *r->at++ : 0;
+    const char *start = r->at;
+    if (c == 'i') {
+        char digits[64];
+        const char *colon = memchr(start, ':', (size_t)(r->end - start));
+        size_t len = colon ? (size_t)(colon - start) : sizeof digits;
+        if (len == 0 || len >= sizeof digits) {
+            py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: a bad integer key in a container description");
+            return NULL;
+        }
+        memcpy(digits, start, len);
+        digits[len] = 0;
+        r->at = colon + 1;
+        return py.PyLong_FromString(digits, NULL, 10);
+    }
+    ssize_t n;
+    if ((c != 's' && c != 'a') || !tree_count(r, &n) || n > r->end - r->at) {
+        if (!py.PyErr_Occurred())
+            py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: a bad key in a container description");
+        return NULL;
+    }
+    const char *bytes = r->at;
+    r->at += n;
+    void *key = py.PyUnicode_DecodeUTF8(bytes, n, "strict");
+    if (key || c == 'a')
+        return key;
+    py.PyErr_Clear(); /* not UTF-8: a bytes key */
+    return py.PyBytes_FromStringAndSize(bytes, n);
+}
+
+static void *tree_node(tree_reader *r, int depth);
+
+/* The n entries of a list (dict 0) or a dict (1): a new reference, or
+ * NULL with Python's error set. */
+static void *tree_container(tree_reader *r, ssize_t n, int dict, int depth)
+{
+    void *out = dict ? py.PyDict_New() : py.PyList_New(n);
+    for (ssize_t i = 0; out && i < n; i++) {
+        void *key = dict ? tree_key(r) : NULL;
+        void *value = dict && !key ? NULL : tree_node(r, depth + 1);
+        int ok = value != NULL;
+        if (ok && dict)
+            ok = py.PyDict_SetItem(out, key, value) == 0;
+        if (dict) {
+            if (value)
+                py.Py_DecRef(value);
+            if (key)
+                py.Py_DecRef(key);
+        } else if (ok)
+            py.PyList_SetItem(out, i, value);
+        if (!ok) {
+            py.Py_DecRef(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
+/* The next node: a new reference, or NULL with Python's error set. */
+static void *tree_node(tree_reader *r, int depth)
+{
+    char c = r->at < r->end ? *r->at++ : 0;
+    ssize_t n;
+    if (c == 't' && r->next < r->n) {
+        void *item = py.PyList_GetItem(r->items, r->next++);
+        py.Py_IncRef(item);
+        return item;
+    }
+    /* Each node takes a byte at least: no count past what is left. */
+    if ((c == 'l' || c == 'd') && depth < TREE_DEPTH && tree_count(r, &n) && n <= r->end - r->at)
+        return tree_container(r, n, c == 'd', depth);
+    if (!py.PyErr_Occurred())
+        py.PyErr_SetString(py.PyExc_ValueError, c == 't' ? "tensor_blob: a container description with more "
+                                                           "tensors than the batch"
+                                                         : "tensor_blob: a bad container description (or nested "
+                                                           "deeper than 256)");
+    return NULL;
+}
+
+/* tree(desc, items): the container desc describes (bytes), its tensors
+ * the list items in order, all of them; made in one pass. */
+static void *python_tree(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    char *bytes;
+    ssize_t size;
+    tb_release_run_held();
+    if (nargs != 2 || py.PyBytes_AsStringAndSize(args[0], &bytes, &size) != 0) {
+        if (!py.PyErr_Occurred())
+            py.PyErr_SetString(py.PyExc_TypeError, "tensor_blob: tree wants a description (bytes) and a list");
+        return NULL;
+    }
+    tree_reader r = {.at = bytes, .end = bytes + size, .items = args[1], .next = 0, .n = py.PyList_Size(args[1])};
+    if (r.n < 0)
+        return NULL;
+    void *tree = tree_node(&r, 0);
+    if (tree && (r.at != r.end || r.next != r.n)) {
+        py.Py_DecRef(tree);
+        py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: a container description that does not match its "
+                                                "tensors");
+        return NULL;
+    }
+    return tree;
+}
+
+/* The type flags that say what a container or key is (stable across
+ * Python 3). */
+#define PY_TPFLAGS_LONG (1UL << 24)
+#define PY_TPFLAGS_LIST (1UL << 25)
+#define PY_TPFLAGS_TUPLE (1UL << 26)
+#define PY_TPFLAGS_BYTES (1UL << 27)
+#define PY_TPFLAGS_UNICODE (1UL << 28)
+#define PY_TPFLAGS_DICT (1UL << 29)
+
+/* A container being walked (take_tree): its description so far, the words
+ * taken, and the callable that gives a leaf without a table its capsule. */
+typedef struct {
+    char *desc;
+    size_t len, cap;
+    uintptr_t *words;
+    size_t n, cap_n;
+    void *capsule_of;
+    /* The last leaf's type and its table's capsule (NULL: none), held for
+     * the walk: a batch's tensors are mostly of one type, whose attribute
+     * is looked up once. */
+    void *type, *capsule;
+} tree_walk;
+
+/* Room for more items of size elem in *buf: 1, or 0 with Python's error
+ * set. */
+static int walk_room(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 1;
+    size_t cap2 = *cap ? *cap * 2 : 256;
+    while (cap2 < need)
+        cap2 *= 2;
+    void *grown = realloc(*buf, cap2 * elem);
+    if (!grown) {
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: out of memory describing a container");
+        return 0;
+    }
+    *buf = grown;
+    *cap = cap2;
+    return 1;
+}
+
+/* Appends letter, the count n in decimal and ':' (when n >= 0), then size
+ * bytes. */
+static int walk_put(tree_walk *w, char letter, ssize_t n, const char *bytes, size_t size)
+{
+    char head[24], digits[20];
+    size_t h = 0, d = 0;
+    head[h++] = letter;
+    if (n >= 0) {
+        do
+            digits[d++] = (char)('0' + n % 10);
+        while ((n /= 10) > 0);
+        while (d)
+            head[h++] = digits[--d];
+        head[h++] = ':';
+    }
+    if (!walk_room((void **)&w->desc, &w->cap, w->len + h + size, 1))
+        return 0;
+    memcpy(w->desc + w->len, head, h);
+    if (size)
+        memcpy(w->desc + w->len + h, bytes, size);
+    w->len += h + size;
+    return 1;
+}
+
+static unsigned long type_flags(void *obj)
+{
+    void *type = py.PyObject_Type(obj);
+    unsigned long flags = py.PyType_GetFlags(type);
+    py.Py_DecRef(type);
+    return flags;
+}
+
+/* A dict's key, described: str or bytes as "s", an int (not a bool) as
+ * "i" in decimal. 1, or 0 with Python's error set. */
+static int walk_key(tree_walk *w, void *key)
+{
+    unsigned long flags = type_flags(key);
+    char *bytes;
+    ssize_t size;
+    if (flags & PY_TPFLAGS_UNICODE) {
+        const char *text = py.PyUnicode_AsUTF8AndSize(key, &size);
+        return text && walk_put(w, 's', size, text, (size_t)size);
+    }
+    if (flags & PY_TPFLAGS_BYTES)
+        return py.PyBytes_AsStringAndSize(key, &bytes, &size) == 0 && walk_put(w, 's', size, bytes, (size_t)size);
+    void *type = py.PyObject_Type(key);
+    py.Py_DecRef(type);
+    if (!(flags & PY_TPFLAGS_LONG) || type == py.PyBool_Type) {
+        py.PyErr_SetString(py.PyExc_TypeError, "tensor_blob: a dict key that is no str, bytes or int: keys must be "
+                                               "str, bytes or int");
+        return 0;
+    }
+    void *text = py.PyObject_Str(key);
+    const char *digits = text ? py.PyUnicode_AsUTF8AndSize(text, &size) : NULL;
+    int ok = digits && walk_put(w, 'i', -1, digits, (size_t)size) && walk_put(w, ':', -1, NULL, 0);
+    if (text)
+        py.Py_DecRef(text);
+    return ok;
+}
+
+/* The capsule of the table of obj's type (the walk's cache: borrowed), or
+ * NULL where the type has none (no attribute, or None). */
+static void *walk_table(tree_walk *w, void *obj)
+{
+    void *type = py.PyObject_Type(obj);
+    if (type == w->type) {
+        py.Py_DecRef(type);
+        return w->capsule;
+    }
+    void *capsule = py.PyObject_GetAttrString(type, TB_DLPACK_EXCHANGE_API_ATTR);
+    if (!capsule)
+        py.PyErr_Clear(); /* no attribute: no table */
+    else if (capsule == py._Py_NoneStruct) {
+        py.Py_DecRef(capsule);
+        capsule = NULL;
+    }
+    if (w->type)
+        py.Py_DecRef(w->type);
+    if (w->capsule)
+        py.Py_DecRef(w->capsule);
+    w->type = type;
+    w->capsule = capsule;
+    return capsule;
+}
+
+/* A leaf taken: through its type's table where it has one, else through
+ * the capsule capsule_of gives. 1, or 0 with Python's error set, nothing
+ * of it held. */
+static int walk_leaf(tree_walk *w, void *obj)
+{
+    void *table = walk_table(w, obj), *capsule = NULL;
+    uintptr_t word = 0;
+    int code;
+    if (table)
+        code = take_through_api(obj, table, &word);
+    else if ((capsule = py.PyObject_CallFunctionObjArgs(w->capsule_of, obj, NULL)))
+        code = take_from_capsule(capsule, &word);
+    else
+        return 0;
+    if (capsule)
+        py.Py_DecRef(capsule);
+    if (code != TAKEN) {
+        if (code != RAISED)
+            refuse_item(w->n, code);
+        return 0;
+    }
+    if (!walk_room((void **)&w->words, &w->cap_n, w->n + 1, sizeof *w->words)) {
+        tb_dlpack_release(tagged_managed(word), (int)(word & 1));
+        return 0;
+    }
+    w->words[w->n++] = word;
+    return 1;
+}
+
+static int walk_node(tree_walk *w, void *obj, int depth);
+
+/* A dict's entries, described in its order; 1, or 0 with Python's error
+ * set (a dict that changes size under the walk, by a producer's code, is
+ * refused). */
+static int walk_dict(tree_walk *w, void *dict, int depth)
+{
+    ssize_t n = py.PyDict_Size(dict), pos = 0, seen = 0;
+    void *key, *value;
+    if (!walk_put(w, 'd', n, NULL, 0))
+        return 0;
+    while (py.PyDict_Next(dict, &pos, &key, &value)) {
+        py.Py_IncRef(key);
+        py.Py_IncRef(value);
+        int ok = walk_key(w, key) && walk_node(w, value, depth + 1);
+        py.Py_DecRef(key);
+        py.Py_DecRef(value);
+        if (!ok)
+            return 0;
+        seen++;
+    }
+    if (seen != n || py.PyDict_Size(dict) != n) {
+        py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: a dict changed size while its tensors were taken");
+        return 0;
+    }
+    return 1;
+}
+
+/* A list's or tuple's items, described; 1, or 0 with Python's error set. */
+static int walk_sequence(tree_walk *w, void *seq, int tuple, int depth)
+{
+    ssize_t n = tuple ? py.PyTuple_Size(seq) : py.PyList_Size(seq);
+    if (!walk_put(w, 'l', n, NULL, 0))
+        return 0;
+    for (ssize_t i = 0; i < n; i++) {
+        void *item = tuple ? py.PyTuple_GetItem(seq, i) : py.PyList_GetItem(seq, i);
+        if (!item) /* a list shortened under the walk: IndexError set */
+            return 0;
+        py.Py_IncRef(item);
+        int ok = walk_node(w, item, depth + 1);
+        py.Py_DecRef(item);
+        if (!ok)
+            return 0;
+    }
+    if (!tuple && py.PyList_Size(seq) != n) {
+        py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: a list changed size while its tensors were taken");
+        return 0;
+    }
+    return 1;
+}
+
+static int walk_node(tree_walk *w, void *obj, int depth)
+{
+    if (depth >= TREE_DEPTH) {
+        py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: containers nested deeper than 256");
+        return 0;
+    }
+    unsigned long flags = type_flags(obj);
+    if (flags & PY_TPFLAGS_DICT)
+        return walk_dict(w, obj, depth);
+    if (flags & (PY_TPFLAGS_LIST | PY_TPFLAGS_TUPLE))
+        return walk_sequence(w, obj, (flags & PY_TPFLAGS_TUPLE) != 0, depth);
+    return walk_put(w, 't', -1, NULL, 0) && walk_leaf(w, obj);
+}
+
+/* Puts b in the empty slot k: 1, or 0 with Python's error set and b
+ * released (the GIL is held). */
+static int put_batch(unsigned k, python_batch *b)
+{
+    uintptr_t was = tb_slot_take(&tb_library_state->python_slots, k);
+    if (was) { /* not a slot opened for a batch from Python: left as it was */
+        tb_slot_put(&tb_library_state->python_slots, k, was);
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the slot is not an empty one for a batch");
+    } else if (tb_slot_put(&tb_library_state->python_slots, k, (uintptr_t)b))
+        return 1;
+    else
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: the batch's slot was closed");
+    batch_free(b, 0, 1);
+    return 0;
+}
+
+/* How many of the release thread's runs of held jobs (TB_RELEASE_HOLD_RUN
+ * each) take_tree runs at most. */
+#define TAKE_TREE_HELD_RUNS 8
+
+/* take_tree(obj, capsule_of, k): the tensors of obj (dicts, lists and
+ * tuples of DLPack producers, nested) taken in one walk, each through its
+ * type's table (checked once per capsule, api_cache) or through the
+ * capsule capsule_of(leaf) gives, into a batch that carries obj's
+ * description, put in the empty slot k. None, or raises with nothing
+ * taken. */
+static void *python_take_tree(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    unsigned k;
+    if (!enter_builtin(args, nargs, 3, &k))
+        return NULL;
+    /* A batch from Python leaves a batch's deleters behind when it goes:
+     * more of them run here, where the GIL is held already, than one
+     * builtin's run (enter_builtin), so that few wait for the release
+     * thread to take the GIL from the evaluations that follow. */
+    for (int run = 1; run < TAKE_TREE_HELD_RUNS && tb_release_pending() > 0; run++)
+        tb_release_run_held();
+    tree_walk w = {.capsule_of = args[1]};
+    python_batch *b = NULL;
+    int ok = walk_node(&w, args[0], 0) && w.n <= PYTHON_BATCH_MAX;
+    if (w.type)
+        py.Py_DecRef(w.type);
+    if (w.capsule)
+        py.Py_DecRef(w.capsule);
+    if (ok && !(b = batch_new(w.n)))
+        py.PyErr_SetString(py.PyExc_BufferError, "tensor_blob: out of memory for a batch");
+    if (!b) {
+        if (!py.PyErr_Occurred())
+            py.PyErr_SetString(py.PyExc_ValueError, "tensor_blob: too many tensors for one batch");
+        for (size_t i = 0; i < w.n; i++)
+            tb_dlpack_release(tagged_managed(w.words[i]), (int)(w.words[i] & 1));
+        free(w.words);
+        free(w.desc);
+        return NULL;
+    }
+    if (w.n)
+        memcpy(b->tagged, w.words, w.n * sizeof *w.words);
+    free(w.words);
+    b->desc = w.desc;
+    b->desc_len = w.len;
+    if (!put_batch(k, b))
+        return NULL;
+    void *none = py._Py_NoneStruct;
+    py.Py_IncRef(none);
+    return none;
+}
+
 static const py_method_def capsule_from_slot_def = {"capsule_from_slot", python_capsule_from_slot, PY_METH_FASTCALL,
                                                     NULL};
 static const py_method_def take_capsule_def = {"take_capsule", python_take_capsule, PY_METH_FASTCALL, NULL};
@@ -534,6 +1013,8 @@ static const py_method_def capsules_from_batch_def = {"capsules_from_batch", pyt
 static const py_method_def objects_from_batch_def = {"objects_from_batch", python_objects_from_batch, PY_METH_FASTCALL,
                                                      NULL};
 static const py_method_def take_many_def = {"take_many", python_take_many, PY_METH_FASTCALL, NULL};
+static const py_method_def tree_def = {"tree", python_tree, PY_METH_FASTCALL, NULL};
+static const py_method_def take_tree_def = {"take_tree", python_take_tree, PY_METH_FASTCALL, NULL};
 
 /* The Elixir side's hold on a slot: its number while open (-1 once
  * closed), which way it carries, and whether it carries a batch. */
@@ -719,9 +1200,98 @@ static ERL_NIF_TERM import_word(ErlNifEnv *env, uintptr_t word)
     return tb_dlpack_import(env, tagged_managed(word), (int)(word & 1), &how);
 }
 
+/* ---- Containers from Python, as terms ------------------------------------- */
+
+/* A batch's description being read into terms (import_batch). */
+typedef struct {
+    ErlNifEnv *env;
+    const char *at, *end;
+    const ERL_NIF_TERM *terms;
+    size_t next, n;
+} term_reader;
+
+/* The decimal digits at r, up to a ':' after them, at most max: 1, or 0. */
+static int term_number(term_reader *r, uint64_t max, uint64_t *n)
+{
+    uint64_t v = 0;
+    const char *p = r->at;
+    for (; p < r->end && *p >= '0' && *p <= '9'; p++) {
+        if (v > (max - (uint64_t)(*p - '0')) / 10)
+            return 0;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (p == r->at || p >= r->end || *p != ':')
+        return 0;
+    r->at = p + 1;
+    *n = v;
+    return 1;
+}
+
+/* A dict's key: a binary (str, bytes), or an integer of 64 bits (a larger
+ * one is refused). 1, or 0. */
+static int term_key(term_reader *r, ERL_NIF_TERM *key)
+{
+    char c = r->at < r->end ? *r->at++ : 0;
+    uint64_t n;
+    if (c == 'i') {
+        int neg = r->at < r->end && *r->at == '-';
+        r->at += neg;
+        if (!term_number(r, neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, &n))
+            return 0;
+        *key = enif_make_int64(r->env, neg ? (ErlNifSInt64)(0 - n) : (ErlNifSInt64)n);
+        return 1;
+    }
+    if (c != 's' || !term_number(r, (uint64_t)(r->end - r->at), &n) || n > (uint64_t)(r->end - r->at))
+        return 0;
+    memcpy(enif_make_new_binary(r->env, (size_t)n, key), r->at, (size_t)n);
+    r->at += n;
+    return 1;
+}
+
+static int term_node(term_reader *r, int depth, ERL_NIF_TERM *out);
+
+/* The n entries of a list (map 0) or a map (1), into *out: 1, or 0 (a map
+ * with two keys alike, a str and a bytes key of the same bytes, too). */
+static int term_container(term_reader *r, size_t n, int map, int depth, ERL_NIF_TERM *out)
+{
+    ERL_NIF_TERM *values = enif_alloc((n ? n : 1) * (map ? 2 : 1) * sizeof *values), *keys = values + n;
+    int ok = values != NULL;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (!map || term_key(r, &keys[i])) && term_node(r, depth + 1, &values[i]);
+    if (ok && map)
+        ok = enif_make_map_from_arrays(r->env, keys, values, n, out);
+    else if (ok)
+        *out = enif_make_list_from_array(r->env, values, (unsigned)n);
+    enif_free(values);
+    return ok;
+}
+
+/* The next node into *out: 1, or 0. */
+static int term_node(term_reader *r, int depth, ERL_NIF_TERM *out)
+{
+    char c = r->at < r->end ? *r->at++ : 0;
+    uint64_t n;
+    if (c == 't' && r->next < r->n) {
+        *out = r->terms[r->next++];
+        return 1;
+    }
+    /* Each node takes a byte at least: no count past what is left. */
+    return (c == 'l' || c == 'd') && depth < TREE_DEPTH && term_number(r, (uint64_t)(r->end - r->at), &n) &&
+           term_container(r, (size_t)n, c == 'd', depth, out);
+}
+
+/* The container a batch's description gives, its tensors terms, into
+ * *out: 1, or 0 when the description does not fit them. */
+static int term_tree(ErlNifEnv *env, const python_batch *b, const ERL_NIF_TERM *terms, ERL_NIF_TERM *out)
+{
+    term_reader r = {.env = env, .at = b->desc, .end = b->desc + b->desc_len, .terms = terms, .next = 0, .n = b->n};
+    return term_node(&r, 0, out) && r.at == r.end && r.next == r.n;
+}
+
 /* The list of the tensors over a batch's words (undefined where Python put
- * none), the batch freed; or the first import's error, raised, the words
- * after it released. */
+ * none), or the container its description gives (take_tree), the batch
+ * freed; or the first import's error, raised, the words after it
+ * released. */
 static ERL_NIF_TERM import_batch(ErlNifEnv *env, python_batch *b)
 {
     ERL_NIF_TERM *terms = enif_alloc((b->n ? b->n : 1) * sizeof *terms), result, reason;
@@ -733,7 +1303,14 @@ static ERL_NIF_TERM import_batch(ErlNifEnv *env, python_batch *b)
         if (enif_has_pending_exception(env, &reason))
             break;
     }
-    result = i < b->n ? terms[i] : enif_make_list_from_array(env, terms, (unsigned)b->n);
+    if (i < b->n)
+        result = terms[i];
+    else if (!b->desc)
+        result = enif_make_list_from_array(env, terms, (unsigned)b->n);
+    else if (!term_tree(env, b, terms, &result))
+        result = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "object",
+                                 "object: its container has two keys alike (a str and a bytes key of the same "
+                                 "bytes), or an integer key beyond 64 bits");
     enif_free(terms);
     batch_free(b, 0, 0);
     return result;
@@ -769,8 +1346,8 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
 static ERL_NIF_TERM builtins_map(ErlNifEnv *env)
 {
     static const py_method_def *const defs[] = {
-        &capsule_from_slot_def,   &take_capsule_def,       &take_api_def, &object_from_api_def,
-        &capsules_from_batch_def, &objects_from_batch_def, &take_many_def};
+        &capsule_from_slot_def,  &take_capsule_def, &take_api_def, &object_from_api_def, &capsules_from_batch_def,
+        &objects_from_batch_def, &take_many_def,    &tree_def,     &take_tree_def};
     enum { N = sizeof defs / sizeof defs[0] };
     ERL_NIF_TERM keys[N], values[N], map;
     for (int i = 0; i < N; i++) {

@@ -176,23 +176,21 @@ if Code.ensure_loaded?(Pythonx) do
       ensure_ready()
       {k, slot} = translating(do: :tensor_blob_python.python_slot_receive_many())
 
-      skeleton =
-        try do
-          {skeleton, _} = eval(:object, "__import__('#{@module}').take_all(obj, #{k})", %{"obj" => object})
-          Pythonx.decode(skeleton)
-        rescue
-          error ->
-            translating(do: :tensor_blob_python.python_slot_close(slot))
-            reraise error, __STACKTRACE__
-        end
+      # Python walks the container in C and leaves its description in the
+      # batch; closing the slot imports the tensors and builds the map or
+      # list (keys as binaries and integers) in the NIF. The code makes no
+      # Pythonx object (it ends in a statement and deletes its global).
+      try do
+        eval(:object, "__import__('#{@module}').take_all(obj, #{k})\ndel obj", %{"obj" => object})
+      rescue
+        error ->
+          translating(do: :tensor_blob_python.python_slot_close(slot))
+          reraise error, __STACKTRACE__
+      end
 
       case translating(do: :tensor_blob_python.python_slot_close(slot)) do
-        refs when is_list(refs) ->
-          {container, "", []} = rebuild(skeleton, Enum.map(refs, &Tensor.wrap/1))
-          container
-
-        :undefined ->
-          "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
+        :undefined -> "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
+        tree -> wrap_tree(tree)
       end
     end
 
@@ -264,43 +262,11 @@ if Code.ensure_loaded?(Pythonx) do
       |> badarg!(:bad_value, :tensors)
     end
 
-    # The container Python described, its tensors in order.
-    defp rebuild(<<?t, rest::binary>>, [t | ts]), do: {t, rest, ts}
-
-    defp rebuild(<<?l, rest::binary>>, ts) do
-      {n, <<?:, rest::binary>>} = Integer.parse(rest)
-
-      {items, rest, ts} =
-        Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
-          {item, rest, ts} = rebuild(rest, ts)
-          {[item | acc], rest, ts}
-        end)
-
-      {Enum.reverse(items), rest, ts}
-    end
-
-    defp rebuild(<<?d, rest::binary>>, ts) do
-      {n, <<?:, rest::binary>>} = Integer.parse(rest)
-
-      {pairs, rest, ts} =
-        Enum.reduce(1..n//1, {[], rest, ts}, fn _, {acc, rest, ts} ->
-          {key, rest} = read_key(rest)
-          {value, rest, ts} = rebuild(rest, ts)
-          {[{key, value} | acc], rest, ts}
-        end)
-
-      {Map.new(pairs), rest, ts}
-    end
-
-    defp read_key(<<?i, rest::binary>>) do
-      {i, <<?:, rest::binary>>} = Integer.parse(rest)
-      {i, rest}
-    end
-
-    defp read_key(<<?s, rest::binary>>) do
-      {n, <<?:, rest::binary>>} = Integer.parse(rest)
-      {binary_part(rest, 0, n), binary_part(rest, n, byte_size(rest) - n)}
-    end
+    # The container the NIF built from Python's, each tensor's resource
+    # wrapped.
+    defp wrap_tree(ref) when is_reference(ref), do: Tensor.wrap(ref)
+    defp wrap_tree(list) when is_list(list), do: Enum.map(list, &wrap_tree/1)
+    defp wrap_tree(map) when is_map(map), do: Map.new(map, fn {key, value} -> {key, wrap_tree(value)} end)
 
     defp export_many(refs, version) do
       translating(do: :tensor_blob_python.python_slot_export_many(refs, version))

@@ -37,6 +37,14 @@ object_from_api = None
 capsules_from_batch = None
 objects_from_batch = None
 take_many = None
+# Containers, in one pass in C (configure): tree(desc, items) makes the
+# container desc describes, its tensors the list items in order;
+# take_tree(obj, capsule_of, k) takes the tensors of obj (nested dicts,
+# lists and tuples) into a batch in the empty slot k that carries obj's
+# description, each through its type's table, or through the capsule
+# capsule_of(leaf) gives where its type has none.
+tree = None
+take_tree = None
 
 # The attribute a type offers its table in.
 EXCHANGE_API = "__dlpack_c_exchange_api__"
@@ -79,7 +87,7 @@ def configure(abi):
     the library gave (tensor_blob_python:python_bind/1), as any builtin is made:
     PyCFunction_NewEx(def, NULL, NULL)."""
     global capsule_from_slot, take_capsule, take_api, object_from_api
-    global capsules_from_batch, objects_from_batch, take_many
+    global capsules_from_batch, objects_from_batch, take_many, tree, take_tree
     abi = {k.decode() if isinstance(k, bytes) else k: v for k, v in abi.items()}
     new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
         ("PyCFunction_NewEx", ctypes.pythonapi)
@@ -91,6 +99,8 @@ def configure(abi):
     capsules_from_batch = new(abi["capsules_from_batch"], None, None)
     objects_from_batch = new(abi["objects_from_batch"], None, None)
     take_many = new(abi["take_many"], None, None)
+    tree = new(abi["tree"], None, None)
+    take_tree = new(abi["take_tree"], None, None)
 
 
 class Exported:
@@ -176,7 +186,10 @@ def _capsule_of(obj):
 
 
 # A container's shape crosses as one bytes object, its description (a
-# Pythonx object for each key and leaf would cost more than the tensors):
+# Pythonx object for each key and leaf would cost more than the tensors).
+# The library's builtins tree and take_tree read and write it in C, in one
+# pass; _parse and _describe below are its reference in Python (the
+# module's tests check the format with them):
 #   node := b"t" (a tensor: the next one, in order)
 #         | b"l" N b":" node*N                       (a list)
 #         | b"d" N b":" (key node)*N                 (a dict)
@@ -231,7 +244,7 @@ def many(k, how, desc):
         import torch
 
         items = [torch.from_dlpack(c) for c in capsules_from_batch(k)]
-    return _parse(desc, 0, iter(items))[0]
+    return tree(desc, items)
 
 
 def _describe(obj, items, apis, out):
@@ -268,12 +281,9 @@ def _describe(obj, items, apis, out):
 
 def take_all(obj, k):
     """Puts a batch of the tensors of obj (nested dicts, lists and tuples
-    of DLPack producers) in slot k, and answers obj's description, its
-    tensors in the batch's order."""
-    items, apis, out = [], [], []
-    _describe(obj, items, apis, out)
-    take_many(items, apis, k)
-    return b"".join(out)
+    of DLPack producers) in slot k, with obj's description, its tensors in
+    the batch's order; one walk in C (take_tree)."""
+    take_tree(obj, _capsule_of, k)
 
 
 def take(obj, k):

@@ -1,0 +1,55 @@
+/* The bench's Python extension (bench/exchange_loop.exs, built by `make
+ * bench-nif` where Python's headers are; never shipped): loop(obj, n,
+ * rounds) answers the least ns per managed_tensor_from_py_object_no_sync
+ * of obj's type's DLPack C exchange API table and the managed tensor's
+ * deleter, in loops of n, best of rounds: the loop shape of the bench
+ * NIF's exchange_loop (exchange_loop.h). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "exchange_loop.h"
+
+/* The table of version 1.3 or later in the chain the capsule holds; NULL
+ * with Python's error set. */
+static const tb_DLPackExchangeAPI *table_of(PyObject *obj)
+{
+    PyObject *capsule = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__dlpack_c_exchange_api__");
+    if (!capsule)
+        return NULL;
+    const tb_DLPackExchangeAPIHeader *h = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+    Py_DECREF(capsule); /* the type holds it */
+    for (int i = 0; h && i < 16; i++, h = h->prev_api)
+        if (h->version.major == 1 && h->version.minor >= 3)
+            return (const tb_DLPackExchangeAPI *)h;
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "no DLPack exchange API table of version 1.3 or later");
+    return NULL;
+}
+
+static PyObject *loop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *obj;
+    long n;
+    int rounds;
+    if (!PyArg_ParseTuple(args, "Oli", &obj, &n, &rounds) || n <= 0 || rounds <= 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "n and rounds > 0"), NULL);
+    const tb_DLPackExchangeAPI *api = table_of(obj);
+    if (!api)
+        return NULL;
+    double best;
+    EXCHANGE_LOOP(best, n, rounds, api->managed_tensor_from_py_object_no_sync(obj, &m));
+    if (best < 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "the entry failed"), NULL);
+    return PyFloat_FromDouble(best);
+}
+
+static PyMethodDef methods[] = {{"loop", loop, METH_VARARGS, "ns per from-object + deleter, best of rounds"},
+                                {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "torch_exchange_loop", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit_torch_exchange_loop(void)
+{
+    return PyModule_Create(&module);
+}
