@@ -10,15 +10,9 @@ if Code.ensure_loaded?(Pythonx) do
     # every stack; PyTorch's real table is tested where PyTorch has it
     # (2.10 and later), and where it has none the same calls are shown to
     # go the old way.
-    use ExUnit.Case, async: false
-
-    @moduletag :python
-
-    alias TensorBlob.{Python, Tensor}
-    alias TensorBlob.Test.{Lifetime, PythonVM}
+    use TensorBlob.Test.PythonCase, async: false
 
     setup_all do
-      PythonVM.start!()
       dir = Path.join(System.tmp_dir!(), "tb_standin_#{System.unique_integer([:positive])}")
       File.mkdir_p!(dir)
       so = Path.join(dir, "dlpack_standin.so")

@@ -7,16 +7,7 @@ if Code.ensure_loaded?(Pythonx) do
     # scripts/build_pythonx.sh; Pythonx needs Elixir >= 1.15, so never on
     # Debian 12's Elixir 1.14). The Python found as python3 must have PyTorch
     # and NumPy (Debian's python3-torch, python3-numpy).
-    use ExUnit.Case, async: false
-
-    @moduletag :python
-
-    alias TensorBlob.{Python, Tensor}
-    alias TensorBlob.Test.{Lifetime, PythonVM}
-
-    setup_all do
-      TensorBlob.Test.PythonVM.start!()
-    end
+    use TensorBlob.Test.PythonCase, async: false
 
     defp py(code, globals \\ %{}) do
       case Pythonx.eval("import torch, numpy\n" <> code, globals) do
