@@ -174,21 +174,12 @@ if Code.ensure_loaded?(Pythonx) do
     @spec from_python_many(Pythonx.Object.t()) :: map() | list()
     def from_python_many(%Pythonx.Object{} = object) do
       ensure_ready()
-      {k, slot} = translating(do: :tensor_blob_python.python_slot_receive_many())
+      {k, _} = receiving = translating(do: :tensor_blob_python.python_slot_receive_many())
 
       # Python walks the container in C and leaves its description in the
       # batch; closing the slot imports the tensors and builds the map or
-      # list (keys as binaries and integers) in the NIF. The code makes no
-      # Pythonx object (it ends in a statement and deletes its global).
-      try do
-        eval(:object, "__import__('#{@module}').take_all(obj, #{k})\ndel obj", %{"obj" => object})
-      rescue
-        error ->
-          translating(do: :tensor_blob_python.python_slot_close(slot))
-          reraise error, __STACKTRACE__
-      end
-
-      case translating(do: :tensor_blob_python.python_slot_close(slot)) do
+      # list (keys as binaries and integers) in the NIF.
+      case received(object, receiving, "take_all") do
         :undefined -> "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
         tree -> wrap_tree(tree)
       end
@@ -335,27 +326,33 @@ if Code.ensure_loaded?(Pythonx) do
     @spec from_python(Pythonx.Object.t()) :: Tensor.t()
     def from_python(%Pythonx.Object{} = object) do
       ensure_ready()
-      {k, slot} = translating(do: :tensor_blob_python.python_slot_receive())
+      {k, _} = receiving = translating(do: :tensor_blob_python.python_slot_receive())
 
       # Python puts the object's managed tensor in slot k; closing the slot
       # imports it (the producer's deleter off the schedulers, for it takes
-      # the GIL). Nothing is decoded from Python, and the code makes no
-      # Pythonx object: it ends in a statement (no result) and deletes its
-      # global (none given back). Each object Pythonx makes costs its
-      # janitor a call on a dirty scheduler once collected, and every
-      # evaluation waits for the janitor.
+      # the GIL).
+      case received(object, receiving, "take") do
+        ref when is_reference(ref) -> Tensor.wrap(ref)
+        :undefined -> "object: Python put no tensor in slot #{k}" |> badarg!(:gone, :object)
+      end
+    end
+
+    # What Python's function (take/2, take_all/2) put in slot k, imported
+    # as the slot closes (closed on a failure too). The code makes no
+    # Pythonx object: it ends in a statement (no result) and deletes its
+    # global (none given back). Each object Pythonx makes costs its janitor
+    # a call on a dirty scheduler once collected, and every evaluation
+    # waits for the janitor.
+    defp received(object, {k, slot}, function) do
       try do
-        eval(:object, "__import__('#{@module}').take(obj, #{k})\ndel obj", %{"obj" => object})
+        eval(:object, "__import__('#{@module}').#{function}(obj, #{k})\ndel obj", %{"obj" => object})
       rescue
         error ->
           translating(do: :tensor_blob_python.python_slot_close(slot))
           reraise error, __STACKTRACE__
       end
 
-      case translating(do: :tensor_blob_python.python_slot_close(slot)) do
-        ref when is_reference(ref) -> Tensor.wrap(ref)
-        :undefined -> "object: Python put no tensor in slot #{k}" |> badarg!(:gone, :object)
-      end
+      translating(do: :tensor_blob_python.python_slot_close(slot))
     end
 
     def from_python(other),
