@@ -12,7 +12,6 @@
 #ifndef TB_PYTHON_API_H
 #define TB_PYTHON_API_H
 
-#include <stdatomic.h>
 #include <sys/types.h>
 
 /* The one list of the interpreter's C API the library calls: each is looked
