@@ -1,6 +1,7 @@
-/* Tensors to and from an embedded Python (Pythonx): the capsules its code
- * makes and takes, and the slots that carry a managed tensor across one
- * evaluation (tb_python.c). */
+/* Tensors to and from an embedded Python (Pythonx): the slot resource a
+ * tensor or a batch crosses one evaluation in, and the Python door's NIFs
+ * (tb_python.c); the builtins Python calls are the units tb_python_* of
+ * tensor/ below it. */
 #ifndef TB_PYTHON_H
 #define TB_PYTHON_H
 

@@ -29,7 +29,7 @@ void tb_release_set_hold(int (*take)(void), void (*give)(int));
 /* Runs the held jobs first in line (TB_RELEASE_HOLD_RUN at most) here and
  * now, for the holder's own code, called with the hold taken: Python's
  * deleters then run where the GIL is held already, with no hand-over to
- * the release thread (tb_python.c's builtins call it). Once a hold is set,
+ * the release thread (the Python door's builtins call it). Once a hold is set,
  * the thread leaves held jobs first in line to such calls for
  * TB_RELEASE_GRACE_MS after the queue fills, then runs them itself. Such a
  * job may run before older ones the thread is still running. */
