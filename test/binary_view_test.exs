@@ -44,10 +44,10 @@ defmodule TensorBlob.BinaryViewTest do
 
       assert_badarg(
         fn -> Tensor.write!(t, payload()) end,
-        "To change the values, copy it first (Tensor.to_device(t, Tensor.device(t))) and write the copy"
+        "To change the values, copy it first (Tensor.copy(t)) and write the copy"
       )
 
-      copy = Tensor.to_device(t, Tensor.device(t))
+      copy = Tensor.copy(t)
       zeros = f32s(List.duplicate(0.0, 256))
       assert Tensor.to_binary(Tensor.write!(copy, zeros)) == zeros
       assert Tensor.to_binary(t) == payload()
@@ -203,7 +203,7 @@ defmodule TensorBlob.BinaryViewTest do
         {fn -> Tensor.to_binary(t, copy: :if_needed) end, ["to_binary(copy: false) (or copy: :if_needed)"],
          "(or \#{copy => if_needed})"},
         {fn -> TensorBlob.Nodes.pack(t, node(), via: :binary) end,
-         ["the binary of a term TensorBlob.Nodes.pack/3 made", "Drop the packed term", "Tensor.to_device(t, "],
+         ["the binary of a term TensorBlob.Nodes.pack/3 made", "Drop the packed term", "Tensor.copy(t)"],
          "tensor_blob:node_pack/3"}
       ]
 

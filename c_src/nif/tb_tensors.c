@@ -79,8 +79,7 @@ static ERL_NIF_TERM raise_frozen(ErlNifEnv *env, tb_binary_maker maker)
                                "refuses it while that term lives, here or in a message. Drop the packed term "
                                "and let it be collected, or pack a copy (%C)",
                                "tensor_blob:node_pack/3", "TensorBlob.Nodes.pack/3", "write/2", "write!",
-                               "tensor_blob:to_device(T, tensor_blob:device(T))",
-                               "Tensor.to_device(t, Tensor.device(t))");
+                               "tensor_blob:copy(T)", "Tensor.copy(t)");
     case TB_MAKER_TO_NX:
         return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
                                "tensor: its memory is shared with the binary of an Nx tensor %C made "
@@ -88,8 +87,7 @@ static ERL_NIF_TERM raise_frozen(ErlNifEnv *env, tb_binary_maker maker)
                                "while that Nx tensor, or a result sharing its binary, lives. Drop them and "
                                "let them be collected, or convert a copy (%C)",
                                "'Elixir.TensorBlob.Nx':to_nx/2", "TensorBlob.Nx.to_nx/2", "write/2", "write!",
-                               "tensor_blob:to_device(T, tensor_blob:device(T))",
-                               "Tensor.to_device(t, Tensor.device(t))");
+                               "tensor_blob:copy(T)", "Tensor.copy(t)");
     default:
         return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
                                "tensor: its memory is shared with a binary made by %C (or %C), and binaries "
@@ -109,8 +107,7 @@ static ERL_NIF_TERM raise_guard_refusal(ErlNifEnv *env, tb_guard_status status, 
         return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
                                "tensor: its memory is also a binary's bytes or a read-only DLPack import; "
                                "%C refuses it. To change the values, copy it first (%C) and write the copy",
-                               "write/2", "write!", "tensor_blob:to_device(T, tensor_blob:device(T))",
-                               "Tensor.to_device(t, Tensor.device(t))");
+                               "write/2", "write!", "tensor_blob:copy(T)", "Tensor.copy(t)");
     default: return tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor", "tensor: %C refuses it", "write/2", "write!");
     }
 }
@@ -154,12 +151,11 @@ static int get_write_source(ErlNifEnv *env, ERL_NIF_TERM term, int *from_tensor,
 static int writable(ErlNifEnv *env, const tb_tensor_desc *d, ERL_NIF_TERM *exc)
 {
     if (tb_storage_read_only(&d->info)) {
-        *exc =
-            tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
-                            "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
-                            "(%C) and write the copy",
-                            tb_storage_read_only_reason(&d->info), "write/2", "write!",
-                            "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
+        *exc = tb_raise_badarg(env, TB_WHY_READ_ONLY, "tensor",
+                               "tensor: read-only (%s); %C refuses it. To change the values, copy it first "
+                               "(%C) and write the copy",
+                               tb_storage_read_only_reason(&d->info), "write/2", "write!", "tensor_blob:copy(T)",
+                               "Tensor.copy(t)");
         return 0;
     }
     tb_overlap overlap = tb_layout_overlap(d->info.ndim, d->info.sizes, d->info.strides, TB_OVERLAP_WORK);
@@ -171,15 +167,14 @@ static int writable(ErlNifEnv *env, const tb_tensor_desc *d, ERL_NIF_TERM *exc)
                                tb_make_shape(env, d->info.ndim, d->info.sizes),
                                tb_make_strides(env, d->info.ndim, d->info.strides), "write/2", "write!");
     else if (overlap != TB_OVERLAP_NONE)
-        *exc =
-            tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
-                            "tensor: whether two of its elements are the same memory is not known within "
-                            "%ld steps (shape %T, strides %T: not a layout of a dense tensor's slices, "
-                            "permutations or windows); %C refuses a write it cannot prove safe. Write a "
-                            "contiguous copy (%C), or write through a contiguous view of the memory",
-                            TB_OVERLAP_WORK, tb_make_shape(env, d->info.ndim, d->info.sizes),
-                            tb_make_strides(env, d->info.ndim, d->info.strides), "write/2", "write!",
-                            "tensor_blob:to_device(T, tensor_blob:device(T))", "Tensor.to_device(t, Tensor.device(t))");
+        *exc = tb_raise_badarg(env, TB_WHY_BAD_STRIDES, "tensor",
+                               "tensor: whether two of its elements are the same memory is not known within "
+                               "%ld steps (shape %T, strides %T: not a layout of a dense tensor's slices, "
+                               "permutations or windows); %C refuses a write it cannot prove safe. Write a "
+                               "contiguous copy (%C), or write through a contiguous view of the memory",
+                               TB_OVERLAP_WORK, tb_make_shape(env, d->info.ndim, d->info.sizes),
+                               tb_make_strides(env, d->info.ndim, d->info.strides), "write/2", "write!",
+                               "tensor_blob:copy(T)", "Tensor.copy(t)");
     return overlap == TB_OVERLAP_NONE;
 }
 

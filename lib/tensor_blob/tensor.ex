@@ -71,7 +71,7 @@ defmodule TensorBlob.Tensor do
       iex> TensorBlob.Tensor.memory(t)
       :binary
       iex> TensorBlob.Tensor.write!(t, payload)
-      ** (ArgumentError) tensor: read-only (a view of a binary's bytes; binaries are immutable); write! refuses it. To change the values, copy it first (Tensor.to_device(t, Tensor.device(t))) and write the copy
+      ** (ArgumentError) tensor: read-only (a view of a binary's bytes; binaries are immutable); write! refuses it. To change the values, copy it first (Tensor.copy(t)) and write the copy
 
   A binary of 64 bytes or less lives on a process heap, so the pin holds a
   copy of it and the tensor views that copy (read-only all the same).
