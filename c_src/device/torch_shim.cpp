@@ -15,6 +15,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -249,13 +250,18 @@ int tb_shim_has_scalar_type(int st) noexcept
 {
     // Held when the table's dtype of that number came with this release or
     // an older one: the same groups the checks above are compiled for.
-    for (int id = 0; id < TB_DT_COUNT; id++)
-        if (tb_dtypes[id].torch_scalar_type == st) {
-            int major = 0, minor = 0;
+    // Worked out once (every from_blob asks).
+    static const std::array<bool, 256> held = [] {
+        std::array<bool, 256> h{};
+        for (int id = 0; id < TB_DT_COUNT; id++) {
+            int major = 0, minor = 0, st_id = tb_dtypes[id].torch_scalar_type;
             std::sscanf(tb_dtype_since[id], "%d.%d", &major, &minor);
-            return TB_TORCH_AT_LEAST(major, minor);
+            if (st_id >= 0 && st_id < 256)
+                h[static_cast<size_t>(st_id)] = TB_TORCH_AT_LEAST(major, minor);
         }
-    return 0;
+        return h;
+    }();
+    return st >= 0 && st < 256 && held[static_cast<size_t>(st)];
 }
 
 const char *tb_shim_torch_version(void) noexcept
