@@ -135,9 +135,16 @@ defmodule TensorBlob.SafeTensorsTest do
       end
 
       {"refused", refused} = grown.("\#{misaligned => refuse}")
-      assert refused < div(bytes, 8), "the refusal grew the peak by #{refused} bytes"
       {"1", copied} = grown.("\#{}")
-      assert copied < bytes + div(bytes, 4), "the copy grew the peak by #{copied} bytes"
+
+      # Under AddressSanitizer (make asan-test) the peaks are its own: its
+      # shadow and quarantine grow with every allocation.
+      unless System.get_env("LD_PRELOAD", "") =~ "libasan" do
+        # A refusal copies nothing (one copy would be the tensor's bytes);
+        # the copy is made once (two would be twice its bytes).
+        assert refused < div(bytes, 2), "the refusal grew the peak by #{refused} bytes"
+        assert copied < bytes + div(bytes, 4), "the copy grew the peak by #{copied} bytes"
+      end
     end
 
     test "a symbolic link to a regular file is followed", %{dir: dir} do
