@@ -21,20 +21,20 @@
  * leaves *out alone and no entry matches; every entry round-trips through
  * each lookup to itself (so the keys are unique). Violations abort(). */
 #include "fuzz_reader.h"
-#include "tb_dtype.h"
 #include "intern.h"
+#include "tb_dtype.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define REQUIRE(cond)                                                                                  \
-    do {                                                                                               \
-        if (!(cond)) {                                                                                 \
+#define REQUIRE(cond)                                                                                   \
+    do {                                                                                                \
+        if (!(cond)) {                                                                                  \
             fprintf(stderr, "fuzz_dtype: invariant violated: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-            abort();                                                                                   \
-        }                                                                                              \
+            abort();                                                                                    \
+        }                                                                                               \
     } while (0)
 
 #define SENTINEL ((tb_dtype_id)-7)
@@ -144,15 +144,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     found = tb_dtype_from_dlpack(code, bits, lanes, &id);
     expect = -1;
     for (int i = 0; i < TB_DT_COUNT && expect < 0; i++)
-        if (lanes == 1 && tb_dtypes[i].dl_code == code && tb_dtypes[i].dl_bits == bits)
+        if (tb_dtypes[i].dl_lanes == lanes && tb_dtypes[i].dl_code == code && tb_dtypes[i].dl_bits == bits)
             expect = i;
     REQUIRE(found == (expect >= 0));
     if (found) {
         REQUIRE(id == (tb_dtype_id)expect);
-        REQUIRE(lanes == 1 && code <= 0xff && bits <= 0xff);
-        /* The round trip: the entry's own DLPack type and element size. */
-        REQUIRE(tb_dtypes[id].dl_code == code && tb_dtypes[id].dl_bits == bits);
-        REQUIRE(8u * tb_dtypes[id].element_size == bits);
+        REQUIRE(code <= 0xff && bits <= 0xff && lanes <= 0xffff);
+        /* The round trip: the entry's own DLPack type, and its lanes fill
+         * its element (one lane, or a packed element's). */
+        REQUIRE(tb_dtypes[id].dl_code == code && tb_dtypes[id].dl_bits == bits && tb_dtypes[id].dl_lanes == lanes);
+        REQUIRE(8u * tb_dtypes[id].element_size == bits * lanes);
     } else {
         REQUIRE(id == SENTINEL);
     }

@@ -337,6 +337,9 @@ if Code.ensure_loaded?(Pythonx) do
       end
     end
 
+    def from_python(other),
+      do: "object: expected a Pythonx.Object, got #{inspect(other)}" |> badarg!(:bad_value, :object)
+
     # What Python's function (take/2, take_all/2) put in slot k, imported
     # as the slot closes (closed on a failure too). The code makes no
     # Pythonx object: it ends in a statement (no result) and deletes its
@@ -354,9 +357,6 @@ if Code.ensure_loaded?(Pythonx) do
 
       translating(do: :tensor_blob_python.python_slot_close(slot))
     end
-
-    def from_python(other),
-      do: "object: expected a Pythonx.Object, got #{inspect(other)}" |> badarg!(:bad_value, :object)
 
     # A read-only tensor cannot be a legacy export (no READ_ONLY flag), and
     # PyTorch takes nothing else: said in PyTorch's terms.
