@@ -5,7 +5,10 @@
 # + deleter of a torch tensor, in the bench's Python extension, run by
 # $PYTHON), of 4 B and 1 GiB tensors; with the bridge's own export
 # (tensor_blob_to_dlpack) in the same loop. Three turns in alternation,
-# each side's least kept. Built and run by
+# each side's least kept. Then what PyTorch's own making and freeing of one
+# tensor from a managed tensor costs (managed_tensor_to_py_object_no_sync
+# and the release of what it made: the extension's make_loop less its
+# loop), the floor of every tensor a batch hands PyTorch. Built and run by
 #
 #   make bench-exchange
 #
@@ -29,6 +32,7 @@ torch = fn elements ->
   t = torch.empty(#{elements}, dtype=torch.float32)
   print(torch.__version__)
   print(torch_exchange_loop.loop(t, #{n}, #{rounds}))
+  print(torch_exchange_loop.make_loop(t, #{div(n, 10)}, #{rounds}))
   """
 
   cond do
@@ -38,8 +42,8 @@ torch = fn elements ->
     true ->
       case System.cmd(python, ["-c", code, ext], stderr_to_stdout: true) do
         {out, 0} ->
-          [version, ns] = String.split(out, "\n", trim: true) |> Enum.take(-2)
-          {:ok, version, String.to_float(ns)}
+          [version, ns, make_ns] = String.split(out, "\n", trim: true) |> Enum.take(-3)
+          {:ok, version, String.to_float(ns), String.to_float(make_ns)}
 
         {out, _} ->
           {:skipped, out |> String.split("\n", trim: true) |> List.last()}
@@ -63,9 +67,13 @@ rows =
     least = fn f -> turns |> Enum.map(f) |> Enum.min() end
 
     theirs =
-      case Enum.filter(turns, &match?({_, _, {:ok, _, _}}, &1)) do
-        [] -> elem(hd(turns), 2)
-        done -> {:ok, elem(elem(hd(done), 2), 1), done |> Enum.map(&elem(elem(&1, 2), 2)) |> Enum.min()}
+      case Enum.filter(turns, &match?({_, _, {:ok, _, _, _}}, &1)) do
+        [] ->
+          elem(hd(turns), 2)
+
+        done ->
+          least_of = fn i -> done |> Enum.map(&elem(elem(&1, 2), i)) |> Enum.min() end
+          {:ok, elem(elem(hd(done), 2), 1), least_of.(2), least_of.(3) - least_of.(2)}
       end
 
     {label, least.(&elem(&1, 0)), least.(&elem(&1, 1)), theirs}
@@ -83,9 +91,25 @@ DLPack C exchange API, one C loop shape (#{n} rounds, best of #{rounds}, least o
 for {label, ours, bridge, theirs} <- rows do
   theirs =
     case theirs do
-      {:ok, version, ns} -> "#{fmt.(ns)} (PyTorch #{version})"
+      {:ok, version, ns, _} -> "#{fmt.(ns)} (PyTorch #{version})"
       {:skipped, why} -> "skipped: #{why}"
     end
 
   IO.puts("| #{label} | #{fmt.(ours)} | #{fmt.(bridge)} | #{theirs} |")
+end
+
+# PyTorch's making and freeing of a tensor, at 4 B: what a batch's every
+# tensor costs PyTorch whatever hands it over (bench/python_exchange.exs
+# reads it from this file's value).
+case rows do
+  [{_, _, _, {:ok, version, _, make_ns}} | _] ->
+    IO.puts(
+      "\nPyTorch #{version} makes a torch.Tensor of a managed tensor and frees it " <>
+        "(managed_tensor_to_py_object_no_sync + release, 4 B): #{fmt.(make_ns)} ns."
+    )
+
+    %{torch_make_ns: make_ns}
+
+  _ ->
+    %{}
 end

@@ -137,7 +137,23 @@ rounds' means, each round started settled, the cases timed in turns.
 bench_nif = System.get_env("TENSOR_BLOB_BENCH_NIF") || Path.expand("../build/tensor_blob_bench_nif", __DIR__)
 
 if File.exists?(bench_nif <> ".so") do
-  Code.eval_file(Path.join(__DIR__, "exchange_loop.exs"))
+  case Code.eval_file(Path.join(__DIR__, "exchange_loop.exs")) do
+    # The floor of a batch to PyTorch: PyTorch's own making and freeing of
+    # each of its 256 tensors, whatever hands them over, beside 5x one
+    # to_python call.
+    {%{torch_make_ns: make_ns}, _} ->
+      floor = 256 * make_ns / 1000
+
+      IO.puts(
+        "PyTorch's own work for 256 tensors (256 × #{Float.round(make_ns, 1)} ns): #{Float.round(floor, 1)} µs, " <>
+          "#{Float.round(floor / one.to_api, 1)}x one to_python call (#{one.to_api} µs; 5x is " <>
+          "#{Float.round(5 * one.to_api, 1)} µs); to_python_many took #{many.to_map} µs, " <>
+          "#{Float.round(many.to_map / floor, 1)}x that floor."
+      )
+
+    _ ->
+      :ok
+  end
 else
   IO.puts("(no bench NIF at #{bench_nif}.so: make bench-python-exchange builds it and runs the C loop too)")
 end

@@ -42,7 +42,7 @@
     python_capsule_abi/1,
     python_slot_export/2,
     python_slot_receive/0,
-    python_slot_close/1,
+    python_slot_close/2,
     python_slot_export_many/2,
     python_slot_receive_many/0,
     ipc_zeros/2,
@@ -98,7 +98,7 @@ dlpack_info(_) -> ?NOT_LOADED.
 python_capsule_abi(_) -> ?NOT_LOADED.
 python_slot_export(_, _) -> ?NOT_LOADED.
 python_slot_receive() -> ?NOT_LOADED.
-python_slot_close(_) -> ?NOT_LOADED.
+python_slot_close(_, _) -> ?NOT_LOADED.
 python_slot_export_many(_, _) -> ?NOT_LOADED.
 python_slot_receive_many() -> ?NOT_LOADED.
 ipc_zeros(_, _) -> ?NOT_LOADED.

@@ -3,7 +3,7 @@
 %% by name, and the slots a managed tensor crosses one evaluation in.
 -module(tensor_blob_python).
 
--export([python_bind/1, python_slot_export/2, python_slot_receive/0, python_slot_close/1,
+-export([python_bind/1, python_slot_export/2, python_slot_receive/0, python_slot_close/1, python_slot_close/2,
          python_slot_export_many/2, python_slot_receive_many/0]).
 
 -include("tensor_blob_internal.hrl").
@@ -38,7 +38,14 @@ python_slot_receive() -> ?NIF(tensor_blob_nif:python_slot_receive()).
 %% @doc Closes a slot (python_slot_export/2): ok for a slot to Python; for a slot from Python,
 %% the tensor over what Python put there, or undefined when it put nothing.
 -spec python_slot_close(reference()) -> ok | tensor_blob:tensor() | [tensor_blob:tensor()] | map() | undefined.
-python_slot_close(Slot) -> ?NIF(tensor_blob_nif:python_slot_close(Slot)).
+python_slot_close(Slot) -> python_slot_close(Slot, none).
+
+%% @doc Closes a slot as python_slot_close/1 does, each tensor it gives back wrapped in the
+%% struct of Module, an Elixir module's name (#{'__struct__' => Module, ref => Tensor}), or left
+%% bare for none. Anything but an atom raises badarg (reason bad_value, argument module).
+-spec python_slot_close(reference(), module() | none) ->
+          ok | tensor_blob:tensor() | map() | [tensor_blob:tensor() | map()] | undefined.
+python_slot_close(Slot, Module) -> ?NIF(tensor_blob_nif:python_slot_close(Slot, Module)).
 
 %% @doc Many tensors across one evaluation in one slot (a batch): each exported as
 %% python_slot_export/2 exports it (the first refusal raised, the others released). A batch of

@@ -1008,6 +1008,18 @@ defmodule TensorBlob.DLPackTest do
       assert slot_error(fn -> :tensor_blob_python.python_slot_close(make_ref()) end) =~ "slot: expected a Python slot"
     end
 
+    test "a slot closes with none or a module's name to wrap its tensors in, and nothing else" do
+      {_k, slot} = :tensor_blob_python.python_slot_receive_many()
+
+      for other <- ["TensorBlob.Tensor", {:struct, Tensor}, 1] do
+        assert slot_error(fn -> :tensor_blob_python.python_slot_close(slot, other) end) =~
+                 "module: expected none or a module's name, got "
+      end
+
+      # Refused before closing: the slot is still open, and Python put nothing.
+      assert :tensor_blob_python.python_slot_close(slot, Tensor) == :undefined
+    end
+
     test "an export Python never took is released when its slot closes, or is collected unclosed" do
       t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
       start = Lifetime.settled_stats()

@@ -3,7 +3,11 @@
  * rounds) answers the least ns per managed_tensor_from_py_object_no_sync
  * of obj's type's DLPack C exchange API table and the managed tensor's
  * deleter, in loops of n, best of rounds: the loop shape of the bench
- * NIF's exchange_loop (exchange_loop.h). */
+ * NIF's exchange_loop (exchange_loop.h). make_loop(obj, n, rounds) answers
+ * the same for from-object, managed_tensor_to_py_object_no_sync of what
+ * it gave and the new object's release: what the producer's own making
+ * and freeing of one tensor costs (make_loop less loop), the floor of
+ * every tensor a batch hands it (bench/python_exchange.exs). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -44,8 +48,53 @@ static PyObject *loop(PyObject *self, PyObject *args)
     return PyFloat_FromDouble(best);
 }
 
-static PyMethodDef methods[] = {{"loop", loop, METH_VARARGS, "ns per from-object + deleter, best of rounds"},
-                                {NULL, NULL, 0, NULL}};
+/* From-object, then to-object of the managed tensor (which takes it: its
+ * deleter runs when the new object goes), then the new object released;
+ * best ns per round, or -1 when an entry failed. */
+static double make_rounds(const tb_DLPackExchangeAPI *api, PyObject *obj, long n, int rounds)
+{
+    double best = -1.0;
+    for (int round = 0; round < rounds; round++) {
+        int64_t t0 = exchange_loop_now_ns();
+        for (long i = 0; i < n; i++) {
+            tb_DLManagedTensorVersioned *m = NULL;
+            PyObject *made = NULL;
+            if (api->managed_tensor_from_py_object_no_sync(obj, &m) != 0 || !m)
+                return -1.0;
+            if (api->managed_tensor_to_py_object_no_sync(m, (void **)&made) != 0 || !made) {
+                m->deleter(m);
+                return -1.0;
+            }
+            Py_DECREF(made);
+        }
+        double ns = (double)(exchange_loop_now_ns() - t0) / (double)n;
+        if (best < 0 || ns < best)
+            best = ns;
+    }
+    return best;
+}
+
+static PyObject *make_loop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *obj;
+    long n;
+    int rounds;
+    if (!PyArg_ParseTuple(args, "Oli", &obj, &n, &rounds) || n <= 0 || rounds <= 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "n and rounds > 0"), NULL);
+    const tb_DLPackExchangeAPI *api = table_of(obj);
+    if (!api)
+        return NULL;
+    double best = make_rounds(api, obj, n, rounds);
+    if (best < 0)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "an entry failed"), NULL);
+    return PyFloat_FromDouble(best);
+}
+
+static PyMethodDef methods[] = {
+    {"loop", loop, METH_VARARGS, "ns per from-object + deleter, best of rounds"},
+    {"make_loop", make_loop, METH_VARARGS, "ns per from-object + to-object + release, best of rounds"},
+    {NULL, NULL, 0, NULL}};
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "torch_exchange_loop", NULL, -1, methods, NULL, NULL, NULL, NULL};
 

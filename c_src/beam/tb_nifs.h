@@ -71,7 +71,7 @@ enum tb_nif_schedule { TB_SHORT, TB_MAY_GO_DIRTY, TB_DIRTY_IO };
     X(python_capsule_abi, 1, tb_nif_python_capsule_abi, TB_SHORT)                                                     \
     X(python_slot_export, 2, tb_nif_python_slot_export, TB_SHORT)      /* (Tensor, Version) -> {K, Slot} */           \
     X(python_slot_receive, 0, tb_nif_python_slot_receive, TB_SHORT)    /* -> {K, Slot}, empty */                      \
-    X(python_slot_close, 1, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot) -> ok | Tensor | undefined */        \
+    X(python_slot_close, 2, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot, Module) -> ok | Tensor | undefined */\
     /* ([Tensor], versioned | legacy | writable) -> {K, Slot}, a batch */                                             \
     X(python_slot_export_many, 2, tb_nif_python_slot_export_many, TB_MAY_GO_DIRTY)                                    \
     X(python_slot_receive_many, 0, tb_nif_python_slot_receive_many, TB_SHORT) /* -> {K, Slot}, for a batch */         \

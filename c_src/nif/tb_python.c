@@ -211,29 +211,37 @@ ERL_NIF_TERM tb_nif_python_slot_receive_many(TB_NIF_PARAMS)
 
 /* The tensor over a word Python put in a slot, imported as from_dlpack
  * imports (its deleter deferred into the release thread's hold of the
- * GIL); the library took it: a refused import calls the producer's deleter
- * as an accepted one does. */
-static ERL_NIF_TERM import_word(ErlNifEnv *env, uintptr_t word)
+ * GIL), as the struct of module unless module is none; the library took
+ * it: a refused import calls the producer's deleter as an accepted one
+ * does. */
+static ERL_NIF_TERM import_word(ErlNifEnv *env, uintptr_t word, ERL_NIF_TERM module)
 {
     tb_dlpack_stream none;
     tb_dlpack_stream_decode(env, tb_atoms.undefined, &none);
     tb_dlpack_import_how how = {
         .read_only = 0, .deferred = TB_DEFER_PYTHON, .owned = 1, .claimed = TB_HANDED_NO, .stream = &none};
-    return tb_dlpack_import(env, tb_python_builtin_managed(word), (int)(word & 1), &how);
+    ERL_NIF_TERM tensor = tb_dlpack_import(env, tb_python_builtin_managed(word), (int)(word & 1), &how), reason;
+    if (module == tb_atoms.none || enif_has_pending_exception(env, &reason))
+        return tensor;
+    /* An Elixir struct is a map with __struct__: made here, a batch's
+     * tensors need no second walk over the container to wrap them. */
+    ERL_NIF_TERM keys[2] = {tb_atoms.struct_, tb_atoms.ref}, values[2] = {module, tensor}, wrapped;
+    enif_make_map_from_arrays(env, keys, values, 2, &wrapped);
+    return wrapped;
 }
 
 /* The list of the tensors over a batch's words (undefined where Python put
  * none), or the container its description gives (take_tree), the batch
  * freed; or the first import's error, raised, the words after it
  * released. */
-static ERL_NIF_TERM import_batch(ErlNifEnv *env, tb_python_batch *b)
+static ERL_NIF_TERM import_batch(ErlNifEnv *env, tb_python_batch *b, ERL_NIF_TERM module)
 {
     ERL_NIF_TERM *terms = enif_alloc((b->n ? b->n : 1) * sizeof *terms), result, reason;
     size_t i = 0;
     for (; i < b->n; i++) {
         uintptr_t word = b->tagged[i];
         b->tagged[i] = 0;
-        terms[i] = word ? import_word(env, word) : tb_atoms.undefined;
+        terms[i] = word ? import_word(env, word, module) : tb_atoms.undefined;
         if (enif_has_pending_exception(env, &reason))
             break;
     }
@@ -250,16 +258,20 @@ static ERL_NIF_TERM import_batch(ErlNifEnv *env, tb_python_batch *b)
     return result;
 }
 
-/* python_slot_close(Slot) -> ok for a slot to Python (what Python did not
- * take released); for a slot from Python, the tensor over what Python put
- * there (import_word), or undefined when it put nothing; for a batch from
- * Python, the list of them (import_batch). */
+/* python_slot_close(Slot, Module) -> ok for a slot to Python (what Python
+ * did not take released); for a slot from Python, the tensor over what
+ * Python put there (import_word; as Module's struct unless Module is
+ * none), or undefined when it put nothing; for a batch from Python, the
+ * list of them or their container (import_batch). */
 ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
 {
     python_slot *s;
     ERL_NIF_TERM moved;
     if (!tb_rtype_get(env, argv[0], &slot_type, (void **)&s))
         return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "slot", "slot: expected a Python slot, got %T", argv[0]);
+    if (!enif_is_atom(env, argv[1]))
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "module", "module: expected none or a module's name, got %T",
+                               argv[1]);
     if (!s->to_python && batch_go_dirty(env, s->n, "python_slot_close", tb_nif_python_slot_close, argc, argv, &moved))
         return moved;
     int k = atomic_exchange(&s->k, -1);
@@ -273,7 +285,7 @@ ERL_NIF_TERM tb_nif_python_slot_close(TB_NIF_PARAMS)
     tb_slot_close(&tb_library_state->python_slots, (unsigned)k);
     if (!got)
         return tb_atoms.undefined;
-    return s->batch ? import_batch(env, (tb_python_batch *)got) : import_word(env, got);
+    return s->batch ? import_batch(env, (tb_python_batch *)got, argv[1]) : import_word(env, got, argv[1]);
 }
 
 /* The builtins' PyMethodDefs, by name, as the module makes them. */

@@ -181,7 +181,7 @@ if Code.ensure_loaded?(Pythonx) do
       # list (keys as binaries and integers) in the NIF.
       case received(object, receiving, "take_all") do
         :undefined -> "object: Python put no batch in slot #{k}" |> badarg!(:gone, :object)
-        tree -> wrap_tree(tree)
+        tree -> tree
       end
     end
 
@@ -255,9 +255,6 @@ if Code.ensure_loaded?(Pythonx) do
 
     # The container the NIF built from Python's, each tensor's resource
     # wrapped.
-    defp wrap_tree(ref) when is_reference(ref), do: Tensor.wrap(ref)
-    defp wrap_tree(list) when is_list(list), do: Enum.map(list, &wrap_tree/1)
-    defp wrap_tree(map) when is_map(map), do: Map.new(map, fn {key, value} -> {key, wrap_tree(value)} end)
 
     defp export_many(refs, version) do
       translating(do: :tensor_blob_python.python_slot_export_many(refs, version))
@@ -332,7 +329,7 @@ if Code.ensure_loaded?(Pythonx) do
       # imports it (the producer's deleter off the schedulers, for it takes
       # the GIL).
       case received(object, receiving, "take") do
-        ref when is_reference(ref) -> Tensor.wrap(ref)
+        %Tensor{} = tensor -> tensor
         :undefined -> "object: Python put no tensor in slot #{k}" |> badarg!(:gone, :object)
       end
     end
@@ -355,7 +352,8 @@ if Code.ensure_loaded?(Pythonx) do
           reraise error, __STACKTRACE__
       end
 
-      translating(do: :tensor_blob_python.python_slot_close(slot))
+      # The tensors come back as %Tensor{}, made in the NIF.
+      translating(do: :tensor_blob_python.python_slot_close(slot, Tensor))
     end
 
     # A read-only tensor cannot be a legacy export (no READ_ONLY flag), and
