@@ -44,6 +44,7 @@
     python_slot_receive/0,
     python_slot_close/2,
     python_slot_export_many/2,
+    python_slot_export_tree/2,
     python_slot_receive_many/0,
     ipc_zeros/2,
     ipc_name/1,
@@ -100,6 +101,7 @@ python_slot_export(_, _) -> ?NOT_LOADED.
 python_slot_receive() -> ?NOT_LOADED.
 python_slot_close(_, _) -> ?NOT_LOADED.
 python_slot_export_many(_, _) -> ?NOT_LOADED.
+python_slot_export_tree(_, _) -> ?NOT_LOADED.
 python_slot_receive_many() -> ?NOT_LOADED.
 ipc_zeros(_, _) -> ?NOT_LOADED.
 ipc_name(_) -> ?NOT_LOADED.

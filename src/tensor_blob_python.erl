@@ -4,7 +4,7 @@
 -module(tensor_blob_python).
 
 -export([python_bind/1, python_slot_export/2, python_slot_receive/0, python_slot_close/1, python_slot_close/2,
-         python_slot_export_many/2, python_slot_receive_many/0]).
+         python_slot_export_many/2, python_slot_export_tree/2, python_slot_receive_many/0]).
 
 -include("tensor_blob_internal.hrl").
 
@@ -53,6 +53,18 @@ python_slot_close(Slot, Module) -> ?NIF(tensor_blob_nif:python_slot_close(Slot, 
 -spec python_slot_export_many([tensor_blob:tensor()], tensor_blob:dlpack_version() | writable) ->
           {non_neg_integer(), reference()}.
 python_slot_export_many(Ts, Version) -> ?NIF(tensor_blob_nif:python_slot_export_many(Ts, Version)).
+
+%% @doc A container of tensors (maps and lists, nested) in one batch, with its description for
+%% Python's tree builtin (priv/python/tensor_blob_pythonx.py): the tensors, in the order the
+%% description names them, exported as python_slot_export_many/2 exports them. A map's keys are
+%% binaries, atoms (not nil, true or false; ASCII names) and 64-bit integers; a tensor is a
+%% tensor() or an Elixir %TensorBlob.Tensor{}. Answers other, having exported nothing, for a
+%% container that holds anything else (or nests 256 deep): the Elixir door then describes it
+%% itself, or says what and where.
+-spec python_slot_export_tree(map() | list(), tensor_blob:dlpack_version() | writable) ->
+          {non_neg_integer(), reference(), binary()} | other.
+python_slot_export_tree(Container, Version) ->
+    ?NIF(tensor_blob_nif:python_slot_export_tree(Container, Version)).
 
 %% @doc An empty slot for Python to put a batch in; closing it gives the list of the tensors
 %% over what Python put there (on a dirty scheduler), or, for a batch that carries its container's

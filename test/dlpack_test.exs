@@ -1020,6 +1020,67 @@ defmodule TensorBlob.DLPackTest do
       assert :tensor_blob_python.python_slot_close(slot, Tensor) == :undefined
     end
 
+    test "a container is described for Python's tree builtin, its tensors exported in the description's order" do
+      t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
+      u = Tensor.zeros({2}, :float32)
+      start = Lifetime.settled_stats()
+
+      # Map keys in the map's own order (term order for a small map:
+      # numbers, atoms, binaries); tensors as %Tensor{} or bare.
+      container = %{"w" => t, :b => [u, Tensor.ref(t)], -7 => %{}, 1 => []}
+      {_k, slot, desc} = :tensor_blob_python.python_slot_export_tree(container, :versioned)
+      assert desc == "d4:i-7:d0:i1:l0:a1:bl2:tts1:wt"
+      assert TensorBlob.stats().capsules == start.capsules + 3
+      assert :tensor_blob_python.python_slot_close(slot) == :ok
+      assert Lifetime.await_stats(start) == start
+
+      assert {_, slot, "l0:"} = :tensor_blob_python.python_slot_export_tree([], :writable)
+      :tensor_blob_python.python_slot_close(slot)
+      assert Tensor.to_binary(t) == <<1, 2, 3, 4>> and Tensor.to_binary(u) == <<0::64>>
+    end
+
+    test "a container the description does not take answers other, and nothing is exported" do
+      t = Tensor.zeros({1}, :int8)
+      start = Lifetime.settled_stats()
+      deep = Enum.reduce(1..256, t, fn _, acc -> [acc] end)
+
+      for other <- [
+            %{"a" => t, "b" => 3},
+            %{Integer.pow(2, 70) => t},
+            %{1.5 => t},
+            %{nil => t},
+            %{true => t},
+            %{:é => t},
+            %{{:k} => t},
+            [t | t],
+            [t, %{__struct__: TensorBlob.BlobView, tensor: t}],
+            t |> Map.put(:__struct__, URI),
+            :t,
+            deep
+          ] do
+        assert :tensor_blob_python.python_slot_export_tree(other, :versioned) == :other
+      end
+
+      assert {_, slot, _} = :tensor_blob_python.python_slot_export_tree(hd(deep), :versioned)
+      :tensor_blob_python.python_slot_close(slot)
+      assert Lifetime.await_stats(start) == start
+      assert Tensor.to_binary(t) == <<0>>
+    end
+
+    test "a container's tensors are checked as each export's are; the first refusal raised, the others released" do
+      t = Tensor.zeros({1}, :int8)
+      start = Lifetime.settled_stats()
+
+      assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree([t, make_ref()], :versioned) end) =~
+               "tensor: expected a tensor"
+
+      assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree([t], :v2) end) =~
+               "version: expected versioned, legacy or writable"
+
+      assert Lifetime.await_stats(start) == start
+      assert Tensor.to_binary(t) == <<0>>
+    end
+
     test "an export Python never took is released when its slot closes, or is collected unclosed" do
       t = Tensor.from_binary(<<1, 2, 3, 4>>, :uint8, {4})
       start = Lifetime.settled_stats()

@@ -457,6 +457,34 @@ if Code.ensure_loaded?(Pythonx) do
         assert PythonVM.await_stats(start) == start
       end
 
+      test "a container the NIF does not describe (a key beyond 64 bits, an atom not ASCII) crosses as one it does" do
+        t = Tensor.from_binary(<<7::32-native>>, :int32, {1})
+        u = Tensor.zeros({2}, :float64)
+        base = %{"w" => t, :atom => [u, %{-3 => t, "é" => []}], 7 => %{}}
+
+        # Each tensor as its address: the containers compared by shape,
+        # keys and memory.
+        shape = fn x, drop ->
+          py(
+            """
+            def shape(x):
+                if isinstance(x, dict):
+                    return sorted((repr(k), shape(v)) for k, v in x.items() if repr(k) != drop)
+                if isinstance(x, list):
+                    return [shape(v) for v in x]
+                return x.data_ptr()
+            shape(x)
+            """,
+            %{"x" => x, "drop" => drop}
+          )
+        end
+
+        described = shape.(Python.to_python_many(base), "")
+        assert described == shape.(Python.to_python_many(Map.put(base, Integer.pow(2, 70), u)), "#{Integer.pow(2, 70)}")
+        assert described == shape.(Python.to_python_many(Map.put(base, :é, t)), "'é'")
+        assert [{"'atom'", [ptr(u), [{"'é'", []}, {"-3", ptr(t)}]]}, {"'w'", ptr(t)}, {"7", []}] == described
+      end
+
       test "the tree builtin refuses a description that does not fit its tensors, reading nothing past it" do
         _ = Python.to_python_many([Tensor.zeros({1}, :int8)])
         tree = fn desc -> py("__import__('tensor_blob_pythonx').tree(d, ['T'])", %{"d" => desc}) end

@@ -74,6 +74,8 @@ enum tb_nif_schedule { TB_SHORT, TB_MAY_GO_DIRTY, TB_DIRTY_IO };
     X(python_slot_close, 2, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot, Module) -> ok | Tensor | undefined */\
     /* ([Tensor], versioned | legacy | writable) -> {K, Slot}, a batch */                                             \
     X(python_slot_export_many, 2, tb_nif_python_slot_export_many, TB_MAY_GO_DIRTY)                                    \
+    /* (Container, Version) -> {K, Slot, Desc} | other: a container described and its tensors exported */            \
+    X(python_slot_export_tree, 2, tb_nif_python_slot_export_tree, TB_MAY_GO_DIRTY)                                    \
     X(python_slot_receive_many, 0, tb_nif_python_slot_receive_many, TB_SHORT) /* -> {K, Slot}, for a batch */         \
     /* POSIX shared-memory regions (nif/tb_shm.c) */                                                                  \
     X(ipc_zeros, 2, tb_nif_ipc_zeros, TB_MAY_GO_DIRTY) /* (Shape, Dtype) -> a tensor in a new region */               \

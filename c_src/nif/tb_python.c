@@ -27,6 +27,7 @@
 #include "tb_python_api.h"
 #include "tb_python_batch.h"
 #include "tb_python_builtin.h"
+#include "tb_python_describe.h"
 #include "tb_python_exchange.h"
 #include "tb_python_tree.h"
 #include "tb_python_walk.h"
@@ -194,6 +195,51 @@ ERL_NIF_TERM tb_nif_python_slot_export_many(TB_NIF_PARAMS)
             return exc;
         }
     return open_slot(env, (uintptr_t)b, 1, 1);
+}
+
+/* python_slot_export_tree(Container, Version) -> {K, Slot, Desc} | other:
+ * a container of tensors (nested maps and lists) described for Python
+ * (tb_python_describe) and its tensors exported as
+ * python_slot_export_many/2 exports them; other where it holds anything
+ * the description does not take, for the caller's own walk to describe or
+ * refuse. */
+ERL_NIF_TERM tb_nif_python_slot_export_tree(TB_NIF_PARAMS)
+{
+    tb_python_described got;
+    tb_python_batch *b = NULL;
+    ERL_NIF_TERM exc, desc, slot;
+    int code = tb_python_describe(env, argv[0], &got);
+    if (code != TB_DESCRIBED) {
+        tb_python_described_free(&got);
+        return code == TB_DESCRIBE_OTHER
+                   ? tb_atoms.other
+                   : tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory describing a container of tensors");
+    }
+    if (got.n > TB_PYTHON_BATCH_MAX) {
+        tb_python_described_free(&got);
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "tensors", "tensors: more than %u tensors in one container",
+                               TB_PYTHON_BATCH_MAX);
+    }
+    int moved = batch_go_dirty(env, got.n, "python_slot_export_tree", tb_nif_python_slot_export_tree, argc, argv, &exc);
+    if (moved || !(b = tb_python_batch_new(got.n))) {
+        unsigned n = (unsigned)got.n;
+        tb_python_described_free(&got);
+        return moved ? exc : tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory for a batch of %u tensors", n);
+    }
+    for (size_t i = 0; i < got.n; i++)
+        if (!export_one(env, got.leaves[i], argv[1], &b->tagged[i], &exc)) {
+            tb_python_batch_free(b, 1, 0);
+            tb_python_described_free(&got);
+            return exc;
+        }
+    memcpy(enif_make_new_binary(env, got.desc.len, &desc), got.desc.bytes, got.desc.len);
+    tb_python_described_free(&got);
+    slot = open_slot(env, (uintptr_t)b, 1, 1);
+    const ERL_NIF_TERM *k_slot;
+    int arity;
+    if (enif_has_pending_exception(env, NULL) || !enif_get_tuple(env, slot, &arity, &k_slot))
+        return slot;
+    return enif_make_tuple3(env, k_slot[0], k_slot[1], desc);
 }
 
 /* python_slot_receive() -> {K, Slot}: an empty slot for Python to fill. */

@@ -1,12 +1,47 @@
-/* A container's description read: into Python by the tree builtin, into
- * terms for a batch from Python (tb_python_tree.h). */
+/* A container's description written, and read: into Python by the tree
+ * builtin, into terms for a batch from Python (tb_python_tree.h). */
 #include "tb_python_tree.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "tb_release.h"
 
 static tb_python_api_table *const py = &tb_python_api;
+
+/* ---- Written ------------------------------------------------------------------ */
+
+int tb_python_desc_put(tb_python_desc *d, char letter, long long n, const void *bytes, size_t size)
+{
+    char head[24], digits[20];
+    size_t h = 0, k = 0;
+    unsigned long long v = n >= 0 ? (unsigned long long)n : 0;
+    head[h++] = letter;
+    if (n >= 0) {
+        do
+            digits[k++] = (char)('0' + v % 10);
+        while ((v /= 10) > 0);
+        while (k)
+            head[h++] = digits[--k];
+        head[h++] = ':';
+    }
+    size_t need = d->len + h + size;
+    if (need > d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 256;
+        while (cap < need)
+            cap *= 2;
+        char *grown = realloc(d->bytes, cap);
+        if (!grown)
+            return 0;
+        d->bytes = grown;
+        d->cap = cap;
+    }
+    memcpy(d->bytes + d->len, head, h);
+    if (size)
+        memcpy(d->bytes + d->len + h, bytes, size);
+    d->len = need;
+    return 1;
+}
 
 /* ---- Into Python: the tree builtin ------------------------------------------ */
 

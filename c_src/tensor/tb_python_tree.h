@@ -1,6 +1,8 @@
-/* A container's description read (tb_python_tree.c): into Python's
- * container by the tree builtin, and into terms when a batch from Python
- * that take_tree (tb_python_walk) filled is imported (nif/tb_python.c).
+/* A container's description (tb_python_tree.c): written (take_tree from
+ * Python's container, tb_python_describe from a term), read into
+ * Python's container by the tree builtin, and into terms when a batch
+ * from Python that take_tree (tb_python_walk) filled is imported
+ * (nif/tb_python.c).
  *
  * A container's shape crosses as its description, bytes (the Elixir side
  * writes and reads it, priv/python/tensor_blob_pythonx.py holds its
@@ -19,6 +21,17 @@
 
 /* Containers nest at most this deep. */
 #define TB_PYTHON_TREE_DEPTH 256
+
+/* A description being written (take_tree, tb_python_describe): its
+ * bytes so far, malloc's (the writer frees them). */
+typedef struct {
+    char *bytes;
+    size_t len, cap;
+} tb_python_desc;
+
+/* Appends letter, then n in decimal and ':' where n >= 0, then size
+ * bytes: 1, or 0 out of memory. */
+int tb_python_desc_put(tb_python_desc *d, char letter, long long n, const void *bytes, size_t size);
 
 /* tree(desc, items). */
 extern const tb_python_method_def tb_python_tree_def;

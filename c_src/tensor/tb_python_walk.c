@@ -28,8 +28,7 @@ static tb_python_api_table *const py = &tb_python_api;
 /* A container being walked (take_tree): its description so far, the words
  * taken, and the callable that gives a leaf without a table its capsule. */
 typedef struct {
-    char *desc;
-    size_t len, cap;
+    tb_python_desc desc;
     uintptr_t *words;
     size_t n, cap_n;
     void *capsule_of;
@@ -58,28 +57,13 @@ static int walk_room(void **buf, size_t *cap, size_t need, size_t elem)
     return 1;
 }
 
-/* Appends letter, the count n in decimal and ':' (when n >= 0), then size
- * bytes. */
+/* tb_python_desc_put, with Python's error set when it fails. */
 static int walk_put(tree_walk *w, char letter, ssize_t n, const char *bytes, size_t size)
 {
-    char head[24], digits[20];
-    size_t h = 0, d = 0;
-    head[h++] = letter;
-    if (n >= 0) {
-        do
-            digits[d++] = (char)('0' + n % 10);
-        while ((n /= 10) > 0);
-        while (d)
-            head[h++] = digits[--d];
-        head[h++] = ':';
-    }
-    if (!walk_room((void **)&w->desc, &w->cap, w->len + h + size, 1))
-        return 0;
-    memcpy(w->desc + w->len, head, h);
-    if (size)
-        memcpy(w->desc + w->len + h, bytes, size);
-    w->len += h + size;
-    return 1;
+    if (tb_python_desc_put(&w->desc, letter, n, bytes, size))
+        return 1;
+    py->PyErr_SetString(py->PyExc_BufferError, "tensor_blob: out of memory describing a container");
+    return 0;
 }
 
 static unsigned long type_flags(void *obj)
@@ -290,14 +274,14 @@ static void *python_take_tree(void *self, void *const *args, ssize_t nargs)
         for (size_t i = 0; i < w.n; i++)
             tb_dlpack_release(tb_python_builtin_managed(w.words[i]), (int)(w.words[i] & 1));
         free(w.words);
-        free(w.desc);
+        free(w.desc.bytes);
         return NULL;
     }
     if (w.n)
         memcpy(b->tagged, w.words, w.n * sizeof *w.words);
     free(w.words);
-    b->desc = w.desc;
-    b->desc_len = w.len;
+    b->desc = w.desc.bytes;
+    b->desc_len = w.desc.len;
     if (!put_batch(k, b))
         return NULL;
     void *none = py->_Py_NoneStruct;

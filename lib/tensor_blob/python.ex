@@ -142,8 +142,6 @@ if Code.ensure_loaded?(Pythonx) do
       %{as: kind} =
         translating(do: :tensor_blob_options.check(opts, [{:as, {:one_of, [:torch, :numpy]}, :torch}], :keywords))
 
-      {desc, leaves} = flatten(tensors)
-      leaves = Enum.reverse(leaves)
       ensure_ready()
 
       {version, how} =
@@ -153,8 +151,7 @@ if Code.ensure_loaded?(Pythonx) do
           true -> {:legacy, "torch"}
         end
 
-      if kind == :numpy, do: Enum.each(leaves, &host_only!/1)
-      {k, slot} = export_many(Enum.map(leaves, &Tensor.ref/1), version)
+      {k, slot, desc} = export_many(tensors, kind, version)
 
       try do
         {object, _} = eval(:tensors, "__import__('#{@module}').many(#{k}, '#{how}', s)", %{"s" => desc})
@@ -253,11 +250,26 @@ if Code.ensure_loaded?(Pythonx) do
       |> badarg!(:bad_value, :tensors)
     end
 
-    # The container the NIF built from Python's, each tensor's resource
-    # wrapped.
+    # The container described and its tensors exported in the NIF; walked
+    # here where it holds what the NIF's description does not take (this
+    # walk names what and where) and for NumPy (host memory only).
+    defp export_many(tensors, kind, version) do
+      case kind == :torch && exporting(fn -> :tensor_blob_python.python_slot_export_tree(tensors, version) end) do
+        {_k, _slot, _desc} = exported ->
+          exported
 
-    defp export_many(refs, version) do
-      translating(do: :tensor_blob_python.python_slot_export_many(refs, version))
+        _ ->
+          {desc, leaves} = flatten(tensors)
+          leaves = Enum.reverse(leaves)
+          if kind == :numpy, do: Enum.each(leaves, &host_only!/1)
+          refs = Enum.map(leaves, &Tensor.ref/1)
+          {k, slot} = exporting(fn -> :tensor_blob_python.python_slot_export_many(refs, version) end)
+          {k, slot, desc}
+      end
+    end
+
+    defp exporting(export) do
+      translating(do: export.())
     rescue
       error in ArgumentError ->
         case :tensor_blob.error_reason(__STACKTRACE__) do
