@@ -1056,6 +1056,8 @@ defmodule TensorBlob.DLPackTest do
             [t, %{__struct__: TensorBlob.BlobView, tensor: t}],
             t |> Map.put(:__struct__, URI),
             :t,
+            t,
+            Tensor.ref(t),
             deep
           ] do
         assert :tensor_blob_python.python_slot_export_tree(other, :versioned) == :other
@@ -1072,7 +1074,7 @@ defmodule TensorBlob.DLPackTest do
       start = Lifetime.settled_stats()
 
       assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree([t, make_ref()], :versioned) end) =~
-               "tensor: expected a tensor"
+               "tensors: expected a tensor"
 
       assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree([t], :v2) end) =~
                "version: expected versioned, legacy or writable"

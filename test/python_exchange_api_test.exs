@@ -469,7 +469,7 @@ if Code.ensure_loaded?(Pythonx) do
             """
             def shape(x):
                 if isinstance(x, dict):
-                    return sorted((repr(k), shape(v)) for k, v in x.items() if repr(k) != drop)
+                    return sorted((repr(k), shape(v)) for k, v in x.items() if repr(k) != drop.decode())
                 if isinstance(x, list):
                     return [shape(v) for v in x]
                 return x.data_ptr()

@@ -57,7 +57,7 @@
     X(reason)                                                                               \
     X(argument)                                                                             \
     X(none)                                                                                 \
-    X(other) /* what python_slot_export_tree does not describe */                          \
+    X(other) /* what python_slot_export_tree does not describe */                           \
     X(message)                                                                              \
     X(term)                                                                                 \
     X(code)

@@ -71,10 +71,10 @@ enum tb_nif_schedule { TB_SHORT, TB_MAY_GO_DIRTY, TB_DIRTY_IO };
     X(python_capsule_abi, 1, tb_nif_python_capsule_abi, TB_SHORT)                                                     \
     X(python_slot_export, 2, tb_nif_python_slot_export, TB_SHORT)      /* (Tensor, Version) -> {K, Slot} */           \
     X(python_slot_receive, 0, tb_nif_python_slot_receive, TB_SHORT)    /* -> {K, Slot}, empty */                      \
-    X(python_slot_close, 2, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot, Module) -> ok | Tensor | undefined */\
+    X(python_slot_close, 2, tb_nif_python_slot_close, TB_MAY_GO_DIRTY) /* (Slot, Module) -> ok | Tensor(s) */         \
     /* ([Tensor], versioned | legacy | writable) -> {K, Slot}, a batch */                                             \
     X(python_slot_export_many, 2, tb_nif_python_slot_export_many, TB_MAY_GO_DIRTY)                                    \
-    /* (Container, Version) -> {K, Slot, Desc} | other: a container described and its tensors exported */            \
+    /* (Container, Version) -> {K, Slot, Desc} | other: a container described, its tensors exported */                \
     X(python_slot_export_tree, 2, tb_nif_python_slot_export_tree, TB_MAY_GO_DIRTY)                                    \
     X(python_slot_receive_many, 0, tb_nif_python_slot_receive_many, TB_SHORT) /* -> {K, Slot}, for a batch */         \
     /* POSIX shared-memory regions (nif/tb_shm.c) */                                                                  \

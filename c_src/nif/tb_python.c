@@ -111,10 +111,11 @@ static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t word, int to_python, int
  * so that a read-only tensor is refused as a legacy export refuses it),
  * with to_dlpack's checks and errors: 1 with *word the slot's word, or 0
  * with *exc set. */
-static int export_one(ErlNifEnv *env, ERL_NIF_TERM tensor, ERL_NIF_TERM version, uintptr_t *word, ERL_NIF_TERM *exc)
+static int export_one(ErlNifEnv *env, ERL_NIF_TERM tensor, const char *field, ERL_NIF_TERM version, uintptr_t *word,
+                      ERL_NIF_TERM *exc)
 {
     tb_tensor_desc d;
-    if (!tb_tensor_arg(env, tensor, "tensor", &d, exc))
+    if (!tb_tensor_arg(env, tensor, field, &d, exc))
         return 0;
     if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.writable) {
         *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
@@ -139,7 +140,7 @@ ERL_NIF_TERM tb_nif_python_slot_export(TB_NIF_PARAMS)
 {
     uintptr_t word;
     ERL_NIF_TERM exc;
-    if (!export_one(env, argv[0], argv[1], &word, &exc))
+    if (!export_one(env, argv[0], "tensor", argv[1], &word, &exc))
         return exc;
     return open_slot(env, word, 1, 0);
 }
@@ -190,7 +191,7 @@ ERL_NIF_TERM tb_nif_python_slot_export_many(TB_NIF_PARAMS)
     if (!new_batch(env, argv[0], &b, &exc))
         return exc;
     for (size_t i = 0; enif_get_list_cell(env, list, &head, &list); i++)
-        if (!export_one(env, head, argv[1], &b->tagged[i], &exc)) {
+        if (!export_one(env, head, "tensor", argv[1], &b->tagged[i], &exc)) {
             tb_python_batch_free(b, 1, 0);
             return exc;
         }
@@ -227,7 +228,7 @@ ERL_NIF_TERM tb_nif_python_slot_export_tree(TB_NIF_PARAMS)
         return moved ? exc : tb_raise_error(env, TB_WHY_NO_MEMORY, NULL, "out of memory for a batch of %u tensors", n);
     }
     for (size_t i = 0; i < got.n; i++)
-        if (!export_one(env, got.leaves[i], argv[1], &b->tagged[i], &exc)) {
+        if (!export_one(env, got.leaves[i], "tensors", argv[1], &b->tagged[i], &exc)) {
             tb_python_batch_free(b, 1, 0);
             tb_python_described_free(&got);
             return exc;

@@ -27,7 +27,8 @@ typedef struct {
 } tb_python_described;
 
 /* Describes term, nested maps (binary, atom or 64-bit integer keys) and
- * lists of tensors, into *out. TB_DESCRIBE_OTHER where term holds
+ * lists of tensors, into *out. TB_DESCRIBE_OTHER where term is no map or
+ * list, or holds
  * anything else (a key of another kind, an atom whose name is not ASCII,
  * another struct or value, an improper list, nesting as deep as
  * TB_PYTHON_TREE_DEPTH): the caller's own walk then describes it or says
