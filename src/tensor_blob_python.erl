@@ -60,7 +60,8 @@ python_slot_export_many(Ts, Version) -> ?NIF(tensor_blob_nif:python_slot_export_
 %% binaries, atoms (not nil, true or false; ASCII names) and 64-bit integers; a tensor is a
 %% tensor() or an Elixir %TensorBlob.Tensor{}. Answers other, having exported nothing, for a
 %% container that holds anything else (or nests 256 deep): the Elixir door then describes it
-%% itself, or says what and where.
+%% itself, or says what and where. Anything but a map or a list raises badarg (reason
+%% bad_value, argument tensors), as does a version but versioned, legacy or writable.
 -spec python_slot_export_tree(map() | list(), tensor_blob:dlpack_version() | writable) ->
           {non_neg_integer(), reference(), binary()} | other.
 python_slot_export_tree(Container, Version) ->

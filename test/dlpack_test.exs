@@ -1054,10 +1054,7 @@ defmodule TensorBlob.DLPackTest do
             %{{:k} => t},
             [t | t],
             [t, %{__struct__: TensorBlob.BlobView, tensor: t}],
-            t |> Map.put(:__struct__, URI),
-            :t,
-            t,
-            Tensor.ref(t),
+            [Map.put(t, :__struct__, URI)],
             deep
           ] do
         assert :tensor_blob_python.python_slot_export_tree(other, :versioned) == :other
@@ -1076,8 +1073,16 @@ defmodule TensorBlob.DLPackTest do
       assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree([t, make_ref()], :versioned) end) =~
                "tensors: expected a tensor"
 
-      assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree([t], :v2) end) =~
-               "version: expected versioned, legacy or writable"
+      for version <- [:v2, "versioned"], container <- [[t], []] do
+        assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree(container, version) end) =~
+                 "version: expected versioned, legacy or writable"
+      end
+
+      # A container, not a lone tensor.
+      for lone <- [t, Tensor.ref(t), :t, 3] do
+        assert slot_error(fn -> :tensor_blob_python.python_slot_export_tree(lone, :versioned) end) =~
+                 "tensors: expected a map or a list of tensors"
+      end
 
       assert Lifetime.await_stats(start) == start
       assert Tensor.to_binary(t) == <<0>>

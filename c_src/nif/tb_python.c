@@ -209,6 +209,12 @@ ERL_NIF_TERM tb_nif_python_slot_export_tree(TB_NIF_PARAMS)
     tb_python_described got;
     tb_python_batch *b = NULL;
     ERL_NIF_TERM exc, desc, slot;
+    if (!tb_python_is_container(env, argv[0]))
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "tensors", "tensors: expected a map or a list of tensors, got %T",
+                               argv[0]);
+    if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy && argv[1] != tb_atoms.writable)
+        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
+                               "version: expected versioned, legacy or writable, got %T", argv[1]);
     int code = tb_python_describe(env, argv[0], &got);
     if (code != TB_DESCRIBED) {
         tb_python_described_free(&got);

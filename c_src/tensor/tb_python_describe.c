@@ -103,12 +103,15 @@ static int describe_node(ErlNifEnv *env, ERL_NIF_TERM term, int depth, tb_python
 
 int tb_python_describe(ErlNifEnv *env, ERL_NIF_TERM term, tb_python_described *out)
 {
-    ERL_NIF_TERM name;
     memset(out, 0, sizeof *out);
-    /* A container, not a lone tensor. */
-    if (!enif_is_list(env, term) && (!enif_is_map(env, term) || enif_get_map_value(env, term, tb_atoms.struct_, &name)))
-        return TB_DESCRIBE_OTHER;
-    return describe_node(env, term, 0, out);
+    return tb_python_is_container(env, term) ? describe_node(env, term, 0, out) : TB_DESCRIBE_OTHER;
+}
+
+int tb_python_is_container(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    ERL_NIF_TERM name;
+    return enif_is_list(env, term) ||
+           (enif_is_map(env, term) && !enif_get_map_value(env, term, tb_atoms.struct_, &name));
 }
 
 void tb_python_described_free(tb_python_described *d)

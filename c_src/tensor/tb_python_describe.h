@@ -38,4 +38,8 @@ int tb_python_describe(ErlNifEnv *env, ERL_NIF_TERM term, tb_python_described *o
 
 void tb_python_described_free(tb_python_described *d);
 
+/* 1 where term is a list or a map that is no struct: a container, not a
+ * lone tensor. */
+int tb_python_is_container(ErlNifEnv *env, ERL_NIF_TERM term);
+
 #endif
