@@ -30,24 +30,6 @@ static const tb_DLPackExchangeAPI *table_of(PyObject *obj)
     return NULL;
 }
 
-static PyObject *loop(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *obj;
-    long n;
-    int rounds;
-    if (!PyArg_ParseTuple(args, "Oli", &obj, &n, &rounds) || n <= 0 || rounds <= 0)
-        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "n and rounds > 0"), NULL);
-    const tb_DLPackExchangeAPI *api = table_of(obj);
-    if (!api)
-        return NULL;
-    double best;
-    EXCHANGE_LOOP(best, n, rounds, api->managed_tensor_from_py_object_no_sync(obj, &m));
-    if (best < 0)
-        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "the entry failed"), NULL);
-    return PyFloat_FromDouble(best);
-}
-
 /* From-object, then to-object of the managed tensor (which takes it: its
  * deleter runs when the new object goes), then the new object released;
  * best ns per round, or -1 when an entry failed. */
@@ -74,21 +56,39 @@ static double make_rounds(const tb_DLPackExchangeAPI *api, PyObject *obj, long n
     return best;
 }
 
-static PyObject *make_loop(PyObject *self, PyObject *args)
+/* loop (make 0) or make_loop (make 1) of (obj, n, rounds). */
+static PyObject *run(PyObject *args, int make)
 {
-    (void)self;
     PyObject *obj;
     long n;
     int rounds;
-    if (!PyArg_ParseTuple(args, "Oli", &obj, &n, &rounds) || n <= 0 || rounds <= 0)
-        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "n and rounds > 0"), NULL);
-    const tb_DLPackExchangeAPI *api = table_of(obj);
-    if (!api)
+    const tb_DLPackExchangeAPI *api;
+    if (!PyArg_ParseTuple(args, "Oli", &obj, &n, &rounds))
         return NULL;
-    double best = make_rounds(api, obj, n, rounds);
+    if (n <= 0 || rounds <= 0)
+        return PyErr_SetString(PyExc_ValueError, "n and rounds > 0"), NULL;
+    if (!(api = table_of(obj)))
+        return NULL;
+    double best;
+    if (make)
+        best = make_rounds(api, obj, n, rounds);
+    else
+        EXCHANGE_LOOP(best, n, rounds, api->managed_tensor_from_py_object_no_sync(obj, &m));
     if (best < 0)
         return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "an entry failed"), NULL);
     return PyFloat_FromDouble(best);
+}
+
+static PyObject *loop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return run(args, 0);
+}
+
+static PyObject *make_loop(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return run(args, 1);
 }
 
 static PyMethodDef methods[] = {
