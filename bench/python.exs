@@ -11,69 +11,16 @@
 # median of its rounds' means, each round started settled), the cases of a size timed in turns (at 4 B
 # 20 rounds of 200 calls each; at 64 MiB 5 rounds of 200, the copies 5 of
 # 5), with the zero-copy ones as a multiple of an empty eval.
-{:ok, _} = Application.ensure_all_started(:pythonx)
-
-{paths, 0} =
-  System.cmd("python3", [
-    "-c",
-    "import os, sys, sysconfig; print(os.path.join(sysconfig.get_config_var('LIBDIR'), " <>
-      "sysconfig.get_config_var('INSTSONAME'))); print(sys.base_prefix); print(sys.executable)"
-  ])
-
-[lib, home, exe] = String.split(paths, "\n", trim: true)
-:ok = Pythonx.init(lib, home, exe)
-{_, _} = Pythonx.eval("import torch, numpy", %{})
+Code.require_file("python_common.exs", __DIR__)
 
 alias TensorBlob.{Python, Tensor}
+alias TensorBlobBench.Python, as: Bench
 
-# The cases of one size are timed in turns (rounds of `calls` each), so
-# that a change in the machine's load falls on all of them alike. A sample
-# is one round timed as a whole, divided by its calls; the median of a
-# case's samples, in µs. Nothing is stored per call: a growing list of
-# samples would make every collection dearer, most of all for the cases
-# that allocate most.
-#
-# Each round starts settled, outside the timing: this process's garbage
-# collected, Pythonx's janitor done (it drops each collected Pythonx
-# object in a call of its own, and every Pythonx.eval waits for it), the
-# library's release thread done (Python's deleters of what from_python
-# took: stats/0's `deferred`). Otherwise a case pays for the objects the
-# case before it made: from_python, timed after to_python, took up to 0.5x
-# an empty eval more that way.
-deferred = fn -> TensorBlob.stats().deferred end
-base_deferred = deferred.()
-
-settle = fn ->
-  :erlang.garbage_collect()
-  {_, _} = Pythonx.eval("None", %{})
-  :erlang.garbage_collect()
-
-  Stream.repeatedly(fn -> deferred.() <= base_deferred || Process.sleep(1) end)
-  |> Enum.find(&(&1 == true))
-end
+:ok = Bench.start("torch, numpy")
+eval = &Bench.eval/2
 
 interleaved = fn cases, rounds, calls ->
-  round = fn fun ->
-    settle.()
-    {us, _} = :timer.tc(fn -> Enum.each(1..calls, fn _ -> fun.() end) end)
-    us / calls
-  end
-
-  Enum.each(cases, fn {_, fun} -> round.(fun) end)
-
-  samples =
-    for _ <- 1..rounds, {name, fun} <- cases, reduce: %{} do
-      acc ->
-        us = round.(fun)
-        Map.update(acc, name, [us], &[us | &1])
-    end
-
-  Map.new(samples, fn {name, times} -> {name, round(Enum.at(Enum.sort(times), div(length(times), 2)))} end)
-end
-
-eval = fn code, globals ->
-  {result, _} = Pythonx.eval(code, globals)
-  result
+  Map.new(Bench.interleaved(cases, rounds, calls), fn {k, us} -> {k, round(us)} end)
 end
 
 rows =

@@ -15,53 +15,16 @@
 #
 # Prints a Markdown table: µs per call, the median of rounds' means, each
 # round started settled (as bench/python.exs), the cases timed in turns.
-{:ok, _} = Application.ensure_all_started(:pythonx)
-
-{paths, 0} =
-  System.cmd("python3", [
-    "-c",
-    "import os, sys, sysconfig; print(os.path.join(sysconfig.get_config_var('LIBDIR'), " <>
-      "sysconfig.get_config_var('INSTSONAME'))); print(sys.base_prefix); print(sys.executable)"
-  ])
-
-[lib, home, exe] = String.split(paths, "\n", trim: true)
-:ok = Pythonx.init(lib, home, exe)
-{_, _} = Pythonx.eval("import torch", %{})
+Code.require_file("python_common.exs", __DIR__)
 
 alias TensorBlob.{Python, Tensor}
+alias TensorBlobBench.Python, as: Bench
 
-deferred = fn -> TensorBlob.stats().deferred end
-base_deferred = deferred.()
-
-settle = fn ->
-  :erlang.garbage_collect()
-  {_, _} = Pythonx.eval("None", %{})
-  :erlang.garbage_collect()
-
-  Stream.repeatedly(fn -> deferred.() <= base_deferred || Process.sleep(1) end)
-  |> Enum.find(&(&1 == true))
-end
+:ok = Bench.start("torch")
+eval = &Bench.eval/2
 
 interleaved = fn cases, rounds, calls ->
-  round = fn fun ->
-    settle.()
-    {us, _} = :timer.tc(fn -> Enum.each(1..calls, fn _ -> fun.() end) end)
-    us / calls
-  end
-
-  Enum.each(cases, fn {_, fun} -> round.(fun) end)
-
-  samples =
-    for _ <- 1..rounds, {name, fun} <- cases, reduce: %{} do
-      acc -> Map.update(acc, name, [round.(fun)], &[round.(fun) | &1])
-    end
-
-  Map.new(samples, fn {name, times} -> {name, Float.round(Enum.at(Enum.sort(times), div(length(times), 2)), 1)} end)
-end
-
-eval = fn code, globals ->
-  {result, _} = Pythonx.eval(code, globals)
-  result
+  Map.new(Bench.interleaved(cases, rounds, calls), fn {k, us} -> {k, Float.round(us, 1)} end)
 end
 
 api? = Pythonx.decode(eval.("import torch\nhasattr(torch.Tensor, '__dlpack_c_exchange_api__')", %{}))
