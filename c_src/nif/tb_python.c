@@ -106,6 +106,17 @@ static ERL_NIF_TERM open_slot(ErlNifEnv *env, uintptr_t word, int to_python, int
     return enif_make_tuple2(env, enif_make_int(env, k), term);
 }
 
+/* 1 where version is versioned, legacy or writable; else 0 with *exc
+ * set. */
+static int version_ok(ErlNifEnv *env, ERL_NIF_TERM version, ERL_NIF_TERM *exc)
+{
+    if (version == tb_atoms.versioned || version == tb_atoms.legacy || version == tb_atoms.writable)
+        return 1;
+    *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version", "version: expected versioned, legacy or writable, got %T",
+                           version);
+    return 0;
+}
+
 /* The tensor term exported for Python as version (versioned, legacy, or
  * writable: versioned, for a consumer with no read-only tensors, PyTorch,
  * so that a read-only tensor is refused as a legacy export refuses it),
@@ -115,13 +126,8 @@ static int export_one(ErlNifEnv *env, ERL_NIF_TERM tensor, const char *field, ER
                       ERL_NIF_TERM *exc)
 {
     tb_tensor_desc d;
-    if (!tb_tensor_arg(env, tensor, field, &d, exc))
+    if (!tb_tensor_arg(env, tensor, field, &d, exc) || !version_ok(env, version, exc))
         return 0;
-    if (version != tb_atoms.versioned && version != tb_atoms.legacy && version != tb_atoms.writable) {
-        *exc = tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
-                               "version: expected versioned, legacy or writable, got %T", version);
-        return 0;
-    }
     int versioned = version != tb_atoms.legacy, read_only = 0;
     if (!tb_dlpack_export_checks(env, &d, version == tb_atoms.versioned, &read_only, tb_atoms.undefined, exc))
         return 0;
@@ -212,9 +218,8 @@ ERL_NIF_TERM tb_nif_python_slot_export_tree(TB_NIF_PARAMS)
     if (!tb_python_is_container(env, argv[0]))
         return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "tensors", "tensors: expected a map or a list of tensors, got %T",
                                argv[0]);
-    if (argv[1] != tb_atoms.versioned && argv[1] != tb_atoms.legacy && argv[1] != tb_atoms.writable)
-        return tb_raise_badarg(env, TB_WHY_BAD_VALUE, "version",
-                               "version: expected versioned, legacy or writable, got %T", argv[1]);
+    if (!version_ok(env, argv[1], &exc))
+        return exc;
     int code = tb_python_describe(env, argv[0], &got);
     if (code != TB_DESCRIBED) {
         tb_python_described_free(&got);
